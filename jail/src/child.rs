@@ -1,0 +1,241 @@
+//! The child side: everything that runs inside the new namespaces.
+//!
+//! The cloned child is PID 1 of the new pid namespace. It builds the new root,
+//! then forks the worker and stays behind as a small reaper; the worker drops
+//! every privilege, applies the last restrictions and execs the interpreter.
+//! Both return `!`: they end in exec or `_exit`, and any failure crosses back
+//! to the supervisor as a `{stage, message, causes}` report, then exit 125.
+
+use std::error::Error;
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::wait::{WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
+
+use crate::mounts::{self, MountOp};
+use crate::result::{SetupError, EXIT_SETUP_FAILED};
+use crate::sync::{self, Report};
+use crate::sys::{self, Forked};
+use crate::{privileges, rlimits};
+
+/// Everything the child needs, prepared by the supervisor before the clone so
+/// the child does as little as possible.
+pub struct ChildSpec {
+    pub release: OwnedFd,
+    pub report: OwnedFd,
+    pub status: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    pub mounts: Vec<MountOp>,
+    /// Where the new root is assembled before pivot_root.
+    pub staging: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+    pub hostname: String,
+    pub exec: Exec,
+}
+
+/// The interpreter's exec: path, argv and the rebuilt environment.
+pub struct Exec {
+    pub path: CString,
+    pub argv: Vec<CString>,
+    pub envp: Vec<CString>,
+    pub cwd: PathBuf,
+}
+
+/// A failed step: which stage, and the error chain.
+struct StageError {
+    stage: &'static str,
+    error: Box<dyn Error>,
+}
+
+trait Stage<T> {
+    fn stage(self, stage: &'static str) -> Result<T, StageError>;
+}
+
+impl<T, E: Error + 'static> Stage<T> for Result<T, E> {
+    fn stage(self, stage: &'static str) -> Result<T, StageError> {
+        self.map_err(|e| StageError { stage, error: Box::new(e) })
+    }
+}
+
+impl StageError {
+    fn into_setup_error(self) -> SetupError {
+        let mut causes = Vec::new();
+        let mut source = self.error.source();
+        while let Some(s) = source {
+            causes.push(s.to_string());
+            source = s.source();
+        }
+        SetupError { stage: self.stage.to_string(), message: self.error.to_string(), causes }
+    }
+}
+
+/// Stage timestamps, carried to the worker by fork and sent once before exec.
+struct Marks(Vec<(String, u64)>);
+
+impl Marks {
+    fn mark(&mut self, name: &str) {
+        self.0.push((name.to_string(), sync::monotonic_ns()));
+    }
+}
+
+fn fail(report: &OwnedFd, e: StageError) -> ! {
+    let _ = sync::send(report, &Report::Failed(e.into_setup_error()));
+    sys::exit_now(EXIT_SETUP_FAILED)
+}
+
+/// PID 1's entry point, right after clone.
+pub fn run(spec: ChildSpec) -> ! {
+    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec } = spec;
+    // The supervisor writes our id maps, then releases us; until then we have
+    // no identity in the new user namespace.
+    if !sync::wait_for_release(release) {
+        sys::exit_now(EXIT_SETUP_FAILED);
+    }
+    let mut marks = Marks(Vec::new());
+    marks.mark("released");
+    match setup(&mut marks, stdout, stderr, &mounts, &staging, uid, gid, &hostname) {
+        Ok(()) => {}
+        Err(e) => fail(&report, e),
+    }
+    // Block the signals PID 1 handles before forking, so none is lost between
+    // the fork and the reaper's first sigwait.
+    let handled = reaper_signals();
+    if let Err(e) = handled.thread_block().stage("block_signals") {
+        fail(&report, e);
+    }
+    match sys::fork_process() {
+        Err(e) => fail(&report, StageError { stage: "fork_worker", error: Box::new(e) }),
+        Ok(Forked::Child) => worker(marks, report, exec),
+        Ok(Forked::Parent(worker_pid)) => {
+            // Our copy of the report pipe must go, or the supervisor would
+            // never see the end-of-file that means "exec happened".
+            drop(report);
+            reaper(worker_pid, status, handled)
+        }
+    }
+}
+
+/// PID 1's setup: everything that needs privilege in the new namespaces.
+#[allow(clippy::too_many_arguments)]
+fn setup(
+    marks: &mut Marks,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    plan: &[MountOp],
+    staging: &std::path::Path,
+    uid: u32,
+    gid: u32,
+    hostname: &str,
+) -> Result<(), StageError> {
+    // If the supervisor dies, so does the whole jail (PID 1's death ends the
+    // pid namespace).
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).stage("die_with_supervisor")?;
+    // stdio goes to the supervisor's pipes; stdin is /dev/null, never a tty
+    // (TIOCSTI, bwrap CVE-2017-5226).
+    privileges::stdio_onto(&stdout, &stderr).stage("stdio")?;
+    drop((stdout, stderr));
+    marks.mark("stdio");
+    // Nothing we mount may propagate back to the host.
+    mounts::make_private().stage("mounts")?;
+    // Sources are opened with our original credentials (a root caller can
+    // still traverse 0700 folders), before the staging tmpfs hides anything.
+    let sources = mounts::open_sources(plan).stage("mounts")?;
+    crate::namespaces::become_sandbox_ids(uid, gid).stage("identity")?;
+    mounts::apply(plan, sources, staging).stage("mounts")?;
+    marks.mark("mounts");
+    mounts::pivot_root(staging).stage("pivot_root")?;
+    marks.mark("pivot_root");
+    nix::unistd::sethostname(hostname).stage("hostname")?;
+    Ok(())
+}
+
+/// The worker: drop everything, restrict, exec. Runs as PID 2.
+fn worker(mut marks: Marks, report: OwnedFd, exec: Exec) -> ! {
+    match worker_setup(&mut marks, &report, &exec) {
+        Ok(()) => {}
+        Err(e) => fail(&report, e),
+    }
+    marks.mark("exec");
+    let _ = sync::send(&report, &Report::Stages(std::mem::take(&mut marks.0)));
+    let err = nix::unistd::execve(&exec.path, &exec.argv, &exec.envp).unwrap_err();
+    fail(&report, StageError { stage: "exec", error: Box::new(ExecError(exec.path.clone(), err)) })
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("execve({0:?})")]
+struct ExecError(CString, #[source] nix::Error);
+
+fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec) -> Result<(), StageError> {
+    // The script gets a clean signal state: nothing blocked, SIGPIPE and
+    // SIGXFSZ at their defaults (the Rust runtime ignores SIGPIPE).
+    SigSet::empty().thread_set_mask().stage("signals")?;
+    sys::set_default_signal(Signal::SIGPIPE).stage("signals")?;
+    sys::set_default_signal(Signal::SIGXFSZ).stage("signals")?;
+    // Every descriptor but stdio and the report pipe closes now; the report
+    // pipe is close-on-exec (runc CVE-2024-21626).
+    sys::close_from_except(3, &[report.as_raw_fd()]).stage("close_fds")?;
+    sys::cloexec_from(3).stage("close_fds")?;
+    // A new session: no controlling terminal to inject keystrokes into.
+    nix::unistd::setsid().stage("setsid")?;
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    nix::unistd::chdir(&exec.cwd).stage("chdir")?;
+    rlimits::apply_baseline().stage("rlimits")?;
+    marks.mark("rlimits");
+    // Capabilities go before no_new_privs and the LSM layers: nothing the
+    // script runs can regain them.
+    privileges::drop_all_capabilities().stage("drop_capabilities")?;
+    nix::sys::prctl::set_no_new_privs().stage("no_new_privs")?;
+    marks.mark("drop_privileges");
+    Ok(())
+}
+
+fn reaper_signals() -> SigSet {
+    let mut set = SigSet::empty();
+    for sig in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT] {
+        set.add(sig);
+    }
+    set
+}
+
+/// PID 1 after the fork: reap every orphan, forward termination signals to
+/// the worker, and exit with nothing left behind once the worker is gone
+/// (the kernel kills the rest of the pid namespace when PID 1 exits).
+fn reaper(worker: Pid, status: OwnedFd, handled: SigSet) -> ! {
+    // The script runs as the same uid as PID 1; non-dumpable keeps it from
+    // opening /proc/1/* or ptracing us (runc CVE-2019-5736).
+    let _ = nix::sys::prctl::set_dumpable(false);
+    let _ = privileges::release_stdio();
+    let _ = privileges::drop_all_capabilities();
+    let _ = nix::sys::prctl::set_no_new_privs();
+    let keep: [RawFd; 1] = [status.as_raw_fd()];
+    let _ = sys::close_from_except(3, &keep);
+    loop {
+        let sig = match handled.wait() {
+            Ok(sig) => sig,
+            Err(_) => continue,
+        };
+        if sig != Signal::SIGCHLD {
+            let _ = nix::sys::signal::kill(worker, sig);
+            continue;
+        }
+        loop {
+            match nix::sys::wait::waitpid(None::<Pid>, Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::Exited(pid, code)) if pid == worker => {
+                    let _ = sync::send(&status, &Report::Exited { code });
+                    sys::exit_now(0);
+                }
+                Ok(WaitStatus::Signaled(pid, sig, _)) if pid == worker => {
+                    let _ = sync::send(&status, &Report::Signaled { signal: sig as i32 });
+                    sys::exit_now(0);
+                }
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+    }
+}

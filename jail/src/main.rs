@@ -1,0 +1,172 @@
+//! The `jail` command line: parse arguments, hand off to the library, print
+//! the result, exit with the script's status (124 timeout, 125 setup).
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+use jail::policy::Policy;
+use jail::result::{RunResult, SetupError, Status, EXIT_SETUP_FAILED};
+use jail::supervisor::{OutputMode, RunRequest};
+
+#[derive(Parser)]
+#[command(name = "jail", version, about = "Run untrusted Python in a fresh, unprivileged Linux jail")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one Python script in a fresh jail.
+    Run(RunArgs),
+    /// Validate a policy file.
+    Check {
+        /// The policy file.
+        policy: PathBuf,
+    },
+    /// Show what this host provides to the jail, and how to fix what is missing.
+    Doctor {
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Policy file (default: the built-in policies/default.json).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Folder bound read-only at /workspace/input.
+    #[arg(long, value_name = "DIR")]
+    input: Option<PathBuf>,
+    /// Folder bound writable at /workspace/output (default: a fresh one).
+    #[arg(long, value_name = "DIR")]
+    output: Option<PathBuf>,
+    /// Folder bound read-only at /workspace/code (default: the script's folder).
+    #[arg(long, value_name = "DIR")]
+    code: Option<PathBuf>,
+    /// Root filesystem folder (default: JAIL_ROOTFS, then the policy's).
+    #[arg(long, value_name = "DIR")]
+    rootfs: Option<PathBuf>,
+    /// Wall-clock limit in seconds (overrides the policy).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// Capture the output and print one JSON result document on stdout.
+    #[arg(long)]
+    json: bool,
+    /// The Python script to run.
+    script: PathBuf,
+    /// Arguments passed to the script.
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+    args: Vec<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { EXIT_SETUP_FAILED } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code as u8);
+        }
+    };
+    match cli.command {
+        Command::Run(args) => run(args),
+        Command::Check { policy } => check(&policy),
+        Command::Doctor { json } => doctor(json),
+    }
+}
+
+fn load_policy(path: Option<&PathBuf>) -> Result<Policy, jail::policy::PolicyError> {
+    match path {
+        Some(p) => Policy::load(p),
+        None => Policy::builtin_default(),
+    }
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    let json = args.json;
+    let result = match prepare_request(args) {
+        Ok(req) => jail::supervisor::run(&req),
+        Err(e) => RunResult::setup_failed(e),
+    };
+    if let Some(e) = &result.setup_error {
+        // One line a person can act on; the JSON carries the rest.
+        let causes = if e.causes.is_empty() { String::new() } else { format!(": {}", e.causes.join(": ")) };
+        eprintln!("jail: {} ({}){causes}", e.message, e.stage);
+    } else if !json && result.status == Status::TimeoutWall {
+        eprintln!("jail: the script ran past its wall-clock limit and was killed");
+    }
+    if json {
+        let mut out = std::io::stdout().lock();
+        let _ = serde_json::to_writer_pretty(&mut out, &result);
+        let _ = writeln!(out);
+    }
+    ExitCode::from(result.jail_exit_code().clamp(0, 255) as u8)
+}
+
+fn prepare_request(args: RunArgs) -> Result<RunRequest, SetupError> {
+    let policy = load_policy(args.policy.as_ref()).map_err(|e| SetupError {
+        stage: "policy".into(),
+        message: format!("{e} (check it with `jail check FILE`)"),
+        causes: vec![],
+    })?;
+    let timeout = match args.timeout {
+        None => None,
+        Some(t) if t > 0.0 && t <= 86_400.0 => Some(Duration::from_secs_f64(t)),
+        Some(t) => {
+            return Err(SetupError {
+                stage: "input".into(),
+                message: format!("--timeout {t} is out of range: give seconds above 0 and at most 86400"),
+                causes: vec![],
+            })
+        }
+    };
+    Ok(RunRequest {
+        policy,
+        script: args.script,
+        args: args.args,
+        input: args.input,
+        output: args.output,
+        code: args.code,
+        rootfs: args.rootfs,
+        timeout,
+        mode: if args.json { OutputMode::Capture } else { OutputMode::Stream },
+    })
+}
+
+fn check(path: &PathBuf) -> ExitCode {
+    match Policy::load(path) {
+        Ok(p) => {
+            println!("{}: ok (policy `{}`, sha256 {})", path.display(), p.name, p.hash);
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{}: {e}", path.display());
+            ExitCode::from(EXIT_SETUP_FAILED as u8)
+        }
+    }
+}
+
+fn doctor(json: bool) -> ExitCode {
+    let rootfs = std::env::var_os("JAIL_ROOTFS")
+        .map(PathBuf::from)
+        .or_else(|| Policy::builtin_default().ok().and_then(|p| p.rootfs));
+    let report = jail::doctor::run(rootfs.as_deref());
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+    } else {
+        println!("kernel {} (running as uid {})", report.kernel, report.uid);
+        for c in &report.checks {
+            println!("{:<4} {:<16} {}", if c.ok { "ok" } else { "MISSING" }, c.name, c.detail);
+            if let Some(fix) = &c.fix {
+                println!("     {:<16} fix: {fix}", "");
+            }
+        }
+    }
+    if report.all_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}

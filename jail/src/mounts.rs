@@ -1,0 +1,513 @@
+//! The jail's filesystem: a pure [`plan`] from the request to an ordered list
+//! of [`MountOp`]s, and a thin [`apply`] that performs them in the child.
+//!
+//! The new root is an empty tmpfs. Into it go the rootfs's top-level folders
+//! (bound read-only, nosuid, nodev), a minimal `/dev`, a fresh `/proc` with
+//! sensitive files masked, size-capped `/tmp` and `/dev/shm`, and the three
+//! workspace folders. Every bind source is opened with
+//! `openat2(RESOLVE_NO_SYMLINKS)` before anything is mounted and bound by
+//! descriptor (`open_tree` + `move_mount`), so no symlink planted in a source
+//! tree can redirect a mount (runc CVE-2021-30465).
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use nix::mount::{MntFlags, MsFlags};
+
+use crate::sys::{
+    self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
+    RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS,
+};
+
+/// Where the workspace lives inside the jail.
+pub const WORKSPACE: &str = "/workspace";
+pub const INPUT_DIR: &str = "/workspace/input";
+pub const CODE_DIR: &str = "/workspace/code";
+pub const OUTPUT_DIR: &str = "/workspace/output";
+
+/// Top-level rootfs names that the jail provides itself and never binds.
+pub const RESERVED_TOP_LEVEL: [&str; 8] = ["dev", "proc", "sys", "tmp", "run", "workspace", "boot", "lost+found"];
+
+/// Host device nodes bound into `/dev`.
+pub const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+
+/// `/proc` files hidden behind a read-only `/dev/null`.
+pub const MASKED_PROC_FILES: [&str; 7] =
+    ["kcore", "keys", "timer_list", "sysrq-trigger", "kallsyms", "sched_debug", "latency_stats"];
+/// `/proc` folders hidden behind an empty read-only tmpfs.
+pub const MASKED_PROC_DIRS: [&str; 4] = ["acpi", "scsi", "asound", "firmware"];
+/// `/proc` folders made read-only.
+pub const READONLY_PROC_DIRS: [&str; 4] = ["sys", "bus", "irq", "fs"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    ReadOnly,
+    ReadWrite,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+}
+
+/// One top-level entry of the rootfs folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootfsEntry {
+    Dir(String),
+    Symlink(String, PathBuf),
+}
+
+/// What the jail's filesystem is built from.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub rootfs: PathBuf,
+    pub rootfs_entries: Vec<RootfsEntry>,
+    pub input: Option<PathBuf>,
+    pub code: PathBuf,
+    pub output: PathBuf,
+    pub tmp_size: u64,
+    pub shm_size: u64,
+}
+
+/// One step of building the new root. Paths are absolute inside the jail.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountOp {
+    Dir { path: PathBuf, mode: u32 },
+    Symlink { path: PathBuf, target: PathBuf },
+    Tmpfs { path: PathBuf, size: u64, mode: u32, attrs: u64 },
+    Bind { source: PathBuf, path: PathBuf, kind: Kind, access: Access, attrs: u64 },
+    Proc { path: PathBuf },
+    /// Hide a file behind a read-only `/dev/null`; skipped when absent.
+    MaskFile { path: PathBuf },
+    /// Hide a folder behind an empty read-only tmpfs; skipped when absent.
+    MaskDir { path: PathBuf },
+    /// Rebind a folder onto itself read-only; skipped when absent.
+    ReadOnly { path: PathBuf },
+}
+
+/// The ordered mount plan for a request. Pure: no I/O.
+pub fn plan(req: &Request) -> Vec<MountOp> {
+    let p = PathBuf::from;
+    let mut ops = Vec::new();
+    for entry in &req.rootfs_entries {
+        match entry {
+            RootfsEntry::Dir(name) => {
+                let path = Path::new("/").join(name);
+                ops.push(MountOp::Dir { path: path.clone(), mode: 0o755 });
+                ops.push(MountOp::Bind {
+                    source: req.rootfs.join(name),
+                    path,
+                    kind: Kind::Dir,
+                    access: Access::ReadOnly,
+                    attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                });
+            }
+            RootfsEntry::Symlink(name, target) => {
+                ops.push(MountOp::Symlink { path: Path::new("/").join(name), target: target.clone() });
+            }
+        }
+    }
+    // /dev: a small tmpfs with only the harmless character devices.
+    ops.push(MountOp::Dir { path: p("/dev"), mode: 0o755 });
+    ops.push(MountOp::Tmpfs {
+        path: p("/dev"),
+        size: 64 << 10,
+        mode: 0o755,
+        attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+    });
+    for dev in DEVICES {
+        ops.push(MountOp::Bind {
+            source: Path::new("/dev").join(dev),
+            path: Path::new("/dev").join(dev),
+            kind: Kind::File,
+            access: Access::ReadWrite,
+            attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+        });
+    }
+    for (name, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        ops.push(MountOp::Symlink { path: Path::new("/dev").join(name), target: p(target) });
+    }
+    ops.push(MountOp::Dir { path: p("/dev/shm"), mode: 0o755 });
+    ops.push(MountOp::Tmpfs {
+        path: p("/dev/shm"),
+        size: req.shm_size,
+        mode: 0o1777,
+        attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC,
+    });
+    // /proc: our own pid namespace's view, with host-wide knobs masked.
+    ops.push(MountOp::Dir { path: p("/proc"), mode: 0o555 });
+    ops.push(MountOp::Proc { path: p("/proc") });
+    for f in MASKED_PROC_FILES {
+        ops.push(MountOp::MaskFile { path: Path::new("/proc").join(f) });
+    }
+    for d in MASKED_PROC_DIRS {
+        ops.push(MountOp::MaskDir { path: Path::new("/proc").join(d) });
+    }
+    for d in READONLY_PROC_DIRS {
+        ops.push(MountOp::ReadOnly { path: Path::new("/proc").join(d) });
+    }
+    ops.push(MountOp::Dir { path: p("/tmp"), mode: 0o1777 });
+    ops.push(MountOp::Tmpfs {
+        path: p("/tmp"),
+        size: req.tmp_size,
+        mode: 0o1777,
+        attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+    });
+    ops.push(MountOp::Dir { path: p(WORKSPACE), mode: 0o755 });
+    ops.push(MountOp::Dir { path: p(INPUT_DIR), mode: 0o755 });
+    if let Some(input) = &req.input {
+        ops.push(MountOp::Bind {
+            source: input.clone(),
+            path: p(INPUT_DIR),
+            kind: Kind::Dir,
+            access: Access::ReadOnly,
+            attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        });
+    }
+    ops.push(MountOp::Dir { path: p(CODE_DIR), mode: 0o755 });
+    ops.push(MountOp::Bind {
+        source: req.code.clone(),
+        path: p(CODE_DIR),
+        kind: Kind::Dir,
+        access: Access::ReadOnly,
+        attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+    });
+    ops.push(MountOp::Dir { path: p(OUTPUT_DIR), mode: 0o755 });
+    ops.push(MountOp::Bind {
+        source: req.output.clone(),
+        path: p(OUTPUT_DIR),
+        kind: Kind::Dir,
+        access: Access::ReadWrite,
+        attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+    });
+    ops
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("open mount source {path} without following symlinks")]
+    OpenSource { path: PathBuf, source: io::Error },
+    #[error("{path} is not the null device (char 1:3)")]
+    NotNullDevice { path: PathBuf },
+    #[error("mkdir {path}")]
+    Mkdir { path: PathBuf, source: io::Error },
+    #[error("create {path}")]
+    CreateFile { path: PathBuf, source: io::Error },
+    #[error("symlink {path} -> {target}")]
+    Symlink { path: PathBuf, target: PathBuf, source: io::Error },
+    #[error("mount({fstype} -> {target})")]
+    Mount { fstype: &'static str, target: PathBuf, source: nix::Error },
+    #[error("open_tree({path})")]
+    OpenTree { path: PathBuf, source: io::Error },
+    #[error("mount_setattr({path})")]
+    SetAttr { path: PathBuf, source: io::Error },
+    #[error("move_mount(-> {target})")]
+    MoveMount { target: PathBuf, source: io::Error },
+    #[error("mount(\"/\", MS_REC | MS_PRIVATE)")]
+    MakePrivate(#[source] nix::Error),
+    #[error("chdir({path})")]
+    Chdir { path: PathBuf, source: nix::Error },
+    #[error("pivot_root(\".\", \".\")")]
+    PivotRoot(#[source] nix::Error),
+    #[error("umount2(old root, MNT_DETACH)")]
+    DetachOldRoot(#[source] nix::Error),
+}
+
+/// Host descriptors for every bind source, opened before anything is mounted.
+pub struct Sources {
+    binds: Vec<OwnedFd>,
+    null: OwnedFd,
+}
+
+/// Child side, first: stop our mounts from propagating back to the host.
+pub fn make_private() -> Result<(), MountError> {
+    nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+        .map_err(MountError::MakePrivate)
+}
+
+fn open_nofollow(path: &Path, kind: Kind) -> Result<OwnedFd, MountError> {
+    let flags = libc::O_PATH | if kind == Kind::Dir { libc::O_DIRECTORY } else { 0 };
+    sys::openat2(None, path, flags, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        .map_err(|source| MountError::OpenSource { path: path.to_path_buf(), source })
+}
+
+/// Child side: open every bind source of the plan, without following symlinks.
+pub fn open_sources(ops: &[MountOp]) -> Result<Sources, MountError> {
+    let mut binds = Vec::new();
+    for op in ops {
+        if let MountOp::Bind { source, kind, .. } = op {
+            binds.push(open_nofollow(source, *kind)?);
+        }
+    }
+    let null_path = Path::new("/dev/null");
+    let null = open_nofollow(null_path, Kind::File)?;
+    // A fake /dev/null would turn every mask into a window (runc CVE-2025-31133).
+    let st = nix::sys::stat::fstat(null.as_raw_fd()).map_err(|e| MountError::OpenSource {
+        path: null_path.to_path_buf(),
+        source: e.into(),
+    })?;
+    let is_chr = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
+    if !is_chr || libc::major(st.st_rdev) != 1 || libc::minor(st.st_rdev) != 3 {
+        return Err(MountError::NotNullDevice { path: null_path.to_path_buf() });
+    }
+    Ok(Sources { binds, null })
+}
+
+/// Child side: mount an empty tmpfs at `staging` and build the plan under it.
+pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<(), MountError> {
+    mount_tmpfs(staging, 1 << 20, 0o755, MsFlags::MS_NOSUID | MsFlags::MS_NODEV)?;
+    let mut binds = sources.binds.into_iter();
+    for op in ops {
+        match op {
+            MountOp::Dir { path, mode } => {
+                let at = under(staging, path);
+                std::fs::DirBuilder::new()
+                    .mode(*mode)
+                    .create(&at)
+                    .or_else(|e| if e.kind() == io::ErrorKind::AlreadyExists { Ok(()) } else { Err(e) })
+                    .map_err(|source| MountError::Mkdir { path: at.clone(), source })?;
+                // mkdir honours the umask; the mode must be exact (e.g. 1777 /tmp).
+                nix::sys::stat::fchmodat(
+                    None,
+                    &at,
+                    nix::sys::stat::Mode::from_bits_truncate(*mode),
+                    nix::sys::stat::FchmodatFlags::FollowSymlink,
+                )
+                .map_err(|e| MountError::Mkdir { path: at.clone(), source: e.into() })?;
+            }
+            MountOp::Symlink { path, target } => {
+                let at = under(staging, path);
+                std::os::unix::fs::symlink(target, &at).map_err(|source| MountError::Symlink {
+                    path: at.clone(),
+                    target: target.clone(),
+                    source,
+                })?;
+            }
+            MountOp::Tmpfs { path, size, mode, attrs } => {
+                let at = under(staging, path);
+                mount_tmpfs(&at, *size, *mode, ms_flags(*attrs))?;
+            }
+            MountOp::Bind { path, kind, access, attrs, .. } => {
+                let at = under(staging, path);
+                if *kind == Kind::File {
+                    create_empty_file(&at)?;
+                }
+                let Some(fd) = binds.next() else {
+                    return Err(MountError::OpenTree { path: at, source: io::Error::other("no source opened") });
+                };
+                let ro = if *access == Access::ReadOnly { MOUNT_ATTR_RDONLY } else { 0 };
+                bind_fd(&fd, &at, attrs | ro)?;
+            }
+            MountOp::Proc { path } => {
+                let at = under(staging, path);
+                nix::mount::mount(
+                    Some("proc"),
+                    &at,
+                    Some("proc"),
+                    MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                    None::<&str>,
+                )
+                .map_err(|source| MountError::Mount { fstype: "proc", target: at, source })?;
+            }
+            MountOp::MaskFile { path } => {
+                let at = under(staging, path);
+                if at.exists() {
+                    bind_fd(&sources.null, &at, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)?;
+                }
+            }
+            MountOp::MaskDir { path } => {
+                let at = under(staging, path);
+                if at.is_dir() {
+                    mount_tmpfs(
+                        &at,
+                        4096,
+                        0o555,
+                        MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC,
+                    )?;
+                }
+            }
+            MountOp::ReadOnly { path } => {
+                let at = under(staging, path);
+                if at.is_dir() {
+                    let fd = open_nofollow(&at, Kind::Dir)?;
+                    bind_fd(&fd, &at, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Child side: make `staging` the root and detach the old one entirely, so
+/// no path leads back to the host (pivot_root(2), the `"."`/`"."` idiom).
+pub fn pivot_root(staging: &Path) -> Result<(), MountError> {
+    nix::unistd::chdir(staging).map_err(|source| MountError::Chdir { path: staging.to_path_buf(), source })?;
+    nix::unistd::pivot_root(".", ".").map_err(MountError::PivotRoot)?;
+    nix::mount::umount2(".", MntFlags::MNT_DETACH).map_err(MountError::DetachOldRoot)?;
+    nix::unistd::chdir("/").map_err(|source| MountError::Chdir { path: PathBuf::from("/"), source })?;
+    // The root tmpfs itself becomes read-only: only the granted mounts below
+    // it are writable.
+    let root = Path::new("/");
+    sys::mount_setattr_path(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+        .map_err(|source| MountError::SetAttr { path: root.to_path_buf(), source })
+}
+
+fn under(staging: &Path, path: &Path) -> PathBuf {
+    staging.join(path.strip_prefix("/").unwrap_or(path))
+}
+
+fn ms_flags(attrs: u64) -> MsFlags {
+    let mut f = MsFlags::empty();
+    if attrs & MOUNT_ATTR_RDONLY != 0 {
+        f |= MsFlags::MS_RDONLY;
+    }
+    if attrs & MOUNT_ATTR_NOSUID != 0 {
+        f |= MsFlags::MS_NOSUID;
+    }
+    if attrs & MOUNT_ATTR_NODEV != 0 {
+        f |= MsFlags::MS_NODEV;
+    }
+    if attrs & MOUNT_ATTR_NOEXEC != 0 {
+        f |= MsFlags::MS_NOEXEC;
+    }
+    f
+}
+
+fn mount_tmpfs(at: &Path, size: u64, mode: u32, flags: MsFlags) -> Result<(), MountError> {
+    let data = format!("size={size},mode={mode:o}");
+    nix::mount::mount(Some("tmpfs"), at, Some("tmpfs"), flags, Some(data.as_str()))
+        .map_err(|source| MountError::Mount { fstype: "tmpfs", target: at.to_path_buf(), source })
+}
+
+fn create_empty_file(at: &Path) -> Result<(), MountError> {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(at)
+        .map(drop)
+        .map_err(|source| MountError::CreateFile { path: at.to_path_buf(), source })
+}
+
+fn bind_fd(fd: &OwnedFd, at: &Path, attrs: u64) -> Result<(), MountError> {
+    let tree = sys::open_tree_clone(fd.as_fd())
+        .map_err(|source| MountError::OpenTree { path: at.to_path_buf(), source })?;
+    if attrs != 0 {
+        sys::mount_setattr(tree.as_fd(), attrs)
+            .map_err(|source| MountError::SetAttr { path: at.to_path_buf(), source })?;
+    }
+    sys::move_mount(tree.as_fd(), at).map_err(|source| MountError::MoveMount { target: at.to_path_buf(), source })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request() -> Request {
+        Request {
+            rootfs: PathBuf::from("/r"),
+            rootfs_entries: vec![
+                RootfsEntry::Dir("usr".into()),
+                RootfsEntry::Symlink("lib".into(), PathBuf::from("usr/lib")),
+            ],
+            input: Some(PathBuf::from("/host/in")),
+            code: PathBuf::from("/host/code"),
+            output: PathBuf::from("/host/out"),
+            tmp_size: 1 << 20,
+            shm_size: 1 << 19,
+        }
+    }
+
+    #[test]
+    fn rootfs_is_bound_read_only_and_symlinks_are_copied() {
+        let ops = plan(&request());
+        assert_eq!(
+            ops[..3].to_vec(),
+            vec![
+                MountOp::Dir { path: "/usr".into(), mode: 0o755 },
+                MountOp::Bind {
+                    source: "/r/usr".into(),
+                    path: "/usr".into(),
+                    kind: Kind::Dir,
+                    access: Access::ReadOnly,
+                    attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                },
+                MountOp::Symlink { path: "/lib".into(), target: "usr/lib".into() },
+            ]
+        );
+    }
+
+    #[test]
+    fn only_the_output_is_a_writable_host_bind() {
+        let ops = plan(&request());
+        let writable: Vec<_> = ops
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::Bind { source, access: Access::ReadWrite, kind: Kind::Dir, .. } => Some(source.clone()),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(writable, vec![PathBuf::from("/host/out")]);
+    }
+
+    #[test]
+    fn workspace_binds_are_exactly_input_code_output() {
+        let ops = plan(&request());
+        let binds: Vec<_> = ops
+            .iter()
+            .filter_map(|op| match op {
+                MountOp::Bind { source, path, access, .. } if path.starts_with(WORKSPACE) => {
+                    Some((source.clone(), path.clone(), *access))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            binds,
+            vec![
+                ("/host/in".into(), INPUT_DIR.into(), Access::ReadOnly),
+                ("/host/code".into(), CODE_DIR.into(), Access::ReadOnly),
+                ("/host/out".into(), OUTPUT_DIR.into(), Access::ReadWrite),
+            ]
+        );
+    }
+
+    #[test]
+    fn no_input_means_an_empty_input_folder() {
+        let mut req = request();
+        req.input = None;
+        let ops = plan(&req);
+        assert!(ops.contains(&MountOp::Dir { path: INPUT_DIR.into(), mode: 0o755 }));
+        assert!(!ops.iter().any(|op| matches!(op, MountOp::Bind { path, .. } if path == Path::new(INPUT_DIR))));
+    }
+
+    #[test]
+    fn tmp_and_shm_carry_the_policy_sizes() {
+        let ops = plan(&request());
+        assert!(ops.contains(&MountOp::Tmpfs {
+            path: "/tmp".into(),
+            size: 1 << 20,
+            mode: 0o1777,
+            attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
+        }));
+        assert!(ops.iter().any(|op| matches!(op, MountOp::Tmpfs { path, size, .. } if path == Path::new("/dev/shm") && *size == 1 << 19)));
+    }
+
+    #[test]
+    fn proc_is_mounted_before_it_is_masked() {
+        let ops = plan(&request());
+        let proc_at = ops.iter().position(|op| matches!(op, MountOp::Proc { .. })).unwrap();
+        let first_mask = ops.iter().position(|op| matches!(op, MountOp::MaskFile { .. })).unwrap();
+        assert!(proc_at < first_mask);
+        assert!(ops.contains(&MountOp::MaskFile { path: "/proc/sysrq-trigger".into() }));
+        assert!(ops.contains(&MountOp::ReadOnly { path: "/proc/sys".into() }));
+    }
+}

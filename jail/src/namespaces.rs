@@ -1,0 +1,113 @@
+//! Namespaces: which ones every run gets, the uid/gid maps the supervisor
+//! writes for the child, and the child's switch to the sandbox identity.
+
+use std::io;
+use std::path::PathBuf;
+
+use nix::unistd::{Gid, Pid, Uid};
+
+/// Every namespace a run gets: user, mount, pid, net, ipc, uts, cgroup.
+pub const CLONE_FLAGS: libc::c_int = libc::CLONE_NEWUSER
+    | libc::CLONE_NEWNS
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWCGROUP;
+
+/// Their names, as reported in the result.
+pub const NAMES: [&str; 7] = ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"];
+
+#[derive(Debug, thiserror::Error)]
+pub enum NamespaceError {
+    #[error("write {path}: {source}")]
+    WriteIdMap { path: PathBuf, source: io::Error },
+    #[error("setresgid({0})")]
+    SetGid(u32, #[source] nix::Error),
+    #[error("setresuid({0})")]
+    SetUid(u32, #[source] nix::Error),
+    #[error("prctl(PR_SET_KEEPCAPS)")]
+    KeepCaps(#[source] nix::Error),
+    #[error("raise effective capabilities after the uid switch")]
+    RaiseCaps(#[source] caps::errors::CapsError),
+}
+
+/// One mapping line: `inside outside 1`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IdMap {
+    pub inside: u32,
+    pub outside: u32,
+}
+
+/// The uid and gid maps for a caller: the sandbox ids map to the caller's
+/// own ids, or, when the caller is root, to the policy's unprivileged host
+/// ids, so the jail never holds host uid 0 (DESIGN.md §3.1).
+pub fn plan_id_maps(
+    caller_uid: u32,
+    caller_gid: u32,
+    identity: &crate::policy::Identity,
+) -> (IdMap, IdMap) {
+    let (host_uid, host_gid) = if caller_uid == 0 {
+        (identity.root_host_uid, identity.root_host_gid)
+    } else {
+        (caller_uid, caller_gid)
+    };
+    (
+        IdMap { inside: identity.uid, outside: host_uid },
+        IdMap { inside: identity.gid, outside: host_gid },
+    )
+}
+
+/// Supervisor side: deny setgroups, then write the child's uid and gid maps.
+/// `setgroups` must be denied before an unprivileged gid_map write
+/// (user_namespaces(7)); we deny it for root too, so the sandbox can never
+/// pick up supplementary groups.
+pub fn write_id_maps(child: Pid, uid: IdMap, gid: IdMap) -> Result<(), NamespaceError> {
+    let base = PathBuf::from(format!("/proc/{}", child.as_raw()));
+    write(base.join("setgroups"), "deny")?;
+    write(base.join("uid_map"), &format!("{} {} 1\n", uid.inside, uid.outside))?;
+    write(base.join("gid_map"), &format!("{} {} 1\n", gid.inside, gid.outside))?;
+    Ok(())
+}
+
+fn write(path: PathBuf, text: &str) -> Result<(), NamespaceError> {
+    std::fs::write(&path, text).map_err(|source| NamespaceError::WriteIdMap { path, source })
+}
+
+/// Child side: take the sandbox uid and gid while keeping the capabilities
+/// the rest of the setup needs (they are dropped just before exec). For an
+/// unprivileged caller this is a no-op, since its id already maps to the
+/// sandbox id; for root it leaves host uid 0, which the new user namespace
+/// does not map, so that files created during setup have a mapped owner.
+pub fn become_sandbox_ids(uid: u32, gid: u32) -> Result<(), NamespaceError> {
+    nix::sys::prctl::set_keepcaps(true).map_err(NamespaceError::KeepCaps)?;
+    let g = Gid::from_raw(gid);
+    nix::unistd::setresgid(g, g, g).map_err(|e| NamespaceError::SetGid(gid, e))?;
+    let u = Uid::from_raw(uid);
+    nix::unistd::setresuid(u, u, u).map_err(|e| NamespaceError::SetUid(uid, e))?;
+    let permitted = caps::read(None, caps::CapSet::Permitted).map_err(NamespaceError::RaiseCaps)?;
+    caps::set(None, caps::CapSet::Effective, &permitted).map_err(NamespaceError::RaiseCaps)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Policy;
+
+    #[test]
+    fn an_ordinary_caller_maps_to_itself() {
+        let p = Policy::builtin_default().unwrap();
+        let (u, g) = plan_id_maps(1234, 1235, &p.identity);
+        assert_eq!(u, IdMap { inside: 1000, outside: 1234 });
+        assert_eq!(g, IdMap { inside: 1000, outside: 1235 });
+    }
+
+    #[test]
+    fn root_never_maps_to_host_root() {
+        let p = Policy::builtin_default().unwrap();
+        let (u, g) = plan_id_maps(0, 0, &p.identity);
+        assert_eq!(u, IdMap { inside: 1000, outside: 65534 });
+        assert_eq!(g, IdMap { inside: 1000, outside: 65534 });
+    }
+}

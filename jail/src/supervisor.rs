@@ -1,0 +1,811 @@
+//! The supervisor side: validate the request, clone the child into its
+//! namespaces, write its id maps, release it, watch it until it exits or its
+//! deadline passes, kill the whole tree, and build the result.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::io::{self, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+use serde_json::json;
+
+use crate::child::{self, ChildSpec, Exec};
+use crate::mounts::{self, RootfsEntry};
+use crate::namespaces;
+use crate::policy::Policy;
+use crate::result::{
+    Isolation, Layer, LimitReport, RunResult, SetupError, Status, Stream, Timings, Usage,
+};
+use crate::sync::{self, Pipe, Report};
+use crate::sys::{self, Forked};
+
+/// How the script's stdout and stderr reach the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OutputMode {
+    /// Captured with byte caps into the result (`--json`).
+    Capture,
+    /// Copied live to our own stdout and stderr.
+    Stream,
+}
+
+/// One `jail run`.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    pub policy: Policy,
+    pub script: PathBuf,
+    pub args: Vec<String>,
+    pub input: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+    pub code: Option<PathBuf>,
+    pub rootfs: Option<PathBuf>,
+    pub timeout: Option<Duration>,
+    pub mode: OutputMode,
+}
+
+/// A request that failed before anything was started: what is wrong and how
+/// to fix it.
+#[derive(Debug, thiserror::Error)]
+#[error("{problem}: {fix}")]
+pub struct InputError {
+    pub problem: String,
+    pub fix: String,
+}
+
+fn input_error(problem: impl Into<String>, fix: impl Into<String>) -> InputError {
+    InputError { problem: problem.into(), fix: fix.into() }
+}
+
+/// Who the sandbox is on the host, and what that means for permissions.
+struct Identity {
+    caller_uid: u32,
+    host_uid: u32,
+    host_gid: u32,
+}
+
+/// Everything prepared before the clone.
+struct Prepared {
+    mount_request: mounts::Request,
+    exec: Exec,
+    output_dir: PathBuf,
+    rootfs: PathBuf,
+    wall_time: Duration,
+}
+
+/// Run one script and return its result. Never panics on bad input: every
+/// problem becomes a result with `setup_error`.
+pub fn run(req: &RunRequest) -> RunResult {
+    let started = Instant::now();
+    let started_ns = sync::monotonic_ns();
+    let mut stages = BTreeMap::new();
+    let policy = &req.policy;
+    let caller_uid = nix::unistd::getuid().as_raw();
+    let caller_gid = nix::unistd::getgid().as_raw();
+    let (uid_map, gid_map) = namespaces::plan_id_maps(caller_uid, caller_gid, &policy.identity);
+    let who = Identity { caller_uid, host_uid: uid_map.outside, host_gid: gid_map.outside };
+
+    let mut result = base_result(policy, &who);
+    let prepared = match prepare(req, &who) {
+        Ok(p) => p,
+        Err(e) => return failed(result, "input", &e.to_string(), vec![], started),
+    };
+    result.isolation.rootfs = prepared.rootfs.display().to_string();
+    result.output_dir = Some(prepared.output_dir.display().to_string());
+    result.limits = limit_reports(policy, prepared.wall_time);
+    stages.insert("prepare".to_string(), ms_since(started));
+
+    match launch(req, &prepared, uid_map, gid_map, &mut stages, started, started_ns) {
+        Ok(outcome) => finish(result, outcome, started, stages),
+        Err(e) => {
+            let mut causes = Vec::new();
+            let mut src = std::error::Error::source(&e);
+            while let Some(s) = src {
+                causes.push(s.to_string());
+                src = s.source();
+            }
+            failed(result, e.stage(), &e.to_string(), causes, started)
+        }
+    }
+}
+
+fn base_result(policy: &Policy, who: &Identity) -> RunResult {
+    let not_yet = |what: &str| Layer {
+        status: "not_enforced".into(),
+        detail: Some(format!("{what} is not built into this jail yet (issue 4)")),
+    };
+    let mut r = RunResult::setup_failed(SetupError { stage: String::new(), message: String::new(), causes: vec![] });
+    r.setup_error = None;
+    r.isolation = Isolation {
+        policy: policy.name.clone(),
+        policy_hash: policy.hash.clone(),
+        rootfs: String::new(),
+        namespaces: namespaces::NAMES.iter().map(|s| s.to_string()).collect(),
+        uid: policy.identity.uid,
+        gid: policy.identity.gid,
+        host_uid: who.host_uid,
+        host_gid: who.host_gid,
+        capabilities: vec![],
+        no_new_privs: true,
+        landlock: not_yet("landlock"),
+        seccomp: not_yet("seccomp"),
+        degraded: vec![
+            "landlock: not enforced (not built yet)".into(),
+            "seccomp: not enforced (not built yet)".into(),
+        ],
+    };
+    r
+}
+
+fn failed(mut result: RunResult, stage: &str, message: &str, causes: Vec<String>, started: Instant) -> RunResult {
+    result.status = Status::SetupFailed;
+    result.setup_error = Some(SetupError { stage: stage.into(), message: message.into(), causes });
+    result.timings.total_ms = ms_since(started);
+    result
+}
+
+fn ms_since(t: Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
+fn limit_reports(policy: &Policy, wall: Duration) -> BTreeMap<String, LimitReport> {
+    let mut m = BTreeMap::new();
+    let mut put = |name: &str, value: serde_json::Value, by: &str| {
+        m.insert(name.to_string(), LimitReport { value, enforced_by: by.to_string() });
+    };
+    put("wall_time_secs", json!(wall.as_secs_f64()), "supervisor");
+    put("stdout_bytes", json!(policy.limits.stdout_bytes), "supervisor");
+    put("stderr_bytes", json!(policy.limits.stderr_bytes), "supervisor");
+    put("tmp_size", json!(policy.filesystem.tmp_size), "tmpfs");
+    put("shm_size", json!(policy.filesystem.shm_size), "tmpfs");
+    put("core_size", json!(0), "rlimit");
+    m
+}
+
+// ------------------------------------------------------------------ prepare
+
+/// Check every path the user gave and resolve what the child will need.
+fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
+    let policy = &req.policy;
+    let rootfs = resolve_rootfs(req)?;
+    let python_host = rootfs.join(policy.python.strip_prefix("/").unwrap_or(&policy.python));
+    if !python_host.exists() {
+        return Err(input_error(
+            format!("the rootfs {} has no interpreter at {}", rootfs.display(), policy.python.display()),
+            "rebuild it with `make rootfs`, or set `python` in the policy",
+        ));
+    }
+    let rootfs_entries = list_rootfs(&rootfs)?;
+
+    let (code_dir, script_rel) = resolve_script(&req.script, req.code.as_deref())?;
+    check_readable(&code_dir, "code dir", who)?;
+    let input = match &req.input {
+        Some(dir) => {
+            let d = existing_dir(dir, "input dir", "--input")?;
+            check_readable(&d, "input dir", who)?;
+            Some(d)
+        }
+        None => None,
+    };
+    let output_dir = match &req.output {
+        Some(dir) => {
+            let d = existing_dir(dir, "output dir", "--output")?;
+            check_writable(&d, who)?;
+            d
+        }
+        None => fresh_output_dir(who)?,
+    };
+
+    let wall_time = req.timeout.unwrap_or(policy.limits.wall_time);
+    let script_in_jail = Path::new(mounts::CODE_DIR).join(&script_rel);
+    let exec = build_exec(policy, &script_in_jail, &req.args, req.mode)?;
+    Ok(Prepared {
+        mount_request: mounts::Request {
+            rootfs: rootfs.clone(),
+            rootfs_entries,
+            input,
+            code: code_dir,
+            output: output_dir.clone(),
+            tmp_size: policy.filesystem.tmp_size,
+            shm_size: policy.filesystem.shm_size,
+        },
+        exec,
+        output_dir,
+        rootfs,
+        wall_time,
+    })
+}
+
+fn resolve_rootfs(req: &RunRequest) -> Result<PathBuf, InputError> {
+    let from_env = std::env::var_os("JAIL_ROOTFS").filter(|v| !v.is_empty()).map(PathBuf::from);
+    let Some(rootfs) = req.rootfs.clone().or(from_env).or_else(|| req.policy.rootfs.clone()) else {
+        return Err(input_error(
+            "no rootfs given",
+            "pass --rootfs DIR, set JAIL_ROOTFS, or set `rootfs` in the policy",
+        ));
+    };
+    match std::fs::canonicalize(&rootfs) {
+        Ok(p) if p.is_dir() => Ok(p),
+        _ => Err(input_error(
+            format!("rootfs {} not found", rootfs.display()),
+            "build it with `make rootfs` (or pass --rootfs DIR)",
+        )),
+    }
+}
+
+fn list_rootfs(rootfs: &Path) -> Result<Vec<RootfsEntry>, InputError> {
+    let read = std::fs::read_dir(rootfs).map_err(|e| {
+        input_error(format!("cannot list rootfs {}: {e}", rootfs.display()), "check its permissions or rebuild it with `make rootfs`")
+    })?;
+    let mut entries = Vec::new();
+    for entry in read.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if mounts::RESERVED_TOP_LEVEL.contains(&name.as_str()) || name.starts_with('.') {
+            continue;
+        }
+        let Ok(ft) = entry.file_type() else { continue };
+        if ft.is_symlink() {
+            if let Ok(target) = std::fs::read_link(entry.path()) {
+                entries.push(RootfsEntry::Symlink(name, target));
+            }
+        } else if ft.is_dir() {
+            entries.push(RootfsEntry::Dir(name));
+        }
+    }
+    entries.sort_by(|a, b| entry_name(a).cmp(entry_name(b)));
+    Ok(entries)
+}
+
+fn entry_name(e: &RootfsEntry) -> &str {
+    match e {
+        RootfsEntry::Dir(n) | RootfsEntry::Symlink(n, _) => n,
+    }
+}
+
+/// The code dir on the host and the script's path relative to it.
+fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(PathBuf, PathBuf), InputError> {
+    let code_dir = match code {
+        Some(dir) => Some(existing_dir(dir, "code dir", "--code")?),
+        None => None,
+    };
+    let candidate = match (&code_dir, script.is_relative() && !script.exists()) {
+        (Some(dir), true) => dir.join(script),
+        _ => script.to_path_buf(),
+    };
+    let meta = std::fs::metadata(&candidate).map_err(|e| {
+        input_error(format!("script {} cannot be read: {e}", script.display()), "check the path; it must be a Python file")
+    })?;
+    if !meta.is_file() {
+        return Err(input_error(format!("script {} is not a regular file", script.display()), "pass the path of a Python file"));
+    }
+    std::fs::File::open(&candidate).map_err(|e| {
+        input_error(format!("script {} cannot be read: {e}", script.display()), "make it readable (chmod a+r)")
+    })?;
+    let full = std::fs::canonicalize(&candidate)
+        .map_err(|e| input_error(format!("script {}: {e}", script.display()), "check the path"))?;
+    let code_dir = match code_dir {
+        Some(d) => d,
+        None => full.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/")),
+    };
+    let rel = full.strip_prefix(&code_dir).map_err(|_| {
+        input_error(
+            format!("script {} is not inside the code dir {}", full.display(), code_dir.display()),
+            "put the script inside --code DIR, or leave --code out",
+        )
+    })?;
+    Ok((code_dir, rel.to_path_buf()))
+}
+
+/// An existing directory that is not a symlink, canonicalized.
+fn existing_dir(dir: &Path, what: &str, flag: &str) -> Result<PathBuf, InputError> {
+    let meta = std::fs::symlink_metadata(dir).map_err(|e| {
+        input_error(format!("{what} {} cannot be used: {e}", dir.display()), format!("create it, or pass an existing folder to {flag}"))
+    })?;
+    if meta.file_type().is_symlink() {
+        return Err(input_error(
+            format!("{what} {} is a symlink", dir.display()),
+            format!("pass the real folder to {flag}, not a link to it"),
+        ));
+    }
+    if !meta.is_dir() {
+        return Err(input_error(format!("{what} {} is not a directory", dir.display()), format!("pass a folder to {flag}")));
+    }
+    std::fs::canonicalize(dir).map_err(|e| input_error(format!("{what} {}: {e}", dir.display()), "check the path"))
+}
+
+#[derive(Clone, Copy)]
+enum Want {
+    Read,
+    Write,
+}
+
+/// Whether `host_uid`/`host_gid` may read (r-x) or write (-wx) a folder, from
+/// its mode bits alone: the sandbox has no capabilities and no supplementary
+/// groups it could use instead.
+fn mode_allows(meta: &std::fs::Metadata, uid: u32, gid: u32, want: Want) -> bool {
+    let mode = meta.permissions().mode();
+    let bits = match want {
+        Want::Read => 0o5,
+        Want::Write => 0o3,
+    };
+    let shift = if meta.uid() == uid {
+        6
+    } else if meta.gid() == gid {
+        3
+    } else {
+        0
+    };
+    (mode >> shift) & bits == bits
+}
+
+fn check_readable(dir: &Path, what: &str, who: &Identity) -> Result<(), InputError> {
+    if who.caller_uid != 0 {
+        if nix::unistd::access(dir, nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::X_OK).is_err() {
+            return Err(input_error(format!("{what} {} is not readable", dir.display()), "make it readable (chmod u+rx)"));
+        }
+        return Ok(());
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| input_error(format!("{what} {}: {e}", dir.display()), "check the path"))?;
+    if !mode_allows(&meta, who.host_uid, who.host_gid, Want::Read) {
+        return Err(input_error(
+            format!("{what} {} is not readable by the sandbox (host uid {}, used when jail runs as root)", dir.display(), who.host_uid),
+            format!("chmod o+rx {}, or run jail as an ordinary user", dir.display()),
+        ));
+    }
+    Ok(())
+}
+
+fn check_writable(dir: &Path, who: &Identity) -> Result<(), InputError> {
+    if who.caller_uid != 0 {
+        if nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK).is_err() {
+            return Err(input_error(format!("output dir {} is not writable", dir.display()), "make it writable (chmod u+rwx)"));
+        }
+        return Ok(());
+    }
+    let meta = std::fs::metadata(dir).map_err(|e| input_error(format!("output dir {}: {e}", dir.display()), "check the path"))?;
+    if !mode_allows(&meta, who.host_uid, who.host_gid, Want::Write) {
+        return Err(input_error(
+            format!(
+                "output dir {} is not writable by the sandbox (host uid {}, used when jail runs as root)",
+                dir.display(),
+                who.host_uid
+            ),
+            format!("chown {}:{} {}, or run jail as an ordinary user", who.host_uid, who.host_gid, dir.display()),
+        ));
+    }
+    Ok(())
+}
+
+/// A new, empty output dir under the temp dir, owned by the sandbox.
+fn fresh_output_dir(who: &Identity) -> Result<PathBuf, InputError> {
+    let dir = tempfile::Builder::new()
+        .prefix("jail-output-")
+        .tempdir()
+        .map_err(|e| input_error(format!("cannot create an output dir: {e}"), "pass --output DIR, or check TMPDIR"))?
+        .keep();
+    if who.caller_uid == 0 {
+        std::os::unix::fs::chown(&dir, Some(who.host_uid), Some(who.host_gid)).map_err(|e| {
+            let _ = std::fs::remove_dir(&dir);
+            input_error(format!("cannot hand {} to the sandbox uid: {e}", dir.display()), "pass --output DIR")
+        })?;
+    }
+    Ok(dir)
+}
+
+/// The interpreter's argv and its environment, rebuilt from the policy.
+fn build_exec(policy: &Policy, script: &Path, args: &[String], mode: OutputMode) -> Result<Exec, InputError> {
+    let cstr = |s: &[u8], what: &str| {
+        CString::new(s).map_err(|_| input_error(format!("{what} contains a NUL byte"), "remove it"))
+    };
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for (k, v) in [
+        ("PATH", "/usr/local/bin:/usr/bin:/bin"),
+        ("HOME", "/tmp"),
+        ("TMPDIR", "/tmp"),
+        ("LANG", "C.UTF-8"),
+    ] {
+        env.insert(k.into(), v.into());
+    }
+    for (k, v) in &policy.environment.set {
+        env.insert(k.clone(), v.clone());
+    }
+    for k in &policy.environment.pass {
+        if let Ok(v) = std::env::var(k) {
+            env.insert(k.clone(), v);
+        }
+    }
+    if mode == OutputMode::Stream {
+        // Streaming is only live if Python does not hold output in its buffers.
+        env.insert("PYTHONUNBUFFERED".into(), "1".into());
+    }
+    let envp = env
+        .iter()
+        .map(|(k, v)| cstr(format!("{k}={v}").as_bytes(), "an environment value"))
+        .collect::<Result<Vec<_>, _>>()?;
+    let path = cstr(policy.python.as_os_str().as_bytes(), "the python path")?;
+    let mut argv = vec![path.clone(), cstr(script.as_os_str().as_bytes(), "the script path")?];
+    for a in args {
+        argv.push(cstr(a.as_bytes(), "an argument")?);
+    }
+    Ok(Exec { path, argv, envp, cwd: PathBuf::from(mounts::OUTPUT_DIR) })
+}
+
+// ------------------------------------------------------------------- launch
+
+#[derive(Debug, thiserror::Error)]
+enum LaunchError {
+    #[error("create pipes")]
+    Pipes(#[source] io::Error),
+    #[error("drop supplementary groups before clone")]
+    DropGroups(#[source] nix::Error),
+    #[error("clone into new namespaces")]
+    Clone(#[source] io::Error),
+    #[error("write id maps")]
+    IdMaps(#[source] namespaces::NamespaceError),
+    #[error("release the child")]
+    Release(#[source] io::Error),
+    #[error("pidfd_open")]
+    Pidfd(#[source] io::Error),
+    #[error("wait for the jail")]
+    Wait(#[source] io::Error),
+}
+
+impl LaunchError {
+    fn stage(&self) -> &'static str {
+        match self {
+            LaunchError::Pipes(_) => "pipes",
+            LaunchError::DropGroups(_) | LaunchError::Clone(_) => "clone",
+            LaunchError::IdMaps(_) => "id_maps",
+            LaunchError::Release(_) => "release",
+            LaunchError::Pidfd(_) | LaunchError::Wait(_) => "wait",
+        }
+    }
+}
+
+/// What the watch loop saw.
+struct Outcome {
+    reports: Vec<Report>,
+    stdout: Capture,
+    stderr: Capture,
+    timed_out: bool,
+    exec_at: Option<Instant>,
+    released_at: Instant,
+    ended_at: Instant,
+    rusage: libc::rusage,
+    pid1_status: libc::c_int,
+    started_ns: u64,
+}
+
+fn launch(
+    req: &RunRequest,
+    prepared: &Prepared,
+    uid_map: namespaces::IdMap,
+    gid_map: namespaces::IdMap,
+    stages: &mut BTreeMap<String, f64>,
+    started: Instant,
+    started_ns: u64,
+) -> Result<Outcome, LaunchError> {
+    let release = Pipe::new().map_err(LaunchError::Pipes)?;
+    let report = Pipe::new().map_err(LaunchError::Pipes)?;
+    let status = Pipe::new().map_err(LaunchError::Pipes)?;
+    let out = Pipe::new().map_err(LaunchError::Pipes)?;
+    let err = Pipe::new().map_err(LaunchError::Pipes)?;
+    if nix::unistd::getuid().is_root() {
+        // The child can never call setgroups (it is denied in its user
+        // namespace), so root's supplementary groups must go before the clone.
+        nix::unistd::setgroups(&[]).map_err(LaunchError::DropGroups)?;
+    }
+    let spec = ChildSpec {
+        release: release.read,
+        report: report.write,
+        status: status.write,
+        stdout: out.write,
+        stderr: err.write,
+        mounts: mounts::plan(&prepared.mount_request),
+        // A private tmpfs over /tmp, in the child's own mount namespace only.
+        staging: PathBuf::from("/tmp"),
+        uid: req.policy.identity.uid,
+        gid: req.policy.identity.gid,
+        hostname: req.policy.identity.hostname.clone(),
+        exec: Exec {
+            path: prepared.exec.path.clone(),
+            argv: prepared.exec.argv.clone(),
+            envp: prepared.exec.envp.clone(),
+            cwd: prepared.exec.cwd.clone(),
+        },
+    };
+    stages.insert("plan".into(), ms_since(started));
+    let pid = match sys::clone_process(namespaces::CLONE_FLAGS).map_err(LaunchError::Clone)? {
+        Forked::Child => child::run(spec),
+        Forked::Parent(pid) => pid,
+    };
+    // Our copies of the child's ends must close, or we would never see EOF.
+    drop(spec);
+    stages.insert("clone".into(), ms_since(started));
+    let kill_and_reap = |pid: Pid| {
+        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        let _ = sys::wait4(pid);
+    };
+    if let Err(e) = namespaces::write_id_maps(pid, uid_map, gid_map) {
+        kill_and_reap(pid);
+        return Err(LaunchError::IdMaps(e));
+    }
+    stages.insert("id_maps".into(), ms_since(started));
+    let pidfd = match sys::pidfd_open(pid) {
+        Ok(fd) => fd,
+        Err(e) => {
+            kill_and_reap(pid);
+            return Err(LaunchError::Pidfd(e));
+        }
+    };
+    if let Err(e) = sync::release(release.write) {
+        kill_and_reap(pid);
+        return Err(LaunchError::Release(e));
+    }
+    let released_at = Instant::now();
+    let deadline = released_at + prepared.wall_time;
+    let mut watch = Watch {
+        stdout: Capture::new(req.policy.limits.stdout_bytes, req.mode),
+        stderr: Capture::new(req.policy.limits.stderr_bytes, req.mode),
+        report_buf: Vec::new(),
+        status_buf: Vec::new(),
+        exec_at: None,
+    };
+    let timed_out = watch.run(pid, &pidfd, out.read, err.read, report.read, status.read, deadline);
+    let ended_at = Instant::now();
+    let (pid1_status, rusage) = sys::wait4(pid).map_err(LaunchError::Wait)?;
+    let mut reports = sync::parse_reports(&watch.report_buf);
+    reports.extend(sync::parse_reports(&watch.status_buf));
+    Ok(Outcome {
+        reports,
+        stdout: watch.stdout,
+        stderr: watch.stderr,
+        timed_out,
+        exec_at: watch.exec_at,
+        released_at,
+        ended_at,
+        rusage,
+        pid1_status,
+        started_ns,
+    })
+}
+
+struct Watch {
+    stdout: Capture,
+    stderr: Capture,
+    report_buf: Vec<u8>,
+    status_buf: Vec<u8>,
+    exec_at: Option<Instant>,
+}
+
+impl Watch {
+    /// Poll every pipe and the child's pidfd until the child is gone and the
+    /// pipes are drained; kill PID 1 (and with it the whole pid namespace)
+    /// at the deadline. Returns whether the deadline was hit.
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        &mut self,
+        pid: Pid,
+        pidfd: &OwnedFd,
+        out: OwnedFd,
+        err: OwnedFd,
+        report: OwnedFd,
+        status: OwnedFd,
+        deadline: Instant,
+    ) -> bool {
+        let mut open: [Option<OwnedFd>; 4] = [Some(out), Some(err), Some(report), Some(status)];
+        let mut exited = false;
+        let mut timed_out = false;
+        let mut buf = vec![0u8; 64 * 1024];
+        while !exited || open.iter().any(Option::is_some) {
+            let timeout = if exited || timed_out {
+                // The tree is dead or dying; the pipes close as soon as it is.
+                PollTimeout::from(200u16)
+            } else {
+                let left = deadline.saturating_duration_since(Instant::now());
+                PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
+            };
+            let mut fds: Vec<PollFd> = Vec::with_capacity(5);
+            let mut which: Vec<usize> = Vec::with_capacity(5);
+            for (i, fd) in open.iter().enumerate() {
+                if let Some(fd) = fd {
+                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                    which.push(i);
+                }
+            }
+            if !exited {
+                fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
+                which.push(4);
+            }
+            let ready = poll(&mut fds, timeout);
+            let revents: Vec<(usize, bool)> = fds
+                .iter()
+                .zip(&which)
+                .map(|(f, &i)| (i, f.revents().is_some_and(|r| !r.is_empty())))
+                .collect();
+            drop(fds);
+            if matches!(ready, Ok(0)) && exited {
+                // Exited but a pipe did not close: a descriptor escaped the
+                // tree somehow. Never hang on it.
+                break;
+            }
+            for (i, is_ready) in revents {
+                if !is_ready {
+                    continue;
+                }
+                if i == 4 {
+                    exited = true;
+                    continue;
+                }
+                let Some(fd) = &open[i] else { continue };
+                let n = nix::unistd::read(fd.as_raw_fd(), &mut buf).unwrap_or(0);
+                if n == 0 {
+                    open[i] = None;
+                    if i == 2 {
+                        self.exec_at = Some(Instant::now());
+                    }
+                    continue;
+                }
+                let chunk = &buf[..n];
+                match i {
+                    0 => self.stdout.push(chunk, Target::Stdout),
+                    1 => self.stderr.push(chunk, Target::Stderr),
+                    2 => self.report_buf.extend_from_slice(chunk),
+                    _ => self.status_buf.extend_from_slice(chunk),
+                }
+            }
+            if !exited && !timed_out && Instant::now() >= deadline {
+                // PID 1's death takes every process of the namespace with it.
+                let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+                timed_out = true;
+            }
+        }
+        timed_out
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Target {
+    Stdout,
+    Stderr,
+}
+
+/// One output stream: streamed live, or captured as head and tail within a
+/// byte cap.
+struct Capture {
+    cap: u64,
+    mode: OutputMode,
+    head: Vec<u8>,
+    tail: Vec<u8>,
+    total: u64,
+}
+
+impl Capture {
+    fn new(cap: u64, mode: OutputMode) -> Capture {
+        Capture { cap, mode, head: Vec::new(), tail: Vec::new(), total: 0 }
+    }
+
+    fn push(&mut self, chunk: &[u8], target: Target) {
+        self.total += chunk.len() as u64;
+        if self.mode == OutputMode::Stream {
+            let _ = match target {
+                Target::Stdout => io::stdout().write_all(chunk).and_then(|_| io::stdout().flush()),
+                Target::Stderr => io::stderr().write_all(chunk),
+            };
+            return;
+        }
+        let half = (self.cap / 2) as usize;
+        let head_room = half.saturating_sub(self.head.len());
+        let (to_head, rest) = chunk.split_at(head_room.min(chunk.len()));
+        self.head.extend_from_slice(to_head);
+        if rest.is_empty() {
+            return;
+        }
+        let tail_cap = self.cap as usize - half;
+        self.tail.extend_from_slice(rest);
+        if self.tail.len() > tail_cap * 2 {
+            let cut = self.tail.len() - tail_cap;
+            self.tail.drain(..cut);
+        }
+    }
+
+    fn into_stream(mut self) -> Stream {
+        if self.mode == OutputMode::Stream {
+            return Stream { text: String::new(), bytes: self.total, truncated: false, streamed: true };
+        }
+        let tail_cap = self.cap as usize - (self.cap / 2) as usize;
+        if self.tail.len() > tail_cap {
+            let cut = self.tail.len() - tail_cap;
+            self.tail.drain(..cut);
+        }
+        let kept = (self.head.len() + self.tail.len()) as u64;
+        let truncated = kept < self.total;
+        let text = if truncated {
+            format!(
+                "{}\n[... {} bytes cut by the jail ...]\n{}",
+                String::from_utf8_lossy(&self.head),
+                self.total - kept,
+                String::from_utf8_lossy(&self.tail)
+            )
+        } else {
+            let mut all = self.head;
+            all.extend_from_slice(&self.tail);
+            String::from_utf8_lossy(&all).into_owned()
+        };
+        Stream { text, bytes: self.total, truncated, streamed: false }
+    }
+}
+
+// ------------------------------------------------------------------- finish
+
+fn finish(mut result: RunResult, o: Outcome, started: Instant, mut stages: BTreeMap<String, f64>) -> RunResult {
+    let tv_ms = |tv: libc::timeval| tv.tv_sec as f64 * 1000.0 + tv.tv_usec as f64 / 1000.0;
+    result.usage = Usage {
+        wall_ms: (o.ended_at - o.released_at).as_secs_f64() * 1000.0,
+        user_cpu_ms: Some(tv_ms(o.rusage.ru_utime)),
+        system_cpu_ms: Some(tv_ms(o.rusage.ru_stime)),
+        peak_memory_bytes: None,
+        max_rss_bytes: Some(o.rusage.ru_maxrss as u64 * 1024),
+        pids_peak: None,
+        oom_kills: None,
+    };
+    let mut failure = None;
+    let mut exit = None;
+    for r in o.reports {
+        match r {
+            Report::Stages(marks) => {
+                for (name, at_ns) in marks {
+                    let ms = at_ns.saturating_sub(o.started_ns) as f64 / 1e6;
+                    stages.insert(format!("child_{name}"), ms);
+                }
+            }
+            Report::Failed(e) => failure = Some(e),
+            Report::Exited { .. } | Report::Signaled { .. } => exit = Some(r),
+        }
+    }
+    result.stdout = o.stdout.into_stream();
+    result.stderr = o.stderr.into_stream();
+    result.timings = Timings {
+        total_ms: ms_since(started),
+        setup_ms: o.exec_at.map(|t| (t - started).as_secs_f64() * 1000.0),
+        stages,
+    };
+    if let Some(e) = failure {
+        result.status = Status::SetupFailed;
+        result.setup_error = Some(e);
+        return result;
+    }
+    if o.timed_out {
+        result.status = Status::TimeoutWall;
+    } else {
+        match exit {
+            Some(Report::Exited { code }) => {
+                result.exit_code = Some(code);
+                result.status = if code == 0 { Status::Ok } else { Status::NonzeroExit };
+            }
+            Some(Report::Signaled { signal }) => {
+                result.signal = Some(signal);
+                result.signal_name = Signal::try_from(signal).ok().map(|s| s.as_str().to_string());
+                result.status = Status::Signaled;
+            }
+            _ => {
+                result.status = Status::SetupFailed;
+                result.setup_error = Some(SetupError {
+                    stage: "reaper".into(),
+                    message: format!("the jail's PID 1 ended without reporting the script's status (wait status {:#x})", o.pid1_status),
+                    causes: vec![],
+                });
+                return result;
+            }
+        }
+    }
+    if !result.stderr.streamed {
+        result.error = crate::result::parse_python_error(&result.stderr.text);
+    }
+    result
+}

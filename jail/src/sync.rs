@@ -1,0 +1,99 @@
+//! The supervisor↔child channel.
+//!
+//! Three pipes, all close-on-exec:
+//! - `release`: supervisor → child, one byte once the id maps are written;
+//!   end-of-file instead means the supervisor gave up, and the child exits.
+//! - `report`: child → supervisor, newline-delimited [`Report`] messages.
+//!   End-of-file with no `Failed` message means the interpreter was exec'd
+//!   (nsjail's trick: the last copy of the write end closes on exec).
+//! - `status`: PID 1 → supervisor, the script's wait status once it is reaped.
+
+use std::io::{self, Read, Write};
+use std::os::fd::OwnedFd;
+
+use nix::fcntl::OFlag;
+use serde::{Deserialize, Serialize};
+
+use crate::result::SetupError;
+
+/// A pipe's two ends.
+pub struct Pipe {
+    pub read: OwnedFd,
+    pub write: OwnedFd,
+}
+
+impl Pipe {
+    pub fn new() -> io::Result<Pipe> {
+        let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
+        Ok(Pipe { read, write })
+    }
+}
+
+/// A message from the child side.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Report {
+    /// Setup stages in the order they finished, each with the CLOCK_MONOTONIC
+    /// time (nanoseconds) it finished at; sent once, right before exec.
+    Stages(Vec<(String, u64)>),
+    /// Setup failed; the child exits 125 right after sending this.
+    Failed(SetupError),
+    /// The script exited with this code (sent on `status`).
+    Exited { code: i32 },
+    /// The script was killed by this signal (sent on `status`).
+    Signaled { signal: i32 },
+}
+
+/// CLOCK_MONOTONIC in nanoseconds; comparable across our namespaces because
+/// we never create a time namespace.
+pub fn monotonic_ns() -> u64 {
+    let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC);
+    ts.map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64).unwrap_or(0)
+}
+
+/// Send one message. Errors are ignored by callers on the child side: if the
+/// supervisor is gone there is nobody to tell.
+pub fn send(fd: &OwnedFd, report: &Report) -> io::Result<()> {
+    let mut line = serde_json::to_vec(report).map_err(io::Error::other)?;
+    line.push(b'\n');
+    // One write of a small message to a pipe is atomic (PIPE_BUF), so messages
+    // from PID 1 and the worker never interleave.
+    let mut f = std::fs::File::from(fd.try_clone()?);
+    f.write_all(&line)
+}
+
+/// Parse every complete message in a buffer read from a pipe.
+pub fn parse_reports(buf: &[u8]) -> Vec<Report> {
+    buf.split(|&b| b == b'\n')
+        .filter(|line| !line.is_empty())
+        .filter_map(|line| serde_json::from_slice(line).ok())
+        .collect()
+}
+
+/// Block until the supervisor releases us; false means it went away.
+pub fn wait_for_release(fd: OwnedFd) -> bool {
+    let mut byte = [0u8; 1];
+    matches!(std::fs::File::from(fd).read(&mut byte), Ok(1))
+}
+
+/// Let the child go.
+pub fn release(fd: OwnedFd) -> io::Result<()> {
+    std::fs::File::from(fd).write_all(&[1])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_cross_a_pipe_and_end_at_eof() {
+        let p = Pipe::new().unwrap();
+        send(&p.write, &Report::Stages(vec![("mounts".into(), 5)])).unwrap();
+        send(&p.write, &Report::Exited { code: 3 }).unwrap();
+        drop(p.write);
+        let mut buf = Vec::new();
+        std::fs::File::from(p.read).read_to_end(&mut buf).unwrap();
+        let got = parse_reports(&buf);
+        assert_eq!(got, vec![Report::Stages(vec![("mounts".into(), 5)]), Report::Exited { code: 3 }]);
+    }
+}

@@ -1,0 +1,309 @@
+//! Thin, safe wrappers over the raw syscalls nix does not cover.
+//!
+//! This is the only module with `unsafe`. Each wrapper is a small safe
+//! function that returns `io::Result` (and an `OwnedFd` where the kernel hands
+//! back a descriptor); each `unsafe` block states the invariants it relies on.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::Path;
+
+use nix::unistd::Pid;
+
+// Stable kernel ABI values (include/uapi/linux/mount.h, openat2.h,
+// close_range.h), spelled out here so we do not depend on which libc release
+// happens to export them.
+const OPEN_TREE_CLONE: libc::c_uint = 0x1;
+const OPEN_TREE_CLOEXEC: libc::c_uint = libc::O_CLOEXEC as libc::c_uint;
+const AT_RECURSIVE: libc::c_uint = 0x8000;
+const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+/// `RESOLVE_NO_MAGICLINKS`: no `/proc/self/fd`-style jumps.
+pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+/// `RESOLVE_NO_SYMLINKS`: fail with ELOOP on any symlink component.
+pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+/// `RESOLVE_BENEATH`: never leave the starting directory.
+pub const RESOLVE_BENEATH: u64 = 0x08;
+
+/// `MOUNT_ATTR_*` bits for [`mount_setattr`].
+pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+#[repr(C)]
+struct MountAttr {
+    attr_set: u64,
+    attr_clr: u64,
+    propagation: u64,
+    userns_fd: u64,
+}
+
+fn path_cstring(path: &Path) -> io::Result<CString> {
+    use std::os::unix::ffi::OsStrExt;
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+}
+
+fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// How many threads this process has, from `/proc/self/status`.
+pub fn thread_count() -> io::Result<usize> {
+    let status = std::fs::read_to_string("/proc/self/status")?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Threads:"))
+        .and_then(|v| v.trim().parse().ok())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Threads: line"))
+}
+
+fn require_single_thread(what: &str) -> io::Result<()> {
+    let n = thread_count()?;
+    if n != 1 {
+        return Err(io::Error::other(format!(
+            "{what} needs a single-threaded process, this one has {n} threads"
+        )));
+    }
+    Ok(())
+}
+
+/// Which side of a fork we are on.
+pub enum Forked {
+    Parent(Pid),
+    Child,
+}
+
+/// `clone(flags | SIGCHLD)` with no new stack: fork(2) semantics plus
+/// namespace flags. Refuses to run in a multi-threaded process, where the
+/// child could inherit a lock held by a thread that no longer exists.
+pub fn clone_process(flags: libc::c_int) -> io::Result<Forked> {
+    require_single_thread("clone")?;
+    // SAFETY: the process is single-threaded (checked above), so the child
+    // starts with a consistent copy of every lock and allocator state. A null
+    // stack makes the child run on a copy-on-write copy of our stack, exactly
+    // like fork(2); the remaining arguments (ptid, ctid, tls) are unused
+    // because no CLONE_*TID or CLONE_SETTLS flag is passed.
+    let ret = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            std::ptr::null_mut::<libc::c_int>(),
+            0 as libc::c_ulong,
+        )
+    };
+    match check(ret)? {
+        0 => Ok(Forked::Child),
+        pid => Ok(Forked::Parent(Pid::from_raw(pid as libc::pid_t))),
+    }
+}
+
+/// fork(2), refusing in a multi-threaded process.
+pub fn fork_process() -> io::Result<Forked> {
+    clone_process(0)
+}
+
+/// `pidfd_open(pid, 0)`: a descriptor that becomes readable when `pid` exits.
+pub fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
+    // SAFETY: plain syscall with integer arguments; on success the kernel
+    // returns a new descriptor that nothing else owns.
+    let fd = check(unsafe { libc::syscall(libc::SYS_pidfd_open, pid.as_raw(), 0) })?;
+    // SAFETY: `fd` is a fresh descriptor returned by the kernel just above.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `openat2(dirfd, path, {flags, 0, resolve})`.
+pub fn openat2(
+    dirfd: Option<BorrowedFd<'_>>,
+    path: &Path,
+    flags: libc::c_int,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
+    let c_path = path_cstring(path)?;
+    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: 0, resolve };
+    let dir = dirfd.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: `c_path` is a valid NUL-terminated string and `how` a properly
+    // sized open_how that both outlive the call; the kernel copies them.
+    let fd = check(unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            dir,
+            c_path.as_ptr(),
+            &how as *const OpenHow,
+            std::mem::size_of::<OpenHow>(),
+        )
+    })?;
+    // SAFETY: `fd` is a fresh descriptor returned by the kernel just above.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// `open_tree(fd, "", OPEN_TREE_CLONE | AT_RECURSIVE | AT_EMPTY_PATH)`: a
+/// detached copy of the mount tree at `fd`, ready for [`mount_setattr`] and
+/// [`move_mount`].
+pub fn open_tree_clone(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    let empty = c"";
+    let flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | libc::AT_EMPTY_PATH as u32;
+    // SAFETY: `fd` is a live descriptor borrowed for the call and `empty` a
+    // static NUL-terminated string.
+    let tree = check(unsafe {
+        libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), empty.as_ptr(), flags)
+    })?;
+    // SAFETY: `tree` is a fresh descriptor returned by the kernel just above.
+    Ok(unsafe { OwnedFd::from_raw_fd(tree as RawFd) })
+}
+
+/// `mount_setattr(fd, "", AT_EMPTY_PATH | AT_RECURSIVE, {attr_set})`: set
+/// mount flags on every mount of a (detached) tree.
+pub fn mount_setattr(fd: BorrowedFd<'_>, attr_set: u64) -> io::Result<()> {
+    mount_setattr_at(fd.as_raw_fd(), c"", libc::AT_EMPTY_PATH as u32 | AT_RECURSIVE, attr_set)
+}
+
+/// `mount_setattr(AT_FDCWD, path, 0, {attr_set})` on the one mount at `path`.
+pub fn mount_setattr_path(path: &Path, attr_set: u64) -> io::Result<()> {
+    let c_path = path_cstring(path)?;
+    mount_setattr_at(libc::AT_FDCWD, &c_path, 0, attr_set)
+}
+
+fn mount_setattr_at(dirfd: RawFd, path: &CStr, flags: u32, attr_set: u64) -> io::Result<()> {
+    let attr = MountAttr { attr_set, attr_clr: 0, propagation: 0, userns_fd: 0 };
+    // SAFETY: `path` is NUL-terminated and `attr` a properly sized mount_attr;
+    // both outlive the call and the kernel only reads them.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            dirfd,
+            path.as_ptr(),
+            flags,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    })?;
+    Ok(())
+}
+
+/// `move_mount(fd, "", AT_FDCWD, target, MOVE_MOUNT_F_EMPTY_PATH)`: attach a
+/// detached tree at `target`.
+pub fn move_mount(fd: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
+    let c_target = path_cstring(target)?;
+    // SAFETY: `fd` is live for the call; both strings are NUL-terminated and
+    // outlive it.
+    check(unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_FDCWD,
+            c_target.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    })?;
+    Ok(())
+}
+
+/// Mark every descriptor from `first` up close-on-exec (`close_range` with
+/// `CLOSE_RANGE_CLOEXEC`), so nothing we inherited survives exec (runc
+/// CVE-2024-21626).
+pub fn cloexec_from(first: RawFd) -> io::Result<()> {
+    // SAFETY: integer-only syscall; it changes descriptor flags, never memory.
+    check(unsafe {
+        libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC)
+    })?;
+    Ok(())
+}
+
+/// Close every descriptor from `first` up except `keep`.
+pub fn close_from_except(first: RawFd, keep: &[RawFd]) -> io::Result<()> {
+    let mut keep: Vec<RawFd> = keep.iter().copied().filter(|&k| k >= first).collect();
+    keep.sort_unstable();
+    let mut lo = first;
+    for k in keep {
+        if k > lo {
+            close_range(lo, k - 1)?;
+        }
+        lo = k + 1;
+    }
+    close_range(lo, RawFd::MAX)
+}
+
+fn close_range(lo: RawFd, hi: RawFd) -> io::Result<()> {
+    // SAFETY: closing descriptors the caller has decided it no longer needs;
+    // the Rust objects that owned any of them are never used afterwards
+    // because the caller only does this right before exec or _exit paths.
+    check(unsafe { libc::syscall(libc::SYS_close_range, lo as libc::c_uint, hi as libc::c_uint, 0) })?;
+    Ok(())
+}
+
+/// `getrusage(RUSAGE_SELF)`'s peak resident set size, in bytes.
+pub fn self_max_rss_bytes() -> u64 {
+    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+        .map(|u| u.max_rss() as u64 * 1024)
+        .unwrap_or(0)
+}
+
+/// `wait4(pid, 0)`: the exit status and resource usage of one child.
+pub fn wait4(pid: Pid) -> io::Result<(libc::c_int, libc::rusage)> {
+    let mut status: libc::c_int = 0;
+    // SAFETY: rusage is plain old data, valid when zeroed.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    loop {
+        // SAFETY: both out-pointers point at live locals of the right type.
+        let ret = unsafe { libc::wait4(pid.as_raw(), &mut status, 0, &mut usage) };
+        if ret >= 0 {
+            return Ok((status, usage));
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() != Some(libc::EINTR) {
+            return Err(err);
+        }
+    }
+}
+
+/// Ignore or restore the default for a signal (used for SIGPIPE and
+/// SIGXFSZ before exec, so the script sees EPIPE/EFBIG like any program).
+pub fn set_default_signal(sig: nix::sys::signal::Signal) -> io::Result<()> {
+    use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet};
+    let act = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
+    // SAFETY: installing SIG_DFL runs no handler code, so none of sigaction's
+    // async-signal-safety requirements apply.
+    unsafe { sigaction(sig, &act) }.map(|_| ()).map_err(io::Error::from)
+}
+
+/// The Landlock ABI version the kernel offers
+/// (`landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`).
+pub fn landlock_abi() -> io::Result<i32> {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attr and size 0 this call only returns a number;
+    // it reads and writes no memory.
+    let v = check(unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    })?;
+    Ok(v as i32)
+}
+
+/// `_exit(2)`: leave at once, without running atexit handlers or flushing
+/// stdio buffers that belong to the parent's copy of this process.
+pub fn exit_now(code: i32) -> ! {
+    // SAFETY: _exit takes an integer and never returns; it touches no memory
+    // of ours.
+    unsafe { libc::_exit(code) }
+}

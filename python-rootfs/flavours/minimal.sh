@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The minimal flavour: the host's /usr/bin/python3, its standard library, and
+# the shared libraries they link, copied into "$1". No network, a few seconds.
+set -euo pipefail
+root=$1
+py=$(readlink -f /usr/bin/python3)
+[ -x "$py" ] || { echo "minimal.sh: /usr/bin/python3 not found; install python3 (apt-get install python3)" >&2; exit 1; }
+ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
+stdlib=$("$py" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')
+dynload="$stdlib/lib-dynload"
+
+mkdir -p "$root"/usr/bin "$root"/usr/lib "$root"/usr/lib64 "$root"/etc
+# Merged /usr, as on Debian: the loader's default paths under /lib resolve.
+ln -s usr/bin "$root/bin"
+ln -s usr/lib "$root/lib"
+ln -s usr/lib64 "$root/lib64"
+
+cp -p "$py" "$root/usr/bin/python$ver"
+ln -s "python$ver" "$root/usr/bin/python3"
+ln -s "python$ver" "$root/usr/bin/python"
+
+# The standard library without its test suite and GUI/tool modules, which the
+# jail cannot use; precompiled bytecode comes along, so nothing compiles at
+# run time.
+mkdir -p "$root$stdlib"
+tar -C "$stdlib" \
+    --exclude=./test --exclude=./idlelib --exclude=./tkinter --exclude=./turtledemo \
+    --exclude=./ensurepip --exclude=./lib2to3/tests --exclude=./site-packages \
+    -cf - . | tar -C "$root$stdlib" -xf -
+"$py" -m compileall -q -j 0 "$root$stdlib" >/dev/null 2>&1 || true
+
+# Every shared library the interpreter and its extension modules link.
+copy_lib() {
+    local lib=$1 real dest
+    real=$(readlink -f "$lib")
+    dest="$root/usr/lib/$(basename "$(dirname "$real")")"
+    case "$(dirname "$real")" in
+        /usr/lib|/lib) dest="$root/usr/lib" ;;
+        /usr/lib64|/lib64) dest="$root/usr/lib64" ;;
+    esac
+    mkdir -p "$dest"
+    [ -e "$dest/$(basename "$lib")" ] || cp -L "$lib" "$dest/$(basename "$lib")"
+}
+missing=0
+while read -r lib; do
+    copy_lib "$lib"
+done < <(
+    for f in "$py" "$dynload"/*.so; do
+        ldd "$f" 2>/dev/null | awk '/=> \//{print $3} /^\s*\/[^ ]*ld-linux/{print $1}'
+        if ldd "$f" 2>/dev/null | grep -q 'not found'; then
+            echo "minimal.sh: warning: $(basename "$f") has unresolved libraries; it will not import" >&2
+        fi
+    done | sort -u
+)
+# The dynamic loader, at the path the binary asks for.
+interp=$(readlink -f /lib64/ld-linux-x86-64.so.2 2>/dev/null || true)
+if [ -n "$interp" ]; then
+    cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/ld-linux-x86-64.so.2"
+fi
+
+# Just enough /etc for pwd, grp and socket lookups inside the jail.
+cat > "$root/etc/passwd" <<PASSWD
+root:x:0:0:root:/root:/usr/sbin/nologin
+sandbox:x:1000:1000:sandbox:/tmp:/usr/sbin/nologin
+nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin
+PASSWD
+cat > "$root/etc/group" <<GROUP
+root:x:0:
+sandbox:x:1000:
+nogroup:x:65534:
+GROUP
+printf '127.0.0.1 localhost jail\n::1 localhost\n' > "$root/etc/hosts"
+printf 'passwd: files\ngroup: files\nhosts: files\n' > "$root/etc/nsswitch.conf"
+printf 'minimal python%s\n' "$ver" > "$root/etc/jail-rootfs"
