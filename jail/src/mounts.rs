@@ -33,7 +33,7 @@ pub const RESERVED_TOP_LEVEL: [&str; 8] = ["dev", "proc", "sys", "tmp", "run", "
 /// Host device nodes bound into `/dev`.
 pub const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
 
-/// `/proc` files hidden behind a read-only `/dev/null`.
+/// `/proc` files hidden behind an empty read-only file.
 pub const MASKED_PROC_FILES: [&str; 7] =
     ["kcore", "keys", "timer_list", "sysrq-trigger", "kallsyms", "sched_debug", "latency_stats"];
 /// `/proc` folders hidden behind an empty read-only tmpfs.
@@ -80,7 +80,9 @@ pub enum MountOp {
     Tmpfs { path: PathBuf, size: u64, mode: u32, attrs: u64 },
     Bind { source: PathBuf, path: PathBuf, kind: Kind, access: Access, attrs: u64 },
     Proc { path: PathBuf },
-    /// Hide a file behind a read-only `/dev/null`; skipped when absent.
+    /// Hide a file behind an empty read-only regular file; skipped when
+    /// absent. Not `/dev/null`: a read-only mount does not stop writes to a
+    /// device node.
     MaskFile { path: PathBuf },
     /// Hide a folder behind an empty read-only tmpfs; skipped when absent.
     MaskDir { path: PathBuf },
@@ -195,8 +197,8 @@ pub fn plan(req: &Request) -> Vec<MountOp> {
 pub enum MountError {
     #[error("open mount source {path} without following symlinks")]
     OpenSource { path: PathBuf, source: io::Error },
-    #[error("{path} is not the null device (char 1:3)")]
-    NotNullDevice { path: PathBuf },
+    #[error("{path} is not a kernel memory device (char major 1)")]
+    NotMemoryDevice { path: PathBuf },
     #[error("mkdir {path}")]
     Mkdir { path: PathBuf, source: io::Error },
     #[error("create {path}")]
@@ -224,7 +226,6 @@ pub enum MountError {
 /// Host descriptors for every bind source, opened before anything is mounted.
 pub struct Sources {
     binds: Vec<OwnedFd>,
-    null: OwnedFd,
 }
 
 /// Child side, first: stop our mounts from propagating back to the host.
@@ -239,31 +240,32 @@ fn open_nofollow(path: &Path, kind: Kind) -> Result<OwnedFd, MountError> {
         .map_err(|source| MountError::OpenSource { path: path.to_path_buf(), source })
 }
 
-/// Child side: open every bind source of the plan, without following symlinks.
+/// Child side: open every bind source of the plan, without following
+/// symlinks. Device sources must be the kernel's memory devices (char major
+/// 1: null, zero, full, random, urandom); a look-alike would turn a bind into
+/// a window (runc CVE-2025-31133).
 pub fn open_sources(ops: &[MountOp]) -> Result<Sources, MountError> {
     let mut binds = Vec::new();
     for op in ops {
         if let MountOp::Bind { source, kind, .. } = op {
-            binds.push(open_nofollow(source, *kind)?);
+            let fd = open_nofollow(source, *kind)?;
+            if *kind == Kind::File && source.starts_with("/dev") {
+                let st = nix::sys::stat::fstat(fd.as_raw_fd())
+                    .map_err(|e| MountError::OpenSource { path: source.clone(), source: e.into() })?;
+                if st.st_mode & libc::S_IFMT != libc::S_IFCHR || libc::major(st.st_rdev) != 1 {
+                    return Err(MountError::NotMemoryDevice { path: source.clone() });
+                }
+            }
+            binds.push(fd);
         }
     }
-    let null_path = Path::new("/dev/null");
-    let null = open_nofollow(null_path, Kind::File)?;
-    // A fake /dev/null would turn every mask into a window (runc CVE-2025-31133).
-    let st = nix::sys::stat::fstat(null.as_raw_fd()).map_err(|e| MountError::OpenSource {
-        path: null_path.to_path_buf(),
-        source: e.into(),
-    })?;
-    let is_chr = st.st_mode & libc::S_IFMT == libc::S_IFCHR;
-    if !is_chr || libc::major(st.st_rdev) != 1 || libc::minor(st.st_rdev) != 3 {
-        return Err(MountError::NotNullDevice { path: null_path.to_path_buf() });
-    }
-    Ok(Sources { binds, null })
+    Ok(Sources { binds })
 }
 
 /// Child side: mount an empty tmpfs at `staging` and build the plan under it.
 pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<(), MountError> {
     mount_tmpfs(staging, 1 << 20, 0o755, MsFlags::MS_NOSUID | MsFlags::MS_NODEV)?;
+    let masks = MaskSource::create(staging)?;
     let mut binds = sources.binds.into_iter();
     for op in ops {
         match op {
@@ -320,7 +322,7 @@ pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<(), Mo
             MountOp::MaskFile { path } => {
                 let at = under(staging, path);
                 if at.exists() {
-                    bind_fd(&sources.null, &at, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC)?;
+                    bind_fd(&masks.empty, &at, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)?;
                 }
             }
             MountOp::MaskDir { path } => {
@@ -343,7 +345,39 @@ pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<(), Mo
             }
         }
     }
-    Ok(())
+    masks.remove()
+}
+
+/// An empty read-only file on a scratch tmpfs, the source of every file mask.
+/// The scratch mount is detached once the masks are bound, so nothing of it
+/// is visible in the jail but the masks themselves.
+struct MaskSource {
+    dir: PathBuf,
+    empty: OwnedFd,
+}
+
+impl MaskSource {
+    fn create(staging: &Path) -> Result<MaskSource, MountError> {
+        let dir = staging.join(".jail-masks");
+        std::fs::create_dir(&dir).map_err(|source| MountError::Mkdir { path: dir.clone(), source })?;
+        mount_tmpfs(&dir, 4096, 0o555, MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC)?;
+        let file = dir.join("empty");
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o444)
+            .open(&file)
+            .map_err(|source| MountError::CreateFile { path: file.clone(), source })?;
+        let empty = open_nofollow(&file, Kind::File)?;
+        Ok(MaskSource { dir, empty })
+    }
+
+    fn remove(self) -> Result<(), MountError> {
+        drop(self.empty);
+        nix::mount::umount2(&self.dir, MntFlags::MNT_DETACH)
+            .map_err(|source| MountError::Mount { fstype: "tmpfs (unmount)", target: self.dir.clone(), source })?;
+        std::fs::remove_dir(&self.dir).map_err(|source| MountError::Mkdir { path: self.dir.clone(), source })
+    }
 }
 
 /// Child side: make `staging` the root and detach the old one entirely, so

@@ -1,1 +1,195 @@
-//! Harness for the end-to-end tests.
+//! Harness for the end-to-end tests: the real `jail` binary, the real rootfs
+//! and real policies, driven as a user would drive them.
+//!
+//! Paths come from the environment when set, so the same test binaries run
+//! as root and, copied to a world-readable folder, as an ordinary user:
+//! `JAIL_BIN` (the binary), `JAIL_ROOTFS` (the rootfs), `JAIL_REPO` (a copy
+//! of the repository's `policies/` and `examples/`). `JAIL_MUST_WORK=1`
+//! turns every "host lacks this feature" skip into a failure (bubblewrap's
+//! `BWRAP_MUST_WORK`); CI sets it.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub use jail::result::{RunResult, Status};
+
+/// The repository (or the copy of its data the tests were given).
+pub fn repo() -> PathBuf {
+    std::env::var_os("JAIL_REPO")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".."))
+}
+
+/// The `jail` binary under test.
+pub fn jail_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("JAIL_BIN") {
+        return PathBuf::from(p);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"));
+    for profile in ["debug", "release"] {
+        let p = target.join(profile).join("jail");
+        if p.exists() {
+            return p;
+        }
+    }
+    panic!("no jail binary: run `cargo build` first or set JAIL_BIN");
+}
+
+/// The rootfs under test.
+pub fn rootfs() -> PathBuf {
+    std::env::var_os("JAIL_ROOTFS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("python-rootfs/out/minimal"))
+}
+
+pub fn is_root() -> bool {
+    nix::unistd::getuid().is_root()
+}
+
+/// Skip a test for a missing host feature, or fail it under JAIL_MUST_WORK.
+/// Returns true when the caller should return early.
+pub fn skip_unless(available: bool, why: &str) -> bool {
+    if available {
+        return false;
+    }
+    if std::env::var_os("JAIL_MUST_WORK").is_some_and(|v| v == "1") {
+        panic!("JAIL_MUST_WORK=1 but this host cannot run the test: {why}");
+    }
+    eprintln!("SKIP: {why}");
+    true
+}
+
+/// The host uid the sandbox runs as for this caller (see namespaces.rs).
+pub fn sandbox_host_uid() -> u32 {
+    if is_root() {
+        65534
+    } else {
+        nix::unistd::getuid().as_raw()
+    }
+}
+
+/// A fresh set of host folders for one run: code, input, output.
+pub struct Sandbox {
+    pub dir: tempfile::TempDir,
+    pub code: PathBuf,
+    pub input: PathBuf,
+    pub output: PathBuf,
+    pub extra_args: Vec<String>,
+}
+
+impl Default for Sandbox {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Sandbox {
+    pub fn new() -> Sandbox {
+        let dir = tempfile::Builder::new().prefix("jail-test-").tempdir().expect("tempdir");
+        let mk = |name: &str| {
+            let p = dir.path().join(name);
+            std::fs::create_dir(&p).expect("mkdir");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+            p
+        };
+        let (code, input, output) = (mk("code"), mk("input"), mk("output"));
+        // Root runs map the sandbox to an unprivileged uid: hand it the output.
+        if is_root() {
+            std::os::unix::fs::chown(&output, Some(sandbox_host_uid()), Some(sandbox_host_uid())).expect("chown");
+        }
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        Sandbox { dir, code, input, output, extra_args: Vec::new() }
+    }
+
+    /// Write a file into the input folder.
+    pub fn input_file(&self, name: &str, content: &[u8]) -> PathBuf {
+        let p = self.input.join(name);
+        std::fs::write(&p, content).expect("write input");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        p
+    }
+
+    /// Write the script and return its host path.
+    pub fn script(&self, source: &str) -> PathBuf {
+        let p = self.code.join("main.py");
+        std::fs::write(&p, source).expect("write script");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        p
+    }
+
+    /// A `jail run --json` command for `source`, with the sandbox's folders.
+    pub fn command(&self, source: &str) -> Command {
+        let script = self.script(source);
+        let mut cmd = Command::new(jail_bin());
+        cmd.arg("run").arg("--json");
+        cmd.arg("--rootfs").arg(rootfs());
+        cmd.arg("--input").arg(&self.input).arg("--output").arg(&self.output);
+        cmd.args(&self.extra_args);
+        cmd.arg(script);
+        cmd
+    }
+
+    /// Run `source` in the jail and parse the result.
+    pub fn run(&self, source: &str) -> (RunResult, Output) {
+        let out = self.command(source).output().expect("spawn jail");
+        (parse(&out), out)
+    }
+
+    /// Run `source` and return its parsed stdout as JSON, asserting it ran ok.
+    pub fn probe(&self, source: &str) -> serde_json::Value {
+        let (r, out) = self.run(source);
+        assert_eq!(r.status, Status::Ok, "probe failed: {}\n{}", r.stderr.text, String::from_utf8_lossy(&out.stderr));
+        serde_json::from_str(r.stdout.text.trim()).unwrap_or_else(|e| panic!("probe output is not JSON ({e}): {}", r.stdout.text))
+    }
+}
+
+/// Parse `jail --json` output, with the process's stderr in any panic.
+pub fn parse(out: &Output) -> RunResult {
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "jail printed no result ({e}); status {:?}\nstdout: {}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The Python preamble escape probes share: ctypes access to raw syscalls.
+pub const PY_SYSCALL: &str = r#"
+import ctypes, errno, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def sc(nr, *args):
+    ctypes.set_errno(0)
+    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    return r, ctypes.get_errno()
+"#;
+
+/// Processes on the host whose command line contains `marker`.
+pub fn host_processes_with(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return found };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if let Ok(cmdline) = std::fs::read(e.path().join("cmdline")) {
+            if String::from_utf8_lossy(&cmdline).contains(marker) {
+                found.push(pid);
+            }
+        }
+    }
+    found
+}
+
+/// Mount points visible to this (host-side) process that contain `needle`.
+pub fn host_mounts_with(needle: &str) -> Vec<String> {
+    std::fs::read_to_string("/proc/self/mountinfo")
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(needle))
+        .map(String::from)
+        .collect()
+}

@@ -1,0 +1,422 @@
+//! Escape probes for the jail core (issue 2): each test tries, from inside
+//! the jail, to break one protection, and fails if the attempt succeeds.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use jail_tests::*;
+
+#[test]
+fn secret_in_an_ungranted_host_folder_cannot_be_read() {
+    let sb = Sandbox::new();
+    let secret_dir = tempfile::Builder::new().prefix("jail-secret-").tempdir().unwrap();
+    std::fs::set_permissions(secret_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = secret_dir.path().join("secret.txt");
+    std::fs::write(&secret, "canary-secret-42").unwrap();
+    std::fs::set_permissions(&secret, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let host_path = secret.display().to_string();
+    let v = sb.probe(&format!(
+        r#"
+import json, os
+paths = [{host_path:?}, "/oldroot" + {host_path:?}, "/proc/1/root" + {host_path:?},
+         "/proc/self/root" + {host_path:?}, "/root/.bashrc", "/root", "/etc/shadow", "/home"]
+got = {{}}
+for p in paths:
+    try:
+        if os.path.isdir(p):
+            got[p] = "listed: " + ",".join(os.listdir(p))
+        else:
+            got[p] = "read: " + open(p).read()
+    except Exception as e:
+        got[p] = "refused: " + type(e).__name__
+print(json.dumps(got))
+"#
+    ));
+    for (path, outcome) in v.as_object().unwrap() {
+        let o = outcome.as_str().unwrap();
+        assert!(o.starts_with("refused"), "{path} was reachable: {o}");
+        assert!(!o.contains("canary-secret-42"));
+    }
+}
+
+#[test]
+fn secret_in_the_callers_environment_is_not_visible() {
+    let sb = Sandbox::new();
+    let canary = format!("sk-canary-{}", std::process::id());
+    let mut cmd = sb.command(
+        r#"
+import json, os
+seen = [k for k, v in os.environ.items() if "sk-canary" in v]
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        for f in ("environ", "cmdline"):
+            try:
+                if b"sk-canary" in open(f"/proc/{pid}/{f}", "rb").read():
+                    seen.append(f"/proc/{pid}/{f}")
+            except OSError:
+                pass
+print(json.dumps({"seen": seen, "keys": sorted(os.environ)}))
+"#,
+    );
+    cmd.env("OPENAI_API_KEY", &canary).env("AWS_SECRET_ACCESS_KEY", &canary);
+    let out = cmd.output().unwrap();
+    let r = parse(&out);
+    assert_eq!(r.status, Status::Ok, "{}", r.stderr.text);
+    assert!(!r.stdout.text.contains(&canary), "{}", r.stdout.text);
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    assert_eq!(v["seen"], serde_json::json!([]));
+    assert!(!v["keys"].as_array().unwrap().iter().any(|k| k == "OPENAI_API_KEY"));
+}
+
+#[test]
+fn rootfs_input_and_root_are_read_only_and_output_is_writable() {
+    let sb = Sandbox::new();
+    sb.input_file("data.csv", b"a,b\n1,2\n");
+    let v = sb.probe(
+        r#"
+import errno, json, os
+def attempt(fn):
+    try:
+        fn()
+        return "written"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+res = {
+  "usr": attempt(lambda: open("/usr/lib/evil.py", "w").write("x")),
+  "stdlib": attempt(lambda: open(os.__file__, "a").write("x")),
+  "etc": attempt(lambda: open("/etc/passwd", "a").write("x")),
+  "root": attempt(lambda: open("/evil", "w").write("x")),
+  "input_new": attempt(lambda: open("/workspace/input/new.txt", "w").write("x")),
+  "input_existing": attempt(lambda: open("/workspace/input/data.csv", "a").write("x")),
+  "input_delete": attempt(lambda: os.unlink("/workspace/input/data.csv")),
+  "code": attempt(lambda: open("/workspace/code/evil.py", "w").write("x")),
+  "output": attempt(lambda: open("/workspace/output/ok.txt", "w").write("x")),
+  "tmp": attempt(lambda: open("/tmp/ok.txt", "w").write("x")),
+  "root_ro": bool(os.statvfs("/").f_flag & os.ST_RDONLY),
+  "usr_flags": os.statvfs("/usr").f_flag & (os.ST_RDONLY | os.ST_NOSUID | os.ST_NODEV),
+}
+print(json.dumps(res))
+"#,
+    );
+    // Creating or deleting must hit the read-only mount itself.
+    for key in ["usr", "root", "input_new", "input_delete", "code"] {
+        assert_eq!(v[key], "EROFS", "{key}: {v}");
+    }
+    // Existing files may be refused by their mode bits first; either way no write.
+    for key in ["stdlib", "etc", "input_existing"] {
+        assert!(v[key] == "EROFS" || v[key] == "EACCES", "{key}: {v}");
+    }
+    assert_eq!(v["output"], "written");
+    assert_eq!(v["tmp"], "written");
+    assert_eq!(v["root_ro"], true);
+    assert_eq!(v["usr_flags"].as_u64().unwrap(), (libc::ST_RDONLY | libc::ST_NOSUID | libc::ST_NODEV) as u64);
+    assert_eq!(std::fs::read(sb.input.join("data.csv")).unwrap(), b"a,b\n1,2\n");
+    assert_eq!(std::fs::read_to_string(sb.output.join("ok.txt")).unwrap(), "x");
+}
+
+#[test]
+fn host_processes_are_invisible() {
+    let sb = Sandbox::new();
+    let v = sb.probe(
+        r#"
+import json, os
+pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+print(json.dumps({"pids": pids, "me": os.getpid()}))
+"#,
+    );
+    // PID 1 is the jail's reaper, 2 the script; nothing from the host.
+    assert_eq!(v["pids"], serde_json::json!([1, 2]), "{v}");
+    assert_eq!(v["me"], 2);
+}
+
+#[test]
+fn tcp_listener_on_host_loopback_is_unreachable() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    listener.set_nonblocking(true).unwrap();
+    let sb = Sandbox::new();
+    let v = sb.probe(&format!(
+        r#"
+import json, socket
+res = {{"ifaces": [n for _, n in socket.if_nameindex()]}}
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2)
+    res["connect"] = "connected"
+except OSError as e:
+    res["connect"] = type(e).__name__
+try:
+    socket.create_connection(("1.1.1.1", 53), timeout=2)
+    res["internet"] = "connected"
+except OSError as e:
+    res["internet"] = type(e).__name__
+print(json.dumps(res))
+"#
+    ));
+    assert_ne!(v["connect"], "connected", "{v}");
+    assert_ne!(v["internet"], "connected", "{v}");
+    assert_eq!(v["ifaces"], serde_json::json!(["lo"]));
+    assert!(listener.accept().is_err(), "the host listener saw a connection");
+}
+
+#[test]
+fn host_process_cannot_be_signalled() {
+    // A host process owned by the very uid the sandbox runs as: without the
+    // pid namespace the script could kill it.
+    let mut cmd = Command::new("/bin/sleep");
+    cmd.arg("30");
+    if is_root() {
+        use std::os::unix::process::CommandExt;
+        cmd.uid(sandbox_host_uid()).gid(sandbox_host_uid());
+    }
+    let mut victim = cmd.spawn().unwrap();
+    let pid = victim.id();
+    let sb = Sandbox::new();
+    let v = sb.probe(&format!(
+        r#"
+import json, os, signal
+res = {{}}
+for name, sig in (("probe", 0), ("kill", signal.SIGKILL)):
+    try:
+        os.kill({pid}, sig)
+        res[name] = "delivered"
+    except OSError as e:
+        res[name] = type(e).__name__
+try:
+    os.kill(-1, signal.SIGKILL)
+except OSError:
+    pass
+print(json.dumps(res))
+"#
+    ));
+    let alive = victim.try_wait().unwrap().is_none();
+    let _ = victim.kill();
+    let _ = victim.wait();
+    assert_eq!(v["kill"], "ProcessLookupError", "{v}");
+    assert!(alive, "the host process was killed from inside the jail");
+}
+
+#[test]
+fn no_capability_and_no_new_privs() {
+    let sb = Sandbox::new();
+    let v = sb.probe(
+        r#"
+import json
+st = dict(l.split(":\t", 1) for l in open("/proc/self/status").read().splitlines() if ":\t" in l)
+print(json.dumps({k: st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs")}))
+"#,
+    );
+    for k in ["CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb"] {
+        assert_eq!(v[k], "0000000000000000", "{k}: {v}");
+    }
+    assert_eq!(v["NoNewPrivs"], "1");
+}
+
+#[test]
+fn sandbox_uid_is_never_host_root() {
+    let sb = Sandbox::new();
+    let v = sb.probe(
+        r#"
+import json, os
+open("/workspace/output/owned.txt", "w").write("x")
+print(json.dumps({"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(),
+                  "uid_map": open("/proc/self/uid_map").read().split(),
+                  "gid_map": open("/proc/self/gid_map").read().split(),
+                  "setgroups": open("/proc/self/setgroups").read().strip()}))
+"#,
+    );
+    assert_eq!(v["uid"], 1000);
+    assert_eq!(v["euid"], 1000);
+    assert_eq!(v["gid"], 1000);
+    let map: Vec<u32> = v["uid_map"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().parse().unwrap()).collect();
+    assert_eq!(map, vec![1000, sandbox_host_uid(), 1], "{v}");
+    assert_ne!(map[1], 0);
+    assert_eq!(v["setgroups"], "deny");
+    let owner = std::fs::metadata(sb.output.join("owned.txt")).unwrap().uid();
+    assert_eq!(owner, sandbox_host_uid());
+    assert_ne!(owner, 0);
+}
+
+#[test]
+fn background_processes_do_not_outlive_the_script() {
+    let sb = Sandbox::new();
+    let marker = format!("jail-bg-marker-{}", std::process::id());
+    let started = Instant::now();
+    let (r, _) = sb.run(&format!(
+        r#"
+import os, subprocess, sys
+# A plain child holding stdout open, and a double-forked daemon.
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "{marker}"])
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(60)", "{marker}"])
+    os._exit(0)
+print("parent done")
+"#
+    ));
+    assert_eq!(r.status, Status::Ok, "{}", r.stderr.text);
+    assert!(started.elapsed() < Duration::from_secs(10), "the jail waited for its orphans");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(host_processes_with(&marker), Vec::<u32>::new(), "a background process survived");
+}
+
+#[test]
+fn infinite_loop_ends_at_the_wall_clock_timeout() {
+    let mut sb = Sandbox::new();
+    sb.extra_args = vec!["--timeout".into(), "1".into()];
+    let started = Instant::now();
+    let (r, out) = sb.run("print('spinning', flush=True)\nwhile True:\n    pass\n");
+    let took = started.elapsed();
+    assert_eq!(r.status, Status::TimeoutWall);
+    assert_eq!(out.status.code(), Some(124));
+    assert!(took >= Duration::from_millis(950) && took < Duration::from_secs(5), "took {took:?}");
+    // Output written before the kill is kept.
+    assert_eq!(r.stdout.text, "spinning\n");
+}
+
+#[test]
+fn nonzero_exit_is_reported() {
+    let sb = Sandbox::new();
+    let (r, out) = sb.run("import sys\nsys.exit(3)\n");
+    assert_eq!(r.status, Status::NonzeroExit);
+    assert_eq!(r.exit_code, Some(3));
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(r.error, None);
+}
+
+#[test]
+fn python_exception_is_reported() {
+    let sb = Sandbox::new();
+    let (r, out) = sb.run("def f():\n    return 1 / 0\nf()\n");
+    assert_eq!(r.status, Status::NonzeroExit);
+    assert_eq!(r.exit_code, Some(1));
+    assert_eq!(out.status.code(), Some(1));
+    let e = r.error.expect("error parsed");
+    assert_eq!(e.kind, "ZeroDivisionError");
+    assert_eq!(e.message, "division by zero");
+    assert!(e.traceback_tail.contains("/workspace/code/main.py"));
+}
+
+#[test]
+fn signal_death_is_reported() {
+    let sb = Sandbox::new();
+    let (r, out) = sb.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n");
+    assert_eq!(r.status, Status::Signaled);
+    assert_eq!(r.signal, Some(9));
+    assert_eq!(r.signal_name.as_deref(), Some("SIGKILL"));
+    assert_eq!(out.status.code(), Some(137));
+    let (r, _) = sb.run("import ctypes\nctypes.string_at(0)\n");
+    assert_eq!(r.status, Status::Signaled);
+    assert_eq!(r.signal, Some(11));
+}
+
+#[test]
+fn stdout_is_capped_keeping_head_and_tail() {
+    let sb = Sandbox::new();
+    let (r, _) = sb.run("import sys\nsys.stdout.write('HEAD' + 'x' * (3 << 20) + 'TAIL')\n");
+    assert_eq!(r.status, Status::Ok);
+    assert!(r.stdout.truncated);
+    assert_eq!(r.stdout.bytes, (3 << 20) + 8);
+    assert!(r.stdout.text.starts_with("HEAD"));
+    assert!(r.stdout.text.ends_with("TAIL"));
+    assert!(r.stdout.text.len() < (1 << 20) + 200, "kept {} bytes", r.stdout.text.len());
+}
+
+#[test]
+fn the_jail_has_its_own_hostname_devices_and_proc() {
+    let sb = Sandbox::new();
+    let v = sb.probe(
+        r#"
+import errno, json, os, socket, stat
+def attempt(fn):
+    try:
+        fn()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+s = os.stat("/dev/null")
+print(json.dumps({
+  "hostname": socket.gethostname(),
+  "null": [stat.S_ISCHR(s.st_mode), os.major(s.st_rdev), os.minor(s.st_rdev)],
+  "dev": sorted(os.listdir("/dev")),
+  "masked": {f: [open(f"/proc/{f}", "rb").read(64).decode(), attempt(lambda: open(f"/proc/{f}", "w").write("h"))]
+             for f in ("kcore", "keys", "timer_list", "sysrq-trigger", "kallsyms", "sched_debug")
+             if os.path.exists(f"/proc/{f}")},
+  "proc_sys_write": attempt(lambda: open("/proc/sys/kernel/hostname", "w").write("x")),
+  "tty": attempt(lambda: open("/dev/tty")),
+  "sys": os.path.exists("/sys/fs/cgroup"),
+  "fds": sorted(os.listdir("/proc/self/fd")),
+  "cwd": os.getcwd(),
+  "dotdot": os.stat("/..").st_ino == os.stat("/").st_ino,
+  "core": __import__("resource").getrlimit(__import__("resource").RLIMIT_CORE),
+}))
+"#,
+    );
+    assert_eq!(v["hostname"], "jail");
+    assert_eq!(v["null"], serde_json::json!([true, 1, 3]));
+    assert_eq!(v["dev"], serde_json::json!(["fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "urandom", "zero"]));
+    // Whatever of the sensitive files this kernel has reads empty and refuses writes.
+    let host_has = ["kcore", "keys", "timer_list", "sysrq-trigger", "kallsyms", "sched_debug"]
+        .iter()
+        .filter(|f| std::path::Path::new("/proc").join(f).exists())
+        .count();
+    let masked = v["masked"].as_object().unwrap();
+    assert_eq!(masked.len(), host_has, "{v}");
+    assert!(host_has > 0, "this kernel exposes none of the masked files; the test proves nothing");
+    for (f, got) in masked {
+        assert_eq!(got[0], "", "/proc/{f} is readable: {v}");
+        assert_ne!(got[1], "ok", "/proc/{f} is writable: {v}");
+    }
+    assert_eq!(v["proc_sys_write"], "EROFS", "{v}");
+    assert_eq!(v["tty"], "ENOENT");
+    assert_eq!(v["sys"], false);
+    // 0, 1, 2 and the listdir's own descriptor: nothing inherited.
+    assert_eq!(v["fds"], serde_json::json!(["0", "1", "2", "3"]), "{v}");
+    assert_eq!(v["cwd"], "/workspace/output");
+    assert_eq!(v["dotdot"], true);
+    assert_eq!(v["core"], serde_json::json!([0, 0]));
+}
+
+#[test]
+fn human_mode_streams_the_script_output() {
+    let sb = Sandbox::new();
+    let script = sb.script("import sys\nprint('to stdout')\nprint('to stderr', file=sys.stderr)\nsys.exit(4)\n");
+    let out = Command::new(jail_bin())
+        .arg("run")
+        .arg("--rootfs")
+        .arg(rootfs())
+        .arg("--output")
+        .arg(&sb.output)
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "to stdout\n");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("to stderr"));
+    assert_eq!(out.status.code(), Some(4));
+}
+
+#[test]
+fn script_arguments_reach_the_script() {
+    let sb = Sandbox::new();
+    let mut cmd = sb.command("import json, sys\nprint(json.dumps(sys.argv[1:]))\n");
+    cmd.args(["--flag", "two words"]);
+    let r = parse(&cmd.output().unwrap());
+    assert_eq!(r.stdout.text.trim(), r#"["--flag", "two words"]"#);
+}
+
+#[test]
+fn a_fresh_output_dir_is_created_and_reported_when_none_is_given() {
+    let sb = Sandbox::new();
+    let script = sb.script("open('made.txt', 'w').write('hi')\n");
+    let out = Command::new(jail_bin()).arg("run").arg("--json").arg("--rootfs").arg(rootfs()).arg(&script).output().unwrap();
+    let r = parse(&out);
+    assert_eq!(r.status, Status::Ok, "{}", r.stderr.text);
+    let dir = std::path::PathBuf::from(r.output_dir.expect("output_dir"));
+    let mut text = String::new();
+    std::fs::File::open(dir.join("made.txt")).unwrap().read_to_string(&mut text).unwrap();
+    assert_eq!(text, "hi");
+    std::fs::remove_dir_all(dir).unwrap();
+}
