@@ -100,7 +100,7 @@ pub fn run(req: &RunRequest) -> RunResult {
     result.limits = limit_reports(policy, prepared.wall_time);
     stages.insert("prepare".to_string(), ms_since(started));
 
-    match launch(req, &prepared, uid_map, gid_map, &mut stages, started, started_ns) {
+    let result = match launch(req, &prepared, uid_map, gid_map, &mut stages, started, started_ns) {
         Ok(outcome) => finish(result, outcome, started, stages),
         Err(e) => {
             let mut causes = Vec::new();
@@ -111,7 +111,17 @@ pub fn run(req: &RunRequest) -> RunResult {
             }
             failed(result, e.stage(), &e.to_string(), causes, started)
         }
+    };
+    if result.status == Status::SetupFailed && req.output.is_none() {
+        // The run never started: the output dir we made for it would only be
+        // litter. remove_dir refuses if anything is in it.
+        if std::fs::remove_dir(&prepared.output_dir).is_ok() {
+            let mut result = result;
+            result.output_dir = None;
+            return result;
+        }
     }
+    result
 }
 
 fn base_result(policy: &Policy, who: &Identity) -> RunResult {

@@ -1,0 +1,47 @@
+# jail: the only entry points. `make help` lists them.
+SHELL := /bin/bash
+CARGO ?= cargo
+JAIL  := target/release/jail
+TEST_USER ?= jailtest
+
+.DEFAULT_GOAL := help
+
+.PHONY: help setup build release rootfs test test-root test-user demo doctor check-policies clean
+
+help: ## list every target
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
+
+setup: ## install the system packages the build needs (uses sudo when not root)
+	scripts/setup.sh
+
+build: ## build the workspace (debug)
+	$(CARGO) build --workspace
+
+release: ## build the release binary target/release/jail
+	$(CARGO) build --release -p jail
+
+rootfs: ## build the minimal Python rootfs into python-rootfs/out/minimal
+	python-rootfs/build.sh minimal
+
+demo: setup release rootfs ## set up, then run examples/hello.py in the jail and print its result
+	$(JAIL) run --json --input examples/data --output $$(mktemp -d) examples/hello.py
+
+doctor: release ## show what this host provides to the jail
+	$(JAIL) doctor
+
+test: build rootfs ## run every test (and, as root, the jail tests again as $(TEST_USER))
+	$(CARGO) test --workspace
+	@if [ "$$(id -u)" = 0 ]; then \
+	    if id $(TEST_USER) >/dev/null 2>&1; then tests/run-as-user.sh $(TEST_USER); \
+	    else echo "note: no user $(TEST_USER); create it (useradd -m $(TEST_USER)) to run the jail tests as an ordinary user too"; fi; \
+	fi
+
+test-user: build rootfs ## run the jail tests as $(TEST_USER) (root only)
+	tests/run-as-user.sh $(TEST_USER)
+
+check-policies: build ## validate every policy in policies/
+	@for p in policies/*.json; do target/debug/jail check $$p || exit 1; done
+
+clean: ## remove build output and rootfs builds
+	$(CARGO) clean
+	rm -rf python-rootfs/out
