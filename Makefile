@@ -6,7 +6,7 @@ TEST_USER ?= jailtest
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup build release rootfs test test-root test-user demo doctor check-policies clean
+.PHONY: help setup build release rootfs test test-user demo doctor check-policies bench bench-quick clean
 
 help: ## list every target
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -38,6 +38,13 @@ test: build rootfs ## run every test (and, as root, the jail tests again as $(TE
 
 test-user: build rootfs ## run the jail tests as $(TEST_USER) (root only)
 	tests/run-as-user.sh $(TEST_USER)
+
+bench: release rootfs ## jail vs bare python vs bubblewrap, as ratios (installs bubblewrap if missing)
+	@command -v bwrap >/dev/null || { sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; $$sudo apt-get install -y -qq bubblewrap >/dev/null; }
+	/usr/bin/python3 bench/bench.py
+
+bench-quick: release rootfs ## a short smoke run of the bench
+	/usr/bin/python3 bench/bench.py --quick
 
 check-policies: build ## validate every policy in policies/
 	@for p in policies/*.json; do target/debug/jail check $$p || exit 1; done

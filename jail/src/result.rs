@@ -44,6 +44,19 @@ pub struct RunResult {
     pub output_dir: Option<String>,
     pub timings: Timings,
     pub setup_error: Option<SetupError>,
+    /// The supervisor's own costs, for the bench and for anyone sizing hosts.
+    pub supervisor: SupervisorStats,
+}
+
+/// What the supervisor process itself cost.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SupervisorStats {
+    /// Peak resident set of the `jail` process itself (getrusage RUSAGE_SELF),
+    /// measured after the run.
+    pub max_rss_bytes: u64,
+    /// How long after the wall-clock deadline the tree was gone (reaped);
+    /// null when the deadline was not hit.
+    pub deadline_overrun_ms: Option<f64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -192,6 +205,7 @@ impl RunResult {
             output_dir: None,
             timings: Timings::default(),
             setup_error: Some(error),
+            supervisor: SupervisorStats::default(),
         }
     }
 }

@@ -112,11 +112,12 @@ pub fn run(req: &RunRequest) -> RunResult {
             failed(result, e.stage(), &e.to_string(), causes, started)
         }
     };
+    let mut result = result;
+    result.supervisor.max_rss_bytes = sys::self_max_rss_bytes();
     if result.status == Status::SetupFailed && req.output.is_none() {
         // The run never started: the output dir we made for it would only be
         // litter. remove_dir refuses if anything is in it.
         if std::fs::remove_dir(&prepared.output_dir).is_ok() {
-            let mut result = result;
             result.output_dir = None;
             return result;
         }
@@ -483,6 +484,7 @@ struct Outcome {
     stdout: Capture,
     stderr: Capture,
     timed_out: bool,
+    deadline: Instant,
     exec_at: Option<Instant>,
     released_at: Instant,
     ended_at: Instant,
@@ -567,8 +569,8 @@ fn launch(
         exec_at: None,
     };
     let timed_out = watch.run(pid, &pidfd, out.read, err.read, report.read, status.read, deadline);
-    let ended_at = Instant::now();
     let (pid1_status, rusage) = sys::wait4(pid).map_err(LaunchError::Wait)?;
+    let ended_at = Instant::now();
     let mut reports = sync::parse_reports(&watch.report_buf);
     reports.extend(sync::parse_reports(&watch.status_buf));
     Ok(Outcome {
@@ -576,6 +578,7 @@ fn launch(
         stdout: watch.stdout,
         stderr: watch.stderr,
         timed_out,
+        deadline,
         exec_at: watch.exec_at,
         released_at,
         ended_at,
@@ -791,6 +794,7 @@ fn finish(mut result: RunResult, o: Outcome, started: Instant, mut stages: BTree
         return result;
     }
     if o.timed_out {
+        result.supervisor.deadline_overrun_ms = Some(o.ended_at.saturating_duration_since(o.deadline).as_secs_f64() * 1000.0);
         result.status = Status::TimeoutWall;
     } else {
         match exit {

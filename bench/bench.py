@@ -1,0 +1,277 @@
+#!/usr/bin/python3
+"""make bench: jail side by side with bare Python and bubblewrap, in one run.
+
+Every figure is taken for the three runners interleaved, in the same run, and
+also given as a ratio to bare /usr/bin/python3 from that run: these machines
+are noisy, and only ratios taken together mean anything. Writes a table to
+stdout and everything to bench/out/bench.json.
+
+Usage: bench/bench.py [--quick] [--jail PATH] [--rootfs DIR] [--data-rootfs DIR]
+"""
+
+import argparse
+import concurrent.futures
+import json
+import os
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PY = "/usr/bin/python3"
+
+TARGETS = {
+    "trivial_ratio_max": 1.15,
+    "sequential_ratio_min": 0.85,
+    "supervisor_rss_over_baseline_mib_max": 2.0,
+    "kill_overrun_ms_max": 20.0,
+}
+
+
+def parse_args():
+    p = argparse.ArgumentParser()
+    p.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    p.add_argument("--jail", default=os.path.join(REPO, "target/release/jail"))
+    p.add_argument("--rootfs", default=os.path.join(REPO, "python-rootfs/out/minimal"))
+    p.add_argument("--data-rootfs", default=os.path.join(REPO, "python-rootfs/out/data"))
+    return p.parse_args()
+
+
+class Runners:
+    """Builds the command line of each runner for a script in a code dir."""
+
+    def __init__(self, args, work):
+        self.jail = args.jail
+        self.rootfs = args.rootfs
+        self.work = work
+        self.out = os.path.join(work, "out")
+        os.makedirs(self.out, exist_ok=True)
+        os.chmod(work, 0o755)
+        if os.getuid() == 0:
+            os.chown(self.out, 65534, 65534)
+        self.bwrap = shutil.which("bwrap")
+
+    def script(self, name, source):
+        path = os.path.join(self.work, name)
+        with open(path, "w") as f:
+            f.write(source)
+        os.chmod(path, 0o644)
+        return path
+
+    def bare(self, script, env=None):
+        return [PY, script], env
+
+    def bwrap_cmd(self, script, rootfs=None):
+        rootfs = rootfs or self.rootfs
+        # Comparable isolation: read-only binds, every namespace, a new
+        # session, all capabilities dropped, fresh /proc, /dev and /tmp.
+        cmd = [self.bwrap, "--unshare-all", "--unshare-user", "--uid", "1000", "--gid", "1000",
+               "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+        for entry in sorted(os.listdir(rootfs)):
+            full = os.path.join(rootfs, entry)
+            if entry in ("dev", "proc", "sys", "tmp", "run", "workspace"):
+                continue
+            if os.path.islink(full):
+                cmd += ["--symlink", os.readlink(full), "/" + entry]
+            elif os.path.isdir(full):
+                cmd += ["--ro-bind", full, "/" + entry]
+        cmd += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp",
+                "--ro-bind", os.path.dirname(script), "/workspace/code",
+                "--bind", self.out, "/workspace/output", "--chdir", "/workspace/output",
+                "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", "/tmp",
+                "/usr/bin/python3", "/workspace/code/" + os.path.basename(script)]
+        return cmd, None
+
+    def jail_cmd(self, script, rootfs=None, extra=()):
+        return [self.jail, "run", "--json", "--rootfs", rootfs or self.rootfs, "--output", self.out,
+                *extra, script], None
+
+
+def run_once(cmd, env=None):
+    start = time.perf_counter()
+    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    took = (time.perf_counter() - start) * 1000
+    return took, proc
+
+
+def check(proc, what):
+    if proc.returncode != 0:
+        sys.stderr.write(f"bench: {what} failed ({proc.returncode}): {proc.stderr.decode()[-500:]}\n")
+        sys.exit(1)
+
+
+def latency(runners, commands, n):
+    """Interleave the runners n times; median and spread (p10..p90) in ms."""
+    samples = {name: [] for name in commands}
+    for _ in range(n):
+        for name, (cmd, env) in commands.items():
+            took, proc = run_once(cmd, env)
+            check(proc, name)
+            samples[name].append(took)
+    out = {}
+    for name, xs in samples.items():
+        xs.sort()
+        out[name] = {
+            "median_ms": statistics.median(xs),
+            "p10_ms": xs[len(xs) // 10],
+            "p90_ms": xs[(len(xs) * 9) // 10],
+        }
+    return out
+
+
+def throughput(cmd, env, total, parallel):
+    """Runs per second with `parallel` runs in flight."""
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(max_workers=parallel) as pool:
+        results = list(pool.map(lambda _: run_once(cmd, env)[1].returncode, range(total)))
+    took = time.perf_counter() - start
+    if any(results):
+        sys.stderr.write(f"bench: {sum(1 for r in results if r)} of {total} runs failed\n")
+        sys.exit(1)
+    return total / took
+
+
+def supervisor_rss(runners, script):
+    """The jail process's own peak RSS from its result, and its binary's
+    baseline (`jail --version`, measured with wait4)."""
+    proc = subprocess.Popen([runners.jail, "--version"], stdout=subprocess.DEVNULL)
+    _, _, usage = os.wait4(proc.pid, 0)
+    baseline = usage.ru_maxrss * 1024
+    cmd, _ = runners.jail_cmd(script)
+    peaks = []
+    for _ in range(5):
+        _, p = run_once(cmd)
+        peaks.append(json.loads(p.stdout)["supervisor"]["max_rss_bytes"])
+    return baseline, statistics.median(peaks)
+
+
+def kill_overrun(runners, commands_for, n):
+    """How long after the deadline the tree was gone, per runner."""
+    spin = runners.script("spin.py", "while True:\n    pass\n")
+    deadline = 0.5
+    out = {}
+    # jail: its own measurement (deadline to PID 1 reaped).
+    xs = []
+    for _ in range(n):
+        cmd, _ = runners.jail_cmd(spin, extra=("--timeout", str(deadline)))
+        _, p = run_once(cmd)
+        xs.append(json.loads(p.stdout)["supervisor"]["deadline_overrun_ms"])
+    out["jail"] = statistics.median(xs)
+    # bwrap has no deadline of its own: timeout(1) kills it; measured end to end.
+    if runners.bwrap:
+        xs = []
+        for _ in range(n):
+            cmd, _ = runners.bwrap_cmd(spin)
+            took, _ = run_once(["timeout", "-s", "KILL", str(deadline), *cmd])
+            xs.append(took - deadline * 1000)
+        out["bwrap"] = statistics.median(xs)
+    xs = []
+    for _ in range(n):
+        took, _ = run_once(["timeout", "-s", "KILL", str(deadline), PY, spin])
+        xs.append(took - deadline * 1000)
+    out["bare"] = statistics.median(xs)
+    return out
+
+
+def main():
+    args = parse_args()
+    if not os.path.exists(args.jail):
+        sys.exit(f"bench: no jail binary at {args.jail}: run `make release`")
+    if not os.path.isdir(args.rootfs):
+        sys.exit(f"bench: no rootfs at {args.rootfs}: run `make rootfs`")
+    n = 10 if args.quick else 40
+    seq_total = 50 if args.quick else 200
+    work = tempfile.mkdtemp(prefix="jail-bench-")
+    runners = Runners(args, work)
+    if not runners.bwrap:
+        print("bench: bubblewrap not found; its column is left out (make bench installs it)")
+    report = {"host": os.uname().release, "cpus": os.cpu_count(), "repetitions": n, "figures": {}}
+    figures = report["figures"]
+
+    def three(script, rootfs=None, bare_env=None):
+        cmds = {"bare": runners.bare(script, bare_env)}
+        if runners.bwrap:
+            cmds["bwrap"] = runners.bwrap_cmd(script, rootfs)
+        cmds["jail"] = runners.jail_cmd(script, rootfs)
+        return cmds
+
+    trivial = runners.script("trivial.py", "pass\n")
+    figures["trivial_ms"] = latency(runners, three(trivial), n)
+    imports = runners.script("imports.py", "import json, csv, sqlite3\n")
+    figures["stdlib_imports_ms"] = latency(runners, three(imports), n)
+
+    if os.path.isdir(args.data_rootfs):
+        pandas = runners.script("pandas_import.py", "import pandas\n")
+        site = [os.path.join(args.data_rootfs, d.lstrip("/")) for d in
+                ("usr/local/lib/python3.11/dist-packages", "usr/lib/python3/dist-packages")]
+        env = dict(os.environ, PYTHONPATH=":".join(p for p in site if os.path.isdir(p)))
+        figures["pandas_import_ms"] = latency(runners, three(pandas, args.data_rootfs, env), max(5, n // 4))
+    else:
+        figures["pandas_import_ms"] = None
+        print(f"bench: no data rootfs at {args.data_rootfs}; pandas figure left out (make rootfs-data)")
+
+    seq = {}
+    for name, (cmd, env) in three(trivial).items():
+        seq[name] = {"runs_per_s": throughput(cmd, env, seq_total, 1)}
+        for par in (2, 8):
+            seq[name][f"parallel_{par}_runs_per_s"] = throughput(cmd, env, seq_total, par)
+    figures["throughput"] = seq
+
+    baseline, peak = supervisor_rss(runners, trivial)
+    figures["supervisor_rss"] = {"baseline_bytes": baseline, "peak_bytes": peak,
+                                 "over_baseline_mib": (peak - baseline) / 2**20}
+    figures["kill_overrun_ms"] = kill_overrun(runners, three, max(3, n // 8))
+    shutil.rmtree(work, ignore_errors=True)
+
+    # Ratios to bare Python, and the targets.
+    t = figures["trivial_ms"]
+    ratios = {name: v["median_ms"] / t["bare"]["median_ms"] for name, v in t.items()}
+    seq_ratio = {name: v["runs_per_s"] / seq["bare"]["runs_per_s"] for name, v in seq.items()}
+    report["ratios"] = {"trivial": ratios, "sequential": seq_ratio}
+    verdicts = {
+        "trivial_ratio": (ratios["jail"], ratios["jail"] <= TARGETS["trivial_ratio_max"], f"<= {TARGETS['trivial_ratio_max']}"),
+        "sequential_ratio": (seq_ratio["jail"], seq_ratio["jail"] >= TARGETS["sequential_ratio_min"], f">= {TARGETS['sequential_ratio_min']}"),
+        "supervisor_rss_over_baseline_mib": (figures["supervisor_rss"]["over_baseline_mib"],
+                                             figures["supervisor_rss"]["over_baseline_mib"] <= TARGETS["supervisor_rss_over_baseline_mib_max"],
+                                             f"<= {TARGETS['supervisor_rss_over_baseline_mib_max']}"),
+        "kill_overrun_ms": (figures["kill_overrun_ms"]["jail"], figures["kill_overrun_ms"]["jail"] <= TARGETS["kill_overrun_ms_max"],
+                            f"<= {TARGETS['kill_overrun_ms_max']}"),
+    }
+    report["targets"] = {k: {"value": v, "met": ok, "target": tgt} for k, (v, ok, tgt) in verdicts.items()}
+
+    cols = ["bare", "bwrap", "jail"] if runners.bwrap else ["bare", "jail"]
+    line = lambda label, vals: print(f"{label:<28}" + "".join(f"{v:>18}" for v in vals))
+    print()
+    line("figure (median)", cols)
+    for key, label in (("trivial_ms", "trivial script, ms"), ("stdlib_imports_ms", "json+csv+sqlite3, ms"),
+                       ("pandas_import_ms", "import pandas, ms")):
+        fig = figures[key]
+        if fig:
+            base = fig["bare"]["median_ms"]
+            line(label, [f"{fig[c]['median_ms']:.1f} ({fig[c]['median_ms'] / base:.2f}x)" for c in cols])
+    for key, label in (("runs_per_s", "sequential runs/s"), ("parallel_2_runs_per_s", "2 in parallel, runs/s"),
+                       ("parallel_8_runs_per_s", "8 in parallel, runs/s")):
+        base = seq["bare"][key]
+        line(label, [f"{seq[c][key]:.1f} ({seq[c][key] / base:.2f}x)" for c in cols])
+    k = figures["kill_overrun_ms"]
+    line("gone after deadline, ms", [f"{k[c]:.1f}" if c in k else "-" for c in cols])
+    r = figures["supervisor_rss"]
+    print(f"{'supervisor peak RSS':<28}{r['peak_bytes'] / 2**20:.2f} MiB (binary baseline {r['baseline_bytes'] / 2**20:.2f} MiB, +{r['over_baseline_mib']:.2f} MiB)")
+    print()
+    for k, v in report["targets"].items():
+        value = v["value"]
+        state = "met" if v["met"] else "NOT met"
+        print(f"target {k:<34} {value:8.2f} (target {v['target']}): {state}")
+    os.makedirs(os.path.join(HERE, "out"), exist_ok=True)
+    with open(os.path.join(HERE, "out", "bench.json"), "w") as f:
+        json.dump(report, f, indent=2)
+    print(f"\nwritten: {os.path.join(HERE, 'out', 'bench.json')}")
+
+
+if __name__ == "__main__":
+    main()
