@@ -58,6 +58,11 @@ if [ -n "$interp" ]; then
     cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/ld-linux-x86-64.so.2"
 fi
 
+# A loader cache, so every library is found at the first try instead of after
+# a dozen glibc-hwcaps probes per library.
+printf '/usr/lib/x86_64-linux-gnu\n' > "$root/etc/ld.so.conf"
+/sbin/ldconfig -r "$root" 2>/dev/null || echo "minimal.sh: warning: ldconfig failed; libraries will be searched" >&2
+
 # Just enough /etc for pwd, grp and socket lookups inside the jail.
 cat > "$root/etc/passwd" <<PASSWD
 root:x:0:0:root:/root:/usr/sbin/nologin
