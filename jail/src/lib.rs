@@ -4,7 +4,8 @@
 //! The pipeline, in the order DESIGN.md §6 gives it: `policy` validates the
 //! request, `supervisor` prepares and clones, `child` builds the jail
 //! (`mounts`, `namespaces`, `privileges`, `rlimits`) and execs, and `result`
-//! is the contract both sides and the agent share. `sys` holds every `unsafe`.
+//! is the contract both sides and the agent share; `rootfs` reads the
+//! rootfs's manifest and identity. `sys` holds every `unsafe`.
 
 pub mod child;
 pub mod digest;
@@ -15,6 +16,7 @@ pub mod policy;
 pub mod privileges;
 pub mod result;
 pub mod rlimits;
+pub mod rootfs;
 pub mod supervisor;
 pub mod sync;
 pub mod sys;

@@ -33,6 +33,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the Python packages a rootfs provides, from its manifest.
+    Packages {
+        /// Root filesystem folder (default: JAIL_ROOTFS, then the default policy's).
+        #[arg(long, value_name = "DIR")]
+        rootfs: Option<PathBuf>,
+        /// Print the rootfs, its id and its whole manifest as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -78,6 +87,7 @@ fn main() -> ExitCode {
         Command::Run(args) => run(args),
         Command::Check { policy } => check(&policy),
         Command::Doctor { json } => doctor(json),
+        Command::Packages { rootfs, json } => packages(rootfs, json),
     }
 }
 
@@ -169,4 +179,56 @@ fn doctor(json: bool) -> ExitCode {
         }
     }
     if report.all_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+}
+
+fn packages(rootfs: Option<PathBuf>, json: bool) -> ExitCode {
+    let fail = |problem: String, fix: &str| {
+        eprintln!("jail: {problem}: {fix}");
+        ExitCode::from(EXIT_SETUP_FAILED as u8)
+    };
+    let Some(rootfs) = rootfs.or_else(default_rootfs) else {
+        return fail("no rootfs given".into(), "pass --rootfs DIR or set JAIL_ROOTFS");
+    };
+    let (manifest, rootfs_id) = match jail::rootfs::load(&rootfs) {
+        Ok(Some(found)) => found,
+        Ok(None) => {
+            return fail(
+                format!("rootfs {} has no manifest ({})", rootfs.display(), jail::rootfs::MANIFEST_PATH),
+                "rebuild it with `make rootfs` or `make rootfs-data`",
+            )
+        }
+        Err(e) => {
+            let cause = std::error::Error::source(&e).map(|c| format!(": {c}")).unwrap_or_default();
+            return fail(format!("{e}{cause}"), "rebuild it with `make rootfs` or `make rootfs-data`");
+        }
+    };
+    if json {
+        let report = jail::rootfs::Report { rootfs: rootfs.display().to_string(), rootfs_id, manifest };
+        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    let py = &manifest.python;
+    println!("rootfs {} (flavour {}, id {rootfs_id})", rootfs.display(), manifest.flavour);
+    match &py.debian_package {
+        Some(deb) => println!("python {} ({}, Debian package {deb})", py.version, py.implementation),
+        None => println!("python {} ({})", py.version, py.implementation),
+    }
+    if manifest.packages.is_empty() {
+        println!("no packages beyond the standard library");
+    } else {
+        println!("{} packages (name, version, import as):", manifest.packages.len());
+        for p in &manifest.packages {
+            println!("  {:<20} {:<12} {}", p.name, p.version, p.imports.join(", "));
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// The rootfs a command without `--rootfs` looks at: JAIL_ROOTFS, then the
+/// built-in default policy's.
+fn default_rootfs() -> Option<PathBuf> {
+    std::env::var_os("JAIL_ROOTFS")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| Policy::builtin_default().ok().and_then(|p| p.rootfs))
 }

@@ -123,6 +123,13 @@ pub struct Isolation {
     pub policy: String,
     pub policy_hash: String,
     pub rootfs: String,
+    /// The rootfs's identity: the sha256 of its `/usr/share/jail/manifest.json`,
+    /// which names every Python package and version in it, its Debian
+    /// packages and the sha256 of the lock it was built from (`jail
+    /// packages` prints it). The same lock gives the same id. `null` when
+    /// the rootfs has no manifest.
+    #[serde(default)]
+    pub rootfs_id: Option<String>,
     pub namespaces: Vec<String>,
     /// uid and gid inside the jail.
     pub uid: u32,

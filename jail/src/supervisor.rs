@@ -75,6 +75,7 @@ struct Prepared {
     exec: Exec,
     output_dir: PathBuf,
     rootfs: PathBuf,
+    rootfs_id: Option<String>,
     wall_time: Duration,
 }
 
@@ -96,6 +97,7 @@ pub fn run(req: &RunRequest) -> RunResult {
         Err(e) => return failed(result, "input", &e.to_string(), vec![], started),
     };
     result.isolation.rootfs = prepared.rootfs.display().to_string();
+    result.isolation.rootfs_id = prepared.rootfs_id.clone();
     result.output_dir = Some(prepared.output_dir.display().to_string());
     result.limits = limit_reports(policy, prepared.wall_time);
     stages.insert("prepare".to_string(), ms_since(started));
@@ -136,6 +138,7 @@ fn base_result(policy: &Policy, who: &Identity) -> RunResult {
         policy: policy.name.clone(),
         policy_hash: policy.hash.clone(),
         rootfs: String::new(),
+        rootfs_id: None,
         namespaces: namespaces::NAMES.iter().map(|s| s.to_string()).collect(),
         uid: policy.identity.uid,
         gid: policy.identity.gid,
@@ -192,6 +195,7 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
         ));
     }
     let rootfs_entries = list_rootfs(&rootfs)?;
+    let rootfs_id = rootfs_identity(&rootfs)?;
 
     let (code_dir, script_rel) = resolve_script(&req.script, req.code.as_deref())?;
     check_readable(&code_dir, "code dir", who)?;
@@ -228,8 +232,21 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
         exec,
         output_dir,
         rootfs,
+        rootfs_id,
         wall_time,
     })
+}
+
+/// The sha256 of the rootfs's manifest, for `isolation.rootfs_id`; `None`
+/// for a rootfs without one.
+fn rootfs_identity(rootfs: &Path) -> Result<Option<String>, InputError> {
+    match crate::rootfs::read_manifest_bytes(rootfs) {
+        Ok(bytes) => Ok(bytes.as_deref().map(crate::rootfs::identity)),
+        Err(e) => {
+            let cause = std::error::Error::source(&e).map(|c| format!(": {c}")).unwrap_or_default();
+            Err(input_error(format!("{e}{cause}"), "rebuild the rootfs (`make rootfs` or `make rootfs-data`)"))
+        }
+    }
 }
 
 fn resolve_rootfs(req: &RunRequest) -> Result<PathBuf, InputError> {

@@ -25,6 +25,9 @@ pub const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 /// `RESOLVE_BENEATH`: never leave the starting directory.
 pub const RESOLVE_BENEATH: u64 = 0x08;
+/// `RESOLVE_IN_ROOT`: resolve as if the starting directory were `/`
+/// (absolute symlinks and `..` stay inside it).
+pub const RESOLVE_IN_ROOT: u64 = 0x10;
 
 /// `MOUNT_ATTR_*` bits for [`mount_setattr`].
 pub const MOUNT_ATTR_RDONLY: u64 = 0x1;

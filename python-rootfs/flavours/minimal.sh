@@ -3,6 +3,7 @@
 # the shared libraries they link, copied into "$1". No network, a few seconds.
 set -euo pipefail
 root=$1
+here=$(cd "$(dirname "$0")/.." && pwd)
 py=$(readlink -f /usr/bin/python3)
 [ -x "$py" ] || { echo "minimal.sh: /usr/bin/python3 not found; install python3 (apt-get install python3)" >&2; exit 1; }
 ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')
@@ -77,3 +78,15 @@ GROUP
 printf '127.0.0.1 localhost jail\n::1 localhost\n' > "$root/etc/hosts"
 printf 'passwd: files\ngroup: files\nhosts: files\n' > "$root/etc/nsswitch.conf"
 printf 'minimal python%s\n' "$ver" > "$root/etc/jail-rootfs"
+
+# The manifest (`jail packages`, `isolation.rootfs_id`): this interpreter,
+# the Debian packages it was copied from, no packages beyond the stdlib.
+mkdir -p "$root/usr/share/jail"
+debs=$(mktemp)
+trap 'rm -f "$debs"' EXIT
+if command -v dpkg-query >/dev/null; then
+    for f in "$py" "$stdlib/os.py"; do
+        dpkg-query -S "$f" 2>/dev/null | cut -d: -f1 | tr ', ' '\n\n'
+    done | sort -u | grep . | xargs -r dpkg-query -W -f='${Package}\t${Version}\n' > "$debs" || true
+fi
+"$py" -I "$here/manifest.py" --flavour minimal --debian "$debs" > "$root/usr/share/jail/manifest.json"

@@ -3,7 +3,8 @@
 //!
 //! Paths come from the environment when set, so the same test binaries run
 //! as root and, copied to a world-readable folder, as an ordinary user:
-//! `JAIL_BIN` (the binary), `JAIL_ROOTFS` (the rootfs), `JAIL_REPO` (a copy
+//! `JAIL_BIN` (the binary), `JAIL_ROOTFS` (the rootfs), `JAIL_DATA_ROOTFS`
+//! (the data-science rootfs, for tests/data_stack.rs), `JAIL_REPO` (a copy
 //! of the repository's `policies/` and `examples/`). `JAIL_MUST_WORK=1`
 //! turns every "host lacks this feature" skip into a failure (bubblewrap's
 //! `BWRAP_MUST_WORK`); CI sets it.
@@ -45,6 +46,14 @@ pub fn rootfs() -> PathBuf {
         .unwrap_or_else(|| repo().join("python-rootfs/out/minimal"))
 }
 
+/// The data-science rootfs (`make rootfs-data`), for the data-stack tests:
+/// `JAIL_DATA_ROOTFS`, default `python-rootfs/out/data` in the repository.
+pub fn data_rootfs() -> PathBuf {
+    std::env::var_os("JAIL_DATA_ROOTFS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join("python-rootfs/out/data"))
+}
+
 pub fn is_root() -> bool {
     nix::unistd::getuid().is_root()
 }
@@ -77,6 +86,8 @@ pub struct Sandbox {
     pub code: PathBuf,
     pub input: PathBuf,
     pub output: PathBuf,
+    /// The rootfs runs use: `rootfs()` unless a test sets another.
+    pub rootfs: PathBuf,
     pub extra_args: Vec<String>,
 }
 
@@ -101,7 +112,7 @@ impl Sandbox {
             std::os::unix::fs::chown(&output, Some(sandbox_host_uid()), Some(sandbox_host_uid())).expect("chown");
         }
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        Sandbox { dir, code, input, output, extra_args: Vec::new() }
+        Sandbox { dir, code, input, output, rootfs: rootfs(), extra_args: Vec::new() }
     }
 
     /// Write a file into the input folder.
@@ -125,7 +136,7 @@ impl Sandbox {
         let script = self.script(source);
         let mut cmd = Command::new(jail_bin());
         cmd.arg("run").arg("--json");
-        cmd.arg("--rootfs").arg(rootfs());
+        cmd.arg("--rootfs").arg(&self.rootfs);
         cmd.arg("--input").arg(&self.input).arg("--output").arg(&self.output);
         cmd.args(&self.extra_args);
         cmd.arg(script);
