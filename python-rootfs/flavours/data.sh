@@ -122,12 +122,20 @@ rm -rf "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/* "$root"/var/cache/deb
     "$root"/var/log/* "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/info/* \
     "$root"/usr/share/locale/* "$root"/root "$root"/home "$root"/srv "$root"/opt "$root"/media "$root"/mnt
 rm -f "$root"/etc/apt/sources.list
+# No one logs in: no password files (build.sh makes the whole tree readable,
+# and a readable shadow file, even one without passwords, is a bad example).
+rm -f "$root"/etc/shadow "$root"/etc/shadow- "$root"/etc/gshadow "$root"/etc/gshadow- \
+    "$root"/etc/passwd- "$root"/etc/group- "$root"/var/cache/debconf/passwords.dat
 
 # The sandbox's uid and gid (1000 by default) get a name, as in the minimal
 # flavour, so pwd and getpass lookups inside the jail succeed.
 grep -q '^sandbox:' "$root/etc/passwd" || echo 'sandbox:x:1000:1000:sandbox:/tmp:/usr/sbin/nologin' >> "$root/etc/passwd"
 grep -q '^sandbox:' "$root/etc/group" || echo 'sandbox:x:1000:' >> "$root/etc/group"
+# debootstrap copied the build host's name and resolver; the jail has its
+# own hostname and no network, and carries nothing of the build host.
 printf '127.0.0.1 localhost jail\n::1 localhost\n' > "$root/etc/hosts"
+printf 'jail\n' > "$root/etc/hostname"
+: > "$root/etc/resolv.conf"
 
 got=$(chroot "$root" /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 [ "$got" = "$pyver" ] || die "the rootfs's python is $got, but data.lock is for $pyver: update pyver here and wheel-target.sh, then run lock-data.sh"
@@ -139,6 +147,7 @@ got=$(chroot "$root" /usr/bin/python3 -c 'import sys; print("%d.%d" % sys.versio
 # shellcheck source=../wheel-target.sh
 . "$here/wheel-target.sh"
 pip=(${PIP:-python3 -m pip})
+"${pip[@]}" --version >/dev/null 2>&1 || die "no pip (${pip[*]}): install it (apt-get install python3-pip) or set PIP"
 echo "data.sh: installing $(grep -vc '^#' "$here/data.lock") locked wheels"
 "${pip[@]}" install --quiet --disable-pip-version-check --no-warn-script-location --root-user-action=ignore \
     --require-hashes --no-deps --only-binary=:all: --no-compile \
@@ -150,7 +159,8 @@ rm -rf "$root$site/bin"
 find "$root$site" -depth -type d -name tests -prune -exec rm -rf {} +
 
 # Debian's sitecustomize only looks for apport; ours prepares matplotlib's
-# cache dir on first import (data-site/sitecustomize.py says how).
+# cache dir and joblib's core count when they are first imported
+# (data-site/sitecustomize.py says why and how).
 install -m 0644 "$here/data-site/sitecustomize.py" "$root/etc/python$pyver/sitecustomize.py"
 
 # Bytecode, by the rootfs's own interpreter. unchecked-hash: the rootfs is
@@ -161,6 +171,17 @@ in_root python3 -m compileall -q -j 0 --invalidation-mode unchecked-hash "$site"
 # lives beside that path; -f replaces what Debian compiled for the old file.
 in_root python3 -m compileall -q -f --invalidation-mode unchecked-hash /usr/lib/python$pyver/sitecustomize.py >/dev/null
 umount "$root/dev/shm"
+# Every module has its bytecode (Debian compiled the standard library when
+# it installed it): a missing .pyc would be compiled again, in memory, on
+# every run.
+in_root python3 - "$site" "/usr/lib/python$pyver" <<'PY' || die "modules without bytecode (listed above)"
+import importlib.util, os, sys
+missing = [os.path.join(d, f) for top in sys.argv[1:] for d, _, files in os.walk(top) for f in files
+           if f.endswith(".py") and not os.path.exists(importlib.util.cache_from_source(os.path.join(d, f)))]
+if missing:
+    print("\n".join(missing[:20]), file=sys.stderr)
+sys.exit(1 if missing else 0)
+PY
 
 # Matplotlib's font list, built once here and copied into the writable
 # MPLCONFIGDIR by sitecustomize when a script imports matplotlib.
