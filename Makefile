@@ -3,6 +3,7 @@ SHELL := /bin/bash
 CARGO ?= cargo
 JAIL  := target/release/jail
 TEST_USER ?= jailtest
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .DEFAULT_GOAL := help
 
@@ -20,11 +21,13 @@ build: ## build the workspace (debug)
 release: ## build the release binary target/release/jail
 	$(CARGO) build --release -p jail
 
-rootfs: ## build the minimal Python rootfs into python-rootfs/out/minimal
-	python-rootfs/build.sh minimal
+include python-rootfs/rootfs.mk
 
-demo: setup release rootfs ## set up, then run examples/hello.py in the jail and print its result
-	$(JAIL) run --json --input examples/data --output $$(mktemp -d) examples/hello.py
+demo: setup release ## set up (packages, jail, data rootfs), then summarise and chart a CSV in the jail and print the result
+	@[ -d python-rootfs/out/data ] || $(SUDO) python-rootfs/build.sh data
+	@out=$$(mktemp -d /tmp/jail-demo.XXXXXX); chmod 755 $$out; [ "$$(id -u)" != 0 ] || chown 65534:65534 $$out; \
+	$(JAIL) run --json --rootfs python-rootfs/out/data --input examples/data --output $$out examples/analyse.py; \
+	echo "demo output: $$out"
 
 doctor: release ## show what this host provides to the jail
 	$(JAIL) doctor

@@ -2,7 +2,7 @@
 # Install what building and testing jail needs from Debian's packages.
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
-pkgs=(libseccomp-dev pkg-config python3 gcc make)
+pkgs=(libseccomp-dev pkg-config python3 gcc make debootstrap)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
