@@ -1,9 +1,23 @@
-//! The agent that drives `jail` one step at a time.
+//! `jail-agent`: a plan-execute + ReAct agent that runs every code step in a
+//! fresh jail.
 //!
-//! Not built yet: the plan-execute + ReAct agent is issue 8. This crate holds
-//! no behaviour on purpose, so nothing can mistake it for a working agent; it
-//! exists so the workspace layout is fixed and the agent can depend on the
-//! single result type the `jail` crate defines.
+//! The pipeline of one run (`agent::run`): `session` makes the run's folders,
+//! the orchestrator in `agent` plans a `todo` list through the model (`llm`),
+//! and hands each item to a sub-agent whose `tools` write scripts and run
+//! each in a fresh jail through the `jail` binary (`runner`), seeing a
+//! compact `view` of the result; `skills` and `packages` tell the model what
+//! it can do; `trace` records every call and sums it up.
 
-/// The result contract the agent will deserialize, re-exported from `jail`.
+pub mod agent;
+pub mod llm;
+pub mod packages;
+pub mod runner;
+pub mod session;
+pub mod skills;
+pub mod todo;
+pub mod tools;
+pub mod trace;
+pub mod view;
+
+/// The result contract the agent deserializes, re-exported from `jail`.
 pub use jail::result::RunResult;

@@ -1,0 +1,411 @@
+//! The model client: one chat-completions call to any OpenAI-compatible
+//! endpoint with tool calling, retried with backoff on 429, 5xx and transport
+//! failures, bounded by a request timeout, and parsed leniently: vendors add
+//! fields (`reasoning_content`, `system_fingerprint`, ...), send `arguments`
+//! as an object instead of a string, or leave out `usage`, and none of that
+//! may break a run.
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+/// Where the model is and how to talk to it.
+#[derive(Debug, Clone)]
+pub struct LlmConfig {
+    /// The endpoint's base URL (`http://localhost:11434/v1`), or the full
+    /// `.../chat/completions` URL.
+    pub base_url: String,
+    pub model: String,
+    /// Sent as `Authorization: Bearer KEY` when set.
+    pub api_key: Option<String>,
+    /// Timeout of one HTTP request, connection to last byte.
+    pub timeout: Duration,
+    /// Retries after the first attempt, on 429, 5xx and transport failures.
+    pub max_retries: u32,
+    /// First backoff; doubled each retry, capped at 30 s.
+    pub retry_base: Duration,
+    pub temperature: Option<f64>,
+    /// `max_tokens` of each reply, when set.
+    pub max_reply_tokens: Option<u32>,
+}
+
+impl LlmConfig {
+    /// The chat-completions URL for this endpoint.
+    pub fn url(&self) -> String {
+        let base = self.base_url.trim_end_matches('/');
+        if base.ends_with("/chat/completions") {
+            base.to_string()
+        } else {
+            format!("{base}/chat/completions")
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LlmError {
+    #[error("cannot reach the model endpoint {url}: {cause} (check LLM_BASE_URL and that the server is running)")]
+    Unreachable { url: String, cause: String },
+    #[error("the model endpoint {url} did not answer within {secs} s (raise --llm-timeout, or check the server)")]
+    Timeout { url: String, secs: u64 },
+    #[error("the model endpoint {url} answered HTTP {status}{hint}: {body}")]
+    Status { url: String, status: u16, hint: &'static str, body: String },
+    #[error("the model endpoint {url} answered with something that is not a chat completion ({cause}): {excerpt}")]
+    Decode { url: String, cause: String, excerpt: String },
+    #[error("the model endpoint {url} is not a valid URL: {cause} (set LLM_BASE_URL to e.g. http://localhost:8000/v1)")]
+    BadUrl { url: String, cause: String },
+}
+
+/// A chat message, in the shape the endpoint expects back.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Message {
+    System(String),
+    User(String),
+    Assistant { content: Option<String>, tool_calls: Vec<ToolCall> },
+    Tool { tool_call_id: String, content: String },
+}
+
+impl Message {
+    fn to_json(&self) -> Value {
+        match self {
+            Message::System(c) => json!({"role": "system", "content": c}),
+            Message::User(c) => json!({"role": "user", "content": c}),
+            Message::Assistant { content, tool_calls } => {
+                let mut m = json!({"role": "assistant", "content": content});
+                if !tool_calls.is_empty() {
+                    m["tool_calls"] = tool_calls
+                        .iter()
+                        .map(|c| {
+                            json!({"id": c.id, "type": "function",
+                                   "function": {"name": c.name, "arguments": c.arguments}})
+                        })
+                        .collect();
+                }
+                m
+            }
+            Message::Tool { tool_call_id, content } => {
+                json!({"role": "tool", "tool_call_id": tool_call_id, "content": content})
+            }
+        }
+    }
+
+    /// Characters of text, for estimating tokens when the endpoint reports none.
+    fn chars(&self) -> usize {
+        match self {
+            Message::System(c) | Message::User(c) => c.len(),
+            Message::Assistant { content, tool_calls } => {
+                content.as_ref().map_or(0, String::len)
+                    + tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).sum::<usize>()
+            }
+            Message::Tool { content, .. } => content.len(),
+        }
+    }
+}
+
+/// One tool call the model asked for. `arguments` is the raw JSON text, which
+/// may be malformed: the tool layer answers that with a tool error.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Tokens one call used.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TokenUsage {
+    pub input: u64,
+    pub output: u64,
+    /// The endpoint reported no usage; these are estimates (4 characters a token).
+    pub estimated: bool,
+}
+
+/// The model's reply to one call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reply {
+    pub content: Option<String>,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<String>,
+    pub usage: TokenUsage,
+    /// HTTP attempts it took (1 when nothing was retried).
+    pub attempts: u32,
+    pub duration: Duration,
+}
+
+/// A blocking client for one endpoint.
+pub struct Client {
+    http: ureq::Agent,
+    config: LlmConfig,
+    url: String,
+}
+
+/// What one HTTP attempt ended in.
+enum Attempt {
+    Done(String),
+    Retry { error: LlmError, after: Option<Duration> },
+    Fail(LlmError),
+}
+
+impl Client {
+    pub fn new(config: LlmConfig) -> Client {
+        let http: ureq::Agent = ureq::Agent::config_builder()
+            .timeout_global(Some(config.timeout))
+            .http_status_as_error(false)
+            .user_agent(concat!("jail-agent/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .into();
+        let url = config.url();
+        Client { http, config, url }
+    }
+
+    pub fn config(&self) -> &LlmConfig {
+        &self.config
+    }
+
+    /// One chat completion with the given tools offered.
+    pub fn chat(&self, messages: &[Message], tools: &[Value]) -> Result<Reply, LlmError> {
+        let started = Instant::now();
+        let mut body = json!({
+            "model": self.config.model,
+            "messages": messages.iter().map(Message::to_json).collect::<Vec<_>>(),
+        });
+        if !tools.is_empty() {
+            body["tools"] = Value::Array(tools.to_vec());
+            body["tool_choice"] = json!("auto");
+        }
+        if let Some(t) = self.config.temperature {
+            body["temperature"] = json!(t);
+        }
+        if let Some(m) = self.config.max_reply_tokens {
+            body["max_tokens"] = json!(m);
+        }
+        let body = body.to_string();
+        let mut attempts = 0;
+        let text = loop {
+            attempts += 1;
+            match self.attempt(&body) {
+                Attempt::Done(text) => break text,
+                Attempt::Fail(e) => return Err(e),
+                Attempt::Retry { error, after } => {
+                    if attempts > self.config.max_retries {
+                        return Err(error);
+                    }
+                    // Retry-After when the server sent one, else exponential backoff.
+                    let wait = match after {
+                        Some(a) => a.min(Duration::from_secs(60)),
+                        None => self.config.retry_base.saturating_mul(1 << (attempts - 1).min(16)).min(Duration::from_secs(30)),
+                    };
+                    std::thread::sleep(wait);
+                }
+            }
+        };
+        let mut reply = parse_reply(&text).map_err(|cause| LlmError::Decode {
+            url: self.url.clone(),
+            cause,
+            excerpt: excerpt(&text, 300),
+        })?;
+        if reply.usage.estimated {
+            let sent: usize = messages.iter().map(Message::chars).sum::<usize>()
+                + tools.iter().map(|t| t.to_string().len()).sum::<usize>();
+            let got = reply.content.as_ref().map_or(0, String::len)
+                + reply.tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).sum::<usize>();
+            reply.usage.input = sent.div_ceil(4) as u64;
+            reply.usage.output = got.div_ceil(4) as u64;
+        }
+        reply.attempts = attempts;
+        reply.duration = started.elapsed();
+        Ok(reply)
+    }
+
+    fn attempt(&self, body: &str) -> Attempt {
+        let mut req = self.http.post(&self.url).header("Content-Type", "application/json");
+        if let Some(key) = &self.config.api_key {
+            req = req.header("Authorization", format!("Bearer {key}"));
+        }
+        let mut resp = match req.send(body) {
+            Ok(r) => r,
+            Err(e) => return self.transport_error(e),
+        };
+        let status = resp.status().as_u16();
+        let retry_after = resp
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .map(Duration::from_secs_f64);
+        let text = match resp.body_mut().with_config().limit(32 << 20).read_to_string() {
+            Ok(t) => t,
+            Err(e) => return self.transport_error(e),
+        };
+        if (200..300).contains(&status) {
+            return Attempt::Done(text);
+        }
+        let error = LlmError::Status { url: self.url.clone(), status, hint: status_hint(status), body: excerpt(&text, 300) };
+        if status == 429 || status >= 500 {
+            Attempt::Retry { error, after: retry_after }
+        } else {
+            Attempt::Fail(error)
+        }
+    }
+
+    fn transport_error(&self, e: ureq::Error) -> Attempt {
+        let url = self.url.clone();
+        match e {
+            ureq::Error::Timeout(_) => {
+                Attempt::Retry { error: LlmError::Timeout { url, secs: self.config.timeout.as_secs() }, after: None }
+            }
+            ureq::Error::BadUri(cause) => Attempt::Fail(LlmError::BadUrl { url, cause }),
+            ureq::Error::Http(cause) => Attempt::Fail(LlmError::BadUrl { url, cause: cause.to_string() }),
+            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
+                Attempt::Retry { error: LlmError::Timeout { url, secs: self.config.timeout.as_secs() }, after: None }
+            }
+            ureq::Error::HostNotFound => {
+                Attempt::Retry { error: LlmError::Unreachable { url, cause: "host not found".into() }, after: None }
+            }
+            other => Attempt::Retry { error: LlmError::Unreachable { url, cause: other.to_string() }, after: None },
+        }
+    }
+}
+
+fn status_hint(status: u16) -> &'static str {
+    match status {
+        401 | 403 => " (check LLM_API_KEY)",
+        404 => " (check LLM_BASE_URL, usually ending in /v1, and LLM_MODEL)",
+        400 | 422 => " (the server refused the request: does LLM_MODEL support tool calling?)",
+        429 => " (rate limited; retried with backoff)",
+        _ => "",
+    }
+}
+
+/// At most `n` characters of `text`, on one line.
+pub fn excerpt(text: &str, n: usize) -> String {
+    let one_line: String = text.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    let one_line = one_line.trim();
+    if one_line.chars().count() <= n {
+        one_line.to_string()
+    } else {
+        format!("{}…", one_line.chars().take(n).collect::<String>())
+    }
+}
+
+/// Parse a chat-completion body, taking only what the agent needs and
+/// ignoring everything else.
+pub fn parse_reply(text: &str) -> Result<Reply, String> {
+    let v: Value = serde_json::from_str(text).map_err(|e| format!("not JSON: {e}"))?;
+    if let Some(err) = v.get("error").filter(|e| !e.is_null()) {
+        let msg = err.get("message").and_then(Value::as_str).map(String::from).unwrap_or_else(|| err.to_string());
+        return Err(format!("the endpoint reported an error: {msg}"));
+    }
+    let choice = v
+        .get("choices")
+        .and_then(Value::as_array)
+        .and_then(|c| c.first())
+        .ok_or("no `choices` in the response")?;
+    let message = choice.get("message").ok_or("no `message` in the first choice")?;
+    let content = text_of(message.get("content"));
+    let mut tool_calls = Vec::new();
+    let calls = message.get("tool_calls").and_then(Value::as_array).cloned().unwrap_or_default();
+    for (i, call) in calls.iter().enumerate() {
+        let f = call.get("function").unwrap_or(call);
+        let name = f.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+        let arguments = match f.get("arguments") {
+            Some(Value::String(s)) => s.clone(),
+            None | Some(Value::Null) => "{}".to_string(),
+            Some(other) => other.to_string(),
+        };
+        let id = call
+            .get("id")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+            .unwrap_or_else(|| format!("call_{i}"));
+        tool_calls.push(ToolCall { id, name, arguments });
+    }
+    // The legacy single `function_call` some servers still send.
+    if tool_calls.is_empty() {
+        if let Some(f) = message.get("function_call").filter(|f| f.is_object()) {
+            let name = f.get("name").and_then(Value::as_str).unwrap_or_default().to_string();
+            let arguments = match f.get("arguments") {
+                Some(Value::String(s)) => s.clone(),
+                Some(other) if !other.is_null() => other.to_string(),
+                _ => "{}".to_string(),
+            };
+            tool_calls.push(ToolCall { id: "call_0".into(), name, arguments });
+        }
+    }
+    let finish_reason = choice.get("finish_reason").and_then(Value::as_str).map(String::from);
+    let usage = v.get("usage").filter(|u| u.is_object());
+    let number = |keys: &[&str]| usage.and_then(|u| keys.iter().find_map(|k| u.get(*k).and_then(Value::as_u64)));
+    let input = number(&["prompt_tokens", "input_tokens"]);
+    let output = number(&["completion_tokens", "output_tokens"]);
+    let usage = match (input, output) {
+        (Some(input), Some(output)) => TokenUsage { input, output, estimated: false },
+        _ => TokenUsage { input: 0, output: 0, estimated: true },
+    };
+    Ok(Reply { content, tool_calls, finish_reason, usage, attempts: 1, duration: Duration::ZERO })
+}
+
+/// Message content as text: a string, or the text parts of a list of parts.
+fn text_of(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()).filter(|s| !s.trim().is_empty()),
+        Value::Array(parts) => {
+            let t: Vec<&str> = parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect();
+            Some(t.join("")).filter(|s| !s.trim().is_empty())
+        }
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn vendor_extra_fields_are_ignored() {
+        let body = r#"{"id":"x","object":"chat.completion","system_fingerprint":"fp",
+          "choices":[{"index":0,"finish_reason":"tool_calls","logprobs":null,
+            "message":{"role":"assistant","content":null,"reasoning_content":"thinking hard",
+              "tool_calls":[{"id":"c1","type":"function","function":{"name":"list_input_files","arguments":"{}"}}]}}],
+          "usage":{"prompt_tokens":12,"completion_tokens":3,"total_tokens":15,"prompt_tokens_details":{"cached_tokens":0}}}"#;
+        let r = parse_reply(body).unwrap();
+        assert_eq!(r.tool_calls, vec![ToolCall { id: "c1".into(), name: "list_input_files".into(), arguments: "{}".into() }]);
+        assert_eq!(r.usage, TokenUsage { input: 12, output: 3, estimated: false });
+        assert_eq!(r.content, None);
+    }
+
+    #[test]
+    fn object_arguments_missing_ids_and_missing_usage_are_tolerated() {
+        let body = r#"{"choices":[{"message":{"content":[{"type":"text","text":"hi"}],
+            "tool_calls":[{"function":{"name":"read_skill","arguments":{"name":"eda"}}}]}}]}"#;
+        let r = parse_reply(body).unwrap();
+        assert_eq!(r.tool_calls[0].id, "call_0");
+        assert_eq!(r.tool_calls[0].arguments, r#"{"name":"eda"}"#);
+        assert_eq!(r.content.as_deref(), Some("hi"));
+        assert!(r.usage.estimated);
+    }
+
+    #[test]
+    fn an_error_body_or_no_choices_is_a_decode_error() {
+        assert!(parse_reply(r#"{"error":{"message":"model not found"}}"#).unwrap_err().contains("model not found"));
+        assert!(parse_reply(r#"{"choices":[]}"#).unwrap_err().contains("choices"));
+        assert!(parse_reply("<html>").unwrap_err().contains("not JSON"));
+    }
+
+    #[test]
+    fn base_url_gets_the_chat_completions_path_once() {
+        let mut c = LlmConfig {
+            base_url: "http://h:1/v1/".into(),
+            model: "m".into(),
+            api_key: None,
+            timeout: Duration::from_secs(1),
+            max_retries: 0,
+            retry_base: Duration::from_millis(1),
+            temperature: None,
+            max_reply_tokens: None,
+        };
+        assert_eq!(c.url(), "http://h:1/v1/chat/completions");
+        c.base_url = "http://h:1/v1/chat/completions".into();
+        assert_eq!(c.url(), "http://h:1/v1/chat/completions");
+    }
+}

@@ -1,0 +1,201 @@
+//! The `jail-agent` command line: read the flags and the LLM_* environment,
+//! run the task, print the final answer and the summary of tokens and time.
+//! Exit status: 0 finished, 1 the run failed, 2 bad usage, 3 stopped at a cap.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{bail, Context as _};
+use clap::{Parser, Subcommand};
+
+use agent::agent::{self as run, Caps, Config, Progress, Stop};
+use agent::llm::LlmConfig;
+use agent::runner::{self, Runner};
+use agent::view::Budget;
+
+#[derive(Parser)]
+#[command(name = "jail-agent", version, about = "An agent that plans, writes Python and runs every step in a fresh jail")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one task on a folder of input files.
+    Run(Box<RunArgs>),
+}
+
+#[derive(clap::Args)]
+struct RunArgs {
+    /// The task, in plain words.
+    #[arg(long, required_unless_present = "task_file")]
+    task: Option<String>,
+    /// Read the task from a file instead.
+    #[arg(long, value_name = "FILE", conflicts_with = "task")]
+    task_file: Option<PathBuf>,
+    /// The input files (copied into the session, read-only in the jail).
+    #[arg(long, value_name = "DIR")]
+    input: PathBuf,
+    /// Copy the files the run produced here at the end.
+    #[arg(long, value_name = "DIR")]
+    output: Option<PathBuf>,
+    /// Jail policy for every step (default: the jail's built-in default).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// The `jail` binary (default: JAIL_BIN, then `jail` beside this binary, then PATH).
+    #[arg(long, value_name = "PATH")]
+    jail: Option<PathBuf>,
+    /// Root filesystem of the steps (default: JAIL_ROOTFS, then the policy's).
+    #[arg(long, value_name = "DIR", env = "JAIL_ROOTFS")]
+    rootfs: Option<PathBuf>,
+    /// Folder the session dir is created in (default: the temp dir).
+    #[arg(long, value_name = "DIR")]
+    session_dir: Option<PathBuf>,
+    /// Extra skills (*.md) that add to or replace the built-in ones.
+    #[arg(long, value_name = "DIR")]
+    skills: Option<PathBuf>,
+
+    /// OpenAI-compatible endpoint, e.g. http://localhost:11434/v1.
+    #[arg(long, env = "LLM_BASE_URL", value_name = "URL")]
+    base_url: Option<String>,
+    /// Model name the endpoint knows.
+    #[arg(long, env = "LLM_MODEL")]
+    model: Option<String>,
+    /// API key, sent as a bearer token (prefer the environment variable).
+    #[arg(long, env = "LLM_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Timeout of one model request, in seconds.
+    #[arg(long, env = "LLM_TIMEOUT_SECS", default_value_t = 300)]
+    llm_timeout: u64,
+    /// Retries of a model request on 429, 5xx and connection failures.
+    #[arg(long, env = "LLM_RETRIES", default_value_t = 4)]
+    retries: u32,
+    /// First retry backoff in milliseconds (doubled each retry).
+    #[arg(long, env = "LLM_RETRY_BASE_MS", default_value_t = 1000)]
+    retry_base_ms: u64,
+    /// Sampling temperature (default: the server's).
+    #[arg(long, env = "LLM_TEMPERATURE")]
+    temperature: Option<f64>,
+    /// Most tokens of one reply (default: the server's).
+    #[arg(long, env = "LLM_MAX_REPLY_TOKENS")]
+    max_reply_tokens: Option<u32>,
+
+    /// Wall-clock limit of one step in seconds (default: the policy's).
+    #[arg(long, value_name = "SECS")]
+    step_timeout: Option<f64>,
+    /// Model calls one sub-agent may make.
+    #[arg(long, default_value_t = Caps::default().subagent_steps)]
+    subagent_steps: u32,
+    /// Tokens (in + out) one sub-agent may use.
+    #[arg(long, default_value_t = Caps::default().subagent_tokens)]
+    subagent_tokens: u64,
+    /// Model calls the whole run may make.
+    #[arg(long, default_value_t = Caps::default().run_steps)]
+    run_steps: u32,
+    /// Tokens (in + out) the whole run may use.
+    #[arg(long, default_value_t = Caps::default().run_tokens)]
+    run_tokens: u64,
+    /// Print no progress on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run_task(*args),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("jail-agent: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
+    let task = match (&a.task, &a.task_file) {
+        (Some(t), _) => t.clone(),
+        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("cannot read the task file {}", f.display()))?,
+        (None, None) => bail!("give the task with --task TEXT or --task-file FILE"),
+    };
+    let Some(base_url) = a.base_url.filter(|u| !u.trim().is_empty()) else {
+        bail!("no model endpoint: set LLM_BASE_URL (or --base-url) to an OpenAI-compatible server, e.g. http://localhost:11434/v1");
+    };
+    let Some(model) = a.model.filter(|m| !m.trim().is_empty()) else {
+        bail!("no model: set LLM_MODEL (or --model) to a model the endpoint serves");
+    };
+    if !a.input.is_dir() {
+        bail!("input dir {} is not a folder: pass an existing folder to --input", a.input.display());
+    }
+    let policy = match &a.policy {
+        Some(p) => jail::policy::Policy::load(p),
+        None => jail::policy::Policy::builtin_default(),
+    }
+    .map_err(|e| anyhow::anyhow!("policy: {e} (check it with `jail check FILE`)"))?;
+    let owner = run::owner_for(a.policy.as_deref()).map_err(anyhow::Error::msg)?;
+    let rootfs = a.rootfs.clone().or_else(|| policy.rootfs.clone());
+    if let Some(t) = a.step_timeout {
+        if !(t > 0.0 && t <= 86_400.0) {
+            bail!("--step-timeout {t} is out of range: give seconds above 0 and at most 86400");
+        }
+    }
+    let wall_limit = a.step_timeout.map(Duration::from_secs_f64).unwrap_or(policy.limits.wall_time);
+    let config = Config {
+        task,
+        input: a.input,
+        output: a.output,
+        session_parent: a.session_dir,
+        llm: LlmConfig {
+            base_url,
+            model,
+            api_key: a.api_key.filter(|k| !k.is_empty()),
+            timeout: Duration::from_secs(a.llm_timeout.max(1)),
+            max_retries: a.retries,
+            retry_base: Duration::from_millis(a.retry_base_ms),
+            temperature: a.temperature,
+            max_reply_tokens: a.max_reply_tokens,
+        },
+        runner: Runner {
+            jail: runner::find_jail(a.jail.as_deref()),
+            policy: a.policy,
+            rootfs: a.rootfs,
+            timeout: a.step_timeout,
+            wall_limit,
+        },
+        rootfs,
+        skills_dir: a.skills,
+        caps: Caps {
+            subagent_steps: a.subagent_steps,
+            subagent_tokens: a.subagent_tokens,
+            run_steps: a.run_steps,
+            run_tokens: a.run_tokens,
+        },
+        budget: Budget::default(),
+        owner,
+        progress: if a.quiet { Progress::Quiet } else { Progress::Stderr },
+    };
+    let outcome = match run::run(&config) {
+        Ok(o) => o,
+        Err(f) => {
+            if let Some(s) = &f.session {
+                eprintln!("jail-agent: the trace and summary are in {}", s.display());
+            }
+            return Err(f.into());
+        }
+    };
+    println!("{}\n", outcome.answer);
+    print!("{}", outcome.summary.render());
+    let root = &outcome.session.root;
+    eprintln!("jail-agent: session {} (answer.md, trace.jsonl, summary.txt; files in output/)", root.display());
+    if let Some(dest) = &config.output {
+        eprintln!("jail-agent: copied {} files to {}", outcome.exported.len(), dest.display());
+    }
+    Ok(match outcome.stop {
+        Stop::Finished => ExitCode::SUCCESS,
+        Stop::RunStepCap(_) | Stop::RunTokenCap(_) => ExitCode::from(3),
+    })
+}

@@ -1,0 +1,140 @@
+//! One step in a fresh jail: run the `jail` binary as a subprocess
+//! (`jail run --json --input --output --code SCRIPT`) and deserialize its
+//! result into the `jail` crate's own `RunResult`. Never in-process: the
+//! jail must fork from a single-threaded process, and it is the jail's
+//! subprocess boundary that keeps a step's failure from becoming ours.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use jail::result::RunResult;
+
+use crate::session::Session;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("cannot start the jail binary {path}: {source} (build it with `cargo build`, or pass --jail PATH / set JAIL_BIN)")]
+    Spawn { path: PathBuf, source: std::io::Error },
+    #[error("the jail printed no result (exit status {status}): {stderr}")]
+    NoResult { status: String, stderr: String },
+    #[error("the jail's result does not match this agent's result type ({cause}); rebuild both from one checkout")]
+    Contract { cause: String },
+    #[error("the jail did not finish within {secs} s of its own deadline and was killed")]
+    Hung { secs: u64 },
+}
+
+/// How steps are run.
+#[derive(Debug, Clone)]
+pub struct Runner {
+    pub jail: PathBuf,
+    pub policy: Option<PathBuf>,
+    pub rootfs: Option<PathBuf>,
+    /// Wall-clock limit of one step, passed as `--timeout` (else the policy's).
+    pub timeout: Option<f64>,
+    /// The wall-clock limit the jail will apply, to bound our own wait.
+    pub wall_limit: Duration,
+}
+
+/// One finished step.
+#[derive(Debug, Clone)]
+pub struct Step {
+    pub result: RunResult,
+    /// Wall time of the whole `jail` process, as the agent saw it.
+    pub duration: Duration,
+}
+
+impl Runner {
+    /// Run `script` (a path relative to the session's code dir).
+    pub fn run(&self, session: &Session, script: &Path, args: &[String]) -> Result<Step, RunnerError> {
+        let started = Instant::now();
+        let mut cmd = Command::new(&self.jail);
+        cmd.arg("run").arg("--json");
+        if let Some(p) = &self.policy {
+            cmd.arg("--policy").arg(p);
+        }
+        if let Some(r) = &self.rootfs {
+            cmd.arg("--rootfs").arg(r);
+        }
+        if let Some(t) = self.timeout {
+            cmd.arg("--timeout").arg(t.to_string());
+        }
+        cmd.arg("--input").arg(&session.input);
+        cmd.arg("--output").arg(&session.output);
+        cmd.arg("--code").arg(&session.code);
+        cmd.arg(session.code.join(script));
+        // `--` keeps the model's arguments from being read as jail options.
+        if !args.is_empty() {
+            cmd.arg("--");
+            cmd.args(args);
+        }
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|source| RunnerError::Spawn { path: self.jail.clone(), source })?;
+        let (tx, rx) = mpsc::channel();
+        let mut stdout = child.stdout.take();
+        let mut stderr = child.stderr.take();
+        let tx_err = tx.clone();
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(s) = stdout.as_mut() {
+                let _ = s.read_to_end(&mut buf);
+            }
+            let _ = tx.send((true, buf));
+        });
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(s) = stderr.as_mut() {
+                let _ = s.read_to_end(&mut buf);
+            }
+            let _ = tx_err.send((false, buf));
+        });
+        // The jail kills its own tree at its deadline; this only guards
+        // against the jail itself hanging.
+        let grace = Duration::from_secs(30);
+        let deadline = started + self.wall_limit + grace;
+        let (mut out, mut err) = (None, None);
+        while out.is_none() || err.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(left) {
+                Ok((true, b)) => out = Some(b),
+                Ok((false, b)) => err = Some(b),
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(RunnerError::Hung { secs: grace.as_secs() });
+                }
+            }
+        }
+        let status = child.wait().map_err(|source| RunnerError::Spawn { path: self.jail.clone(), source })?;
+        let (out, err) = (out.unwrap_or_default(), err.unwrap_or_default());
+        let value: serde_json::Value = serde_json::from_slice(&out).map_err(|_| RunnerError::NoResult {
+            status: status.to_string(),
+            stderr: crate::llm::excerpt(&String::from_utf8_lossy(&err), 400),
+        })?;
+        let result: RunResult =
+            serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
+        Ok(Step { result, duration: started.elapsed() })
+    }
+}
+
+/// The jail binary: `explicit`, else `JAIL_BIN`, else `jail` beside our own
+/// executable, else `jail` on PATH.
+pub fn find_jail(explicit: Option<&Path>) -> PathBuf {
+    if let Some(p) = explicit {
+        return p.to_path_buf();
+    }
+    if let Some(p) = std::env::var_os("JAIL_BIN").filter(|v| !v.is_empty()) {
+        return PathBuf::from(p);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        if let Some(dir) = exe.parent() {
+            let beside = dir.join("jail");
+            if beside.is_file() {
+                return beside;
+            }
+        }
+    }
+    PathBuf::from("jail")
+}

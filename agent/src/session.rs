@@ -1,0 +1,434 @@
+//! One run's folders on the host: `input` (a copy of the user's files, bound
+//! read-only at /workspace/input), `code` (the scripts the model writes,
+//! read-only at /workspace/code), `output` (writable at /workspace/output and
+//! carried from step to step), plus the trace and the summary. Every run gets
+//! a fresh session dir, and each jail step binds only its own session's
+//! folders, so nothing from one session is visible to another.
+//!
+//! When the agent runs as root, `jail` maps the sandbox to an unprivileged
+//! host uid (the policy's `identity.root_host_uid`, 65534 by default) and
+//! refuses folders that uid cannot use: so the session dir is made searchable
+//! (0711), input and code world-readable, and output owned by that uid.
+//!
+//! Everything the host side reads from the session is untrusted (a step may
+//! leave symlinks or fifos in `output`): paths are resolved beneath their
+//! folder, no link is followed and only regular files are opened.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File};
+use std::io;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Component, Path, PathBuf};
+
+/// Largest input the agent copies into a session.
+const MAX_INPUT_BYTES: u64 = 1 << 30;
+/// Most entries one listing returns.
+pub const MAX_LIST_ENTRIES: usize = 500;
+const MAX_DEPTH: usize = 8;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error("cannot create a session dir in {path}: {source} (pass --session-dir DIR, a folder you can write)")]
+    CreateRoot { path: PathBuf, source: io::Error },
+    #[error("{path} is not searchable by the sandbox uid {uid} (needed when jail-agent runs as root): chmod o+x {path}, or pass --session-dir DIR")]
+    NotSearchable { path: PathBuf, uid: u32 },
+    #[error("input dir {path} cannot be read: {source} (pass an existing folder to --input)")]
+    ReadInput { path: PathBuf, source: io::Error },
+    #[error("input dir {path} holds more than {max} MiB (pass a smaller folder to --input)", max = MAX_INPUT_BYTES >> 20)]
+    InputTooLarge { path: PathBuf },
+    #[error("{op} {path}: {source}")]
+    Io { op: &'static str, path: PathBuf, source: io::Error },
+}
+
+fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SessionError + 'a {
+    move |source| SessionError::Io { op, path: path.to_path_buf(), source }
+}
+
+/// Who the sandbox is on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Owner {
+    /// The agent runs as an ordinary user: the sandbox maps to that user.
+    Caller,
+    /// The agent runs as root: the sandbox maps to this unprivileged uid/gid.
+    Sandbox { uid: u32, gid: u32 },
+}
+
+/// The three folders a step sees.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Area {
+    Input,
+    Code,
+    Output,
+}
+
+impl Area {
+    pub fn jail_path(self) -> &'static str {
+        match self {
+            Area::Input => "/workspace/input",
+            Area::Code => "/workspace/code",
+            Area::Output => "/workspace/output",
+        }
+    }
+}
+
+/// One listed entry, never followed if it is a link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Path relative to its area, `/`-separated.
+    pub rel: String,
+    pub bytes: u64,
+    pub kind: EntryKind,
+    pub mtime_ns: i128,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EntryKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// A fresh session on the host.
+#[derive(Debug, Clone)]
+pub struct Session {
+    pub root: PathBuf,
+    pub input: PathBuf,
+    pub code: PathBuf,
+    pub output: PathBuf,
+    pub owner: Owner,
+    /// Input entries that were not copied (links, devices), in plain words.
+    pub skipped_input: Vec<String>,
+}
+
+impl Session {
+    /// Create a fresh session under `parent` (default: the temp dir) with a
+    /// copy of `input`.
+    pub fn create(parent: Option<&Path>, input: &Path, owner: Owner) -> Result<Session, SessionError> {
+        let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+        fs::create_dir_all(&parent).map_err(|source| SessionError::CreateRoot { path: parent.clone(), source })?;
+        let parent = fs::canonicalize(&parent).map_err(|source| SessionError::CreateRoot { path: parent.clone(), source })?;
+        if let Owner::Sandbox { uid, gid } = owner {
+            check_searchable(&parent, uid, gid)?;
+        }
+        let root = tempfile::Builder::new()
+            .prefix("jail-agent-")
+            .tempdir_in(&parent)
+            .map_err(|source| SessionError::CreateRoot { path: parent.clone(), source })?
+            .keep();
+        // Searchable but not listable: the sandbox uid must reach its folders.
+        set_mode(&root, 0o711)?;
+        let mk = |name: &str, mode: u32| -> Result<PathBuf, SessionError> {
+            let p = root.join(name);
+            fs::create_dir(&p).map_err(io_err("mkdir", &p))?;
+            set_mode(&p, mode)?;
+            Ok(p)
+        };
+        let input_dir = mk("input", 0o755)?;
+        let code = mk("code", 0o755)?;
+        let output = mk("output", 0o700)?;
+        if let Owner::Sandbox { uid, gid } = owner {
+            std::os::unix::fs::chown(&output, Some(uid), Some(gid)).map_err(io_err("chown", &output))?;
+        }
+        let mut session = Session { root, input: input_dir, code, output, owner, skipped_input: Vec::new() };
+        let src = fs::canonicalize(input).map_err(|source| SessionError::ReadInput { path: input.to_path_buf(), source })?;
+        if !src.is_dir() {
+            return Err(SessionError::ReadInput {
+                path: input.to_path_buf(),
+                source: io::Error::new(io::ErrorKind::InvalidInput, "not a directory"),
+            });
+        }
+        let mut total = 0;
+        let dst = session.input.clone();
+        copy_tree(&src, &dst, 0, &mut total, &mut session.skipped_input)?;
+        Ok(session)
+    }
+
+    pub fn dir(&self, area: Area) -> &Path {
+        match area {
+            Area::Input => &self.input,
+            Area::Code => &self.code,
+            Area::Output => &self.output,
+        }
+    }
+
+    pub fn trace_path(&self) -> PathBuf {
+        self.root.join("trace.jsonl")
+    }
+
+    /// Resolve a path the model gave (`/workspace/output/a.csv`, `output/a.csv`,
+    /// or a bare `a.csv`, looked up in output, then input, then code) to its
+    /// area and its path relative to it.
+    pub fn resolve(&self, given: &str) -> Result<(Area, PathBuf), String> {
+        let given = given.trim();
+        let stripped = given.strip_prefix("/workspace/").or_else(|| given.strip_prefix("workspace/"));
+        let candidates: Vec<(Area, &str)> = match stripped {
+            Some(rest) => {
+                let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
+                match head {
+                    "input" => vec![(Area::Input, tail)],
+                    "code" => vec![(Area::Code, tail)],
+                    "output" => vec![(Area::Output, tail)],
+                    _ => return Err(format!("{given} is outside the sandbox's folders: use /workspace/input, /workspace/output or /workspace/code")),
+                }
+            }
+            None if given.starts_with('/') => {
+                return Err(format!("{given} is outside the sandbox's folders: use /workspace/input, /workspace/output or /workspace/code"))
+            }
+            None => {
+                let (head, tail) = given.split_once('/').unwrap_or((given, ""));
+                match head {
+                    "input" => vec![(Area::Input, tail)],
+                    "code" => vec![(Area::Code, tail)],
+                    "output" => vec![(Area::Output, tail)],
+                    _ => vec![(Area::Output, given), (Area::Input, given), (Area::Code, given)],
+                }
+            }
+        };
+        for (i, (area, rel)) in candidates.iter().enumerate() {
+            let rel = clean_relative(rel)?;
+            let exists = fs::symlink_metadata(self.dir(*area).join(&rel)).is_ok();
+            if exists || i + 1 == candidates.len() {
+                return Ok((*area, rel));
+            }
+        }
+        Err(format!("{given}: no such file"))
+    }
+
+    /// Open a regular file beneath an area without following any link.
+    pub fn open(&self, area: Area, rel: &Path) -> Result<File, String> {
+        open_beneath(self.dir(area), rel)
+    }
+
+    /// Every entry beneath an area, links listed and never followed.
+    pub fn list(&self, area: Area) -> Vec<Entry> {
+        let mut out = Vec::new();
+        walk(self.dir(area), "", 0, &mut out);
+        out
+    }
+
+    /// The output dir's files by path, to tell what a step created or changed.
+    pub fn snapshot(&self) -> BTreeMap<String, (u64, i128)> {
+        self.list(Area::Output)
+            .into_iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .map(|e| (e.rel, (e.bytes, e.mtime_ns)))
+            .collect()
+    }
+
+    /// Copy the output's regular files (none of `refused`) to `dest`, which
+    /// is created if needed. Returns the paths copied.
+    pub fn export(&self, dest: &Path, refused: &[String]) -> Result<Vec<String>, SessionError> {
+        fs::create_dir_all(dest).map_err(io_err("mkdir", dest))?;
+        let mut copied = Vec::new();
+        for e in self.list(Area::Output) {
+            if e.kind != EntryKind::File || refused.contains(&e.rel) {
+                continue;
+            }
+            let target = dest.join(&e.rel);
+            if let Some(parent) = target.parent() {
+                fs::create_dir_all(parent).map_err(io_err("mkdir", parent))?;
+            }
+            let mut from = match self.open(Area::Output, Path::new(&e.rel)) {
+                Ok(f) => f,
+                Err(_) => continue,
+            };
+            let mut to = File::create(&target).map_err(io_err("create", &target))?;
+            io::copy(&mut from, &mut to).map_err(io_err("copy to", &target))?;
+            copied.push(e.rel);
+        }
+        Ok(copied)
+    }
+}
+
+/// A path made only of normal components.
+pub fn clean_relative(rel: &str) -> Result<PathBuf, String> {
+    let p = Path::new(rel);
+    let mut out = PathBuf::new();
+    for c in p.components() {
+        match c {
+            Component::Normal(n) => out.push(n),
+            Component::CurDir => {}
+            _ => return Err(format!("{rel}: only plain relative paths are allowed (no `..`, no leading `/`)")),
+        }
+    }
+    Ok(out)
+}
+
+fn open_beneath(base: &Path, rel: &Path) -> Result<File, String> {
+    let shown = display_path(&rel.to_string_lossy());
+    let mut at = base.to_path_buf();
+    let parts: Vec<_> = rel.components().collect();
+    if parts.is_empty() {
+        return Err("a file path is needed, not a folder".into());
+    }
+    for (i, c) in parts.iter().enumerate() {
+        let Component::Normal(name) = c else {
+            return Err(format!("{shown}: only plain relative paths are allowed"));
+        };
+        at.push(name);
+        let meta = fs::symlink_metadata(&at).map_err(|_| format!("{shown}: no such file"))?;
+        if meta.file_type().is_symlink() {
+            return Err(format!("{shown} is a symbolic link; links are not followed"));
+        }
+        if i + 1 < parts.len() && !meta.is_dir() {
+            return Err(format!("{shown}: not a folder on the way"));
+        }
+    }
+    // O_NOFOLLOW: a link swapped in after the check is refused, not followed;
+    // O_NONBLOCK: a fifo cannot hang the agent.
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(&at)
+        .map_err(|e| format!("{shown}: {e}"))?;
+    let meta = f.metadata().map_err(|e| format!("{shown}: {e}"))?;
+    if meta.is_dir() {
+        return Err(format!("{shown} is a folder; list it instead"));
+    }
+    if !meta.is_file() {
+        return Err(format!("{shown} is not a regular file"));
+    }
+    Ok(f)
+}
+
+fn walk(dir: &Path, prefix: &str, depth: usize, out: &mut Vec<Entry>) {
+    if depth > MAX_DEPTH || out.len() >= MAX_LIST_ENTRIES {
+        return;
+    }
+    let Ok(read) = fs::read_dir(dir) else { return };
+    let mut entries: Vec<_> = read.flatten().collect();
+    entries.sort_by_key(|e| e.file_name());
+    for e in entries {
+        if out.len() >= MAX_LIST_ENTRIES {
+            return;
+        }
+        let name = e.file_name().to_string_lossy().into_owned();
+        let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        let Ok(meta) = fs::symlink_metadata(e.path()) else { continue };
+        let ft = meta.file_type();
+        let kind = if ft.is_symlink() {
+            EntryKind::Symlink
+        } else if ft.is_dir() {
+            EntryKind::Dir
+        } else if ft.is_file() {
+            EntryKind::File
+        } else {
+            EntryKind::Other
+        };
+        let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
+        out.push(Entry { rel: rel.clone(), bytes: meta.len(), kind, mtime_ns });
+        if kind == EntryKind::Dir {
+            walk(&e.path(), &rel, depth + 1, out);
+        }
+    }
+}
+
+fn copy_tree(src: &Path, dst: &Path, depth: usize, total: &mut u64, skipped: &mut Vec<String>) -> Result<(), SessionError> {
+    let read = fs::read_dir(src).map_err(|source| SessionError::ReadInput { path: src.to_path_buf(), source })?;
+    for e in read.flatten() {
+        let from = e.path();
+        let to = dst.join(e.file_name());
+        let meta = fs::symlink_metadata(&from).map_err(|source| SessionError::ReadInput { path: from.clone(), source })?;
+        let ft = meta.file_type();
+        if ft.is_dir() && depth < MAX_DEPTH {
+            fs::create_dir(&to).map_err(io_err("mkdir", &to))?;
+            set_mode(&to, 0o755)?;
+            copy_tree(&from, &to, depth + 1, total, skipped)?;
+        } else if ft.is_file() {
+            *total += meta.len();
+            if *total > MAX_INPUT_BYTES {
+                return Err(SessionError::InputTooLarge { path: src.to_path_buf() });
+            }
+            fs::copy(&from, &to).map_err(|source| SessionError::ReadInput { path: from.clone(), source })?;
+            set_mode(&to, 0o644)?;
+        } else {
+            let why = if ft.is_symlink() { "a symbolic link" } else if ft.is_dir() { "nested too deep" } else { "not a regular file" };
+            skipped.push(format!("{} ({why}; not copied)", from.display()));
+        }
+    }
+    Ok(())
+}
+
+fn set_mode(p: &Path, mode: u32) -> Result<(), SessionError> {
+    fs::set_permissions(p, fs::Permissions::from_mode(mode)).map_err(io_err("chmod", p))
+}
+
+/// Every ancestor of `dir` (and `dir`) must let the sandbox uid pass.
+fn check_searchable(dir: &Path, uid: u32, gid: u32) -> Result<(), SessionError> {
+    for p in dir.ancestors() {
+        let meta = fs::metadata(p).map_err(io_err("stat", p))?;
+        let mode = meta.permissions().mode();
+        let bit = if meta.uid() == uid {
+            0o100
+        } else if meta.gid() == gid {
+            0o010
+        } else {
+            0o001
+        };
+        if mode & bit == 0 {
+            return Err(SessionError::NotSearchable { path: p.to_path_buf(), uid });
+        }
+    }
+    Ok(())
+}
+
+/// A name from the sandbox, safe to show a model or a terminal: control
+/// characters escaped.
+pub fn display_path(name: &str) -> String {
+    name.chars()
+        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn session() -> (tempfile::TempDir, Session) {
+        let t = tempfile::tempdir().unwrap();
+        let input = t.path().join("in");
+        fs::create_dir(&input).unwrap();
+        fs::write(input.join("data.csv"), "a,b\n1,2\n").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", input.join("link")).unwrap();
+        let s = Session::create(Some(t.path()), &input, Owner::Caller).unwrap();
+        (t, s)
+    }
+
+    #[test]
+    fn input_is_copied_without_its_links() {
+        let (_t, s) = session();
+        assert_eq!(fs::read_to_string(s.input.join("data.csv")).unwrap(), "a,b\n1,2\n");
+        assert!(fs::symlink_metadata(s.input.join("link")).is_err());
+        assert_eq!(s.skipped_input.len(), 1);
+    }
+
+    #[test]
+    fn model_paths_resolve_beneath_their_area() {
+        let (_t, s) = session();
+        assert_eq!(s.resolve("/workspace/input/data.csv").unwrap(), (Area::Input, PathBuf::from("data.csv")));
+        assert_eq!(s.resolve("data.csv").unwrap(), (Area::Input, PathBuf::from("data.csv")));
+        assert_eq!(s.resolve("output/x.csv").unwrap(), (Area::Output, PathBuf::from("x.csv")));
+        assert!(s.resolve("/etc/passwd").is_err());
+        assert!(s.resolve("/workspace/input/../../x").is_err());
+        assert!(s.resolve("../x").is_err());
+    }
+
+    #[test]
+    fn a_symlink_left_in_output_is_never_followed() {
+        let (_t, s) = session();
+        std::os::unix::fs::symlink("/etc/passwd", s.output.join("leak")).unwrap();
+        fs::create_dir(s.output.join("d")).unwrap();
+        std::os::unix::fs::symlink("/etc", s.output.join("d/e")).unwrap();
+        assert!(s.open(Area::Output, Path::new("leak")).unwrap_err().contains("symbolic link"));
+        assert!(s.open(Area::Output, Path::new("d/e/passwd")).unwrap_err().contains("symbolic link"));
+        let dest = s.root.join("export");
+        assert!(s.export(&dest, &[]).unwrap().is_empty());
+        assert!(fs::symlink_metadata(dest.join("leak")).is_err());
+    }
+
+    #[test]
+    fn control_characters_in_names_are_escaped() {
+        assert_eq!(display_path("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+    }
+}

@@ -1,0 +1,435 @@
+//! The tools the model may call, each with its JSON schema, and the handlers
+//! of those that do not steer the run (files, skills, packages, scripts).
+//! Which role sees which tool is fixed here: the orchestrator plans and
+//! delegates, a sub-agent writes and runs code. A bad call (unknown tool,
+//! arguments that are not JSON or miss a field) is answered with a tool error
+//! the model can act on, never a crash.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::packages;
+use crate::runner::Runner;
+use crate::session::{display_path, Area, EntryKind, Session};
+use crate::skills::Skills;
+use crate::trace::JailFacts;
+use crate::view::{self, Budget};
+
+/// Who is calling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Orchestrator,
+    SubAgent,
+}
+
+const ORCHESTRATOR_TOOLS: &[&str] = &[
+    "create_todo_list",
+    "start_next_todo",
+    "revise_todo_list",
+    "block_todo",
+    "list_input_files",
+    "list_output_files",
+    "read_file_content",
+    "read_skill",
+    "list_available_packages",
+];
+
+const SUBAGENT_TOOLS: &[&str] = &[
+    "complete_todo",
+    "block_todo",
+    "list_input_files",
+    "list_output_files",
+    "read_file_content",
+    "read_skill",
+    "list_available_packages",
+    "write_python_file",
+    "run_python_file",
+];
+
+pub fn names(role: Role) -> &'static [&'static str] {
+    match role {
+        Role::Orchestrator => ORCHESTRATOR_TOOLS,
+        Role::SubAgent => SUBAGENT_TOOLS,
+    }
+}
+
+/// The `tools` array of a chat request for `role`.
+pub fn specs(role: Role, skills: &Skills) -> Vec<Value> {
+    names(role).iter().map(|n| spec(n, role, skills)).collect()
+}
+
+fn function(name: &str, description: &str, parameters: Value) -> Value {
+    json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
+}
+
+fn spec(name: &str, role: Role, skills: &Skills) -> Value {
+    let strings = |d: &str| json!({"type": "array", "items": {"type": "string"}, "description": d});
+    let item = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "short unique name, e.g. `eda-summary`"},
+            "goal": {"type": "string", "description": "what this item must achieve, in one or two sentences"},
+            "skills": {"type": "array", "items": {"type": "string", "enum": skills.names()}, "description": "skills the sub-agent should read"},
+            "inputs": strings("files it reads, e.g. /workspace/input/data.csv or /workspace/output/summary.csv"),
+            "outputs": strings("files it must leave, e.g. /workspace/output/summary.csv"),
+            "success_criteria": {"type": "string", "description": "how to tell the item is done"}
+        },
+        "required": ["name", "goal", "success_criteria"]
+    });
+    let items = json!({"type": "object", "properties": {"items": {"type": "array", "items": item}}, "required": ["items"]});
+    let none = json!({"type": "object", "properties": {}});
+    match name {
+        "create_todo_list" => function(name, "Create the plan: an ordered todo list. Call once.", items),
+        "revise_todo_list" => function(
+            name,
+            "Replace every item that is not finished with these items; finished items and their reports stay.",
+            items,
+        ),
+        "start_next_todo" => function(
+            name,
+            "Hand the next pending item to a sub-agent with a clean context; returns its report when it is done or blocked.",
+            none,
+        ),
+        "complete_todo" => function(
+            name,
+            "Finish your item: it met its success criteria and its output files exist.",
+            json!({"type": "object", "properties": {
+                "report": {"type": "string", "description": "what you did, the key numbers, the files you wrote"}
+            }, "required": ["report"]}),
+        ),
+        "block_todo" => match role {
+            Role::SubAgent => function(
+                name,
+                "Give up on your item and say why (e.g. the data lacks a column, a package is missing).",
+                json!({"type": "object", "properties": {"reason": {"type": "string"}}, "required": ["reason"]}),
+            ),
+            Role::Orchestrator => function(
+                name,
+                "Mark a pending item as blocked (it will not be done) and say why.",
+                json!({"type": "object", "properties": {
+                    "item": {"type": "string", "description": "the item's name"},
+                    "reason": {"type": "string"}
+                }, "required": ["item", "reason"]}),
+            ),
+        },
+        "list_input_files" => function(name, "List the user's files in /workspace/input (read-only).", none),
+        "list_output_files" => function(name, "List the files in /workspace/output (what the steps produced).", none),
+        "read_file_content" => function(
+            name,
+            "Read lines of a text file in /workspace/input, /workspace/output or /workspace/code.",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "e.g. /workspace/input/data.csv"},
+                "offset": {"type": "integer", "minimum": 0, "description": "first line to return, from 0 (default 0)"},
+                "limit": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "most lines to return (default 100)"}
+            }, "required": ["path"]}),
+        ),
+        "read_skill" => function(
+            name,
+            "Read a skill: how to do one kind of step in this sandbox.",
+            json!({"type": "object", "properties": {"name": {"type": "string", "enum": skills.names()}}, "required": ["name"]}),
+        ),
+        "list_available_packages" => function(name, "List the Python packages that scripts can import.", none),
+        "write_python_file" => function(
+            name,
+            "Write (or overwrite) a Python script in /workspace/code.",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "file name ending in .py, e.g. step1_load.py"},
+                "content": {"type": "string", "description": "the whole script"}
+            }, "required": ["path", "content"]}),
+        ),
+        "run_python_file" => function(
+            name,
+            "Run one script from /workspace/code in a fresh sandbox and get its result: status, error, output head and tail, files produced.",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "the script, e.g. step1_load.py"},
+                "args": {"type": "array", "items": {"type": "string"}, "description": "command-line arguments (optional)"}
+            }, "required": ["path"]}),
+        ),
+        _ => function(name, "", none),
+    }
+}
+
+/// Parse a call's arguments into `T`, or say what is wrong in words the
+/// model can act on.
+pub fn parse_args<T: DeserializeOwned>(tool: &str, text: &str) -> Result<T, String> {
+    let text = if text.trim().is_empty() { "{}" } else { text };
+    let v: Value = serde_json::from_str(text).map_err(|e| {
+        format!("the arguments of {tool} are not valid JSON ({e}); send one JSON object that matches the tool's schema")
+    })?;
+    let v = if v.is_null() { json!({}) } else { v };
+    serde_json::from_value(v).map_err(|e| format!("bad arguments for {tool}: {e}; see the tool's schema"))
+}
+
+/// What the tools need from the run.
+pub struct Context<'a> {
+    pub session: &'a Session,
+    pub runner: &'a Runner,
+    pub skills: &'a Skills,
+    /// The rootfs whose packages `list_available_packages` reports.
+    pub rootfs: Option<&'a Path>,
+    pub budget: Budget,
+}
+
+/// A finished tool call.
+#[derive(Debug, Clone)]
+pub struct Done {
+    /// What the model is told.
+    pub content: String,
+    pub ok: bool,
+    pub jail: Option<JailFacts>,
+    /// Entries the jail refused to hand on, from a `run_python_file`.
+    pub refused: Option<Vec<String>>,
+}
+
+impl Done {
+    pub fn ok(content: String) -> Done {
+        Done { content, ok: true, jail: None, refused: None }
+    }
+
+    pub fn error(message: String) -> Done {
+        Done { content: format!("error: {message}"), ok: false, jail: None, refused: None }
+    }
+}
+
+#[derive(Deserialize)]
+struct PathArgs {
+    path: String,
+    #[serde(default)]
+    offset: Option<u64>,
+    #[serde(default)]
+    limit: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct SkillArgs {
+    name: String,
+}
+
+#[derive(Deserialize)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+#[derive(Deserialize)]
+struct RunArgs {
+    path: String,
+    #[serde(default)]
+    args: Vec<String>,
+}
+
+#[derive(Deserialize)]
+struct NoArgs {}
+
+/// Largest script `write_python_file` accepts.
+const MAX_SCRIPT_BYTES: usize = 256 << 10;
+/// Most characters `read_file_content` returns.
+const MAX_READ_CHARS: usize = 12_000;
+
+impl Context<'_> {
+    /// Run one of the tools that do not steer the run.
+    pub fn call(&self, tool: &str, args: &str) -> Done {
+        let r = match tool {
+            "list_input_files" => parse_args::<NoArgs>(tool, args).map(|_| self.list(Area::Input)),
+            "list_output_files" => parse_args::<NoArgs>(tool, args).map(|_| self.list(Area::Output)),
+            "read_file_content" => parse_args::<PathArgs>(tool, args).and_then(|a| self.read(&a)),
+            "read_skill" => parse_args::<SkillArgs>(tool, args).and_then(|a| self.read_skill(&a.name)),
+            "list_available_packages" => parse_args::<NoArgs>(tool, args).and_then(|_| self.packages()),
+            "write_python_file" => parse_args::<WriteArgs>(tool, args).and_then(|a| self.write(&a)),
+            "run_python_file" => return parse_args::<RunArgs>(tool, args).map_or_else(Done::error, |a| self.run(&a)),
+            other => Err(format!("no tool named `{other}` here")),
+        };
+        r.map_or_else(Done::error, Done::ok)
+    }
+
+    fn list(&self, area: Area) -> String {
+        let entries = self.session.list(area);
+        if entries.is_empty() {
+            return format!("{}: empty", area.jail_path());
+        }
+        let mut out = format!("{} ({} entries):\n", area.jail_path(), entries.len());
+        for e in &entries {
+            let what = match e.kind {
+                EntryKind::File => view::human_bytes(e.bytes),
+                EntryKind::Dir => "folder".into(),
+                EntryKind::Symlink => "symbolic link, not followed".into(),
+                EntryKind::Other => "not a regular file".into(),
+            };
+            out.push_str(&format!("{}/{} ({what})\n", area.jail_path(), display_path(&e.rel)));
+        }
+        if entries.len() >= crate::session::MAX_LIST_ENTRIES {
+            out.push_str("(listing cut at its cap)\n");
+        }
+        out
+    }
+
+    fn read(&self, a: &PathArgs) -> Result<String, String> {
+        let (area, rel) = self.session.resolve(&a.path)?;
+        let shown = format!("{}/{}", area.jail_path(), display_path(&rel.to_string_lossy()));
+        let mut f = self.session.open(area, &rel).map_err(|e| format!("{}: {e}", area.jail_path()))?;
+        let mut buf = Vec::new();
+        f.by_ref().take(16 << 20).read_to_end(&mut buf).map_err(|e| format!("{shown}: {e}"))?;
+        let size = f.metadata().map(|m| m.len()).unwrap_or(buf.len() as u64);
+        let probe = &buf[..buf.len().min(8192)];
+        if probe.contains(&0) || std::str::from_utf8(probe).is_err() && String::from_utf8_lossy(probe).matches('\u{FFFD}').count() > 8 {
+            let magic: String = buf.iter().take(8).map(|b| format!("{b:02x}")).collect();
+            return Ok(format!(
+                "{shown} is a binary file ({}, starts with {magic}); it cannot be shown as text. Inspect it with a script instead.",
+                view::human_bytes(size)
+            ));
+        }
+        let text = String::from_utf8_lossy(&buf);
+        let lines: Vec<&str> = text.lines().collect();
+        let offset = a.offset.unwrap_or(0) as usize;
+        let limit = a.limit.unwrap_or(100).clamp(1, 1000) as usize;
+        if offset >= lines.len() && !lines.is_empty() {
+            return Err(format!("{shown} has {} lines; offset {offset} is past its end", lines.len()));
+        }
+        let mut body = String::new();
+        let mut last = offset;
+        for (i, l) in lines.iter().enumerate().skip(offset).take(limit) {
+            let l = display_line(l);
+            if body.len() + l.len() > MAX_READ_CHARS {
+                body.push_str("[… cut at the read budget; use offset and limit to read on …]\n");
+                break;
+            }
+            body.push_str(&l);
+            body.push('\n');
+            last = i + 1;
+        }
+        let more = if last < lines.len() { format!("; more from offset {last}") } else { String::new() };
+        Ok(format!("{shown}: lines {offset}-{} of {} ({}){more}\n{body}", last, lines.len(), view::human_bytes(size)))
+    }
+
+    fn read_skill(&self, name: &str) -> Result<String, String> {
+        match self.skills.get(name) {
+            Some(s) => Ok(format!("# skill: {}\n{}", s.name, s.body)),
+            None => Err(format!("no skill named `{name}`; the skills are: {}", self.skills.names().join(", "))),
+        }
+    }
+
+    fn packages(&self) -> Result<String, String> {
+        let Some(rootfs) = self.rootfs else {
+            return Err("no rootfs is configured (pass --rootfs or set JAIL_ROOTFS), so the packages are unknown".into());
+        };
+        packages::list(rootfs).map(|p| p.render())
+    }
+
+    fn write(&self, a: &WriteArgs) -> Result<String, String> {
+        let rel = script_path(&a.path)?;
+        if a.content.len() > MAX_SCRIPT_BYTES {
+            return Err(format!("the script is over {} KiB; split it into smaller files", MAX_SCRIPT_BYTES >> 10));
+        }
+        let host = self.session.code.join(&rel);
+        if let Some(parent) = host.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| format!("cannot create the folder for {}: {e}", rel.display()))?;
+        }
+        // The code dir is ours alone (the jail binds it read-only), but never
+        // write through a link someone left there.
+        if std::fs::symlink_metadata(&host).is_ok_and(|m| m.file_type().is_symlink()) {
+            return Err(format!("{} is a symbolic link; pick another name", rel.display()));
+        }
+        std::fs::write(&host, &a.content).map_err(|e| format!("cannot write {}: {e}", rel.display()))?;
+        use std::os::unix::fs::PermissionsExt;
+        let _ = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o644));
+        let lines = a.content.lines().count();
+        Ok(format!("wrote /workspace/code/{} ({lines} lines); run it with run_python_file", rel.display()))
+    }
+
+    fn run(&self, a: &RunArgs) -> Done {
+        let rel = match script_path(&a.path) {
+            Ok(r) => r,
+            Err(e) => return Done::error(e),
+        };
+        if !self.session.code.join(&rel).is_file() {
+            return Done::error(format!("/workspace/code/{} does not exist; write it with write_python_file first", rel.display()));
+        }
+        let before = self.session.snapshot();
+        let step = match self.runner.run(self.session, &rel, &a.args) {
+            Ok(s) => s,
+            Err(e) => return Done::error(format!("the step could not be run: {e}")),
+        };
+        let after = self.session.list(Area::Output);
+        let r = &step.result;
+        let content = view::render(r, &before, &after, self.budget);
+        let refused = r
+            .rejected_artifacts
+            .iter()
+            .filter_map(|v| v.get("path").and_then(Value::as_str).map(String::from))
+            .collect();
+        let status = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        let ok = r.status == jail::result::Status::Ok;
+        let jail = JailFacts {
+            status,
+            exit_code: r.exit_code,
+            wall_ms: r.usage.wall_ms,
+            cpu_ms: r.usage.user_cpu_ms.zip(r.usage.system_cpu_ms).map(|(u, s)| u + s),
+            peak_memory_bytes: r.usage.peak_memory_bytes.or(r.usage.max_rss_bytes),
+            jail_total_ms: r.timings.total_ms,
+        };
+        Done { content, ok, jail: Some(jail), refused: Some(refused) }
+    }
+}
+
+/// A script path relative to the code dir, ending in `.py`.
+fn script_path(given: &str) -> Result<PathBuf, String> {
+    let g = given.trim();
+    let g = g.strip_prefix("/workspace/code/").or_else(|| g.strip_prefix("code/")).unwrap_or(g);
+    if g.starts_with('/') {
+        return Err(format!("{given}: scripts live in /workspace/code; give a file name like step1.py"));
+    }
+    let rel = crate::session::clean_relative(g)?;
+    let ok_chars = g.chars().all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
+    if rel.as_os_str().is_empty() || !ok_chars || rel.extension().is_none_or(|e| e != "py") {
+        return Err(format!("{given}: give a file name of letters, digits, `_`, `-` and `.`, ending in .py"));
+    }
+    Ok(rel)
+}
+
+/// A line of a file, safe to show: control characters but tab escaped.
+fn display_line(l: &str) -> String {
+    l.chars()
+        .map(|c| if c.is_control() && c != '\t' { c.escape_default().to_string() } else { c.to_string() })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_has_an_object_schema_and_a_description() {
+        let skills = Skills::load(None).unwrap();
+        for role in [Role::Orchestrator, Role::SubAgent] {
+            for s in specs(role, &skills) {
+                let f = &s["function"];
+                assert!(!f["description"].as_str().unwrap().is_empty(), "{f}");
+                assert_eq!(f["parameters"]["type"], "object", "{f}");
+            }
+        }
+        assert!(!names(Role::Orchestrator).contains(&"run_python_file"));
+        assert!(!names(Role::SubAgent).contains(&"start_next_todo"));
+    }
+
+    #[test]
+    fn bad_arguments_are_answered_in_words() {
+        let e = parse_args::<WriteArgs>("write_python_file", "{not json").err().unwrap();
+        assert!(e.contains("not valid JSON"), "{e}");
+        let e = parse_args::<WriteArgs>("write_python_file", r#"{"path":"a.py"}"#).err().unwrap();
+        assert!(e.contains("missing field `content`"), "{e}");
+        assert!(parse_args::<NoArgs>("list_input_files", "").is_ok());
+    }
+
+    #[test]
+    fn script_paths_stay_in_the_code_dir() {
+        assert_eq!(script_path("/workspace/code/a.py").unwrap(), PathBuf::from("a.py"));
+        assert_eq!(script_path("lib/b.py").unwrap(), PathBuf::from("lib/b.py"));
+        for bad in ["../a.py", "/etc/a.py", "a.sh", "a b.py", ""] {
+            assert!(script_path(bad).is_err(), "{bad}");
+        }
+    }
+}
