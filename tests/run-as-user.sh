@@ -27,6 +27,8 @@ trap 'rm -rf "$stage"' EXIT
 chmod 755 "$stage"
 mkdir -p "$stage/bin" "$stage/repo"
 cp "$repo/target/debug/jail" "$stage/bin/jail"
+# The agent's CLI tests run jail-agent, which finds jail beside itself.
+[ -x "$repo/target/debug/jail-agent" ] && cp "$repo/target/debug/jail-agent" "$stage/bin/jail-agent"
 for b in "${bins[@]}"; do cp "$b" "$stage/bin/"; done
 cp -r "$repo/policies" "$stage/repo/"
 [ -d "$repo/examples" ] && cp -r "$repo/examples" "$stage/repo/"
@@ -45,10 +47,10 @@ data_rootfs=$(place "${JAIL_DATA_ROOTFS:-$repo/python-rootfs/out/data}" rootfs-d
 
 status=0
 for b in "$stage"/bin/*; do
-    [ "$(basename "$b")" = jail ] && continue
+    case "$(basename "$b")" in jail|jail-agent) continue ;; esac
     echo "== as $user: $(basename "$b")"
     (cd "$stage" && runuser -u "$user" -- env -i PATH=/usr/bin:/bin HOME="$stage" \
-        JAIL_BIN="$stage/bin/jail" JAIL_ROOTFS="$rootfs" ${data_rootfs:+JAIL_DATA_ROOTFS="$data_rootfs"} \
+        JAIL_BIN="$stage/bin/jail" JAIL_AGENT_BIN="$stage/bin/jail-agent" JAIL_ROOTFS="$rootfs" ${data_rootfs:+JAIL_DATA_ROOTFS="$data_rootfs"} \
         JAIL_REPO="$stage/repo" JAIL_MUST_WORK="${JAIL_MUST_WORK:-0}" RUST_BACKTRACE=1 \
         "$b" --test-threads=2) || status=1
 done

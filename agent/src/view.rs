@@ -55,8 +55,14 @@ pub fn render(result: &RunResult, before: &BTreeMap<String, (u64, i128)>, after:
         out.push_str(&format!("explanation: {e}\n"));
     }
     if let Some(err) = &result.error {
-        out.push_str(&format!("error: {}: {}\n", err.kind, err.message));
-        out.push_str(&format!("traceback (tail):\n{}\n", tail(&err.traceback_tail, budget.traceback_chars)));
+        let headline = format!("{}: {}", err.kind, err.message);
+        out.push_str(&format!("error: {headline}\n"));
+        // The traceback's last line is the headline again: leave it out.
+        let tb = err.traceback_tail.trim_end();
+        let tb = tb.strip_suffix(headline.as_str()).unwrap_or(tb).trim_end();
+        if !tb.is_empty() {
+            out.push_str(&format!("traceback (tail):\n{}\n", tail(tb, budget.traceback_chars)));
+        }
     }
     out.push_str(&stream("stdout", &result.stdout, &result.stdout.text, budget.stdout_chars));
     let stderr_rest = match &result.error {

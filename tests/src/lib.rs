@@ -9,6 +9,8 @@
 //! turns every "host lacks this feature" skip into a failure (bubblewrap's
 //! `BWRAP_MUST_WORK`); CI sets it.
 
+pub mod mock_llm;
+
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -37,6 +39,29 @@ pub fn jail_bin() -> PathBuf {
         }
     }
     panic!("no jail binary: run `cargo build` first or set JAIL_BIN");
+}
+
+/// The `jail-agent` binary under test: `JAIL_AGENT_BIN`, else beside the
+/// jail binary (where `cargo build` puts both).
+pub fn agent_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("JAIL_AGENT_BIN") {
+        return PathBuf::from(p);
+    }
+    let p = jail_bin().with_file_name("jail-agent");
+    assert!(p.exists(), "no jail-agent binary at {}: run `cargo build` first or set JAIL_AGENT_BIN", p.display());
+    p
+}
+
+/// The data-science rootfs, if it is built: `JAIL_DATA_ROOTFS` (which must
+/// exist when set), else python-rootfs/out/data when present.
+pub fn data_rootfs() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("JAIL_DATA_ROOTFS").filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(p);
+        assert!(p.join("usr/bin/python3").exists(), "JAIL_DATA_ROOTFS={} has no usr/bin/python3", p.display());
+        return Some(p);
+    }
+    let p = repo().join("python-rootfs/out/data");
+    p.join("usr/bin/python3").exists().then_some(p)
 }
 
 /// The rootfs under test.
