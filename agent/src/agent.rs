@@ -100,7 +100,7 @@ pub enum AgentError {
     Trace(#[from] TraceError),
     #[error(transparent)]
     Skills(#[from] SkillError),
-    #[error("{0}")]
+    #[error(transparent)]
     Llm(#[from] LlmError),
     #[error("the model answered {times} times without calling a tool (last reply: {reply:?}); this agent needs a model and server with tool calling (function calling): check LLM_MODEL and the server's tool support")]
     NoToolCalls { times: u32, reply: String },
@@ -110,7 +110,6 @@ pub enum AgentError {
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub struct Failure {
-    #[source]
     pub error: AgentError,
     pub session: Option<PathBuf>,
 }
@@ -169,7 +168,7 @@ pub fn run(config: &Config) -> Result<Outcome, Failure> {
     };
     end.and(saved).map_err(|e| fail(e.into(), Some(&session)))?;
     std::fs::write(session.root.join("answer.md"), format!("{answer}\n"))
-        .map_err(|source| fail(TraceError::Write { path: session.root.join("answer.md"), source }.into(), Some(&session)))?;
+        .map_err(|error| fail(TraceError::Write { path: session.root.join("answer.md"), error }.into(), Some(&session)))?;
     let exported = match &config.output {
         Some(dest) => session.export(dest, &run.refused).map_err(|e| fail(e.into(), Some(&session)))?,
         None => Vec::new(),

@@ -16,8 +16,8 @@ use crate::session::Session;
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
-    #[error("cannot start the jail binary {path}: {source} (build it with `cargo build`, or pass --jail PATH / set JAIL_BIN)")]
-    Spawn { path: PathBuf, source: std::io::Error },
+    #[error("cannot start the jail binary {path}: {error} (build it with `cargo build`, or pass --jail PATH / set JAIL_BIN)")]
+    Spawn { path: PathBuf, error: std::io::Error },
     #[error("the jail printed no result (exit status {status}): {stderr}")]
     NoResult { status: String, stderr: String },
     #[error("the jail's result does not match this agent's result type ({cause}); rebuild both from one checkout")]
@@ -71,7 +71,7 @@ impl Runner {
             cmd.args(args);
         }
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|source| RunnerError::Spawn { path: self.jail.clone(), source })?;
+        let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
         let (tx, rx) = mpsc::channel();
         let mut stdout = child.stdout.take();
         let mut stderr = child.stderr.take();
@@ -107,7 +107,7 @@ impl Runner {
                 }
             }
         }
-        let status = child.wait().map_err(|source| RunnerError::Spawn { path: self.jail.clone(), source })?;
+        let status = child.wait().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
         let (out, err) = (out.unwrap_or_default(), err.unwrap_or_default());
         let value: serde_json::Value = serde_json::from_slice(&out).map_err(|_| RunnerError::NoResult {
             status: status.to_string(),

@@ -8,7 +8,8 @@
 //! When the agent runs as root, `jail` maps the sandbox to an unprivileged
 //! host uid (the policy's `identity.root_host_uid`, 65534 by default) and
 //! refuses folders that uid cannot use: so the session dir is made searchable
-//! (0711), input and code world-readable, and output owned by that uid.
+//! (0711), input and code world-readable, and output owned by that uid. As
+//! an ordinary user the session dir is private (0700).
 //!
 //! Everything the host side reads from the session is untrusted (a step may
 //! leave symlinks or fifos in `output`): paths are resolved beneath their
@@ -28,20 +29,20 @@ const MAX_DEPTH: usize = 8;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
-    #[error("cannot create a session dir in {path}: {source} (pass --session-dir DIR, a folder you can write)")]
-    CreateRoot { path: PathBuf, source: io::Error },
+    #[error("cannot create a session dir in {path}: {error} (pass --session-dir DIR, a folder you can write)")]
+    CreateRoot { path: PathBuf, error: io::Error },
     #[error("{path} is not searchable by the sandbox uid {uid} (needed when jail-agent runs as root): chmod o+x {path}, or pass --session-dir DIR")]
     NotSearchable { path: PathBuf, uid: u32 },
-    #[error("input dir {path} cannot be read: {source} (pass an existing folder to --input)")]
-    ReadInput { path: PathBuf, source: io::Error },
+    #[error("input dir {path} cannot be read: {error} (pass an existing folder to --input)")]
+    ReadInput { path: PathBuf, error: io::Error },
     #[error("input dir {path} holds more than {max} MiB (pass a smaller folder to --input)", max = MAX_INPUT_BYTES >> 20)]
     InputTooLarge { path: PathBuf },
-    #[error("{op} {path}: {source}")]
-    Io { op: &'static str, path: PathBuf, source: io::Error },
+    #[error("{op} {path}: {error}")]
+    Io { op: &'static str, path: PathBuf, error: io::Error },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SessionError + 'a {
-    move |source| SessionError::Io { op, path: path.to_path_buf(), source }
+    move |error| SessionError::Io { op, path: path.to_path_buf(), error }
 }
 
 /// Who the sandbox is on the host.
@@ -106,18 +107,19 @@ impl Session {
     /// copy of `input`.
     pub fn create(parent: Option<&Path>, input: &Path, owner: Owner) -> Result<Session, SessionError> {
         let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
-        fs::create_dir_all(&parent).map_err(|source| SessionError::CreateRoot { path: parent.clone(), source })?;
-        let parent = fs::canonicalize(&parent).map_err(|source| SessionError::CreateRoot { path: parent.clone(), source })?;
+        fs::create_dir_all(&parent).map_err(|error| SessionError::CreateRoot { path: parent.clone(), error })?;
+        let parent = fs::canonicalize(&parent).map_err(|error| SessionError::CreateRoot { path: parent.clone(), error })?;
         if let Owner::Sandbox { uid, gid } = owner {
             check_searchable(&parent, uid, gid)?;
         }
         let root = tempfile::Builder::new()
             .prefix("jail-agent-")
             .tempdir_in(&parent)
-            .map_err(|source| SessionError::CreateRoot { path: parent.clone(), source })?
+            .map_err(|error| SessionError::CreateRoot { path: parent.clone(), error })?
             .keep();
-        // Searchable but not listable: the sandbox uid must reach its folders.
-        set_mode(&root, 0o711)?;
+        // As root, the sandbox uid must pass through to its folders
+        // (searchable, not listable); otherwise the session stays private.
+        set_mode(&root, if owner == Owner::Caller { 0o700 } else { 0o711 })?;
         let mk = |name: &str, mode: u32| -> Result<PathBuf, SessionError> {
             let p = root.join(name);
             fs::create_dir(&p).map_err(io_err("mkdir", &p))?;
@@ -131,11 +133,11 @@ impl Session {
             std::os::unix::fs::chown(&output, Some(uid), Some(gid)).map_err(io_err("chown", &output))?;
         }
         let mut session = Session { root, input: input_dir, code, output, owner, skipped_input: Vec::new() };
-        let src = fs::canonicalize(input).map_err(|source| SessionError::ReadInput { path: input.to_path_buf(), source })?;
+        let src = fs::canonicalize(input).map_err(|error| SessionError::ReadInput { path: input.to_path_buf(), error })?;
         if !src.is_dir() {
             return Err(SessionError::ReadInput {
                 path: input.to_path_buf(),
-                source: io::Error::new(io::ErrorKind::InvalidInput, "not a directory"),
+                error: io::Error::new(io::ErrorKind::InvalidInput, "not a directory"),
             });
         }
         let mut total = 0;
@@ -325,11 +327,11 @@ fn walk(dir: &Path, prefix: &str, depth: usize, out: &mut Vec<Entry>) {
 }
 
 fn copy_tree(src: &Path, dst: &Path, depth: usize, total: &mut u64, skipped: &mut Vec<String>) -> Result<(), SessionError> {
-    let read = fs::read_dir(src).map_err(|source| SessionError::ReadInput { path: src.to_path_buf(), source })?;
+    let read = fs::read_dir(src).map_err(|error| SessionError::ReadInput { path: src.to_path_buf(), error })?;
     for e in read.flatten() {
         let from = e.path();
         let to = dst.join(e.file_name());
-        let meta = fs::symlink_metadata(&from).map_err(|source| SessionError::ReadInput { path: from.clone(), source })?;
+        let meta = fs::symlink_metadata(&from).map_err(|error| SessionError::ReadInput { path: from.clone(), error })?;
         let ft = meta.file_type();
         if ft.is_dir() && depth < MAX_DEPTH {
             fs::create_dir(&to).map_err(io_err("mkdir", &to))?;
@@ -340,7 +342,7 @@ fn copy_tree(src: &Path, dst: &Path, depth: usize, total: &mut u64, skipped: &mu
             if *total > MAX_INPUT_BYTES {
                 return Err(SessionError::InputTooLarge { path: src.to_path_buf() });
             }
-            fs::copy(&from, &to).map_err(|source| SessionError::ReadInput { path: from.clone(), source })?;
+            fs::copy(&from, &to).map_err(|error| SessionError::ReadInput { path: from.clone(), error })?;
             set_mode(&to, 0o644)?;
         } else {
             let why = if ft.is_symlink() { "a symbolic link" } else if ft.is_dir() { "nested too deep" } else { "not a regular file" };

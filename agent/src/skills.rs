@@ -27,8 +27,8 @@ pub struct Skill {
 pub enum SkillError {
     #[error("skill file {path} has no front matter with `name:` and `description:`")]
     FrontMatter { path: String },
-    #[error("cannot read skills dir {path}: {source}")]
-    ReadDir { path: String, source: std::io::Error },
+    #[error("cannot read skills dir {path}: {error}")]
+    ReadDir { path: String, error: std::io::Error },
 }
 
 /// Parse one skill file.
@@ -52,12 +52,12 @@ impl Skills {
         let mut skills: Vec<Skill> = BUILTIN.iter().filter_map(|t| parse(t)).collect();
         if let Some(dir) = dir {
             let read = std::fs::read_dir(dir)
-                .map_err(|source| SkillError::ReadDir { path: dir.display().to_string(), source })?;
+                .map_err(|error| SkillError::ReadDir { path: dir.display().to_string(), error })?;
             let mut paths: Vec<_> = read.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "md")).collect();
             paths.sort();
             for p in paths {
                 let text = std::fs::read_to_string(&p)
-                    .map_err(|source| SkillError::ReadDir { path: p.display().to_string(), source })?;
+                    .map_err(|error| SkillError::ReadDir { path: p.display().to_string(), error })?;
                 let skill = parse(&text).ok_or_else(|| SkillError::FrontMatter { path: p.display().to_string() })?;
                 skills.retain(|s| s.name != skill.name);
                 skills.push(skill);

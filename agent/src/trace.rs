@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
-    #[error("cannot write the trace {path}: {source}")]
-    Write { path: PathBuf, source: io::Error },
+    #[error("cannot write the trace {path}: {error}")]
+    Write { path: PathBuf, error: io::Error },
 }
 
 /// One line of the trace.
@@ -88,7 +88,7 @@ pub struct Trace {
 
 impl Trace {
     pub fn create(path: &Path, started: Instant) -> Result<Trace, TraceError> {
-        let file = File::create(path).map_err(|source| TraceError::Write { path: path.to_path_buf(), source })?;
+        let file = File::create(path).map_err(|error| TraceError::Write { path: path.to_path_buf(), error })?;
         Ok(Trace { path: path.to_path_buf(), file, started, records: Vec::new() })
     }
 
@@ -113,7 +113,7 @@ impl Trace {
         self.file
             .write_all(line.as_bytes())
             .and_then(|_| self.file.flush())
-            .map_err(|source| TraceError::Write { path: self.path.clone(), source })?;
+            .map_err(|error| TraceError::Write { path: self.path.clone(), error })?;
         self.records.push(r);
         Ok(())
     }
@@ -252,7 +252,7 @@ impl Summary {
     pub fn save(&self, dir: &Path) -> Result<(), TraceError> {
         let write = |name: &str, text: String| {
             let p = dir.join(name);
-            std::fs::write(&p, text).map_err(|source| TraceError::Write { path: p, source })
+            std::fs::write(&p, text).map_err(|error| TraceError::Write { path: p, error })
         };
         write("summary.txt", self.render())?;
         write("summary.json", serde_json::to_string_pretty(self).unwrap_or_default())
