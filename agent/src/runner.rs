@@ -2,7 +2,9 @@
 //! (`jail run --json --input --output --code SCRIPT`) and deserialize its
 //! result into the `jail` crate's own `RunResult`. Never in-process: the
 //! jail must fork from a single-threaded process, and it is the jail's
-//! subprocess boundary that keeps a step's failure from becoming ours.
+//! subprocess boundary that keeps a step's failure from becoming ours. The
+//! jail gets the agent's environment minus `LLM_*` and anything named like a
+//! credential.
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -70,6 +72,13 @@ impl Runner {
             cmd.arg("--");
             cmd.args(args);
         }
+        // The model's credentials never reach a step, even under a policy
+        // that passes variables through from the caller's environment.
+        for (name, _) in std::env::vars_os() {
+            if is_secret(&name.to_string_lossy()) {
+                cmd.env_remove(&name);
+            }
+        }
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
         let (tx, rx) = mpsc::channel();
@@ -119,6 +128,14 @@ impl Runner {
     }
 }
 
+/// Whether an environment variable is kept from the jail: the agent's own
+/// `LLM_*` settings and anything named like a credential.
+pub fn is_secret(name: &str) -> bool {
+    let upper = name.to_ascii_uppercase();
+    upper.starts_with("LLM_")
+        || ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"].iter().any(|w| upper.contains(w))
+}
+
 /// The jail binary: `explicit`, else `JAIL_BIN`, else `jail` beside our own
 /// executable, else `jail` on PATH.
 pub fn find_jail(explicit: Option<&Path>) -> PathBuf {
@@ -137,4 +154,19 @@ pub fn find_jail(explicit: Option<&Path>) -> PathBuf {
         }
     }
     PathBuf::from("jail")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_and_model_settings_are_kept_from_the_jail() {
+        for name in ["LLM_API_KEY", "LLM_BASE_URL", "OPENAI_API_KEY", "GITHUB_TOKEN", "aws_secret_access_key", "DB_PASSWORD"] {
+            assert!(is_secret(name), "{name}");
+        }
+        for name in ["PATH", "JAIL_ROOTFS", "LANG", "HOME"] {
+            assert!(!is_secret(name), "{name}");
+        }
+    }
 }

@@ -575,3 +575,48 @@ fn sessions_are_fresh_and_a_root_run_hands_the_output_to_the_sandbox_uid() {
         assert!(e.contains("is not searchable by the sandbox uid 65534") && e.contains("chmod o+x"), "{e}");
     }
 }
+
+#[test]
+fn the_model_key_never_reaches_a_step_even_when_the_policy_passes_it() {
+    let f = fixture();
+    let mut policy: Value = serde_json::from_str(&std::fs::read_to_string(repo().join("policies/default.json")).unwrap()).unwrap();
+    policy["environment"]["pass"] = json!(["LLM_API_KEY", "SERVICE_TOKEN", "VISIBLE_SETTING"]);
+    policy.as_object_mut().unwrap().remove("rootfs");
+    let policy_file = f.dir.path().join("pass.json");
+    std::fs::write(&policy_file, policy.to_string()).unwrap();
+    let probe = "import os\nprint({k: os.environ.get(k) for k in ['LLM_API_KEY', 'SERVICE_TOKEN', 'VISIBLE_SETTING']})\n";
+    let mock = MockLlm::start(vec![
+        tool_turn(&[("create_todo_list", plan(&[("env", &[])]))], (10, 2)),
+        tool_turn(&[call("start_next_todo", json!({}))], (10, 2)),
+        tool_turn(&[write("env.py", probe), run_file("env.py")], (10, 2)),
+        tool_turn(&[call("complete_todo", json!({"report": "checked"}))], (10, 2)),
+        text_turn("ok", (10, 2)),
+    ]);
+    let out = Command::new(agent_bin())
+        .args(["run", "--quiet", "--task", "show the environment"])
+        .arg("--input")
+        .arg(&f.input)
+        .arg("--session-dir")
+        .arg(&f.sessions)
+        .arg("--jail")
+        .arg(jail_bin())
+        .arg("--rootfs")
+        .arg(rootfs())
+        .arg("--policy")
+        .arg(&policy_file)
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env("LLM_API_KEY", "sk-must-not-leak")
+        .env("SERVICE_TOKEN", "tok-must-not-leak")
+        .env("VISIBLE_SETTING", "passed-through")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    let req = mock.requests();
+    assert!(!req[0]["messages"].to_string().contains("sk-must-not-leak"));
+    let seen = last_tool(&req[3]);
+    // The policy's pass list works (a variable gets through), the secrets do not.
+    assert!(seen.contains("'VISIBLE_SETTING': 'passed-through'"), "{seen}");
+    assert!(seen.contains("'LLM_API_KEY': None") && seen.contains("'SERVICE_TOKEN': None"), "{seen}");
+    assert!(!seen.contains("must-not-leak"), "{seen}");
+}
