@@ -2,12 +2,15 @@
 # It runs the EDA-and-presentation task on examples/titanic.csv against the
 # model endpoint in LLM_BASE_URL / LLM_MODEL (/ LLM_API_KEY); see agent/README.md.
 CARGO ?= cargo
+SUDO ?= $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 AGENT_DEMO_DIR ?= target/demo-agent
 AGENT_TASK ?= Do an exploratory data analysis of the Titanic passenger list in titanic.csv and prepare a presentation of the main findings. Deliver a summary table as summary.csv, charts as PNG files, and a slide deck as presentation.pptx.
-# The data rootfs (numpy, pandas, matplotlib, python-pptx) when it is built;
-# the minimal one (standard library only: no charts, no .pptx) otherwise.
-AGENT_DATA_ROOTFS ?= python-rootfs/out/data
-AGENT_ROOTFS ?= $(if $(wildcard $(AGENT_DATA_ROOTFS)/usr/bin/python3),$(AGENT_DATA_ROOTFS),python-rootfs/out/minimal)
+# The data rootfs (pandas, matplotlib, python-pptx), built on first use.
+# AGENT_ROOTFS=python-rootfs/out/minimal runs on the standard library alone
+# (no charts, no deck: the agent delivers tables and text instead).
+AGENT_ROOTFS ?= python-rootfs/out/data
+# Seconds one step may take: the data stack imports in a few seconds.
+AGENT_STEP_TIMEOUT ?= 60
 
 .PHONY: demo-agent
 demo-agent: ## run jail-agent on examples/titanic.csv: summary CSV, charts, .pptx (needs LLM_BASE_URL, LLM_MODEL)
@@ -16,14 +19,16 @@ demo-agent: ## run jail-agent on examples/titanic.csv: summary CSV, charts, .ppt
 	    echo "            e.g. LLM_BASE_URL=http://localhost:11434/v1 LLM_MODEL=qwen2.5:14b make demo-agent (see agent/README.md)"; \
 	    exit 2; \
 	fi
-	@[ -x "$(AGENT_ROOTFS)/usr/bin/python3" ] || { echo "demo-agent: no rootfs at $(AGENT_ROOTFS): run make rootfs"; exit 2; }
-	@case "$(AGENT_ROOTFS)" in *minimal) echo "demo-agent: note: the data rootfs is not built; on the minimal rootfs there is no matplotlib or python-pptx, so expect tables and text instead of charts and a deck";; esac
+	@if [ ! -x "$(AGENT_ROOTFS)/usr/bin/python3" ]; then \
+	    if [ "$(AGENT_ROOTFS)" = python-rootfs/out/data ]; then $(SUDO) python-rootfs/build.sh data; \
+	    else echo "demo-agent: no rootfs at $(AGENT_ROOTFS) (make rootfs, or make rootfs-data)"; exit 2; fi; \
+	fi
 	$(CARGO) build --release -p jail -p agent
 	rm -rf $(AGENT_DEMO_DIR)
 	mkdir -p $(AGENT_DEMO_DIR)/input $(AGENT_DEMO_DIR)/sessions
 	cp examples/titanic.csv $(AGENT_DEMO_DIR)/input/
 	target/release/jail-agent run --task "$(AGENT_TASK)" \
 	    --input $(AGENT_DEMO_DIR)/input --output $(AGENT_DEMO_DIR)/output \
-	    --rootfs $(AGENT_ROOTFS) --session-dir $(AGENT_DEMO_DIR)/sessions
+	    --rootfs $(AGENT_ROOTFS) --step-timeout $(AGENT_STEP_TIMEOUT) --session-dir $(AGENT_DEMO_DIR)/sessions
 	@echo "demo-agent: the files are in $(AGENT_DEMO_DIR)/output; the trace and summary in $(AGENT_DEMO_DIR)/sessions/*/"
 	@ls -l $(AGENT_DEMO_DIR)/output

@@ -1,24 +1,25 @@
 //! What the model may import: read from the rootfs the steps run on. The
 //! rootfs's own manifest (`/usr/share/jail/manifest.json`, written when the
-//! rootfs is built) is used when present; otherwise the rootfs's
-//! site-packages folders are listed. The answer says which source it used.
+//! rootfs is built, read with the `jail` crate's own reader and type) is used
+//! when present; otherwise the rootfs's site-packages folders are listed. The
+//! answer says which source it used.
 
 use std::path::{Path, PathBuf};
 
-use serde_json::Value;
-
-/// Where the manifest sits inside a rootfs.
-pub const MANIFEST_PATH: &str = "usr/share/jail/manifest.json";
+pub use jail::rootfs::MANIFEST_PATH;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Package {
     pub name: String,
     pub version: String,
+    /// The modules it provides, when the manifest says (`sklearn`).
+    pub imports: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
-    Manifest(PathBuf),
+    /// The manifest, with the rootfs's flavour, Python version and identity.
+    Manifest { flavour: String, python: String, rootfs_id: String },
     SitePackages(Vec<PathBuf>),
 }
 
@@ -36,13 +37,19 @@ pub fn list(rootfs: &Path) -> Result<Packages, String> {
         return Err(format!("the rootfs {} does not exist (build it with `make rootfs`)", rootfs.display()));
     }
     let stdlib = stdlib_versions(rootfs);
-    let manifest = rootfs.join(MANIFEST_PATH);
-    if let Ok(text) = std::fs::read_to_string(&manifest) {
-        let v: Value = serde_json::from_str(&text)
-            .map_err(|e| format!("the rootfs manifest {} is not JSON: {e}", manifest.display()))?;
-        let mut packages = from_manifest(&v);
-        packages.sort_by_key(|p| p.name.to_lowercase());
-        return Ok(Packages { source: Source::Manifest(manifest), stdlib, packages });
+    match jail::rootfs::load(rootfs) {
+        Ok(Some((m, id))) => {
+            let mut packages: Vec<Package> = m
+                .packages
+                .into_iter()
+                .map(|p| Package { name: p.name, version: p.version, imports: p.imports })
+                .collect();
+            packages.sort_by_key(|p| p.name.to_lowercase());
+            let source = Source::Manifest { flavour: m.flavour, python: m.python.version, rootfs_id: id };
+            return Ok(Packages { source, stdlib, packages });
+        }
+        Ok(None) => {}
+        Err(e) => return Err(format!("the rootfs manifest cannot be read: {}", error_chain(&e))),
     }
     let mut dirs = Vec::new();
     for lib in ["usr/lib", "usr/local/lib"] {
@@ -70,7 +77,7 @@ pub fn list(rootfs: &Path) -> Result<Packages, String> {
             let Some(stem) = name.strip_suffix(".dist-info").or_else(|| name.strip_suffix(".egg-info")) else { continue };
             let (n, v) = stem.split_once('-').unwrap_or((stem, "?"));
             let v = v.split('-').next().unwrap_or(v);
-            packages.push(Package { name: n.replace('_', "-"), version: v.to_string() });
+            packages.push(Package { name: n.replace('_', "-").to_lowercase(), version: v.to_string(), imports: Vec::new() });
         }
     }
     packages.sort_by_key(|p| p.name.to_lowercase());
@@ -78,26 +85,14 @@ pub fn list(rootfs: &Path) -> Result<Packages, String> {
     Ok(Packages { source: Source::SitePackages(dirs), stdlib, packages })
 }
 
-/// Accept the shapes a manifest may take: `{"packages": [{"name", "version"}]}`,
-/// `{"packages": {"name": "version"}}`, or either at the top level.
-fn from_manifest(v: &Value) -> Vec<Package> {
-    let list = v.get("packages").or_else(|| v.get("python_packages")).unwrap_or(v);
-    match list {
-        Value::Array(items) => items
-            .iter()
-            .filter_map(|i| {
-                let name = i.get("name").and_then(Value::as_str)?;
-                let version = i.get("version").and_then(Value::as_str).unwrap_or("?");
-                Some(Package { name: name.to_string(), version: version.to_string() })
-            })
-            .collect(),
-        Value::Object(map) => map
-            .iter()
-            .filter(|(_, v)| v.is_string())
-            .map(|(k, v)| Package { name: k.clone(), version: v.as_str().unwrap_or("?").to_string() })
-            .collect(),
-        _ => Vec::new(),
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        out.push_str(&format!(": {s}"));
+        src = s.source();
     }
+    out
 }
 
 fn stdlib_versions(rootfs: &Path) -> Vec<String> {
@@ -116,7 +111,10 @@ impl Packages {
     pub fn render(&self) -> String {
         let mut out = String::new();
         match &self.source {
-            Source::Manifest(p) => out.push_str(&format!("source: the rootfs manifest ({})\n", p.display())),
+            Source::Manifest { flavour, python, rootfs_id } => out.push_str(&format!(
+                "source: the rootfs manifest ({MANIFEST_PATH}): flavour {flavour}, Python {python}, rootfs id {}\n",
+                rootfs_id.get(..12).unwrap_or(rootfs_id)
+            )),
             Source::SitePackages(dirs) if dirs.is_empty() => {
                 out.push_str("source: no manifest in this rootfs and no site-packages folder: only the standard library is installed\n")
             }
@@ -132,7 +130,12 @@ impl Packages {
         } else {
             out.push_str(&format!("third-party packages ({}):\n", self.packages.len()));
             for p in &self.packages {
-                out.push_str(&format!("{} {}\n", p.name, p.version));
+                let imports = if p.imports.is_empty() || p.imports == [p.name.clone()] {
+                    String::new()
+                } else {
+                    format!(" (import {})", p.imports.join(", "))
+                };
+                out.push_str(&format!("{} {}{imports}\n", p.name, p.version));
             }
         }
         out.push_str("Nothing else can be installed: the sandbox has no network and a read-only system.");
@@ -148,13 +151,16 @@ mod tests {
     fn a_manifest_is_preferred_and_named() {
         let t = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(t.path().join("usr/share/jail")).unwrap();
-        std::fs::write(t.path().join(MANIFEST_PATH), r#"{"packages":[{"name":"pandas","version":"2.2.3"}]}"#).unwrap();
+        let manifest = r#"{"schema_version":1,"flavour":"data","lock_sha256":"ab","debian_packages":{},
+            "python":{"version":"3.11.2","implementation":"cpython","debian_package":null},
+            "packages":[{"name":"scikit-learn","version":"1.9.1","imports":["sklearn"]},{"name":"pandas","version":"3.1.1","imports":["pandas"]}]}"#;
+        std::fs::write(t.path().join(MANIFEST_PATH.trim_start_matches('/')), manifest).unwrap();
         let p = list(t.path()).unwrap();
-        assert!(matches!(p.source, Source::Manifest(_)));
-        assert_eq!(p.packages, vec![Package { name: "pandas".into(), version: "2.2.3".into() }]);
-        assert!(p.render().contains("rootfs manifest"));
-        let v: Value = serde_json::from_str(r#"{"numpy":"2.1.0"}"#).unwrap();
-        assert_eq!(from_manifest(&v)[0].name, "numpy");
+        assert!(matches!(&p.source, Source::Manifest { flavour, .. } if flavour == "data"));
+        assert_eq!(p.packages[0].name, "pandas");
+        let text = p.render();
+        assert!(text.contains("rootfs manifest") && text.contains("Python 3.11.2"), "{text}");
+        assert!(text.contains("scikit-learn 1.9.1 (import sklearn)") && text.contains("pandas 3.1.1\n"), "{text}");
     }
 
     #[test]
@@ -164,7 +170,7 @@ mod tests {
         std::fs::write(t.path().join("usr/lib/python3.11/os.py"), "").unwrap();
         let p = list(t.path()).unwrap();
         assert!(matches!(p.source, Source::SitePackages(ref d) if d.len() == 1));
-        assert_eq!(p.packages, vec![Package { name: "python-pptx".into(), version: "1.0.2".into() }]);
+        assert_eq!(p.packages, vec![Package { name: "python-pptx".into(), version: "1.0.2".into(), imports: vec![] }]);
         assert_eq!(p.stdlib, vec!["python3.11"]);
         assert!(p.render().contains("site-packages"));
     }

@@ -52,18 +52,6 @@ pub fn agent_bin() -> PathBuf {
     p
 }
 
-/// The data-science rootfs, if it is built: `JAIL_DATA_ROOTFS` (which must
-/// exist when set), else python-rootfs/out/data when present.
-pub fn data_rootfs() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("JAIL_DATA_ROOTFS").filter(|v| !v.is_empty()) {
-        let p = PathBuf::from(p);
-        assert!(p.join("usr/bin/python3").exists(), "JAIL_DATA_ROOTFS={} has no usr/bin/python3", p.display());
-        return Some(p);
-    }
-    let p = repo().join("python-rootfs/out/data");
-    p.join("usr/bin/python3").exists().then_some(p)
-}
-
 /// The rootfs under test.
 pub fn rootfs() -> PathBuf {
     std::env::var_os("JAIL_ROOTFS")

@@ -18,7 +18,7 @@ use agent::todo::State;
 use agent::trace::{self, Event, Summary};
 use agent::view::Budget;
 use jail_tests::mock_llm::{call, text_turn, tool_turn, MockLlm, Turn};
-use jail_tests::{agent_bin, data_rootfs, is_root, jail_bin, repo, rootfs};
+use jail_tests::{agent_bin, data_rootfs, is_root, jail_bin, repo, rootfs, skip_unless};
 use serde_json::{json, Value};
 
 const SUMMARY_BUG: &str = include_str!("../agent-scripts/summary_bug.py");
@@ -211,7 +211,7 @@ fn zip_text(path: &Path, name: &str) -> String {
 
 /// The full path: a two-item plan; item 1 writes code, hits a Python error,
 /// fixes it and succeeds; item 2 builds a deck; then the final answer.
-fn full_run(rootfs: PathBuf, deck_script: &str) -> (Fixture, MockLlm, Outcome) {
+fn full_run(rootfs: PathBuf, deck_script: &str, step_timeout: Option<f64>) -> (Fixture, MockLlm, Outcome) {
     let f = fixture();
     let turns = vec![
         tool_turn(&[("create_todo_list", plan(&[("class-summary", &["/workspace/output/summary.csv"]), ("deck", &["/workspace/output/deck.pptx"])]))], (900, 120)),
@@ -225,13 +225,18 @@ fn full_run(rootfs: PathBuf, deck_script: &str) -> (Fixture, MockLlm, Outcome) {
         text_turn("Survival differed by class; see summary.csv and deck.pptx.", (1400, 40)),
     ];
     let mock = MockLlm::start(turns);
-    let outcome = run::run(&config(&f, &mock, rootfs)).unwrap_or_else(|e| panic!("run failed: {e}"));
+    let mut cfg = config(&f, &mock, rootfs);
+    if let Some(t) = step_timeout {
+        cfg.runner.timeout = Some(t);
+        cfg.runner.wall_limit = Duration::from_secs_f64(t);
+    }
+    let outcome = run::run(&cfg).unwrap_or_else(|e| panic!("run failed: {e}"));
     (f, mock, outcome)
 }
 
 #[test]
 fn a_two_item_plan_goes_from_an_error_through_a_fix_to_a_deck_and_a_final_answer() {
-    let (f, mock, outcome) = full_run(rootfs(), DECK_STDLIB);
+    let (f, mock, outcome) = full_run(rootfs(), DECK_STDLIB, None);
     let req = mock.requests();
     assert_eq!(req.len(), 9, "every scripted turn is used once");
 
@@ -317,31 +322,28 @@ fn a_two_item_plan_goes_from_an_error_through_a_fix_to_a_deck_and_a_final_answer
 
 #[test]
 fn with_the_data_rootfs_a_python_pptx_deck_opens_in_python_pptx() {
-    let Some(data) = data_rootfs() else {
-        eprintln!("note: no data rootfs (python-rootfs/out/data, JAIL_DATA_ROOTFS); the python-pptx variant needs it");
+    let data = data_rootfs();
+    if skip_unless(data.join("usr/bin/python3").exists(), &format!("no data rootfs at {} (build it: make rootfs-data)", data.display())) {
         return;
-    };
+    }
     for (name, script) in [("python-pptx", DECK_PPTX), ("zipfile", DECK_STDLIB)] {
-        let (_f, _mock, outcome) = full_run(data.clone(), script);
-        let sb = jail_tests::Sandbox::new();
+        // The data stack imports in a few seconds; leave room on a loaded machine.
+        let (_f, mock, outcome) = full_run(data.clone(), script, Some(120.0));
+        assert_eq!(outcome.stop, Stop::Finished);
+        assert!(last_tool(&mock.requests()[7]).starts_with("status: ok"), "{name}: {}", last_tool(&mock.requests()[7]));
+        let mut sb = jail_tests::Sandbox::new();
+        sb.rootfs = data.clone();
+        sb.extra_args = vec!["--timeout".into(), "120".into()];
         std::fs::copy(outcome.session.output.join("deck.pptx"), sb.input.join("deck.pptx")).unwrap();
         std::fs::set_permissions(sb.input.join("deck.pptx"), std::fs::Permissions::from_mode(0o644)).unwrap();
-        let out = Command::new(jail_bin())
-            .args(["run", "--json", "--rootfs"])
-            .arg(&data)
-            .arg("--input")
-            .arg(&sb.input)
-            .arg("--output")
-            .arg(&sb.output)
-            .arg(sb.script(OPEN_PPTX))
-            .arg("/workspace/input/deck.pptx")
-            .output()
-            .unwrap();
-        let r = jail_tests::parse(&out);
+        let mut cmd = sb.command(OPEN_PPTX);
+        cmd.args(["--", "/workspace/input/deck.pptx"]);
+        let r = jail_tests::parse(&cmd.output().unwrap());
         assert_eq!(r.status, jail_tests::Status::Ok, "{name} deck: {}", r.stderr.text);
         let titles: Vec<String> = serde_json::from_str(r.stdout.text.trim()).unwrap();
         assert_eq!(titles.len(), 4, "{name}: {titles:?}");
         assert_eq!(titles[0], "Titanic: survival by class");
+        assert!(titles[1].starts_with("Class 1: "), "{name}: {titles:?}");
     }
 }
 
@@ -351,13 +353,16 @@ fn a_network_call_blocked_by_the_policy_reaches_the_model_in_plain_words() {
     let turns = vec![
         tool_turn(&[("create_todo_list", plan(&[("download", &[])]))], (100, 20)),
         tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
-        tool_turn(&[write("fetch.py", NETWORK), run_file("fetch.py")], (120, 60)),
+        tool_turn(&[call("list_available_packages", json!({})), write("fetch.py", NETWORK), run_file("fetch.py")], (120, 60)),
         tool_turn(&[call("block_todo", json!({"reason": "the sandbox has no network"}))], (300, 10)),
         text_turn("The data could not be downloaded: the sandbox has no network.", (200, 15)),
     ];
     let mock = MockLlm::start(turns);
     let outcome = run::run(&config(&f, &mock, rootfs())).unwrap_or_else(|e| panic!("{e}"));
     let req = mock.requests();
+    let packages = &tool_messages(&req[3])[0];
+    assert!(packages.contains("source: ") && packages.contains("standard library: python3."), "{packages}");
+    assert!(packages.contains("third-party packages: none"), "the minimal rootfs has only the standard library: {packages}");
     let seen = last_tool(&req[3]);
     assert!(seen.contains("status: nonzero_exit"), "{seen}");
     assert!(seen.contains("explanation: network access is disabled in this sandbox"), "{seen}");
