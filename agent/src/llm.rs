@@ -70,6 +70,12 @@ impl Message {
             Message::System(c) => json!({"role": "system", "content": c}),
             Message::User(c) => json!({"role": "user", "content": c}),
             Message::Assistant { content, tool_calls } => {
+                // Some servers refuse an assistant turn with neither content
+                // nor tool calls: send an empty string rather than null then.
+                let content = match content {
+                    None if tool_calls.is_empty() => Some(String::new()),
+                    c => c.clone(),
+                };
                 let mut m = json!({"role": "assistant", "content": content});
                 if !tool_calls.is_empty() {
                     m["tool_calls"] = tool_calls
