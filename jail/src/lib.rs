@@ -7,9 +7,11 @@
 //! is the contract both sides and the agent share; `rootfs` reads the
 //! rootfs's manifest and identity. `sys` holds every `unsafe`.
 
+pub mod cgroup;
 pub mod child;
 pub mod digest;
 pub mod doctor;
+pub mod limits;
 pub mod mounts;
 pub mod namespaces;
 pub mod policy;

@@ -251,11 +251,22 @@ fn close_range(lo: RawFd, hi: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// `getrusage(RUSAGE_SELF)`'s peak resident set size, in bytes.
+/// This process's peak resident set size in bytes: `VmHWM` from
+/// `/proc/self/status`, which covers only the current image.
+/// (getrusage's ru_maxrss keeps the peak of the image before execve, so a
+/// jail started by a big process would report that process's size.)
 pub fn self_max_rss_bytes() -> u64 {
-    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
-        .map(|u| u.max_rss() as u64 * 1024)
-        .unwrap_or(0)
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    match hwm {
+        Some(kib) => kib * 1024,
+        None => nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+            .map(|u| u.max_rss() as u64 * 1024)
+            .unwrap_or(0),
+    }
 }
 
 /// `wait4(pid, 0)`: the exit status and resource usage of one child.
