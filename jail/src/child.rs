@@ -8,7 +8,7 @@
 
 use std::error::Error;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
 use nix::sys::signal::{SigSet, Signal};
@@ -39,6 +39,9 @@ pub struct ChildSpec {
     pub exec: Exec,
     /// Set by the worker right before exec (see `limits::plan`).
     pub rlimits: Vec<Rlimit>,
+    /// With a size-capped output dir: the socket that hands the supervisor
+    /// the output tmpfs, then says when it has been filled (output.rs).
+    pub output: Option<OwnedFd>,
 }
 
 /// The interpreter's exec: path, argv and the rebuilt environment.
@@ -93,7 +96,7 @@ fn fail(report: &OwnedFd, e: StageError) -> ! {
 
 /// PID 1's entry point, right after clone.
 pub fn run(spec: ChildSpec) -> ! {
-    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits } = spec;
+    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits, output } = spec;
     // The supervisor writes our id maps, then releases us; until then we have
     // no identity in the new user namespace.
     if !sync::wait_for_release(release) {
@@ -101,9 +104,17 @@ pub fn run(spec: ChildSpec) -> ! {
     }
     let mut marks = Marks(Vec::new());
     marks.mark("released");
-    match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, uid, gid, &hostname) {
+    match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, uid, gid, &hostname, output.as_ref()) {
         Ok(()) => {}
         Err(e) => fail(&report, e),
+    }
+    if let Some(sock) = output {
+        // The script may not start before the supervisor has copied the
+        // host's output folder in; end-of-file means it gave up.
+        if !sync::wait_for_release(sock) {
+            sys::exit_now(EXIT_SETUP_FAILED);
+        }
+        marks.mark("output_filled");
     }
     // Block the signals PID 1 handles before forking, so none is lost between
     // the fork and the reaper's first sigwait.
@@ -135,6 +146,7 @@ fn setup(
     uid: u32,
     gid: u32,
     hostname: &str,
+    output: Option<&OwnedFd>,
 ) -> Result<(), StageError> {
     // Our cgroup namespace is made only now, after the supervisor moved us
     // into the run cgroup's leaf: its root is that leaf, so nothing above it
@@ -160,6 +172,12 @@ fn setup(
     }
     mounts::apply(plan, sources, staging).stage("mounts")?;
     marks.mark("mounts");
+    if let Some(sock) = output {
+        // The supervisor keeps this descriptor of the output tmpfs past the
+        // jail's end, to mirror it back once the tree is dead.
+        let dir = mounts::open_output(staging).stage("output")?;
+        sys::send_fd(sock.as_fd(), dir.as_fd()).stage("output")?;
+    }
     mounts::pivot_root(staging).stage("pivot_root")?;
     marks.mark("pivot_root");
     nix::unistd::sethostname(hostname).stage("hostname")?;

@@ -14,6 +14,7 @@ pub mod doctor;
 pub mod limits;
 pub mod mounts;
 pub mod namespaces;
+pub mod output;
 pub mod policy;
 pub mod privileges;
 pub mod result;

@@ -323,7 +323,7 @@ impl Policy {
         let filesystem = Filesystem {
             tmp_size: size_field("filesystem.tmp_size", &file.filesystem.tmp_size, 64 << 20)?,
             shm_size: size_field("filesystem.shm_size", &file.filesystem.shm_size, 16 << 20)?,
-            output_size: limit_size("filesystem.output_size", &file.filesystem.output_size, None)?,
+            output_size: limit_size("filesystem.output_size", &file.filesystem.output_size, Some(256 << 20))?,
         };
         let wall = file.limits.wall_time_secs.unwrap_or(15.0);
         if !(wall > 0.0 && wall <= 86_400.0) {

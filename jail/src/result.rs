@@ -42,6 +42,10 @@ pub struct RunResult {
     pub rejected_artifacts: Vec<serde_json::Value>,
     /// Host path of the output dir (created by the jail when none was given).
     pub output_dir: Option<String>,
+    /// With a size-capped output dir (`filesystem.output_size`): what was
+    /// copied into the jail's output tmpfs and mirrored back to the host.
+    #[serde(default)]
+    pub output_sync: Option<OutputSync>,
     pub timings: Timings,
     pub setup_error: Option<SetupError>,
     /// The supervisor's own costs, for the bench and for anyone sizing hosts.
@@ -133,6 +137,24 @@ pub struct Usage {
     /// Processes of the run the kernel's OOM killer killed (memory.events
     /// oom_kill on v2, memory.oom_control oom_kill on v1).
     pub oom_kills: Option<u64>,
+}
+
+/// The mirror of a size-capped output dir (see `output.rs`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct OutputSync {
+    /// Entries copied from the host folder into the jail before the run.
+    pub copied_in: u64,
+    /// Entries written (created or changed) in the host folder after it.
+    pub copied_out: u64,
+    /// Entries the script left as they were (not rewritten).
+    pub unchanged: u64,
+    /// Host entries removed because the script deleted them.
+    pub deleted: u64,
+    /// Entries that crossed in neither direction, with the reason (sockets,
+    /// devices, unreadable host files, trees too deep).
+    pub skipped: Vec<String>,
+    /// What could not be mirrored back, with the reason.
+    pub errors: Vec<String>,
 }
 
 /// One limit of the run.
@@ -241,6 +263,7 @@ impl RunResult {
             artifacts: Vec::new(),
             rejected_artifacts: Vec::new(),
             output_dir: None,
+            output_sync: None,
             timings: Timings::default(),
             setup_error: Some(error),
             supervisor: SupervisorStats::default(),

@@ -20,6 +20,7 @@ use crate::child::{self, ChildSpec, Exec};
 use crate::limits;
 use crate::mounts::{self, RootfsEntry};
 use crate::namespaces;
+use crate::output;
 use crate::policy::Policy;
 use crate::result::{Isolation, Layer, RunResult, SetupError, Status, Stream, Timings, Usage};
 use crate::rlimits;
@@ -265,6 +266,7 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
             output: output_dir.clone(),
             tmp_size: policy.filesystem.tmp_size,
             shm_size: policy.filesystem.shm_size,
+            output_size: policy.filesystem.output_size,
         },
         exec,
         output_dir,
@@ -528,6 +530,8 @@ enum LaunchError {
     IdMaps(#[source] namespaces::NamespaceError),
     #[error("place the child in the run cgroup")]
     JoinCgroup(#[source] cgroup::CgroupError),
+    #[error("fill the jail's output dir")]
+    Output(#[source] output::OutputError),
     #[error("release the child")]
     Release(#[source] io::Error),
     #[error("pidfd_open")]
@@ -543,6 +547,7 @@ impl LaunchError {
             LaunchError::DropGroups(_) | LaunchError::Clone(_) => "clone",
             LaunchError::IdMaps(_) => "id_maps",
             LaunchError::JoinCgroup(_) => "cgroup",
+            LaunchError::Output(_) => "output",
             LaunchError::Release(_) => "release",
             LaunchError::Pidfd(_) | LaunchError::Wait(_) => "wait",
         }
@@ -562,6 +567,7 @@ struct Outcome {
     rusage: libc::rusage,
     pid1_status: libc::c_int,
     started_ns: u64,
+    output_sync: Option<crate::result::OutputSync>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -580,6 +586,23 @@ fn launch(
     let status = Pipe::new().map_err(LaunchError::Pipes)?;
     let out = Pipe::new().map_err(LaunchError::Pipes)?;
     let err = Pipe::new().map_err(LaunchError::Pipes)?;
+    // A size-capped output dir comes back to us as a descriptor (output.rs).
+    let output_channel = match prepared.mount_request.output_size {
+        Some(_) => Some(
+            nix::sys::socket::socketpair(
+                nix::sys::socket::AddressFamily::Unix,
+                nix::sys::socket::SockType::SeqPacket,
+                None,
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            )
+            .map_err(|e| LaunchError::Pipes(e.into()))?,
+        ),
+        None => None,
+    };
+    let (output_ours, output_theirs) = match output_channel {
+        Some((a, b)) => (Some(a), Some(b)),
+        None => (None, None),
+    };
     if nix::unistd::getuid().is_root() {
         // The child can never call setgroups (it is denied in its user
         // namespace), so root's supplementary groups must go before the clone.
@@ -604,6 +627,7 @@ fn launch(
             cwd: prepared.exec.cwd.clone(),
         },
         rlimits: resources.plan.rlimits.clone(),
+        output: output_theirs,
     };
     stages.insert("plan".into(), ms_since(started));
     let pid = match sys::clone_process(namespaces::CLONE_FLAGS).map_err(LaunchError::Clone)? {
@@ -642,7 +666,21 @@ fn launch(
         return Err(LaunchError::Release(e));
     }
     let released_at = Instant::now();
-    let deadline = released_at + prepared.wall_time;
+    let ids = output::FsIds { uid: uid_map.outside, gid: gid_map.outside };
+    let output = match output_ours {
+        None => None,
+        Some(sock) => match fill_output(sock, &prepared.output_dir, ids, released_at + prepared.wall_time) {
+            Ok(o) => o,
+            Err(e) => {
+                kill_and_reap(pid);
+                return Err(e);
+            }
+        },
+    };
+    if output.is_some() {
+        stages.insert("output_copy_in".into(), ms_since(started));
+    }
+    let deadline = Instant::now() + prepared.wall_time;
     let mut watch = Watch {
         stdout: Capture::new(req.policy.limits.stdout_bytes, req.mode),
         stderr: Capture::new(req.policy.limits.stderr_bytes, req.mode),
@@ -660,6 +698,13 @@ fn launch(
     let ending = watch.run(pid, &pidfd, out.read, err.read, report.read, status.read, &limits, resources.cgroup.as_ref());
     let (pid1_status, rusage) = sys::wait4(pid).map_err(LaunchError::Wait)?;
     let ended_at = Instant::now();
+    // PID 1 is reaped only once its pid namespace is empty: nothing can
+    // change the output tmpfs under the mirror now.
+    let output_sync = output.map(|(dir, inventory)| {
+        let sync = output::copy_out(&dir, &prepared.output_dir, &inventory, ids);
+        stages.insert("output_copy_out".into(), ms_since(started));
+        sync
+    });
     let mut reports = sync::parse_reports(&watch.report_buf);
     reports.extend(sync::parse_reports(&watch.status_buf));
     Ok(Outcome {
@@ -674,7 +719,29 @@ fn launch(
         rusage,
         pid1_status,
         started_ns,
+        output_sync,
     })
+}
+
+/// Take the output tmpfs from the child, copy the host output folder into
+/// it, and let the child go on. `None` when the child ended before handing
+/// it over (its report says why).
+fn fill_output(
+    sock: OwnedFd,
+    host: &Path,
+    ids: output::FsIds,
+    deadline: Instant,
+) -> Result<Option<(OwnedFd, output::Inventory)>, LaunchError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+    let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as u64).unwrap_or(PollTimeout::MAX);
+    if !matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
+        return Ok(None);
+    }
+    let Some(dir) = sys::recv_fd(sock.as_fd()).map_err(LaunchError::Release)? else { return Ok(None) };
+    let inventory = output::copy_in(host, &dir, ids).map_err(LaunchError::Output)?;
+    sync::release(sock).map_err(LaunchError::Release)?;
+    Ok(Some((dir, inventory)))
 }
 
 struct Watch {
@@ -929,6 +996,7 @@ fn finish(
     }
     result.stdout = o.stdout.into_stream();
     result.stderr = o.stderr.into_stream();
+    result.output_sync = o.output_sync;
     result.timings = Timings {
         total_ms: ms_since(started),
         setup_ms: o.exec_at.map(|t| (t - started).as_secs_f64() * 1000.0),

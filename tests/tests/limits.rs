@@ -377,3 +377,136 @@ fn a_cgroup_left_by_a_killed_jail_is_swept_by_the_next_run() {
     }
     assert_eq!(still, Vec::<std::path::PathBuf>::new(), "the leftover cgroup was not swept");
 }
+
+#[test]
+fn filling_the_output_dir_hits_enospc_inside_and_the_host_disk_is_untouched() {
+    let sb = Sandbox::new();
+    let p = policy(&sb, r#"{"output_size": "16M"}"#, r#"{"memory": "256M"}"#);
+    let host = nix::sys::statvfs::statvfs(&sb.output).unwrap();
+    let free_before = host.blocks_available() * host.fragment_size();
+    let r = run_with(
+        &sb,
+        &["--policy", &p],
+        r#"
+import errno, json, os
+written = 0
+try:
+    with open("/workspace/output/fill", "wb") as f:
+        while written < (64 << 20):
+            f.write(b"x" * (1 << 20))
+            f.flush()
+            written += 1 << 20
+    result = {"errno": None}
+except OSError as e:
+    result = {"errno": errno.errorcode[e.errno]}
+result["written"] = written
+os.unlink("/workspace/output/fill")
+open("/workspace/output/done.txt", "w").write("ok")
+print(json.dumps(result))
+"#,
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    assert_eq!(v["errno"], "ENOSPC", "{v}");
+    let written = v["written"].as_u64().unwrap();
+    assert!((14 << 20..=16 << 20).contains(&written), "wrote {written}");
+    assert_eq!(r.limits["output_size"].enforced_by, "tmpfs");
+    // What the script left is on the host; what it deleted never got there.
+    assert_eq!(std::fs::read_to_string(sb.output.join("done.txt")).unwrap(), "ok");
+    assert!(!sb.output.join("fill").exists());
+    let host = nix::sys::statvfs::statvfs(&sb.output).unwrap();
+    let free_after = host.blocks_available() * host.fragment_size();
+    assert!(free_after + (32 << 20) > free_before, "host free space fell by {} bytes", free_before - free_after);
+}
+
+#[test]
+fn the_output_dir_caps_its_number_of_files_too() {
+    let sb = Sandbox::new();
+    let r = run_with(
+        &sb,
+        &[],
+        r#"
+import errno, json, os
+n = 0
+try:
+    while n < 20000:
+        open(f"/workspace/output/f{n}", "w").close()
+        n += 1
+    err = None
+except OSError as e:
+    err = errno.errorcode[e.errno]
+for i in range(n):
+    os.unlink(f"/workspace/output/f{i}")
+print(json.dumps({"errno": err, "created": n}))
+"#,
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    assert_eq!(v["errno"], "ENOSPC", "{v}");
+    assert!(v["created"].as_u64().unwrap() < 16_384, "{v}");
+}
+
+#[test]
+fn the_capped_output_dir_shows_the_host_folder_and_mirrors_changes_back() {
+    let sb = Sandbox::new();
+    let chown = |p: &Path| {
+        if is_root() {
+            std::os::unix::fs::chown(p, Some(sandbox_host_uid()), Some(sandbox_host_uid())).unwrap();
+        }
+    };
+    for (name, content) in [("keep.txt", "keep"), ("edit.txt", "old"), ("gone.txt", "gone")] {
+        let p = sb.output.join(name);
+        std::fs::write(&p, content).unwrap();
+        chown(&p);
+    }
+    let keep_mtime = std::fs::symlink_metadata(sb.output.join("keep.txt")).unwrap().modified().unwrap();
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "host-secret").unwrap();
+    let r = run_with(
+        &sb,
+        &[],
+        &format!(
+            r#"
+import json, os
+o = "/workspace/output"
+seen = sorted(os.listdir(o))
+text = open(o + "/keep.txt").read()
+open(o + "/edit.txt", "w").write("new")
+os.unlink(o + "/gone.txt")
+os.makedirs(o + "/charts/2024")
+open(o + "/charts/2024/a.png", "wb").write(b"\x89PNG")
+os.symlink({secret:?}, o + "/charts/leak")
+print(json.dumps({{"seen": seen, "keep": text}}))
+"#,
+            secret = secret.path()
+        ),
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    assert_eq!(v["seen"], serde_json::json!(["edit.txt", "gone.txt", "keep.txt"]));
+    assert_eq!(v["keep"], "keep");
+    let o = &sb.output;
+    assert_eq!(std::fs::read_to_string(o.join("edit.txt")).unwrap(), "new");
+    assert!(!o.join("gone.txt").exists());
+    assert_eq!(std::fs::read(o.join("charts/2024/a.png")).unwrap(), b"\x89PNG");
+    // A symlink crosses as a symlink, never as what it points at.
+    let link = std::fs::symlink_metadata(o.join("charts/leak")).unwrap();
+    assert!(link.file_type().is_symlink());
+    // Untouched files are not rewritten.
+    assert_eq!(std::fs::symlink_metadata(o.join("keep.txt")).unwrap().modified().unwrap(), keep_mtime);
+    let s = r.output_sync.expect("output_sync");
+    assert_eq!((s.copied_in, s.unchanged, s.deleted), (3, 1, 1), "{s:?}");
+    assert!(s.errors.is_empty(), "{s:?}");
+}
+
+#[test]
+fn files_written_before_a_timeout_still_reach_the_host() {
+    let sb = Sandbox::new();
+    let r = run_with(
+        &sb,
+        &["--timeout", "0.5"],
+        "open('/workspace/output/partial.csv', 'w').write('a,b\\n')\nwhile True:\n    pass\n",
+    );
+    assert_eq!(r.status, Status::TimeoutWall);
+    assert_eq!(std::fs::read_to_string(sb.output.join("partial.csv")).unwrap(), "a,b\n");
+}
