@@ -98,10 +98,11 @@ fn limits_check(kernel: &str) -> (Check, CgroupLayout) {
         "limits",
         full,
         detail,
-        "give jail a cgroup it may write: run it as root (v1 or v2), or on cgroup v2 a delegated subtree — \
-         e.g. `systemd-run --user --scope -p Delegate=yes $SHELL`, move that shell into a leaf \
-         (mkdir /sys/fs/cgroup$CG/leaf; echo $$ > /sys/fs/cgroup$CG/leaf/cgroup.procs, CG from /proc/self/cgroup) \
-         and pass $CG as --cgroup-parent or JAIL_CGROUP_PARENT",
+        "give jail a cgroup it may write: run it as root; or delegate one and pass its path as --cgroup-parent \
+         or JAIL_CGROUP_PARENT. cgroup v2: `systemd-run --user --scope -p Delegate=yes $SHELL`, move that shell \
+         into a leaf (mkdir /sys/fs/cgroup$CG/leaf; echo $$ > /sys/fs/cgroup$CG/leaf/cgroup.procs, CG from \
+         /proc/self/cgroup) and pass $CG. cgroup v1: as root, create the same path in each of memory, pids, cpu, \
+         cpuacct and freezer and chown it, its cgroup.procs and its tasks to the user",
     );
     (check, CgroupLayout { mode, layout, backend, parents, notes: choice.notes })
 }

@@ -19,6 +19,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process; boxing `RunArgs` would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run one Python script in a fresh jail.
     Run(RunArgs),

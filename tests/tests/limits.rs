@@ -510,3 +510,77 @@ fn files_written_before_a_timeout_still_reach_the_host() {
     assert_eq!(r.status, Status::TimeoutWall);
     assert_eq!(std::fs::read_to_string(sb.output.join("partial.csv")).unwrap(), "a,b\n");
 }
+
+/// Root delegates a cgroup subtree to an ordinary user the way systemd does
+/// (a folder per hierarchy, chowned to the user) and the user's runs get a
+/// real cgroup instead of rlimits.
+#[test]
+fn a_delegated_cgroup_gives_an_ordinary_user_cgroup_limits() {
+    if !is_root() {
+        eprintln!("only root can delegate a cgroup; the ordinary user's side runs as `jailtest` from this test");
+        return;
+    }
+    let Some(user) = nix::unistd::User::from_name("jailtest").unwrap() else {
+        assert!(!skip_unless(false, "no `jailtest` user to delegate a cgroup to"));
+        return;
+    };
+    let layout = jail::cgroup::parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
+    let me = jail::cgroup::parse_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap());
+    let Some(memory) = layout.v1.iter().find(|h| h.controllers.iter().any(|c| c == "memory")) else {
+        eprintln!("no cgroup v1 memory hierarchy: v2 delegation is covered on the pure-v2 host (issue 7)");
+        return;
+    };
+    let own = me.v1["memory"].clone();
+    // One cgroup path for every hierarchy: beneath our own memory cgroup,
+    // and beneath our own (root) cgroup in the others.
+    let path = own.join(format!("jail-delegated-{}", std::process::id()));
+    let mut made = Vec::new();
+    let mut created: Vec<std::path::PathBuf> = Vec::new();
+    for h in &layout.v1 {
+        if !h.controllers.iter().any(|c| jail::cgroup::V1_CONTROLLERS.contains(&c.as_str())) {
+            continue;
+        }
+        let Some(mine) = h.controllers.iter().find_map(|c| me.v1.get(c)) else { continue };
+        if !path.starts_with(mine) {
+            continue;
+        }
+        let dir = h.mount.join(path.strip_prefix(&h.root).unwrap());
+        // Every folder we create is ours to remove, ancestors included.
+        let mut missing: Vec<std::path::PathBuf> = dir.ancestors().take_while(|a| !a.exists()).map(|a| a.to_path_buf()).collect();
+        missing.reverse();
+        for m in &missing {
+            std::fs::create_dir(m).unwrap();
+        }
+        created.extend(missing);
+        // Delegation: the folder and its process files belong to the user.
+        for p in [dir.clone(), dir.join("cgroup.procs"), dir.join("tasks")] {
+            std::os::unix::fs::chown(&p, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap();
+        }
+        made.push(dir);
+    }
+    assert!(made.iter().any(|d| d.starts_with(&memory.mount)));
+    let sb = Sandbox::new();
+    std::os::unix::fs::chown(&sb.output, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap();
+    let mut cmd = sb.command("chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 20))\n");
+    let mut args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
+    let script = args.pop().unwrap();
+    let mut full = Command::new(jail_bin());
+    full.args(&args).args(["--memory", "32M", "--pids", "8"]).arg(script);
+    full.env("JAIL_CGROUP_PARENT", &path).current_dir("/");
+    std::os::unix::process::CommandExt::uid(&mut full, user.uid.as_raw());
+    std::os::unix::process::CommandExt::gid(&mut full, user.gid.as_raw());
+    let (r, out, pid) = run_tracked(&mut full);
+    // Nothing left inside the delegated folders, then remove them.
+    let leftovers: Vec<_> = made
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).unwrap().flatten().filter(|e| e.file_type().unwrap().is_dir()).map(|e| e.path()))
+        .collect();
+    for d in created.iter().rev() {
+        std::fs::remove_dir(d).unwrap();
+    }
+    assert_eq!(leftovers, Vec::<std::path::PathBuf>::new(), "jail {pid} left a cgroup");
+    assert_eq!(r.isolation.host_uid, user.uid.as_raw(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(r.limits["memory"].enforced_by, "cgroup_v1", "{:?}", r.limits);
+    assert_eq!(r.limits["pids"].enforced_by, "cgroup_v1");
+    assert_eq!(r.status, Status::OomKilled, "{r:?}");
+}
