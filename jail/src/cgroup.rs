@@ -549,9 +549,17 @@ impl RunCgroup {
             Version::V1 => {
                 let acct = self.dir_for("cpuacct");
                 let mem = self.dir_for("memory");
+                let (user_ns, system_ns) = match acct {
+                    Some(d) => split_v1_cpu(
+                        read_u64(&d.join("cpuacct.usage")),
+                        read_u64(&d.join("cpuacct.usage_user")),
+                        read_u64(&d.join("cpuacct.usage_sys")),
+                    ),
+                    None => (None, None),
+                };
                 CgroupUsage {
-                    user_ns: acct.and_then(|d| read_u64(&d.join("cpuacct.usage_user"))),
-                    system_ns: acct.and_then(|d| read_u64(&d.join("cpuacct.usage_sys"))),
+                    user_ns,
+                    system_ns,
                     memory_peak: mem.and_then(|d| read_u64(&d.join("memory.max_usage_in_bytes"))),
                     pids_peak: self.dir_for("pids").and_then(|d| read_u64(&d.join("pids.peak"))),
                     // v1 counts OOM kills only in the victim's own cgroup:
@@ -696,6 +704,20 @@ fn procs_of(dir: &Path) -> Vec<i32> {
         .split_whitespace()
         .filter_map(|p| p.parse().ok())
         .collect()
+}
+
+/// v1's user/system split comes from tick sampling while its total
+/// (`cpuacct.usage`) is exact: scale the split to the total, as getrusage
+/// does for a process. Pure.
+pub fn split_v1_cpu(total: Option<u64>, user: Option<u64>, system: Option<u64>) -> (Option<u64>, Option<u64>) {
+    match (total, user, system) {
+        (Some(t), Some(u), Some(s)) if u + s > 0 => {
+            let user = (t as u128 * u as u128 / (u as u128 + s as u128)) as u64;
+            (Some(user), Some(t - user))
+        }
+        (Some(t), Some(0), Some(0)) => (Some(t), Some(0)),
+        (_, u, s) => (u, s),
+    }
 }
 
 fn read_u64(path: &Path) -> Option<u64> {
@@ -996,6 +1018,13 @@ mod tests {
         assert!(p.join("jail-1-0").exists(), "pid 1 is alive");
         assert!(p.join("other").exists());
         assert!(p.join("jail-4194306-0").exists());
+    }
+
+    #[test]
+    fn the_v1_cpu_split_is_scaled_to_the_exact_total() {
+        assert_eq!(split_v1_cpu(Some(1000), Some(300), Some(100)), (Some(750), Some(250)));
+        assert_eq!(split_v1_cpu(Some(5), Some(0), Some(0)), (Some(5), Some(0)));
+        assert_eq!(split_v1_cpu(None, Some(3), Some(1)), (Some(3), Some(1)));
     }
 
     #[test]

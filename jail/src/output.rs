@@ -336,13 +336,11 @@ fn display(rel: &Path) -> String {
 #[allow(clippy::too_many_arguments)]
 fn mirror_dir(tmp: &OwnedFd, host: &OwnedFd, name: &OsStr, path: &Path, st: &FileStat, depth: usize, inv: &Inventory, sync: &mut OutputSync) {
     let existing = stat_at(host, name).ok();
-    if existing.is_some_and(|e| kind_of(&e) != Kind::Dir) {
-        if !remove_copied(host, name, path, inv, sync) {
-            sync.errors.push(format!("{}: a host entry of another kind is in the way", path.display()));
-            return;
-        }
+    if existing.is_some_and(|e| kind_of(&e) != Kind::Dir) && !remove_copied(host, name, path, inv, sync) {
+        sync.errors.push(format!("{}: a host entry of another kind is in the way", path.display()));
+        return;
     }
-    let created = existing.map_or(true, |e| kind_of(&e) != Kind::Dir);
+    let created = !matches!(existing, Some(e) if kind_of(&e) == Kind::Dir);
     if created {
         if let Err(e) = nix::sys::stat::mkdirat(Some(host.as_raw_fd()), name, Mode::from_bits_truncate(0o700)) {
             sync.errors.push(format!("mkdir {}: {e}", path.display()));

@@ -121,7 +121,8 @@ pub struct PythonError {
 pub struct Usage {
     /// From the release of the jail's PID 1 to its end.
     pub wall_ms: f64,
-    /// CPU time of the whole run: the run cgroup's (cpu.stat or cpuacct)
+    /// CPU time of the whole run: the run cgroup's (cpu.stat; or cpuacct,
+    /// its tick-sampled user/system split scaled to its exact total)
     /// when there is one, else getrusage of the jail's PID 1 and everything
     /// it reaped.
     pub user_cpu_ms: Option<f64>,

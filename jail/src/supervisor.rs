@@ -698,6 +698,7 @@ fn launch(
     let ending = watch.run(pid, &pidfd, out.read, err.read, report.read, status.read, &limits, resources.cgroup.as_ref());
     let (pid1_status, rusage) = sys::wait4(pid).map_err(LaunchError::Wait)?;
     let ended_at = Instant::now();
+    stages.insert("reaped".into(), ms_since(started));
     // PID 1 is reaped only once its pid namespace is empty: nothing can
     // change the output tmpfs under the mirror now.
     let output_sync = output.map(|(dir, inventory)| {
