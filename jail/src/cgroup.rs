@@ -445,14 +445,25 @@ pub fn run_name() -> String {
     format!("jail-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }
 
-/// The creator pid in a run cgroup's name, if it is one of ours.
-pub fn creator_of(name: &str) -> Option<u32> {
+/// The creator pid and sequence number in a run cgroup's name, if it is
+/// one of ours.
+pub fn creator_of(name: &str) -> Option<(u32, u32)> {
     let rest = name.strip_prefix("jail-")?;
     let (pid, n) = rest.split_once('-')?;
-    if pid.is_empty() || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
+    if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    pid.parse().ok()
+    Some((pid.parse().ok()?, n.parse().ok()?))
+}
+
+/// Whether a run cgroup named for (`pid`, `n`) may belong to a live jail.
+/// One with our own pid and a number we have not handed out yet was left
+/// by an earlier process that had our pid.
+fn maybe_live(pid: u32, n: u32) -> bool {
+    if pid == std::process::id() {
+        return n < SEQ.load(Ordering::Relaxed);
+    }
+    alive(pid)
 }
 
 impl RunCgroup {
@@ -743,8 +754,8 @@ pub fn sweep(c: &Candidate) -> usize {
         let Ok(entries) = std::fs::read_dir(&p.dir) else { continue };
         for e in entries.flatten() {
             let name = e.file_name();
-            let Some(pid) = name.to_str().and_then(creator_of) else { continue };
-            if pid == std::process::id() || alive(pid) {
+            let Some((pid, n)) = name.to_str().and_then(creator_of) else { continue };
+            if maybe_live(pid, n) {
                 continue;
             }
             let dir = e.path();
@@ -991,10 +1002,11 @@ mod tests {
     #[test]
     fn run_cgroup_names_carry_their_creator() {
         let n = run_name();
-        assert_eq!(creator_of(&n), Some(std::process::id()));
-        assert_eq!(creator_of("jail-12-3"), Some(12));
+        assert_eq!(creator_of(&n).map(|(pid, _)| pid), Some(std::process::id()));
+        assert_eq!(creator_of("jail-12-3"), Some((12, 3)));
         assert_eq!(creator_of("jail-12"), None);
         assert_eq!(creator_of("jail-x-1"), None);
+        assert_eq!(creator_of("jail-+1-1"), None);
         assert_eq!(creator_of("user.slice"), None);
     }
 
@@ -1004,16 +1016,19 @@ mod tests {
         let p = t.path();
         // A pid that cannot exist (above pid_max's ceiling).
         let dead = "jail-4194305-0";
-        let mine = format!("jail-{}-99", std::process::id());
-        for d in [dead, mine.as_str(), "jail-1-0", "other"] {
+        let mine = run_name();
+        // Our pid, a number we never handed out: an earlier process's.
+        let reused = format!("jail-{}-{}", std::process::id(), u32::MAX);
+        for d in [dead, mine.as_str(), reused.as_str(), "jail-1-0", "other"] {
             std::fs::create_dir_all(p.join(d).join(LEAF)).unwrap();
         }
         // A populated (here: non-empty) cgroup of a dead creator stays.
         std::fs::create_dir_all(p.join("jail-4194306-0").join(LEAF)).unwrap();
         std::fs::write(p.join("jail-4194306-0/tree/busy"), "").unwrap();
         let c = Candidate { version: Version::V1, parents: vec![Parent { dir: p.to_path_buf(), controllers: vec!["pids".into()] }] };
-        assert_eq!(sweep(&c), 1);
+        assert_eq!(sweep(&c), 2);
         assert!(!p.join(dead).exists());
+        assert!(!p.join(&reused).exists());
         assert!(p.join(&mine).exists());
         assert!(p.join("jail-1-0").exists(), "pid 1 is alive");
         assert!(p.join("other").exists());
