@@ -8,7 +8,7 @@
 
 use std::error::Error;
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 
 use nix::sys::signal::{SigSet, Signal};
@@ -19,6 +19,7 @@ use crate::mounts::{self, MountOp};
 use crate::result::{SetupError, EXIT_SETUP_FAILED};
 use crate::sync::{self, Report};
 use crate::sys::{self, Forked};
+use crate::rlimits::Rlimit;
 use crate::{privileges, rlimits};
 
 /// Everything the child needs, prepared by the supervisor before the clone so
@@ -36,6 +37,11 @@ pub struct ChildSpec {
     pub gid: u32,
     pub hostname: String,
     pub exec: Exec,
+    /// Set by the worker right before exec (see `limits::plan`).
+    pub rlimits: Vec<Rlimit>,
+    /// With a size-capped output dir: the socket that hands the supervisor
+    /// the output tmpfs, then says when it has been filled (output.rs).
+    pub output: Option<OwnedFd>,
 }
 
 /// The interpreter's exec: path, argv and the rebuilt environment.
@@ -90,7 +96,7 @@ fn fail(report: &OwnedFd, e: StageError) -> ! {
 
 /// PID 1's entry point, right after clone.
 pub fn run(spec: ChildSpec) -> ! {
-    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec } = spec;
+    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits, output } = spec;
     // The supervisor writes our id maps, then releases us; until then we have
     // no identity in the new user namespace.
     if !sync::wait_for_release(release) {
@@ -98,9 +104,17 @@ pub fn run(spec: ChildSpec) -> ! {
     }
     let mut marks = Marks(Vec::new());
     marks.mark("released");
-    match setup(&mut marks, stdout, stderr, &mounts, &staging, uid, gid, &hostname) {
+    match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, uid, gid, &hostname, output.as_ref()) {
         Ok(()) => {}
         Err(e) => fail(&report, e),
+    }
+    if let Some(sock) = output {
+        // The script may not start before the supervisor has copied the
+        // host's output folder in; end-of-file means it gave up.
+        if !sync::wait_for_release(sock) {
+            sys::exit_now(EXIT_SETUP_FAILED);
+        }
+        marks.mark("output_filled");
     }
     // Block the signals PID 1 handles before forking, so none is lost between
     // the fork and the reaper's first sigwait.
@@ -110,7 +124,7 @@ pub fn run(spec: ChildSpec) -> ! {
     }
     match sys::fork_process() {
         Err(e) => fail(&report, StageError { stage: "fork_worker", error: Box::new(e) }),
-        Ok(Forked::Child) => worker(marks, report, exec),
+        Ok(Forked::Child) => worker(marks, report, exec, &rlimits),
         Ok(Forked::Parent(worker_pid)) => {
             // Our copy of the report pipe must go, or the supervisor would
             // never see the end-of-file that means "exec happened".
@@ -124,6 +138,7 @@ pub fn run(spec: ChildSpec) -> ! {
 #[allow(clippy::too_many_arguments)]
 fn setup(
     marks: &mut Marks,
+    report: &OwnedFd,
     stdout: OwnedFd,
     stderr: OwnedFd,
     plan: &[MountOp],
@@ -131,10 +146,12 @@ fn setup(
     uid: u32,
     gid: u32,
     hostname: &str,
+    output: Option<&OwnedFd>,
 ) -> Result<(), StageError> {
-    // If the supervisor dies, so does the whole jail (PID 1's death ends the
-    // pid namespace).
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).stage("die_with_supervisor")?;
+    // Our cgroup namespace is made only now, after the supervisor moved us
+    // into the run cgroup's leaf: its root is that leaf, so nothing above it
+    // (the files holding the run's limits) is ever visible from inside.
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).stage("cgroup_namespace")?;
     // stdio goes to the supervisor's pipes; stdin is /dev/null, never a tty
     // (TIOCSTI, bwrap CVE-2017-5226).
     privileges::stdio_onto(&stdout, &stderr).stage("stdio")?;
@@ -146,8 +163,21 @@ fn setup(
     // still traverse 0700 folders), before the staging tmpfs hides anything.
     let sources = mounts::open_sources(plan).stage("mounts")?;
     crate::namespaces::become_sandbox_ids(uid, gid).stage("identity")?;
+    // If the supervisor dies, so does the whole jail (PID 1's death ends the
+    // pid namespace). Set only now: every uid change clears it
+    // (commit_creds), and checked once, in case the supervisor died before.
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).stage("die_with_supervisor")?;
+    if sync::reader_gone(report) {
+        sys::exit_now(EXIT_SETUP_FAILED);
+    }
     mounts::apply(plan, sources, staging).stage("mounts")?;
     marks.mark("mounts");
+    if let Some(sock) = output {
+        // The supervisor keeps this descriptor of the output tmpfs past the
+        // jail's end, to mirror it back once the tree is dead.
+        let dir = mounts::open_output(staging).stage("output")?;
+        sys::send_fd(sock.as_fd(), dir.as_fd()).stage("output")?;
+    }
     mounts::pivot_root(staging).stage("pivot_root")?;
     marks.mark("pivot_root");
     nix::unistd::sethostname(hostname).stage("hostname")?;
@@ -155,8 +185,8 @@ fn setup(
 }
 
 /// The worker: drop everything, restrict, exec. Runs as PID 2.
-fn worker(mut marks: Marks, report: OwnedFd, exec: Exec) -> ! {
-    match worker_setup(&mut marks, &report, &exec) {
+fn worker(mut marks: Marks, report: OwnedFd, exec: Exec, limits: &[Rlimit]) -> ! {
+    match worker_setup(&mut marks, &report, &exec, limits) {
         Ok(()) => {}
         Err(e) => fail(&report, e),
     }
@@ -170,9 +200,11 @@ fn worker(mut marks: Marks, report: OwnedFd, exec: Exec) -> ! {
 #[error("execve({0:?})")]
 struct ExecError(CString, #[source] nix::Error);
 
-fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec) -> Result<(), StageError> {
+fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec, limits: &[Rlimit]) -> Result<(), StageError> {
     // The script gets a clean signal state: nothing blocked, SIGPIPE and
-    // SIGXFSZ at their defaults (the Rust runtime ignores SIGPIPE).
+    // SIGXFSZ at their defaults (the Rust runtime ignores SIGPIPE). CPython
+    // ignores SIGXFSZ itself, so a Python write past RLIMIT_FSIZE fails with
+    // EFBIG (OSError errno 27); other programs it starts die of SIGXFSZ.
     SigSet::empty().thread_set_mask().stage("signals")?;
     sys::set_default_signal(Signal::SIGPIPE).stage("signals")?;
     sys::set_default_signal(Signal::SIGXFSZ).stage("signals")?;
@@ -184,7 +216,9 @@ fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec) -> Result<(), 
     nix::unistd::setsid().stage("setsid")?;
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
     nix::unistd::chdir(&exec.cwd).stage("chdir")?;
-    rlimits::apply_baseline().stage("rlimits")?;
+    // Before the capabilities go: they are not needed to lower limits, but
+    // the order keeps every restriction after the last privileged step.
+    rlimits::apply(limits).stage("rlimits")?;
     marks.mark("rlimits");
     // Capabilities go before no_new_privs and the LSM layers: nothing the
     // script runs can regain them.

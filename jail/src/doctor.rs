@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
+use crate::cgroup;
 use crate::sys::{self, Forked};
 
 #[derive(Debug, Clone, Serialize)]
@@ -24,17 +25,19 @@ pub struct Report {
     pub cgroup: CgroupLayout,
 }
 
-/// The cgroup hierarchy as this process sees it.
+/// The cgroup hierarchy as this process sees it, and what the jail makes
+/// of it for this user.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct CgroupLayout {
     /// `v2`, `v1`, `hybrid` or `none`.
     pub mode: String,
-    /// The unified (v2) mount point, if any.
-    pub unified_mount: Option<PathBuf>,
-    /// Controllers enabled on the unified hierarchy at its root.
-    pub unified_controllers: Vec<String>,
-    /// v1 controllers with their mount points.
-    pub v1_controllers: Vec<(String, PathBuf)>,
+    pub layout: cgroup::Layout,
+    /// `cgroup_v2`, `cgroup_v1` or `rlimit`: what a run would use.
+    pub backend: String,
+    /// Where run cgroups would be created.
+    pub parents: Vec<cgroup::Parent>,
+    /// Why the other backends were not chosen.
+    pub notes: Vec<String>,
 }
 
 impl Report {
@@ -43,41 +46,65 @@ impl Report {
     }
 }
 
-/// Parse /proc/self/mountinfo text into the cgroup layout. Pure.
-pub fn cgroup_layout(mountinfo: &str) -> CgroupLayout {
-    let mut unified_mount = None;
-    let mut v1 = Vec::new();
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else { continue };
-        let mount_point = left.split_whitespace().nth(4).map(PathBuf::from);
-        let mut r = right.split_whitespace();
-        let fstype = r.next().unwrap_or("");
-        let _source = r.next();
-        let options = r.next().unwrap_or("");
-        match (fstype, mount_point) {
-            ("cgroup2", Some(mp)) => unified_mount = Some(mp),
-            ("cgroup", Some(mp)) => {
-                for opt in options.split(',') {
-                    if ["memory", "cpu", "pids", "cpuacct", "freezer", "cpuset", "io", "blkio"].contains(&opt) {
-                        v1.push((opt.to_string(), mp.clone()));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    let unified_controllers = unified_mount
-        .as_ref()
-        .and_then(|m| std::fs::read_to_string(m.join("cgroup.controllers")).ok())
-        .map(|s| s.split_whitespace().map(String::from).collect())
-        .unwrap_or_default();
-    let mode = match (&unified_mount, v1.is_empty()) {
+/// `v2`, `v1`, `hybrid` or `none`, from what is mounted. Pure.
+pub fn cgroup_mode(layout: &cgroup::Layout) -> &'static str {
+    match (&layout.unified, layout.v1.is_empty()) {
         (Some(_), true) => "v2",
         (Some(_), false) => "hybrid",
         (None, false) => "v1",
         (None, true) => "none",
+    }
+}
+
+/// `(major, minor)` of a kernel release string such as `6.18.0-1-amd64`.
+fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut it = release.split(|c: char| !c.is_ascii_digit());
+    Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
+}
+
+/// What the jail will use for resource limits, for this user, and why.
+fn limits_check(kernel: &str) -> (Check, CgroupLayout) {
+    let parent = std::env::var("JAIL_CGROUP_PARENT").ok().filter(|v| !v.is_empty()).map(PathBuf::from);
+    let settings = cgroup::Settings { memory: Some(1), cpus: Some(1.0), pids: Some(1), cpu_time: true };
+    let (_, choice) = cgroup::choose_here(parent.as_deref(), &settings);
+    let layout = cgroup::parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
+    let mode = cgroup_mode(&layout).to_string();
+    let (backend, parents) = match &choice.candidate {
+        Some(c) => (c.version.enforcer().to_string(), c.parents.clone()),
+        None => ("rlimit".to_string(), vec![]),
     };
-    CgroupLayout { mode: mode.into(), unified_mount, unified_controllers, v1_controllers: v1 }
+    let full = choice.candidate.as_ref().is_some_and(|c| ["memory", "pids", "cpu"].iter().all(|x| c.has(x)) && c.has_cpu_usage());
+    let mut detail = match &choice.candidate {
+        Some(c) => format!(
+            "{backend} (cgroup mode {mode}): {}",
+            c.parents
+                .iter()
+                .map(|p| format!("{} in {}", p.controllers.join(","), p.dir.display()))
+                .collect::<Vec<_>>()
+                .join("; ")
+        ),
+        None => format!(
+            "rlimit (cgroup mode {mode}): memory as per-process RLIMIT_AS, pids as RLIMIT_NPROC, CPU time as RLIMIT_CPU; \
+             the CPU quota is not enforced"
+        ),
+    };
+    if !choice.notes.is_empty() {
+        detail.push_str(&format!(" [{}]", choice.notes.join("; ")));
+    }
+    if choice.candidate.is_none() && kernel_version(kernel).is_some_and(|v| v < (5, 14)) {
+        detail.push_str(" [before Linux 5.14 RLIMIT_NPROC counts every process of the host uid, not only the run's]");
+    }
+    let check = check(
+        "limits",
+        full,
+        detail,
+        "give jail a cgroup it may write: run it as root; or delegate one and pass its path as --cgroup-parent \
+         or JAIL_CGROUP_PARENT. cgroup v2: `systemd-run --user --scope -p Delegate=yes $SHELL`, move that shell \
+         into a leaf (mkdir /sys/fs/cgroup$CG/leaf; echo $$ > /sys/fs/cgroup$CG/leaf/cgroup.procs, CG from \
+         /proc/self/cgroup) and pass $CG. cgroup v1: as root, create the same path in each of memory, pids, cpu, \
+         cpuacct and freezer and chown it, its cgroup.procs and its tasks to the user",
+    );
+    (check, CgroupLayout { mode, layout, backend, parents, notes: choice.notes })
 }
 
 fn check(name: &str, ok: bool, detail: String, fix: &str) -> Check {
@@ -129,20 +156,11 @@ pub fn run(rootfs: Option<&Path>) -> Report {
         if seccomp { format!("filters available; actions: {}", actions.trim()) } else { "not available".into() },
         "boot a kernel with CONFIG_SECCOMP_FILTER=y",
     ));
-    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let cgroup = cgroup_layout(&mountinfo);
-    checks.push(check(
-        "cgroups",
-        cgroup.mode != "none",
-        format!(
-            "mode {}; unified at {} with [{}]; v1: [{}]",
-            cgroup.mode,
-            cgroup.unified_mount.as_ref().map_or("-".into(), |p| p.display().to_string()),
-            cgroup.unified_controllers.join(" "),
-            cgroup.v1_controllers.iter().map(|(c, _)| c.as_str()).collect::<Vec<_>>().join(" ")
-        ),
-        "mount cgroup2 at /sys/fs/cgroup; the per-run limits arrive with issue 3",
-    ));
+    let kernel = nix::sys::utsname::uname()
+        .map(|u| u.release().to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let (limits, cgroup) = limits_check(&kernel);
+    checks.push(limits);
     if let Some(root) = rootfs {
         let ok = root.join("usr/bin/python3").exists();
         checks.push(check(
@@ -152,9 +170,6 @@ pub fn run(rootfs: Option<&Path>) -> Report {
             "build it with `make rootfs`",
         ));
     }
-    let kernel = nix::sys::utsname::uname()
-        .map(|u| u.release().to_string_lossy().into_owned())
-        .unwrap_or_default();
     Report { kernel, uid: nix::unistd::getuid().as_raw(), checks, cgroup }
 }
 
@@ -166,15 +181,20 @@ mod tests {
     fn a_hybrid_host_is_recognised() {
         let mi = "30 25 0:26 / /sys/fs/cgroup/memory rw,relatime shared:9 - cgroup cgroup rw,memory\n\
                   31 25 0:27 / /sys/fs/cgroup/unified rw,relatime shared:10 - cgroup2 cgroup2 rw\n";
-        let l = cgroup_layout(mi);
-        assert_eq!(l.mode, "hybrid");
-        assert_eq!(l.v1_controllers, vec![("memory".to_string(), PathBuf::from("/sys/fs/cgroup/memory"))]);
+        assert_eq!(cgroup_mode(&cgroup::parse_mountinfo(mi)), "hybrid");
     }
 
     #[test]
     fn a_pure_v2_host_is_recognised() {
         let mi = "31 25 0:27 / /sys/fs/cgroup rw,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate\n";
-        assert_eq!(cgroup_layout(mi).mode, "v2");
-        assert_eq!(cgroup_layout("").mode, "none");
+        assert_eq!(cgroup_mode(&cgroup::parse_mountinfo(mi)), "v2");
+        assert_eq!(cgroup_mode(&cgroup::parse_mountinfo("")), "none");
+    }
+
+    #[test]
+    fn kernel_releases_parse_to_major_minor() {
+        assert_eq!(kernel_version("6.18.0-1-amd64"), Some((6, 18)));
+        assert_eq!(kernel_version("5.4.0"), Some((5, 4)));
+        assert_eq!(kernel_version("x"), None);
     }
 }

@@ -7,11 +7,14 @@
 //! is the contract both sides and the agent share; `rootfs` reads the
 //! rootfs's manifest and identity. `sys` holds every `unsafe`.
 
+pub mod cgroup;
 pub mod child;
 pub mod digest;
 pub mod doctor;
+pub mod limits;
 pub mod mounts;
 pub mod namespaces;
+pub mod output;
 pub mod policy;
 pub mod privileges;
 pub mod result;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use jail::policy::Policy;
+use jail::policy::{Overrides, Policy};
 use jail::result::{RunResult, SetupError, Status, EXIT_SETUP_FAILED};
 use jail::supervisor::{OutputMode, RunRequest};
 
@@ -19,6 +19,8 @@ struct Cli {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process; boxing `RunArgs` would buy nothing.
+#[allow(clippy::large_enum_variant)]
 enum Command {
     /// Run one Python script in a fresh jail.
     Run(RunArgs),
@@ -64,6 +66,23 @@ struct RunArgs {
     /// Wall-clock limit in seconds (overrides the policy).
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
+    /// Memory of the whole run, swap 0: `512M`, `1G` or `unlimited`.
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// CPU quota in cores: `1`, `0.5` or `unlimited`.
+    #[arg(long, value_name = "CORES")]
+    cpus: Option<String>,
+    /// Processes and threads of the run, the jail's PID 1 included.
+    #[arg(long, value_name = "N")]
+    pids: Option<String>,
+    /// CPU seconds of the whole run (user + system), or `unlimited`.
+    #[arg(long = "cpu-time", value_name = "SECS")]
+    cpu_time: Option<String>,
+    /// Create the run's cgroup beneath this cgroup (a path as in
+    /// /proc/self/cgroup; default: JAIL_CGROUP_PARENT, then the policy's,
+    /// then jail's own cgroup).
+    #[arg(long = "cgroup-parent", value_name = "CGROUP")]
+    cgroup_parent: Option<String>,
     /// Capture the output and print one JSON result document on stdout.
     #[arg(long)]
     json: bool,
@@ -108,8 +127,13 @@ fn run(args: RunArgs) -> ExitCode {
         // One line a person can act on; the JSON carries the rest.
         let causes = if e.causes.is_empty() { String::new() } else { format!(": {}", e.causes.join(": ")) };
         eprintln!("jail: {} ({}){causes}", e.message, e.stage);
-    } else if !json && result.status == Status::TimeoutWall {
-        eprintln!("jail: the script ran past its wall-clock limit and was killed");
+    } else if !json {
+        match result.status {
+            Status::TimeoutWall => eprintln!("jail: the script ran past its wall-clock limit and was killed"),
+            Status::TimeoutCpu => eprintln!("jail: the script used up its CPU-time limit and was killed"),
+            Status::OomKilled => eprintln!("jail: the kernel killed the script at its memory limit"),
+            _ => {}
+        }
     }
     if json {
         let mut out = std::io::stdout().lock();
@@ -120,7 +144,7 @@ fn run(args: RunArgs) -> ExitCode {
 }
 
 fn prepare_request(args: RunArgs) -> Result<RunRequest, SetupError> {
-    let policy = load_policy(args.policy.as_ref()).map_err(|e| SetupError {
+    let mut policy = load_policy(args.policy.as_ref()).map_err(|e| SetupError {
         stage: "policy".into(),
         message: format!("{e} (check it with `jail check FILE`)"),
         causes: vec![],
@@ -136,6 +160,20 @@ fn prepare_request(args: RunArgs) -> Result<RunRequest, SetupError> {
             })
         }
     };
+    let overrides = Overrides {
+        memory: args.memory,
+        cpus: args.cpus,
+        pids: args.pids,
+        cpu_time: args.cpu_time,
+        cgroup_parent: args
+            .cgroup_parent
+            .or_else(|| std::env::var("JAIL_CGROUP_PARENT").ok().filter(|v| !v.is_empty())),
+    };
+    policy.apply_overrides(&overrides).map_err(|m| SetupError {
+        stage: "input".into(),
+        message: m,
+        causes: vec![],
+    })?;
     Ok(RunRequest {
         policy,
         script: args.script,

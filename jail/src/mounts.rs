@@ -70,6 +70,9 @@ pub struct Request {
     pub output: PathBuf,
     pub tmp_size: u64,
     pub shm_size: u64,
+    /// Size cap of the output dir: a tmpfs instead of a bind of `output`,
+    /// filled and mirrored back by the supervisor (output.rs).
+    pub output_size: Option<u64>,
 }
 
 /// One step of building the new root. Paths are absolute inside the jail.
@@ -88,6 +91,9 @@ pub enum MountOp {
     MaskDir { path: PathBuf },
     /// Rebind a folder onto itself read-only; skipped when absent.
     ReadOnly { path: PathBuf },
+    /// The size-capped output dir: a tmpfs with a cap on bytes and inodes,
+    /// owned by the sandbox uid.
+    OutputTmpfs { path: PathBuf, size: u64, inodes: u64 },
 }
 
 /// The ordered mount plan for a request. Pure: no I/O.
@@ -183,13 +189,16 @@ pub fn plan(req: &Request) -> Vec<MountOp> {
         attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
     });
     ops.push(MountOp::Dir { path: p(OUTPUT_DIR), mode: 0o755 });
-    ops.push(MountOp::Bind {
-        source: req.output.clone(),
-        path: p(OUTPUT_DIR),
-        kind: Kind::Dir,
-        access: Access::ReadWrite,
-        attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-    });
+    match req.output_size {
+        Some(size) => ops.push(MountOp::OutputTmpfs { path: p(OUTPUT_DIR), size, inodes: crate::output::MAX_INODES }),
+        None => ops.push(MountOp::Bind {
+            source: req.output.clone(),
+            path: p(OUTPUT_DIR),
+            kind: Kind::Dir,
+            access: Access::ReadWrite,
+            attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        }),
+    }
     ops
 }
 
@@ -336,6 +345,12 @@ pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<(), Mo
                     )?;
                 }
             }
+            MountOp::OutputTmpfs { path, size, inodes } => {
+                let at = under(staging, path);
+                let data = format!("size={size},nr_inodes={inodes},mode=755");
+                nix::mount::mount(Some("tmpfs"), &at, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(data.as_str()))
+                    .map_err(|source| MountError::Mount { fstype: "tmpfs", target: at, source })?;
+            }
             MountOp::ReadOnly { path } => {
                 let at = under(staging, path);
                 if at.is_dir() {
@@ -378,6 +393,14 @@ impl MaskSource {
             .map_err(|source| MountError::Mount { fstype: "tmpfs (unmount)", target: self.dir.clone(), source })?;
         std::fs::remove_dir(&self.dir).map_err(|source| MountError::Mkdir { path: self.dir.clone(), source })
     }
+}
+
+/// Child side: the output tmpfs in the staging root, opened for the
+/// supervisor (see `MountOp::OutputTmpfs`).
+pub fn open_output(staging: &Path) -> Result<OwnedFd, MountError> {
+    let at = under(staging, Path::new(OUTPUT_DIR));
+    sys::openat2(None, &at, libc::O_RDONLY | libc::O_DIRECTORY, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+        .map_err(|source| MountError::OpenSource { path: at, source })
 }
 
 /// Child side: make `staging` the root and detach the old one entirely, so
@@ -457,6 +480,7 @@ mod tests {
             output: PathBuf::from("/host/out"),
             tmp_size: 1 << 20,
             shm_size: 1 << 19,
+            output_size: None,
         }
     }
 
@@ -533,6 +557,15 @@ mod tests {
             attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
         }));
         assert!(ops.iter().any(|op| matches!(op, MountOp::Tmpfs { path, size, .. } if path == Path::new("/dev/shm") && *size == 1 << 19)));
+    }
+
+    #[test]
+    fn a_capped_output_is_a_tmpfs_and_no_host_bind_is_writable() {
+        let mut req = request();
+        req.output_size = Some(8 << 20);
+        let ops = plan(&req);
+        assert!(ops.contains(&MountOp::OutputTmpfs { path: OUTPUT_DIR.into(), size: 8 << 20, inodes: crate::output::MAX_INODES }));
+        assert!(!ops.iter().any(|op| matches!(op, MountOp::Bind { access: Access::ReadWrite, kind: Kind::Dir, .. })));
     }
 
     #[test]

@@ -6,16 +6,17 @@ use std::path::PathBuf;
 
 use nix::unistd::{Gid, Pid, Uid};
 
-/// Every namespace a run gets: user, mount, pid, net, ipc, uts, cgroup.
+/// The namespaces the child is cloned into: user, mount, pid, net, ipc, uts.
+/// The cgroup namespace comes later, from the child itself, once the
+/// supervisor has placed it in the run cgroup (child::setup).
 pub const CLONE_FLAGS: libc::c_int = libc::CLONE_NEWUSER
     | libc::CLONE_NEWNS
     | libc::CLONE_NEWPID
     | libc::CLONE_NEWNET
     | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWUTS
-    | libc::CLONE_NEWCGROUP;
+    | libc::CLONE_NEWUTS;
 
-/// Their names, as reported in the result.
+/// Every namespace a run gets, as reported in the result.
 pub const NAMES: [&str; 7] = ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"];
 
 #[derive(Debug, thiserror::Error)]

@@ -91,14 +91,36 @@ pub struct EnvironmentFile {
 pub struct FilesystemFile {
     pub tmp_size: Option<Size>,
     pub shm_size: Option<Size>,
+    /// Size cap of `/workspace/output`, or `"unlimited"`.
+    pub output_size: Option<Size>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct LimitsFile {
     pub wall_time_secs: Option<f64>,
+    /// CPU seconds of the whole run (user + system), or `"unlimited"`.
+    pub cpu_time_secs: Option<Amount>,
+    /// Memory of the whole run, swap 0, or `"unlimited"`.
+    pub memory: Option<Size>,
+    /// CPU quota in cores (`0.5` is half a core), or `"unlimited"`.
+    pub cpus: Option<Amount>,
+    /// Processes and threads of the run, counting the jail's own PID 1, or
+    /// `"unlimited"`.
+    pub pids: Option<Amount>,
+    /// Largest file the script may write (RLIMIT_FSIZE), or `"unlimited"`.
+    pub file_size: Option<Size>,
+    /// Open descriptors per process (RLIMIT_NOFILE).
+    pub open_files: Option<u64>,
     pub stdout_bytes: Option<Size>,
     pub stderr_bytes: Option<Size>,
+    /// `required` or `best_effort` for `memory`, `cpus`, `pids` and
+    /// `cpu_time`; a limit not named here is `best_effort`.
+    #[serde(default)]
+    pub enforcement: BTreeMap<String, String>,
+    /// The cgroup the run's cgroup is created beneath, as a path in the
+    /// cgroup hierarchy (`/jail.slice`); default: the jail's own cgroup.
+    pub cgroup_parent: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -124,6 +146,17 @@ impl Size {
         }
     }
 }
+
+/// A number, or a string: `"unlimited"` or the number written as text.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(untagged)]
+pub enum Amount {
+    Number(f64),
+    Text(String),
+}
+
+/// The word that lifts a limit.
+pub const UNLIMITED: &str = "unlimited";
 
 /// Parse `"512M"`, `"1G"`, `"64k"`, `"4096"` into bytes.
 pub fn parse_size(text: &str) -> Result<u64, String> {
@@ -185,13 +218,58 @@ pub struct Environment {
 pub struct Filesystem {
     pub tmp_size: u64,
     pub shm_size: u64,
+    /// `None`: the output dir is the host folder itself, with no size cap.
+    pub output_size: Option<u64>,
 }
 
+/// Resource limits; `None` means unlimited.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Limits {
     pub wall_time: Duration,
+    pub cpu_time: Option<Duration>,
+    pub memory: Option<u64>,
+    pub cpus: Option<f64>,
+    pub pids: Option<u64>,
+    pub file_size: Option<u64>,
+    pub open_files: u64,
     pub stdout_bytes: u64,
     pub stderr_bytes: u64,
+    pub enforcement: Enforcements,
+    /// A cgroup path (as in /proc/self/cgroup) to create run cgroups beneath.
+    pub cgroup_parent: Option<PathBuf>,
+}
+
+/// What happens when the host cannot enforce a limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Enforcement {
+    /// The run fails before the script starts (setup_failed, exit 125).
+    Required,
+    /// The run goes on; the result names the limit in `isolation.degraded`.
+    BestEffort,
+}
+
+/// The enforcement of each limit whose enforcement depends on the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Enforcements {
+    pub memory: Enforcement,
+    pub cpus: Enforcement,
+    pub pids: Enforcement,
+    pub cpu_time: Enforcement,
+}
+
+/// The limits `limits.enforcement` may name.
+pub const ENFORCEABLE: [&str; 4] = ["memory", "cpus", "pids", "cpu_time"];
+
+/// Limit overrides from the command line; each is a value as the user typed
+/// it (`512M`, `0.5`, `unlimited`), validated like the policy field it
+/// replaces, with errors that name the flag.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Overrides {
+    pub memory: Option<String>,
+    pub cpus: Option<String>,
+    pub pids: Option<String>,
+    pub cpu_time: Option<String>,
+    pub cgroup_parent: Option<String>,
 }
 
 /// Network mode. Only `none` exists so far: a net namespace with loopback.
@@ -245,6 +323,7 @@ impl Policy {
         let filesystem = Filesystem {
             tmp_size: size_field("filesystem.tmp_size", &file.filesystem.tmp_size, 64 << 20)?,
             shm_size: size_field("filesystem.shm_size", &file.filesystem.shm_size, 16 << 20)?,
+            output_size: limit_size("filesystem.output_size", &file.filesystem.output_size, Some(256 << 20))?,
         };
         let wall = file.limits.wall_time_secs.unwrap_or(15.0);
         if !(wall > 0.0 && wall <= 86_400.0) {
@@ -253,11 +332,7 @@ impl Policy {
                 format!("is {wall}, must be above 0 and at most 86400"),
             ));
         }
-        let limits = Limits {
-            wall_time: Duration::from_secs_f64(wall),
-            stdout_bytes: size_field("limits.stdout_bytes", &file.limits.stdout_bytes, 1 << 20)?,
-            stderr_bytes: size_field("limits.stderr_bytes", &file.limits.stderr_bytes, 1 << 20)?,
-        };
+        let limits = validate_limits(&file.limits, wall)?;
         let network = match file.network.mode.as_deref().unwrap_or("none") {
             "none" => Network::None,
             other => {
@@ -300,6 +375,166 @@ fn size_field(name: &str, value: &Option<Size>, default: u64) -> Result<u64, Pol
         return Err(PolicyError::field(name, "must be above zero"));
     }
     Ok(n)
+}
+
+fn validate_limits(f: &LimitsFile, wall: f64) -> Result<Limits, PolicyError> {
+    let field = |name: &str, r: Result<Option<f64>, String>| r.map_err(|m| PolicyError::field(name, m));
+    let cpu_time = field("limits.cpu_time_secs", amount(&f.cpu_time_secs, None, check_cpu_time))?;
+    let cpus = field("limits.cpus", amount(&f.cpus, Some(1.0), check_cpus))?;
+    let pids = field("limits.pids", amount(&f.pids, Some(128.0), check_pids))?;
+    let open_files = f.open_files.unwrap_or(1024);
+    if !(16..=1 << 20).contains(&open_files) {
+        return Err(PolicyError::field(
+            "limits.open_files",
+            format!("is {open_files}, must be at least 16 (Python needs a few) and at most 1048576"),
+        ));
+    }
+    let mut enforcement = Enforcements {
+        memory: Enforcement::BestEffort,
+        cpus: Enforcement::BestEffort,
+        pids: Enforcement::BestEffort,
+        cpu_time: Enforcement::BestEffort,
+    };
+    for (name, value) in &f.enforcement {
+        let level = parse_enforcement(value)
+            .map_err(|m| PolicyError::field(&format!("limits.enforcement.{name}"), m))?;
+        match name.as_str() {
+            "memory" => enforcement.memory = level,
+            "cpus" => enforcement.cpus = level,
+            "pids" => enforcement.pids = level,
+            "cpu_time" => enforcement.cpu_time = level,
+            _ => {
+                return Err(PolicyError::field(
+                    &format!("limits.enforcement.{name}"),
+                    format!("is not a limit whose enforcement can be chosen (use one of {})", ENFORCEABLE.join(", ")),
+                ))
+            }
+        }
+    }
+    let cgroup_parent = match &f.cgroup_parent {
+        None => None,
+        Some(p) => Some(check_cgroup_parent(p).map_err(|m| PolicyError::field("limits.cgroup_parent", m))?),
+    };
+    Ok(Limits {
+        wall_time: Duration::from_secs_f64(wall),
+        cpu_time: cpu_time.map(Duration::from_secs_f64),
+        memory: memory_limit("limits.memory", &f.memory, Some(512 << 20))?,
+        cpus,
+        pids: pids.map(|n| n as u64),
+        file_size: limit_size("limits.file_size", &f.file_size, None)?,
+        open_files,
+        stdout_bytes: size_field("limits.stdout_bytes", &f.stdout_bytes, 1 << 20)?,
+        stderr_bytes: size_field("limits.stderr_bytes", &f.stderr_bytes, 1 << 20)?,
+        enforcement,
+        cgroup_parent,
+    })
+}
+
+fn parse_enforcement(value: &str) -> Result<Enforcement, String> {
+    match value {
+        "required" => Ok(Enforcement::Required),
+        "best_effort" => Ok(Enforcement::BestEffort),
+        other => Err(format!("`{other}` is not an enforcement (use \"required\" or \"best_effort\")")),
+    }
+}
+
+/// A cgroup path: absolute, without `.` or `..` components.
+fn check_cgroup_parent(p: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(p);
+    let clean = path.is_absolute()
+        && path.components().all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)));
+    if !clean {
+        return Err(format!("`{p}` must be an absolute cgroup path without `.` or `..`, as in /proc/self/cgroup"));
+    }
+    Ok(path)
+}
+
+fn check_cpu_time(v: f64) -> Result<f64, String> {
+    if v > 0.0 && v <= 86_400.0 {
+        Ok(v)
+    } else {
+        Err(format!("is {v}, must be above 0 and at most 86400 seconds"))
+    }
+}
+
+fn check_cpus(v: f64) -> Result<f64, String> {
+    // The CFS quota is at least 1 ms per 100 ms period.
+    if (0.01..=4096.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("is {v}, must be at least 0.01 and at most 4096 cores"))
+    }
+}
+
+fn check_pids(v: f64) -> Result<f64, String> {
+    // The jail's PID 1 and the interpreter count: two is the floor.
+    if v.fract() == 0.0 && (2.0..=4_194_304.0).contains(&v) {
+        Ok(v)
+    } else {
+        Err(format!("is {v}, must be a whole number from 2 (the jail's PID 1 and the script) to 4194304"))
+    }
+}
+
+/// A number, `"unlimited"`, or a number written as text, checked by `check`.
+fn amount(value: &Option<Amount>, default: Option<f64>, check: fn(f64) -> Result<f64, String>) -> Result<Option<f64>, String> {
+    let v = match value {
+        None => return Ok(default),
+        Some(Amount::Number(n)) => *n,
+        Some(Amount::Text(t)) if t.trim() == UNLIMITED => return Ok(None),
+        Some(Amount::Text(t)) => t.trim().parse::<f64>().map_err(|_| format!("`{t}` is not a number (or \"{UNLIMITED}\")"))?,
+    };
+    check(v).map(Some)
+}
+
+/// A byte size or `"unlimited"`; absent means `default`.
+fn limit_size(name: &str, value: &Option<Size>, default: Option<u64>) -> Result<Option<u64>, PolicyError> {
+    match value {
+        None => Ok(default),
+        Some(Size::Text(t)) if t.trim() == UNLIMITED => Ok(None),
+        Some(_) => size_field(name, value, 0).map(Some),
+    }
+}
+
+/// The smallest memory limit: below it the interpreter cannot even start,
+/// and the jail's own setup would be what the kernel kills.
+pub const MIN_MEMORY: u64 = 16 << 20;
+
+fn memory_limit(name: &str, value: &Option<Size>, default: Option<u64>) -> Result<Option<u64>, PolicyError> {
+    let m = limit_size(name, value, default)?;
+    if let Some(bytes) = m {
+        if bytes < MIN_MEMORY {
+            return Err(PolicyError::field(name, format!("is {bytes} bytes, must be at least 16M")));
+        }
+    }
+    Ok(m)
+}
+
+impl Policy {
+    /// Apply command-line overrides; an error names the flag and the fix.
+    pub fn apply_overrides(&mut self, o: &Overrides) -> Result<(), String> {
+        let flag = |name: &str, r: Result<Option<f64>, String>| r.map_err(|m| format!("--{name}: {m}"));
+        let text = |v: &str| Some(Amount::Text(v.to_string()));
+        if let Some(v) = &o.memory {
+            self.limits.memory = memory_limit("--memory", &Some(Size::Text(v.clone())), None)
+                .map_err(|e| match e {
+                    PolicyError::Field { message, .. } => format!("--memory: {message}"),
+                    other => other.to_string(),
+                })?;
+        }
+        if let Some(v) = &o.cpus {
+            self.limits.cpus = flag("cpus", amount(&text(v), None, check_cpus))?;
+        }
+        if let Some(v) = &o.pids {
+            self.limits.pids = flag("pids", amount(&text(v), None, check_pids))?.map(|n| n as u64);
+        }
+        if let Some(v) = &o.cpu_time {
+            self.limits.cpu_time = flag("cpu-time", amount(&text(v), None, check_cpu_time))?.map(Duration::from_secs_f64);
+        }
+        if let Some(v) = &o.cgroup_parent {
+            self.limits.cgroup_parent = Some(check_cgroup_parent(v).map_err(|m| format!("--cgroup-parent: {m}"))?);
+        }
+        Ok(())
+    }
 }
 
 fn validate_identity(f: &IdentityFile) -> Result<Identity, PolicyError> {
@@ -404,6 +639,84 @@ mod tests {
     fn bad_network_mode_names_the_field() {
         let err = Policy::from_json(r#"{"version":1,"network":{"mode":"host"}}"#, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("network.mode"), "{err}");
+    }
+
+    #[test]
+    fn limits_parse_with_units_defaults_and_unlimited() {
+        let p = Policy::from_json(
+            r#"{"version":1,"limits":{"memory":"64M","cpus":0.5,"pids":"32","cpu_time_secs":2.5,"file_size":"unlimited",
+                "open_files":64,"enforcement":{"memory":"required","cpus":"best_effort"},"cgroup_parent":"/jail.slice"},
+                "filesystem":{"output_size":"8M"}}"#,
+            Path::new("/"),
+        )
+        .unwrap();
+        let l = &p.limits;
+        assert_eq!(l.memory, Some(64 << 20));
+        assert_eq!(l.cpus, Some(0.5));
+        assert_eq!(l.pids, Some(32));
+        assert_eq!(l.cpu_time, Some(Duration::from_millis(2500)));
+        assert_eq!(l.file_size, None);
+        assert_eq!(l.open_files, 64);
+        assert_eq!(l.enforcement.memory, Enforcement::Required);
+        assert_eq!(l.enforcement.pids, Enforcement::BestEffort);
+        assert_eq!(l.cgroup_parent, Some(PathBuf::from("/jail.slice")));
+        assert_eq!(p.filesystem.output_size, Some(8 << 20));
+        // Absent: the reference recipe's values; CPU time bounded by the wall.
+        let d = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap().limits;
+        assert_eq!((d.memory, d.cpus, d.pids, d.cpu_time), (Some(512 << 20), Some(1.0), Some(128), None));
+        let u = Policy::from_json(r#"{"version":1,"limits":{"memory":"unlimited","cpus":"unlimited","pids":"unlimited"}}"#, Path::new("/"))
+            .unwrap()
+            .limits;
+        assert_eq!((u.memory, u.cpus, u.pids), (None, None, None));
+    }
+
+    #[test]
+    fn bad_limits_name_their_field() {
+        for (json, field) in [
+            (r#"{"memory":"1M"}"#, "limits.memory"),
+            (r#"{"memory":"lots"}"#, "limits.memory"),
+            (r#"{"cpus":0}"#, "limits.cpus"),
+            (r#"{"cpus":"many"}"#, "limits.cpus"),
+            (r#"{"pids":1}"#, "limits.pids"),
+            (r#"{"pids":2.5}"#, "limits.pids"),
+            (r#"{"cpu_time_secs":-1}"#, "limits.cpu_time_secs"),
+            (r#"{"open_files":3}"#, "limits.open_files"),
+            (r#"{"enforcement":{"memory":"always"}}"#, "limits.enforcement.memory"),
+            (r#"{"enforcement":{"wall_time":"required"}}"#, "limits.enforcement.wall_time"),
+            (r#"{"cgroup_parent":"../x"}"#, "limits.cgroup_parent"),
+            (r#"{"swap":0}"#, "limits"),
+        ] {
+            let err = Policy::from_json(&format!(r#"{{"version":1,"limits":{json}}}"#), Path::new("/")).unwrap_err();
+            assert!(err.to_string().contains(field), "{json}: {err}");
+        }
+    }
+
+    #[test]
+    fn command_line_overrides_replace_limits_and_name_the_flag() {
+        let mut p = Policy::builtin_default().unwrap();
+        let o = Overrides {
+            memory: Some("1G".into()),
+            cpus: Some("unlimited".into()),
+            pids: Some("64".into()),
+            cpu_time: Some("3".into()),
+            cgroup_parent: Some("/x".into()),
+        };
+        p.apply_overrides(&o).unwrap();
+        assert_eq!(p.limits.memory, Some(1 << 30));
+        assert_eq!(p.limits.cpus, None);
+        assert_eq!(p.limits.pids, Some(64));
+        assert_eq!(p.limits.cpu_time, Some(Duration::from_secs(3)));
+        assert_eq!(p.limits.cgroup_parent, Some(PathBuf::from("/x")));
+        for (o, flag) in [
+            (Overrides { memory: Some("12Q".into()), ..Default::default() }, "--memory"),
+            (Overrides { cpus: Some("0".into()), ..Default::default() }, "--cpus"),
+            (Overrides { pids: Some("x".into()), ..Default::default() }, "--pids"),
+            (Overrides { cpu_time: Some("0".into()), ..Default::default() }, "--cpu-time"),
+            (Overrides { cgroup_parent: Some("rel".into()), ..Default::default() }, "--cgroup-parent"),
+        ] {
+            let err = p.clone().apply_overrides(&o).unwrap_err();
+            assert!(err.starts_with(flag), "{err}");
+        }
     }
 
     #[test]

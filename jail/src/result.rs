@@ -42,6 +42,10 @@ pub struct RunResult {
     pub rejected_artifacts: Vec<serde_json::Value>,
     /// Host path of the output dir (created by the jail when none was given).
     pub output_dir: Option<String>,
+    /// With a size-capped output dir (`filesystem.output_size`): what was
+    /// copied into the jail's output tmpfs and mirrored back to the host.
+    #[serde(default)]
+    pub output_sync: Option<OutputSync>,
     pub timings: Timings,
     pub setup_error: Option<SetupError>,
     /// The supervisor's own costs, for the bench and for anyone sizing hosts.
@@ -51,24 +55,39 @@ pub struct RunResult {
 /// What the supervisor process itself cost.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct SupervisorStats {
-    /// Peak resident set of the `jail` process itself (getrusage RUSAGE_SELF),
-    /// measured after the run.
+    /// Peak resident set of the `jail` process itself (VmHWM: this image
+    /// only, not the process it was exec'd from), measured after the run.
     pub max_rss_bytes: u64,
     /// How long after the wall-clock deadline the tree was gone (reaped);
     /// null when the deadline was not hit.
     pub deadline_overrun_ms: Option<f64>,
 }
 
+/// How the run ended. When several apply, the first in this order wins:
+/// `setup_failed`, `timeout_wall`, `timeout_cpu`, `oom_killed`,
+/// `output_limit`, then what the script's own exit says.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
+    /// The script exited 0.
     Ok,
+    /// The script exited with another code (`exit_code`).
     NonzeroExit,
+    /// A signal ended the script (`signal`, `signal_name`).
     Signaled,
+    /// The wall-clock limit passed; the whole tree was killed.
     TimeoutWall,
+    /// The CPU-time limit was reached: by the run cgroup's usage (the whole
+    /// tree was killed), or by RLIMIT_CPU where there is no cgroup (the
+    /// script died of SIGXCPU, or SIGKILL a second later).
     TimeoutCpu,
+    /// The kernel's OOM killer killed a process of the run (it hit the
+    /// memory limit) and the script did not exit 0 (`usage.oom_kills`).
     OomKilled,
+    /// stdout or stderr went over its cap and was truncated (the script was
+    /// not stopped; `exit_code` is still its own).
     OutputLimit,
+    /// The jail itself failed before or while starting the script.
     SetupFailed,
 }
 
@@ -96,26 +115,61 @@ pub struct PythonError {
     pub traceback_tail: String,
 }
 
-/// What the run used. `null` means this host or build did not measure it.
+/// What the run used. `null` means this host did not measure it; nothing
+/// here is ever estimated.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Usage {
+    /// From the release of the jail's PID 1 to its end.
     pub wall_ms: f64,
+    /// CPU time of the whole run: the run cgroup's (cpu.stat; or cpuacct,
+    /// its tick-sampled user/system split scaled to its exact total)
+    /// when there is one, else getrusage of the jail's PID 1 and everything
+    /// it reaped.
     pub user_cpu_ms: Option<f64>,
     pub system_cpu_ms: Option<f64>,
-    /// Peak memory of the whole run (cgroup accounting).
+    /// Peak memory of the whole run: the cgroup's memory.peak (v2) or
+    /// memory.max_usage_in_bytes (v1); it counts tmpfs pages the run wrote.
     pub peak_memory_bytes: Option<u64>,
     /// Largest resident set of any single process in the run (getrusage).
     pub max_rss_bytes: Option<u64>,
+    /// Most processes and threads at once: the cgroup's pids.peak, on
+    /// kernels that have it.
     pub pids_peak: Option<u64>,
+    /// Processes of the run the kernel's OOM killer killed (memory.events
+    /// oom_kill on v2, memory.oom_control oom_kill on v1).
     pub oom_kills: Option<u64>,
 }
 
+/// The mirror of a size-capped output dir (see `output.rs`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct OutputSync {
+    /// Entries copied from the host folder into the jail before the run.
+    pub copied_in: u64,
+    /// Entries written (created or changed) in the host folder after it.
+    pub copied_out: u64,
+    /// Entries the script left as they were (not rewritten).
+    pub unchanged: u64,
+    /// Host entries removed because the script deleted them.
+    pub deleted: u64,
+    /// Entries that crossed in neither direction, with the reason (sockets,
+    /// devices, unreadable host files, trees too deep).
+    pub skipped: Vec<String>,
+    /// What could not be mirrored back, with the reason.
+    pub errors: Vec<String>,
+}
+
+/// One limit of the run.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct LimitReport {
+    /// The value in force (bytes, seconds, cores or a count), `null` when
+    /// unlimited.
     pub value: serde_json::Value,
-    /// What enforced it: `supervisor`, `tmpfs`, `cgroup_v2`, `cgroup_v1`,
-    /// `rlimit`, or `none`.
+    /// What enforced it: `cgroup_v2`, `cgroup_v1`, `rlimit`, `tmpfs`,
+    /// `supervisor`, or `none` (unlimited, or the host could not).
     pub enforced_by: String,
+    /// How, in plain words (which file or rlimit, and what it covers).
+    #[serde(default)]
+    pub detail: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -210,6 +264,7 @@ impl RunResult {
             artifacts: Vec::new(),
             rejected_artifacts: Vec::new(),
             output_dir: None,
+            output_sync: None,
             timings: Timings::default(),
             setup_error: Some(error),
             supervisor: SupervisorStats::default(),

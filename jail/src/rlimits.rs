@@ -1,19 +1,76 @@
-//! Resource limits set with setrlimit(2) in the worker before exec.
+//! Resource limits set with setrlimit(2) in the worker, right before exec.
+//!
+//! The supervisor decides which (see `limits::plan`); the worker applies the
+//! list. Every run gets RLIMIT_CORE 0, RLIMIT_FSIZE and RLIMIT_NOFILE; when no
+//! cgroup can be had, RLIMIT_AS, RLIMIT_NPROC and RLIMIT_CPU stand in for the
+//! cgroup's memory, pids and CPU-time limits.
 
-use nix::sys::resource::{setrlimit, Resource};
+use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
 #[derive(Debug, thiserror::Error)]
 pub enum RlimitError {
-    #[error("setrlimit({resource}, {value})")]
-    Set { resource: &'static str, value: u64, source: nix::Error },
+    #[error("setrlimit({resource}, {soft}, {hard})")]
+    Set { resource: &'static str, soft: u64, hard: u64, source: nix::Error },
 }
 
-fn set(resource: Resource, name: &'static str, value: u64) -> Result<(), RlimitError> {
-    setrlimit(resource, value, value).map_err(|source| RlimitError::Set { resource: name, value, source })
+/// The rlimits the jail sets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// Address space: the memory stand-in (per process, not per run).
+    As,
+    /// Processes and threads of the sandbox uid in the run's own user
+    /// namespace; since Linux 5.14 that counts only this run's tasks.
+    Nproc,
+    /// CPU seconds per process: SIGXCPU at the soft limit, SIGKILL at hard.
+    Cpu,
+    Fsize,
+    Nofile,
+    Core,
 }
 
-/// Limits every run gets whatever the policy says: no core dumps (a core
-/// would carry the script's memory out of the jail, ATTACKS T42).
-pub fn apply_baseline() -> Result<(), RlimitError> {
-    set(Resource::RLIMIT_CORE, "RLIMIT_CORE", 0)
+impl Kind {
+    fn resource(self) -> Resource {
+        match self {
+            Kind::As => Resource::RLIMIT_AS,
+            Kind::Nproc => Resource::RLIMIT_NPROC,
+            Kind::Cpu => Resource::RLIMIT_CPU,
+            Kind::Fsize => Resource::RLIMIT_FSIZE,
+            Kind::Nofile => Resource::RLIMIT_NOFILE,
+            Kind::Core => Resource::RLIMIT_CORE,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::As => "RLIMIT_AS",
+            Kind::Nproc => "RLIMIT_NPROC",
+            Kind::Cpu => "RLIMIT_CPU",
+            Kind::Fsize => "RLIMIT_FSIZE",
+            Kind::Nofile => "RLIMIT_NOFILE",
+            Kind::Core => "RLIMIT_CORE",
+        }
+    }
+}
+
+/// One limit to set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rlimit {
+    pub kind: Kind,
+    pub soft: u64,
+    pub hard: u64,
+}
+
+/// The hard limit this process holds for `kind`: nothing the worker sets can
+/// go above it (raising a hard limit needs CAP_SYS_RESOURCE on the host).
+pub fn current_hard(kind: Kind) -> u64 {
+    getrlimit(kind.resource()).map(|(_, hard)| hard).unwrap_or(u64::MAX)
+}
+
+/// Child side: set every limit in the list, in order.
+pub fn apply(list: &[Rlimit]) -> Result<(), RlimitError> {
+    for r in list {
+        setrlimit(r.kind.resource(), r.soft, r.hard)
+            .map_err(|source| RlimitError::Set { resource: r.kind.name(), soft: r.soft, hard: r.hard, source })?;
+    }
+    Ok(())
 }

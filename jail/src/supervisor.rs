@@ -14,15 +14,16 @@ use std::time::{Duration, Instant};
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
-use serde_json::json;
 
+use crate::cgroup::{self, CgroupUsage, RunCgroup};
 use crate::child::{self, ChildSpec, Exec};
+use crate::limits;
 use crate::mounts::{self, RootfsEntry};
 use crate::namespaces;
+use crate::output;
 use crate::policy::Policy;
-use crate::result::{
-    Isolation, Layer, LimitReport, RunResult, SetupError, Status, Stream, Timings, Usage,
-};
+use crate::result::{Isolation, Layer, RunResult, SetupError, Status, Stream, Timings, Usage};
+use crate::rlimits;
 use crate::sync::{self, Pipe, Report};
 use crate::sys::{self, Forked};
 
@@ -99,11 +100,34 @@ pub fn run(req: &RunRequest) -> RunResult {
     result.isolation.rootfs = prepared.rootfs.display().to_string();
     result.isolation.rootfs_id = prepared.rootfs_id.clone();
     result.output_dir = Some(prepared.output_dir.display().to_string());
-    result.limits = limit_reports(policy, prepared.wall_time);
     stages.insert("prepare".to_string(), ms_since(started));
 
-    let result = match launch(req, &prepared, uid_map, gid_map, &mut stages, started, started_ns) {
-        Ok(outcome) => finish(result, outcome, started, stages),
+    // The cgroup comes before the clone: the child must be placed in it
+    // before it is released (DESIGN.md §6).
+    let mut resources = setup_resources(policy, prepared.wall_time);
+    stages.insert("cgroup".to_string(), ms_since(started));
+    result.limits = resources.plan.reports.clone();
+    result.isolation.degraded.extend(resources.plan.degraded.iter().map(|d| format!("limit {d}")));
+    if !resources.plan.refused.is_empty() {
+        let message = format!(
+            "required limit cannot be enforced on this host: {}; give jail a writable cgroup (see `jail doctor`: run as root, \
+             or pass a delegated cgroup with --cgroup-parent or JAIL_CGROUP_PARENT), or set limits.enforcement to best_effort",
+            resources.plan.refused.join("; ")
+        );
+        return failed(result, "limits", &message, vec![], started);
+    }
+
+    let launched = launch(req, &prepared, &resources, uid_map, gid_map, &mut stages, started, started_ns);
+    // The tree is dead (PID 1 reaped): read what it used, then remove the
+    // cgroup. A failed launch leaves it to RunCgroup's drop.
+    let cgroup_usage = resources.cgroup.as_ref().map(RunCgroup::usage);
+    if let Some(cg) = resources.cgroup.take() {
+        if let Err(e) = cg.remove() {
+            eprintln!("jail: the run cgroup was not removed: {e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default());
+        }
+    }
+    let result = match launched {
+        Ok(outcome) => finish(result, outcome, cgroup_usage, &resources.plan, started, stages),
         Err(e) => {
             let mut causes = Vec::new();
             let mut src = std::error::Error::source(&e);
@@ -167,18 +191,32 @@ fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
-fn limit_reports(policy: &Policy, wall: Duration) -> BTreeMap<String, LimitReport> {
-    let mut m = BTreeMap::new();
-    let mut put = |name: &str, value: serde_json::Value, by: &str| {
-        m.insert(name.to_string(), LimitReport { value, enforced_by: by.to_string() });
-    };
-    put("wall_time_secs", json!(wall.as_secs_f64()), "supervisor");
-    put("stdout_bytes", json!(policy.limits.stdout_bytes), "supervisor");
-    put("stderr_bytes", json!(policy.limits.stderr_bytes), "supervisor");
-    put("tmp_size", json!(policy.filesystem.tmp_size), "tmpfs");
-    put("shm_size", json!(policy.filesystem.shm_size), "tmpfs");
-    put("core_size", json!(0), "rlimit");
-    m
+/// The run's cgroup, when this host gives one, and what enforces each limit.
+struct Resources {
+    cgroup: Option<RunCgroup>,
+    plan: limits::Plan,
+}
+
+/// Choose the cgroup backend, sweep what killed jails left there, create
+/// the run cgroup with its limits, and plan the rest. A cgroup that cannot
+/// be created leaves the run to rlimits, with the reason in the result.
+fn setup_resources(policy: &Policy, wall: Duration) -> Resources {
+    let l = &policy.limits;
+    let wanted = cgroup::Settings { memory: l.memory, cpus: l.cpus, pids: l.pids, cpu_time: l.cpu_time.is_some() };
+    let (_, choice) = cgroup::choose_here(l.cgroup_parent.as_deref(), &wanted);
+    let mut why_not = choice.notes.join("; ");
+    if let Some(candidate) = &choice.candidate {
+        cgroup::sweep(candidate);
+        let plan = limits::plan(policy, wall, Some(candidate), "", &rlimits::current_hard);
+        match RunCgroup::create(candidate, &cgroup::run_name(), &plan.settings) {
+            Ok(cg) => return Resources { cgroup: Some(cg), plan },
+            Err(e) => {
+                let cause = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
+                why_not = format!("creating the run cgroup failed: {e}{cause}");
+            }
+        }
+    }
+    Resources { cgroup: None, plan: limits::plan(policy, wall, None, &why_not, &rlimits::current_hard) }
 }
 
 // ------------------------------------------------------------------ prepare
@@ -228,6 +266,7 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
             output: output_dir.clone(),
             tmp_size: policy.filesystem.tmp_size,
             shm_size: policy.filesystem.shm_size,
+            output_size: policy.filesystem.output_size,
         },
         exec,
         output_dir,
@@ -425,6 +464,11 @@ fn fresh_output_dir(who: &Identity) -> Result<PathBuf, InputError> {
     Ok(dir)
 }
 
+/// Variables that size the thread pools of OpenMP, OpenBLAS, MKL, numexpr
+/// and Accelerate.
+pub const THREAD_POOL_VARS: [&str; 5] =
+    ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"];
+
 /// The interpreter's argv and its environment, rebuilt from the policy.
 fn build_exec(policy: &Policy, script: &Path, args: &[String], mode: OutputMode) -> Result<Exec, InputError> {
     let cstr = |s: &[u8], what: &str| {
@@ -445,6 +489,15 @@ fn build_exec(policy: &Policy, script: &Path, args: &[String], mode: OutputMode)
     for k in &policy.environment.pass {
         if let Ok(v) = std::env::var(k) {
             env.insert(k.clone(), v);
+        }
+    }
+    // Thread pools follow the CPU limit: a BLAS or OpenMP pool sized to the
+    // host's cores under a one-core quota only thrashes. A value the policy
+    // sets itself wins.
+    if let Some(cpus) = policy.limits.cpus {
+        let n = (cpus.ceil() as u64).max(1).to_string();
+        for var in THREAD_POOL_VARS {
+            env.entry(var.to_string()).or_insert_with(|| n.clone());
         }
     }
     if mode == OutputMode::Stream {
@@ -475,6 +528,10 @@ enum LaunchError {
     Clone(#[source] io::Error),
     #[error("write id maps")]
     IdMaps(#[source] namespaces::NamespaceError),
+    #[error("place the child in the run cgroup")]
+    JoinCgroup(#[source] cgroup::CgroupError),
+    #[error("fill the jail's output dir")]
+    Output(#[source] output::OutputError),
     #[error("release the child")]
     Release(#[source] io::Error),
     #[error("pidfd_open")]
@@ -489,6 +546,8 @@ impl LaunchError {
             LaunchError::Pipes(_) => "pipes",
             LaunchError::DropGroups(_) | LaunchError::Clone(_) => "clone",
             LaunchError::IdMaps(_) => "id_maps",
+            LaunchError::JoinCgroup(_) => "cgroup",
+            LaunchError::Output(_) => "output",
             LaunchError::Release(_) => "release",
             LaunchError::Pidfd(_) | LaunchError::Wait(_) => "wait",
         }
@@ -500,7 +559,7 @@ struct Outcome {
     reports: Vec<Report>,
     stdout: Capture,
     stderr: Capture,
-    timed_out: bool,
+    ending: Ending,
     deadline: Instant,
     exec_at: Option<Instant>,
     released_at: Instant,
@@ -508,11 +567,14 @@ struct Outcome {
     rusage: libc::rusage,
     pid1_status: libc::c_int,
     started_ns: u64,
+    output_sync: Option<crate::result::OutputSync>,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn launch(
     req: &RunRequest,
     prepared: &Prepared,
+    resources: &Resources,
     uid_map: namespaces::IdMap,
     gid_map: namespaces::IdMap,
     stages: &mut BTreeMap<String, f64>,
@@ -524,6 +586,23 @@ fn launch(
     let status = Pipe::new().map_err(LaunchError::Pipes)?;
     let out = Pipe::new().map_err(LaunchError::Pipes)?;
     let err = Pipe::new().map_err(LaunchError::Pipes)?;
+    // A size-capped output dir comes back to us as a descriptor (output.rs).
+    let output_channel = match prepared.mount_request.output_size {
+        Some(_) => Some(
+            nix::sys::socket::socketpair(
+                nix::sys::socket::AddressFamily::Unix,
+                nix::sys::socket::SockType::SeqPacket,
+                None,
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            )
+            .map_err(|e| LaunchError::Pipes(e.into()))?,
+        ),
+        None => None,
+    };
+    let (output_ours, output_theirs) = match output_channel {
+        Some((a, b)) => (Some(a), Some(b)),
+        None => (None, None),
+    };
     if nix::unistd::getuid().is_root() {
         // The child can never call setgroups (it is denied in its user
         // namespace), so root's supplementary groups must go before the clone.
@@ -547,6 +626,8 @@ fn launch(
             envp: prepared.exec.envp.clone(),
             cwd: prepared.exec.cwd.clone(),
         },
+        rlimits: resources.plan.rlimits.clone(),
+        output: output_theirs,
     };
     stages.insert("plan".into(), ms_since(started));
     let pid = match sys::clone_process(namespaces::CLONE_FLAGS).map_err(LaunchError::Clone)? {
@@ -565,6 +646,14 @@ fn launch(
         return Err(LaunchError::IdMaps(e));
     }
     stages.insert("id_maps".into(), ms_since(started));
+    if let Some(cg) = &resources.cgroup {
+        // Before the release: none of the child's code runs outside it.
+        if let Err(e) = cg.join(pid.as_raw() as u32) {
+            kill_and_reap(pid);
+            return Err(LaunchError::JoinCgroup(e));
+        }
+        stages.insert("cgroup_join".into(), ms_since(started));
+    }
     let pidfd = match sys::pidfd_open(pid) {
         Ok(fd) => fd,
         Err(e) => {
@@ -577,7 +666,21 @@ fn launch(
         return Err(LaunchError::Release(e));
     }
     let released_at = Instant::now();
-    let deadline = released_at + prepared.wall_time;
+    let ids = output::FsIds { uid: uid_map.outside, gid: gid_map.outside };
+    let output = match output_ours {
+        None => None,
+        Some(sock) => match fill_output(sock, &prepared.output_dir, ids, released_at + prepared.wall_time) {
+            Ok(o) => o,
+            Err(e) => {
+                kill_and_reap(pid);
+                return Err(e);
+            }
+        },
+    };
+    if output.is_some() {
+        stages.insert("output_copy_in".into(), ms_since(started));
+    }
+    let deadline = Instant::now() + prepared.wall_time;
     let mut watch = Watch {
         stdout: Capture::new(req.policy.limits.stdout_bytes, req.mode),
         stderr: Capture::new(req.policy.limits.stderr_bytes, req.mode),
@@ -585,16 +688,31 @@ fn launch(
         status_buf: Vec::new(),
         exec_at: None,
     };
-    let timed_out = watch.run(pid, &pidfd, out.read, err.read, report.read, status.read, deadline);
+    let limits = Deadlines {
+        wall: deadline,
+        cpu: match (&resources.cgroup, resources.plan.cpu_watch) {
+            (Some(cg), Some(limit)) => Some((cg, limit.as_nanos() as u64)),
+            _ => None,
+        },
+    };
+    let ending = watch.run(pid, &pidfd, out.read, err.read, report.read, status.read, &limits, resources.cgroup.as_ref());
     let (pid1_status, rusage) = sys::wait4(pid).map_err(LaunchError::Wait)?;
     let ended_at = Instant::now();
+    stages.insert("reaped".into(), ms_since(started));
+    // PID 1 is reaped only once its pid namespace is empty: nothing can
+    // change the output tmpfs under the mirror now.
+    let output_sync = output.map(|(dir, inventory)| {
+        let sync = output::copy_out(&dir, &prepared.output_dir, &inventory, ids);
+        stages.insert("output_copy_out".into(), ms_since(started));
+        sync
+    });
     let mut reports = sync::parse_reports(&watch.report_buf);
     reports.extend(sync::parse_reports(&watch.status_buf));
     Ok(Outcome {
         reports,
         stdout: watch.stdout,
         stderr: watch.stderr,
-        timed_out,
+        ending,
         deadline,
         exec_at: watch.exec_at,
         released_at,
@@ -602,7 +720,29 @@ fn launch(
         rusage,
         pid1_status,
         started_ns,
+        output_sync,
     })
+}
+
+/// Take the output tmpfs from the child, copy the host output folder into
+/// it, and let the child go on. `None` when the child ended before handing
+/// it over (its report says why).
+fn fill_output(
+    sock: OwnedFd,
+    host: &Path,
+    ids: output::FsIds,
+    deadline: Instant,
+) -> Result<Option<(OwnedFd, output::Inventory)>, LaunchError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+    let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as u64).unwrap_or(PollTimeout::MAX);
+    if !matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
+        return Ok(None);
+    }
+    let Some(dir) = sys::recv_fd(sock.as_fd()).map_err(LaunchError::Release)? else { return Ok(None) };
+    let inventory = output::copy_in(host, &dir, ids).map_err(LaunchError::Output)?;
+    sync::release(sock).map_err(LaunchError::Release)?;
+    Ok(Some((dir, inventory)))
 }
 
 struct Watch {
@@ -613,10 +753,29 @@ struct Watch {
     exec_at: Option<Instant>,
 }
 
+/// How the watch loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    /// PID 1 exited by itself.
+    Exited,
+    /// The wall-clock deadline passed and the tree was killed.
+    WallTimeout,
+    /// The run cgroup's CPU usage reached the limit and the tree was killed.
+    CpuTimeout,
+}
+
+/// What the watch loop enforces besides the pipes.
+struct Deadlines<'a> {
+    wall: Instant,
+    /// The run cgroup and its CPU-time limit in nanoseconds.
+    cpu: Option<(&'a RunCgroup, u64)>,
+}
+
 impl Watch {
     /// Poll every pipe and the child's pidfd until the child is gone and the
-    /// pipes are drained; kill PID 1 (and with it the whole pid namespace)
-    /// at the deadline. Returns whether the deadline was hit.
+    /// pipes are drained; kill the whole tree at the wall deadline, or once
+    /// the run's CPU time (checked every `limits::CPU_POLL`) reaches its
+    /// limit.
     #[allow(clippy::too_many_arguments)]
     fn run(
         &mut self,
@@ -626,18 +785,32 @@ impl Watch {
         err: OwnedFd,
         report: OwnedFd,
         status: OwnedFd,
-        deadline: Instant,
-    ) -> bool {
+        limits: &Deadlines<'_>,
+        cgroup: Option<&RunCgroup>,
+    ) -> Ending {
         let mut open: [Option<OwnedFd>; 4] = [Some(out), Some(err), Some(report), Some(status)];
         let mut exited = false;
-        let mut timed_out = false;
+        let mut ending = Ending::Exited;
         let mut buf = vec![0u8; 64 * 1024];
+        let mut next_cpu_check = Instant::now();
+        let kill_tree = || {
+            // PID 1's death takes every process of the namespace with it;
+            // the cgroup kill is the belt to that.
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            if let Some(cg) = cgroup {
+                cg.kill();
+            }
+        };
         while !exited || open.iter().any(Option::is_some) {
-            let timeout = if exited || timed_out {
+            let killed = ending != Ending::Exited;
+            let timeout = if exited || killed {
                 // The tree is dead or dying; the pipes close as soon as it is.
                 PollTimeout::from(200u16)
             } else {
-                let left = deadline.saturating_duration_since(Instant::now());
+                let mut left = limits.wall.saturating_duration_since(Instant::now());
+                if limits.cpu.is_some() {
+                    left = left.min(next_cpu_check.saturating_duration_since(Instant::now()));
+                }
                 PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
             };
             let mut fds: Vec<PollFd> = Vec::with_capacity(5);
@@ -689,13 +862,24 @@ impl Watch {
                     _ => self.status_buf.extend_from_slice(chunk),
                 }
             }
-            if !exited && !timed_out && Instant::now() >= deadline {
-                // PID 1's death takes every process of the namespace with it.
-                let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-                timed_out = true;
+            if exited || ending != Ending::Exited {
+                continue;
+            }
+            let now = Instant::now();
+            if now >= limits.wall {
+                kill_tree();
+                ending = Ending::WallTimeout;
+            } else if let Some((cg, limit_ns)) = limits.cpu {
+                if now >= next_cpu_check {
+                    next_cpu_check = now + limits::CPU_POLL;
+                    if cg.cpu_ns().is_some_and(|used| used >= limit_ns) {
+                        kill_tree();
+                        ending = Ending::CpuTimeout;
+                    }
+                }
             }
         }
-        timed_out
+        ending
     }
 }
 
@@ -773,16 +957,29 @@ impl Capture {
 
 // ------------------------------------------------------------------- finish
 
-fn finish(mut result: RunResult, o: Outcome, started: Instant, mut stages: BTreeMap<String, f64>) -> RunResult {
+fn finish(
+    mut result: RunResult,
+    o: Outcome,
+    cg: Option<CgroupUsage>,
+    plan: &limits::Plan,
+    started: Instant,
+    mut stages: BTreeMap<String, f64>,
+) -> RunResult {
     let tv_ms = |tv: libc::timeval| tv.tv_sec as f64 * 1000.0 + tv.tv_usec as f64 / 1000.0;
+    let ns_ms = |ns: u64| ns as f64 / 1e6;
+    let cg = cg.unwrap_or_default();
+    // The cgroup sees every process of the run; getrusage only what PID 1
+    // reaped, so the cgroup's numbers win where there are any.
+    let user_ms = cg.user_ns.map(ns_ms).unwrap_or_else(|| tv_ms(o.rusage.ru_utime));
+    let system_ms = cg.system_ns.map(ns_ms).unwrap_or_else(|| tv_ms(o.rusage.ru_stime));
     result.usage = Usage {
         wall_ms: (o.ended_at - o.released_at).as_secs_f64() * 1000.0,
-        user_cpu_ms: Some(tv_ms(o.rusage.ru_utime)),
-        system_cpu_ms: Some(tv_ms(o.rusage.ru_stime)),
-        peak_memory_bytes: None,
+        user_cpu_ms: Some(user_ms),
+        system_cpu_ms: Some(system_ms),
+        peak_memory_bytes: cg.memory_peak,
         max_rss_bytes: Some(o.rusage.ru_maxrss as u64 * 1024),
-        pids_peak: None,
-        oom_kills: None,
+        pids_peak: cg.pids_peak,
+        oom_kills: cg.oom_kills,
     };
     let mut failure = None;
     let mut exit = None;
@@ -800,6 +997,7 @@ fn finish(mut result: RunResult, o: Outcome, started: Instant, mut stages: BTree
     }
     result.stdout = o.stdout.into_stream();
     result.stderr = o.stderr.into_stream();
+    result.output_sync = o.output_sync;
     result.timings = Timings {
         total_ms: ms_since(started),
         setup_ms: o.exec_at.map(|t| (t - started).as_secs_f64() * 1000.0),
@@ -810,33 +1008,143 @@ fn finish(mut result: RunResult, o: Outcome, started: Instant, mut stages: BTree
         result.setup_error = Some(e);
         return result;
     }
-    if o.timed_out {
+    if o.ending == Ending::WallTimeout {
         result.supervisor.deadline_overrun_ms = Some(o.ended_at.saturating_duration_since(o.deadline).as_secs_f64() * 1000.0);
-        result.status = Status::TimeoutWall;
-    } else {
-        match exit {
-            Some(Report::Exited { code }) => {
-                result.exit_code = Some(code);
-                result.status = if code == 0 { Status::Ok } else { Status::NonzeroExit };
-            }
-            Some(Report::Signaled { signal }) => {
-                result.signal = Some(signal);
-                result.signal_name = Signal::try_from(signal).ok().map(|s| s.as_str().to_string());
-                result.status = Status::Signaled;
-            }
-            _ => {
-                result.status = Status::SetupFailed;
-                result.setup_error = Some(SetupError {
-                    stage: "reaper".into(),
-                    message: format!("the jail's PID 1 ended without reporting the script's status (wait status {:#x})", o.pid1_status),
-                    causes: vec![],
-                });
-                return result;
-            }
+    }
+    match exit {
+        Some(Report::Exited { code }) => result.exit_code = Some(code),
+        Some(Report::Signaled { signal }) => {
+            result.signal = Some(signal);
+            result.signal_name = Signal::try_from(signal).ok().map(|s| s.as_str().to_string());
+        }
+        _ => {}
+    }
+    let facts = Facts {
+        ending: o.ending,
+        exit_code: result.exit_code,
+        signal: result.signal,
+        oom_kills: cg.oom_kills.unwrap_or(0),
+        truncated: result.stdout.truncated || result.stderr.truncated,
+        cpu_rlimit: plan.cpu_rlimit,
+        cpu_used: Duration::from_secs_f64((user_ms + system_ms).max(0.0) / 1000.0),
+    };
+    match status_of(&facts) {
+        Some(status) => result.status = status,
+        None => {
+            result.status = Status::SetupFailed;
+            result.setup_error = Some(SetupError {
+                stage: "reaper".into(),
+                message: format!("the jail's PID 1 ended without reporting the script's status (wait status {:#x})", o.pid1_status),
+                causes: vec![],
+            });
+            return result;
         }
     }
     if !result.stderr.streamed {
         result.error = crate::result::parse_python_error(&result.stderr.text);
     }
     result
+}
+
+/// What the status of a run that started is decided from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Facts {
+    ending: Ending,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    oom_kills: u64,
+    truncated: bool,
+    /// RLIMIT_CPU's soft limit, when it stands in for the CPU-time limit.
+    cpu_rlimit: Option<Duration>,
+    cpu_used: Duration,
+}
+
+/// The run's status, in the order `Status` documents; `None` when PID 1
+/// vanished without a word and nothing explains it. Pure.
+fn status_of(f: &Facts) -> Option<Status> {
+    match f.ending {
+        Ending::WallTimeout => return Some(Status::TimeoutWall),
+        Ending::CpuTimeout => return Some(Status::TimeoutCpu),
+        Ending::Exited => {}
+    }
+    let by_signal = |s: Signal| f.signal == Some(s as i32);
+    // RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL at the hard one.
+    if let Some(limit) = f.cpu_rlimit {
+        if by_signal(Signal::SIGXCPU) || (by_signal(Signal::SIGKILL) && f.cpu_used >= limit) {
+            return Some(Status::TimeoutCpu);
+        }
+    }
+    if f.oom_kills > 0 && f.exit_code != Some(0) {
+        return Some(Status::OomKilled);
+    }
+    let own = match (f.exit_code, f.signal) {
+        (Some(0), _) => Status::Ok,
+        (Some(_), _) => Status::NonzeroExit,
+        (None, Some(_)) => Status::Signaled,
+        (None, None) => return None,
+    };
+    if f.truncated {
+        return Some(Status::OutputLimit);
+    }
+    Some(own)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> Facts {
+        Facts {
+            ending: Ending::Exited,
+            exit_code: Some(0),
+            signal: None,
+            oom_kills: 0,
+            truncated: false,
+            cpu_rlimit: None,
+            cpu_used: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn timeouts_win_over_everything_the_script_did() {
+        let f = Facts { ending: Ending::WallTimeout, oom_kills: 1, truncated: true, ..facts() };
+        assert_eq!(status_of(&f), Some(Status::TimeoutWall));
+        let f = Facts { ending: Ending::CpuTimeout, exit_code: None, signal: Some(9), ..facts() };
+        assert_eq!(status_of(&f), Some(Status::TimeoutCpu));
+    }
+
+    #[test]
+    fn rlimit_cpu_signals_mean_timeout_cpu() {
+        let xcpu = Facts { exit_code: None, signal: Some(libc::SIGXCPU), cpu_rlimit: Some(Duration::from_secs(1)), ..facts() };
+        assert_eq!(status_of(&xcpu), Some(Status::TimeoutCpu));
+        let kill = Facts { signal: Some(9), cpu_used: Duration::from_millis(1500), ..xcpu };
+        assert_eq!(status_of(&kill), Some(Status::TimeoutCpu));
+        // A SIGKILL well short of the limit is something else.
+        let early = Facts { cpu_used: Duration::from_millis(100), ..kill };
+        assert_eq!(status_of(&early), Some(Status::Signaled));
+        // Without RLIMIT_CPU in force, SIGXCPU is just a signal.
+        let plain = Facts { cpu_rlimit: None, ..xcpu };
+        assert_eq!(status_of(&plain), Some(Status::Signaled));
+    }
+
+    #[test]
+    fn an_oom_kill_is_oom_killed_unless_the_script_still_exited_0() {
+        let killed = Facts { exit_code: None, signal: Some(9), oom_kills: 1, ..facts() };
+        assert_eq!(status_of(&killed), Some(Status::OomKilled));
+        let child_killed = Facts { exit_code: Some(1), oom_kills: 1, ..facts() };
+        assert_eq!(status_of(&child_killed), Some(Status::OomKilled));
+        let survived = Facts { oom_kills: 1, ..facts() };
+        assert_eq!(status_of(&survived), Some(Status::Ok));
+        // PID 1 itself OOM-killed: explained, not a setup failure.
+        let pid1 = Facts { exit_code: None, signal: None, oom_kills: 1, ..facts() };
+        assert_eq!(status_of(&pid1), Some(Status::OomKilled));
+    }
+
+    #[test]
+    fn a_truncated_stream_is_output_limit_over_the_exit() {
+        assert_eq!(status_of(&Facts { truncated: true, ..facts() }), Some(Status::OutputLimit));
+        assert_eq!(status_of(&Facts { truncated: true, exit_code: Some(2), ..facts() }), Some(Status::OutputLimit));
+        assert_eq!(status_of(&Facts { exit_code: Some(2), ..facts() }), Some(Status::NonzeroExit));
+        assert_eq!(status_of(&Facts { exit_code: None, signal: None, ..facts() }), None);
+    }
 }

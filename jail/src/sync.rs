@@ -76,6 +76,16 @@ pub fn wait_for_release(fd: OwnedFd) -> bool {
     matches!(std::fs::File::from(fd).read(&mut byte), Ok(1))
 }
 
+/// Whether nobody reads the other end of this pipe any more: poll(2)
+/// reports POLLERR on a write end without readers.
+pub fn reader_gone(fd: &OwnedFd) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLOUT)];
+    poll(&mut fds, PollTimeout::ZERO).is_ok()
+        && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLERR))
+}
+
 /// Let the child go.
 pub fn release(fd: OwnedFd) -> io::Result<()> {
     std::fs::File::from(fd).write_all(&[1])
@@ -84,6 +94,14 @@ pub fn release(fd: OwnedFd) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pipe_whose_reader_closed_says_so() {
+        let p = Pipe::new().unwrap();
+        assert!(!reader_gone(&p.write));
+        drop(p.read);
+        assert!(reader_gone(&p.write));
+    }
 
     #[test]
     fn messages_cross_a_pipe_and_end_at_eof() {

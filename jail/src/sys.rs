@@ -137,8 +137,19 @@ pub fn openat2(
     flags: libc::c_int,
     resolve: u64,
 ) -> io::Result<OwnedFd> {
+    openat2_mode(dirfd, path, flags, 0, resolve)
+}
+
+/// `openat2(dirfd, path, {flags, mode, resolve})`: `mode` for `O_CREAT`.
+pub fn openat2_mode(
+    dirfd: Option<BorrowedFd<'_>>,
+    path: &Path,
+    flags: libc::c_int,
+    mode: u32,
+    resolve: u64,
+) -> io::Result<OwnedFd> {
     let c_path = path_cstring(path)?;
-    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: 0, resolve };
+    let how = OpenHow { flags: (flags | libc::O_CLOEXEC) as u64, mode: mode as u64, resolve };
     let dir = dirfd.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
     // SAFETY: `c_path` is a valid NUL-terminated string and `how` a properly
     // sized open_how that both outlive the call; the kernel copies them.
@@ -251,11 +262,22 @@ fn close_range(lo: RawFd, hi: RawFd) -> io::Result<()> {
     Ok(())
 }
 
-/// `getrusage(RUSAGE_SELF)`'s peak resident set size, in bytes.
+/// This process's peak resident set size in bytes: `VmHWM` from
+/// `/proc/self/status`, which covers only the current image.
+/// (getrusage's ru_maxrss keeps the peak of the image before execve, so a
+/// jail started by a big process would report that process's size.)
 pub fn self_max_rss_bytes() -> u64 {
-    nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
-        .map(|u| u.max_rss() as u64 * 1024)
-        .unwrap_or(0)
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let hwm = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    match hwm {
+        Some(kib) => kib * 1024,
+        None => nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
+            .map(|u| u.max_rss() as u64 * 1024)
+            .unwrap_or(0),
+    }
 }
 
 /// `wait4(pid, 0)`: the exit status and resource usage of one child.
@@ -301,6 +323,39 @@ pub fn landlock_abi() -> io::Result<i32> {
         )
     })?;
     Ok(v as i32)
+}
+
+/// Send one descriptor over a unix socket (`SCM_RIGHTS`), with one byte.
+pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
+    let fds = [fd.as_raw_fd()];
+    let iov = [io::IoSlice::new(b"f")];
+    sendmsg::<UnixAddr>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::MSG_NOSIGNAL, None)?;
+    Ok(())
+}
+
+/// Receive what [`send_fd`] sent; `None` when the peer closed the socket
+/// without sending a descriptor.
+pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
+    let mut byte = [0u8; 1];
+    let mut iov = [io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<UnixAddr>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut got = None;
+    for c in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = c {
+            for raw in fds {
+                // SAFETY: the kernel installed `raw` in our table for this
+                // message (SCM_RIGHTS); nothing else owns it yet.
+                let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                if got.is_none() {
+                    got = Some(owned);
+                }
+            }
+        }
+    }
+    Ok(got)
 }
 
 /// `_exit(2)`: leave at once, without running atexit handlers or flushing

@@ -217,3 +217,87 @@ pub fn host_mounts_with(needle: &str) -> Vec<String> {
         .map(String::from)
         .collect()
 }
+
+/// Run a `jail` command to its end, returning its output and its pid (to
+/// find what it may have left behind: `jail-<pid>-<n>` cgroups).
+pub fn run_tracked(cmd: &mut Command) -> (RunResult, Output, u32) {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn jail");
+    let pid = child.id();
+    let out = child.wait_with_output().expect("wait for jail");
+    (parse(&out), out, pid)
+}
+
+/// The backend a run by this user on this host must report for its cgroup
+/// limits: `JAIL_EXPECT_BACKEND` when set (CI sets it per user), else root
+/// gets v2 where the unified hierarchy has the memory controller, v1 where
+/// memory is on a v1 hierarchy; an ordinary user without a delegated parent
+/// (`JAIL_CGROUP_PARENT`) gets rlimits.
+pub fn expected_backend() -> String {
+    if let Some(b) = std::env::var("JAIL_EXPECT_BACKEND").ok().filter(|b| !b.is_empty()) {
+        return b;
+    }
+    let layout = jail::cgroup::parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
+    let v2_memory = layout
+        .unified
+        .as_ref()
+        .and_then(|(m, _)| std::fs::read_to_string(m.join("cgroup.controllers")).ok())
+        .is_some_and(|c| c.split_whitespace().any(|w| w == "memory"));
+    let v1_memory = layout.v1.iter().any(|h| h.controllers.iter().any(|c| c == "memory"));
+    let delegated = std::env::var_os("JAIL_CGROUP_PARENT").is_some_and(|v| !v.is_empty());
+    match (is_root() || delegated, v2_memory, v1_memory) {
+        (true, true, _) => "cgroup_v2".into(),
+        (true, false, true) => "cgroup_v1".into(),
+        _ => "rlimit".into(),
+    }
+}
+
+/// Every cgroup directory beneath this process's own cgroups (or
+/// `JAIL_CGROUP_PARENT`) whose name says the jail process `pid` made it.
+pub fn cgroups_left_by(pid: u32) -> Vec<PathBuf> {
+    let layout = jail::cgroup::parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
+    let me = jail::cgroup::parse_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default());
+    let parent = std::env::var_os("JAIL_CGROUP_PARENT").filter(|v| !v.is_empty()).map(PathBuf::from);
+    let mut dirs = Vec::new();
+    if let (Some((mount, root)), Some(own)) = (&layout.unified, &me.unified) {
+        let path = parent.clone().unwrap_or_else(|| own.clone());
+        if let Ok(rel) = path.strip_prefix(root) {
+            dirs.push(mount.join(rel));
+        }
+    }
+    for h in &layout.v1 {
+        let Some(own) = h.controllers.iter().find_map(|c| me.v1.get(c)) else { continue };
+        let path = parent.clone().unwrap_or_else(|| own.clone());
+        if let Ok(rel) = path.strip_prefix(&h.root) {
+            dirs.push(h.mount.join(rel));
+        }
+    }
+    let prefix = format!("jail-{pid}-");
+    let mut found = Vec::new();
+    for d in dirs {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(&prefix) {
+                found.push(e.path());
+            }
+        }
+    }
+    found
+}
+
+/// Nothing of a finished run may remain: no cgroup its jail made, no
+/// process carrying `marker`, no mount beneath the sandbox's folders.
+pub fn assert_nothing_left(jail_pid: u32, marker: &str, sb: &Sandbox) {
+    assert_eq!(cgroups_left_by(jail_pid), Vec::<PathBuf>::new(), "a run cgroup was left behind");
+    // The kernel finishes tearing a pid namespace down a moment after its
+    // PID 1 is reaped; give stragglers that moment, no more.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_millis(500);
+    while !host_processes_with(marker).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert_eq!(host_processes_with(marker), Vec::<u32>::new(), "a process of the run survived it");
+    assert_eq!(host_mounts_with(&sb.dir.path().display().to_string()), Vec::<String>::new(), "a mount was left behind");
+}

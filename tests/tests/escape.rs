@@ -317,7 +317,9 @@ fn signal_death_is_reported() {
 fn stdout_is_capped_keeping_head_and_tail() {
     let sb = Sandbox::new();
     let (r, _) = sb.run("import sys\nsys.stdout.write('HEAD' + 'x' * (3 << 20) + 'TAIL')\n");
-    assert_eq!(r.status, Status::Ok);
+    // Truncated, not killed: the script's own exit code stays.
+    assert_eq!(r.status, Status::OutputLimit);
+    assert_eq!(r.exit_code, Some(0));
     assert!(r.stdout.truncated);
     assert_eq!(r.stdout.bytes, (3 << 20) + 8);
     assert!(r.stdout.text.starts_with("HEAD"));

@@ -1,0 +1,324 @@
+//! Which mechanism enforces each resource limit on this run: the cgroup the
+//! supervisor could create (v2 or v1), rlimits for what it cannot do, the
+//! supervisor itself for time and output, tmpfs for sizes, and the report of
+//! all of it. Pure: [`plan`] is data, unit-tested by value.
+//!
+//! A limit whose enforcement is `required` and that nothing here can enforce
+//! lands in [`Plan::refused`], and the supervisor fails the run before the
+//! script starts; a `best_effort` one lands in [`Plan::degraded`].
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::json;
+
+use crate::cgroup::{self, Candidate};
+use crate::policy::{Enforcement, Policy};
+use crate::result::LimitReport;
+use crate::rlimits::{Kind, Rlimit};
+
+/// How often, at least, the supervisor checks the run's CPU time.
+pub const CPU_POLL: Duration = Duration::from_millis(100);
+
+/// What the run's limits come down to on this host.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Plan {
+    /// What goes into the run cgroup, when there is one.
+    pub settings: cgroup::Settings,
+    /// Set by the worker before exec, in order.
+    pub rlimits: Vec<Rlimit>,
+    /// Every limit: value, enforcer, and how.
+    pub reports: BTreeMap<String, LimitReport>,
+    /// Limits enforced less than the policy asked, in plain words.
+    pub degraded: Vec<String>,
+    /// Required limits that nothing on this host can enforce.
+    pub refused: Vec<String>,
+    /// The CPU-time limit the supervisor checks against the cgroup's usage.
+    pub cpu_watch: Option<Duration>,
+    /// Whether RLIMIT_CPU stands in for the CPU-time limit (so a SIGXCPU or
+    /// SIGKILL at that much CPU time means `timeout_cpu`).
+    pub cpu_rlimit: Option<Duration>,
+}
+
+fn report(value: serde_json::Value, by: &str, detail: impl Into<String>) -> LimitReport {
+    LimitReport { value, enforced_by: by.to_string(), detail: Some(detail.into()) }
+}
+
+fn unlimited() -> LimitReport {
+    LimitReport { value: serde_json::Value::Null, enforced_by: "none".into(), detail: Some("unlimited by the policy".into()) }
+}
+
+/// Decide every limit. `cgroup` is the run cgroup's place when one will be
+/// created, `why_not` the reason when none; `hard` gives the caller's hard
+/// rlimits, which nothing in the jail can exceed.
+pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not: &str, hard: &dyn Fn(Kind) -> u64) -> Plan {
+    let l = &policy.limits;
+    let fs = &policy.filesystem;
+    let mut p = Plan {
+        settings: cgroup::Settings::default(),
+        rlimits: Vec::new(),
+        reports: BTreeMap::new(),
+        degraded: Vec::new(),
+        refused: Vec::new(),
+        cpu_watch: None,
+        cpu_rlimit: None,
+    };
+    let by = cgroup.map(|c| c.version.enforcer()).unwrap_or("none");
+    let has = |ctl: &str| cgroup.is_some_and(|c| c.has(ctl));
+    let rlimit = |p: &mut Plan, kind: Kind, soft: u64, hard_wanted: u64| -> (u64, u64) {
+        let ceiling = hard(kind);
+        let (s, h) = (soft.min(ceiling), hard_wanted.min(ceiling));
+        p.rlimits.push(Rlimit { kind, soft: s, hard: h });
+        (s, h)
+    };
+    let no_cgroup = |what: &str| {
+        if cgroup.is_some() {
+            format!("the run cgroup has no {what} controller")
+        } else {
+            format!("no writable cgroup: {why_not}")
+        }
+    };
+    // A limit that fell back or was lost: degraded, or refused when required.
+    let weaker = |p: &mut Plan, name: &str, level: Enforcement, enforced: bool, how: String| match (level, enforced) {
+        (Enforcement::Required, false) => p.refused.push(format!("{name}: {how}")),
+        _ => p.degraded.push(format!("{name}: {how}")),
+    };
+
+    // Memory: the cgroup's total for the whole run, swap 0; else RLIMIT_AS.
+    match l.memory {
+        None => {
+            p.reports.insert("memory".into(), unlimited());
+        }
+        Some(bytes) if has("memory") => {
+            p.settings.memory = Some(bytes);
+            let files = match cgroup.map(|c| c.version) {
+                Some(cgroup::Version::V2) => "memory.max and memory.swap.max 0",
+                _ => "memory.limit_in_bytes and memory.memsw.limit_in_bytes",
+            };
+            p.reports.insert("memory".into(), report(json!(bytes), by, format!("{files} on the run cgroup: all processes together, swap 0")));
+        }
+        Some(bytes) => {
+            let (s, _) = rlimit(&mut p, Kind::As, bytes, bytes);
+            let why = no_cgroup("memory");
+            p.reports.insert(
+                "memory".into(),
+                report(json!(s), "rlimit", format!("RLIMIT_AS per process (address space, not a total for the run; {why})")),
+            );
+            weaker(&mut p, "memory", l.enforcement.memory, true, format!("per-process RLIMIT_AS instead of a cgroup total ({why})"));
+        }
+    }
+
+    // Processes: the cgroup's pids.max; else RLIMIT_NPROC, which counts the
+    // sandbox uid's tasks in the run's own fresh user namespace.
+    match l.pids {
+        None => {
+            p.reports.insert("pids".into(), unlimited());
+        }
+        Some(n) if has("pids") => {
+            p.settings.pids = Some(n);
+            p.reports.insert("pids".into(), report(json!(n), by, "pids.max on the run cgroup: processes and threads, the jail's PID 1 included"));
+        }
+        Some(n) => {
+            let (s, _) = rlimit(&mut p, Kind::Nproc, n, n);
+            let why = no_cgroup("pids");
+            p.reports.insert(
+                "pids".into(),
+                report(
+                    json!(s),
+                    "rlimit",
+                    format!("RLIMIT_NPROC: tasks of the sandbox uid in this run's own user namespace, the jail's PID 1 included ({why})"),
+                ),
+            );
+            weaker(&mut p, "pids", l.enforcement.pids, true, format!("RLIMIT_NPROC instead of a pids cgroup ({why})"));
+        }
+    }
+
+    // CPU quota: only a cgroup can do it.
+    match l.cpus {
+        None => {
+            p.reports.insert("cpus".into(), unlimited());
+        }
+        Some(c) if has("cpu") => {
+            p.settings.cpus = Some(c);
+            let files = match cgroup.map(|c| c.version) {
+                Some(cgroup::Version::V2) => "cpu.max",
+                _ => "cpu.cfs_quota_us / cpu.cfs_period_us",
+            };
+            p.reports.insert("cpus".into(), report(json!(c), by, format!("{files} on the run cgroup")));
+        }
+        Some(c) => {
+            let why = no_cgroup("cpu");
+            p.reports.insert("cpus".into(), report(json!(c), "none", format!("not enforced ({why}); thread pools are still sized to it")));
+            weaker(&mut p, "cpus", l.enforcement.cpus, false, format!("not enforced ({why})"));
+        }
+    }
+
+    // CPU time: the supervisor polls the cgroup's usage; else RLIMIT_CPU.
+    match l.cpu_time {
+        None => {
+            p.reports.insert("cpu_time_secs".into(), unlimited());
+        }
+        Some(t) if cgroup.is_some_and(Candidate::has_cpu_usage) => {
+            p.settings.cpu_time = true;
+            p.cpu_watch = Some(t);
+            p.reports.insert(
+                "cpu_time_secs".into(),
+                report(json!(t.as_secs_f64()), "supervisor", format!("the run cgroup's CPU usage, checked every {} ms", CPU_POLL.as_millis())),
+            );
+        }
+        Some(t) => {
+            // Whole seconds: SIGXCPU at the soft limit, SIGKILL a second later.
+            let secs = t.as_secs_f64().ceil().max(1.0) as u64;
+            let (s, _) = rlimit(&mut p, Kind::Cpu, secs, secs + 1);
+            p.cpu_rlimit = Some(Duration::from_secs(s));
+            let why = no_cgroup("cpuacct");
+            p.reports.insert(
+                "cpu_time_secs".into(),
+                report(json!(s), "rlimit", format!("RLIMIT_CPU per process, in whole seconds ({why})")),
+            );
+            weaker(&mut p, "cpu_time", l.enforcement.cpu_time, true, format!("per-process RLIMIT_CPU instead of the run's total ({why})"));
+        }
+    }
+
+    p.reports.insert("wall_time_secs".into(), report(json!(wall.as_secs_f64()), "supervisor", "the whole tree is killed at the deadline"));
+    for (name, cap) in [("stdout_bytes", l.stdout_bytes), ("stderr_bytes", l.stderr_bytes)] {
+        p.reports.insert(
+            name.into(),
+            report(json!(cap), "supervisor", "the stream is truncated, keeping its first and last halves; the script is not stopped"),
+        );
+    }
+    p.reports.insert("tmp_size".into(), report(json!(fs.tmp_size), "tmpfs", "size of /tmp"));
+    p.reports.insert("shm_size".into(), report(json!(fs.shm_size), "tmpfs", "size of /dev/shm"));
+    match fs.output_size {
+        Some(n) => {
+            p.reports.insert(
+                "output_size".into(),
+                report(json!(n), "tmpfs", "the output dir is a tmpfs of this size, copied to the host folder after the run"),
+            );
+        }
+        None => {
+            p.reports.insert("output_size".into(), unlimited());
+        }
+    }
+    match l.file_size {
+        Some(n) => {
+            let (s, _) = rlimit(&mut p, Kind::Fsize, n, n);
+            p.reports.insert("file_size".into(), report(json!(s), "rlimit", "RLIMIT_FSIZE: a larger write fails with EFBIG"));
+        }
+        None => {
+            p.reports.insert("file_size".into(), unlimited());
+        }
+    }
+    let (nofile, _) = rlimit(&mut p, Kind::Nofile, l.open_files, l.open_files);
+    let capped = if nofile < l.open_files { " (capped by the caller's hard limit)" } else { "" };
+    p.reports.insert("open_files".into(), report(json!(nofile), "rlimit", format!("RLIMIT_NOFILE per process{capped}")));
+    rlimit(&mut p, Kind::Core, 0, 0);
+    p.reports.insert("core_size".into(), report(json!(0), "rlimit", "RLIMIT_CORE 0: no core dumps"));
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cgroup::{Parent, Version};
+    use std::path::{Path, PathBuf};
+
+    fn policy(limits: &str) -> Policy {
+        Policy::from_json(&format!(r#"{{"version":1,"limits":{limits}}}"#), Path::new("/")).unwrap()
+    }
+
+    fn v1(ctl: &[&str]) -> Candidate {
+        Candidate {
+            version: Version::V1,
+            parents: ctl.iter().map(|c| Parent { dir: PathBuf::from(format!("/cg/{c}")), controllers: vec![c.to_string()] }).collect(),
+        }
+    }
+
+    fn no_ceiling(_: Kind) -> u64 {
+        u64::MAX
+    }
+
+    const ALL: &str = r#"{"memory":"64M","cpus":0.5,"pids":16,"cpu_time_secs":1.5,"file_size":"1M","open_files":64}"#;
+
+    #[test]
+    fn a_full_v1_cgroup_enforces_memory_cpus_pids_and_cpu_time() {
+        let p = plan(&policy(ALL), Duration::from_secs(5), Some(&v1(&["memory", "pids", "cpu", "cpuacct", "freezer"])), "", &no_ceiling);
+        assert_eq!(p.settings, cgroup::Settings { memory: Some(64 << 20), cpus: Some(0.5), pids: Some(16), cpu_time: true });
+        for name in ["memory", "cpus", "pids"] {
+            assert_eq!(p.reports[name].enforced_by, "cgroup_v1", "{name}");
+        }
+        assert_eq!(p.reports["cpu_time_secs"].enforced_by, "supervisor");
+        assert_eq!(p.cpu_watch, Some(Duration::from_secs_f64(1.5)));
+        assert_eq!(p.cpu_rlimit, None);
+        assert_eq!(
+            p.rlimits,
+            vec![
+                Rlimit { kind: Kind::Fsize, soft: 1 << 20, hard: 1 << 20 },
+                Rlimit { kind: Kind::Nofile, soft: 64, hard: 64 },
+                Rlimit { kind: Kind::Core, soft: 0, hard: 0 },
+            ]
+        );
+        assert!(p.degraded.is_empty() && p.refused.is_empty(), "{p:?}");
+    }
+
+    #[test]
+    fn without_a_cgroup_rlimits_stand_in_and_the_cpu_quota_is_lost() {
+        let p = plan(&policy(ALL), Duration::from_secs(5), None, "not writable", &no_ceiling);
+        assert_eq!(p.settings, cgroup::Settings::default());
+        assert_eq!(p.reports["memory"].enforced_by, "rlimit");
+        assert_eq!(p.reports["pids"].enforced_by, "rlimit");
+        assert_eq!(p.reports["cpu_time_secs"].enforced_by, "rlimit");
+        assert_eq!(p.reports["cpu_time_secs"].value, json!(2));
+        assert_eq!(p.reports["cpus"].enforced_by, "none");
+        assert_eq!(p.cpu_rlimit, Some(Duration::from_secs(2)));
+        let kinds: Vec<Kind> = p.rlimits.iter().map(|r| r.kind).collect();
+        assert_eq!(kinds, vec![Kind::As, Kind::Nproc, Kind::Cpu, Kind::Fsize, Kind::Nofile, Kind::Core]);
+        assert!(p.rlimits.contains(&Rlimit { kind: Kind::Cpu, soft: 2, hard: 3 }));
+        // Best effort by default: reported, not refused.
+        assert_eq!(p.degraded.len(), 4, "{:?}", p.degraded);
+        assert!(p.refused.is_empty());
+    }
+
+    #[test]
+    fn a_required_cpu_quota_without_a_cpu_cgroup_is_refused() {
+        let limits = r#"{"cpus":1,"memory":"64M","enforcement":{"cpus":"required","memory":"required"}}"#;
+        let p = plan(&policy(limits), Duration::from_secs(5), Some(&v1(&["memory", "pids"])), "", &no_ceiling);
+        assert_eq!(p.refused, vec!["cpus: not enforced (the run cgroup has no cpu controller)".to_string()]);
+        assert_eq!(p.reports["memory"].enforced_by, "cgroup_v1");
+        // Memory under an rlimit still counts as enforced for `required`.
+        let p = plan(&policy(limits), Duration::from_secs(5), None, "nope", &no_ceiling);
+        assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
+        assert!(p.degraded.iter().any(|d| d.starts_with("memory: per-process RLIMIT_AS")), "{:?}", p.degraded);
+    }
+
+    #[test]
+    fn unlimited_limits_are_reported_as_none_and_never_degraded() {
+        let limits = r#"{"memory":"unlimited","cpus":"unlimited","pids":"unlimited","cpu_time_secs":"unlimited","enforcement":{"cpus":"required"}}"#;
+        let p = plan(&policy(limits), Duration::from_secs(5), None, "nope", &no_ceiling);
+        for name in ["memory", "cpus", "pids", "cpu_time_secs", "file_size"] {
+            assert_eq!(p.reports[name].enforced_by, "none", "{name}");
+            assert_eq!(p.reports[name].value, serde_json::Value::Null);
+        }
+        assert!(p.refused.is_empty() && p.degraded.is_empty());
+    }
+
+    #[test]
+    fn rlimits_never_exceed_the_callers_hard_limits() {
+        let p = plan(&policy(r#"{"open_files":4096}"#), Duration::from_secs(5), None, "", &|k| if k == Kind::Nofile { 1024 } else { u64::MAX });
+        assert!(p.rlimits.contains(&Rlimit { kind: Kind::Nofile, soft: 1024, hard: 1024 }));
+        assert_eq!(p.reports["open_files"].value, json!(1024));
+    }
+
+    #[test]
+    fn every_limit_has_a_report() {
+        let p = plan(&policy(ALL), Duration::from_secs(5), None, "", &no_ceiling);
+        let names: Vec<&str> = p.reports.keys().map(String::as_str).collect();
+        assert_eq!(
+            names,
+            vec![
+                "core_size", "cpu_time_secs", "cpus", "file_size", "memory", "open_files", "output_size", "pids",
+                "shm_size", "stderr_bytes", "stdout_bytes", "tmp_size", "wall_time_secs"
+            ]
+        );
+    }
+}

@@ -1,0 +1,590 @@
+//! Resource limits (issue 3): each test runs something that tries to exhaust
+//! the host from inside the jail, asserts what stopped it and what the
+//! result says about it, and that nothing of the run is left afterwards.
+//!
+//! As root on the CI host the run cgroup is v1; as an ordinary user with no
+//! delegated cgroup, rlimits stand in. Every test asserts the backend it
+//! expects (`expected_backend`) and what really happens under it.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use jail_tests::*;
+
+/// A run of `source` with these jail flags and a unique marker as the
+/// script's argument, checked for leftovers once it is over.
+fn run_with(sb: &Sandbox, flags: &[&str], source: &str) -> RunResult {
+    let marker = format!("jail-limits-marker-{}-{}", std::process::id(), unique());
+    let mut cmd: Command = sb.command(source);
+    // `command` ends with the script; flags go before it, the marker after.
+    let mut args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
+    let script = args.pop().expect("script argument");
+    let mut full = Command::new(jail_bin());
+    full.args(&args).args(flags).arg(script).arg(&marker);
+    let (r, out, pid) = run_tracked(&mut full);
+    assert_nothing_left(pid, &marker, sb);
+    if r.status == Status::SetupFailed {
+        eprintln!("setup failed: {:?}\n{}", r.setup_error, String::from_utf8_lossy(&out.stderr));
+    }
+    r
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    N.fetch_add(1, Ordering::Relaxed)
+}
+
+/// Write a policy into the sandbox's folder and return its path.
+fn policy(sb: &Sandbox, filesystem: &str, limits: &str) -> String {
+    let path = sb.dir.path().join(format!("policy-{}.json", unique()));
+    let text = format!(r#"{{"version": 1, "name": "limits-test", "filesystem": {filesystem}, "limits": {limits}}}"#);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    path.display().to_string()
+}
+
+fn cpu_ms(r: &RunResult) -> f64 {
+    r.usage.user_cpu_ms.unwrap() + r.usage.system_cpu_ms.unwrap()
+}
+
+fn is_cgroup(backend: &str) -> bool {
+    backend.starts_with("cgroup_")
+}
+
+#[test]
+fn memory_bomb_is_stopped_at_the_memory_limit() {
+    let sb = Sandbox::new();
+    let backend = expected_backend();
+    let r = run_with(
+        &sb,
+        &["--memory", "64M"],
+        r#"
+import sys
+chunks = []
+while True:
+    chunks.append(b"x" * (1 << 20))
+    print(len(chunks), flush=True)
+"#,
+    );
+    assert_eq!(r.limits["memory"].enforced_by, if is_cgroup(&backend) { backend.as_str() } else { "rlimit" }, "{:?}", r.limits);
+    assert_eq!(r.limits["memory"].value, serde_json::json!(64 << 20));
+    let reached: u64 = r.stdout.text.lines().last().and_then(|l| l.parse().ok()).unwrap_or(0);
+    assert!(reached < 64, "the script held {reached} MiB under a 64 MiB limit");
+    if is_cgroup(&backend) {
+        // The kernel's OOM killer, inside the run cgroup only.
+        assert_eq!(r.status, Status::OomKilled, "{r:?}");
+        assert!(r.usage.oom_kills.unwrap() >= 1);
+        let peak = r.usage.peak_memory_bytes.unwrap();
+        assert!(peak <= 64 << 20 && peak > 32 << 20, "peak {peak}");
+    } else {
+        // RLIMIT_AS: the allocation fails and Python says so.
+        assert_eq!(r.status, Status::NonzeroExit, "{r:?}");
+        assert_eq!(r.error.as_ref().map(|e| e.kind.as_str()), Some("MemoryError"), "{}", r.stderr.text);
+        assert_eq!(r.usage.oom_kills, None);
+        assert_eq!(r.usage.peak_memory_bytes, None, "no cgroup, so no run-wide peak: never invented");
+    }
+}
+
+#[test]
+fn fork_bomb_is_held_at_the_pids_limit_and_nothing_survives() {
+    let sb = Sandbox::new();
+    let backend = expected_backend();
+    let r = run_with(
+        &sb,
+        &["--pids", "16"],
+        r#"
+import os, sys, time
+forked = 0
+while forked < 1000:
+    try:
+        pid = os.fork()
+    except BlockingIOError:
+        break
+    if pid == 0:
+        time.sleep(60)
+        os._exit(0)
+    forked += 1
+print(forked, flush=True)
+"#,
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert_eq!(r.limits["pids"].enforced_by, if is_cgroup(&backend) { backend.as_str() } else { "rlimit" });
+    // PID 1 and the script count: 16 - 2 children at most, and the limit,
+    // not something else, is what stopped the loop.
+    let forked: u64 = r.stdout.text.trim().parse().unwrap();
+    assert_eq!(forked, 14, "{}", r.stdout.text);
+    if is_cgroup(&backend) {
+        if let Some(peak) = r.usage.pids_peak {
+            assert_eq!(peak, 16);
+        }
+    } else {
+        assert_eq!(r.usage.pids_peak, None);
+    }
+    // run_with has checked that none of the 14 sleepers outlived the run.
+}
+
+#[test]
+fn cpu_hog_under_half_a_core_gets_about_half_a_core() {
+    let sb = Sandbox::new();
+    let backend = expected_backend();
+    let r = run_with(
+        &sb,
+        &["--cpus", "0.5"],
+        r#"
+import time
+end = time.monotonic() + 1.0
+while time.monotonic() < end:
+    pass
+"#,
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let share = cpu_ms(&r) / r.usage.wall_ms;
+    if is_cgroup(&backend) {
+        assert_eq!(r.limits["cpus"].enforced_by, backend);
+        // The quota caps it at half; a busy shared host may give less.
+        assert!((0.2..=0.62).contains(&share), "used {share:.2} of a core ({} ms CPU in {} ms)", cpu_ms(&r), r.usage.wall_ms);
+    } else {
+        // No rlimit can do this: said so, and the run goes on.
+        assert_eq!(r.limits["cpus"].enforced_by, "none");
+        assert!(r.isolation.degraded.iter().any(|d| d.starts_with("limit cpus: not enforced")), "{:?}", r.isolation.degraded);
+    }
+}
+
+#[test]
+fn cpu_time_limit_below_the_wall_time_ends_as_timeout_cpu() {
+    let sb = Sandbox::new();
+    let backend = expected_backend();
+    let started = Instant::now();
+    let r = run_with(&sb, &["--cpu-time", "1", "--timeout", "10"], "while True:\n    pass\n");
+    let took = started.elapsed();
+    assert_eq!(r.status, Status::TimeoutCpu, "{r:?}");
+    if is_cgroup(&backend) {
+        assert_eq!(r.limits["cpu_time_secs"].enforced_by, "supervisor");
+        // The cgroup's own count, checked every 100 ms: at the limit, and
+        // well before the next whole second.
+        assert!(cpu_ms(&r) >= 950.0, "stopped after only {} ms of CPU", cpu_ms(&r));
+        assert!(cpu_ms(&r) < 1400.0, "overran to {} ms", cpu_ms(&r));
+    } else {
+        assert_eq!(r.limits["cpu_time_secs"].enforced_by, "rlimit");
+        assert_eq!(r.signal_name.as_deref(), Some("SIGXCPU"));
+        // The kernel fires RLIMIT_CPU on its tick-sampled count, which on a
+        // busy host runs ahead of the precise runtime getrusage reports.
+        assert!(cpu_ms(&r) >= 600.0, "stopped after only {} ms of CPU", cpu_ms(&r));
+    }
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+}
+
+#[test]
+fn filling_tmp_hits_enospc_inside_and_the_host_disk_is_untouched() {
+    let sb = Sandbox::new();
+    let p = policy(&sb, r#"{"tmp_size": "32M"}"#, r#"{"memory": "256M"}"#);
+    let host = nix::sys::statvfs::statvfs(sb.dir.path()).unwrap();
+    let free_before = host.blocks_available() * host.fragment_size();
+    let r = run_with(
+        &sb,
+        &["--policy", &p],
+        r#"
+import errno, json
+written = 0
+try:
+    with open("/tmp/fill", "wb") as f:
+        while True:
+            f.write(b"x" * (1 << 20))
+            f.flush()
+            written += 1 << 20
+except OSError as e:
+    print(json.dumps({"errno": errno.errorcode[e.errno], "written": written}))
+"#,
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    assert_eq!(v["errno"], "ENOSPC");
+    let written = v["written"].as_u64().unwrap();
+    assert!(written <= 32 << 20 && written >= 30 << 20, "wrote {written}");
+    assert_eq!(r.limits["tmp_size"].enforced_by, "tmpfs");
+    let host = nix::sys::statvfs::statvfs(sb.dir.path()).unwrap();
+    let free_after = host.blocks_available() * host.fragment_size();
+    // Other work on this host moves the number; 32 MiB of ours must not.
+    assert!(free_after + (16 << 20) > free_before, "host free space fell by {} bytes", free_before - free_after);
+}
+
+#[test]
+fn a_file_over_the_file_size_limit_fails_with_efbig() {
+    let sb = Sandbox::new();
+    let p = policy(&sb, "{}", r#"{"file_size": "1M"}"#);
+    let r = run_with(
+        &sb,
+        &["--policy", &p],
+        r#"
+import errno, json
+try:
+    with open("/tmp/big", "wb") as f:
+        f.write(b"x" * (2 << 20))
+    print(json.dumps({"errno": None}))
+except OSError as e:
+    import os
+    print(json.dumps({"errno": errno.errorcode[e.errno], "size": os.path.getsize("/tmp/big")}))
+"#,
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    assert_eq!(v["errno"], "EFBIG", "{v}");
+    assert_eq!(v["size"], 1 << 20);
+    assert_eq!(r.limits["file_size"].enforced_by, "rlimit");
+}
+
+#[test]
+fn a_hundred_megabytes_on_stdout_is_capped_flagged_and_the_supervisor_stays_small() {
+    let sb = Sandbox::new();
+    let r = run_with(
+        &sb,
+        &[],
+        r#"
+import sys
+chunk = b"y" * (1 << 20)
+for _ in range(100):
+    sys.stdout.buffer.write(chunk)
+sys.stdout.buffer.write(b"END")
+"#,
+    );
+    assert_eq!(r.status, Status::OutputLimit, "{:?}", r.setup_error);
+    assert_eq!(r.exit_code, Some(0), "truncated, not killed");
+    assert_eq!(r.stdout.bytes, (100 << 20) + 3);
+    assert!(r.stdout.truncated);
+    assert!(r.stdout.text.ends_with("END"));
+    assert!(r.stdout.text.len() < (1 << 20) + 200, "kept {} bytes", r.stdout.text.len());
+    let rss = r.supervisor.max_rss_bytes;
+    assert!(rss < 12 << 20, "the supervisor grew to {rss} bytes");
+}
+
+#[test]
+fn a_required_limit_the_host_cannot_enforce_fails_before_the_script_starts() {
+    let sb = Sandbox::new();
+    // No cgroup can be made beneath a parent that does not exist, so the CPU
+    // quota (which only a cgroup can enforce) is impossible for every user.
+    let p = policy(&sb, "{}", r#"{"cpus": 0.5, "enforcement": {"cpus": "required"}}"#);
+    let marker = sb.output.join("ran");
+    let source = format!("open({:?}, 'w').write('x')\n", Path::new("/workspace/output/ran"));
+    let r = run_with(&sb, &["--policy", &p, "--cgroup-parent", "/no-such-cgroup-for-jail"], &source);
+    assert_eq!(r.status, Status::SetupFailed);
+    let e = r.setup_error.unwrap();
+    assert_eq!(e.stage, "limits");
+    assert!(e.message.contains("cpus: not enforced"), "{}", e.message);
+    assert!(e.message.contains("best_effort"), "the message names the fix: {}", e.message);
+    assert!(!marker.exists(), "the script ran");
+    // Best effort, the same run goes ahead and says what it lacks.
+    let p = policy(&sb, "{}", r#"{"cpus": 0.5, "enforcement": {"cpus": "best_effort"}}"#);
+    let r = run_with(&sb, &["--policy", &p, "--cgroup-parent", "/no-such-cgroup-for-jail"], &source);
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert_eq!(r.limits["cpus"].enforced_by, "none");
+    assert_eq!(r.limits["memory"].enforced_by, "rlimit");
+    assert!(r.isolation.degraded.iter().any(|d| d.contains("cpus")), "{:?}", r.isolation.degraded);
+}
+
+#[test]
+fn a_bad_limit_flag_is_refused_naming_the_flag() {
+    let sb = Sandbox::new();
+    for (flag, value) in [("--memory", "12Q"), ("--cpus", "0"), ("--pids", "1.5"), ("--cpu-time", "0")] {
+        let r = run_with(&sb, &[flag, value], "print('ran')\n");
+        assert_eq!(r.status, Status::SetupFailed, "{flag} {value}");
+        let e = r.setup_error.unwrap();
+        assert!(e.message.starts_with(flag), "{flag} {value}: {}", e.message);
+        assert_eq!(r.stdout.text, "");
+    }
+}
+
+#[test]
+fn thread_pools_are_sized_to_the_cpu_limit() {
+    let sb = Sandbox::new();
+    let r = run_with(
+        &sb,
+        &["--cpus", "1.5"],
+        "import json, os\nprint(json.dumps({k: v for k, v in os.environ.items() if k.endswith('_THREADS')}))\n",
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    for var in ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"] {
+        assert_eq!(v[var], "2", "{var}: {v}");
+    }
+}
+
+#[test]
+fn usage_reports_what_the_run_really_used() {
+    let sb = Sandbox::new();
+    let backend = expected_backend();
+    let r = run_with(&sb, &[], "x = bytearray(40 << 20)\nfor i in range(0, len(x), 4096):\n    x[i] = 1\n");
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let u = &r.usage;
+    assert!(u.wall_ms > 0.0 && u.user_cpu_ms.is_some() && u.system_cpu_ms.is_some());
+    assert!(u.max_rss_bytes.unwrap() >= 40 << 20);
+    if is_cgroup(&backend) {
+        let peak = u.peak_memory_bytes.unwrap();
+        assert!(peak >= 40 << 20, "peak {peak}");
+        assert_eq!(u.oom_kills, Some(0));
+        for name in ["memory", "pids", "cpus"] {
+            assert_eq!(r.limits[name].enforced_by, backend, "{name}");
+        }
+    } else {
+        assert_eq!(u.peak_memory_bytes, None);
+        assert_eq!(u.oom_kills, None);
+        assert_eq!(u.pids_peak, None);
+    }
+}
+
+#[test]
+fn the_script_sees_its_own_cgroup_as_the_root() {
+    let sb = Sandbox::new();
+    let r = run_with(&sb, &[], "print(open('/proc/self/cgroup').read())\n");
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    // Rooted at the run's leaf: no host cgroup path, not even our own.
+    for line in r.stdout.text.lines().filter(|l| !l.is_empty()) {
+        assert!(line.ends_with(":/"), "{line}");
+    }
+}
+
+#[test]
+fn a_cgroup_left_by_a_killed_jail_is_swept_by_the_next_run() {
+    let backend = expected_backend();
+    if !is_cgroup(&backend) {
+        // Nothing to leave behind: rlimits have no cgroup (asserted by the
+        // other tests' leftover checks).
+        eprintln!("not applicable to the {backend} backend");
+        return;
+    }
+    let sb = Sandbox::new();
+    let mut cmd = sb.command("import time\nprint('up', flush=True)\ntime.sleep(60)\n");
+    let mut child = cmd.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let pid = child.id();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while cgroups_left_by(pid).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(!cgroups_left_by(pid).is_empty(), "the jail made no cgroup");
+    // Give the script time to start, then kill the jail itself: its tree
+    // dies with it (PR_SET_PDEATHSIG), its cgroup stays.
+    std::thread::sleep(Duration::from_millis(300));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let left = cgroups_left_by(pid);
+    assert!(!left.is_empty(), "expected a leftover cgroup to sweep");
+    let r = run_with(&sb, &[], "print('next')\n");
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut still = cgroups_left_by(pid);
+    while !still.is_empty() && Instant::now() < deadline {
+        // The dying tree may still be in the cgroup the first time round.
+        std::thread::sleep(Duration::from_millis(50));
+        let _ = run_with(&sb, &[], "pass\n");
+        still = cgroups_left_by(pid);
+    }
+    assert_eq!(still, Vec::<std::path::PathBuf>::new(), "the leftover cgroup was not swept");
+}
+
+#[test]
+fn filling_the_output_dir_hits_enospc_inside_and_the_host_disk_is_untouched() {
+    let sb = Sandbox::new();
+    let p = policy(&sb, r#"{"output_size": "16M"}"#, r#"{"memory": "256M"}"#);
+    let host = nix::sys::statvfs::statvfs(&sb.output).unwrap();
+    let free_before = host.blocks_available() * host.fragment_size();
+    let r = run_with(
+        &sb,
+        &["--policy", &p],
+        r#"
+import errno, json, os
+written = 0
+try:
+    with open("/workspace/output/fill", "wb") as f:
+        while written < (64 << 20):
+            f.write(b"x" * (1 << 20))
+            f.flush()
+            written += 1 << 20
+    result = {"errno": None}
+except OSError as e:
+    result = {"errno": errno.errorcode[e.errno]}
+result["written"] = written
+os.unlink("/workspace/output/fill")
+open("/workspace/output/done.txt", "w").write("ok")
+print(json.dumps(result))
+"#,
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    assert_eq!(v["errno"], "ENOSPC", "{v}");
+    let written = v["written"].as_u64().unwrap();
+    assert!((14 << 20..=16 << 20).contains(&written), "wrote {written}");
+    assert_eq!(r.limits["output_size"].enforced_by, "tmpfs");
+    // What the script left is on the host; what it deleted never got there.
+    assert_eq!(std::fs::read_to_string(sb.output.join("done.txt")).unwrap(), "ok");
+    assert!(!sb.output.join("fill").exists());
+    let host = nix::sys::statvfs::statvfs(&sb.output).unwrap();
+    let free_after = host.blocks_available() * host.fragment_size();
+    assert!(free_after + (32 << 20) > free_before, "host free space fell by {} bytes", free_before - free_after);
+}
+
+#[test]
+fn the_output_dir_caps_its_number_of_files_too() {
+    let sb = Sandbox::new();
+    let r = run_with(
+        &sb,
+        &[],
+        r#"
+import errno, json, os
+n = 0
+try:
+    while n < 20000:
+        open(f"/workspace/output/f{n}", "w").close()
+        n += 1
+    err = None
+except OSError as e:
+    err = errno.errorcode[e.errno]
+for i in range(n):
+    os.unlink(f"/workspace/output/f{i}")
+print(json.dumps({"errno": err, "created": n}))
+"#,
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    assert_eq!(v["errno"], "ENOSPC", "{v}");
+    assert!(v["created"].as_u64().unwrap() < 16_384, "{v}");
+}
+
+#[test]
+fn the_capped_output_dir_shows_the_host_folder_and_mirrors_changes_back() {
+    let sb = Sandbox::new();
+    let chown = |p: &Path| {
+        if is_root() {
+            std::os::unix::fs::chown(p, Some(sandbox_host_uid()), Some(sandbox_host_uid())).unwrap();
+        }
+    };
+    for (name, content) in [("keep.txt", "keep"), ("edit.txt", "old"), ("gone.txt", "gone")] {
+        let p = sb.output.join(name);
+        std::fs::write(&p, content).unwrap();
+        chown(&p);
+    }
+    let keep_mtime = std::fs::symlink_metadata(sb.output.join("keep.txt")).unwrap().modified().unwrap();
+    let secret = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(secret.path(), "host-secret").unwrap();
+    let r = run_with(
+        &sb,
+        &[],
+        &format!(
+            r#"
+import json, os
+o = "/workspace/output"
+seen = sorted(os.listdir(o))
+text = open(o + "/keep.txt").read()
+open(o + "/edit.txt", "w").write("new")
+os.unlink(o + "/gone.txt")
+os.makedirs(o + "/charts/2024")
+open(o + "/charts/2024/a.png", "wb").write(b"\x89PNG")
+os.symlink({secret:?}, o + "/charts/leak")
+print(json.dumps({{"seen": seen, "keep": text}}))
+"#,
+            secret = secret.path()
+        ),
+    );
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    assert_eq!(v["seen"], serde_json::json!(["edit.txt", "gone.txt", "keep.txt"]));
+    assert_eq!(v["keep"], "keep");
+    let o = &sb.output;
+    assert_eq!(std::fs::read_to_string(o.join("edit.txt")).unwrap(), "new");
+    assert!(!o.join("gone.txt").exists());
+    assert_eq!(std::fs::read(o.join("charts/2024/a.png")).unwrap(), b"\x89PNG");
+    // A symlink crosses as a symlink, never as what it points at.
+    let link = std::fs::symlink_metadata(o.join("charts/leak")).unwrap();
+    assert!(link.file_type().is_symlink());
+    // Untouched files are not rewritten.
+    assert_eq!(std::fs::symlink_metadata(o.join("keep.txt")).unwrap().modified().unwrap(), keep_mtime);
+    let s = r.output_sync.expect("output_sync");
+    assert_eq!((s.copied_in, s.unchanged, s.deleted), (3, 1, 1), "{s:?}");
+    assert!(s.errors.is_empty(), "{s:?}");
+}
+
+#[test]
+fn files_written_before_a_timeout_still_reach_the_host() {
+    let sb = Sandbox::new();
+    let r = run_with(
+        &sb,
+        &["--timeout", "0.5"],
+        "open('/workspace/output/partial.csv', 'w').write('a,b\\n')\nwhile True:\n    pass\n",
+    );
+    assert_eq!(r.status, Status::TimeoutWall);
+    assert_eq!(std::fs::read_to_string(sb.output.join("partial.csv")).unwrap(), "a,b\n");
+}
+
+/// Root delegates a cgroup subtree to an ordinary user the way systemd does
+/// (a folder per hierarchy, chowned to the user) and the user's runs get a
+/// real cgroup instead of rlimits.
+#[test]
+fn a_delegated_cgroup_gives_an_ordinary_user_cgroup_limits() {
+    if !is_root() {
+        eprintln!("only root can delegate a cgroup; the ordinary user's side runs as `jailtest` from this test");
+        return;
+    }
+    let Some(user) = nix::unistd::User::from_name("jailtest").unwrap() else {
+        assert!(!skip_unless(false, "no `jailtest` user to delegate a cgroup to"));
+        return;
+    };
+    let layout = jail::cgroup::parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
+    let me = jail::cgroup::parse_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap());
+    let Some(memory) = layout.v1.iter().find(|h| h.controllers.iter().any(|c| c == "memory")) else {
+        eprintln!("no cgroup v1 memory hierarchy: v2 delegation is covered on the pure-v2 host (issue 7)");
+        return;
+    };
+    let own = me.v1["memory"].clone();
+    // One cgroup path for every hierarchy: beneath our own memory cgroup,
+    // and beneath our own (root) cgroup in the others.
+    let path = own.join(format!("jail-delegated-{}", std::process::id()));
+    let mut made = Vec::new();
+    let mut created: Vec<std::path::PathBuf> = Vec::new();
+    for h in &layout.v1 {
+        if !h.controllers.iter().any(|c| jail::cgroup::V1_CONTROLLERS.contains(&c.as_str())) {
+            continue;
+        }
+        let Some(mine) = h.controllers.iter().find_map(|c| me.v1.get(c)) else { continue };
+        if !path.starts_with(mine) {
+            continue;
+        }
+        let dir = h.mount.join(path.strip_prefix(&h.root).unwrap());
+        // Every folder we create is ours to remove, ancestors included.
+        let mut missing: Vec<std::path::PathBuf> = dir.ancestors().take_while(|a| !a.exists()).map(|a| a.to_path_buf()).collect();
+        missing.reverse();
+        for m in &missing {
+            std::fs::create_dir(m).unwrap();
+        }
+        created.extend(missing);
+        // Delegation: the folder and its process files belong to the user.
+        for p in [dir.clone(), dir.join("cgroup.procs"), dir.join("tasks")] {
+            std::os::unix::fs::chown(&p, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap();
+        }
+        made.push(dir);
+    }
+    assert!(made.iter().any(|d| d.starts_with(&memory.mount)));
+    let sb = Sandbox::new();
+    std::os::unix::fs::chown(&sb.output, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap();
+    let mut cmd = sb.command("chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 20))\n");
+    let mut args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
+    let script = args.pop().unwrap();
+    let mut full = Command::new(jail_bin());
+    full.args(&args).args(["--memory", "32M", "--pids", "8"]).arg(script);
+    full.env("JAIL_CGROUP_PARENT", &path).current_dir("/");
+    std::os::unix::process::CommandExt::uid(&mut full, user.uid.as_raw());
+    std::os::unix::process::CommandExt::gid(&mut full, user.gid.as_raw());
+    let (r, out, pid) = run_tracked(&mut full);
+    // Nothing left inside the delegated folders, then remove them.
+    let leftovers: Vec<_> = made
+        .iter()
+        .flat_map(|d| std::fs::read_dir(d).unwrap().flatten().filter(|e| e.file_type().unwrap().is_dir()).map(|e| e.path()))
+        .collect();
+    for d in created.iter().rev() {
+        std::fs::remove_dir(d).unwrap();
+    }
+    assert_eq!(leftovers, Vec::<std::path::PathBuf>::new(), "jail {pid} left a cgroup");
+    assert_eq!(r.isolation.host_uid, user.uid.as_raw(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(r.limits["memory"].enforced_by, "cgroup_v1", "{:?}", r.limits);
+    assert_eq!(r.limits["pids"].enforced_by, "cgroup_v1");
+    assert_eq!(r.status, Status::OomKilled, "{r:?}");
+}
