@@ -329,7 +329,7 @@ mod tests {
     #[test]
     fn a_wall_timeout_is_explained_with_its_limit() {
         let mut r = result(Status::TimeoutWall);
-        r.limits.insert("wall_time_secs".into(), LimitReport { value: json!(15.0), enforced_by: "supervisor".into() });
+        r.limits.insert("wall_time_secs".into(), LimitReport { value: json!(15.0), enforced_by: "supervisor".into(), detail: None });
         let e = explain(&r);
         assert!(e[0].starts_with("the script ran past its 15 s wall-clock limit and was killed"), "{e:?}");
     }

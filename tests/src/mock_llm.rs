@@ -161,12 +161,14 @@ fn serve(stream: TcpStream, turn: Option<Turn>, requests: &Mutex<Vec<Value>>, se
     match turn {
         None => respond(&stream, 400, "{\"error\":{\"message\":\"mock: script exhausted\"}}"),
         Some(t) => {
+            // Recorded before the reply goes out: once the client has it, a
+            // test may already be counting what was served.
+            if let Ok(mut s) = served.lock() {
+                s.push(t.clone());
+            }
             match &t {
                 Turn::Reply(v) => respond(&stream, 200, &v.to_string()),
                 Turn::Status(code, text) => respond(&stream, *code, text),
-            }
-            if let Ok(mut s) = served.lock() {
-                s.push(t);
             }
         }
     }
