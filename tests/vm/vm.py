@@ -31,6 +31,7 @@ import contextlib
 import ctypes
 import fcntl
 import hashlib
+import inspect
 import json
 import lzma
 import os
@@ -178,7 +179,7 @@ def candidate(package: str, release: str) -> str:
             v = line.split(":", 1)[1].strip()
             if v and v != "(none)":
                 return v
-    raise VmError(f"the configured sources offer no {package} for release {release}")
+    raise VmError(f"the configured sources offer no {package} for release {release} (run apt-get update?)")
 
 
 def kernel_package(entry: Entry) -> tuple[str, str]:
@@ -259,10 +260,35 @@ def build_image(root: Path, mirror: str) -> tuple[Path, bool]:
     return d / "root.img", hit
 
 
+def initramfs_modules(tree: Path, release: str) -> list[tuple[str, bytes]]:
+    """MODULES and their dependencies from an unpacked kernel package, in
+    load order, uncompressed (busybox insmod reads plain .ko files; 6.12
+    ships .ko.xz)."""
+    run(["depmod", "-b", str(tree), release])
+    order = []
+    for m in MODULES:
+        out = run(["modprobe", "-d", str(tree), "-S", release, "--show-depends", m]).stdout
+        for line in out.splitlines():
+            kind, *rest = line.split()
+            if kind == "insmod" and rest[0] not in order:  # "builtin NAME" needs nothing
+                order.append(rest[0])
+    modules = []
+    for ko in map(Path, order):
+        data = ko.read_bytes()
+        if ko.suffix == ".xz":
+            data = lzma.decompress(data)
+        elif ko.suffix == ".zst":
+            data = subprocess.run(["zstd", "-dc", str(ko)], capture_output=True, check=True).stdout
+        modules.append((ko.name.removesuffix(".xz").removesuffix(".zst"), data))
+    return modules
+
+
 def build_kernel(root: Path, entry: Entry, package: str, version: str) -> tuple[Path, bool]:
     init = HERE / "initramfs-init"
     busybox = run(["dpkg-query", "-W", "-f=${Version}", "busybox-static"]).stdout
-    key = sha256(package, version, " ".join(MODULES), init.read_bytes(), busybox)
+    # The recipe: this function and the module picker are part of the key.
+    recipe = inspect.getsource(build_kernel) + inspect.getsource(initramfs_modules)
+    key = sha256(package, version, " ".join(MODULES), init.read_bytes(), busybox, recipe)
 
     def build(tmp: Path) -> None:
         log(f"fetching {package} {version} and building its initramfs")
@@ -272,28 +298,14 @@ def build_kernel(root: Path, entry: Entry, package: str, version: str) -> tuple[
         x = tmp / "x"
         run(["dpkg-deb", "-x", str(deb), str(x)])
         (release,) = [p.name for p in (x / "lib/modules").iterdir()]
-        run(["depmod", "-b", str(x), release])
         ird = tmp / "initramfs"
         (ird / "bin").mkdir(parents=True)
         (ird / "lib/modules").mkdir(parents=True)
         shutil.copy2("/bin/busybox", ird / "bin/busybox")
         shutil.copy2(init, ird / "init")
         (ird / "init").chmod(0o755)
-        order = []
-        for m in MODULES:
-            out = run(["modprobe", "-d", str(x), "-S", release, "--show-depends", m]).stdout
-            for line in out.splitlines():
-                kind, *rest = line.split()
-                if kind == "insmod" and rest[0] not in order:
-                    order.append(rest[0])
         names = []
-        for ko in map(Path, order):
-            name = ko.name.removesuffix(".xz").removesuffix(".zst")
-            data = ko.read_bytes()
-            if ko.suffix == ".xz":
-                data = lzma.decompress(data)
-            elif ko.suffix == ".zst":
-                data = subprocess.run(["zstd", "-dc", str(ko)], capture_output=True, check=True).stdout
+        for name, data in initramfs_modules(x, release):
             (ird / "lib/modules" / name).write_bytes(data)
             names.append(name)
         (ird / "modules").write_text("".join(n + "\n" for n in names))
