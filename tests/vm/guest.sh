@@ -31,7 +31,8 @@ has_controllers() { # FILE: does it list every controller in $want_controllers?
     done
 }
 
-# The environment every test binary gets, as root and as the user.
+# Run every line of the test list, each binary with the same environment as
+# root and as the user (stdin is the list: keep it from the tests).
 run_tests() { # LABEL
     local label=$1 name args count status=0 t0 t1
     while read -r name args; do
@@ -39,18 +40,18 @@ run_tests() { # LABEL
         t0=$(uptime_s)
         # A filter that selects nothing would pass without testing anything.
         # shellcheck disable=SC2086
-        count=$("$opt/bin/$name" --list $args 2>/dev/null | grep -c ': test$')
+        count=$("$opt/bin/$name" --list $args </dev/null 2>/dev/null | grep -c ': test$')
         if [ "$count" -eq 0 ]; then
             status=1
             fail "$label: $name $args selects no test"
             continue
         fi
-        say "== $label: $name $args ($count tests)"
+        say "== $label: $name${args:+ $args} ($count tests)"
         # shellcheck disable=SC2086 # args are libtest arguments, split on purpose
         (cd /tmp && env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="${HOME:-/tmp}" \
             JAIL_BIN=$opt/bin/jail JAIL_ROOTFS=$opt/rootfs JAIL_REPO=$opt/repo \
             JAIL_MUST_WORK=1 RUST_BACKTRACE=1 \
-            "$opt/bin/$name" --test-threads=2 $args) || { status=1; fail "$label: $name${args:+ $args}"; }
+            "$opt/bin/$name" --test-threads=2 $args </dev/null) || { status=1; fail "$label: $name${args:+ $args}"; }
         t1=$(uptime_s)
         say "$label: $name took $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s (guest clock)"
     done <"$opt/tests"
