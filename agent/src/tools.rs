@@ -359,7 +359,7 @@ impl Context<'_> {
         let refused = r
             .rejected_artifacts
             .iter()
-            .filter_map(|v| v.get("path").and_then(Value::as_str).map(String::from))
+            .map(|v| v.path.clone())
             .collect();
         let status = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         let ok = r.status == jail::result::Status::Ok;

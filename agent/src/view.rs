@@ -4,9 +4,9 @@
 //! and denials ("network access is disabled in this sandbox"). Pure: a
 //! `RunResult` and a listing in, text out.
 //!
-//! `artifacts`, `rejected_artifacts` and `denials` are read as JSON values,
-//! whatever fields the jail puts in them, so a richer result does not break
-//! the view.
+//! `artifacts`, `rejected_artifacts` and `denials` are read through their
+//! JSON form, whatever fields the jail puts in them, so a richer result does
+//! not break the view.
 
 use std::collections::BTreeMap;
 
@@ -78,6 +78,7 @@ pub fn render(result: &RunResult, before: &BTreeMap<String, (u64, i128)>, after:
     if !rejected.is_empty() {
         out.push_str("refused by the jail (not handed on):\n");
         for r in rejected.iter().take(budget.files) {
+            let r = &serde_json::to_value(r).unwrap_or(Value::Null);
             let path = field_str(r, &["path", "name"]).unwrap_or_else(|| "?".into());
             let reason = field_str(r, &["reason", "why", "detail"]).unwrap_or_else(|| compact(r, 160));
             out.push_str(&format!("  {}: {reason}\n", display_path(&path)));
@@ -240,6 +241,7 @@ fn files(result: &RunResult, before: &BTreeMap<String, (u64, i128)>, after: &[En
     if !result.artifacts.is_empty() {
         out.push_str(&format!("artifacts ({}, collected by the jail):\n", result.artifacts.len()));
         for a in result.artifacts.iter().take(max) {
+            let a = &serde_json::to_value(a).unwrap_or(Value::Null);
             let path = field_str(a, &["path", "name"]).unwrap_or_else(|| "?".into());
             let mut facts = Vec::new();
             if let Some(b) = a.get("bytes").or_else(|| a.get("size")).and_then(Value::as_u64) {
@@ -316,7 +318,7 @@ fn compact(v: &Value, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jail::result::{LimitReport, PythonError, SetupError};
+    use jail::result::{Artifact, Change, LimitReport, PythonError, RejectReason, RejectedArtifact, SetupError, Summary};
     use serde_json::json;
 
     fn result(status: Status) -> RunResult {
@@ -351,12 +353,23 @@ mod tests {
         let mut r = result(Status::Ok);
         r.exit_code = Some(0);
         r.denials = serde_json::from_value(json!([{"what": "socket", "count": 2, "detail": "AF_INET"}])).unwrap();
-        r.artifacts = vec![json!({"path": "a.csv", "bytes": 2048, "media_type": "text/csv", "summary": {"rows": 3}})];
-        r.rejected_artifacts = vec![json!({"path": "evil", "reason": "symlink"})];
+        r.artifacts = vec![Artifact {
+            path: "a.csv".into(),
+            bytes: 2048,
+            sha256: Some("00".into()),
+            media_type: Some("text/csv".into()),
+            change: Change::Created,
+            flags: vec![],
+            summary: Some(Summary::Csv { rows: 3, columns: 1, header: vec!["x".into()] }),
+            sanitized_copy: None,
+            sanitized_from: None,
+        }];
+        r.rejected_artifacts =
+            vec![RejectedArtifact { path: "evil".into(), reason: RejectReason::Symlink, detail: "a symbolic link".into() }];
         let v = render(&r, &BTreeMap::new(), &[], Budget::default());
         assert!(v.contains("network access is disabled"), "{v}");
         assert!(v.contains("refused socket: AF_INET (2×)"), "{v}");
-        assert!(v.contains("a.csv (2.0 KiB, text/csv) — {\"rows\":3}"), "{v}");
+        assert!(v.contains("a.csv (2.0 KiB, text/csv, created) — {\"columns\":1,\"header\":[\"x\"],\"kind\":\"csv\",\"rows\":3}"), "{v}");
         assert!(v.contains("evil: symlink"), "{v}");
     }
 

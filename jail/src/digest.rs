@@ -1,4 +1,5 @@
-//! sha256 helpers shared by policy hashing and (later) artifact hashing.
+//! sha256 helpers shared by policy hashing, artifact hashing and the input
+//! dir's digest.
 
 use sha2::{Digest, Sha256};
 
@@ -6,6 +7,25 @@ use sha2::{Digest, Sha256};
 pub fn sha256_hex(bytes: &[u8]) -> String {
     let digest = Sha256::digest(bytes);
     digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// A sha256 fed in pieces, for files read in chunks.
+#[derive(Clone, Default)]
+pub struct Hasher(Sha256);
+
+impl Hasher {
+    pub fn new() -> Hasher {
+        Hasher(Sha256::new())
+    }
+
+    pub fn update(&mut self, bytes: &[u8]) {
+        self.0.update(bytes);
+    }
+
+    /// Lowercase hex of the digest.
+    pub fn finish_hex(self) -> String {
+        self.0.finalize().iter().map(|b| format!("{b:02x}")).collect()
+    }
 }
 
 #[cfg(test)]
@@ -16,5 +36,13 @@ mod tests {
             super::sha256_hex(b"abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
+    }
+
+    #[test]
+    fn hasher_fed_in_pieces_matches_the_one_shot_digest() {
+        let mut h = super::Hasher::new();
+        h.update(b"a");
+        h.update(b"bc");
+        assert_eq!(h.finish_hex(), super::sha256_hex(b"abc"));
     }
 }

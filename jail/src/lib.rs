@@ -5,8 +5,10 @@
 //! request, `supervisor` prepares and clones, `child` builds the jail
 //! (`mounts`, `namespaces`, `privileges`, `rlimits`) and execs, and `result`
 //! is the contract both sides and the agent share; `rootfs` reads the
-//! rootfs's manifest and identity. `sys` holds every `unsafe`.
+//! rootfs's manifest and identity; `artifacts` judges the output dir once
+//! the tree is dead. `sys` holds every `unsafe`.
 
+pub mod artifacts;
 pub mod cgroup;
 pub mod child;
 pub mod digest;

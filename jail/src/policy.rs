@@ -62,6 +62,8 @@ pub struct PolicyFile {
     pub limits: LimitsFile,
     #[serde(default)]
     pub network: NetworkFile,
+    #[serde(default)]
+    pub artifacts: ArtifactsFile,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -127,6 +129,23 @@ pub struct LimitsFile {
 #[serde(deny_unknown_fields)]
 pub struct NetworkFile {
     pub mode: Option<String>,
+}
+
+/// What may leave the output dir, and how it is checked (artifacts.rs).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ArtifactsFile {
+    pub max_file_bytes: Option<Size>,
+    pub max_total_bytes: Option<Size>,
+    pub max_files: Option<u64>,
+    pub max_entries: Option<u64>,
+    pub max_dir_entries: Option<u64>,
+    pub max_depth: Option<u32>,
+    pub max_name_bytes: Option<u32>,
+    pub allowed_extensions: Option<Vec<String>>,
+    /// `flag` or `sanitize`.
+    pub formula_cells: Option<String>,
+    pub input_hash_max_bytes: Option<Size>,
 }
 
 /// A byte size: a number of bytes, or a string with a K, M or G suffix (powers
@@ -195,6 +214,7 @@ pub struct Policy {
     pub filesystem: Filesystem,
     pub limits: Limits,
     pub network: Network,
+    pub artifacts: ArtifactRules,
     /// sha256 of the policy's canonical JSON form, reported in every result.
     pub hash: String,
 }
@@ -272,6 +292,59 @@ pub struct Overrides {
     pub cgroup_parent: Option<String>,
 }
 
+/// The rules the supervisor applies to the output dir after a run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ArtifactRules {
+    /// A regular file larger than this is refused, unread.
+    pub max_file_bytes: u64,
+    /// Accepted files are hashed and inspected up to this many bytes in all.
+    pub max_total_bytes: u64,
+    /// Accepted files, at most.
+    pub max_files: u64,
+    /// Entries of every kind the walk looks at before it stops.
+    pub max_entries: u64,
+    /// Entries one folder may hold; a wider folder is refused whole.
+    pub max_dir_entries: u64,
+    /// Path components of an artifact, at most (`a/b.txt` is 2).
+    pub max_depth: u32,
+    /// Bytes in one name.
+    pub max_name_bytes: u32,
+    pub allowed_extensions: Extensions,
+    pub formula_cells: FormulaCells,
+    /// Input dirs up to this total size are digested by content, larger ones
+    /// by metadata.
+    pub input_hash_max_bytes: u64,
+}
+
+/// Which file extensions may leave the output dir.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Extensions {
+    /// `["*"]`: any.
+    Any,
+    /// Lowercase extensions without the dot; `""` admits names without one.
+    Only(std::collections::BTreeSet<String>),
+}
+
+impl Extensions {
+    /// Whether a file whose (lowercased) extension is `ext` may leave.
+    pub fn allows(&self, ext: &str) -> bool {
+        match self {
+            Extensions::Any => true,
+            Extensions::Only(set) => set.contains(ext),
+        }
+    }
+}
+
+/// What to do with spreadsheet cells that would start a formula.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FormulaCells {
+    /// Flag the file (`formula_injection`) and leave it as it is.
+    Flag,
+    /// Flag it, and write `NAME.sanitized.EXT` beside a flagged CSV/TSV with
+    /// a `'` before each such cell.
+    Sanitize,
+}
+
 /// Network mode. Only `none` exists so far: a net namespace with loopback.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -342,6 +415,7 @@ impl Policy {
                 ))
             }
         };
+        let artifacts = validate_artifacts(&file.artifacts)?;
         Ok(Policy {
             name: file.name.clone().unwrap_or_else(|| "unnamed".into()),
             rootfs,
@@ -351,6 +425,7 @@ impl Policy {
             filesystem,
             limits,
             network,
+            artifacts,
             hash,
         })
     }
@@ -565,6 +640,74 @@ fn validate_identity(f: &IdentityFile) -> Result<Identity, PolicyError> {
     })
 }
 
+fn count_field(name: &str, value: Option<u64>, default: u64, max: u64) -> Result<u64, PolicyError> {
+    let n = value.unwrap_or(default);
+    if n == 0 || n > max {
+        return Err(PolicyError::field(name, format!("is {n}, must be from 1 to {max}")));
+    }
+    Ok(n)
+}
+
+fn validate_artifacts(f: &ArtifactsFile) -> Result<ArtifactRules, PolicyError> {
+    // The walk keeps one record per entry: these caps bound its memory too.
+    let max_entries = count_field("artifacts.max_entries", f.max_entries, 10_000, 1_000_000)?;
+    let max_files = count_field("artifacts.max_files", f.max_files, 1_000, max_entries)?;
+    let max_dir_entries = count_field("artifacts.max_dir_entries", f.max_dir_entries, 1_000, max_entries)?;
+    let max_depth = count_field("artifacts.max_depth", f.max_depth.map(u64::from), 16, 256)? as u32;
+    let max_name_bytes = count_field("artifacts.max_name_bytes", f.max_name_bytes.map(u64::from), 128, 255)? as u32;
+    let allowed_extensions = match &f.allowed_extensions {
+        None => Extensions::Only(DEFAULT_EXTENSIONS.iter().map(|e| e.to_string()).collect()),
+        Some(list) if list.iter().any(|e| e == "*") => {
+            if list.len() != 1 {
+                return Err(PolicyError::field("artifacts.allowed_extensions", "\"*\" admits every extension and must stand alone"));
+            }
+            Extensions::Any
+        }
+        Some(list) => {
+            let mut set = std::collections::BTreeSet::new();
+            for (i, e) in list.iter().enumerate() {
+                let ok = e.len() <= 16 && e.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+                if !ok {
+                    return Err(PolicyError::field(
+                        &format!("artifacts.allowed_extensions[{i}]"),
+                        format!("`{e}` must be at most 16 lowercase letters or digits, without the dot (\"\" admits names without one)"),
+                    ));
+                }
+                set.insert(e.clone());
+            }
+            Extensions::Only(set)
+        }
+    };
+    let formula_cells = match f.formula_cells.as_deref().unwrap_or("flag") {
+        "flag" => FormulaCells::Flag,
+        "sanitize" => FormulaCells::Sanitize,
+        other => {
+            return Err(PolicyError::field(
+                "artifacts.formula_cells",
+                format!("`{other}` is not a formula mode (use \"flag\" or \"sanitize\")"),
+            ))
+        }
+    };
+    Ok(ArtifactRules {
+        max_file_bytes: size_field("artifacts.max_file_bytes", &f.max_file_bytes, 100 << 20)?,
+        max_total_bytes: size_field("artifacts.max_total_bytes", &f.max_total_bytes, 1 << 30)?,
+        max_files,
+        max_entries,
+        max_dir_entries,
+        max_depth,
+        max_name_bytes,
+        allowed_extensions,
+        formula_cells,
+        input_hash_max_bytes: size_field("artifacts.input_hash_max_bytes", &f.input_hash_max_bytes, 256 << 20)?,
+    })
+}
+
+/// Extensions admitted when a policy gives no `artifacts.allowed_extensions`.
+pub const DEFAULT_EXTENSIONS: &[&str] = &[
+    "csv", "tsv", "txt", "md", "json", "jsonl", "xml", "yaml", "yml", "log", "html", "svg", "png", "jpg",
+    "jpeg", "gif", "webp", "pdf", "xlsx", "pptx", "docx", "parquet",
+];
+
 fn valid_env_name(name: &str) -> bool {
     let mut chars = name.chars();
     matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
@@ -717,6 +860,28 @@ mod tests {
             let err = p.clone().apply_overrides(&o).unwrap_err();
             assert!(err.starts_with(flag), "{err}");
         }
+    }
+
+    #[test]
+    fn artifact_rules_default_and_name_their_fields() {
+        let p = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap();
+        assert_eq!(p.artifacts.max_depth, 16);
+        assert_eq!(p.artifacts.formula_cells, FormulaCells::Flag);
+        assert!(p.artifacts.allowed_extensions.allows("csv"));
+        assert!(!p.artifacts.allowed_extensions.allows("exe"));
+        let err = Policy::from_json(r#"{"version":1,"artifacts":{"formula_cells":"strip"}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("artifacts.formula_cells"), "{err}");
+        let err = Policy::from_json(r#"{"version":1,"artifacts":{"max_depth":0}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("artifacts.max_depth"), "{err}");
+        let err = Policy::from_json(r#"{"version":1,"artifacts":{"allowed_extensions":["csv",".png"]}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("artifacts.allowed_extensions[1]"), "{err}");
+        let err = Policy::from_json(r#"{"version":1,"artifacts":{"max_files":5,"max_entries":2}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("artifacts.max_files"), "{err}");
+        let err = Policy::from_json(r#"{"version":1,"artifacts":{"max_size":5}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("unknown field `max_size`"), "{err}");
+        let p = Policy::from_json(r#"{"version":1,"artifacts":{"allowed_extensions":["*"],"formula_cells":"sanitize"}}"#, Path::new("/")).unwrap();
+        assert_eq!(p.artifacts.allowed_extensions, Extensions::Any);
+        assert_eq!(p.artifacts.formula_cells, FormulaCells::Sanitize);
     }
 
     #[test]

@@ -36,10 +36,18 @@ pub struct RunResult {
     pub isolation: Isolation,
     /// Syscalls or accesses the jail refused, with counts.
     pub denials: Vec<Denial>,
-    /// Files the step left in the output dir, as collected by the supervisor.
-    pub artifacts: Vec<serde_json::Value>,
-    /// Entries of the output dir that were refused, with the reason.
-    pub rejected_artifacts: Vec<serde_json::Value>,
+    /// Files of the output dir, as the supervisor found them after the whole
+    /// process tree was dead: every accepted file (created, modified or left
+    /// unchanged by this step) and every file the step deleted, sorted by path.
+    /// Only these may be handed on; see [`Artifact`].
+    pub artifacts: Vec<Artifact>,
+    /// Entries of the output dir that were refused, with the reason. They are
+    /// left where they are, never opened for their content, and must never be
+    /// handed on; see [`RejectedArtifact`].
+    pub rejected_artifacts: Vec<RejectedArtifact>,
+    /// The input dir's digest before and after the run; `null` when no
+    /// `--input` was given or the run never reached its end.
+    pub input: Option<InputReport>,
     /// Host path of the output dir (created by the jail when none was given).
     pub output_dir: Option<String>,
     /// With a size-capped output dir (`filesystem.output_size`): what was
@@ -224,6 +232,194 @@ pub struct Timings {
     pub stages: BTreeMap<String, f64>,
 }
 
+/// One file of the output dir that the supervisor accepted (or that the step
+/// deleted). Collected from outside the jail once its process tree is dead,
+/// opened beneath the output dir without following any link.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Artifact {
+    /// Path relative to the output dir, `/`-separated. Always printable UTF-8:
+    /// names with control characters, `..`, a leading `-` or invalid UTF-8
+    /// are refused, never accepted.
+    pub path: String,
+    /// Size in bytes (for a deleted file: its size before the run).
+    pub bytes: u64,
+    /// Lowercase hex sha256 of the content read; `null` only for `deleted`.
+    pub sha256: Option<String>,
+    /// Media type sniffed from the content, never taken from the name alone
+    /// (`image/png`, `text/csv`, `application/vnd.openxmlformats-...`); the
+    /// extension only refines plain text into CSV/TSV. `null` only for
+    /// `deleted`.
+    pub media_type: Option<String>,
+    /// What this step did to the file, against the snapshot taken before the
+    /// child was released.
+    pub change: Change,
+    /// Risky content found in the file.
+    pub flags: Vec<ContentFlag>,
+    /// A small description of the content, computed outside the jail with
+    /// bounded reads, so the model need not read the file to know what it is.
+    pub summary: Option<Summary>,
+    /// For a flagged CSV/TSV under `formula_cells: "sanitize"`: the path of
+    /// the sanitised copy the jail wrote beside it.
+    pub sanitized_copy: Option<String>,
+    /// For a sanitised copy written by the jail: the file it was made from.
+    pub sanitized_from: Option<String>,
+}
+
+/// What a step did to one file of the output dir.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Change {
+    /// Not there before the run.
+    Created,
+    /// There before, with a different inode, size, mtime or ctime now (ctime
+    /// cannot be set back from inside, so a rewrite is never missed).
+    Modified,
+    /// There before and untouched.
+    Unchanged,
+    /// There before and gone now (only claimed when its folder was listed in
+    /// full after the run).
+    Deleted,
+}
+
+/// Something in a file a user should not open blindly.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ContentFlag {
+    pub kind: FlagKind,
+    /// How many cells, tags or parts matched.
+    pub count: u64,
+    /// One line on what was found; never the matching content itself.
+    pub detail: String,
+    /// Where, for the first few matches: `row 2, column 1`, `Sheet1!B3`,
+    /// `line 7: <script>`.
+    pub locations: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FlagKind {
+    /// CSV/TSV cells or XLSX strings that begin with `=`, `+`, `-`, `@`, tab
+    /// or carriage return (plain numbers such as `-3.5` excepted), and XLSX
+    /// cells that hold a formula: a spreadsheet would run them.
+    FormulaInjection,
+    /// HTML/SVG with `<script>`, `<iframe>`, `<object>` or `<embed>`, an
+    /// `on*=` event handler, or a `javascript:`/`vbscript:` URL.
+    Script,
+    /// An Office file with a VBA project (`vbaProject.bin`).
+    Macros,
+    /// The extension promises another type than the content has.
+    MediaTypeMismatch,
+    /// The file was too large (or its archive too big) to be scanned in full
+    /// within the jail's read caps: the other flags may be incomplete.
+    IncompleteScan,
+}
+
+/// A short, bounded description of a file's content. Every string in it is
+/// cut to a fixed length and has its control characters escaped.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Summary {
+    /// CSV/TSV: records (blank lines not counted), cells in the first record,
+    /// and the first record itself (at most 50 cells).
+    Csv { rows: u64, columns: u64, header: Vec<String> },
+    /// PNG, JPEG or GIF: pixel size.
+    Image { width: u32, height: u32 },
+    /// SVG: the root element's width and height (unitless or `px`), or else
+    /// its viewBox size.
+    Svg { width: Option<f64>, height: Option<f64> },
+    /// XLSX: each sheet (at most 64) with its `dimension` and size.
+    Xlsx { sheets: Vec<SheetSummary>, partial: bool },
+    /// PPTX: slide count and each slide's title (`null` for an untitled slide;
+    /// at most 100).
+    Pptx { slides: u64, titles: Vec<Option<String>>, partial: bool },
+    /// JSON: the top-level type (`object`, `array`, ...), its key or element
+    /// count, and the first 50 keys (sorted). `partial` when the file was too
+    /// large to parse and only its first byte was looked at.
+    Json { top_level: String, length: Option<u64>, keys: Vec<String>, partial: bool },
+    /// Any other text: line count and the first 5 lines.
+    Text { lines: u64, first_lines: Vec<String> },
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SheetSummary {
+    pub name: String,
+    /// The sheet's own `dimension` (`A1:C10`), when it has one.
+    pub dimension: Option<String>,
+    /// Rows and columns spanned, from the dimension or else the cells seen.
+    pub rows: u64,
+    pub columns: u64,
+}
+
+/// One refused entry of the output dir.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RejectedArtifact {
+    /// Path relative to the output dir, with every byte that is not printable
+    /// UTF-8 escaped (`\xNN`, `\u{202e}`), so it is safe to print or show.
+    pub path: String,
+    pub reason: RejectReason,
+    /// One line on why; never the entry's content or a link's target.
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectReason {
+    Symlink,
+    /// A regular file with more than one name (`st_nlink > 1`).
+    HardLink,
+    Device,
+    Fifo,
+    Socket,
+    /// A file with the set-user-ID or set-group-ID bit.
+    SetId,
+    /// On another filesystem than the output dir (a mount point).
+    MountPoint,
+    /// `..`, a control or bidi character, a backslash, a leading `-` or
+    /// invalid UTF-8 in the name.
+    BadName,
+    NameTooLong,
+    /// A folder whose entries would be deeper than `max_depth`; not entered.
+    TooDeep,
+    /// A folder with more than `max_dir_entries` entries; none of them taken.
+    TooWide,
+    /// The walk stopped here: more than `max_entries` entries in all.
+    TooManyEntries,
+    /// More than `max_files` accepted files.
+    TooManyFiles,
+    /// Larger than `max_file_bytes` (judged by its size; never read).
+    TooLarge,
+    /// Accepting it would pass `max_total_bytes`.
+    TotalTooLarge,
+    ExtensionNotAllowed,
+    /// The supervisor could not open or read it.
+    Unreadable,
+    /// It changed between listing and opening (never expected: the tree is
+    /// dead by then).
+    Changed,
+    /// More refusals than the result lists; `detail` says how many.
+    TooManyRejected,
+}
+
+/// The input dir before and after the run. It is bound read-only, so
+/// `unchanged: false` means the host changed it during the run.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct InputReport {
+    /// sha256 over every entry's path, type, mode and content (or, when
+    /// `content_hashed` is false, size, mtime, ctime and inode instead).
+    pub sha256_before: String,
+    /// The same digest after the process tree was dead.
+    pub sha256_after: String,
+    pub unchanged: bool,
+    /// Regular files and their total size (before the run).
+    pub files: u64,
+    pub bytes: u64,
+    /// Whether file contents were hashed (total size within the policy's
+    /// `input_hash_max_bytes`) or only their metadata.
+    pub content_hashed: bool,
+    /// Whether the digest covers the whole tree (at most 100000 entries and
+    /// 64 levels).
+    pub complete: bool,
+}
+
 /// Where and why the jail itself failed.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct SetupError {
@@ -263,6 +459,7 @@ impl RunResult {
             denials: Vec::new(),
             artifacts: Vec::new(),
             rejected_artifacts: Vec::new(),
+            input: None,
             output_dir: None,
             output_sync: None,
             timings: Timings::default(),

@@ -15,6 +15,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
+use crate::artifacts::{self, TreeDead};
 use crate::cgroup::{self, CgroupUsage, RunCgroup};
 use crate::child::{self, ChildSpec, Exec};
 use crate::limits;
@@ -101,6 +102,18 @@ pub fn run(req: &RunRequest) -> RunResult {
     result.isolation.rootfs_id = prepared.rootfs_id.clone();
     result.output_dir = Some(prepared.output_dir.display().to_string());
     stages.insert("prepare".to_string(), ms_since(started));
+    // The state the step's changes are measured against, taken before the
+    // clone and so before the child is released.
+    let before = match artifacts::Before::take(&prepared.output_dir, prepared.mount_request.input.as_deref(), &policy.artifacts) {
+        Ok(b) => b,
+        Err(e) => {
+            if req.output.is_none() && std::fs::remove_dir(&prepared.output_dir).is_ok() {
+                result.output_dir = None;
+            }
+            return failed(result, "artifacts", &e.to_string(), vec![e.cause()], started);
+        }
+    };
+    stages.insert("snapshot".to_string(), ms_since(started));
 
     // The cgroup comes before the clone: the child must be placed in it
     // before it is released (DESIGN.md §6).
@@ -127,7 +140,12 @@ pub fn run(req: &RunRequest) -> RunResult {
         }
     }
     let result = match launched {
-        Ok(outcome) => finish(result, outcome, cgroup_usage, &resources.plan, started, stages),
+        Ok(outcome) => {
+            let dead = outcome.tree_dead;
+            let mut result = finish(result, outcome, cgroup_usage, &resources.plan, started, stages);
+            collect_artifacts(&mut result, &prepared.output_dir, &before, policy, dead, started);
+            result
+        }
         Err(e) => {
             let mut causes = Vec::new();
             let mut src = std::error::Error::source(&e);
@@ -568,6 +586,7 @@ struct Outcome {
     pid1_status: libc::c_int,
     started_ns: u64,
     output_sync: Option<crate::result::OutputSync>,
+    tree_dead: TreeDead,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -700,7 +719,9 @@ fn launch(
     let ended_at = Instant::now();
     stages.insert("reaped".into(), ms_since(started));
     // PID 1 is reaped only once its pid namespace is empty: nothing can
-    // change the output tmpfs under the mirror now.
+    // change the output tmpfs under the mirror now, nor the output dir
+    // under the artifact walk.
+    let tree_dead = TreeDead::after_reaping_pid1();
     let output_sync = output.map(|(dir, inventory)| {
         let sync = output::copy_out(&dir, &prepared.output_dir, &inventory, ids);
         stages.insert("output_copy_out".into(), ms_since(started));
@@ -721,6 +742,7 @@ fn launch(
         pid1_status,
         started_ns,
         output_sync,
+        tree_dead,
     })
 }
 
@@ -956,6 +978,25 @@ impl Capture {
 }
 
 // ------------------------------------------------------------------- finish
+
+/// Judge the output dir and re-digest the input. Needs a [`TreeDead`]: only
+/// a dead tree cannot swap a file for a link between our look and our open.
+fn collect_artifacts(
+    result: &mut RunResult,
+    output_dir: &Path,
+    before: &artifacts::Before,
+    policy: &Policy,
+    dead: TreeDead,
+    started: Instant,
+) {
+    result.timings.stages.insert("artifacts_start".into(), ms_since(started));
+    let collected = artifacts::collect(output_dir, before, &policy.artifacts, dead);
+    result.artifacts = collected.artifacts;
+    result.rejected_artifacts = collected.rejected;
+    result.input = collected.input;
+    result.timings.stages.insert("artifacts".into(), ms_since(started));
+    result.timings.total_ms = ms_since(started);
+}
 
 fn finish(
     mut result: RunResult,

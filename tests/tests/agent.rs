@@ -268,7 +268,8 @@ fn a_two_item_plan_goes_from_an_error_through_a_fix_to_a_deck_and_a_final_answer
     let fixed = last_tool(&req[4]);
     assert!(fixed.starts_with("status: ok (exit code 0)"), "{fixed}");
     assert!(fixed.contains("rows 100 survived"), "{fixed}");
-    assert!(fixed.contains("summary.csv (") && fixed.contains(", new)"), "{fixed}");
+    // The jail's own artifact record: type sniffed, change against the snapshot.
+    assert!(fixed.contains("summary.csv (") && fixed.contains("text/csv, created)"), "{fixed}");
 
     // The orchestrator gets the report back as start_next_todo's result.
     let report = last_tool(&req[5]);

@@ -1,0 +1,967 @@
+//! Artifacts: what a step left in its output dir, judged by the supervisor
+//! from outside the jail once the whole process tree is dead.
+//!
+//! Pipeline position: [`Before::take`] runs in the supervisor before the
+//! child is cloned (so before it is released); [`collect`] runs after the
+//! supervisor's wait4 of PID 1 returned, which it proves by taking a
+//! [`TreeDead`]. Nothing inside the jail can move a file between our listing
+//! and our open, and every open is still made beneath the output dir's
+//! descriptor with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+//! RESOLVE_NO_MAGICLINKS)` and `O_NOFOLLOW`, then checked with `fstat`
+//! against what the listing saw.
+//!
+//! The walk is breadth-first and bounded by the policy's caps (entries in
+//! all, entries per folder, depth, name length), so its time and memory do
+//! not depend on what the script made: a folder with a million files is
+//! refused after reading `max_dir_entries + 1` names, a sparse terabyte file
+//! is refused by its size without a read, a 4096-deep chain stops at
+//! `max_depth`. Entries are typed with `fstatat(AT_SYMLINK_NOFOLLOW)` before
+//! anything is opened, so a fifo is never opened and a device never touched.
+//! Accepted files are then read once each (`inspect`) for their sha256, media
+//! type, flags and summary.
+
+mod csv;
+mod inspect;
+mod markup;
+mod ooxml;
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::fmt::Write as _;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use nix::fcntl::AtFlags;
+use nix::sys::stat::FileStat;
+
+use crate::digest::Hasher;
+use crate::policy::{ArtifactRules, FormulaCells};
+use crate::result::{Artifact, Change, FlagKind, InputReport, RejectReason, RejectedArtifact};
+use crate::sys;
+
+/// Every open below the output dir: never a symlink, never out of the tree.
+const RESOLVE: u64 = sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS;
+/// Refusals listed in the result; the rest are counted in one last entry.
+pub const MAX_REJECTED_LISTED: usize = 100;
+/// The input digest's own bounds (the input is the caller's, but it is
+/// digested twice per run).
+const INPUT_MAX_ENTRIES: u64 = 100_000;
+const INPUT_MAX_DEPTH: u32 = 64;
+const CHUNK: usize = 64 << 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ArtifactsError {
+    #[error("open output dir {}", .path.display())]
+    OpenOutput { path: PathBuf, source: io::Error },
+    #[error("digest input dir {}", .path.display())]
+    DigestInput { path: PathBuf, source: io::Error },
+}
+
+impl ArtifactsError {
+    /// The underlying cause, for the result's cause chain.
+    pub fn cause(&self) -> String {
+        match self {
+            ArtifactsError::OpenOutput { source, .. } | ArtifactsError::DigestInput { source, .. } => source.to_string(),
+        }
+    }
+}
+
+/// Proof that the jail's process tree is dead.
+///
+/// The supervisor makes one right after its wait4 of PID 1 returned. PID 1 of
+/// a pid namespace becomes reapable only after every other process of the
+/// namespace has been killed and reaped (`zap_pid_ns_processes` in
+/// kernel/pid_namespace.c waits for them), so once we hold this, nothing in
+/// the jail can change the output dir again.
+#[derive(Debug, Clone, Copy)]
+pub struct TreeDead(());
+
+impl TreeDead {
+    /// Only to be called once wait4 of the jail's PID 1 has returned.
+    pub fn after_reaping_pid1() -> TreeDead {
+        TreeDead(())
+    }
+}
+
+// ------------------------------------------------------------------ names
+
+/// Characters never let through in a name and escaped wherever shown:
+/// controls, and the invisible or bidi-reordering ones that make a name look
+/// like another (CVE-2021-42574, "Trojan Source").
+fn needs_escape(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+}
+
+fn push_escaped(out: &mut String, c: char) {
+    match c {
+        '\n' => out.push_str("\\n"),
+        '\r' => out.push_str("\\r"),
+        '\t' => out.push_str("\\t"),
+        '\\' => out.push_str("\\\\"),
+        c if needs_escape(c) && (c as u32) < 0x80 => {
+            let _ = write!(out, "\\x{:02x}", c as u32);
+        }
+        c if needs_escape(c) => {
+            let _ = write!(out, "\\u{{{:x}}}", c as u32);
+        }
+        c => out.push(c),
+    }
+}
+
+/// Raw name bytes as printable text: invalid UTF-8 as `\xNN`, controls and
+/// bidi characters escaped, backslashes doubled.
+pub fn escape_name(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(bytes.len());
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            push_escaped(&mut out, c);
+        }
+        for b in chunk.invalid() {
+            let _ = write!(out, "\\x{b:02x}");
+        }
+    }
+    out
+}
+
+/// Text for the result: escaped like a name, and cut to `max_chars`.
+pub(crate) fn printable(text: &str, max_chars: usize) -> String {
+    let mut out = String::new();
+    for (i, c) in text.chars().enumerate() {
+        if i == max_chars {
+            out.push('…');
+            break;
+        }
+        push_escaped(&mut out, c);
+    }
+    out
+}
+
+/// A name the artifact may have, or why not.
+fn check_name(name: &[u8], max_bytes: u32) -> Result<&str, (RejectReason, String)> {
+    if name.len() > max_bytes as usize {
+        return Err((RejectReason::NameTooLong, format!("the name is {} bytes, the limit is {max_bytes}", name.len())));
+    }
+    let bad = |why: &str| Err((RejectReason::BadName, why.to_string()));
+    let Ok(text) = std::str::from_utf8(name) else {
+        return bad("the name is not valid UTF-8");
+    };
+    if text.chars().any(needs_escape) {
+        return bad("the name has a control, invisible or bidi character");
+    }
+    if text.contains("..") {
+        return bad("the name contains `..`");
+    }
+    if text.contains('\\') {
+        return bad("the name contains a backslash");
+    }
+    if text.starts_with('-') {
+        return bad("the name starts with `-` (it would read as an option)");
+    }
+    Ok(text)
+}
+
+/// The lowercased extension of a file name (`""` when it has none; a
+/// leading dot does not start one).
+fn extension(name: &str) -> String {
+    match name.rsplit_once('.') {
+        Some((stem, ext)) if !stem.is_empty() => ext.to_ascii_lowercase(),
+        _ => String::new(),
+    }
+}
+
+fn join(dir: &str, name: &str) -> String {
+    if dir.is_empty() {
+        name.to_string()
+    } else {
+        format!("{dir}/{name}")
+    }
+}
+
+fn shown_dir(dir: &str) -> String {
+    if dir.is_empty() {
+        ".".into()
+    } else {
+        dir.to_string()
+    }
+}
+
+// ------------------------------------------------------------------- walk
+
+/// What the listing saw of one entry; compared with `fstat` on open and with
+/// the snapshot taken before the run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Meta {
+    dev: u64,
+    ino: u64,
+    mode: u32,
+    nlink: u64,
+    size: u64,
+    mtime_ns: i128,
+    ctime_ns: i128,
+}
+
+impl Meta {
+    fn of(st: &FileStat) -> Meta {
+        Meta {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mode: st.st_mode,
+            nlink: st.st_nlink,
+            size: st.st_size.max(0) as u64,
+            mtime_ns: st.st_mtime as i128 * 1_000_000_000 + st.st_mtime_nsec as i128,
+            ctime_ns: st.st_ctime as i128 * 1_000_000_000 + st.st_ctime_nsec as i128,
+        }
+    }
+
+    fn kind(&self) -> u32 {
+        self.mode & libc::S_IFMT
+    }
+
+    /// Same inode, unchanged content and metadata.
+    fn same_file(&self, other: &Meta) -> bool {
+        (self.dev, self.ino, self.size, self.mtime_ns, self.ctime_ns)
+            == (other.dev, other.ino, other.size, other.mtime_ns, other.ctime_ns)
+    }
+}
+
+struct FileEntry {
+    rel: String,
+    meta: Meta,
+}
+
+/// Refusals, listed up to [`MAX_REJECTED_LISTED`] and counted beyond.
+#[derive(Default)]
+struct Rejections {
+    listed: Vec<RejectedArtifact>,
+    omitted: u64,
+}
+
+impl Rejections {
+    fn add(&mut self, path: String, reason: RejectReason, detail: impl Into<String>) {
+        if self.listed.len() < MAX_REJECTED_LISTED {
+            self.listed.push(RejectedArtifact { path, reason, detail: detail.into() });
+        } else {
+            self.omitted += 1;
+        }
+    }
+
+    fn into_list(mut self) -> Vec<RejectedArtifact> {
+        if self.omitted > 0 {
+            self.listed.push(RejectedArtifact {
+                path: ".".into(),
+                reason: RejectReason::TooManyRejected,
+                detail: format!("{} more refused entries are not listed", self.omitted),
+            });
+        }
+        self.listed
+    }
+}
+
+#[derive(Default)]
+struct Listing {
+    files: Vec<FileEntry>,
+    rejected: Rejections,
+    /// Every valid path the walk saw, of any type (for `deleted`).
+    seen: HashSet<String>,
+    /// Folders listed in full.
+    walked: HashSet<String>,
+}
+
+fn open_root(dir: &Path) -> io::Result<OwnedFd> {
+    sys::openat2(None, dir, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS)
+}
+
+fn open_dir_beneath(root: &OwnedFd, rel: &str) -> io::Result<OwnedFd> {
+    let rel = if rel.is_empty() { "." } else { rel };
+    sys::openat2(Some(root.as_fd()), Path::new(rel), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, RESOLVE)
+}
+
+/// Up to `limit` names of a folder (without `.` and `..`), sorted.
+fn read_names(dir: &OwnedFd, limit: u64) -> io::Result<Vec<Vec<u8>>> {
+    let mut d = nix::dir::Dir::from(dir.try_clone()?)?;
+    let mut names = Vec::new();
+    for entry in d.iter() {
+        let entry = entry?;
+        let name = entry.file_name().to_bytes();
+        if name == b"." || name == b".." {
+            continue;
+        }
+        names.push(name.to_vec());
+        if names.len() as u64 >= limit {
+            break;
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn type_refusal(kind: u32) -> (RejectReason, &'static str) {
+    match kind {
+        libc::S_IFLNK => (RejectReason::Symlink, "a symbolic link (never followed)"),
+        libc::S_IFIFO => (RejectReason::Fifo, "a named pipe (never opened)"),
+        libc::S_IFSOCK => (RejectReason::Socket, "a socket"),
+        libc::S_IFCHR | libc::S_IFBLK => (RejectReason::Device, "a device node"),
+        _ => (RejectReason::Device, "not a regular file or folder"),
+    }
+}
+
+/// List the tree beneath `root`: regular files with their metadata, and
+/// refusals for everything the structure rules exclude.
+fn walk(root: &OwnedFd, rules: &ArtifactRules) -> Listing {
+    let mut l = Listing::default();
+    let root_dev = match nix::sys::stat::fstat(root.as_raw_fd()) {
+        Ok(st) => st.st_dev,
+        Err(e) => {
+            l.rejected.add(".".into(), RejectReason::Unreadable, format!("fstat: {e}"));
+            return l;
+        }
+    };
+    let mut queue: VecDeque<(String, u32)> = VecDeque::from([(String::new(), 0)]);
+    let mut entries = 0u64;
+    'walk: while let Some((dir, depth)) = queue.pop_front() {
+        let listed = open_dir_beneath(root, &dir).and_then(|fd| Ok((read_names(&fd, rules.max_dir_entries + 1)?, fd)));
+        let (names, dir_fd) = match listed {
+            Ok(x) => x,
+            Err(e) => {
+                l.rejected.add(shown_dir(&dir), RejectReason::Unreadable, format!("cannot list the folder: {e}"));
+                continue;
+            }
+        };
+        if names.len() as u64 > rules.max_dir_entries {
+            l.rejected.add(
+                shown_dir(&dir),
+                RejectReason::TooWide,
+                format!("the folder has more than {} entries; none of them is taken", rules.max_dir_entries),
+            );
+            continue;
+        }
+        l.walked.insert(dir.clone());
+        for name in names {
+            entries += 1;
+            if entries > rules.max_entries {
+                l.rejected.add(
+                    shown_dir(&dir),
+                    RejectReason::TooManyEntries,
+                    format!("the walk stopped here after {} entries", rules.max_entries),
+                );
+                l.walked.remove(&dir);
+                break 'walk;
+            }
+            let text = match check_name(&name, rules.max_name_bytes) {
+                Ok(t) => t,
+                Err((reason, why)) => {
+                    let shown = if dir.is_empty() { escape_name(&name) } else { format!("{dir}/{}", escape_name(&name)) };
+                    l.rejected.add(shown, reason, why);
+                    continue;
+                }
+            };
+            let rel = join(&dir, text);
+            l.seen.insert(rel.clone());
+            let st = match nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), name.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => Meta::of(&st),
+                Err(e) => {
+                    l.rejected.add(rel, RejectReason::Unreadable, format!("fstatat: {e}"));
+                    continue;
+                }
+            };
+            match st.kind() {
+                libc::S_IFDIR | libc::S_IFREG if st.dev != root_dev => {
+                    l.rejected.add(rel, RejectReason::MountPoint, "on another filesystem than the output dir");
+                }
+                libc::S_IFDIR => {
+                    // Its entries would be at depth + 2.
+                    if depth + 2 > rules.max_depth {
+                        l.rejected.add(
+                            rel,
+                            RejectReason::TooDeep,
+                            format!("entries in this folder would be deeper than {} levels; not entered", rules.max_depth),
+                        );
+                    } else {
+                        queue.push_back((rel, depth + 1));
+                    }
+                }
+                libc::S_IFREG => l.files.push(FileEntry { rel, meta: st }),
+                other => {
+                    let (reason, what) = type_refusal(other);
+                    l.rejected.add(rel, reason, what);
+                }
+            }
+        }
+    }
+    l
+}
+
+/// A file of the listing that passes the per-file rules, or why not.
+fn file_refusal(f: &FileEntry, rules: &ArtifactRules) -> Option<(RejectReason, String)> {
+    let name = f.rel.rsplit('/').next().unwrap_or(&f.rel);
+    if f.meta.nlink > 1 {
+        return Some((RejectReason::HardLink, format!("the file has {} names (hard links)", f.meta.nlink)));
+    }
+    if f.meta.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+        return Some((RejectReason::SetId, "the file has the set-user-ID or set-group-ID bit".into()));
+    }
+    let ext = extension(name);
+    if !rules.allowed_extensions.allows(&ext) {
+        let shown = if ext.is_empty() { "a name without an extension".to_string() } else { format!(".{}", printable(&ext, 16)) };
+        return Some((RejectReason::ExtensionNotAllowed, format!("{shown} is not in artifacts.allowed_extensions")));
+    }
+    if f.meta.size > rules.max_file_bytes {
+        return Some((
+            RejectReason::TooLarge,
+            format!("{} bytes, over artifacts.max_file_bytes ({})", f.meta.size, rules.max_file_bytes),
+        ));
+    }
+    None
+}
+
+/// Open a listed regular file beneath `root` and check it is still the one
+/// listed.
+fn open_listed(root: &OwnedFd, f: &FileEntry) -> Result<File, (RejectReason, String)> {
+    // O_NONBLOCK: were it swapped for a fifo after all, the open would not hang.
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+    let fd = sys::openat2(Some(root.as_fd()), Path::new(&f.rel), flags, RESOLVE)
+        .map_err(|e| (RejectReason::Unreadable, format!("open: {e}")))?;
+    let now = nix::sys::stat::fstat(fd.as_raw_fd()).map(|st| Meta::of(&st)).map_err(|e| (RejectReason::Unreadable, format!("fstat: {e}")))?;
+    if now.kind() != libc::S_IFREG || !now.same_file(&f.meta) || now.nlink != f.meta.nlink {
+        return Err((RejectReason::Changed, "the file changed between listing and opening".into()));
+    }
+    Ok(File::from(fd))
+}
+
+// --------------------------------------------------------------- snapshot
+
+/// The output dir's regular files before the run, and the input's digest.
+pub struct Before {
+    output: BTreeMap<String, Meta>,
+    input: Option<(PathBuf, TreeDigest)>,
+}
+
+impl Before {
+    /// Snapshot the output dir (names and metadata only: an empty dir costs
+    /// one open and one getdents) and digest the input dir.
+    pub fn take(output: &Path, input: Option<&Path>, rules: &ArtifactRules) -> Result<Before, ArtifactsError> {
+        let root = open_root(output).map_err(|source| ArtifactsError::OpenOutput { path: output.into(), source })?;
+        let listing = walk(&root, rules);
+        let output = listing.files.into_iter().map(|f| (f.rel, f.meta)).collect();
+        let input = match input {
+            Some(dir) => Some((
+                dir.to_path_buf(),
+                digest_tree(dir, rules.input_hash_max_bytes)
+                    .map_err(|source| ArtifactsError::DigestInput { path: dir.into(), source })?,
+            )),
+            None => None,
+        };
+        Ok(Before { output, input })
+    }
+
+    fn change_of(&self, rel: &str, now: &Meta) -> Change {
+        match self.output.get(rel) {
+            None => Change::Created,
+            Some(before) if before.same_file(now) => Change::Unchanged,
+            Some(_) => Change::Modified,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- collect
+
+/// The artifact fields of the result.
+pub struct Collected {
+    pub artifacts: Vec<Artifact>,
+    pub rejected: Vec<RejectedArtifact>,
+    pub input: Option<InputReport>,
+}
+
+/// Judge the output dir and re-digest the input, now that the tree is dead.
+pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, _dead: TreeDead) -> Collected {
+    let input = before.input.as_ref().map(|(dir, was)| input_report(dir, was, rules));
+    let root = match open_root(output) {
+        Ok(fd) => fd,
+        Err(e) => {
+            let rejected = vec![RejectedArtifact {
+                path: ".".into(),
+                reason: RejectReason::Unreadable,
+                detail: format!("cannot open the output dir: {e}"),
+            }];
+            return Collected { artifacts: vec![], rejected, input };
+        }
+    };
+    let listing = walk(&root, rules);
+    let mut rejected = listing.rejected;
+    let mut artifacts = Vec::new();
+    let mut to_sanitize = Vec::new();
+    let (mut accepted, mut total) = (0u64, 0u64);
+    for f in &listing.files {
+        if let Some((reason, why)) = file_refusal(f, rules) {
+            rejected.add(f.rel.clone(), reason, why);
+            continue;
+        }
+        accepted += 1;
+        if accepted > rules.max_files {
+            rejected.add(f.rel.clone(), RejectReason::TooManyFiles, format!("over artifacts.max_files ({})", rules.max_files));
+            continue;
+        }
+        if total + f.meta.size > rules.max_total_bytes {
+            rejected.add(
+                f.rel.clone(),
+                RejectReason::TotalTooLarge,
+                format!("accepting it would pass artifacts.max_total_bytes ({})", rules.max_total_bytes),
+            );
+            continue;
+        }
+        match accept(&root, f, before) {
+            Ok((artifact, delim)) => {
+                total += artifact.bytes;
+                let formula = artifact.flags.iter().any(|fl| fl.kind == FlagKind::FormulaInjection);
+                if let (true, Some(d), FormulaCells::Sanitize) = (formula, delim, rules.formula_cells) {
+                    to_sanitize.push((artifacts.len(), d));
+                }
+                artifacts.push(artifact);
+            }
+            Err((reason, why)) => rejected.add(f.rel.clone(), reason, why),
+        }
+    }
+    // Deleted: there before, not seen now, in a folder that was listed whole.
+    for (rel, meta) in &before.output {
+        let parent = rel.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
+        if !listing.seen.contains(rel) && listing.walked.contains(parent) {
+            artifacts.push(Artifact {
+                path: rel.clone(),
+                bytes: meta.size,
+                sha256: None,
+                media_type: None,
+                change: Change::Deleted,
+                flags: vec![],
+                summary: None,
+                sanitized_copy: None,
+                sanitized_from: None,
+            });
+        }
+    }
+    let mut rejected = rejected.into_list();
+    for (i, delim) in to_sanitize {
+        let source = artifacts[i].path.clone();
+        match write_sanitized(&root, &source, artifacts[i].bytes, delim, rules) {
+            Ok(copy) => {
+                // The copy replaces whatever the script left under its name.
+                artifacts.retain(|a| a.path != copy.path);
+                rejected.retain(|r| r.path != copy.path);
+                let i = artifacts.iter().position(|a| a.path == source).unwrap_or(0);
+                if let Some(a) = artifacts.get_mut(i) {
+                    a.sanitized_copy = Some(copy.path.clone());
+                }
+                let mut copy = copy;
+                copy.change = match before.output.get(&copy.path) {
+                    Some(_) => Change::Modified,
+                    None => Change::Created,
+                };
+                artifacts.push(copy);
+            }
+            Err(why) => {
+                if let Some(flag) = artifacts[i].flags.iter_mut().find(|f| f.kind == FlagKind::FormulaInjection) {
+                    flag.detail.push_str(&format!("; no sanitised copy: {why}"));
+                }
+            }
+        }
+    }
+    artifacts.sort_by(|a, b| a.path.cmp(&b.path));
+    Collected { artifacts, rejected, input }
+}
+
+/// Open, read and describe one file that passed the rules.
+fn accept(root: &OwnedFd, f: &FileEntry, before: &Before) -> Result<(Artifact, Option<u8>), (RejectReason, String)> {
+    let mut file = open_listed(root, f)?;
+    let ext = extension(f.rel.rsplit('/').next().unwrap_or(&f.rel));
+    let seen = inspect::inspect(&mut file, f.meta.size, &ext).map_err(|e| (RejectReason::Unreadable, format!("read: {e}")))?;
+    let artifact = Artifact {
+        path: f.rel.clone(),
+        bytes: seen.bytes,
+        sha256: Some(seen.sha256),
+        media_type: Some(seen.media_type),
+        change: before.change_of(&f.rel, &f.meta),
+        flags: seen.flags,
+        summary: seen.summary,
+        sanitized_copy: None,
+        sanitized_from: None,
+    };
+    Ok((artifact, seen.csv_delimiter))
+}
+
+/// `dir/name.csv` → `dir/name.sanitized.csv`.
+fn sanitized_path(rel: &str) -> String {
+    let (dir, name) = rel.rsplit_once('/').map(|(d, n)| (Some(d), n)).unwrap_or((None, rel));
+    let ext = extension(name);
+    let new = if ext.is_empty() {
+        format!("{name}.sanitized")
+    } else {
+        format!("{}.sanitized.{}", &name[..name.len() - ext.len() - 1], &name[name.len() - ext.len()..])
+    };
+    match dir {
+        Some(d) => format!("{d}/{new}"),
+        None => new,
+    }
+}
+
+/// Write `NAME.sanitized.EXT` beside a flagged CSV/TSV, replacing any file
+/// of that name, and describe it.
+fn write_sanitized(root: &OwnedFd, rel: &str, size: u64, delim: u8, rules: &ArtifactRules) -> Result<Artifact, String> {
+    let copy_rel = sanitized_path(rel);
+    let (dir, name) = copy_rel.rsplit_once('/').unwrap_or(("", copy_rel.as_str()));
+    if name.len() > rules.max_name_bytes as usize {
+        return Err("its name would be over artifacts.max_name_bytes".into());
+    }
+    let dir_fd = open_dir_beneath(root, dir).map_err(|e| format!("open its folder: {e}"))?;
+    match nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => return Err(format!("a folder is named {name}")),
+        Ok(_) => nix::unistd::unlinkat(Some(dir_fd.as_raw_fd()), name, nix::unistd::UnlinkatFlags::NoRemoveDir)
+            .map_err(|e| format!("remove the old {name}: {e}"))?,
+        Err(nix::errno::Errno::ENOENT) => {}
+        Err(e) => return Err(format!("fstatat {name}: {e}")),
+    }
+    let source_meta = nix::sys::stat::fstatat(Some(root.as_raw_fd()), rel, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map(|st| Meta::of(&st))
+        .map_err(|e| format!("fstatat: {e}"))?;
+    let mut source = open_listed(root, &FileEntry { rel: rel.into(), meta: source_meta }).map_err(|(_, why)| why)?;
+    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
+    let out = sys::openat2_mode(Some(dir_fd.as_fd()), Path::new(name), flags, 0o644, RESOLVE)
+        .map_err(|e| format!("create {name}: {e}"))?;
+    let mut out = io::BufWriter::new(File::from(out));
+    let mut scan = csv::CsvScan::new(delim, csv::Emit::SanitizedCopy);
+    let mut buf = vec![0u8; CHUNK];
+    let mut left = size;
+    let write = |out: &mut io::BufWriter<File>, bytes: Vec<u8>| out.write_all(&bytes).map_err(|e| format!("write {name}: {e}"));
+    while left > 0 {
+        let n = source.read(&mut buf[..CHUNK.min(left as usize)]).map_err(|e| format!("read: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        left -= n as u64;
+        scan.feed(&buf[..n]);
+        write(&mut out, scan.take_output())?;
+    }
+    scan.finish();
+    write(&mut out, scan.take_output())?;
+    out.flush().map_err(|e| format!("write {name}: {e}"))?;
+    drop(out);
+    let meta = nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .map(|st| Meta::of(&st))
+        .map_err(|e| format!("fstatat {name}: {e}"))?;
+    let entry = FileEntry { rel: copy_rel.clone(), meta };
+    let empty = Before { output: BTreeMap::new(), input: None };
+    let (mut artifact, _) = accept(root, &entry, &empty).map_err(|(_, why)| why)?;
+    artifact.sanitized_from = Some(rel.to_string());
+    Ok(artifact)
+}
+
+// ------------------------------------------------------------------ input
+
+/// A digest of a whole folder tree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TreeDigest {
+    pub sha256: String,
+    pub files: u64,
+    pub bytes: u64,
+    pub content_hashed: bool,
+    pub complete: bool,
+}
+
+fn input_report(dir: &Path, was: &TreeDigest, rules: &ArtifactRules) -> InputReport {
+    let now = digest_tree(dir, rules.input_hash_max_bytes).ok();
+    let after = now.as_ref().map(|d| d.sha256.clone()).unwrap_or_default();
+    InputReport {
+        unchanged: now.as_ref().is_some_and(|d| d.sha256 == was.sha256),
+        sha256_before: was.sha256.clone(),
+        sha256_after: after,
+        files: was.files,
+        bytes: was.bytes,
+        content_hashed: was.content_hashed,
+        complete: was.complete,
+    }
+}
+
+struct Record {
+    rel: Vec<u8>,
+    meta: Meta,
+    link: Vec<u8>,
+}
+
+/// Digest a tree without following links: every entry's path, type and mode,
+/// and each regular file's content — or, when the files add up to more than
+/// `content_budget` bytes, their size, mtime, ctime and inode instead (ctime
+/// cannot be set back by anyone, so a change is still seen).
+pub fn digest_tree(dir: &Path, content_budget: u64) -> io::Result<TreeDigest> {
+    let root = open_root(dir)?;
+    let mut records = Vec::new();
+    let mut complete = true;
+    let mut queue: VecDeque<(Vec<u8>, u32)> = VecDeque::from([(Vec::new(), 0)]);
+    'walk: while let Some((rel, depth)) = queue.pop_front() {
+        let path = if rel.is_empty() { Path::new(".") } else { bytes_path(&rel) };
+        let fd = sys::openat2(Some(root.as_fd()), path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, RESOLVE)?;
+        for name in read_names(&fd, INPUT_MAX_ENTRIES + 1)? {
+            if records.len() as u64 >= INPUT_MAX_ENTRIES {
+                complete = false;
+                break 'walk;
+            }
+            let st = Meta::of(&nix::sys::stat::fstatat(Some(fd.as_raw_fd()), name.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW)?);
+            let mut child = rel.clone();
+            if !child.is_empty() {
+                child.push(b'/');
+            }
+            child.extend_from_slice(&name);
+            let link = if st.kind() == libc::S_IFLNK {
+                nix::fcntl::readlinkat(Some(fd.as_raw_fd()), name.as_slice())?.into_encoded_bytes()
+            } else {
+                Vec::new()
+            };
+            if st.kind() == libc::S_IFDIR {
+                if depth + 1 < INPUT_MAX_DEPTH {
+                    queue.push_back((child.clone(), depth + 1));
+                } else {
+                    complete = false;
+                }
+            }
+            records.push(Record { rel: child, meta: st, link });
+        }
+    }
+    records.sort_by(|a, b| a.rel.cmp(&b.rel));
+    let files = records.iter().filter(|r| r.meta.kind() == libc::S_IFREG);
+    let (count, bytes) = files.fold((0u64, 0u64), |(n, b), r| (n + 1, b + r.meta.size));
+    let content_hashed = bytes <= content_budget;
+    let mut h = Hasher::new();
+    h.update(if content_hashed { b"jail-tree-v1 content\n" } else { b"jail-tree-v1 metadata\n" });
+    for r in &records {
+        h.update(&(r.rel.len() as u64).to_le_bytes());
+        h.update(&r.rel);
+        h.update(&r.meta.mode.to_le_bytes());
+        match r.meta.kind() {
+            libc::S_IFREG if content_hashed => {
+                let digest = file_digest(&root, &r.rel, r.meta.size);
+                h.update(digest.as_bytes());
+            }
+            libc::S_IFREG => {
+                for n in [r.meta.size as i128, r.meta.mtime_ns, r.meta.ctime_ns, r.meta.ino as i128] {
+                    h.update(&n.to_le_bytes());
+                }
+            }
+            libc::S_IFLNK => {
+                h.update(&(r.link.len() as u64).to_le_bytes());
+                h.update(&r.link);
+            }
+            _ => {}
+        }
+    }
+    Ok(TreeDigest { sha256: h.finish_hex(), files: count, bytes, content_hashed, complete })
+}
+
+/// sha256 of one file beneath `root`, or a marker naming why it could not be
+/// read (so an unreadable file still counts, and a change to it shows).
+fn file_digest(root: &OwnedFd, rel: &[u8], size: u64) -> String {
+    let path = bytes_path(rel);
+    let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
+    let file = match sys::openat2(Some(root.as_fd()), path, flags, RESOLVE) {
+        Ok(fd) => File::from(fd),
+        Err(e) => return format!("unreadable:{}", e.raw_os_error().unwrap_or(0)),
+    };
+    let mut h = Hasher::new();
+    let mut buf = vec![0u8; CHUNK];
+    let mut reader = file.take(size);
+    loop {
+        match reader.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => h.update(&buf[..n]),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return format!("unreadable:{}", e.raw_os_error().unwrap_or(0)),
+        }
+    }
+    h.finish_hex()
+}
+
+/// Raw path bytes as a `Path`.
+fn bytes_path(bytes: &[u8]) -> &Path {
+    use std::os::unix::ffi::OsStrExt;
+    Path::new(std::ffi::OsStr::from_bytes(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::Policy;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn rules() -> ArtifactRules {
+        Policy::builtin_default().unwrap().artifacts
+    }
+
+    fn reasons(c: &Collected) -> BTreeMap<String, RejectReason> {
+        c.rejected.iter().map(|r| (r.path.clone(), r.reason)).collect()
+    }
+
+    #[test]
+    fn names_that_could_mislead_a_reader_or_a_shell_are_refused() {
+        let max = 20;
+        assert_eq!(check_name(b"report.csv", max).unwrap(), "report.csv");
+        assert_eq!(check_name(b".hidden", max).unwrap(), ".hidden");
+        for bad in [&b"..x"[..], b"a..b", b"-rf", b"a\\b", b"a\x1bb", b"a\nb", b"\xff\xfe", "a\u{202e}b".as_bytes(), "zero\u{200b}w".as_bytes()] {
+            assert_eq!(check_name(bad, max).unwrap_err().0, RejectReason::BadName, "{bad:?}");
+        }
+        assert_eq!(check_name(&[b'a'; 21], max).unwrap_err().0, RejectReason::NameTooLong);
+    }
+
+    #[test]
+    fn escaped_names_are_printable_and_keep_every_byte_visible() {
+        assert_eq!(escape_name(b"a\x1b[31mb"), "a\\x1b[31mb");
+        assert_eq!(escape_name(b"\xff.txt"), "\\xff.txt");
+        assert_eq!(escape_name("x\u{202e}y\\".as_bytes()), "x\\u{202e}y\\\\");
+        assert_eq!(escape_name("caf\u{e9}\n".as_bytes()), "caf\u{e9}\\n");
+        assert_eq!(printable("abcdef", 3), "abc…");
+    }
+
+    #[test]
+    fn extensions_and_sanitized_names_follow_the_last_dot() {
+        assert_eq!(extension("a.tar.GZ"), "gz");
+        assert_eq!(extension(".bashrc"), "");
+        assert_eq!(extension("noext"), "");
+        assert_eq!(sanitized_path("d/x.csv"), "d/x.sanitized.csv");
+        assert_eq!(sanitized_path("x.TSV"), "x.sanitized.TSV");
+    }
+
+    #[test]
+    fn links_and_special_files_are_refused_without_being_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::write(p.join("ok.txt"), "fine\n").unwrap();
+        std::fs::write(p.join("a.txt"), "x").unwrap();
+        std::fs::hard_link(p.join("a.txt"), p.join("b.txt")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", p.join("l.txt")).unwrap();
+        std::os::unix::fs::symlink("/etc", p.join("ldir")).unwrap();
+        nix::unistd::mkfifo(&p.join("f.txt"), nix::sys::stat::Mode::from_bits_truncate(0o644)).unwrap();
+        let _sock = std::os::unix::net::UnixListener::bind(p.join("s.txt")).unwrap();
+        std::fs::write(p.join("suid.txt"), "x").unwrap();
+        std::fs::set_permissions(p.join("suid.txt"), std::fs::Permissions::from_mode(0o4755)).unwrap();
+        let root = nix::unistd::getuid().is_root();
+        if root {
+            let dev = nix::sys::stat::makedev(1, 3);
+            nix::sys::stat::mknod(&p.join("null.txt"), nix::sys::stat::SFlag::S_IFCHR, nix::sys::stat::Mode::from_bits_truncate(0o666), dev).unwrap();
+        }
+        let before = Before::take(p, None, &rules()).unwrap();
+        // A fifo opened for reading would block this test forever.
+        let c = collect(p, &before, &rules(), TreeDead::after_reaping_pid1());
+        let r = reasons(&c);
+        assert_eq!(r["a.txt"], RejectReason::HardLink);
+        assert_eq!(r["b.txt"], RejectReason::HardLink);
+        assert_eq!(r["l.txt"], RejectReason::Symlink);
+        assert_eq!(r["ldir"], RejectReason::Symlink);
+        assert_eq!(r["f.txt"], RejectReason::Fifo);
+        assert_eq!(r["s.txt"], RejectReason::Socket);
+        assert_eq!(r["suid.txt"], RejectReason::SetId);
+        if root {
+            assert_eq!(r["null.txt"], RejectReason::Device);
+        }
+        let paths: Vec<&str> = c.artifacts.iter().map(|a| a.path.as_str()).collect();
+        assert_eq!(paths, ["ok.txt"]);
+        assert_eq!(c.artifacts[0].change, Change::Unchanged);
+        assert_eq!(c.artifacts[0].sha256.as_deref(), Some(crate::digest::sha256_hex(b"fine\n").as_str()));
+    }
+
+    #[test]
+    fn wide_deep_and_crowded_trees_are_cut_at_the_caps() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        let mut r = rules();
+        r.max_dir_entries = 50;
+        r.max_depth = 3;
+        r.max_entries = 80;
+        std::fs::create_dir(p.join("wide")).unwrap();
+        for i in 0..51 {
+            std::fs::write(p.join(format!("wide/{i}.txt")), "").unwrap();
+        }
+        std::fs::create_dir_all(p.join("a/b/c/d")).unwrap();
+        std::fs::write(p.join("a/b/ok.txt"), "").unwrap();
+        std::fs::write(p.join("a/b/c/deep.txt"), "").unwrap();
+        let c = collect(p, &Before::take(p, None, &r).unwrap(), &r, TreeDead::after_reaping_pid1());
+        let reasons = reasons(&c);
+        assert_eq!(reasons["wide"], RejectReason::TooWide);
+        assert_eq!(reasons["a/b/c"], RejectReason::TooDeep);
+        assert!(c.artifacts.iter().any(|a| a.path == "a/b/ok.txt"));
+        assert!(!c.artifacts.iter().any(|a| a.path.starts_with("wide/")));
+
+        std::fs::remove_dir_all(p.join("wide")).unwrap();
+        for d in 0..3 {
+            std::fs::create_dir(p.join(format!("m{d}"))).unwrap();
+            for i in 0..40 {
+                std::fs::write(p.join(format!("m{d}/{i}.txt")), "").unwrap();
+            }
+        }
+        let c = collect(p, &Before::take(p, None, &r).unwrap(), &r, TreeDead::after_reaping_pid1());
+        assert!(c.rejected.iter().any(|x| x.reason == RejectReason::TooManyEntries), "{:?}", c.rejected);
+        assert!(c.artifacts.len() < 80);
+    }
+
+    #[test]
+    fn refusals_past_the_listing_cap_are_counted_not_listed() {
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..(MAX_REJECTED_LISTED + 7) {
+            std::fs::write(dir.path().join(format!("-{i}.txt")), "").unwrap();
+        }
+        let c = collect(dir.path(), &Before::take(dir.path(), None, &rules()).unwrap(), &rules(), TreeDead::after_reaping_pid1());
+        assert_eq!(c.rejected.len(), MAX_REJECTED_LISTED + 1);
+        let last = c.rejected.last().unwrap();
+        assert_eq!(last.reason, RejectReason::TooManyRejected);
+        assert_eq!(last.detail, "7 more refused entries are not listed");
+    }
+
+    #[test]
+    fn changes_against_the_snapshot_are_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        for n in ["keep.txt", "edit.txt", "gone.txt"] {
+            std::fs::write(p.join(n), "v1\n").unwrap();
+        }
+        let before = Before::take(p, None, &rules()).unwrap();
+        let edit = p.join("edit.txt");
+        let mtime = std::fs::metadata(&edit).unwrap().modified().unwrap();
+        std::fs::write(&edit, "v2\n").unwrap();
+        // Same size and the old mtime put back: ctime still moves.
+        std::fs::File::options().write(true).open(&edit).unwrap().set_modified(mtime).unwrap();
+        std::fs::remove_file(p.join("gone.txt")).unwrap();
+        std::fs::write(p.join("new.txt"), "n\n").unwrap();
+        let c = collect(p, &before, &rules(), TreeDead::after_reaping_pid1());
+        let changes: BTreeMap<&str, Change> = c.artifacts.iter().map(|a| (a.path.as_str(), a.change)).collect();
+        assert_eq!(changes["keep.txt"], Change::Unchanged);
+        assert_eq!(changes["edit.txt"], Change::Modified);
+        assert_eq!(changes["gone.txt"], Change::Deleted);
+        assert_eq!(changes["new.txt"], Change::Created);
+        let gone = c.artifacts.iter().find(|a| a.path == "gone.txt").unwrap();
+        assert_eq!((gone.bytes, gone.sha256.as_deref()), (3, None));
+    }
+
+    #[test]
+    fn input_digest_follows_content_and_falls_back_to_metadata_over_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::create_dir(p.join("sub")).unwrap();
+        std::fs::write(p.join("sub/data.csv"), "a,b\n1,2\n").unwrap();
+        std::os::unix::fs::symlink("data.csv", p.join("sub/link")).unwrap();
+        let first = digest_tree(p, 1 << 20).unwrap();
+        assert!(first.content_hashed && first.complete);
+        assert_eq!((first.files, first.bytes), (1, 8));
+        // Rewriting the same bytes is no change to a content digest...
+        std::fs::write(p.join("sub/data.csv"), "a,b\n1,2\n").unwrap();
+        assert_eq!(digest_tree(p, 1 << 20).unwrap().sha256, first.sha256);
+        // ...one changed byte is.
+        std::fs::write(p.join("sub/data.csv"), "a,b\n1,3\n").unwrap();
+        let changed = digest_tree(p, 1 << 20).unwrap();
+        assert_ne!(changed.sha256, first.sha256);
+        // So is a link pointed elsewhere.
+        std::fs::remove_file(p.join("sub/link")).unwrap();
+        std::os::unix::fs::symlink("other.csv", p.join("sub/link")).unwrap();
+        assert_ne!(digest_tree(p, 1 << 20).unwrap().sha256, changed.sha256);
+        // Over the budget only metadata is hashed, and a rewrite still shows.
+        let meta = digest_tree(p, 4).unwrap();
+        assert!(!meta.content_hashed);
+        std::fs::write(p.join("sub/data.csv"), "a,b\n1,3\n").unwrap();
+        assert_ne!(digest_tree(p, 4).unwrap().sha256, meta.sha256);
+    }
+}
