@@ -186,8 +186,16 @@ fn next(reader: &mut XmlReader<'_>, buf: &mut Vec<u8>) -> Option<Ev> {
         buf.clear();
         let ev = match reader.read_event_into(buf).ok()? {
             Event::Eof => return None,
-            Event::Start(e) => Ev::Start(local(e.name().as_ref()), attributes(&e)),
-            Event::Empty(e) => Ev::Empty(local(e.name().as_ref()), attributes(&e)),
+            Event::Start(e) => {
+                let name = local(e.name().as_ref());
+                let attrs = attributes_of_interest(&name, &e);
+                Ev::Start(name, attrs)
+            }
+            Event::Empty(e) => {
+                let name = local(e.name().as_ref());
+                let attrs = attributes_of_interest(&name, &e);
+                Ev::Empty(name, attrs)
+            }
             Event::End(e) => Ev::End(local(e.name().as_ref())),
             Event::Text(t) => Ev::Text(t.xml10_content().into_owned()),
             Event::CData(t) => Ev::Text(t.xml10_content().into_owned()),
@@ -210,6 +218,18 @@ fn next(reader: &mut XmlReader<'_>, buf: &mut Vec<u8>) -> Option<Ev> {
 
 fn local(name: &str) -> String {
     name.rsplit(':').next().unwrap_or(name).to_string()
+}
+
+/// Elements whose attributes the parsers read; the rest (rows, values, runs:
+/// nearly every element of a big sheet) skip attribute parsing.
+const WITH_ATTRIBUTES: &[&str] = &["Override", "Relationship", "sheet", "dimension", "c", "sldId", "ph"];
+
+fn attributes_of_interest(name: &str, e: &quick_xml::events::BytesStart<'_>) -> Vec<(String, String)> {
+    if WITH_ATTRIBUTES.contains(&name) {
+        attributes(e)
+    } else {
+        Vec::new()
+    }
 }
 
 /// Attributes by their full key (`r:id` keeps its prefix: relationship ids
