@@ -10,17 +10,37 @@ use std::time::Duration;
 use jail::result::{Artifact, Change, FlagKind, RejectReason, RunResult, Summary};
 use jail_tests::*;
 
-/// Run with the default policy's `artifacts` section changed by `rules`.
-fn with_rules(sb: &mut Sandbox, rules: serde_json::Value) {
+/// How the script's output dir reaches the host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum OutputMode {
+    /// The default: a size-capped tmpfs, mirrored to the host folder after
+    /// the tree is dead (output.rs).
+    Mirrored,
+    /// `filesystem.output_size: "unlimited"`: the host folder itself is bound
+    /// writable, so whatever the script makes is on the host as it made it.
+    Bound,
+}
+
+/// Run with the default policy, in `mode`, with its `artifacts` section
+/// changed by `rules` (and, bound, no file size limit either).
+fn with_policy(sb: &mut Sandbox, mode: OutputMode, rules: serde_json::Value) {
     let text = std::fs::read_to_string(repo().join("policies/default.json")).unwrap();
     let mut policy: serde_json::Value = serde_json::from_str(&text).unwrap();
     policy.as_object_mut().unwrap().remove("rootfs");
     for (k, v) in rules.as_object().unwrap() {
         policy["artifacts"][k] = v.clone();
     }
+    if mode == OutputMode::Bound {
+        policy["filesystem"]["output_size"] = "unlimited".into();
+        policy["limits"]["file_size"] = "unlimited".into();
+    }
     let path = sb.dir.path().join("policy.json");
     std::fs::write(&path, serde_json::to_string(&policy).unwrap()).unwrap();
     sb.extra_args.extend(["--policy".to_string(), path.display().to_string()]);
+}
+
+fn with_rules(sb: &mut Sandbox, rules: serde_json::Value) {
+    with_policy(sb, OutputMode::Mirrored, rules);
 }
 
 fn run_ok(sb: &Sandbox, source: &str) -> (RunResult, std::process::Output) {
@@ -146,7 +166,14 @@ def write_pptx(path, titles):
 
 #[test]
 fn symlink_to_a_host_secret_is_refused_and_its_content_never_appears() {
-    let sb = Sandbox::new();
+    for mode in [OutputMode::Mirrored, OutputMode::Bound] {
+        symlink_to_a_host_secret_case(mode);
+    }
+}
+
+fn symlink_to_a_host_secret_case(mode: OutputMode) {
+    let mut sb = Sandbox::new();
+    with_policy(&mut sb, mode, serde_json::json!({}));
     let secret = plant_secret();
     // A hard link to the secret, left in the output dir before the run.
     std::fs::hard_link(&secret.path, sb.output.join("hard.txt")).unwrap();
@@ -168,18 +195,28 @@ open("ok.txt", "w").write("fine\n")
     );
     let rej = rejected(&r);
     for link in ["secret.txt", "secrets", "sub/report.csv", "rel.txt"] {
-        assert_eq!(rej.get(link), Some(&RejectReason::Symlink), "{link}: {:?}", r.rejected_artifacts);
+        assert_eq!(rej.get(link), Some(&RejectReason::Symlink), "{mode:?} {link}: {:?}", r.rejected_artifacts);
     }
     assert_eq!(rej.get("hard.txt"), Some(&RejectReason::HardLink));
     let paths: Vec<&str> = r.artifacts.iter().map(|a| a.path.as_str()).collect();
     assert_eq!(paths, ["ok.txt"]);
     let all = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert!(!all.contains(&secret.canary), "the secret leaked into the result");
+    assert!(!all.contains(&secret.canary), "{mode:?}: the secret leaked into the result");
 }
 
 #[test]
-fn special_files_bad_names_set_id_bits_and_other_extensions_are_refused() {
-    let sb = Sandbox::new();
+fn special_files_links_set_id_bits_and_bad_names_are_refused_from_a_bound_output_dir() {
+    special_files_case(OutputMode::Bound);
+}
+
+#[test]
+fn the_mirror_keeps_sockets_set_id_bits_and_hard_links_in_and_the_rest_is_refused() {
+    special_files_case(OutputMode::Mirrored);
+}
+
+fn special_files_case(mode: OutputMode) {
+    let mut sb = Sandbox::new();
+    with_policy(&mut sb, mode, serde_json::json!({}));
     if is_root() {
         // A jail cannot make a device node (see `mknod` below); one left in
         // the output dir by the host must be refused all the same.
@@ -215,7 +252,6 @@ print(json.dumps({"mknod": made}))
     let rej = rejected(&r);
     let expect = [
         ("pipe.csv", RejectReason::Fifo),
-        ("sock.csv", RejectReason::Socket),
         ("..hidden.txt", RejectReason::BadName),
         ("-rf.txt", RejectReason::BadName),
         ("esc\\x1b[2J.txt", RejectReason::BadName),
@@ -224,12 +260,9 @@ print(json.dumps({"mknod": made}))
         ("\\xff\\xfe.txt", RejectReason::BadName),
         ("tool.exe", RejectReason::ExtensionNotAllowed),
         ("noext", RejectReason::ExtensionNotAllowed),
-        ("suid.txt", RejectReason::SetId),
-        ("a.txt", RejectReason::HardLink),
-        ("b.txt", RejectReason::HardLink),
     ];
     for (path, reason) in expect {
-        assert_eq!(rej.get(path), Some(&reason), "{path}: {:?}", r.rejected_artifacts);
+        assert_eq!(rej.get(path), Some(&reason), "{mode:?} {path}: {:?}", r.rejected_artifacts);
     }
     assert_eq!(rej.get(&format!("{}.txt", "n".repeat(200))), Some(&RejectReason::NameTooLong));
     if is_root() {
@@ -239,15 +272,34 @@ print(json.dumps({"mknod": made}))
         assert!(!x.path.chars().any(|c| c.is_control() || c == '\u{202e}'), "unescaped path {:?}", x.path);
     }
     let paths: Vec<&str> = r.artifacts.iter().map(|a| a.path.as_str()).collect();
-    assert_eq!(paths, ["ok.csv"]);
+    match mode {
+        OutputMode::Bound => {
+            assert_eq!(rej.get("sock.csv"), Some(&RejectReason::Socket));
+            assert_eq!(rej.get("suid.txt"), Some(&RejectReason::SetId));
+            assert_eq!(rej.get("a.txt"), Some(&RejectReason::HardLink));
+            assert_eq!(rej.get("b.txt"), Some(&RejectReason::HardLink));
+            assert_eq!(paths, ["ok.csv"]);
+        }
+        OutputMode::Mirrored => {
+            // The mirror never brings a socket out, drops set-id bits and
+            // writes each hard-linked name as its own file: by the time the
+            // walk looks, there is nothing of those left to refuse.
+            assert!(!sb.output.join("sock.csv").exists());
+            assert_eq!(std::fs::metadata(sb.output.join("suid.txt")).unwrap().mode() & 0o6000, 0);
+            assert_eq!(std::fs::metadata(sb.output.join("a.txt")).unwrap().nlink(), 1);
+            assert_eq!(paths, ["a.txt", "b.txt", "ok.csv", "suid.txt"]);
+        }
+    }
 }
 
 #[test]
 fn huge_deep_and_wide_trees_are_refused_in_bounded_time() {
     let mut sb = Sandbox::new();
     // A folder is refused after reading max_dir_entries + 1 names, however
-    // many it has; a small cap keeps the script that fills it quick.
-    with_rules(&mut sb, serde_json::json!({"max_dir_entries": 100}));
+    // many it has; a small cap keeps the script that fills it quick. Bound,
+    // so that neither the output tmpfs nor RLIMIT_FSIZE stop the sparse file
+    // before the walk sees it.
+    with_policy(&mut sb, OutputMode::Bound, serde_json::json!({"max_dir_entries": 100}));
     let (r, out) = run_ok(
         &sb,
         r#"
@@ -482,7 +534,14 @@ write_xlsx("bomb.xlsx", [("Big", row * 1_200_000, "A1:A1")], ["x"])
 
 #[test]
 fn created_modified_unchanged_and_deleted_are_told_apart_on_a_prefilled_output() {
-    let sb = Sandbox::new();
+    for mode in [OutputMode::Mirrored, OutputMode::Bound] {
+        changes_case(mode);
+    }
+}
+
+fn changes_case(mode: OutputMode) {
+    let mut sb = Sandbox::new();
+    with_policy(&mut sb, mode, serde_json::json!({}));
     std::fs::create_dir(sb.output.join("sub")).unwrap();
     for name in ["keep.txt", "edit.txt", "forged.txt", "gone.txt", "sub/old.txt"] {
         let p = sb.output.join(name);
@@ -516,14 +575,17 @@ open("new.txt", "w").write("n\n")
         ("sub/old.txt", Change::Deleted),
         ("new.txt", Change::Created),
     ]);
-    assert_eq!(changes, expect);
+    assert_eq!(changes, expect, "{mode:?}");
     let gone = artifact(&r, "gone.txt");
     assert_eq!((gone.bytes, gone.sha256.as_deref(), gone.media_type.as_deref()), (3, None, None));
 }
 
 #[test]
 fn collection_starts_only_after_the_whole_tree_is_dead() {
-    let sb = Sandbox::new();
+    let mut sb = Sandbox::new();
+    // Bound: the daemon writes the host folder itself, the case where a
+    // walk racing a live tree could be fooled.
+    with_policy(&mut sb, OutputMode::Bound, serde_json::json!({}));
     let secret = plant_secret();
     let marker = format!("jail-swapper-{}", std::process::id());
     let host = secret.path.display().to_string();
