@@ -508,7 +508,9 @@ fn files_written_before_a_timeout_still_reach_the_host() {
     let sb = Sandbox::new();
     let r = run_with(
         &sb,
-        &["--timeout", "0.5"],
+        // Long enough for Python to start and write even in a TCG guest,
+        // where a process starts 40-80 times slower than here.
+        &["--timeout", "3"],
         "open('/workspace/output/partial.csv', 'w').write('a,b\\n')\nwhile True:\n    pass\n",
     );
     assert_eq!(r.status, Status::TimeoutWall);

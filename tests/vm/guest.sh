@@ -50,12 +50,36 @@ run_tests() { # LABEL
         # shellcheck disable=SC2086 # args are libtest arguments, split on purpose
         (cd /tmp && env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="${HOME:-/tmp}" \
             JAIL_BIN=$opt/bin/jail JAIL_ROOTFS=$opt/rootfs JAIL_REPO=$opt/repo \
-            JAIL_MUST_WORK=1 RUST_BACKTRACE=1 \
+            JAIL_MUST_WORK=1 RUST_BACKTRACE=1 JAIL_CGROUP_PARENT="${JAIL_CGROUP_PARENT:-}" \
             "$opt/bin/$name" --test-threads=2 $args </dev/null) || { status=1; fail "$label: $name${args:+ $args}"; }
         t1=$(uptime_s)
         say "$label: $name took $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s (guest clock)"
     done <"$opt/tests"
     return $status
+}
+
+# Give the jail a cgroup v2 parent it can create run cgroups under: systemd
+# delegates a cgroup that holds our own processes, and v2's no-internal-
+# processes rule forbids enabling controllers for the children of a cgroup
+# with processes. So, as a delegate should, move ourselves into a leaf
+# ("supervisor"), enable memory, cpu and pids below the delegated cgroup, and
+# hand the jail its own "runs" subtree through JAIL_CGROUP_PARENT.
+delegate_parent() { # LABEL
+    local cg dir
+    cg=$(sed -n 's/^0:://p' /proc/self/cgroup)
+    dir=/sys/fs/cgroup$cg
+    mkdir -p "$dir/supervisor" "$dir/runs" || { say "FAIL: $1: cannot create cgroups in $dir"; return 1; }
+    # Every process of this unit moves, not only this shell.
+    local p
+    for p in $(cat "$dir/cgroup.procs"); do
+        echo "$p" >"$dir/supervisor/cgroup.procs" 2>/dev/null || true
+    done
+    if ! echo "+memory +cpu +pids" >"$dir/cgroup.subtree_control"; then
+        say "FAIL: $1: cannot enable controllers in $dir (still in it: $(tr '\n' ' ' <"$dir/cgroup.procs"))"
+        return 1
+    fi
+    export JAIL_CGROUP_PARENT=$cg/runs
+    say "$1: jail run cgroups go under $JAIL_CGROUP_PARENT ([$(cat "$dir/runs/cgroup.controllers")])"
 }
 
 doctor() { # LABEL
@@ -76,6 +100,7 @@ if [ "${1:-}" = user ]; then
     has_controllers "/sys/fs/cgroup$cg/cgroup.controllers" \
         || { say "FAIL: delegated cgroup $cg offers [$(cat "/sys/fs/cgroup$cg/cgroup.controllers")], not all of: $want_controllers"; exit 1; }
     say "delegated cgroup $cg owned by $me with controllers [$(cat "/sys/fs/cgroup$cg/cgroup.controllers")]"
+    delegate_parent "as $me" || exit 1
     doctor "$me, delegated"
     run_tests "as $me (delegated cgroup)"
     exit $?
@@ -113,6 +138,7 @@ else
 fi
 
 if [ ${#failures[@]} -eq 0 ]; then
+    delegate_parent root || failures+=("root cgroup parent")
     doctor root
     run_tests root
     # 4. The same tests as an ordinary user, in a service systemd delegates

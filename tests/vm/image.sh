@@ -63,6 +63,9 @@ FailureAction=poweroff-force
 [Service]
 Type=oneshot
 ExecStart=/usr/local/sbin/jail-vm-boot
+# The root part hands the jail a cgroup subtree of its own (guest.sh
+# delegate_parent), as any root service running jail should be set up.
+Delegate=yes
 StandardInput=null
 StandardOutput=file:/dev/ttyS1
 StandardError=inherit
