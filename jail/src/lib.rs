@@ -2,19 +2,23 @@
 //! root filesystem, and report what happened as one JSON document.
 //!
 //! The pipeline, in the order DESIGN.md §6 gives it: `policy` validates the
-//! request, `supervisor` prepares and clones, `child` builds the jail
-//! (`mounts`, `namespaces`, `privileges`, `rlimits`) and execs, and `result`
-//! is the contract both sides and the agent share. `sys` holds every `unsafe`.
+//! request, `supervisor` compiles the `seccomp` filter, plans `landlock`,
+//! prepares and clones, `child` builds the jail (`mounts`, `namespaces`,
+//! `privileges`, `rlimits`, then `landlock` and `seccomp` last) and execs,
+//! and `result` is the contract both sides and the agent share. `sys` holds
+//! every `unsafe`.
 
 pub mod child;
 pub mod digest;
 pub mod doctor;
+pub mod landlock;
 pub mod mounts;
 pub mod namespaces;
 pub mod policy;
 pub mod privileges;
 pub mod result;
 pub mod rlimits;
+pub mod seccomp;
 pub mod supervisor;
 pub mod sync;
 pub mod sys;

@@ -1,6 +1,7 @@
-//! The supervisor side: validate the request, clone the child into its
-//! namespaces, write its id maps, release it, watch it until it exits or its
-//! deadline passes, kill the whole tree, and build the result.
+//! The supervisor side: validate the request, compile the seccomp filter and
+//! plan landlock, clone the child into its namespaces, write its id maps,
+//! release it, watch it (answering the seccomp refusals it reports) until it
+//! exits or its deadline passes, kill the whole tree, and build the result.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -16,13 +17,14 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 use serde_json::json;
 
-use crate::child::{self, ChildSpec, Exec};
+use crate::child::{self, ChildSpec, Confine, Exec};
 use crate::mounts::{self, RootfsEntry};
-use crate::namespaces;
 use crate::policy::Policy;
 use crate::result::{
-    Isolation, Layer, LimitReport, RunResult, SetupError, Status, Stream, Timings, Usage,
+    Isolation, LandlockReport, LayerStatus, LimitReport, RunResult, SeccompReport, SetupError, Status, Stream,
+    Timings, Usage,
 };
+use crate::{landlock, namespaces, seccomp};
 use crate::sync::{self, Pipe, Report};
 use crate::sys::{self, Forked};
 
@@ -91,6 +93,13 @@ pub fn run(req: &RunRequest) -> RunResult {
     let who = Identity { caller_uid, host_uid: uid_map.outside, host_gid: gid_map.outside };
 
     let mut result = base_result(policy, &who);
+    // Before anything is forked: a policy the kernel cannot honour fails here.
+    let confinement = match confine(policy) {
+        Ok(c) => c,
+        Err((stage, e)) => return failed(result, stage, &e.to_string(), causes_of(&*e), started),
+    };
+    report_confinement(&mut result, policy, &confinement);
+    stages.insert("confine".to_string(), ms_since(started));
     let prepared = match prepare(req, &who) {
         Ok(p) => p,
         Err(e) => return failed(result, "input", &e.to_string(), vec![], started),
@@ -100,25 +109,59 @@ pub fn run(req: &RunRequest) -> RunResult {
     result.limits = limit_reports(policy, prepared.wall_time);
     stages.insert("prepare".to_string(), ms_since(started));
 
-    match launch(req, &prepared, uid_map, gid_map, &mut stages, started, started_ns) {
-        Ok(outcome) => finish(result, outcome, started, stages),
+    match launch(req, &prepared, confinement, uid_map, gid_map, &mut stages, started, started_ns) {
+        Ok(outcome) => finish(result, outcome, started, stages, policy),
         Err(e) => {
-            let mut causes = Vec::new();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                causes.push(s.to_string());
-                src = s.source();
-            }
+            let causes = causes_of(&e);
             failed(result, e.stage(), &e.to_string(), causes, started)
         }
     }
 }
 
-fn base_result(policy: &Policy, who: &Identity) -> RunResult {
-    let not_yet = |what: &str| Layer {
-        status: "not_enforced".into(),
-        detail: Some(format!("{what} is not built into this jail yet (issue 4)")),
+fn causes_of(e: &dyn std::error::Error) -> Vec<String> {
+    let mut causes = Vec::new();
+    let mut src = e.source();
+    while let Some(s) = src {
+        causes.push(s.to_string());
+        src = s.source();
+    }
+    causes
+}
+
+/// The seccomp program and the landlock plan for this run.
+struct Confinement {
+    filter: seccomp::Filter,
+    landlock: landlock::Plan,
+}
+
+fn confine(policy: &Policy) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
+    let filter = seccomp::compile(&policy.seccomp, seccomp::host_mode()).map_err(|e| ("seccomp", e.into()))?;
+    let landlock = landlock::plan(landlock::kernel_abi(), &policy.landlock).map_err(|e| ("landlock", e.into()))?;
+    Ok(Confinement { filter, landlock })
+}
+
+fn report_confinement(result: &mut RunResult, policy: &Policy, c: &Confinement) {
+    let counted = c.filter.mode == seccomp::Mode::Notify;
+    result.isolation.seccomp = SeccompReport {
+        status: LayerStatus::Enforced,
+        default_action: match policy.seccomp.default {
+            seccomp::Action::Errno { errno, .. } => {
+                format!("errno {}", seccomp::model::errno_name(errno).unwrap_or("?"))
+            }
+            seccomp::Action::Allow => "allow".into(),
+            seccomp::Action::KillProcess => "kill_process".into(),
+        },
+        rules: policy.seccomp.rules.len(),
+        instructions: c.filter.program.len(),
+        filter_sha256: c.filter.sha256.clone(),
+        denials_counted: counted,
+        detail: (!counted).then(|| "refusals are not counted: this kernel has no seccomp user notification".into()),
     };
+    result.isolation.landlock = c.landlock.report();
+    result.isolation.degraded = c.landlock.degraded().into_iter().collect();
+}
+
+fn base_result(policy: &Policy, who: &Identity) -> RunResult {
     let mut r = RunResult::setup_failed(SetupError { stage: String::new(), message: String::new(), causes: vec![] });
     r.setup_error = None;
     r.isolation = Isolation {
@@ -132,12 +175,10 @@ fn base_result(policy: &Policy, who: &Identity) -> RunResult {
         host_gid: who.host_gid,
         capabilities: vec![],
         no_new_privs: true,
-        landlock: not_yet("landlock"),
-        seccomp: not_yet("seccomp"),
-        degraded: vec![
-            "landlock: not enforced (not built yet)".into(),
-            "seccomp: not enforced (not built yet)".into(),
-        ],
+        // Filled in by report_confinement once the layers are planned.
+        landlock: LandlockReport { mode: policy.landlock.enforcement.as_str().into(), ..LandlockReport::default() },
+        seccomp: SeccompReport::default(),
+        degraded: vec![],
     };
     r
 }
@@ -470,6 +511,7 @@ impl LaunchError {
 /// What the watch loop saw.
 struct Outcome {
     reports: Vec<Report>,
+    tally: seccomp::Tally,
     stdout: Capture,
     stderr: Capture,
     timed_out: bool,
@@ -481,9 +523,11 @@ struct Outcome {
     started_ns: u64,
 }
 
+#[allow(clippy::too_many_arguments)]
 fn launch(
     req: &RunRequest,
     prepared: &Prepared,
+    confinement: Confinement,
     uid_map: namespaces::IdMap,
     gid_map: namespaces::IdMap,
     stages: &mut BTreeMap<String, f64>,
@@ -495,18 +539,28 @@ fn launch(
     let status = Pipe::new().map_err(LaunchError::Pipes)?;
     let out = Pipe::new().map_err(LaunchError::Pipes)?;
     let err = Pipe::new().map_err(LaunchError::Pipes)?;
+    // The worker sends the seccomp notification listener over this.
+    let (notify_ours, notify_theirs) = match confinement.filter.mode {
+        seccomp::Mode::Notify => {
+            let (a, b) = sys::seqpacket_pair().map_err(LaunchError::Pipes)?;
+            (Some(a), Some(b))
+        }
+        seccomp::Mode::ErrnoOnly => (None, None),
+    };
     if nix::unistd::getuid().is_root() {
         // The child can never call setgroups (it is denied in its user
         // namespace), so root's supplementary groups must go before the clone.
         nix::unistd::setgroups(&[]).map_err(LaunchError::DropGroups)?;
     }
+    let mount_ops = mounts::plan(&prepared.mount_request);
+    let landlock_rules = landlock::rules(&mount_ops);
     let spec = ChildSpec {
         release: release.read,
         report: report.write,
         status: status.write,
         stdout: out.write,
         stderr: err.write,
-        mounts: mounts::plan(&prepared.mount_request),
+        mounts: mount_ops,
         // A private tmpfs over /tmp, in the child's own mount namespace only.
         staging: PathBuf::from("/tmp"),
         uid: req.policy.identity.uid,
@@ -517,6 +571,12 @@ fn launch(
             argv: prepared.exec.argv.clone(),
             envp: prepared.exec.envp.clone(),
             cwd: prepared.exec.cwd.clone(),
+        },
+        confine: Confine {
+            landlock: confinement.landlock,
+            landlock_rules,
+            seccomp: confinement.filter,
+            notify: notify_theirs,
         },
     };
     stages.insert("plan".into(), ms_since(started));
@@ -555,6 +615,10 @@ fn launch(
         report_buf: Vec::new(),
         status_buf: Vec::new(),
         exec_at: None,
+        notify: notify_ours,
+        listener: None,
+        tally: seccomp::Tally::new(),
+        model: &req.policy.seccomp,
     };
     let timed_out = watch.run(pid, &pidfd, out.read, err.read, report.read, status.read, deadline);
     let ended_at = Instant::now();
@@ -563,6 +627,7 @@ fn launch(
     reports.extend(sync::parse_reports(&watch.status_buf));
     Ok(Outcome {
         reports,
+        tally: watch.tally,
         stdout: watch.stdout,
         stderr: watch.stderr,
         timed_out,
@@ -575,15 +640,26 @@ fn launch(
     })
 }
 
-struct Watch {
+struct Watch<'m> {
     stdout: Capture,
     stderr: Capture,
     report_buf: Vec<u8>,
     status_buf: Vec<u8>,
     exec_at: Option<Instant>,
+    /// Our end of the socketpair the seccomp listener arrives on.
+    notify: Option<OwnedFd>,
+    /// The seccomp user-notification listener, once the worker sent it.
+    listener: Option<OwnedFd>,
+    tally: seccomp::Tally,
+    model: &'m seccomp::Model,
 }
 
-impl Watch {
+/// Poll slots beyond the four pipes.
+const SLOT_PIDFD: usize = 4;
+const SLOT_NOTIFY: usize = 5;
+const SLOT_LISTENER: usize = 6;
+
+impl Watch<'_> {
     /// Poll every pipe and the child's pidfd until the child is gone and the
     /// pipes are drained; kill PID 1 (and with it the whole pid namespace)
     /// at the deadline. Returns whether the deadline was hit.
@@ -610,8 +686,8 @@ impl Watch {
                 let left = deadline.saturating_duration_since(Instant::now());
                 PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
             };
-            let mut fds: Vec<PollFd> = Vec::with_capacity(5);
-            let mut which: Vec<usize> = Vec::with_capacity(5);
+            let mut fds: Vec<PollFd> = Vec::with_capacity(7);
+            let mut which: Vec<usize> = Vec::with_capacity(7);
             for (i, fd) in open.iter().enumerate() {
                 if let Some(fd) = fd {
                     fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
@@ -620,27 +696,53 @@ impl Watch {
             }
             if !exited {
                 fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
-                which.push(4);
+                which.push(SLOT_PIDFD);
+            }
+            for (slot, fd) in [(SLOT_NOTIFY, &self.notify), (SLOT_LISTENER, &self.listener)] {
+                if let Some(fd) = fd {
+                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                    which.push(slot);
+                }
             }
             let ready = poll(&mut fds, timeout);
-            let revents: Vec<(usize, bool)> = fds
-                .iter()
-                .zip(&which)
-                .map(|(f, &i)| (i, f.revents().is_some_and(|r| !r.is_empty())))
-                .collect();
+            let revents: Vec<(usize, PollFlags)> =
+                fds.iter().zip(&which).map(|(f, &i)| (i, f.revents().unwrap_or(PollFlags::empty()))).collect();
             drop(fds);
             if matches!(ready, Ok(0)) && exited {
                 // Exited but a pipe did not close: a descriptor escaped the
                 // tree somehow. Never hang on it.
                 break;
             }
-            for (i, is_ready) in revents {
-                if !is_ready {
+            for (i, flags) in revents {
+                if flags.is_empty() {
                     continue;
                 }
-                if i == 4 {
-                    exited = true;
-                    continue;
+                match i {
+                    SLOT_PIDFD => {
+                        exited = true;
+                        continue;
+                    }
+                    SLOT_NOTIFY => {
+                        // One message: the listener, or end-of-file when the
+                        // worker failed before loading the filter.
+                        if let Some(sock) = self.notify.take() {
+                            self.listener = sys::recv_fd(&sock).ok().flatten();
+                        }
+                        continue;
+                    }
+                    SLOT_LISTENER => {
+                        let Some(listener) = &self.listener else { continue };
+                        if flags.contains(PollFlags::POLLIN) {
+                            if self.tally.answer(self.model, listener) == seccomp::Next::Close {
+                                self.listener = None;
+                            }
+                        } else {
+                            // Every process under the filter is gone.
+                            self.listener = None;
+                        }
+                        continue;
+                    }
+                    _ => {}
                 }
                 let Some(fd) = &open[i] else { continue };
                 let n = nix::unistd::read(fd.as_raw_fd(), &mut buf).unwrap_or(0);
@@ -743,7 +845,27 @@ impl Capture {
 
 // ------------------------------------------------------------------- finish
 
-fn finish(mut result: RunResult, o: Outcome, started: Instant, mut stages: BTreeMap<String, f64>) -> RunResult {
+fn finish(
+    mut result: RunResult,
+    o: Outcome,
+    started: Instant,
+    mut stages: BTreeMap<String, f64>,
+    policy: &Policy,
+) -> RunResult {
+    result.denials = o.tally.denials(&policy.seccomp);
+    let mut notes = Vec::new();
+    if o.tally.capped {
+        notes.push(format!(
+            "counting stopped after {} refusals; later refused calls failed with ENOSYS uncounted",
+            seccomp::MAX_ANSWERED
+        ));
+    }
+    if o.tally.anomalies > 0 {
+        notes.push(format!("{} notified calls the policy does not refuse were refused anyway", o.tally.anomalies));
+    }
+    if !notes.is_empty() {
+        result.isolation.seccomp.detail = Some(notes.join("; "));
+    }
     let tv_ms = |tv: libc::timeval| tv.tv_sec as f64 * 1000.0 + tv.tv_usec as f64 / 1000.0;
     result.usage = Usage {
         wall_ms: (o.ended_at - o.released_at).as_secs_f64() * 1000.0,

@@ -307,3 +307,68 @@ pub fn exit_now(code: i32) -> ! {
     // of ours.
     unsafe { libc::_exit(code) }
 }
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, &prog)`: load a classic BPF
+/// filter into the calling thread. With `SECCOMP_FILTER_FLAG_NEW_LISTENER`
+/// in `flags` the kernel returns a user-notification listener (close-on-exec).
+pub fn seccomp_set_mode_filter(program: &[libc::sock_filter], flags: u32) -> io::Result<Option<OwnedFd>> {
+    const SECCOMP_SET_MODE_FILTER: libc::c_uint = 1;
+    const SECCOMP_FILTER_FLAG_NEW_LISTENER: u32 = 1 << 3;
+    let len = u16::try_from(program.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "seccomp program longer than 65535 instructions"))?;
+    let prog = libc::sock_fprog { len, filter: program.as_ptr() as *mut libc::sock_filter };
+    // SAFETY: `prog` points at `program`, which outlives the call; the kernel
+    // copies the instructions and does not keep the pointer.
+    let ret = check(unsafe {
+        libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog as *const libc::sock_fprog)
+    })?;
+    if flags & SECCOMP_FILTER_FLAG_NEW_LISTENER == 0 {
+        return Ok(None);
+    }
+    // SAFETY: with NEW_LISTENER the return value is a fresh descriptor that
+    // nothing else owns.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(ret as RawFd) }))
+}
+
+/// Send one descriptor over a unix socket (`SCM_RIGHTS`), with a one-byte
+/// payload so the receiver can tell a message from end-of-file.
+pub fn send_fd(sock: &OwnedFd, fd: &OwnedFd) -> io::Result<()> {
+    use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
+    let fds = [fd.as_raw_fd()];
+    let iov = [io::IoSlice::new(&[1u8])];
+    sendmsg::<()>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::empty(), None)?;
+    Ok(())
+}
+
+/// Receive one descriptor sent by [`send_fd`]; `None` at end-of-file.
+/// Descriptors arrive close-on-exec.
+pub fn recv_fd(sock: &OwnedFd) -> io::Result<Option<OwnedFd>> {
+    use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags};
+    let mut byte = [0u8; 1];
+    let mut iov = [io::IoSliceMut::new(&mut byte)];
+    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let msg = recvmsg::<()>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
+    let mut received = None;
+    for cmsg in msg.cmsgs()? {
+        if let ControlMessageOwned::ScmRights(fds) = cmsg {
+            for raw in fds {
+                // SAFETY: SCM_RIGHTS installed `raw` as a new descriptor in
+                // this process; we are its only owner.
+                let owned = unsafe { OwnedFd::from_raw_fd(raw) };
+                if received.is_none() {
+                    received = Some(owned);
+                }
+            }
+        }
+    }
+    if msg.bytes == 0 && received.is_none() {
+        return Ok(None);
+    }
+    received.map(Some).ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "message without a descriptor"))
+}
+
+/// A `SOCK_SEQPACKET` unix socket pair, both ends close-on-exec.
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    Ok(socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?)
+}
