@@ -173,7 +173,7 @@ pub fn explain(result: &RunResult) -> Vec<String> {
 fn explain_denial(d: &Value) -> String {
     let what = field_str(d, &["what", "syscall", "name", "access"]).unwrap_or_else(|| compact(d, 120));
     let count = d.get("count").and_then(Value::as_u64).map(|c| format!(" ({c}×)")).unwrap_or_default();
-    let detail = field_str(d, &["detail", "family", "path"]).map(|s| format!(": {s}")).unwrap_or_default();
+    let detail = field_str(d, &["family", "path", "detail"]).map(|s| format!(": {s}")).unwrap_or_default();
     let lower = format!("{what} {detail}").to_lowercase();
     if ["socket", "connect", "inet", "network", "sendto", "bind"].iter().any(|w| lower.contains(w)) {
         format!("{NETWORK_DISABLED} (the jail refused {what}{detail}{count})")
@@ -352,7 +352,7 @@ mod tests {
     fn denials_and_artifacts_of_any_shape_are_shown() {
         let mut r = result(Status::Ok);
         r.exit_code = Some(0);
-        r.denials = serde_json::from_value(json!([{"what": "socket", "count": 2, "detail": "AF_INET"}])).unwrap();
+        r.denials = serde_json::from_value(json!([{"layer": "seccomp", "what": "socket", "count": 2, "family": "AF_INET", "errno": "EPERM", "detail": "the network is off"}])).unwrap();
         r.artifacts = vec![Artifact {
             path: "a.csv".into(),
             bytes: 2048,

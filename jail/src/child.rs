@@ -2,7 +2,8 @@
 //!
 //! The cloned child is PID 1 of the new pid namespace. It builds the new root,
 //! then forks the worker and stays behind as a small reaper; the worker drops
-//! every privilege, applies the last restrictions and execs the interpreter.
+//! every privilege, applies the last restrictions (landlock, then seccomp
+//! right before exec) and execs the interpreter.
 //! Both return `!`: they end in exec or `_exit`, and any failure crosses back
 //! to the supervisor as a `{stage, message, causes}` report, then exit 125.
 
@@ -20,7 +21,7 @@ use crate::result::{SetupError, EXIT_SETUP_FAILED};
 use crate::sync::{self, Report};
 use crate::sys::{self, Forked};
 use crate::rlimits::Rlimit;
-use crate::{privileges, rlimits};
+use crate::{landlock, privileges, rlimits, seccomp};
 
 /// Everything the child needs, prepared by the supervisor before the clone so
 /// the child does as little as possible.
@@ -42,6 +43,16 @@ pub struct ChildSpec {
     /// With a size-capped output dir: the socket that hands the supervisor
     /// the output tmpfs, then says when it has been filled (output.rs).
     pub output: Option<OwnedFd>,
+    pub confine: Confine,
+}
+
+/// The last restrictions, planned and compiled by the supervisor.
+pub struct Confine {
+    pub landlock: landlock::Plan,
+    pub landlock_rules: Vec<landlock::PathRule>,
+    pub seccomp: seccomp::Filter,
+    /// Where the seccomp notification listener goes (notify mode only).
+    pub notify: Option<OwnedFd>,
 }
 
 /// The interpreter's exec: path, argv and the rebuilt environment.
@@ -96,7 +107,7 @@ fn fail(report: &OwnedFd, e: StageError) -> ! {
 
 /// PID 1's entry point, right after clone.
 pub fn run(spec: ChildSpec) -> ! {
-    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits, output } = spec;
+    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits, output, confine } = spec;
     // The supervisor writes our id maps, then releases us; until then we have
     // no identity in the new user namespace.
     if !sync::wait_for_release(release) {
@@ -124,11 +135,12 @@ pub fn run(spec: ChildSpec) -> ! {
     }
     match sys::fork_process() {
         Err(e) => fail(&report, StageError { stage: "fork_worker", error: Box::new(e) }),
-        Ok(Forked::Child) => worker(marks, report, exec, &rlimits),
+        Ok(Forked::Child) => worker(marks, report, exec, &rlimits, confine),
         Ok(Forked::Parent(worker_pid)) => {
             // Our copy of the report pipe must go, or the supervisor would
             // never see the end-of-file that means "exec happened".
             drop(report);
+            drop(confine);
             reaper(worker_pid, status, handled)
         }
     }
@@ -185,12 +197,17 @@ fn setup(
 }
 
 /// The worker: drop everything, restrict, exec. Runs as PID 2.
-fn worker(mut marks: Marks, report: OwnedFd, exec: Exec, limits: &[Rlimit]) -> ! {
-    match worker_setup(&mut marks, &report, &exec, limits) {
+fn worker(mut marks: Marks, report: OwnedFd, exec: Exec, limits: &[Rlimit], confine: Confine) -> ! {
+    match worker_setup(&mut marks, &report, &exec, limits, &confine) {
         Ok(()) => {}
         Err(e) => fail(&report, e),
     }
-    marks.mark("exec");
+    // Seccomp last: from here on every syscall passes the filter, and in
+    // notify mode the listener reaches the supervisor before any other call.
+    if let Err(e) = confine.seccomp.load(confine.notify.as_ref()).stage("seccomp") {
+        fail(&report, e);
+    }
+    marks.mark("seccomp");
     let _ = sync::send(&report, &Report::Stages(std::mem::take(&mut marks.0)));
     let err = nix::unistd::execve(&exec.path, &exec.argv, &exec.envp).unwrap_err();
     fail(&report, StageError { stage: "exec", error: Box::new(ExecError(exec.path.clone(), err)) })
@@ -200,7 +217,7 @@ fn worker(mut marks: Marks, report: OwnedFd, exec: Exec, limits: &[Rlimit]) -> !
 #[error("execve({0:?})")]
 struct ExecError(CString, #[source] nix::Error);
 
-fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec, limits: &[Rlimit]) -> Result<(), StageError> {
+fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec, limits: &[Rlimit], confine: &Confine) -> Result<(), StageError> {
     // The script gets a clean signal state: nothing blocked, SIGPIPE and
     // SIGXFSZ at their defaults (the Rust runtime ignores SIGPIPE). CPython
     // ignores SIGXFSZ itself, so a Python write past RLIMIT_FSIZE fails with
@@ -208,9 +225,11 @@ fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec, limits: &[Rlim
     SigSet::empty().thread_set_mask().stage("signals")?;
     sys::set_default_signal(Signal::SIGPIPE).stage("signals")?;
     sys::set_default_signal(Signal::SIGXFSZ).stage("signals")?;
-    // Every descriptor but stdio and the report pipe closes now; the report
-    // pipe is close-on-exec (runc CVE-2024-21626).
-    sys::close_from_except(3, &[report.as_raw_fd()]).stage("close_fds")?;
+    // Every descriptor but stdio, the report pipe and the listener's way
+    // out closes now; those two are close-on-exec (runc CVE-2024-21626).
+    let mut keep = vec![report.as_raw_fd()];
+    keep.extend(confine.notify.as_ref().map(|fd| fd.as_raw_fd()));
+    sys::close_from_except(3, &keep).stage("close_fds")?;
     sys::cloexec_from(3).stage("close_fds")?;
     // A new session: no controlling terminal to inject keystrokes into.
     nix::unistd::setsid().stage("setsid")?;
@@ -225,6 +244,9 @@ fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec, limits: &[Rlim
     privileges::drop_all_capabilities().stage("drop_capabilities")?;
     nix::sys::prctl::set_no_new_privs().stage("no_new_privs")?;
     marks.mark("drop_privileges");
+    // Landlock needs no_new_privs (or CAP_SYS_ADMIN, which is gone).
+    landlock::restrict(&confine.landlock, &confine.landlock_rules).stage("landlock")?;
+    marks.mark("landlock");
     Ok(())
 }
 

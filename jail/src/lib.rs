@@ -2,11 +2,13 @@
 //! root filesystem, and report what happened as one JSON document.
 //!
 //! The pipeline, in the order DESIGN.md §6 gives it: `policy` validates the
-//! request, `supervisor` prepares and clones, `child` builds the jail
-//! (`mounts`, `namespaces`, `privileges`, `rlimits`) and execs, and `result`
-//! is the contract both sides and the agent share; `rootfs` reads the
-//! rootfs's manifest and identity; `artifacts` judges the output dir once
-//! the tree is dead. `sys` holds every `unsafe`.
+//! request, `supervisor` compiles the `seccomp` filter, plans `landlock`,
+//! prepares and clones, `child` builds the jail (`mounts`, `namespaces`,
+//! `privileges`, `rlimits`, then `landlock` and `seccomp` last) and execs,
+//! and `result` is the contract both sides and the agent share; `cgroup` and
+//! `limits` enforce resources; `rootfs` reads the rootfs's manifest and
+//! identity; `artifacts` judges the output dir once the tree is dead. `sys`
+//! holds every `unsafe`.
 
 pub mod artifacts;
 pub mod cgroup;
@@ -14,6 +16,7 @@ pub mod child;
 pub mod digest;
 pub mod doctor;
 pub mod limits;
+pub mod landlock;
 pub mod mounts;
 pub mod namespaces;
 pub mod output;
@@ -22,6 +25,7 @@ pub mod privileges;
 pub mod result;
 pub mod rlimits;
 pub mod rootfs;
+pub mod seccomp;
 pub mod supervisor;
 pub mod sync;
 pub mod sys;

@@ -24,10 +24,13 @@ struct Cli {
 enum Command {
     /// Run one Python script in a fresh jail.
     Run(RunArgs),
-    /// Validate a policy file.
+    /// Validate a policy file and compile its seccomp filter.
     Check {
         /// The policy file.
         policy: PathBuf,
+        /// Also print the compiled BPF program, one instruction per line.
+        #[arg(long)]
+        bpf: bool,
     },
     /// Show what this host provides to the jail, and how to fix what is missing.
     Doctor {
@@ -104,7 +107,7 @@ fn main() -> ExitCode {
     };
     match cli.command {
         Command::Run(args) => run(args),
-        Command::Check { policy } => check(&policy),
+        Command::Check { policy, bpf } => check(&policy, bpf),
         Command::Doctor { json } => doctor(json),
         Command::Packages { rootfs, json } => packages(rootfs, json),
     }
@@ -187,17 +190,40 @@ fn prepare_request(args: RunArgs) -> Result<RunRequest, SetupError> {
     })
 }
 
-fn check(path: &PathBuf) -> ExitCode {
-    match Policy::load(path) {
-        Ok(p) => {
-            println!("{}: ok (policy `{}`, sha256 {})", path.display(), p.name, p.hash);
-            ExitCode::SUCCESS
+fn check(path: &PathBuf, bpf: bool) -> ExitCode {
+    let fail = |e: &dyn std::error::Error| {
+        let mut line = format!("{}: {e}", path.display());
+        let mut src = e.source();
+        while let Some(s) = src {
+            line.push_str(&format!(": {s}"));
+            src = s.source();
         }
-        Err(e) => {
-            eprintln!("{}: {e}", path.display());
-            ExitCode::from(EXIT_SETUP_FAILED as u8)
-        }
+        eprintln!("{line}");
+        ExitCode::from(EXIT_SETUP_FAILED as u8)
+    };
+    let p = match Policy::load(path) {
+        Ok(p) => p,
+        Err(e) => return fail(&e),
+    };
+    let mode = jail::seccomp::host_mode();
+    let filter = match jail::seccomp::compile(&p.seccomp, mode) {
+        Ok(f) => f,
+        Err(e) => return fail(&e),
+    };
+    println!(
+        "{}: ok (policy `{}`, sha256 {}; seccomp: {} rules, {} BPF instructions, filter sha256 {}; landlock: {})",
+        path.display(),
+        p.name,
+        p.hash,
+        p.seccomp.rules.len(),
+        filter.program.len(),
+        filter.sha256,
+        p.landlock.enforcement.as_str(),
+    );
+    if bpf {
+        print!("{}", jail::seccomp::bpf::disassemble(&filter.program));
     }
+    ExitCode::SUCCESS
 }
 
 fn doctor(json: bool) -> ExitCode {

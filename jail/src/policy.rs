@@ -64,6 +64,11 @@ pub struct PolicyFile {
     pub network: NetworkFile,
     #[serde(default)]
     pub artifacts: ArtifactsFile,
+    /// The syscall allowlist; absent means the built-in default policy's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seccomp: Option<crate::seccomp::SeccompFile>,
+    #[serde(default)]
+    pub landlock: crate::landlock::LandlockFile,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -215,6 +220,8 @@ pub struct Policy {
     pub limits: Limits,
     pub network: Network,
     pub artifacts: ArtifactRules,
+    pub seccomp: crate::seccomp::Model,
+    pub landlock: crate::landlock::Settings,
     /// sha256 of the policy's canonical JSON form, reported in every result.
     pub hash: String,
 }
@@ -373,12 +380,16 @@ impl Policy {
         Policy::validate(file, base)
     }
 
-    fn validate(file: PolicyFile, base: &Path) -> Result<Policy, PolicyError> {
+    fn validate(mut file: PolicyFile, base: &Path) -> Result<Policy, PolicyError> {
         if file.version != POLICY_VERSION {
             return Err(PolicyError::field(
                 "version",
                 format!("is {}, this jail understands version {POLICY_VERSION}", file.version),
             ));
+        }
+        if file.seccomp.is_none() {
+            // The hash below then covers the allowlist the run really gets.
+            file.seccomp = parse_file(DEFAULT_POLICY_JSON)?.seccomp;
         }
         let hash = crate::digest::sha256_hex(
             serde_json::to_string(&file).unwrap_or_default().as_bytes(),
@@ -416,6 +427,16 @@ impl Policy {
             }
         };
         let artifacts = validate_artifacts(&file.artifacts)?;
+        let seccomp = match &file.seccomp {
+            Some(section) => crate::seccomp::Model::from_file(section, "seccomp")?,
+            None => return Err(PolicyError::field("seccomp", "is missing, and so is the built-in default's")),
+        };
+        crate::seccomp::check_jail_needs(&seccomp)?;
+        crate::seccomp::check_floor(&seccomp)?;
+        match network {
+            Network::None => crate::seccomp::check_network_none(&seccomp)?,
+        }
+        let landlock = crate::landlock::validate(&file.landlock)?;
         Ok(Policy {
             name: file.name.clone().unwrap_or_else(|| "unnamed".into()),
             rootfs,
@@ -426,6 +447,8 @@ impl Policy {
             limits,
             network,
             artifacts,
+            seccomp,
+            landlock,
             hash,
         })
     }

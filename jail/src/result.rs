@@ -34,7 +34,9 @@ pub struct RunResult {
     /// Every limit, its value and what enforced it.
     pub limits: BTreeMap<String, LimitReport>,
     pub isolation: Isolation,
-    /// Syscalls or accesses the jail refused, with counts.
+    /// Syscalls the jail refused, by name (and address family), most
+    /// frequent first. Empty when `isolation.seccomp.denials_counted` is
+    /// false.
     pub denials: Vec<Denial>,
     /// Files of the output dir, as the supervisor found them after the whole
     /// process tree was dead: every accepted file (created, modified or left
@@ -201,10 +203,56 @@ pub struct Isolation {
     pub host_gid: u32,
     pub capabilities: Vec<String>,
     pub no_new_privs: bool,
-    pub landlock: Layer,
-    pub seccomp: Layer,
+    pub landlock: LandlockReport,
+    pub seccomp: SeccompReport,
     /// Layers that are not fully enforced on this run, in plain words.
     pub degraded: Vec<String>,
+}
+
+/// How much of a layer this run got.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum LayerStatus {
+    /// Every rule of the layer is in force.
+    Enforced,
+    /// Some rules are in force; `missing` says which are not.
+    Partial,
+    /// None is (or the run failed before the layer was set up).
+    #[default]
+    NotEnforced,
+}
+
+/// `isolation.landlock`: the filesystem, TCP and IPC rules.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct LandlockReport {
+    pub status: LayerStatus,
+    /// The policy's `landlock.mode`: `required` or `best_effort`.
+    pub mode: String,
+    /// The Landlock ABI the rules were built for and enforced at (0: none).
+    pub abi: u32,
+    /// The ABI this kernel offers (0: no Landlock).
+    pub kernel_abi: u32,
+    /// What this kernel's ABI leaves out of the rules, in plain words.
+    pub missing: Vec<String>,
+    pub detail: Option<String>,
+}
+
+/// `isolation.seccomp`: the syscall allowlist.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct SeccompReport {
+    pub status: LayerStatus,
+    /// What a syscall outside the allowlist gets, e.g. `errno ENOSYS`.
+    pub default_action: String,
+    /// Rules in the policy's `seccomp.rules`.
+    pub rules: usize,
+    /// BPF instructions in the loaded program.
+    pub instructions: usize,
+    /// sha256 of the loaded BPF program.
+    pub filter_sha256: String,
+    /// Whether refusals are counted into `denials` (seccomp user
+    /// notification); false on kernels without it.
+    pub denials_counted: bool,
+    pub detail: Option<String>,
 }
 
 /// The state of one optional layer.
@@ -215,10 +263,21 @@ pub struct Layer {
     pub detail: Option<String>,
 }
 
+/// One kind of refused call, counted.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Denial {
+    /// The layer that refused it: `seccomp`.
+    pub layer: String,
+    /// The syscall's name, e.g. `socket`, `ptrace`.
     pub what: String,
+    /// How many times it was refused.
     pub count: u64,
+    /// For socket() and socketpair(): the address family asked for
+    /// (`AF_INET`).
+    pub family: Option<String>,
+    /// The error the call returned (`EPERM`, `ENOSYS`).
+    pub errno: Option<String>,
+    /// Why the policy refuses it: the `why` of the rule (or the default).
     pub detail: Option<String>,
 }
 

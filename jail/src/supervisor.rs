@@ -1,6 +1,7 @@
-//! The supervisor side: validate the request, clone the child into its
-//! namespaces, write its id maps, release it, watch it until it exits or its
-//! deadline passes, kill the whole tree, and build the result.
+//! The supervisor side: validate the request, compile the seccomp filter and
+//! plan landlock, clone the child into its namespaces, write its id maps,
+//! release it, watch it (answering the seccomp refusals it reports) until it
+//! exits or its deadline passes, kill the whole tree, and build the result.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
@@ -17,14 +18,17 @@ use nix::unistd::Pid;
 
 use crate::artifacts::{self, TreeDead};
 use crate::cgroup::{self, CgroupUsage, RunCgroup};
-use crate::child::{self, ChildSpec, Exec};
+use crate::child::{self, ChildSpec, Confine, Exec};
 use crate::limits;
 use crate::mounts::{self, RootfsEntry};
-use crate::namespaces;
 use crate::output;
 use crate::policy::Policy;
-use crate::result::{Isolation, Layer, RunResult, SetupError, Status, Stream, Timings, Usage};
+use crate::result::{
+    Isolation, LandlockReport, LayerStatus, RunResult, SeccompReport, SetupError, Status, Stream,
+    Timings, Usage,
+};
 use crate::rlimits;
+use crate::{landlock, namespaces, seccomp};
 use crate::sync::{self, Pipe, Report};
 use crate::sys::{self, Forked};
 
@@ -94,6 +98,13 @@ pub fn run(req: &RunRequest) -> RunResult {
     let who = Identity { caller_uid, host_uid: uid_map.outside, host_gid: gid_map.outside };
 
     let mut result = base_result(policy, &who);
+    // Before anything is forked: a policy the kernel cannot honour fails here.
+    let confinement = match confine(policy) {
+        Ok(c) => c,
+        Err((stage, e)) => return failed(result, stage, &e.to_string(), causes_of(&*e), started),
+    };
+    report_confinement(&mut result, policy, &confinement);
+    stages.insert("confine".to_string(), ms_since(started));
     let prepared = match prepare(req, &who) {
         Ok(p) => p,
         Err(e) => return failed(result, "input", &e.to_string(), vec![], started),
@@ -130,7 +141,7 @@ pub fn run(req: &RunRequest) -> RunResult {
         return failed(result, "limits", &message, vec![], started);
     }
 
-    let launched = launch(req, &prepared, &resources, uid_map, gid_map, &mut stages, started, started_ns);
+    let launched = launch(req, &prepared, &resources, confinement, uid_map, gid_map, &mut stages, started, started_ns);
     // The tree is dead (PID 1 reaped): read what it used, then remove the
     // cgroup. A failed launch leaves it to RunCgroup's drop.
     let cgroup_usage = resources.cgroup.as_ref().map(RunCgroup::usage);
@@ -142,17 +153,12 @@ pub fn run(req: &RunRequest) -> RunResult {
     let result = match launched {
         Ok(outcome) => {
             let dead = outcome.tree_dead;
-            let mut result = finish(result, outcome, cgroup_usage, &resources.plan, started, stages);
+            let mut result = finish(result, outcome, cgroup_usage, &resources.plan, started, stages, policy);
             collect_artifacts(&mut result, &prepared.output_dir, &before, policy, dead, started);
             result
         }
         Err(e) => {
-            let mut causes = Vec::new();
-            let mut src = std::error::Error::source(&e);
-            while let Some(s) = src {
-                causes.push(s.to_string());
-                src = s.source();
-            }
+            let causes = causes_of(&e);
             failed(result, e.stage(), &e.to_string(), causes, started)
         }
     };
@@ -169,11 +175,50 @@ pub fn run(req: &RunRequest) -> RunResult {
     result
 }
 
-fn base_result(policy: &Policy, who: &Identity) -> RunResult {
-    let not_yet = |what: &str| Layer {
-        status: "not_enforced".into(),
-        detail: Some(format!("{what} is not built into this jail yet (issue 4)")),
+fn causes_of(e: &dyn std::error::Error) -> Vec<String> {
+    let mut causes = Vec::new();
+    let mut src = e.source();
+    while let Some(s) = src {
+        causes.push(s.to_string());
+        src = s.source();
+    }
+    causes
+}
+
+/// The seccomp program and the landlock plan for this run.
+struct Confinement {
+    filter: seccomp::Filter,
+    landlock: landlock::Plan,
+}
+
+fn confine(policy: &Policy) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
+    let filter = seccomp::compile(&policy.seccomp, seccomp::host_mode()).map_err(|e| ("seccomp", e.into()))?;
+    let landlock = landlock::plan(landlock::kernel_abi(), &policy.landlock).map_err(|e| ("landlock", e.into()))?;
+    Ok(Confinement { filter, landlock })
+}
+
+fn report_confinement(result: &mut RunResult, policy: &Policy, c: &Confinement) {
+    let counted = c.filter.mode == seccomp::Mode::Notify;
+    result.isolation.seccomp = SeccompReport {
+        status: LayerStatus::Enforced,
+        default_action: match policy.seccomp.default {
+            seccomp::Action::Errno { errno, .. } => {
+                format!("errno {}", seccomp::model::errno_name(errno).unwrap_or("?"))
+            }
+            seccomp::Action::Allow => "allow".into(),
+            seccomp::Action::KillProcess => "kill_process".into(),
+        },
+        rules: policy.seccomp.rules.len(),
+        instructions: c.filter.program.len(),
+        filter_sha256: c.filter.sha256.clone(),
+        denials_counted: counted,
+        detail: (!counted).then(|| "refusals are not counted: this kernel has no seccomp user notification".into()),
     };
+    result.isolation.landlock = c.landlock.report();
+    result.isolation.degraded = c.landlock.degraded().into_iter().collect();
+}
+
+fn base_result(policy: &Policy, who: &Identity) -> RunResult {
     let mut r = RunResult::setup_failed(SetupError { stage: String::new(), message: String::new(), causes: vec![] });
     r.setup_error = None;
     r.isolation = Isolation {
@@ -188,12 +233,10 @@ fn base_result(policy: &Policy, who: &Identity) -> RunResult {
         host_gid: who.host_gid,
         capabilities: vec![],
         no_new_privs: true,
-        landlock: not_yet("landlock"),
-        seccomp: not_yet("seccomp"),
-        degraded: vec![
-            "landlock: not enforced (not built yet)".into(),
-            "seccomp: not enforced (not built yet)".into(),
-        ],
+        // Filled in by report_confinement once the layers are planned.
+        landlock: LandlockReport { mode: policy.landlock.enforcement.as_str().into(), ..LandlockReport::default() },
+        seccomp: SeccompReport::default(),
+        degraded: vec![],
     };
     r
 }
@@ -575,6 +618,7 @@ impl LaunchError {
 /// What the watch loop saw.
 struct Outcome {
     reports: Vec<Report>,
+    tally: seccomp::Tally,
     stdout: Capture,
     stderr: Capture,
     ending: Ending,
@@ -594,6 +638,7 @@ fn launch(
     req: &RunRequest,
     prepared: &Prepared,
     resources: &Resources,
+    confinement: Confinement,
     uid_map: namespaces::IdMap,
     gid_map: namespaces::IdMap,
     stages: &mut BTreeMap<String, f64>,
@@ -622,18 +667,28 @@ fn launch(
         Some((a, b)) => (Some(a), Some(b)),
         None => (None, None),
     };
+    // The worker sends the seccomp notification listener over this.
+    let (notify_ours, notify_theirs) = match confinement.filter.mode {
+        seccomp::Mode::Notify => {
+            let (a, b) = sys::seqpacket_pair().map_err(LaunchError::Pipes)?;
+            (Some(a), Some(b))
+        }
+        seccomp::Mode::ErrnoOnly => (None, None),
+    };
     if nix::unistd::getuid().is_root() {
         // The child can never call setgroups (it is denied in its user
         // namespace), so root's supplementary groups must go before the clone.
         nix::unistd::setgroups(&[]).map_err(LaunchError::DropGroups)?;
     }
+    let mount_ops = mounts::plan(&prepared.mount_request);
+    let landlock_rules = landlock::rules(&mount_ops);
     let spec = ChildSpec {
         release: release.read,
         report: report.write,
         status: status.write,
         stdout: out.write,
         stderr: err.write,
-        mounts: mounts::plan(&prepared.mount_request),
+        mounts: mount_ops,
         // A private tmpfs over /tmp, in the child's own mount namespace only.
         staging: PathBuf::from("/tmp"),
         uid: req.policy.identity.uid,
@@ -647,6 +702,12 @@ fn launch(
         },
         rlimits: resources.plan.rlimits.clone(),
         output: output_theirs,
+        confine: Confine {
+            landlock: confinement.landlock,
+            landlock_rules,
+            seccomp: confinement.filter,
+            notify: notify_theirs,
+        },
     };
     stages.insert("plan".into(), ms_since(started));
     let pid = match sys::clone_process(namespaces::CLONE_FLAGS).map_err(LaunchError::Clone)? {
@@ -706,6 +767,10 @@ fn launch(
         report_buf: Vec::new(),
         status_buf: Vec::new(),
         exec_at: None,
+        notify: notify_ours,
+        listener: None,
+        tally: seccomp::Tally::new(),
+        model: &req.policy.seccomp,
     };
     let limits = Deadlines {
         wall: deadline,
@@ -731,6 +796,7 @@ fn launch(
     reports.extend(sync::parse_reports(&watch.status_buf));
     Ok(Outcome {
         reports,
+        tally: watch.tally,
         stdout: watch.stdout,
         stderr: watch.stderr,
         ending,
@@ -767,12 +833,18 @@ fn fill_output(
     Ok(Some((dir, inventory)))
 }
 
-struct Watch {
+struct Watch<'m> {
     stdout: Capture,
     stderr: Capture,
     report_buf: Vec<u8>,
     status_buf: Vec<u8>,
     exec_at: Option<Instant>,
+    /// Our end of the socketpair the seccomp listener arrives on.
+    notify: Option<OwnedFd>,
+    /// The seccomp user-notification listener, once the worker sent it.
+    listener: Option<OwnedFd>,
+    tally: seccomp::Tally,
+    model: &'m seccomp::Model,
 }
 
 /// How the watch loop ended.
@@ -793,7 +865,13 @@ struct Deadlines<'a> {
     cpu: Option<(&'a RunCgroup, u64)>,
 }
 
-impl Watch {
+
+/// Poll slots beyond the four pipes.
+const SLOT_PIDFD: usize = 4;
+const SLOT_NOTIFY: usize = 5;
+const SLOT_LISTENER: usize = 6;
+
+impl Watch<'_> {
     /// Poll every pipe and the child's pidfd until the child is gone and the
     /// pipes are drained; kill the whole tree at the wall deadline, or once
     /// the run's CPU time (checked every `limits::CPU_POLL`) reaches its
@@ -835,8 +913,8 @@ impl Watch {
                 }
                 PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
             };
-            let mut fds: Vec<PollFd> = Vec::with_capacity(5);
-            let mut which: Vec<usize> = Vec::with_capacity(5);
+            let mut fds: Vec<PollFd> = Vec::with_capacity(7);
+            let mut which: Vec<usize> = Vec::with_capacity(7);
             for (i, fd) in open.iter().enumerate() {
                 if let Some(fd) = fd {
                     fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
@@ -845,27 +923,53 @@ impl Watch {
             }
             if !exited {
                 fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
-                which.push(4);
+                which.push(SLOT_PIDFD);
+            }
+            for (slot, fd) in [(SLOT_NOTIFY, &self.notify), (SLOT_LISTENER, &self.listener)] {
+                if let Some(fd) = fd {
+                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                    which.push(slot);
+                }
             }
             let ready = poll(&mut fds, timeout);
-            let revents: Vec<(usize, bool)> = fds
-                .iter()
-                .zip(&which)
-                .map(|(f, &i)| (i, f.revents().is_some_and(|r| !r.is_empty())))
-                .collect();
+            let revents: Vec<(usize, PollFlags)> =
+                fds.iter().zip(&which).map(|(f, &i)| (i, f.revents().unwrap_or(PollFlags::empty()))).collect();
             drop(fds);
             if matches!(ready, Ok(0)) && exited {
                 // Exited but a pipe did not close: a descriptor escaped the
                 // tree somehow. Never hang on it.
                 break;
             }
-            for (i, is_ready) in revents {
-                if !is_ready {
+            for (i, flags) in revents {
+                if flags.is_empty() {
                     continue;
                 }
-                if i == 4 {
-                    exited = true;
-                    continue;
+                match i {
+                    SLOT_PIDFD => {
+                        exited = true;
+                        continue;
+                    }
+                    SLOT_NOTIFY => {
+                        // One message: the listener, or end-of-file when the
+                        // worker failed before loading the filter.
+                        if let Some(sock) = self.notify.take() {
+                            self.listener = sys::recv_fd(sock.as_fd()).ok().flatten();
+                        }
+                        continue;
+                    }
+                    SLOT_LISTENER => {
+                        let Some(listener) = &self.listener else { continue };
+                        if flags.contains(PollFlags::POLLIN) {
+                            if self.tally.answer(self.model, listener) == seccomp::Next::Close {
+                                self.listener = None;
+                            }
+                        } else {
+                            // Every process under the filter is gone.
+                            self.listener = None;
+                        }
+                        continue;
+                    }
+                    _ => {}
                 }
                 let Some(fd) = &open[i] else { continue };
                 let n = nix::unistd::read(fd.as_raw_fd(), &mut buf).unwrap_or(0);
@@ -1005,7 +1109,22 @@ fn finish(
     plan: &limits::Plan,
     started: Instant,
     mut stages: BTreeMap<String, f64>,
+    policy: &Policy,
 ) -> RunResult {
+    result.denials = o.tally.denials(&policy.seccomp);
+    let mut notes = Vec::new();
+    if o.tally.capped {
+        notes.push(format!(
+            "counting stopped after {} refusals; later refused calls failed with ENOSYS uncounted",
+            seccomp::MAX_ANSWERED
+        ));
+    }
+    if o.tally.anomalies > 0 {
+        notes.push(format!("{} notified calls the policy does not refuse were refused anyway", o.tally.anomalies));
+    }
+    if !notes.is_empty() {
+        result.isolation.seccomp.detail = Some(notes.join("; "));
+    }
     let tv_ms = |tv: libc::timeval| tv.tv_sec as f64 * 1000.0 + tv.tv_usec as f64 / 1000.0;
     let ns_ms = |ns: u64| ns as f64 / 1e6;
     let cg = cg.unwrap_or_default();

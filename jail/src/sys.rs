@@ -365,3 +365,31 @@ pub fn exit_now(code: i32) -> ! {
     // of ours.
     unsafe { libc::_exit(code) }
 }
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, &prog)`: load a classic BPF
+/// filter into the calling thread. With `SECCOMP_FILTER_FLAG_NEW_LISTENER`
+/// in `flags` the kernel returns a user-notification listener (close-on-exec).
+pub fn seccomp_set_mode_filter(program: &[libc::sock_filter], flags: u32) -> io::Result<Option<OwnedFd>> {
+    const SECCOMP_SET_MODE_FILTER: libc::c_uint = 1;
+    const SECCOMP_FILTER_FLAG_NEW_LISTENER: u32 = 1 << 3;
+    let len = u16::try_from(program.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "seccomp program longer than 65535 instructions"))?;
+    let prog = libc::sock_fprog { len, filter: program.as_ptr() as *mut libc::sock_filter };
+    // SAFETY: `prog` points at `program`, which outlives the call; the kernel
+    // copies the instructions and does not keep the pointer.
+    let ret = check(unsafe {
+        libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog as *const libc::sock_fprog)
+    })?;
+    if flags & SECCOMP_FILTER_FLAG_NEW_LISTENER == 0 {
+        return Ok(None);
+    }
+    // SAFETY: with NEW_LISTENER the return value is a fresh descriptor that
+    // nothing else owns.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(ret as RawFd) }))
+}
+
+/// A `SOCK_SEQPACKET` unix socket pair, both ends close-on-exec.
+pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    Ok(socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?)
+}
