@@ -42,6 +42,9 @@ pub struct ChildSpec {
     /// With a size-capped output dir: the socket that hands the supervisor
     /// the output tmpfs, then says when it has been filled (output.rs).
     pub output: Option<OwnedFd>,
+    /// With `network.mode: allowlist`: the socket the proxy listener goes
+    /// to the supervisor over (network.rs).
+    pub proxy: Option<OwnedFd>,
 }
 
 /// The interpreter's exec: path, argv and the rebuilt environment.
@@ -96,7 +99,7 @@ fn fail(report: &OwnedFd, e: StageError) -> ! {
 
 /// PID 1's entry point, right after clone.
 pub fn run(spec: ChildSpec) -> ! {
-    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits, output } = spec;
+    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits, output, proxy } = spec;
     // The supervisor writes our id maps, then releases us; until then we have
     // no identity in the new user namespace.
     if !sync::wait_for_release(release) {
@@ -104,7 +107,7 @@ pub fn run(spec: ChildSpec) -> ! {
     }
     let mut marks = Marks(Vec::new());
     marks.mark("released");
-    match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, uid, gid, &hostname, output.as_ref()) {
+    match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, uid, gid, &hostname, output.as_ref(), proxy) {
         Ok(()) => {}
         Err(e) => fail(&report, e),
     }
@@ -147,6 +150,7 @@ fn setup(
     gid: u32,
     hostname: &str,
     output: Option<&OwnedFd>,
+    proxy: Option<OwnedFd>,
 ) -> Result<(), StageError> {
     // Our cgroup namespace is made only now, after the supervisor moved us
     // into the run cgroup's leaf: its root is that leaf, so nothing above it
@@ -181,6 +185,12 @@ fn setup(
     mounts::pivot_root(staging).stage("pivot_root")?;
     marks.mark("pivot_root");
     nix::unistd::sethostname(hostname).stage("hostname")?;
+    if let Some(sock) = proxy {
+        // While we still hold CAP_NET_ADMIN in our namespaces (lo up) and
+        // before the worker exists: the script never sees the listener.
+        crate::network::hand_over_listener(sock.as_fd()).stage("network")?;
+        marks.mark("network");
+    }
     Ok(())
 }
 
