@@ -1071,6 +1071,14 @@ mod tests {
     }
 
     #[test]
+    fn the_allowlist_example_policy_validates_to_an_allowlist() {
+        let p = Policy::load(&Path::new(DEFAULT_POLICY_DIR).join("allowlist-example.json")).unwrap();
+        let Network::Allowlist(a) = &p.network else { panic!("{:?}", p.network) };
+        assert!(a.allows_host("api.example.org") && a.allows_host("eu.data.example.net"));
+        assert!(!a.allows_host("data.example.net") && !a.allows_host("example.org"));
+    }
+
+    #[test]
     fn the_default_policy_hash_does_not_see_the_new_network_fields() {
         // Absent allowlist fields are not written, so `none` policies keep
         // the hash they had before the allowlist existed.
