@@ -44,6 +44,9 @@ pub struct ChildSpec {
     /// the output tmpfs, then says when it has been filled (output.rs).
     pub output: Option<OwnedFd>,
     pub confine: Confine,
+    /// With `network.mode: allowlist`: the socket the proxy listener goes
+    /// to the supervisor over (network.rs).
+    pub proxy: Option<OwnedFd>,
 }
 
 /// The last restrictions, planned and compiled by the supervisor.
@@ -53,6 +56,8 @@ pub struct Confine {
     pub seccomp: seccomp::Filter,
     /// Where the seccomp notification listener goes (notify mode only).
     pub notify: Option<OwnedFd>,
+    /// TCP ports landlock lets connect(2) reach: the proxy's, with an allowlist.
+    pub tcp_connect: Vec<u16>,
 }
 
 /// The interpreter's exec: path, argv and the rebuilt environment.
@@ -107,7 +112,7 @@ fn fail(report: &OwnedFd, e: StageError) -> ! {
 
 /// PID 1's entry point, right after clone.
 pub fn run(spec: ChildSpec) -> ! {
-    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits, output, confine } = spec;
+    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits, output, confine, proxy } = spec;
     // The supervisor writes our id maps, then releases us; until then we have
     // no identity in the new user namespace.
     if !sync::wait_for_release(release) {
@@ -115,7 +120,7 @@ pub fn run(spec: ChildSpec) -> ! {
     }
     let mut marks = Marks(Vec::new());
     marks.mark("released");
-    match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, uid, gid, &hostname, output.as_ref()) {
+    match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, uid, gid, &hostname, output.as_ref(), proxy) {
         Ok(()) => {}
         Err(e) => fail(&report, e),
     }
@@ -159,6 +164,7 @@ fn setup(
     gid: u32,
     hostname: &str,
     output: Option<&OwnedFd>,
+    proxy: Option<OwnedFd>,
 ) -> Result<(), StageError> {
     // Our cgroup namespace is made only now, after the supervisor moved us
     // into the run cgroup's leaf: its root is that leaf, so nothing above it
@@ -193,6 +199,12 @@ fn setup(
     mounts::pivot_root(staging).stage("pivot_root")?;
     marks.mark("pivot_root");
     nix::unistd::sethostname(hostname).stage("hostname")?;
+    if let Some(sock) = proxy {
+        // While we still hold CAP_NET_ADMIN in our namespaces (lo up) and
+        // before the worker exists: the script never sees the listener.
+        crate::network::hand_over_listener(sock.as_fd()).stage("network")?;
+        marks.mark("network");
+    }
     Ok(())
 }
 
@@ -245,7 +257,7 @@ fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec, limits: &[Rlim
     nix::sys::prctl::set_no_new_privs().stage("no_new_privs")?;
     marks.mark("drop_privileges");
     // Landlock needs no_new_privs (or CAP_SYS_ADMIN, which is gone).
-    landlock::restrict(&confine.landlock, &confine.landlock_rules).stage("landlock")?;
+    landlock::restrict(&confine.landlock, &confine.landlock_rules, &confine.tcp_connect).stage("landlock")?;
     marks.mark("landlock");
     Ok(())
 }

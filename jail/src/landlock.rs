@@ -18,7 +18,7 @@
 use std::path::{Path, PathBuf};
 
 use landlock::{
-    Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    Access as _, AccessFs, AccessNet, BitFlags, CompatLevel, Compatible, NetPort, PathBeneath, PathFd, Ruleset, RulesetAttr,
     RulesetCreatedAttr, RulesetStatus, Scope, ABI,
 };
 use serde::{Deserialize, Serialize};
@@ -256,7 +256,10 @@ pub fn fs_rights(access: Access, abi: ABI) -> BitFlags<AccessFs> {
 
 /// Child side: build the ruleset the plan describes and restrict this
 /// process (and everything it will start) to it. Needs no_new_privs.
-pub fn restrict(plan: &Plan, rules: &[PathRule]) -> Result<(), LandlockError> {
+///
+/// `tcp_connect` lists the only TCP ports connect(2) may reach (ABI >= 4):
+/// empty with `network.mode: none`, the proxy's port with an allowlist.
+pub fn restrict(plan: &Plan, rules: &[PathRule], tcp_connect: &[u16]) -> Result<(), LandlockError> {
     if plan.abi == 0 {
         return Ok(());
     }
@@ -285,6 +288,13 @@ pub fn restrict(plan: &Plan, rules: &[PathRule]) -> Result<(), LandlockError> {
         created = created
             .add_rule(PathBeneath::new(fd, rights))
             .map_err(|source| LandlockError::AddRule { path: r.path.clone(), source })?;
+    }
+    if plan.abi >= 4 {
+        for &port in tcp_connect {
+            created = created
+                .add_rule(NetPort::new(port, AccessNet::ConnectTcp))
+                .map_err(|source| LandlockError::AddRule { path: PathBuf::from(format!("tcp:{port}")), source })?;
+        }
     }
     let status = created.restrict_self().map_err(LandlockError::Restrict)?;
     if status.ruleset != RulesetStatus::FullyEnforced {

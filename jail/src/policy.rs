@@ -133,7 +133,21 @@ pub struct LimitsFile {
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct NetworkFile {
+    /// `none` (the default) or `allowlist`.
     pub mode: Option<String>,
+    /// With `allowlist`: host names the script may reach through the proxy,
+    /// exact (`api.example.org`) or `*.example.org` (subdomains only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hosts: Option<Vec<String>>,
+    /// With `allowlist`: destination ports (default 443 and 80).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ports: Option<Vec<u16>>,
+    /// With `allowlist`: bytes both ways, all connections of the run together.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<Size>,
+    /// With `allowlist`: connections the proxy opens for the run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_connections: Option<u32>,
 }
 
 /// What may leave the output dir, and how it is checked (artifacts.rs).
@@ -352,11 +366,147 @@ pub enum FormulaCells {
     Sanitize,
 }
 
-/// Network mode. Only `none` exists so far: a net namespace with loopback.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
+/// Network mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Network {
+    /// A net namespace with only loopback, which stays down; nothing of the
+    /// proxy runs.
     None,
+    /// Loopback only as well, but with a listener on it that the
+    /// supervisor's proxy serves (proxy.rs): named hosts and ports only.
+    Allowlist(Allowlist),
+}
+
+impl Network {
+    /// The mode's name, as the policy and the result spell it.
+    pub fn mode(&self) -> &'static str {
+        match self {
+            Network::None => "none",
+            Network::Allowlist(_) => "allowlist",
+        }
+    }
+}
+
+/// What `network.mode: allowlist` lets through the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allowlist {
+    pub hosts: Vec<HostPattern>,
+    pub ports: Vec<u16>,
+    pub max_bytes: u64,
+    pub max_connections: u32,
+}
+
+/// One entry of `network.hosts`, lowercased.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostPattern {
+    /// This name only.
+    Exact(String),
+    /// `*.suffix`: any name ending in `.suffix`, not `suffix` itself.
+    Subdomains(String),
+}
+
+impl Allowlist {
+    /// Whether a (lowercased, dot-free-at-the-end) host name is on the list.
+    pub fn allows_host(&self, host: &str) -> bool {
+        self.hosts.iter().any(|p| match p {
+            HostPattern::Exact(name) => host == name,
+            HostPattern::Subdomains(suffix) => {
+                host.len() > suffix.len() + 1 && host.ends_with(suffix.as_str()) && host[..host.len() - suffix.len()].ends_with('.')
+            }
+        })
+    }
+
+    pub fn allows_port(&self, port: u16) -> bool {
+        self.ports.contains(&port)
+    }
+}
+
+/// Whether `name` is a DNS host name: dot-separated labels of letters,
+/// digits and inner dashes, 1 to 63 bytes each, 253 in all, and not an IP
+/// address. Expects lowercase.
+pub fn valid_host_name(name: &str) -> bool {
+    name.len() <= 253
+        && name.parse::<std::net::IpAddr>().is_err()
+        && !name.rsplit('.').next().is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()))
+        && name.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        })
+}
+
+fn validate_network(f: &NetworkFile) -> Result<Network, PolicyError> {
+    let mode = f.mode.as_deref().unwrap_or("none");
+    match mode {
+        "none" => {
+            for (set, name) in [
+                (f.hosts.is_some(), "hosts"),
+                (f.ports.is_some(), "ports"),
+                (f.max_bytes.is_some(), "max_bytes"),
+                (f.max_connections.is_some(), "max_connections"),
+            ] {
+                if set {
+                    return Err(PolicyError::field(
+                        &format!("network.{name}"),
+                        "only applies with network.mode \"allowlist\"; remove it or set the mode",
+                    ));
+                }
+            }
+            Ok(Network::None)
+        }
+        "allowlist" => {
+            let hosts = f.hosts.as_deref().unwrap_or_default();
+            if hosts.is_empty() {
+                return Err(PolicyError::field(
+                    "network.hosts",
+                    "must list at least one host name with network.mode \"allowlist\" (use \"none\" for no network)",
+                ));
+            }
+            let mut patterns = Vec::new();
+            for (i, h) in hosts.iter().enumerate() {
+                let lower = h.trim().to_ascii_lowercase();
+                let (pattern, name) = match lower.strip_prefix("*.") {
+                    Some(rest) => (HostPattern::Subdomains(rest.to_string()), rest.to_string()),
+                    None => (HostPattern::Exact(lower.clone()), lower.clone()),
+                };
+                if !valid_host_name(&name) {
+                    return Err(PolicyError::field(
+                        &format!("network.hosts[{i}]"),
+                        format!("`{h}` is not a host name or `*.name` pattern (IP addresses are not accepted: list names)"),
+                    ));
+                }
+                if matches!(pattern, HostPattern::Subdomains(_)) && !name.contains('.') {
+                    return Err(PolicyError::field(
+                        &format!("network.hosts[{i}]"),
+                        format!("`{h}` would allow a whole top-level domain; name a registered domain (`*.example.org`)"),
+                    ));
+                }
+                patterns.push(pattern);
+            }
+            let ports = f.ports.clone().unwrap_or_else(|| vec![443, 80]);
+            if ports.is_empty() {
+                return Err(PolicyError::field("network.ports", "must list at least one port (the default is [443, 80])"));
+            }
+            if let Some(i) = ports.iter().position(|p| *p == 0) {
+                return Err(PolicyError::field(&format!("network.ports[{i}]"), "is 0, must be 1 to 65535"));
+            }
+            let max_bytes = size_field("network.max_bytes", &f.max_bytes, 64 << 20)?;
+            let max_connections = f.max_connections.unwrap_or(64);
+            if !(1..=100_000).contains(&max_connections) {
+                return Err(PolicyError::field(
+                    "network.max_connections",
+                    format!("is {max_connections}, must be 1 to 100000"),
+                ));
+            }
+            Ok(Network::Allowlist(Allowlist { hosts: patterns, ports, max_bytes, max_connections }))
+        }
+        other => Err(PolicyError::field(
+            "network.mode",
+            format!("`{other}` is not a network mode this jail has (use \"none\" or \"allowlist\")"),
+        )),
+    }
 }
 
 impl Policy {
@@ -390,6 +540,11 @@ impl Policy {
         if file.seccomp.is_none() {
             // The hash below then covers the allowlist the run really gets.
             file.seccomp = parse_file(DEFAULT_POLICY_JSON)?.seccomp;
+            if file.network.mode.as_deref() == Some("allowlist") {
+                if let Some(section) = file.seccomp.as_mut() {
+                    crate::seccomp::adapt_for_allowlist(section);
+                }
+            }
         }
         let hash = crate::digest::sha256_hex(
             serde_json::to_string(&file).unwrap_or_default().as_bytes(),
@@ -417,15 +572,7 @@ impl Policy {
             ));
         }
         let limits = validate_limits(&file.limits, wall)?;
-        let network = match file.network.mode.as_deref().unwrap_or("none") {
-            "none" => Network::None,
-            other => {
-                return Err(PolicyError::field(
-                    "network.mode",
-                    format!("`{other}` is not a network mode this jail has (use \"none\")"),
-                ))
-            }
-        };
+        let network = validate_network(&file.network)?;
         let artifacts = validate_artifacts(&file.artifacts)?;
         let seccomp = match &file.seccomp {
             Some(section) => crate::seccomp::Model::from_file(section, "seccomp")?,
@@ -435,6 +582,7 @@ impl Policy {
         crate::seccomp::check_floor(&seccomp)?;
         match network {
             Network::None => crate::seccomp::check_network_none(&seccomp)?,
+            Network::Allowlist(_) => crate::seccomp::check_network_allowlist(&seccomp)?,
         }
         let landlock = crate::landlock::validate(&file.landlock)?;
         Ok(Policy {
@@ -759,6 +907,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_allowlist_policy_gets_tcp_but_never_udp_or_other_families() {
+        let p = Policy::from_json(
+            r#"{"version":1,"network":{"mode":"allowlist","hosts":["api.example.org"]}}"#,
+            Path::new("/"),
+        )
+        .unwrap();
+        let verdict = |fam: u64, ty: u64| p.seccomp.evaluate_named("socket", [fam, ty, 0, 0, 0, 0]).map(|v| v.action);
+        let allow = Some(crate::seccomp::Action::Allow);
+        assert_eq!(verdict(libc::AF_INET as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64), allow);
+        assert_eq!(verdict(libc::AF_INET6 as u64, libc::SOCK_STREAM as u64), allow);
+        assert_eq!(verdict(libc::AF_UNIX as u64, libc::SOCK_DGRAM as u64), allow);
+        assert_ne!(verdict(libc::AF_INET as u64, libc::SOCK_DGRAM as u64), allow);
+        assert_ne!(verdict(libc::AF_INET as u64, libc::SOCK_RAW as u64), allow);
+        assert_ne!(verdict(libc::AF_NETLINK as u64, libc::SOCK_RAW as u64), allow);
+        assert_ne!(verdict(libc::AF_PACKET as u64, libc::SOCK_RAW as u64), allow);
+        // The default policy keeps refusing AF_INET altogether.
+        let d = Policy::builtin_default().unwrap();
+        assert_ne!(
+            d.seccomp.evaluate_named("socket", [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0]).map(|v| v.action),
+            allow
+        );
+    }
+
+    #[test]
     fn builtin_default_policy_validates() {
         let p = Policy::builtin_default().unwrap();
         assert_eq!(p.identity.uid, 1000);
@@ -905,6 +1077,66 @@ mod tests {
         let p = Policy::from_json(r#"{"version":1,"artifacts":{"allowed_extensions":["*"],"formula_cells":"sanitize"}}"#, Path::new("/")).unwrap();
         assert_eq!(p.artifacts.allowed_extensions, Extensions::Any);
         assert_eq!(p.artifacts.formula_cells, FormulaCells::Sanitize);
+    }
+
+    #[test]
+    fn allowlist_parses_with_defaults_and_matches_subdomains_not_the_apex() {
+        let p = Policy::from_json(
+            r#"{"version":1,"network":{"mode":"allowlist","hosts":["API.example.org","*.data.example.net"]}}"#,
+            Path::new("/"),
+        )
+        .unwrap();
+        let Network::Allowlist(a) = &p.network else { panic!("{:?}", p.network) };
+        assert_eq!(a.ports, vec![443, 80]);
+        assert_eq!((a.max_bytes, a.max_connections), (64 << 20, 64));
+        assert!(a.allows_host("api.example.org"));
+        assert!(!a.allows_host("x.api.example.org"));
+        assert!(!a.allows_host("example.org"));
+        assert!(a.allows_host("eu.data.example.net"));
+        assert!(a.allows_host("a.b.data.example.net"));
+        assert!(!a.allows_host("data.example.net"));
+        assert!(!a.allows_host("evildata.example.net"));
+        assert!(!a.allows_host("data.example.net.evil.org"));
+        assert!(a.allows_port(443) && !a.allows_port(22));
+    }
+
+    #[test]
+    fn bad_allowlists_name_their_field() {
+        for (json, field) in [
+            (r#"{"mode":"allowlist"}"#, "network.hosts"),
+            (r#"{"mode":"allowlist","hosts":[]}"#, "network.hosts"),
+            (r#"{"mode":"allowlist","hosts":["ok.org","10.0.0.1"]}"#, "network.hosts[1]"),
+            (r#"{"mode":"allowlist","hosts":["a..b"]}"#, "network.hosts[0]"),
+            (r#"{"mode":"allowlist","hosts":["*.org"]}"#, "network.hosts[0]"),
+            (r#"{"mode":"allowlist","hosts":["a.*.org"]}"#, "network.hosts[0]"),
+            (r#"{"mode":"allowlist","hosts":["a.org"],"ports":[]}"#, "network.ports"),
+            (r#"{"mode":"allowlist","hosts":["a.org"],"ports":[443,0]}"#, "network.ports[1]"),
+            (r#"{"mode":"allowlist","hosts":["a.org"],"ports":[70000]}"#, "network.ports"),
+            (r#"{"mode":"allowlist","hosts":["a.org"],"max_bytes":0}"#, "network.max_bytes"),
+            (r#"{"mode":"allowlist","hosts":["a.org"],"max_connections":0}"#, "network.max_connections"),
+            (r#"{"mode":"none","hosts":["a.org"]}"#, "network.hosts"),
+            (r#"{"mode":"none","ports":[80]}"#, "network.ports"),
+            (r#"{"mode":"allowlist","hosts":["a.org"],"proxy":1}"#, "network"),
+        ] {
+            let err = Policy::from_json(&format!(r#"{{"version":1,"network":{json}}}"#), Path::new("/")).unwrap_err();
+            assert!(err.to_string().contains(field), "{json}: {err}");
+        }
+    }
+
+    #[test]
+    fn the_allowlist_example_policy_validates_to_an_allowlist() {
+        let p = Policy::load(&Path::new(DEFAULT_POLICY_DIR).join("allowlist-example.json")).unwrap();
+        let Network::Allowlist(a) = &p.network else { panic!("{:?}", p.network) };
+        assert!(a.allows_host("api.example.org") && a.allows_host("eu.data.example.net"));
+        assert!(!a.allows_host("data.example.net") && !a.allows_host("example.org"));
+    }
+
+    #[test]
+    fn the_default_policy_hash_does_not_see_the_new_network_fields() {
+        // Absent allowlist fields are not written, so `none` policies keep
+        // the hash they had before the allowlist existed.
+        let file = parse_file(r#"{"version":1,"network":{"mode":"none"}}"#).unwrap();
+        assert_eq!(serde_json::to_value(&file.network).unwrap(), serde_json::json!({"mode": "none"}));
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub struct RunResult {
     /// copied into the jail's output tmpfs and mirrored back to the host.
     #[serde(default)]
     pub output_sync: Option<OutputSync>,
+    /// The network mode, and every connection the script asked the proxy
+    /// for (`network.mode: allowlist`).
+    #[serde(default)]
+    pub network: NetworkReport,
     pub timings: Timings,
     pub setup_error: Option<SetupError>,
     /// The supervisor's own costs, for the bench and for anyone sizing hosts.
@@ -166,6 +170,61 @@ pub struct OutputSync {
     pub skipped: Vec<String>,
     /// What could not be mirrored back, with the reason.
     pub errors: Vec<String>,
+}
+
+/// The run's network: its mode and, with `allowlist`, what the supervisor's
+/// proxy saw (see proxy.rs and policies/README.md).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct NetworkReport {
+    /// `none` or `allowlist`, from the policy.
+    pub mode: String,
+    /// What `HTTP_PROXY` and `HTTPS_PROXY` point at inside the jail
+    /// (`http://127.0.0.1:3128`); `null` with `none`, where no proxy runs.
+    pub proxy: Option<String>,
+    /// Names the trusted caller mapped to fixed addresses with
+    /// `JAIL_TEST_RESOLVE` (tests only; loopback is allowed for exactly
+    /// these). Empty in production.
+    #[serde(default)]
+    pub resolver_overrides: Vec<String>,
+    /// Every request the proxy received, in order of arrival (at most
+    /// `MAX_RECORDS`; `records_dropped` counts the rest).
+    pub connections: Vec<Connection>,
+    /// Requests past the record cap, counted but not listed.
+    pub records_dropped: u64,
+    /// Bytes relayed from the script to remote hosts, all connections.
+    pub bytes_up: u64,
+    /// Bytes relayed from remote hosts to the script, all connections.
+    pub bytes_down: u64,
+    /// Whether `network.max_bytes` was reached (connections were cut).
+    pub byte_cap_reached: bool,
+}
+
+/// One request to the proxy.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Connection {
+    /// `CONNECT` (a tunnel, for https) or the plain-http method (`GET`, ...).
+    pub method: String,
+    /// The host as the script named it, lowercased; empty when the request
+    /// could not be parsed.
+    pub host: String,
+    pub port: u16,
+    /// Whether the proxy connected to the host for it.
+    pub allowed: bool,
+    /// Why it was refused, or how an allowed one ended: `off_list`,
+    /// `port_off_list`, `bad_request`, `connection_cap`, `resolve_failed`,
+    /// `forbidden_range` (the detail names the address and range),
+    /// `connect_failed`; `closed` or `byte_cap` for allowed ones.
+    pub reason: String,
+    /// The reason in words.
+    pub detail: Option<String>,
+    /// The address the proxy checked and connected to (pinned: never
+    /// resolved again for this connection).
+    pub address: Option<String>,
+    /// Bytes from the script to the host (after the request head, for
+    /// CONNECT; the rewritten request included, for plain http).
+    pub bytes_up: u64,
+    /// Bytes from the host to the script.
+    pub bytes_down: u64,
 }
 
 /// One limit of the run.
@@ -521,6 +580,7 @@ impl RunResult {
             input: None,
             output_dir: None,
             output_sync: None,
+            network: NetworkReport::default(),
             timings: Timings::default(),
             setup_error: Some(error),
             supervisor: SupervisorStats::default(),

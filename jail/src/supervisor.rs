@@ -22,6 +22,8 @@ use crate::child::{self, ChildSpec, Confine, Exec};
 use crate::limits;
 use crate::mounts::{self, RootfsEntry};
 use crate::output;
+use crate::policy::Network;
+use crate::proxy;
 use crate::policy::Policy;
 use crate::result::{
     Isolation, LandlockReport, LayerStatus, RunResult, SeccompReport, SetupError, Status, Stream,
@@ -83,6 +85,8 @@ struct Prepared {
     rootfs: PathBuf,
     rootfs_id: Option<String>,
     wall_time: Duration,
+    /// With `network.mode: allowlist`: how the proxy resolves names.
+    resolver: Option<proxy::Resolver>,
 }
 
 /// Run one script and return its result. Never panics on bad input: every
@@ -221,6 +225,7 @@ fn report_confinement(result: &mut RunResult, policy: &Policy, c: &Confinement) 
 fn base_result(policy: &Policy, who: &Identity) -> RunResult {
     let mut r = RunResult::setup_failed(SetupError { stage: String::new(), message: String::new(), causes: vec![] });
     r.setup_error = None;
+    r.network = proxy::report_without_proxy(policy.network.mode());
     r.isolation = Isolation {
         policy: policy.name.clone(),
         policy_hash: policy.hash.clone(),
@@ -318,6 +323,12 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
     let wall_time = req.timeout.unwrap_or(policy.limits.wall_time);
     let script_in_jail = Path::new(mounts::CODE_DIR).join(&script_rel);
     let exec = build_exec(policy, &script_in_jail, &req.args, req.mode)?;
+    let resolver = match &policy.network {
+        Network::None => None,
+        Network::Allowlist(_) => Some(proxy::Resolver::from_env().map_err(|e| {
+            input_error(e.to_string(), format!("write {}=name=address,... or unset it", proxy::TEST_RESOLVE_VAR))
+        })?),
+    };
     Ok(Prepared {
         mount_request: mounts::Request {
             rootfs: rootfs.clone(),
@@ -334,6 +345,7 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
         rootfs,
         rootfs_id,
         wall_time,
+        resolver,
     })
 }
 
@@ -561,6 +573,11 @@ fn build_exec(policy: &Policy, script: &Path, args: &[String], mode: OutputMode)
             env.entry(var.to_string()).or_insert_with(|| n.clone());
         }
     }
+    if let Network::Allowlist(_) = policy.network {
+        // After the policy's own values: the proxy is the only way out, and
+        // a policy cannot point the script anywhere else.
+        env.extend(crate::network::proxy_env());
+    }
     if mode == OutputMode::Stream {
         // Streaming is only live if Python does not hold output in its buffers.
         env.insert("PYTHONUNBUFFERED".into(), "1".into());
@@ -593,6 +610,8 @@ enum LaunchError {
     JoinCgroup(#[source] cgroup::CgroupError),
     #[error("fill the jail's output dir")]
     Output(#[source] output::OutputError),
+    #[error("start the network proxy")]
+    Proxy(#[source] proxy::ProxyError),
     #[error("release the child")]
     Release(#[source] io::Error),
     #[error("pidfd_open")]
@@ -609,6 +628,7 @@ impl LaunchError {
             LaunchError::IdMaps(_) => "id_maps",
             LaunchError::JoinCgroup(_) => "cgroup",
             LaunchError::Output(_) => "output",
+            LaunchError::Proxy(_) => "network",
             LaunchError::Release(_) => "release",
             LaunchError::Pidfd(_) | LaunchError::Wait(_) => "wait",
         }
@@ -631,6 +651,7 @@ struct Outcome {
     started_ns: u64,
     output_sync: Option<crate::result::OutputSync>,
     tree_dead: TreeDead,
+    network: Option<crate::result::NetworkReport>,
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -675,6 +696,20 @@ fn launch(
         }
         seccomp::Mode::ErrnoOnly => (None, None),
     };
+    // With the allowlist, PID 1 hands us the proxy's listener (network.rs).
+    let (proxy_ours, proxy_theirs) = match (&req.policy.network, &prepared.resolver) {
+        (Network::Allowlist(rules), Some(resolver)) => {
+            let (a, b) = nix::sys::socket::socketpair(
+                nix::sys::socket::AddressFamily::Unix,
+                nix::sys::socket::SockType::SeqPacket,
+                None,
+                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+            )
+            .map_err(|e| LaunchError::Pipes(e.into()))?;
+            (Some((a, rules.clone(), resolver.clone())), Some(b))
+        }
+        _ => (None, None),
+    };
     if nix::unistd::getuid().is_root() {
         // The child can never call setgroups (it is denied in its user
         // namespace), so root's supplementary groups must go before the clone.
@@ -707,7 +742,12 @@ fn launch(
             landlock_rules,
             seccomp: confinement.filter,
             notify: notify_theirs,
+            tcp_connect: match req.policy.network {
+                Network::Allowlist(_) => vec![crate::network::PROXY_PORT],
+                _ => vec![],
+            },
         },
+        proxy: proxy_theirs,
     };
     stages.insert("plan".into(), ms_since(started));
     let pid = match sys::clone_process(namespaces::CLONE_FLAGS).map_err(LaunchError::Clone)? {
@@ -760,6 +800,28 @@ fn launch(
     if output.is_some() {
         stages.insert("output_copy_in".into(), ms_since(started));
     }
+    // Threads may start now: the clone, which needs a single-threaded
+    // process, is behind us.
+    let proxy = match proxy_ours {
+        None => None,
+        Some((sock, rules, resolver)) => match receive_listener(sock, released_at + prepared.wall_time) {
+            Ok(None) => None,
+            Ok(Some(listener)) => match proxy::start(listener, rules, resolver) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    kill_and_reap(pid);
+                    return Err(LaunchError::Proxy(e));
+                }
+            },
+            Err(e) => {
+                kill_and_reap(pid);
+                return Err(e);
+            }
+        },
+    };
+    if proxy.is_some() {
+        stages.insert("proxy".into(), ms_since(started));
+    }
     let deadline = Instant::now() + prepared.wall_time;
     let mut watch = Watch {
         stdout: Capture::new(req.policy.limits.stdout_bytes, req.mode),
@@ -783,6 +845,8 @@ fn launch(
     let (pid1_status, rusage) = sys::wait4(pid).map_err(LaunchError::Wait)?;
     let ended_at = Instant::now();
     stages.insert("reaped".into(), ms_since(started));
+    // The tree is dead: every client socket is closed, so every relay ends.
+    let network = proxy.map(proxy::Proxy::finish);
     // PID 1 is reaped only once its pid namespace is empty: nothing can
     // change the output tmpfs under the mirror now, nor the output dir
     // under the artifact walk.
@@ -809,6 +873,7 @@ fn launch(
         started_ns,
         output_sync,
         tree_dead,
+        network,
     })
 }
 
@@ -831,6 +896,18 @@ fn fill_output(
     let inventory = output::copy_in(host, &dir, ids).map_err(LaunchError::Output)?;
     sync::release(sock).map_err(LaunchError::Release)?;
     Ok(Some((dir, inventory)))
+}
+
+/// The proxy listener from PID 1; `None` when PID 1 ended before sending
+/// it (its report says why).
+fn receive_listener(sock: OwnedFd, deadline: Instant) -> Result<Option<OwnedFd>, LaunchError> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+    let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as u64).unwrap_or(PollTimeout::MAX);
+    if !matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
+        return Ok(None);
+    }
+    sys::recv_fd(sock.as_fd()).map_err(LaunchError::Release)
 }
 
 struct Watch<'m> {
@@ -1158,6 +1235,9 @@ fn finish(
     result.stdout = o.stdout.into_stream();
     result.stderr = o.stderr.into_stream();
     result.output_sync = o.output_sync;
+    if let Some(n) = o.network {
+        result.network = n;
+    }
     result.timings = Timings {
         total_ms: ms_since(started),
         setup_ms: o.exec_at.map(|t| (t - started).as_secs_f64() * 1000.0),

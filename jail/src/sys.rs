@@ -358,6 +358,34 @@ pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
     Ok(got)
 }
 
+/// Bring the loopback interface `lo` of this network namespace up
+/// (`SIOCGIFFLAGS`, then `SIOCSIFFLAGS` with `IFF_UP`; netdevice(7)). A new
+/// network namespace starts with `lo` down. Needs CAP_NET_ADMIN in the
+/// namespace's owning user namespace.
+pub fn loopback_up() -> io::Result<()> {
+    let sock = nix::sys::socket::socket(
+        nix::sys::socket::AddressFamily::Inet,
+        nix::sys::socket::SockType::Datagram,
+        nix::sys::socket::SockFlag::SOCK_CLOEXEC,
+        None,
+    )?;
+    // SAFETY: ifreq is plain old data (a name and a union of integers and
+    // addresses), valid when zeroed.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
+        *dst = *src as libc::c_char;
+    }
+    // SAFETY: `sock` is a live socket and `req` a properly sized ifreq that
+    // outlives the call; SIOCGIFFLAGS writes only its flags member.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS, &mut req as *mut libc::ifreq) } as libc::c_long)?;
+    // SAFETY: SIOCGIFFLAGS just filled the flags member of the union, so
+    // reading and updating that member is reading initialized data.
+    unsafe { req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short };
+    // SAFETY: as above; SIOCSIFFLAGS only reads `req`.
+    check(unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS, &req as *const libc::ifreq) } as libc::c_long)?;
+    Ok(())
+}
+
 /// `_exit(2)`: leave at once, without running atexit handlers or flushing
 /// stdio buffers that belong to the parent's copy of this process.
 pub fn exit_now(code: i32) -> ! {

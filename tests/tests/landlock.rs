@@ -184,7 +184,7 @@ fn landlock_helper_process() {
     // (we will not be allowed to signal it).
     let mut outside = Command::new("/bin/cat").stdin(std::process::Stdio::piped()).spawn().unwrap();
     let plan = landlock::plan(kernel_abi(), &Settings { enforcement: Enforcement::BestEffort, min_abi: 6 }).unwrap();
-    landlock::restrict(&plan, &[PathRule { path: "/".into(), access: Access::ReadExec }]).unwrap();
+    landlock::restrict(&plan, &[PathRule { path: "/".into(), access: Access::ReadExec }], &[]).unwrap();
     let err = |r: std::io::Result<()>| match r {
         Ok(()) => "ok".to_string(),
         Err(e) => format!("{:?}", e.raw_os_error()),
