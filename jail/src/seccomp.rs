@@ -334,12 +334,14 @@ pub fn check_network_none(model: &Model) -> Result<(), PolicyError> {
 }
 
 /// The default allowlist adapted to `network.mode: allowlist`: the rule that
-/// refuses every family but AF_UNIX is replaced by rules that allow TCP
-/// (`SOCK_STREAM`, whatever its flags) over AF_INET and AF_INET6, which the
-/// script needs to reach the proxy on 127.0.0.1, and refuse every other
-/// family and every other socket type (so no UDP, no DNS from inside). The
-/// net namespace still has only loopback, and landlock (ABI >= 4) allows TCP
-/// connect only to the proxy's port.
+/// refuses every family but AF_UNIX is replaced by rules that allow AF_INET
+/// and AF_INET6, which the script needs to reach the proxy on 127.0.0.1, and
+/// refuse every other family. The socket type is not filtered: libseccomp
+/// 2.5 can hang merging rules that compare different arguments of one
+/// syscall (see `Model::from_file`). What keeps those sockets in: the net
+/// namespace has only loopback, no resolver is configured, raw sockets need
+/// CAP_NET_RAW (gone), and landlock (ABI >= 4) lets TCP connect only to the
+/// proxy's port.
 pub fn adapt_for_allowlist(section: &mut SeccompFile) {
     use model::{ActionFile, ConditionFile, Number, RuleFile};
     let refuses_non_unix = |r: &RuleFile| {
@@ -352,11 +354,11 @@ pub fn adapt_for_allowlist(section: &mut SeccompFile) {
     };
     let Some(at) = section.rules.iter().position(refuses_non_unix) else { return };
     let old = section.rules.remove(at);
-    let cond = |arg: u8, op: &str, value: Option<&str>, mask: Option<&str>, values: Option<Vec<&str>>| ConditionFile {
-        arg,
+    let family = |op: &str, value: Option<&str>, values: Option<Vec<&str>>| ConditionFile {
+        arg: 0,
         op: op.into(),
         value: value.map(|v| Number::Text(v.into())),
-        mask: mask.map(|m| Number::Text(m.into())),
+        mask: None,
         values: values.map(|vs| vs.into_iter().map(|v| Number::Text(v.into())).collect()),
     };
     let mut rules = Vec::new();
@@ -364,44 +366,28 @@ pub fn adapt_for_allowlist(section: &mut SeccompFile) {
         rules.push(RuleFile {
             syscalls: vec!["socket".into()],
             action: ActionFile::Allow,
-            when: vec![cond(0, "eq", Some(fam), None, None), cond(1, "masked_eq", Some("1"), Some("0xf"), None)],
-            why: format!("network.mode is allowlist: TCP over {fam}, to reach the supervisor's proxy on loopback"),
-        });
-        rules.push(RuleFile {
-            syscalls: vec!["socket".into()],
-            action: old.action.clone(),
-            when: vec![cond(0, "eq", Some(fam), None, None), cond(1, "not_in", None, Some("0xf"), Some(vec!["1"]))],
-            why: format!(
-                "network.mode is allowlist: only TCP streams to the proxy; UDP, raw and every other {fam} socket type is refused (no DNS from inside)"
-            ),
+            when: vec![family("eq", Some(fam), None)],
+            why: format!("network.mode is allowlist: {fam} sockets, to reach the supervisor's proxy on loopback (the only interface)"),
         });
     }
     rules.push(RuleFile {
         syscalls: vec!["socket".into()],
         action: old.action.clone(),
-        when: vec![cond(0, "not_in", None, None, Some(vec!["AF_UNIX", "AF_INET", "AF_INET6"]))],
-        why: "network.mode is allowlist: only AF_UNIX and TCP over AF_INET/AF_INET6 sockets can be created; AF_NETLINK, AF_PACKET, AF_VSOCK and every other family are refused".into(),
+        when: vec![family("not_in", None, Some(vec!["AF_UNIX", "AF_INET", "AF_INET6"]))],
+        why: "network.mode is allowlist: only AF_UNIX, AF_INET and AF_INET6 sockets can be created; AF_NETLINK, AF_PACKET, AF_VSOCK and every other family are refused".into(),
     });
     for (i, r) in rules.into_iter().enumerate() {
         section.rules.insert(at + i, r);
     }
 }
 
-/// A policy with `network.mode: allowlist` may create TCP sockets and
-/// AF_UNIX ones, nothing else: every other family and every non-stream
-/// AF_INET/AF_INET6 socket must be refused.
+/// A policy with `network.mode: allowlist` may create AF_UNIX, AF_INET and
+/// AF_INET6 sockets, nothing else.
 pub fn check_network_allowlist(model: &Model) -> Result<(), PolicyError> {
-    let inet = [libc::AF_INET as u64, libc::AF_INET6 as u64];
-    let families = (0..=64u64).filter(|f| *f != libc::AF_UNIX as u64 && !inet.contains(f)).chain([1u64 << 32 | 2, u64::MAX]);
-    let mut probes: Vec<(u64, u64)> = families.map(|f| (f, 1)).collect();
-    for f in inet {
-        for ty in [2u64, 3, 5, 10] {
-            probes.push((f, ty));
-            probes.push((f, ty | libc::SOCK_CLOEXEC as u64));
-        }
-    }
-    for (fam, ty) in probes {
-        if let Some(Verdict { action: Action::Allow, cause }) = model.evaluate_named("socket", [fam, ty, 0, 0, 0, 0]) {
+    let allowed = [libc::AF_UNIX as u64, libc::AF_INET as u64, libc::AF_INET6 as u64];
+    let families = (0..=64u64).filter(|f| !allowed.contains(f)).chain([1u64 << 32 | 2, u64::MAX]);
+    for fam in families {
+        if let Some(Verdict { action: Action::Allow, cause }) = model.evaluate_named("socket", [fam, 1, 0, 0, 0, 0]) {
             let field = match cause {
                 Cause::Rule(i) => format!("seccomp.rules[{i}]"),
                 _ => "seccomp".into(),
@@ -409,7 +395,7 @@ pub fn check_network_allowlist(model: &Model) -> Result<(), PolicyError> {
             return Err(PolicyError::Field {
                 field,
                 message: format!(
-                    "allows socket({}, type {ty:#x}), but network.mode is allowlist: only AF_UNIX and TCP (SOCK_STREAM) over AF_INET/AF_INET6 may be created",
+                    "allows socket() for {}, but network.mode is allowlist: only AF_UNIX, AF_INET and AF_INET6 sockets may be created",
                     family_name(fam)
                 ),
             });

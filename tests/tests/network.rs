@@ -336,8 +336,8 @@ print(json.dumps(out))
     for fam in ["2", "10"] {
         let got = v[fam].as_str().unwrap();
         assert_ne!(got, "answered", "{v}");
-        // The seccomp layer refuses UDP sockets outright in allowlist mode.
-        assert_eq!(got, "socket EPERM", "{v}");
+        // A UDP socket can be created (seccomp filters the family only),
+        // but the loopback-only namespace has nothing to answer it.
     }
     assert_eq!(v["resolve"], "failed", "{v}");
     assert!(r.network.connections.is_empty(), "{:#?}", r.network);

@@ -50,6 +50,9 @@ pub const NATIVE_ARCH_NAME: &str = "aarch64";
 /// Most values one `not_in` condition may list: each value multiplies the
 /// BPF code libseccomp generates for the rule.
 pub const MAX_NOT_IN_VALUES: usize = 8;
+/// Most libseccomp rules one policy rule may expand to (each `not_in` is a
+/// union of masked comparisons, and several multiply).
+pub const MAX_EXPANSION: usize = 256;
 
 /// Names a condition's number may use instead of digits, so a policy reads
 /// `"AF_UNIX"` rather than `1`. `|` combines them: `"CLONE_NEWNS|CLONE_NEWPID"`.
@@ -620,6 +623,16 @@ impl Model {
                 }
                 when.push(cond);
             }
+            let expansion = when.iter().try_fold(1usize, |acc, c| match &c.op {
+                Op::NotIn { mask, values } => acc.checked_mul(not_in_cubes(*mask, values).len().max(1)),
+                _ => Some(acc),
+            });
+            if !matches!(expansion, Some(n) if n <= MAX_EXPANSION) {
+                return Err(field(
+                    format!("{path}.when"),
+                    format!("expands to more than {MAX_EXPANSION} libseccomp rules; use fewer not_in conditions or values"),
+                ));
+            }
             for s in &syscalls {
                 by_nr.entry(s.nr).or_default().push(i);
             }
@@ -627,7 +640,67 @@ impl Model {
         }
         let model = Model { default, default_why: file.default.why.clone(), rules, by_nr };
         model.check_unambiguous(prefix)?;
+        model.check_one_argument(prefix)?;
         Ok(model)
+    }
+
+    /// A syscall whose conditions become more than one libseccomp rule must
+    /// compare a single argument in all of them, for equality only (eq, ne,
+    /// masked_eq, not_in). fuzz/seccomp_differential found libseccomp 2.5.4
+    /// wrong beyond that: it loops forever merging rules that compare
+    /// different arguments (`a3 & m == v` with a 64-bit `m`, beside
+    /// `a0 < x`), and it merges 64-bit range comparisons wrongly (`a3 > x`
+    /// or `a3 >= y`, both allowed, refuses `a3 == x`). A lone rule may
+    /// compare anything.
+    fn check_one_argument(&self, prefix: &str) -> Result<(), PolicyError> {
+        for (nr, idx) in &self.by_nr {
+            let conditional: Vec<usize> = idx.iter().copied().filter(|&i| !self.rules[i].when.is_empty()).collect();
+            let expanded: usize = conditional
+                .iter()
+                .map(|&i| {
+                    self.rules[i].when.iter().fold(1usize, |acc, c| match &c.op {
+                        Op::NotIn { mask, values } => acc.saturating_mul(not_in_cubes(*mask, values).len()),
+                        _ => acc,
+                    })
+                })
+                .sum();
+            if expanded <= 1 {
+                continue;
+            }
+            let mut first: Option<(usize, usize)> = None;
+            for &i in &conditional {
+                for c in &self.rules[i].when {
+                    if matches!(c.op, Op::Lt(_) | Op::Le(_) | Op::Gt(_) | Op::Ge(_)) {
+                        return Err(field(
+                            format!("{prefix}.rules[{i}].when"),
+                            format!(
+                                "`{}` has more than one rule, so its conditions may only test equality (eq, ne, \
+                                 masked_eq, not_in): libseccomp 2.5 merges range comparisons (lt, le, gt, ge) of \
+                                 several rules wrongly",
+                                syscall_name(*nr)
+                            ),
+                        ));
+                    }
+                    match first {
+                        None => first = Some((i, c.arg)),
+                        Some((j, arg)) if arg != c.arg => {
+                            return Err(field(
+                                format!("{prefix}.rules[{i}].when"),
+                                format!(
+                                    "`{}` has conditions on argument {arg} (rules[{j}]) and argument {} here; with more \
+                                     than one rule (or a not_in) for a syscall, every condition must compare the same \
+                                     single argument, because libseccomp 2.5 can hang merging rules on different ones",
+                                    syscall_name(*nr),
+                                    c.arg
+                                ),
+                            ))
+                        }
+                        Some(_) => {}
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Every pair of rules giving one syscall different actions must both be
@@ -868,11 +941,34 @@ mod tests {
         let tiocsti = r#"{"arg": 1, "op": "masked_eq", "mask": "LOW_32_BITS", "value": "TIOCSTI"}"#;
         let not_tiocsti = r#"{"arg": 1, "op": "not_in", "mask": "LOW_32_BITS", "values": ["TIOCSTI", "TIOCLINUX"]}"#;
         assert!(rules(not_tiocsti, tiocsti).is_ok());
-        assert!(rules(r#"{"arg": 1, "op": "lt", "value": 10}"#, r#"{"arg": 1, "op": "ge", "value": 10}"#).is_ok());
-        assert!(rules(r#"{"arg": 1, "op": "lt", "value": 11}"#, r#"{"arg": 1, "op": "ge", "value": 10}"#).is_err());
+        assert!(rules(r#"{"arg": 1, "op": "eq", "value": 10}"#, r#"{"arg": 1, "op": "eq", "value": 11}"#).is_ok());
+        assert!(rules(r#"{"arg": 1, "op": "masked_eq", "mask": 3, "value": 1}"#, r#"{"arg": 1, "op": "masked_eq", "mask": 6, "value": 4}"#).is_err());
         assert!(rules(r#"{"arg": 1, "op": "ne", "value": 3}"#, r#"{"arg": 1, "op": "ne", "value": 4}"#).is_err());
         // Different arguments prove nothing.
         assert!(rules(r#"{"arg": 0, "op": "eq", "value": 3}"#, r#"{"arg": 1, "op": "eq", "value": 4}"#).is_err());
+    }
+
+    #[test]
+    fn several_rules_for_one_syscall_must_compare_one_argument() {
+        let two = |c1: &str, c2: &str| {
+            model(&format!(
+                r#"{{{DEFAULT}, "rules": [
+                    {{"syscalls": ["mmap"], "action": "allow", "when": [{c1}], "why": "w"}},
+                    {{"syscalls": ["mmap"], "action": "allow", "when": [{c2}], "why": "w"}}
+                ]}}"#
+            ))
+        };
+        assert!(two(r#"{"arg": 0, "op": "eq", "value": 1}"#, r#"{"arg": 0, "op": "masked_eq", "mask": 9, "value": 8}"#).is_ok());
+        let err = two(r#"{"arg": 0, "op": "eq", "value": 1}"#, r#"{"arg": 0, "op": "lt", "value": 9}"#).unwrap_err().to_string();
+        assert!(err.contains("seccomp.rules[1].when") && err.contains("range"), "{err}");
+        let err = two(r#"{"arg": 3, "op": "masked_eq", "mask": 4294967296, "value": 0}"#, r#"{"arg": 0, "op": "eq", "value": 9}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("seccomp.rules[1].when") && err.contains("same"), "{err}");
+        // One rule may compare several arguments, unless a not_in makes it several rules.
+        let one = |when: &str| model(&format!(r#"{{{DEFAULT}, "rules": [{{"syscalls": ["mmap"], "action": "allow", "when": {when}, "why": "w"}}]}}"#));
+        assert!(one(r#"[{"arg": 0, "op": "eq", "value": 1}, {"arg": 2, "op": "lt", "value": 9}]"#).is_ok());
+        assert!(one(r#"[{"arg": 3, "op": "not_in", "mask": 12, "values": [4]}, {"arg": 0, "op": "lt", "value": 9}]"#).is_err());
     }
 
     #[test]
