@@ -314,7 +314,15 @@ pub fn check_floor(model: &Model) -> Result<(), PolicyError> {
 /// Policy check for `network.mode: none`: socket() is refused for every
 /// address family but AF_UNIX.
 pub fn check_network_none(model: &Model) -> Result<(), PolicyError> {
-    let families = (0..=64u64).filter(|f| *f != libc::AF_UNIX as u64).chain([1u64 << 32 | 2, u64::MAX]);
+    check_socket_families(model, &[libc::AF_UNIX], "none: only AF_UNIX sockets may be created")
+}
+
+/// socket() must be refused for every address family not in `allowed`
+/// (probed over every family number, and with high bits set, since the
+/// kernel reads the argument as an int).
+fn check_socket_families(model: &Model, allowed: &[libc::c_int], why: &str) -> Result<(), PolicyError> {
+    let allowed: Vec<u64> = allowed.iter().map(|&f| f as u64).collect();
+    let families = (0..=64u64).filter(|f| !allowed.contains(f)).chain([1u64 << 32 | 2, u64::MAX]);
     for fam in families {
         if let Some(Verdict { action: Action::Allow, cause }) = model.evaluate_named("socket", [fam, 1, 0, 0, 0, 0]) {
             let field = match cause {
@@ -323,10 +331,7 @@ pub fn check_network_none(model: &Model) -> Result<(), PolicyError> {
             };
             return Err(PolicyError::Field {
                 field,
-                message: format!(
-                    "allows socket() for {}, but network.mode is none: only AF_UNIX sockets may be created",
-                    family_name(fam)
-                ),
+                message: format!("allows socket() for {}, but network.mode is {why}", family_name(fam)),
             });
         }
     }
@@ -384,24 +389,11 @@ pub fn adapt_for_allowlist(section: &mut SeccompFile) {
 /// A policy with `network.mode: allowlist` may create AF_UNIX, AF_INET and
 /// AF_INET6 sockets, nothing else.
 pub fn check_network_allowlist(model: &Model) -> Result<(), PolicyError> {
-    let allowed = [libc::AF_UNIX as u64, libc::AF_INET as u64, libc::AF_INET6 as u64];
-    let families = (0..=64u64).filter(|f| !allowed.contains(f)).chain([1u64 << 32 | 2, u64::MAX]);
-    for fam in families {
-        if let Some(Verdict { action: Action::Allow, cause }) = model.evaluate_named("socket", [fam, 1, 0, 0, 0, 0]) {
-            let field = match cause {
-                Cause::Rule(i) => format!("seccomp.rules[{i}]"),
-                _ => "seccomp".into(),
-            };
-            return Err(PolicyError::Field {
-                field,
-                message: format!(
-                    "allows socket() for {}, but network.mode is allowlist: only AF_UNIX, AF_INET and AF_INET6 sockets may be created",
-                    family_name(fam)
-                ),
-            });
-        }
-    }
-    Ok(())
+    check_socket_families(
+        model,
+        &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6],
+        "allowlist: only AF_UNIX, AF_INET and AF_INET6 sockets may be created",
+    )
 }
 
 /// `AF_*` names by number (include/linux/socket.h).
