@@ -499,3 +499,34 @@ fn a_bad_policy_fails_before_anything_starts() {
     assert!(e.message.contains("seccomp.rules["), "{e:?}");
     assert!(!sb.output.join("ran").exists(), "the script ran");
 }
+
+#[test]
+fn a_sleep_stopped_and_continued_resumes_through_restart_syscall() {
+    // SIGSTOP + SIGCONT during a sleep makes the kernel resume it with
+    // restart_syscall(2); refused, the sleep fails (and a futex wait aborts
+    // glibc: "The futex facility returned an unexpected error code").
+    let sb = Sandbox::new();
+    let (r, _) = sb.run(
+        r#"
+import ctypes, os, signal, sys, time
+class timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+libc = ctypes.CDLL(None, use_errno=True)
+pid = os.fork()
+if pid == 0:
+    # A relative sleep: the kernel resumes it with restart_syscall (an
+    # absolute one, like time.sleep's, is simply re-issued).
+    ts = timespec(0, 600_000_000)
+    os._exit(0 if libc.nanosleep(ctypes.byref(ts), None) == 0 else 3)
+time.sleep(0.2)
+os.kill(pid, signal.SIGSTOP)
+time.sleep(0.1)
+os.kill(pid, signal.SIGCONT)
+_, status = os.waitpid(pid, 0)
+print(os.waitstatus_to_exitcode(status))
+"#,
+    );
+    assert_eq!(r.status, Status::Ok, "{}", r.stderr.text);
+    assert_eq!(r.stdout.text.trim(), "0", "the resumed sleep failed: {:?}", r.denials);
+    assert!(!r.denials.iter().any(|d| d.what == "restart_syscall"), "{:?}", r.denials);
+}
