@@ -432,6 +432,8 @@ pub struct Tally {
     /// Whether counting stopped at [`MAX_ANSWERED`].
     pub capped: bool,
     socket_nrs: Vec<i32>,
+    /// Receives that failed in a row.
+    failures: u32,
 }
 
 /// What the supervisor should do with the listener after an answer.
@@ -470,8 +472,14 @@ impl Tally {
     /// Answer one pending notification on `listener`.
     pub fn answer(&mut self, model: &Model, listener: &OwnedFd) -> Next {
         let fd = listener.as_raw_fd();
-        // ENOENT here means the caller died before we read its call.
-        let Ok(req) = ScmpNotifReq::receive(fd) else { return Next::Keep };
+        // A failure here is normally ENOENT: the caller died before we read
+        // its call. One that keeps failing would spin the poll loop, so the
+        // listener goes after a run of them (later refusals: ENOSYS).
+        let Ok(req) = ScmpNotifReq::receive(fd) else {
+            self.failures += 1;
+            return if self.failures >= 64 { Next::Close } else { Next::Keep };
+        };
+        self.failures = 0;
         let call = SeccompData {
             nr: req.data.syscall.as_raw_syscall(),
             arch: NATIVE_ARCH,
