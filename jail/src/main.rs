@@ -138,6 +138,15 @@ fn run(args: RunArgs) -> ExitCode {
             _ => {}
         }
     }
+    if !json {
+        // What the jail refused, so a person reading the output learns it.
+        for d in &result.denials {
+            let family = d.family.as_deref().map(|f| format!("({f})")).unwrap_or_default();
+            let errno = d.errno.as_deref().unwrap_or("refused");
+            let why = d.detail.as_deref().map(|w| format!(": {w}")).unwrap_or_default();
+            eprintln!("jail: refused {}{family} x{} with {errno}{why}", d.what, d.count);
+        }
+    }
     if json {
         let mut out = std::io::stdout().lock();
         let _ = serde_json::to_writer_pretty(&mut out, &result);
@@ -190,7 +199,7 @@ fn prepare_request(args: RunArgs) -> Result<RunRequest, SetupError> {
     })
 }
 
-fn check(path: &PathBuf, bpf: bool) -> ExitCode {
+fn check(path: &std::path::Path, bpf: bool) -> ExitCode {
     let fail = |e: &dyn std::error::Error| {
         let mut line = format!("{}: {e}", path.display());
         let mut src = e.source();

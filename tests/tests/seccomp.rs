@@ -418,33 +418,6 @@ fn every_shipped_policy_loads_compiles_and_agrees_with_its_model() {
     }
 }
 
-fn traced(file: &str) -> Vec<String> {
-    std::fs::read_to_string(repo().join("policies/trace").join(file))
-        .unwrap()
-        .lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| l.split_whitespace().next().unwrap().to_string())
-        .collect()
-}
-
-#[test]
-fn every_traced_syscall_is_allowed_by_the_default_policy() {
-    let p = Policy::builtin_default().unwrap();
-    for file in ["traced.txt", "traced-datascience.txt"] {
-        let names = traced(file);
-        assert!(names.len() > 50, "{file} lists {} syscalls", names.len());
-        for name in names {
-            // clone3 is traced because glibc tries it first; it is refused
-            // on purpose and glibc falls back to clone.
-            if name == "clone3" {
-                continue;
-            }
-            let v = p.seccomp.evaluate_named(&name, [1, 1, 0, 0, 0, 0]).unwrap_or_else(|| panic!("{file}: unknown {name}"));
-            assert_eq!(v.action, seccomp::Action::Allow, "{file}: `{name}` is traced but not allowed");
-        }
-    }
-}
-
 #[test]
 fn jail_check_names_unknown_syscalls_and_bad_fields() {
     let dir = tempfile::tempdir().unwrap();

@@ -112,7 +112,7 @@ pub enum BpfError {
 
 /// Split an exported program (`seccomp_export_bpf`) into instructions.
 pub fn decode(bytes: &[u8]) -> Result<Vec<Insn>, BpfError> {
-    if bytes.len() % 8 != 0 {
+    if !bytes.len().is_multiple_of(8) {
         return Err(BpfError::Length(bytes.len()));
     }
     Ok(bytes
