@@ -314,14 +314,6 @@ pub struct SeccompReport {
     pub detail: Option<String>,
 }
 
-/// The state of one optional layer.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Layer {
-    /// `enforced`, `partial`, `not_enforced`.
-    pub status: String,
-    pub detail: Option<String>,
-}
-
 /// One kind of refused call, counted.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct Denial {

@@ -66,12 +66,19 @@ fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
 
 /// How many threads this process has, from `/proc/self/status`.
 pub fn thread_count() -> io::Result<usize> {
+    proc_status_field("Threads")?
+        .parse()
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "no Threads: line"))
+}
+
+/// The value of one `Name:` line of `/proc/self/status`, trimmed.
+fn proc_status_field(name: &str) -> io::Result<String> {
     let status = std::fs::read_to_string("/proc/self/status")?;
     status
         .lines()
-        .find_map(|l| l.strip_prefix("Threads:"))
-        .and_then(|v| v.trim().parse().ok())
-        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, "no Threads: line"))
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(':')))
+        .map(|v| v.trim().to_string())
+        .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidData, format!("no {name}: line")))
 }
 
 fn require_single_thread(what: &str) -> io::Result<()> {
@@ -267,11 +274,7 @@ fn close_range(lo: RawFd, hi: RawFd) -> io::Result<()> {
 /// (getrusage's ru_maxrss keeps the peak of the image before execve, so a
 /// jail started by a big process would report that process's size.)
 pub fn self_max_rss_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let hwm = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok());
+    let hwm = proc_status_field("VmHWM").ok().and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok());
     match hwm {
         Some(kib) => kib * 1024,
         None => nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_SELF)
