@@ -232,7 +232,9 @@ pub enum MountError {
     DetachOldRoot(#[source] nix::Error),
 }
 
-/// Host descriptors for every bind source, opened before anything is mounted.
+/// A detached copy of every bind source's mount tree, taken before anything
+/// is mounted: a source at or above the staging dir (a script in /tmp, an
+/// input dir of /) must not carry the staging tmpfs into the jail with it.
 pub struct Sources {
     binds: Vec<OwnedFd>,
 }
@@ -265,7 +267,9 @@ pub fn open_sources(ops: &[MountOp]) -> Result<Sources, MountError> {
                     return Err(MountError::NotMemoryDevice { path: source.clone() });
                 }
             }
-            binds.push(fd);
+            let tree = sys::open_tree_clone(fd.as_fd())
+                .map_err(|e| MountError::OpenTree { path: source.clone(), source: e })?;
+            binds.push(tree);
         }
     }
     Ok(Sources { binds })
@@ -311,11 +315,11 @@ pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<(), Mo
                 if *kind == Kind::File {
                     create_empty_file(&at)?;
                 }
-                let Some(fd) = binds.next() else {
+                let Some(tree) = binds.next() else {
                     return Err(MountError::OpenTree { path: at, source: io::Error::other("no source opened") });
                 };
                 let ro = if *access == Access::ReadOnly { MOUNT_ATTR_RDONLY } else { 0 };
-                bind_fd(&fd, &at, attrs | ro)?;
+                attach(tree, &at, attrs | ro)?;
             }
             MountOp::Proc { path } => {
                 let at = under(staging, path);
@@ -457,6 +461,11 @@ fn create_empty_file(at: &Path) -> Result<(), MountError> {
 fn bind_fd(fd: &OwnedFd, at: &Path, attrs: u64) -> Result<(), MountError> {
     let tree = sys::open_tree_clone(fd.as_fd())
         .map_err(|source| MountError::OpenTree { path: at.to_path_buf(), source })?;
+    attach(tree, at, attrs)
+}
+
+/// Set `attrs` on every mount of a detached tree and mount it at `at`.
+fn attach(tree: OwnedFd, at: &Path, attrs: u64) -> Result<(), MountError> {
     if attrs != 0 {
         sys::mount_setattr(tree.as_fd(), attrs)
             .map_err(|source| MountError::SetAttr { path: at.to_path_buf(), source })?;

@@ -426,3 +426,44 @@ fn a_fresh_output_dir_is_created_and_reported_when_none_is_given() {
     assert_eq!(text, "hi");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn a_code_dir_at_the_staging_point_does_not_carry_the_jails_root_in() {
+    // The child builds the jail's root on a tmpfs over /tmp. A script that
+    // sits in /tmp itself makes /tmp the code dir; its bind must be the
+    // host's /tmp as it was, not a copy of the half-built root (with the
+    // mask scratch mount still on it, which failed the run).
+    let sb = Sandbox::new();
+    let script = std::path::Path::new("/tmp").join(format!("jail-staging-probe-{}.py", std::process::id()));
+    std::fs::write(
+        &script,
+        r#"
+import json, os
+mounts = [l.split()[4] for l in open("/proc/self/mountinfo")]
+print(json.dumps({"code": sorted(os.listdir("/workspace/code")),
+                  "under_code": [m for m in mounts if m.startswith("/workspace/code/")]}))
+"#,
+    )
+    .unwrap();
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = Command::new(jail_bin())
+        .args(["run", "--json", "--rootfs"])
+        .arg(&sb.rootfs)
+        .arg("--output")
+        .arg(&sb.output)
+        .arg(&script)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&script);
+    let r = parse(&out);
+    assert_eq!(r.status, Status::Ok, "{:?}\n{}", r.setup_error, String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    let name = script.file_name().unwrap().to_str().unwrap();
+    let code: Vec<&str> = v["code"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    assert!(code.contains(&name), "{v}");
+    for jail_only in [".jail-masks", "workspace", "usr", "proc"] {
+        assert!(!code.contains(&jail_only), "the jail's own root showed through the code dir: {v}");
+    }
+    let under: Vec<&str> = v["under_code"].as_array().unwrap().iter().map(|x| x.as_str().unwrap()).collect();
+    assert!(!under.iter().any(|m| m.contains("/workspace/code/workspace") || m.contains(".jail-masks")), "{v}");
+}
