@@ -17,6 +17,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io;
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -61,6 +63,8 @@ pub enum CgroupError {
     EnableControllers { path: PathBuf, controllers: String, source: io::Error },
     #[error("rmdir {path}")]
     Remove { path: PathBuf, source: io::Error },
+    #[error("open {path}")]
+    Open { path: PathBuf, source: io::Error },
 }
 
 // ------------------------------------------------------------------ layout
@@ -416,6 +420,29 @@ fn write_file(path: &Path, value: &str) -> io::Result<()> {
 
 // ----------------------------------------------------------- the run cgroup
 
+/// How the child gets into the run cgroup's leaf (see [`RunCgroup::entry`]).
+#[derive(Debug)]
+pub enum Entry {
+    /// v2: the leaf directory, for `clone3(CLONE_INTO_CGROUP)`.
+    CloneInto(OwnedFd),
+    /// v1: the leaf's `tasks` file in each hierarchy, for the child to
+    /// write "0" to.
+    SelfJoin(Vec<OwnedFd>),
+}
+
+/// Child side, still single-threaded: move the calling thread (the whole
+/// process) into the leaf through the supervisor's `tasks` descriptors,
+/// and close them.
+pub fn enter_self(tasks: Vec<OwnedFd>) -> io::Result<()> {
+    for fd in tasks {
+        let n = nix::unistd::write(&fd, b"0")?;
+        if n != 1 {
+            return Err(io::Error::new(io::ErrorKind::WriteZero, "short write to tasks"));
+        }
+    }
+    Ok(())
+}
+
 /// What the run used, from the cgroup. `None`: this kernel does not say.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CgroupUsage {
@@ -520,8 +547,40 @@ impl RunCgroup {
         }
     }
 
-    /// Move `pid` into the leaf in every hierarchy. The child waits on the
-    /// release pipe until this is done, so none of its code runs outside.
+    /// How the child will enter the leaf without being moved by us.
+    ///
+    /// Writing another process's pid to `cgroup.procs` takes the kernel's
+    /// global threadgroup lock for writing, which waits out an RCU grace
+    /// period: 5 to 20 ms on this kind of host, more than the rest of the
+    /// jail's setup together. Two ways around it, both taken before any of
+    /// the script's code can run:
+    /// - v2: `clone3(CLONE_INTO_CGROUP)` creates the child in the leaf;
+    /// - v1: the child, still single-threaded and running only our code,
+    ///   writes "0" to the leaf's `tasks` file in each hierarchy, moving its
+    ///   one thread itself; the kernel skips that lock when the current
+    ///   thread moves alone. The files are opened here, so the permission
+    ///   check is ours (the kernel checks the opener's credentials).
+    pub fn entry(&self) -> Result<Entry, CgroupError> {
+        // std opens with O_CLOEXEC: nothing of this reaches the script.
+        let open = |path: PathBuf, opts: &std::fs::OpenOptions| {
+            opts.open(&path).map(OwnedFd::from).map_err(|source| CgroupError::Open { path, source })
+        };
+        match self.version {
+            Version::V2 => {
+                let leaf = self.dirs.first().map(|p| p.dir.join(LEAF)).unwrap_or_default();
+                Ok(Entry::CloneInto(open(leaf, std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY))?))
+            }
+            Version::V1 => {
+                let tasks = std::fs::OpenOptions::new().write(true).clone();
+                let fds = self.dirs.iter().map(|p| open(p.dir.join(LEAF).join("tasks"), &tasks));
+                Ok(Entry::SelfJoin(fds.collect::<Result<_, _>>()?))
+            }
+        }
+    }
+
+    /// Move `pid` into the leaf in every hierarchy: the slow way, for a
+    /// kernel without `clone3(CLONE_INTO_CGROUP)` (before 5.7). The child
+    /// waits on the release pipe until this is done.
     pub fn join(&self, pid: u32) -> Result<(), CgroupError> {
         for p in &self.dirs {
             let procs = p.dir.join(LEAF).join("cgroup.procs");

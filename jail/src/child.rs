@@ -47,6 +47,9 @@ pub struct ChildSpec {
     /// With `network.mode: allowlist`: the socket the proxy listener goes
     /// to the supervisor over (network.rs).
     pub proxy: Option<OwnedFd>,
+    /// On cgroup v1: the run leaf's `tasks` file in each hierarchy, which
+    /// PID 1 writes itself into first (cgroup.rs, `RunCgroup::entry`).
+    pub cgroup_tasks: Vec<OwnedFd>,
 }
 
 /// The last restrictions, planned and compiled by the supervisor.
@@ -112,7 +115,10 @@ fn fail(report: &OwnedFd, e: StageError) -> ! {
 
 /// PID 1's entry point, right after clone.
 pub fn run(spec: ChildSpec) -> ! {
-    let ChildSpec { release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits, output, confine, proxy } = spec;
+    let ChildSpec {
+        release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits, output, confine, proxy,
+        cgroup_tasks,
+    } = spec;
     // The supervisor writes our id maps, then releases us; until then we have
     // no identity in the new user namespace.
     if !sync::wait_for_release(release) {
@@ -120,6 +126,15 @@ pub fn run(spec: ChildSpec) -> ! {
     }
     let mut marks = Marks(Vec::new());
     marks.mark("released");
+    if !cgroup_tasks.is_empty() {
+        // First, while only our code runs and we are one thread: into the
+        // run cgroup, before the cgroup namespace is made and before the
+        // worker (which inherits it) is forked.
+        if let Err(e) = crate::cgroup::enter_self(cgroup_tasks) {
+            fail(&report, StageError { stage: "cgroup_join", error: Box::new(e) });
+        }
+        marks.mark("cgroup_join");
+    }
     match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, uid, gid, &hostname, output.as_ref(), proxy) {
         Ok(()) => {}
         Err(e) => fail(&report, e),

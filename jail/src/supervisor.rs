@@ -715,6 +715,15 @@ fn launch(
         // namespace), so root's supplementary groups must go before the clone.
         nix::unistd::setgroups(&[]).map_err(LaunchError::DropGroups)?;
     }
+    // How the child enters the run cgroup: born in it (v2), or moving
+    // itself (v1) before it runs anything else (cgroup.rs, `entry`).
+    let (clone_into, self_join) = match resources.cgroup.as_ref().map(RunCgroup::entry).transpose() {
+        Ok(Some(cgroup::Entry::CloneInto(dir))) => (Some(dir), Vec::new()),
+        Ok(Some(cgroup::Entry::SelfJoin(tasks))) => (None, tasks),
+        Ok(None) => (None, Vec::new()),
+        Err(e) => return Err(LaunchError::JoinCgroup(e)),
+    };
+    let self_joins = !self_join.is_empty();
     let mount_ops = mounts::plan(&prepared.mount_request);
     let landlock_rules = landlock::rules(&mount_ops);
     let spec = ChildSpec {
@@ -748,14 +757,25 @@ fn launch(
             },
         },
         proxy: proxy_theirs,
+        cgroup_tasks: self_join,
     };
     stages.insert("plan".into(), ms_since(started));
-    let pid = match sys::clone_process(namespaces::CLONE_FLAGS).map_err(LaunchError::Clone)? {
+    let born_in_cgroup = match &clone_into {
+        Some(dir) => sys::clone_into_cgroup(namespaces::CLONE_FLAGS, dir.as_fd()).map_err(LaunchError::Clone)?,
+        None => None,
+    };
+    let joined = born_in_cgroup.is_some() || self_joins;
+    let forked = match born_in_cgroup {
+        Some(f) => f,
+        None => sys::clone_process(namespaces::CLONE_FLAGS).map_err(LaunchError::Clone)?,
+    };
+    let pid = match forked {
         Forked::Child => child::run(spec),
         Forked::Parent(pid) => pid,
     };
     // Our copies of the child's ends must close, or we would never see EOF.
     drop(spec);
+    drop(clone_into);
     stages.insert("clone".into(), ms_since(started));
     let kill_and_reap = |pid: Pid| {
         let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
@@ -766,8 +786,9 @@ fn launch(
         return Err(LaunchError::IdMaps(e));
     }
     stages.insert("id_maps".into(), ms_since(started));
-    if let Some(cg) = &resources.cgroup {
-        // Before the release: none of the child's code runs outside it.
+    if let (Some(cg), false) = (&resources.cgroup, joined) {
+        // The slow way, on a kernel without CLONE_INTO_CGROUP; before the
+        // release, so none of the child's code runs outside.
         if let Err(e) = cg.join(pid.as_raw() as u32) {
             kill_and_reap(pid);
             return Err(LaunchError::JoinCgroup(e));

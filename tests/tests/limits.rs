@@ -16,7 +16,7 @@ use jail_tests::*;
 /// script's argument, checked for leftovers once it is over.
 fn run_with(sb: &Sandbox, flags: &[&str], source: &str) -> RunResult {
     let marker = format!("jail-limits-marker-{}-{}", std::process::id(), unique());
-    let mut cmd: Command = sb.command(source);
+    let cmd: Command = sb.command(source);
     // `command` ends with the script; flags go before it, the marker after.
     let mut args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
     let script = args.pop().expect("script argument");
@@ -567,7 +567,7 @@ fn a_delegated_cgroup_gives_an_ordinary_user_cgroup_limits() {
     assert!(made.iter().any(|d| d.starts_with(&memory.mount)));
     let sb = Sandbox::new();
     std::os::unix::fs::chown(&sb.output, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap();
-    let mut cmd = sb.command("chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 20))\n");
+    let cmd = sb.command("chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 20))\n");
     let mut args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
     let script = args.pop().unwrap();
     let mut full = Command::new(jail_bin());
