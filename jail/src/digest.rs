@@ -46,3 +46,8 @@ mod tests {
         assert_eq!(h.finish_hex(), super::sha256_hex(b"abc"));
     }
 }
+
+/// The raw sha256 of `bytes`.
+pub fn sha256_bytes(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}

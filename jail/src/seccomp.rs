@@ -13,6 +13,7 @@
 //! measured cost of a reported refusal.
 
 pub mod bpf;
+pub mod cache;
 pub mod model;
 
 use std::collections::BTreeMap;

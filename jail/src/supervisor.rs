@@ -196,7 +196,7 @@ struct Confinement {
 }
 
 fn confine(policy: &Policy) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
-    let filter = seccomp::compile(&policy.seccomp, seccomp::host_mode()).map_err(|e| ("seccomp", e.into()))?;
+    let filter = seccomp::cache::compile(&policy.seccomp, seccomp::host_mode()).map_err(|e| ("seccomp", e.into()))?;
     let landlock = landlock::plan(landlock::kernel_abi(), &policy.landlock).map_err(|e| ("landlock", e.into()))?;
     Ok(Confinement { filter, landlock })
 }
