@@ -122,10 +122,15 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy, jail::policy::PolicyErr
 
 fn run(args: RunArgs) -> ExitCode {
     let json = args.json;
-    let result = match prepare_request(args) {
+    let mut result = match prepare_request(args) {
         Ok(req) => jail::supervisor::run(&req),
         Err(e) => RunResult::setup_failed(e),
     };
+    if result.supervisor.max_rss_bytes == 0 {
+        // A run that stopped early: what the binary itself needs (make
+        // bench uses it as the baseline for the supervisor's peak).
+        result.supervisor.max_rss_bytes = jail::sys::self_max_rss_bytes();
+    }
     if let Some(e) = &result.setup_error {
         // One line a person can act on; the JSON carries the rest.
         let causes = if e.causes.is_empty() { String::new() } else { format!(": {}", e.causes.join(": ")) };
@@ -148,9 +153,10 @@ fn run(args: RunArgs) -> ExitCode {
         }
     }
     if json {
-        let mut out = std::io::stdout().lock();
-        let _ = serde_json::to_writer_pretty(&mut out, &result);
-        let _ = writeln!(out);
+        // One write: stdout is line-buffered, and a result is ~200 lines.
+        let mut text = serde_json::to_vec_pretty(&result).unwrap_or_default();
+        text.push(b'\n');
+        let _ = std::io::stdout().lock().write_all(&text);
     }
     ExitCode::from(result.jail_exit_code().clamp(0, 255) as u8)
 }
