@@ -935,7 +935,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_allowlist_policy_gets_inet_sockets_but_no_other_family() {
+    fn an_allowlist_policy_sends_inet_sockets_to_the_supervisor_and_refuses_other_families() {
         let p = Policy::from_json(
             r#"{"version":1,"network":{"mode":"allowlist","hosts":["api.example.org"]}}"#,
             Path::new("/"),
@@ -943,8 +943,14 @@ mod tests {
         .unwrap();
         let verdict = |fam: u64, ty: u64| p.seccomp.evaluate_named("socket", [fam, ty, 0, 0, 0, 0]).map(|v| v.action);
         let allow = Some(crate::seccomp::Action::Allow);
-        assert_eq!(verdict(libc::AF_INET as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64), allow);
-        assert_eq!(verdict(libc::AF_INET6 as u64, libc::SOCK_STREAM as u64), allow);
+        // Counted refusals: the supervisor sees each and lets the TCP ones
+        // through (seccomp::Tally::answer).
+        let to_supervisor = Some(crate::seccomp::Action::Errno {
+            errno: libc::EPERM,
+            report: crate::seccomp::model::Report::Counted,
+        });
+        assert_eq!(verdict(libc::AF_INET as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64), to_supervisor);
+        assert_eq!(verdict(libc::AF_INET6 as u64, libc::SOCK_DGRAM as u64), to_supervisor);
         assert_eq!(verdict(libc::AF_UNIX as u64, libc::SOCK_DGRAM as u64), allow);
         assert_ne!(verdict(libc::AF_NETLINK as u64, libc::SOCK_RAW as u64), allow);
         assert_ne!(verdict(libc::AF_PACKET as u64, libc::SOCK_RAW as u64), allow);
@@ -1180,6 +1186,40 @@ mod tests {
         // the hash they had before the allowlist existed.
         let file = parse_file(r#"{"version":1,"network":{"mode":"none"}}"#).unwrap();
         assert_eq!(serde_json::to_value(&file.network).unwrap(), serde_json::json!({"mode": "none"}));
+    }
+
+    #[test]
+    fn an_allowlist_policy_with_its_own_seccomp_section_must_send_inet_sockets_to_the_supervisor() {
+        // The default's own section: AF_UNIX allowed, every other family a
+        // counted EPERM, which is what the supervisor's TCP check needs.
+        let mut file: serde_json::Value = serde_json::from_str(DEFAULT_POLICY_JSON).unwrap();
+        file["network"] = serde_json::json!({"mode": "allowlist", "hosts": ["api.example.org"]});
+        // The same section with its two socket rules replaced.
+        let with_socket_rules = |rules: serde_json::Value| {
+            let mut f = file.clone();
+            let list = f["seccomp"]["rules"].as_array_mut().unwrap();
+            list.retain(|r| r["syscalls"] != serde_json::json!(["socket"]));
+            list.extend(rules.as_array().unwrap().iter().cloned());
+            Policy::from_json(&f.to_string(), Path::new("/"))
+        };
+        let family = |fam: &str, action: serde_json::Value| {
+            serde_json::json!({"syscalls": ["socket"], "action": action, "when": [{"arg": 0, "op": "eq", "value": fam}], "why": "test"})
+        };
+        let counted = serde_json::json!({"errno": "EPERM"});
+        let unix = family("AF_UNIX", "allow".into());
+        assert!(Policy::from_json(&file.to_string(), Path::new("/")).is_ok());
+        assert!(with_socket_rules(serde_json::json!([unix, family("AF_INET", counted.clone()), family("AF_INET6", counted.clone())])).is_ok());
+        // Allowing AF_INET outright would let UDP and raw sockets through.
+        let e = with_socket_rules(serde_json::json!([unix, family("AF_INET", "allow".into()), family("AF_INET6", counted.clone())]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("seccomp.rules[") && e.contains("AF_INET"), "{e}");
+        // Refusing it without a report would leave the proxy unreachable.
+        let silent = serde_json::json!({"errno": "EPERM", "report": false});
+        let e = with_socket_rules(serde_json::json!([unix, family("AF_INET", counted), family("AF_INET6", silent)]))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("AF_INET6") && e.contains("report"), "{e}");
     }
 
     #[test]

@@ -340,13 +340,15 @@ fn check_socket_families(model: &Model, allowed: &[libc::c_int], why: &str) -> R
 }
 
 /// The default allowlist adapted to `network.mode: allowlist`: the rule that
-/// refuses every family but AF_UNIX is replaced by rules that allow AF_INET
-/// and AF_INET6, which the script needs to reach the proxy on 127.0.0.1, and
-/// refuse every other family. The socket type is not filtered: libseccomp
-/// 2.5 can hang merging rules that compare different arguments of one
-/// syscall (see `Model::from_file`). What keeps those sockets in: the net
-/// namespace has only loopback, no resolver is configured, raw sockets need
-/// CAP_NET_RAW (gone), and landlock (ABI >= 4) lets TCP connect only to the
+/// refuses every family but AF_UNIX is replaced by rules that send socket()
+/// for AF_INET and AF_INET6 to the supervisor, which lets a TCP stream
+/// socket through (the script needs one to reach the proxy on 127.0.0.1)
+/// and refuses every other type, and a rule that refuses every other
+/// family outright. The type is checked by the supervisor, not compiled
+/// into the filter: libseccomp 2.5 can hang merging rules that compare
+/// different arguments of one syscall (see `Model::from_file`). What keeps
+/// the TCP sockets in: the net namespace has only loopback, no resolver is
+/// configured, and landlock (ABI >= 4) lets them connect only to the
 /// proxy's port.
 pub fn adapt_for_allowlist(section: &mut SeccompFile) {
     use model::{ActionFile, ConditionFile, Number, RuleFile};
@@ -367,13 +369,23 @@ pub fn adapt_for_allowlist(section: &mut SeccompFile) {
         mask: None,
         values: values.map(|vs| vs.into_iter().map(|v| Number::Text(v.into())).collect()),
     };
+    // Counted refusals reach the supervisor, which is what lets it pass
+    // the TCP ones (`Tally::answer`).
+    let refuse_to_supervisor = match &old.action {
+        ActionFile::Errno { errno, .. } => ActionFile::Errno { errno: errno.clone(), report: Some(true) },
+        other => other.clone(),
+    };
     let mut rules = Vec::new();
     for fam in ["AF_INET", "AF_INET6"] {
         rules.push(RuleFile {
             syscalls: vec!["socket".into()],
-            action: ActionFile::Allow,
+            action: refuse_to_supervisor.clone(),
             when: vec![family("eq", Some(fam), None)],
-            why: format!("network.mode is allowlist: {fam} sockets, to reach the supervisor's proxy on loopback (the only interface)"),
+            why: format!(
+                "network.mode is allowlist: an {fam} socket is created only as a TCP stream socket (SOCK_STREAM, protocol 0 or \
+                 IPPROTO_TCP), to reach the supervisor's proxy on loopback; the supervisor checks the type and refuses UDP, raw \
+                 and every other kind"
+            ),
         });
     }
     rules.push(RuleFile {
@@ -387,14 +399,33 @@ pub fn adapt_for_allowlist(section: &mut SeccompFile) {
     }
 }
 
-/// A policy with `network.mode: allowlist` may create AF_UNIX, AF_INET and
-/// AF_INET6 sockets, nothing else.
+/// A policy with `network.mode: allowlist`: the filter allows AF_UNIX
+/// sockets and no other family; AF_INET and AF_INET6 sockets must be
+/// counted refusals (`report: true`), which is what sends them to the
+/// supervisor to let the TCP stream ones through (`Tally::answer`). A rule
+/// that allowed them outright would let UDP and raw sockets through too.
 pub fn check_network_allowlist(model: &Model) -> Result<(), PolicyError> {
     check_socket_families(
         model,
-        &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6],
-        "allowlist: only AF_UNIX, AF_INET and AF_INET6 sockets may be created",
-    )
+        &[libc::AF_UNIX],
+        "allowlist: the filter may allow only AF_UNIX sockets; AF_INET and AF_INET6 must be refused with a counted errno \
+         (\"report\": true) so the supervisor lets TCP stream sockets through and nothing else",
+    )?;
+    for fam in [libc::AF_INET, libc::AF_INET6] {
+        let verdict = model.evaluate_named("socket", [fam as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0]);
+        if !matches!(verdict, Some(Verdict { action: Action::Errno { report: Report::Counted, .. }, .. })) {
+            return Err(PolicyError::Field {
+                field: "seccomp".into(),
+                message: format!(
+                    "does not send socket({}, SOCK_STREAM) to the supervisor (a plain or silent refusal, or a kill), so the script could not reach the proxy; \
+                     with network.mode allowlist make that refusal a counted errno (\"report\": true) or drop the seccomp \
+                     section to get the default one",
+                    family_name(fam as u64)
+                ),
+            });
+        }
+    }
+    Ok(())
 }
 
 /// `AF_*` names by number (include/linux/socket.h).
@@ -435,6 +466,22 @@ pub struct Tally {
     socket_nrs: Vec<i32>,
     /// Receives that failed in a row.
     failures: u32,
+    /// With `network.mode: allowlist`: socket(2)'s number, whose TCP stream
+    /// sockets are let through (`is_tcp_stream`).
+    tcp_only: Option<i32>,
+    /// TCP sockets let through.
+    pub tcp_sockets: u64,
+}
+
+/// Whether socket(2) arguments ask for a TCP stream socket: AF_INET or
+/// AF_INET6, type SOCK_STREAM (with at most SOCK_NONBLOCK and SOCK_CLOEXEC),
+/// protocol 0 or IPPROTO_TCP. The kernel reads each as an int.
+pub fn is_tcp_stream(args: &[u64; 6]) -> bool {
+    let (family, ty, protocol) = (args[0] as u32 as i32, args[1] as u32 as i32, args[2] as u32 as i32);
+    let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
+    matches!(family, libc::AF_INET | libc::AF_INET6)
+        && ty & !flags == libc::SOCK_STREAM
+        && matches!(protocol, 0 | libc::IPPROTO_TCP)
 }
 
 /// What the supervisor should do with the listener after an answer.
@@ -449,6 +496,12 @@ impl Tally {
     pub fn new() -> Tally {
         let socket_nrs = ["socket", "socketpair"].iter().filter_map(|n| model::resolve(n)).collect();
         Tally { socket_nrs, ..Tally::default() }
+    }
+
+    /// Let TCP stream sockets through (`network.mode: allowlist`).
+    pub fn tcp_only(mut self) -> Tally {
+        self.tcp_only = model::resolve("socket");
+        self
     }
 
     /// Record one refused call and return the errno to answer it with.
@@ -487,6 +540,16 @@ impl Tally {
             instruction_pointer: req.data.instr_pointer,
             args: req.data.args,
         };
+        if self.tcp_only == Some(call.nr) && is_tcp_stream(&call.args) {
+            // The kernel runs the call as it was made. Safe to let go: all
+            // three arguments are integers the caller can no longer change
+            // (it is blocked in this call), with no memory to re-read.
+            let resp = ScmpNotifResp::new_continue(req.id, ScmpNotifRespFlags::empty());
+            if resp.respond(fd).is_ok() {
+                self.tcp_sockets += 1;
+                return Next::Keep;
+            }
+        }
         let errno = self.record(model, &call);
         // A failed answer means the caller died meanwhile; nothing to do.
         let _ = ScmpNotifResp::new_error(req.id, -errno, ScmpNotifRespFlags::empty()).respond(fd);
@@ -574,6 +637,44 @@ mod tests {
         let f = compile(&m, Mode::ErrnoOnly).unwrap();
         let ret = |name: &str, args| bpf::Ret::from_raw(bpf::run(&f.program, &data(name, args)).unwrap());
         assert_eq!(ret("socket", [2, 1, 0, 0, 0, 0]), bpf::Ret::Errno(libc::EPERM as u16));
+    }
+
+    #[test]
+    fn only_tcp_stream_sockets_count_as_tcp() {
+        let (inet, inet6, unix) = (libc::AF_INET as u64, libc::AF_INET6 as u64, libc::AF_UNIX as u64);
+        let stream = libc::SOCK_STREAM as u64;
+        let flags = (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64;
+        for args in [[inet, stream, 0, 0, 0, 0], [inet6, stream | flags, 6, 0, 0, 0], [inet | (1 << 40), stream, 0, 0, 0, 0]] {
+            assert!(is_tcp_stream(&args), "{args:?}");
+        }
+        for args in [
+            [inet, libc::SOCK_DGRAM as u64, 0, 0, 0, 0],
+            [inet6, libc::SOCK_RAW as u64, 0, 0, 0, 0],
+            [inet, libc::SOCK_SEQPACKET as u64, 0, 0, 0, 0],
+            [inet, stream, libc::IPPROTO_SCTP as u64, 0, 0, 0],
+            [inet, stream, libc::IPPROTO_MPTCP as u64, 0, 0, 0],
+            [inet, stream | 0x100, 0, 0, 0, 0],
+            [unix, stream, 0, 0, 0, 0],
+            [libc::AF_PACKET as u64, stream, 0, 0, 0, 0],
+        ] {
+            assert!(!is_tcp_stream(&args), "{args:?}");
+        }
+    }
+
+    #[test]
+    fn with_an_allowlist_inet_sockets_go_to_the_supervisor_and_other_families_are_refused() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/allowlist-example.json");
+        let m = crate::policy::Policy::load(std::path::Path::new(path)).unwrap().seccomp;
+        let f = compile(&m, Mode::Notify).unwrap();
+        let ret = |args: [u64; 6]| bpf::Ret::from_raw(bpf::run(&f.program, &data("socket", args)).unwrap());
+        assert_eq!(ret([2, 2, 0, 0, 0, 0]), bpf::Ret::UserNotif);
+        assert_eq!(ret([10, 1, 0, 0, 0, 0]), bpf::Ret::UserNotif);
+        assert_eq!(ret([1, 1, 0, 0, 0, 0]), bpf::Ret::Allow);
+        assert_eq!(ret([16, 3, 0, 0, 0, 0]), bpf::Ret::UserNotif);
+        // The model refuses the INET ones too: only the supervisor's TCP
+        // check lets one through.
+        let v = m.evaluate_named("socket", [2, 1, 0, 0, 0, 0]).unwrap();
+        assert!(matches!(v.action, Action::Errno { .. }), "{v:?}");
     }
 
     #[test]

@@ -196,7 +196,22 @@ struct Confinement {
 }
 
 fn confine(policy: &Policy) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
-    let filter = seccomp::cache::compile(&policy.seccomp, seccomp::host_mode()).map_err(|e| ("seccomp", e.into()))?;
+    confine_in(policy, seccomp::host_mode())
+}
+
+fn confine_in(policy: &Policy, mode: seccomp::Mode) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
+    if matches!(policy.network, Network::Allowlist(_)) && mode == seccomp::Mode::ErrnoOnly {
+        // Its TCP sockets are let through by the supervisor answering
+        // seccomp notifications; without them the filter would either
+        // refuse them all or have to allow UDP too.
+        return Err((
+            "seccomp",
+            "network.mode allowlist needs seccomp user notification, which this kernel lacks (Linux 5.5 or later has it); \
+             use network.mode none on this host"
+                .into(),
+        ));
+    }
+    let filter = seccomp::cache::compile(&policy.seccomp, mode).map_err(|e| ("seccomp", e.into()))?;
     let landlock = landlock::plan(landlock::kernel_abi(), &policy.landlock).map_err(|e| ("landlock", e.into()))?;
     Ok(Confinement { filter, landlock })
 }
@@ -852,7 +867,10 @@ fn launch(
         exec_at: None,
         notify: notify_ours,
         listener: None,
-        tally: seccomp::Tally::new(),
+        tally: match req.policy.network {
+            Network::Allowlist(_) => seccomp::Tally::new().tcp_only(),
+            Network::None => seccomp::Tally::new(),
+        },
         model: &req.policy.seccomp,
     };
     let limits = Deadlines {
@@ -1364,6 +1382,16 @@ mod tests {
             cpu_rlimit: None,
             cpu_used: Duration::ZERO,
         }
+    }
+
+    #[test]
+    fn an_allowlist_without_seccomp_notification_fails_instead_of_allowing_udp() {
+        let policy = Policy::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/allowlist-example.json"))).unwrap();
+        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::ErrnoOnly) else { panic!("confined without notification") };
+        assert_eq!(stage, "seccomp");
+        assert!(e.to_string().contains("network.mode none"), "{e}");
+        assert!(confine_in(&policy, seccomp::Mode::Notify).is_ok());
+        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::ErrnoOnly).is_ok());
     }
 
     #[test]

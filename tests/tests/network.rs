@@ -334,13 +334,61 @@ print(json.dumps(out))
     let r = run_with(&sb, &env, src);
     let v = stdout_json(&r);
     for fam in ["2", "10"] {
-        let got = v[fam].as_str().unwrap();
-        assert_ne!(got, "answered", "{v}");
-        // A UDP socket can be created (seccomp filters the family only),
-        // but the loopback-only namespace has nothing to answer it.
+        // The supervisor lets only TCP stream sockets through: the UDP
+        // socket itself is refused, before any query could be sent.
+        assert_eq!(v[fam], "socket EPERM", "{v}");
     }
     assert_eq!(v["resolve"], "failed", "{v}");
+    for fam in ["AF_INET", "AF_INET6"] {
+        assert!(
+            r.denials.iter().any(|d| d.what == "socket" && d.family.as_deref() == Some(fam) && d.count >= 1),
+            "{fam} UDP socket not reported: {:?}",
+            r.denials
+        );
+    }
     assert!(r.network.connections.is_empty(), "{:#?}", r.network);
+}
+
+#[test]
+fn only_plain_tcp_sockets_are_created_in_allowlist_mode() {
+    let (sb, env) = allowlist(serde_json::json!({"mode": "allowlist", "hosts": ["api.test"]}), "api.test=127.0.0.1");
+    // Everything an exfiltration script could reach for beside TCP: raw
+    // IP (ICMP tunnels, forged packets), SCTP and UDP-lite on an inet
+    // socket, a SOCK_SEQPACKET/RDM type. A TCP stream socket with the
+    // flags Python and libc add must still work.
+    let src = r#"
+import errno, json, socket
+out = {}
+cases = {
+    "raw4": (socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP),
+    "raw6": (socket.AF_INET6, socket.SOCK_RAW, socket.IPPROTO_ICMPV6),
+    "sctp": (socket.AF_INET, socket.SOCK_STREAM, 132),
+    "seqpacket": (socket.AF_INET, socket.SOCK_SEQPACKET, 132),
+    "udplite": (socket.AF_INET, socket.SOCK_DGRAM, 136),
+    "tcp": (socket.AF_INET, socket.SOCK_STREAM, 0),
+    "tcp6": (socket.AF_INET6, socket.SOCK_STREAM, socket.IPPROTO_TCP),
+    "tcp_flags": (socket.AF_INET, socket.SOCK_STREAM | socket.SOCK_NONBLOCK | socket.SOCK_CLOEXEC, 0),
+}
+for name, (fam, typ, proto) in cases.items():
+    try:
+        socket.socket(fam, typ, proto).close()
+        out[name] = "created"
+    except OSError as e:
+        out[name] = errno.errorcode.get(e.errno, str(e.errno))
+print(json.dumps(out))
+"#;
+    let r = run_with(&sb, &env, src);
+    let v = stdout_json(&r);
+    for name in ["raw4", "raw6", "sctp", "seqpacket", "udplite"] {
+        assert_eq!(v[name], "EPERM", "{name}: {v}");
+    }
+    for name in ["tcp", "tcp6", "tcp_flags"] {
+        assert_eq!(v[name], "created", "{name}: {v}");
+    }
+    let refused: u64 = r.denials.iter().filter(|d| d.what == "socket").map(|d| d.count).sum();
+    assert_eq!(refused, 5, "{:?}", r.denials);
+    let why = &r.denials.iter().find(|d| d.what == "socket").unwrap().detail;
+    assert!(why.as_deref().is_some_and(|w| w.contains("TCP")), "the denial should say only TCP is allowed: {why:?}");
 }
 
 #[test]
