@@ -30,10 +30,12 @@ use crate::sys;
 use bpf::{Insn, SeccompData};
 use model::{Op, NATIVE_ARCH};
 
-/// After this many answered refusals the supervisor closes the listener:
-/// each answer costs supervisor CPU outside the run's cgroup, so a script
-/// looping on a refused call must not get it for free. Later refusals fail
-/// with ENOSYS in the kernel and are no longer counted (the result says so).
+/// After this many answered notifications (refusals, and with
+/// `network.mode: allowlist` the TCP sockets let through) the supervisor
+/// closes the listener: each answer costs supervisor CPU outside the run's
+/// cgroup, so a script looping on such a call must not get it for free.
+/// Later calls that would reach the supervisor fail with ENOSYS in the
+/// kernel and are no longer counted (the result says so).
 pub const MAX_ANSWERED: u64 = 10_000;
 
 /// `SECCOMP_FILTER_FLAG_NEW_LISTENER`: return a user-notification listener.
@@ -469,8 +471,6 @@ pub struct Tally {
     /// With `network.mode: allowlist`: socket(2)'s number, whose TCP stream
     /// sockets are let through (`is_tcp_stream`).
     tcp_only: Option<i32>,
-    /// TCP sockets let through.
-    pub tcp_sockets: u64,
 }
 
 /// Whether socket(2) arguments ask for a TCP stream socket: AF_INET or
@@ -540,19 +540,19 @@ impl Tally {
             instruction_pointer: req.data.instr_pointer,
             args: req.data.args,
         };
-        if self.tcp_only == Some(call.nr) && is_tcp_stream(&call.args) {
+        let resp = if self.tcp_only == Some(call.nr) && is_tcp_stream(&call.args) {
             // The kernel runs the call as it was made. Safe to let go: all
             // three arguments are integers the caller can no longer change
-            // (it is blocked in this call), with no memory to re-read.
-            let resp = ScmpNotifResp::new_continue(req.id, ScmpNotifRespFlags::empty());
-            if resp.respond(fd).is_ok() {
-                self.tcp_sockets += 1;
-                return Next::Keep;
-            }
-        }
-        let errno = self.record(model, &call);
+            // (it is blocked in this call), with no memory to re-read. It
+            // costs an answer like a refusal, so it counts toward the cap.
+            self.answered += 1;
+            ScmpNotifResp::new_continue(req.id, ScmpNotifRespFlags::empty())
+        } else {
+            let errno = self.record(model, &call);
+            ScmpNotifResp::new_error(req.id, -errno, ScmpNotifRespFlags::empty())
+        };
         // A failed answer means the caller died meanwhile; nothing to do.
-        let _ = ScmpNotifResp::new_error(req.id, -errno, ScmpNotifRespFlags::empty()).respond(fd);
+        let _ = resp.respond(fd);
         if self.answered >= MAX_ANSWERED {
             self.capped = true;
             return Next::Close;
