@@ -1223,6 +1223,23 @@ mod tests {
     }
 
     #[test]
+    fn a_socket_rule_that_allows_by_type_alone_is_refused_in_either_network_mode() {
+        // Without a family condition, `arg 1 eq SOCK_DGRAM` allows UDP on
+        // AF_INET: the family check must probe more than one type.
+        let mut file: serde_json::Value = serde_json::from_str(DEFAULT_POLICY_JSON).unwrap();
+        let list = file["seccomp"]["rules"].as_array_mut().unwrap();
+        list.retain(|r| r["syscalls"] != serde_json::json!(["socket"]));
+        // (Alone: the model refuses a second rule on another argument.)
+        list.push(serde_json::json!({"syscalls": ["socket"], "action": "allow",
+            "when": [{"arg": 1, "op": "eq", "value": libc::SOCK_DGRAM}], "why": "test"}));
+        for network in [serde_json::json!({"mode": "none"}), serde_json::json!({"mode": "allowlist", "hosts": ["api.example.org"]})] {
+            file["network"] = network;
+            let e = Policy::from_json(&file.to_string(), Path::new("/")).unwrap_err().to_string();
+            assert!(e.contains("seccomp.rules[") && e.contains("allows socket()"), "{e}");
+        }
+    }
+
+    #[test]
     fn a_policy_without_a_seccomp_section_gets_the_default_allowlist() {
         let p = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap();
         assert_eq!(p.seccomp, Policy::builtin_default().unwrap().seccomp);

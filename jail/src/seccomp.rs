@@ -322,20 +322,24 @@ pub fn check_network_none(model: &Model) -> Result<(), PolicyError> {
 
 /// socket() must be refused for every address family not in `allowed`
 /// (probed over every family number, and with high bits set, since the
-/// kernel reads the argument as an int).
+/// kernel reads the argument as an int), whatever the socket type: a rule
+/// that allows by type alone (`arg 1 eq SOCK_DGRAM`) allows every family.
 fn check_socket_families(model: &Model, allowed: &[libc::c_int], why: &str) -> Result<(), PolicyError> {
     let allowed: Vec<u64> = allowed.iter().map(|&f| f as u64).collect();
     let families = (0..=64u64).filter(|f| !allowed.contains(f)).chain([1u64 << 32 | 2, u64::MAX]);
+    let types = [libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_RAW, libc::SOCK_SEQPACKET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC];
     for fam in families {
-        if let Some(Verdict { action: Action::Allow, cause }) = model.evaluate_named("socket", [fam, 1, 0, 0, 0, 0]) {
-            let field = match cause {
-                Cause::Rule(i) => format!("seccomp.rules[{i}]"),
-                _ => "seccomp".into(),
-            };
-            return Err(PolicyError::Field {
-                field,
-                message: format!("allows socket() for {}, but network.mode is {why}", family_name(fam)),
-            });
+        for ty in types {
+            if let Some(Verdict { action: Action::Allow, cause }) = model.evaluate_named("socket", [fam, ty as u64, 0, 0, 0, 0]) {
+                let field = match cause {
+                    Cause::Rule(i) => format!("seccomp.rules[{i}]"),
+                    _ => "seccomp".into(),
+                };
+                return Err(PolicyError::Field {
+                    field,
+                    message: format!("allows socket() for {}, but network.mode is {why}", family_name(fam)),
+                });
+            }
         }
     }
     Ok(())
