@@ -13,6 +13,7 @@
 pub mod artifacts;
 pub mod cgroup;
 pub mod child;
+pub mod conceal;
 pub mod digest;
 pub mod doctor;
 pub mod limits;

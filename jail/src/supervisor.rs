@@ -116,6 +116,13 @@ pub fn run(req: &RunRequest) -> RunResult {
     result.isolation.rootfs = prepared.rootfs.display().to_string();
     result.isolation.rootfs_id = prepared.rootfs_id.clone();
     result.output_dir = Some(prepared.output_dir.display().to_string());
+    for (path, source) in mounts::still_showing(&mounts::plan(&prepared.mount_request)) {
+        result.isolation.degraded.push(format!(
+            "/proc/self/mountinfo shows the host path of {} ({} on its filesystem): a writable folder is a plain bind",
+            path.display(),
+            source.display()
+        ));
+    }
     stages.insert("prepare".to_string(), ms_since(started));
     // The state the step's changes are measured against, taken before the
     // clone and so before the child is released.
@@ -316,8 +323,10 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
     let rootfs_entries = list_rootfs(&rootfs)?;
     let rootfs_id = rootfs_identity(&rootfs)?;
 
-    let (code_dir, script_rel) = resolve_script(&req.script, req.code.as_deref())?;
-    check_readable(&code_dir, "code dir", who)?;
+    let (code, script_rel) = resolve_script(&req.script, req.code.as_deref())?;
+    if let mounts::Code::Dir(dir) = &code {
+        check_readable(dir, "code dir", who)?;
+    }
     let input = match &req.input {
         Some(dir) => {
             let d = existing_dir(dir, "input dir", "--input")?;
@@ -349,7 +358,7 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
             rootfs: rootfs.clone(),
             rootfs_entries,
             input,
-            code: code_dir,
+            code,
             output: output_dir.clone(),
             tmp_size: policy.filesystem.tmp_size,
             shm_size: policy.filesystem.shm_size,
@@ -422,8 +431,9 @@ fn entry_name(e: &RootfsEntry) -> &str {
     }
 }
 
-/// The code dir on the host and the script's path relative to it.
-fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(PathBuf, PathBuf), InputError> {
+/// What `/workspace/code` holds (the script alone, or the `--code` folder)
+/// and the script's path relative to it.
+fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(mounts::Code, PathBuf), InputError> {
     let code_dir = match code {
         Some(dir) => Some(existing_dir(dir, "code dir", "--code")?),
         None => None,
@@ -443,9 +453,17 @@ fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(PathBuf, PathBu
     })?;
     let full = std::fs::canonicalize(&candidate)
         .map_err(|e| input_error(format!("script {}: {e}", script.display()), "check the path"))?;
-    let code_dir = match code_dir {
-        Some(d) => d,
-        None => full.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/")),
+    let Some(code_dir) = code_dir else {
+        // Only the script is granted: its folder may hold anything (~/.ssh
+        // beside ~/analysis.py), and none of that is the script's business.
+        if meta.len() > mounts::MAX_SCRIPT_BYTES {
+            return Err(input_error(
+                format!("script {} is {} bytes, over {} MiB", script.display(), meta.len(), mounts::MAX_SCRIPT_BYTES >> 20),
+                "pass its folder with --code DIR",
+            ));
+        }
+        let name = PathBuf::from(full.file_name().unwrap_or(full.as_os_str()));
+        return Ok((mounts::Code::Script { file: full, name: name.clone() }, name));
     };
     let rel = full.strip_prefix(&code_dir).map_err(|_| {
         input_error(
@@ -453,7 +471,7 @@ fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(PathBuf, PathBu
             "put the script inside --code DIR, or leave --code out",
         )
     })?;
-    Ok((code_dir, rel.to_path_buf()))
+    Ok((mounts::Code::Dir(code_dir), rel.to_path_buf()))
 }
 
 /// An existing directory that is not a symlink, canonicalized.
@@ -1268,6 +1286,7 @@ fn finish(
                 }
             }
             Report::Failed(e) => failure = Some(e),
+            Report::Degraded(notes) => result.isolation.degraded.extend(notes),
             Report::Exited { .. } | Report::Signaled { .. } => exit = Some(r),
         }
     }
