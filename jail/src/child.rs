@@ -205,7 +205,7 @@ fn setup(
     mounts::make_private().stage("mounts")?;
     // Sources are opened with our original credentials (a root caller can
     // still traverse 0700 folders), before the staging tmpfs hides anything.
-    let sources = mounts::open_sources(plan).stage("mounts")?;
+    let sources = mounts::open_sources(plan, staging).stage("mounts")?;
     crate::namespaces::become_sandbox_ids(uid, gid).stage("identity")?;
     // If the supervisor dies, so does the whole jail (PID 1's death ends the
     // pid namespace). Set only now: every uid change clears it

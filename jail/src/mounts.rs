@@ -307,9 +307,14 @@ pub struct Sources {
 }
 
 enum Source {
-    /// A detached copy of the source's mount tree (for [`View::Tree`], and
-    /// the fallback of [`View::Rerooted`]), and the source itself.
-    Tree { tree: OwnedFd, at: OwnedFd },
+    /// A detached copy of the source's mount tree ([`View::Tree`]).
+    Tree(OwnedFd),
+    /// The source itself ([`View::Rerooted`]). Not cloned up front (closing
+    /// an unused detached tree waits for an RCU grace period, milliseconds)
+    /// unless it lies at or above the staging dir, where a clone taken
+    /// later would carry the staging tmpfs in: `early` is then the tree
+    /// the fallback binds.
+    At { fd: OwnedFd, early: Option<OwnedFd> },
     /// The script, open for reading.
     File(std::fs::File),
 }
@@ -336,11 +341,11 @@ fn open_nofollow(path: &Path, kind: Kind) -> Result<OwnedFd, MountError> {
 /// symlinks. Device sources must be the kernel's memory devices (char major
 /// 1: null, zero, full, random, urandom); a look-alike would turn a bind into
 /// a window (runc CVE-2025-31133).
-pub fn open_sources(ops: &[MountOp]) -> Result<Sources, MountError> {
+pub fn open_sources(ops: &[MountOp], staging: &Path) -> Result<Sources, MountError> {
     let mut opened = Vec::new();
     for op in ops {
         match op {
-            MountOp::Bind { source, kind, .. } => {
+            MountOp::Bind { source, kind, view, .. } => {
                 let fd = open_nofollow(source, *kind)?;
                 if *kind == Kind::File && source.starts_with("/dev") {
                     let st = nix::sys::stat::fstat(fd.as_raw_fd())
@@ -349,9 +354,20 @@ pub fn open_sources(ops: &[MountOp]) -> Result<Sources, MountError> {
                         return Err(MountError::NotMemoryDevice { path: source.clone() });
                     }
                 }
+                if *view == View::Rerooted {
+                    let early = match staging.starts_with(source) {
+                        true => Some(
+                            sys::open_tree_clone(fd.as_fd())
+                                .map_err(|e| MountError::OpenTree { path: source.clone(), source: e })?,
+                        ),
+                        false => None,
+                    };
+                    opened.push(Source::At { fd, early });
+                    continue;
+                }
                 let tree = sys::open_tree_clone(fd.as_fd())
                     .map_err(|e| MountError::OpenTree { path: source.clone(), source: e })?;
-                opened.push(Source::Tree { tree, at: fd });
+                opened.push(Source::Tree(tree));
             }
             MountOp::ScriptCopy { source, .. } => {
                 // Opened with the caller's credentials, like every source:
@@ -408,22 +424,26 @@ pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<Applie
                 if *kind == Kind::File {
                     create_empty_file(&at)?;
                 }
-                let Some(Source::Tree { tree, at: source_fd }) = opened.next() else {
-                    return Err(MountError::OpenTree { path: at, source: io::Error::other("no source opened") });
-                };
                 let ro = if *access == Access::ReadOnly { MOUNT_ATTR_RDONLY } else { 0 };
-                if *view == View::Rerooted && *access == Access::ReadOnly {
-                    match mount_rerooted(&source_fd, &masks.empty_dir, &at, ms_flags(attrs | ro)) {
-                        Ok(()) => continue,
-                        Err(e) => applied.degraded.push(format!(
-                            "/proc/self/mountinfo shows the host path of {} ({} on its filesystem): overlayfs \
-                             refused to re-root it ({e}: {}), so it is a plain bind",
+                let tree = match (opened.next(), view) {
+                    (Some(Source::Tree(tree)), View::Tree) => tree,
+                    (Some(Source::At { fd, early }), View::Rerooted) => {
+                        let Err(e) = mount_rerooted(&fd, &masks.empty_dir, &at, ms_flags(attrs | ro)) else { continue };
+                        applied.degraded.push(format!(
+                            "/proc/self/mountinfo shows where {} comes from on the host ({}, as its path within \
+                             its filesystem): overlayfs refused to re-root it ({e}: {}), so it is a plain bind",
                             path.display(),
                             source.display(),
                             std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()
-                        )),
+                        ));
+                        match early {
+                            Some(tree) => tree,
+                            None => sys::open_tree_clone(fd.as_fd())
+                                .map_err(|e| MountError::OpenTree { path: source.clone(), source: e })?,
+                        }
                     }
-                }
+                    _ => return Err(MountError::OpenTree { path: at, source: io::Error::other("no source opened") }),
+                };
                 attach(tree, &at, attrs | ro)?;
             }
             MountOp::ScriptCopy { source, dir, name } => {

@@ -118,7 +118,8 @@ pub fn run(req: &RunRequest) -> RunResult {
     result.output_dir = Some(prepared.output_dir.display().to_string());
     for (path, source) in mounts::still_showing(&mounts::plan(&prepared.mount_request)) {
         result.isolation.degraded.push(format!(
-            "/proc/self/mountinfo shows the host path of {} ({} on its filesystem): a writable folder is a plain bind",
+            "/proc/self/mountinfo shows where {} comes from on the host ({}, as its path within its filesystem): \
+             a writable folder is a plain bind",
             path.display(),
             source.display()
         ));

@@ -454,8 +454,25 @@ print(json.dumps({"code": sorted(os.listdir("/workspace/code")),
         .arg(&script)
         .output()
         .unwrap();
+    // And /tmp granted as the code dir: the re-rooted view of the host's
+    // /tmp, opened before the staging tmpfs covers it.
+    let granted = Command::new(jail_bin())
+        .args(["run", "--json", "--rootfs"])
+        .arg(&sb.rootfs)
+        .arg("--output")
+        .arg(&sb.output)
+        .args(["--code", "/tmp"])
+        .arg(&script)
+        .output()
+        .unwrap();
     let _ = std::fs::remove_file(&script);
-    let r = parse(&out);
+    for out in [&out, &granted] {
+        check_staging_probe(out, &script);
+    }
+}
+
+fn check_staging_probe(out: &std::process::Output, script: &std::path::Path) {
+    let r = parse(out);
     assert_eq!(r.status, Status::Ok, "{:?}\n{}", r.setup_error, String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
     let name = script.file_name().unwrap().to_str().unwrap();

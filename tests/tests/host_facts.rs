@@ -281,3 +281,36 @@ fn folders_under_a_parent_only_the_caller_can_enter_work() {
         assert_eq!(std::fs::read_to_string(output.join("made.txt")).unwrap(), "made");
     }
 }
+
+#[test]
+fn a_folder_that_cannot_be_rerooted_is_reported_not_leaked_silently() {
+    // The host's /sys/fs has mounts beneath it (cgroup, ...), which
+    // overlayfs will not take as a layer from inside a user namespace: the
+    // input is a plain bind, and the result must say that its mountinfo
+    // line names where it comes from.
+    let sb = Sandbox::new();
+    let script = sb.script(
+        r#"
+import json
+roots = {l.split()[4]: l.split()[3] for l in open("/proc/self/mountinfo")}
+print(json.dumps({"root": roots.get("/workspace/input")}))
+"#,
+    );
+    let out = Command::new(jail_bin())
+        .args(["run", "--json", "--rootfs"])
+        .arg(&sb.rootfs)
+        .args(["--input", "/sys/fs", "--output"])
+        .arg(&sb.output)
+        .arg(&script)
+        .output()
+        .unwrap();
+    let r = parse(&out);
+    assert_eq!(r.status, Status::Ok, "{:?}\n{}", r.setup_error, String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    let shows = v["root"].as_str().is_some_and(|root| root != "/");
+    let reported = r.isolation.degraded.iter().any(|d| d.contains("mountinfo") && d.contains("/workspace/input"));
+    assert!(!shows || reported, "mountinfo root {v} is not reported: {:?}", r.isolation.degraded);
+    if !shows {
+        eprintln!("note: overlayfs re-rooted /sys/fs on this host; the fallback was not exercised");
+    }
+}
