@@ -6,7 +6,8 @@
 //! prepares and clones, `child` builds the jail (`mounts`, `namespaces`,
 //! `privileges`, `rlimits`, then `landlock` and `seccomp` last) and execs,
 //! and `result` is the contract both sides and the agent share; `cgroup` and
-//! `limits` enforce resources; `rootfs` reads the rootfs's manifest and
+//! `limits` enforce resources; `conceal` scrubs what PID 1 inherited from the
+//! supervisor; `rootfs` reads the rootfs's manifest and
 //! identity; `artifacts` judges the output dir once the tree is dead. `sys`
 //! holds every `unsafe`.
 
