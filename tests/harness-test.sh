@@ -75,7 +75,7 @@ says "no user '$missing', so the ordinary-user half ran as uid $spare"
 says "== as uid $spare (no account): bad_input"
 says "== as uid $spare (no account): limits"
 # Root: the delegated cgroup (for real, to the spare uid); the user: the unreadable script.
-[ "$(passes)" -ge 6 ] || fail "expected 3 tests passing in each half, saw $(passes)"
+[ "$(passes)" -eq 6 ] || fail "expected 3 tests passing in each half, saw $(passes)"
 skipped host root "$data"
 skipped host "uid $spare" "$data"
 skipped elsewhere root "$user_only"
@@ -105,7 +105,7 @@ done_case
 run D JAIL_MUST_WORK=1 TEST_USER=$spare -- "$user_only" "$root_only"
 expect_rc ok
 never_says "no user"
-[ "$(passes)" -ge 4 ] || fail "expected 2 tests passing in each half, saw $(passes)"
+[ "$(passes)" -eq 4 ] || fail "expected 2 tests passing in each half, saw $(passes)"
 skipped elsewhere root "$user_only"
 skipped elsewhere "uid $spare" "$root_only"
 [ "$(skips)" -eq 2 ] || fail "expected exactly 2 skips, the list has $(skips)"
