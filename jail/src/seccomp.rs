@@ -644,6 +644,37 @@ mod tests {
     }
 
     #[test]
+    fn calls_refused_for_uncounted_memory_get_enosys_and_the_rest_of_the_policy_stays() {
+        let m = default_model();
+        assert_eq!(m.evaluate_named("memfd_create", [0; 6]).unwrap().action, Action::Allow);
+        let r = m.with_refused(&crate::limits::UNCOUNTED_MEMORY_CALLS, "why");
+        let enosys = Action::Errno { errno: libc::ENOSYS, report: Report::Counted };
+        for name in crate::limits::UNCOUNTED_MEMORY_CALLS {
+            let v = r.evaluate_named(name, [0; 6]).unwrap();
+            assert_eq!(v.action, enosys, "{name}");
+            assert_eq!(r.why(v.cause), "why");
+        }
+        // Their neighbours in the same rules are still allowed.
+        for name in ["shmat", "shmctl", "mkdirat", "semop", "msgsnd"] {
+            assert_eq!(r.evaluate_named(name, [0; 6]).unwrap().action, Action::Allow, "{name}");
+        }
+        let f = compile(&r, Mode::Notify).unwrap();
+        for nr in r.named_syscalls().collect::<Vec<_>>() {
+            check_call(&r, &f, &SeccompData { nr, arch: NATIVE_ARCH, instruction_pointer: 0, args: [0; 6] }).unwrap();
+        }
+        // A syscall the policy kills in some form stays killed.
+        let killing = Policy::from_json(
+            r#"{"version":1,"seccomp":{"default":{"action":{"errno":"ENOSYS"},"why":"w"},"rules":[
+                {"syscalls":["sendmsg","execve"],"action":"allow","why":"w"},
+                {"syscalls":["memfd_create"],"action":"kill_process","why":"w"}]}}"#,
+            std::path::Path::new("/"),
+        )
+        .unwrap();
+        let r = killing.seccomp.with_refused(&["memfd_create"], "why");
+        assert_eq!(r.evaluate_named("memfd_create", [0; 6]).unwrap().action, Action::KillProcess);
+    }
+
+    #[test]
     fn only_tcp_stream_sockets_count_as_tcp() {
         let (inet, inet6, unix) = (libc::AF_INET as u64, libc::AF_INET6 as u64, libc::AF_UNIX as u64);
         let stream = libc::SOCK_STREAM as u64;
