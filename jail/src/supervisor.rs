@@ -246,6 +246,8 @@ fn report_confinement(result: &mut RunResult, c: &Confinement) {
         instructions: c.filter.program.len(),
         filter_sha256: c.filter.sha256.clone(),
         denials_counted: counted,
+        denials_truncated: false,
+        calls_past_cap: 0,
         detail: (!counted).then(|| "refusals are not counted: this kernel has no seccomp user notification".into()),
     };
     result.isolation.landlock = c.landlock.report();
@@ -885,6 +887,7 @@ fn launch(
         exec_at: None,
         notify: notify_ours,
         listener: None,
+        listener_rest: None,
         tally: match req.policy.network {
             Network::Allowlist(_) => seccomp::Tally::new().tcp_only(),
             Network::None => seccomp::Tally::new(),
@@ -977,6 +980,8 @@ struct Watch<'m> {
     notify: Option<OwnedFd>,
     /// The seccomp user-notification listener, once the worker sent it.
     listener: Option<OwnedFd>,
+    /// Not to be read again before this (seccomp::Next::After).
+    listener_rest: Option<Instant>,
     tally: seccomp::Tally,
     model: &'m seccomp::Model,
 }
@@ -1059,7 +1064,16 @@ impl Watch<'_> {
                 fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
                 which.push(SLOT_PIDFD);
             }
-            for (slot, fd) in [(SLOT_NOTIFY, &self.notify), (SLOT_LISTENER, &self.listener)] {
+            // Past the answer cap the listener is read at a pace (seccomp.rs,
+            // PAST_CAP_PACE): left out of the poll until its time comes.
+            let now = Instant::now();
+            let resting = self.listener_rest.filter(|&t| t > now);
+            let timeout = match resting {
+                Some(t) => timeout.min(PollTimeout::try_from((t - now).as_millis() as u64 + 1).unwrap_or(PollTimeout::MAX)),
+                None => timeout,
+            };
+            let listener = if resting.is_some() { &None } else { &self.listener };
+            for (slot, fd) in [(SLOT_NOTIFY, &self.notify), (SLOT_LISTENER, listener)] {
                 if let Some(fd) = fd {
                     fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
                     which.push(slot);
@@ -1094,9 +1108,10 @@ impl Watch<'_> {
                     SLOT_LISTENER => {
                         let Some(listener) = &self.listener else { continue };
                         if flags.contains(PollFlags::POLLIN) {
-                            if self.tally.answer(self.model, listener) == seccomp::Next::Close {
-                                self.listener = None;
-                            }
+                            self.listener_rest = match self.tally.answer(self.model, listener) {
+                                seccomp::Next::Now => None,
+                                seccomp::Next::After(pause) => Some(Instant::now() + pause),
+                            };
                         } else {
                             // Every process under the filter is gone.
                             self.listener = None;
@@ -1248,9 +1263,14 @@ fn finish(
     result.denials = o.tally.denials(model);
     let mut notes = Vec::new();
     if o.tally.capped {
+        result.isolation.seccomp.denials_truncated = true;
+        result.isolation.seccomp.calls_past_cap = o.tally.past_cap;
         notes.push(format!(
-            "counting stopped after {} refusals; later refused calls failed with ENOSYS uncounted",
-            seccomp::MAX_ANSWERED
+            "denials itemises the first {} answered calls; {} more were answered the same way (refused with the same errno, \
+             allowlist TCP sockets let through) at most one per {} ms, and counted only in calls_past_cap",
+            seccomp::MAX_ANSWERED,
+            o.tally.past_cap,
+            seccomp::PAST_CAP_PACE.as_millis()
         ));
     }
     if o.tally.anomalies > 0 {
