@@ -6,7 +6,8 @@
 //! prepares and clones, `child` builds the jail (`mounts`, `namespaces`,
 //! `privileges`, `rlimits`, then `landlock` and `seccomp` last) and execs,
 //! and `result` is the contract both sides and the agent share; `cgroup` and
-//! `limits` enforce resources; `rootfs` reads the rootfs's manifest and
+//! `limits` enforce resources; `hostuid` leases a run started by root its
+//! own host uid; `rootfs` reads the rootfs's manifest and
 //! identity; `artifacts` judges the output dir once the tree is dead. `sys`
 //! holds every `unsafe`.
 
@@ -15,6 +16,7 @@ pub mod cgroup;
 pub mod child;
 pub mod digest;
 pub mod doctor;
+pub mod hostuid;
 pub mod limits;
 pub mod landlock;
 pub mod mounts;

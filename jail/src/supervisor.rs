@@ -99,7 +99,17 @@ pub fn run(req: &RunRequest) -> RunResult {
     let policy = &req.policy;
     let caller_uid = nix::unistd::getuid().as_raw();
     let caller_gid = nix::unistd::getgid().as_raw();
-    let (uid_map, gid_map) = namespaces::plan_id_maps(caller_uid, caller_gid, &policy.identity);
+    // Held until this function returns, after the whole tree is dead: no
+    // other live run gets this host uid (hostuid.rs).
+    let host = match crate::hostuid::for_caller(caller_uid, caller_gid, &policy.identity) {
+        Ok(h) => h,
+        Err(e) => {
+            // No uid was taken: report the overflow uid, never one in use.
+            let who = Identity { caller_uid, host_uid: 65534, host_gid: 65534 };
+            return failed(base_result(policy, &who), "identity", &e.to_string(), causes_of(&e), started);
+        }
+    };
+    let (uid_map, gid_map) = namespaces::plan_id_maps(&policy.identity, &host);
     let who = Identity { caller_uid, host_uid: uid_map.outside, host_gid: gid_map.outside };
 
     let mut result = base_result(policy, &who);
@@ -547,7 +557,8 @@ fn check_writable(dir: &Path, who: &Identity) -> Result<(), InputError> {
                 dir.display(),
                 who.host_uid
             ),
-            format!("chown {}:{} {}, or run jail as an ordinary user", who.host_uid, who.host_gid, dir.display()),
+            // The uid differs between concurrent runs; the gid is shared.
+            format!("chgrp {} {d} && chmod g+rwx {d}, or run jail as an ordinary user", who.host_gid, d = dir.display()),
         ));
     }
     Ok(())

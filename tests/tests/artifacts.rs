@@ -546,13 +546,9 @@ fn changes_case(mode: OutputMode) {
     for name in ["keep.txt", "edit.txt", "forged.txt", "gone.txt", "sub/old.txt"] {
         let p = sb.output.join(name);
         std::fs::write(&p, "v1\n").unwrap();
-        if is_root() {
-            std::os::unix::fs::chown(&p, Some(sandbox_host_uid()), Some(sandbox_host_uid())).unwrap();
-        }
+        give_to_sandbox(&p);
     }
-    if is_root() {
-        std::os::unix::fs::chown(sb.output.join("sub"), Some(sandbox_host_uid()), Some(sandbox_host_uid())).unwrap();
-    }
+    give_to_sandbox(&sb.output.join("sub"));
     let (r, _) = run_ok(
         &sb,
         r#"

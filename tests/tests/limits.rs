@@ -455,11 +455,7 @@ print(json.dumps({"errno": err, "created": n}))
 #[test]
 fn the_capped_output_dir_shows_the_host_folder_and_mirrors_changes_back() {
     let sb = Sandbox::new();
-    let chown = |p: &Path| {
-        if is_root() {
-            std::os::unix::fs::chown(p, Some(sandbox_host_uid()), Some(sandbox_host_uid())).unwrap();
-        }
-    };
+    let chown = |p: &Path| give_to_sandbox(p);
     for (name, content) in [("keep.txt", "keep"), ("edit.txt", "old"), ("gone.txt", "gone")] {
         let p = sb.output.join(name);
         std::fs::write(&p, content).unwrap();
