@@ -123,7 +123,7 @@ fn uncounted_memory_words(per_process: u64, pids: Option<u64>, shrunk: bool, why
 /// A size as a policy would write it: `512M`, `1G`, or bytes.
 pub fn size_words(n: u64) -> String {
     for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-        if n >= 1 << shift && n % (1 << shift) == 0 {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
             return format!("{}{unit}", n >> shift);
         }
     }
