@@ -28,9 +28,13 @@ include agent/agent.mk
 include tests/vm/vm.mk
 include fuzz/fuzz.mk
 
+# The group every run started by root shares (identity.root_host_gid in
+# policies/default.json); each run's uid is its own.
+JAIL_ROOT_GID ?= 1879048192
+
 demo: setup release ## set up (packages, jail, data rootfs), then summarise and chart a CSV in the jail and print the result
 	@[ -d python-rootfs/out/data ] || $(SUDO) python-rootfs/build.sh data
-	@out=$$(mktemp -d /tmp/jail-demo.XXXXXX); chmod 755 $$out; [ "$$(id -u)" != 0 ] || chown 65534:65534 $$out; \
+	@out=$$(mktemp -d /tmp/jail-demo.XXXXXX); chmod 755 $$out; [ "$$(id -u)" != 0 ] || { chgrp $(JAIL_ROOT_GID) $$out && chmod 775 $$out; }; \
 	$(JAIL) run --json --rootfs python-rootfs/out/data --input examples/data --output $$out examples/analyse.py; \
 	echo "demo output: $$out"
 

@@ -6,8 +6,8 @@
 # subordinate range (/etc/subuid), running no process, owning nothing in
 # the shared temporary folders. The search runs down from 59999, the far
 # end of Debian's range for ordinary accounts (useradd counts up from
-# 1000), below systemd's dynamic users (61184-65519) and nobody (65534, the
-# uid root's jail runs map the sandbox to).
+# 1000), below systemd's dynamic users (61184-65519) and nobody (65534), far
+# below the uids root's jail runs take (identity.root_host_uids, 1879048192 up).
 set -euo pipefail
 
 in_subuid() { # UID: inside a subordinate uid range of some account?

@@ -196,13 +196,39 @@ pub fn test_user() -> Option<(u32, u32)> {
     Some((uid, gid))
 }
 
-/// The host uid the sandbox runs as for this caller (see namespaces.rs).
+/// The host uid the sandbox runs as for this caller (hostuid.rs): the
+/// caller's own, or for root the first of the default policy's
+/// `identity.root_host_uids`, which a run gets when no other run holds it.
+/// Concurrent root runs (tests run in parallel) get the next ones: compare
+/// a run's own `isolation.host_uid` where the exact uid matters.
 pub fn sandbox_host_uid() -> u32 {
     if is_root() {
-        65534
+        jail::hostuid::DEFAULT_FIRST
     } else {
         nix::unistd::getuid().as_raw()
     }
+}
+
+/// The host gid every run by this caller gets: the caller's own, or for
+/// root the default policy's `identity.root_host_gid`, shared by all.
+pub fn sandbox_host_gid() -> u32 {
+    if is_root() {
+        jail::hostuid::DEFAULT_GID
+    } else {
+        nix::unistd::getgid().as_raw()
+    }
+}
+
+/// As root, hand `path` to the sandbox: its first uid and the group every
+/// root run shares, writable by the group, since a concurrent run gets
+/// another uid of the range.
+pub fn give_to_sandbox(path: &Path) {
+    if !is_root() {
+        return;
+    }
+    std::os::unix::fs::chown(path, Some(sandbox_host_uid()), Some(sandbox_host_gid())).expect("chown");
+    let mode = std::fs::symlink_metadata(path).expect("stat").permissions().mode();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | 0o070)).expect("chmod");
 }
 
 /// A fresh set of host folders for one run: code, input, output.
@@ -233,9 +259,7 @@ impl Sandbox {
         };
         let (code, input, output) = (mk("code"), mk("input"), mk("output"));
         // Root runs map the sandbox to an unprivileged uid: hand it the output.
-        if is_root() {
-            std::os::unix::fs::chown(&output, Some(sandbox_host_uid()), Some(sandbox_host_uid())).expect("chown");
-        }
+        give_to_sandbox(&output);
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
         Sandbox { dir, code, input, output, rootfs: rootfs(), extra_args: Vec::new() }
     }

@@ -179,7 +179,9 @@ fn cpu_time_limit_below_the_wall_time_ends_as_timeout_cpu() {
 #[test]
 fn filling_tmp_hits_enospc_inside_and_the_host_disk_is_untouched() {
     let sb = Sandbox::new();
-    let p = policy(&sb, r#"{"tmp_size": "32M"}"#, r#"{"memory": "256M"}"#);
+    // Sizes that fit in the memory limit together, so that no backend
+    // shrinks them (see without_a_cgroup_each_memory_route_...).
+    let p = policy(&sb, r#"{"tmp_size": "32M", "output_size": "64M"}"#, r#"{"memory": "256M"}"#);
     let host = nix::sys::statvfs::statvfs(sb.dir.path()).unwrap();
     let free_before = host.blocks_available() * host.fragment_size();
     let r = run_with(
@@ -453,11 +455,7 @@ print(json.dumps({"errno": err, "created": n}))
 #[test]
 fn the_capped_output_dir_shows_the_host_folder_and_mirrors_changes_back() {
     let sb = Sandbox::new();
-    let chown = |p: &Path| {
-        if is_root() {
-            std::os::unix::fs::chown(p, Some(sandbox_host_uid()), Some(sandbox_host_uid())).unwrap();
-        }
-    };
+    let chown = |p: &Path| give_to_sandbox(p);
     for (name, content) in [("keep.txt", "keep"), ("edit.txt", "old"), ("gone.txt", "gone")] {
         let p = sb.output.join(name);
         std::fs::write(&p, content).unwrap();
@@ -586,4 +584,128 @@ fn a_delegated_cgroup_gives_an_ordinary_user_cgroup_limits() {
     assert_eq!(r.limits["memory"].enforced_by, "cgroup_v1", "{:?}", r.limits);
     assert_eq!(r.limits["pids"].enforced_by, "cgroup_v1");
     assert_eq!(r.status, Status::OomKilled, "{r:?}");
+}
+
+/// Each way to hold memory that RLIMIT_AS does not see, tried for 256 MiB
+/// under a 64 MiB limit. Returns the script's report and the result.
+fn hold_memory(sb: &Sandbox, flags: &[&str], route: &str) -> (serde_json::Value, RunResult) {
+    let source = format!(
+        r#"
+import ctypes, errno, json, os, socket
+route, target = {route:?}, 256 << 20
+held, err, keep = 0, None, []
+try:
+    if route == "memfd":
+        while held < target:
+            fd = os.memfd_create("hold")
+            os.write(fd, b"x" * (16 << 20))
+            keep.append(fd)
+            held += 16 << 20
+    elif route == "sysv_shm":
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.shmat.restype = ctypes.c_void_p
+        while held < target:
+            # Detached and never removed: the segment outlives every mapping.
+            i = libc.shmget(0, 16 << 20, 0o1600)
+            if i < 0:
+                raise OSError(ctypes.get_errno(), "shmget")
+            a = libc.shmat(i, None, 0)
+            ctypes.memset(a, 1, 16 << 20)
+            libc.shmdt(ctypes.c_void_p(a))
+            held += 16 << 20
+    elif route == "unix_sockets":
+        while held < target:
+            a, b = socket.socketpair()
+            a.setblocking(False)
+            keep += [a, b]
+            while True:
+                try:
+                    held += a.send(b"x" * 65536)
+                except BlockingIOError:
+                    break
+    elif route == "tmpfs":
+        for d in ["/tmp", "/dev/shm", "/workspace/output"]:
+            try:
+                with open(d + "/hold", "wb") as f:
+                    while held < target:
+                        f.write(b"x" * (1 << 20))
+                        f.flush()
+                        held += 1 << 20
+            except OSError as e:
+                err = errno.errorcode[e.errno]
+except OSError as e:
+    err = errno.errorcode.get(e.errno, str(e.errno))
+print(json.dumps({{"held": held, "errno": err}}), flush=True)
+"#
+    );
+    let mut all = vec!["--memory", "64M"];
+    all.extend_from_slice(flags);
+    let r = run_with(sb, &all, &source);
+    let v = serde_json::from_str(r.stdout.text.trim()).unwrap_or(serde_json::Value::Null);
+    (v, r)
+}
+
+/// As an ordinary user without a cgroup (and as root with none to be had),
+/// RLIMIT_AS is all there is: each route around it is refused, bounded
+/// within the memory limit, or named in `isolation.degraded`.
+#[test]
+fn without_a_cgroup_each_memory_route_is_refused_bounded_or_named() {
+    let sb = Sandbox::new();
+    // No cgroup can be made beneath a parent that does not exist.
+    let no_cgroup = ["--cgroup-parent", "/no-such-cgroup-for-jail"];
+    for route in ["memfd", "sysv_shm"] {
+        let (v, r) = hold_memory(&sb, &no_cgroup, route);
+        assert_eq!(r.status, Status::Ok, "{route}: {r:?}");
+        assert_eq!(r.limits["memory"].enforced_by, "rlimit");
+        assert_eq!((v["held"].as_u64(), v["errno"].as_str()), (Some(0), Some("ENOSYS")), "{route}: {v}");
+        let call = if route == "memfd" { "memfd_create" } else { "shmget" };
+        let d = r.denials.iter().find(|d| d.what == call).unwrap_or_else(|| panic!("{route}: {:?}", r.denials));
+        assert!(d.detail.as_deref().unwrap_or("").contains("no cgroup counts"), "{d:?}");
+    }
+    let (v, r) = hold_memory(&sb, &no_cgroup, "tmpfs");
+    assert_eq!(r.status, Status::Ok, "{r:?}");
+    assert_eq!(v["errno"], "ENOSPC", "{v}");
+    let held = v["held"].as_u64().unwrap();
+    assert!(held <= 64 << 20, "/tmp, /dev/shm and the output dir held {held} bytes under a 64 MiB limit");
+    let sizes: u64 = ["tmp_size", "shm_size", "output_size"].iter().map(|k| r.limits[*k].value.as_u64().unwrap()).sum();
+    assert!(sizes <= 64 << 20, "{:?}", r.limits);
+    // What nothing here can bound is said, in words.
+    let (_, r) = hold_memory(&sb, &no_cgroup, "unix_sockets");
+    let words = r.isolation.degraded.iter().find(|d| d.starts_with("limit memory:")).unwrap_or_else(|| panic!("{:?}", r.isolation.degraded));
+    for part in ["no total for the run", "address space", "unix sockets", "memfd_create", "System V"] {
+        assert!(words.contains(part), "{part}: {words}");
+    }
+}
+
+/// With a memory cgroup the same routes are counted in the run's total:
+/// the tree is killed at the limit.
+#[test]
+fn under_a_memory_cgroup_memfds_and_sysv_shm_are_counted_and_killed() {
+    let backend = expected_backend();
+    if !is_cgroup(&backend) {
+        eprintln!("not applicable to the {backend} backend: covered by without_a_cgroup_each_memory_route_is_refused_bounded_or_named");
+        return;
+    }
+    let sb = Sandbox::new();
+    for route in ["memfd", "sysv_shm"] {
+        let (_, r) = hold_memory(&sb, &[], route);
+        assert_eq!(r.status, Status::OomKilled, "{route}: {r:?}");
+        assert_eq!(r.limits["memory"].enforced_by, backend);
+        assert!(!r.isolation.degraded.iter().any(|d| d.starts_with("limit memory")), "{:?}", r.isolation.degraded);
+    }
+}
+
+#[test]
+fn a_required_memory_limit_without_a_cgroup_fails_closed_naming_the_fix() {
+    let sb = Sandbox::new();
+    let p = policy(&sb, "{}", r#"{"memory": "64M", "enforcement": {"memory": "required"}}"#);
+    let marker = sb.output.join("ran");
+    let r = run_with(&sb, &["--policy", &p, "--cgroup-parent", "/no-such-cgroup-for-jail"], "open('/workspace/output/ran', 'w').write('x')\n");
+    assert_eq!(r.status, Status::SetupFailed, "{r:?}");
+    let e = r.setup_error.unwrap();
+    assert_eq!(e.stage, "limits");
+    for part in ["memory: only RLIMIT_AS", "not the run's total", "--cgroup-parent", "best_effort"] {
+        assert!(e.message.contains(part), "{part}: {}", e.message);
+    }
+    assert!(!marker.exists(), "the script ran");
 }
