@@ -24,6 +24,7 @@ pub mod output;
 pub mod policy;
 pub mod privileges;
 pub mod proxy;
+pub mod relay;
 pub mod result;
 pub mod rlimits;
 pub mod rootfs;

@@ -116,7 +116,13 @@ pub struct Stream {
     /// Whether `text` is missing part of the stream.
     pub truncated: bool,
     /// Whether the stream was streamed to the caller instead of captured.
+    /// Streamed, it is cut at the same cap: past it the caller gets one
+    /// marker line, the rest is dropped and `truncated` is true.
     pub streamed: bool,
+    /// Streaming only: bytes within the cap the caller did not take before
+    /// the run's deadline (it stopped reading or closed its end).
+    #[serde(default)]
+    pub undelivered_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]

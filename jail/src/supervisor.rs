@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -17,6 +17,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::artifacts::{self, TreeDead};
+use crate::relay;
 use crate::cgroup::{self, CgroupUsage, RunCgroup};
 use crate::child::{self, ChildSpec, Confine, Exec};
 use crate::limits;
@@ -860,8 +861,8 @@ fn launch(
     }
     let deadline = Instant::now() + prepared.wall_time;
     let mut watch = Watch {
-        stdout: Capture::new(req.policy.limits.stdout_bytes, req.mode),
-        stderr: Capture::new(req.policy.limits.stderr_bytes, req.mode),
+        stdout: Capture::new(req.policy.limits.stdout_bytes, req.mode, Target::Stdout),
+        stderr: Capture::new(req.policy.limits.stderr_bytes, req.mode, Target::Stderr),
         report_buf: Vec::new(),
         status_buf: Vec::new(),
         exec_at: None,
@@ -881,6 +882,10 @@ fn launch(
         },
     };
     let ending = watch.run(pid, &pidfd, out.read, err.read, report.read, status.read, &limits, resources.cgroup.as_ref());
+    // Streaming: the caller gets until the deadline to take what is queued,
+    // never longer (a reader that stopped reading cannot hold the run).
+    watch.stdout.end(deadline);
+    watch.stderr.end(deadline);
     let (pid1_status, rusage) = sys::wait4(pid).map_err(LaunchError::Wait)?;
     let ended_at = Instant::now();
     stages.insert("reaped".into(), ms_since(started));
@@ -986,6 +991,9 @@ struct Deadlines<'a> {
 const SLOT_PIDFD: usize = 4;
 const SLOT_NOTIFY: usize = 5;
 const SLOT_LISTENER: usize = 6;
+/// The caller's stdout and stderr, polled for POLLOUT while a relay has bytes.
+const SLOT_RELAY_OUT: usize = 7;
+const SLOT_RELAY_ERR: usize = 8;
 
 impl Watch<'_> {
     /// Poll every pipe and the child's pidfd until the child is gone and the
@@ -1029,12 +1037,25 @@ impl Watch<'_> {
                 }
                 PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
             };
-            let mut fds: Vec<PollFd> = Vec::with_capacity(7);
-            let mut which: Vec<usize> = Vec::with_capacity(7);
+            let mut fds: Vec<PollFd> = Vec::with_capacity(9);
+            let mut which: Vec<usize> = Vec::with_capacity(9);
             for (i, fd) in open.iter().enumerate() {
-                if let Some(fd) = fd {
+                // A stream whose caller has a full buffer to take is not
+                // read until it catches up: the script waits, we do not.
+                let wanted = match i {
+                    0 => self.stdout.wants_input(),
+                    1 => self.stderr.wants_input(),
+                    _ => true,
+                };
+                if let (Some(fd), true) = (fd, wanted) {
                     fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
                     which.push(i);
+                }
+            }
+            for (slot, capture) in [(SLOT_RELAY_OUT, &self.stdout), (SLOT_RELAY_ERR, &self.stderr)] {
+                if let Some(fd) = capture.relay.as_ref().filter(|r| r.pending()).and_then(relay::Relay::fd) {
+                    fds.push(PollFd::new(fd, PollFlags::POLLOUT));
+                    which.push(slot);
                 }
             }
             if !exited {
@@ -1063,6 +1084,13 @@ impl Watch<'_> {
                 match i {
                     SLOT_PIDFD => {
                         exited = true;
+                        continue;
+                    }
+                    SLOT_RELAY_OUT | SLOT_RELAY_ERR => {
+                        let capture = if i == SLOT_RELAY_OUT { &mut self.stdout } else { &mut self.stderr };
+                        if let Some(r) = capture.relay() {
+                            r.flush();
+                        }
                         continue;
                     }
                     SLOT_NOTIFY => {
@@ -1098,8 +1126,8 @@ impl Watch<'_> {
                 }
                 let chunk = &buf[..n];
                 match i {
-                    0 => self.stdout.push(chunk, Target::Stdout),
-                    1 => self.stderr.push(chunk, Target::Stderr),
+                    0 => self.stdout.push(chunk),
+                    1 => self.stderr.push(chunk),
                     2 => self.report_buf.extend_from_slice(chunk),
                     _ => self.status_buf.extend_from_slice(chunk),
                 }
@@ -1131,28 +1159,32 @@ enum Target {
     Stderr,
 }
 
-/// One output stream: streamed live, or captured as head and tail within a
-/// byte cap.
+/// One output stream: streamed live (through a [`relay::Relay`], cut at the
+/// cap), or captured as head and tail within a byte cap.
 struct Capture {
     cap: u64,
     mode: OutputMode,
     head: Vec<u8>,
     tail: Vec<u8>,
     total: u64,
+    relay: Option<relay::Relay>,
+    relayed: Option<relay::Relayed>,
 }
 
 impl Capture {
-    fn new(cap: u64, mode: OutputMode) -> Capture {
-        Capture { cap, mode, head: Vec::new(), tail: Vec::new(), total: 0 }
+    fn new(cap: u64, mode: OutputMode, target: Target) -> Capture {
+        let relay = match (mode, target) {
+            (OutputMode::Capture, _) => None,
+            (OutputMode::Stream, Target::Stdout) => Some(relay::to_stdout(cap)),
+            (OutputMode::Stream, Target::Stderr) => Some(relay::to_stderr(cap)),
+        };
+        Capture { cap, mode, head: Vec::new(), tail: Vec::new(), total: 0, relay, relayed: None }
     }
 
-    fn push(&mut self, chunk: &[u8], target: Target) {
+    fn push(&mut self, chunk: &[u8]) {
         self.total += chunk.len() as u64;
-        if self.mode == OutputMode::Stream {
-            let _ = match target {
-                Target::Stdout => io::stdout().write_all(chunk).and_then(|_| io::stdout().flush()),
-                Target::Stderr => io::stderr().write_all(chunk),
-            };
+        if let Some(r) = &mut self.relay {
+            r.push(chunk);
             return;
         }
         let half = (self.cap / 2) as usize;
@@ -1170,9 +1202,34 @@ impl Capture {
         }
     }
 
+    /// The relay, if any, while the watch loop runs.
+    fn relay(&mut self) -> Option<&mut relay::Relay> {
+        self.relay.as_mut()
+    }
+
+    /// Whether the watch loop may read more of this stream's pipe.
+    fn wants_input(&self) -> bool {
+        self.relay.as_ref().is_none_or(relay::Relay::wants_input)
+    }
+
+    /// The script's end of the stream is closed: hand the caller what it
+    /// takes by `until`.
+    fn end(&mut self, until: Instant) {
+        if let Some(r) = self.relay.take() {
+            self.relayed = Some(r.finish(until));
+        }
+    }
+
     fn into_stream(mut self) -> Stream {
         if self.mode == OutputMode::Stream {
-            return Stream { text: String::new(), bytes: self.total, truncated: false, streamed: true };
+            let r = self.relayed.unwrap_or_default();
+            return Stream {
+                text: String::new(),
+                bytes: self.total,
+                truncated: r.truncated,
+                streamed: true,
+                undelivered_bytes: r.undelivered,
+            };
         }
         let tail_cap = self.cap as usize - (self.cap / 2) as usize;
         if self.tail.len() > tail_cap {
@@ -1193,7 +1250,7 @@ impl Capture {
             all.extend_from_slice(&self.tail);
             String::from_utf8_lossy(&all).into_owned()
         };
-        Stream { text, bytes: self.total, truncated, streamed: false }
+        Stream { text, bytes: self.total, truncated, streamed: false, undelivered_bytes: 0 }
     }
 }
 
