@@ -12,6 +12,7 @@
 
 pub mod artifacts;
 pub mod cgroup;
+pub mod delivery;
 pub mod child;
 pub mod digest;
 pub mod doctor;

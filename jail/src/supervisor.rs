@@ -17,6 +17,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::artifacts::{self, TreeDead};
+use crate::delivery;
 use crate::relay;
 use crate::cgroup::{self, CgroupUsage, RunCgroup};
 use crate::child::{self, ChildSpec, Confine, Exec};
@@ -120,7 +121,7 @@ pub fn run(req: &RunRequest) -> RunResult {
     stages.insert("prepare".to_string(), ms_since(started));
     // The state the step's changes are measured against, taken before the
     // clone and so before the child is released.
-    let before = match artifacts::Before::take(&prepared.output_dir, prepared.mount_request.input.as_deref(), &policy.artifacts) {
+    let mut before = match artifacts::Before::take(&prepared.output_dir, prepared.mount_request.input.as_deref(), &policy.artifacts) {
         Ok(b) => b,
         Err(e) => {
             if req.output.is_none() && std::fs::remove_dir(&prepared.output_dir).is_ok() {
@@ -146,7 +147,7 @@ pub fn run(req: &RunRequest) -> RunResult {
         return failed(result, "limits", &message, vec![], started);
     }
 
-    let launched = launch(req, &prepared, &resources, confinement, uid_map, gid_map, &mut stages, started, started_ns);
+    let launched = launch(req, &prepared, &mut before, &resources, confinement, uid_map, gid_map, &mut stages, started, started_ns);
     // The tree is dead (PID 1 reaped): read what it used, then remove the
     // cgroup. A failed launch leaves it to RunCgroup's drop.
     let cgroup_usage = resources.cgroup.as_ref().map(RunCgroup::usage);
@@ -156,10 +157,19 @@ pub fn run(req: &RunRequest) -> RunResult {
         }
     }
     let result = match launched {
-        Ok(outcome) => {
+        Ok(mut outcome) => {
             let dead = outcome.tree_dead;
+            let tmpfs = outcome.output.take();
+            let (deadline, ids) = (outcome.deadline, outcome.ids);
             let mut result = finish(result, outcome, cgroup_usage, &resources.plan, started, stages, policy);
-            collect_artifacts(&mut result, &prepared.output_dir, &before, policy, dead, started);
+            let dir = match &tmpfs {
+                Some((fd, inventory)) => {
+                    let limit = prepared.mount_request.output_size.unwrap_or(u64::MAX);
+                    delivery::OutputDir::Mirrored { tmpfs: fd, inventory, limit }
+                }
+                None => delivery::OutputDir::Bound,
+            };
+            collect_artifacts(&mut result, &prepared.output_dir, dir, &before, policy, ids, deadline, dead, started);
             result
         }
         Err(e) => {
@@ -665,7 +675,10 @@ struct Outcome {
     rusage: libc::rusage,
     pid1_status: libc::c_int,
     started_ns: u64,
-    output_sync: Option<crate::result::OutputSync>,
+    /// The jail's output tmpfs and what was copied into it, to be judged and
+    /// mirrored (delivery.rs); `None` with a bound output dir.
+    output: Option<(OwnedFd, output::Inventory)>,
+    ids: output::FsIds,
     tree_dead: TreeDead,
     network: Option<crate::result::NetworkReport>,
 }
@@ -674,6 +687,7 @@ struct Outcome {
 fn launch(
     req: &RunRequest,
     prepared: &Prepared,
+    before: &mut artifacts::Before,
     resources: &Resources,
     confinement: Confinement,
     uid_map: namespaces::IdMap,
@@ -827,7 +841,14 @@ fn launch(
     let output = match output_ours {
         None => None,
         Some(sock) => match fill_output(sock, &prepared.output_dir, ids, released_at + prepared.wall_time) {
-            Ok(o) => o,
+            Ok(o) => {
+                if let Some((dir, _)) = &o {
+                    // Changes are judged where the script makes them: on the
+                    // tmpfs, as it is before the script is let go.
+                    before.retake_output_at(dir, &req.policy.artifacts);
+                }
+                o
+            }
             Err(e) => {
                 kill_and_reap(pid);
                 return Err(e);
@@ -895,11 +916,6 @@ fn launch(
     // change the output tmpfs under the mirror now, nor the output dir
     // under the artifact walk.
     let tree_dead = TreeDead::after_reaping_pid1();
-    let output_sync = output.map(|(dir, inventory)| {
-        let sync = output::copy_out(&dir, &prepared.output_dir, &inventory, ids);
-        stages.insert("output_copy_out".into(), ms_since(started));
-        sync
-    });
     let mut reports = sync::parse_reports(&watch.report_buf);
     reports.extend(sync::parse_reports(&watch.status_buf));
     Ok(Outcome {
@@ -915,7 +931,8 @@ fn launch(
         rusage,
         pid1_status,
         started_ns,
-        output_sync,
+        output,
+        ids,
         tree_dead,
         network,
     })
@@ -1256,22 +1273,33 @@ impl Capture {
 
 // ------------------------------------------------------------------- finish
 
-/// Judge the output dir and re-digest the input. Needs a [`TreeDead`]: only
-/// a dead tree cannot swap a file for a link between our look and our open.
+/// Judge the output dir, deliver what passed to the host folder
+/// (delivery.rs), and re-digest the input. Needs a [`TreeDead`]: only a
+/// dead tree cannot swap a file for a link between our look and our open.
+#[allow(clippy::too_many_arguments)]
 fn collect_artifacts(
     result: &mut RunResult,
     output_dir: &Path,
+    dir: delivery::OutputDir<'_>,
     before: &artifacts::Before,
     policy: &Policy,
+    ids: output::FsIds,
+    deadline: Instant,
     dead: TreeDead,
     started: Instant,
 ) {
     result.timings.stages.insert("artifacts_start".into(), ms_since(started));
-    let collected = artifacts::collect(output_dir, before, &policy.artifacts, dead);
-    result.artifacts = collected.artifacts;
-    result.rejected_artifacts = collected.rejected;
-    result.input = collected.input;
-    result.timings.stages.insert("artifacts".into(), ms_since(started));
+    // The copy ends by the wall deadline, or a moment after the verdict
+    // when the script used all of it (output.rs, COPY_GRACE).
+    let copy_deadline = deadline.max(Instant::now() + output::COPY_GRACE);
+    let d = delivery::deliver(output_dir, dir, before, &policy.artifacts, ids, copy_deadline, dead);
+    result.timings.stages.insert("artifacts".into(), (d.judged_at - started).as_secs_f64() * 1000.0);
+    result.timings.stages.insert("output_copy_out".into(), ms_since(started));
+    result.artifacts = d.collected.artifacts;
+    result.rejected_artifacts = d.collected.rejected;
+    result.input = d.collected.input;
+    result.output_sync = d.output_sync;
+    result.quarantine_dir = d.quarantine_dir.map(|p| p.display().to_string());
     result.timings.total_ms = ms_since(started);
 }
 
@@ -1330,7 +1358,6 @@ fn finish(
     }
     result.stdout = o.stdout.into_stream();
     result.stderr = o.stderr.into_stream();
-    result.output_sync = o.output_sync;
     if let Some(n) = o.network {
         result.network = n;
     }
