@@ -2,9 +2,11 @@
 //! from outside the jail once the whole process tree is dead.
 //!
 //! Pipeline position: [`Before::take`] runs in the supervisor before the
-//! child is cloned (so before it is released); [`collect`] runs after the
-//! supervisor's wait4 of PID 1 returned, which it proves by taking a
-//! [`TreeDead`]. Nothing inside the jail can move a file between our listing
+//! child is cloned (so before it is released), and with a size-capped output
+//! dir [`Before::retake_output_at`] snapshots the jail's tmpfs once it is
+//! filled; [`collect`] (the host folder) or [`collect_at`] (the tmpfs) runs
+//! after the supervisor's wait4 of PID 1 returned, which it proves by taking
+//! a [`TreeDead`]; delivery.rs then hands the host what passed. Nothing inside the jail can move a file between our listing
 //! and our open, and every open is still made beneath the output dir's
 //! descriptor with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 //! RESOLVE_NO_MAGICLINKS)` and `O_NOFOLLOW`, then checked with `fstat`

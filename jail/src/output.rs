@@ -11,13 +11,16 @@
 //! sandbox's host uid as the filesystem uid, so they can read and write
 //! exactly what the sandbox could through a bind mount and nothing more.
 //!
-//! What crosses: regular files (content, mode, times), directories,
-//! symlinks (their target text, never followed) and fifos. Sockets and
-//! devices do not: they are listed in `skipped`. Hard links arrive as
-//! separate files. Entries the host folder had that could not be copied in
-//! (unreadable, sockets) are left alone on the host; of the rest, what the
-//! script deleted is deleted on the host and what it did not touch is not
-//! rewritten (mtimes stay).
+//! What crosses in: regular files, directories, symlinks and fifos of the
+//! host folder (hard-linked, set-id, device and socket entries stay on the
+//! host, reported as refused; stale `.jail-partial-*` files of dead jails
+//! are swept). What crosses out: only the files the artifact check accepted
+//! ([`Wanted`], judged on the tmpfs by delivery.rs), each written to an
+//! unnamed `O_TMPFILE` and linked in once complete, sparse files kept
+//! sparse, at most `output_size` bytes allocated on the host in all, and
+//! nothing after the deadline. What the script deleted is deleted on the
+//! host, what it did not touch is not rewritten (mtimes stay), and host
+//! entries that could not be copied in are left alone.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
