@@ -350,7 +350,7 @@ fn a_cgroup_left_by_a_killed_jail_is_swept_by_the_next_run() {
     if !is_cgroup(&backend) {
         // Nothing to leave behind: rlimits have no cgroup (asserted by the
         // other tests' leftover checks).
-        eprintln!("not applicable to the {backend} backend");
+        covered_elsewhere(&format!("the {backend} backend makes no cgroup to leave behind; root's run, with a cgroup, checks the sweep"));
         return;
     }
     let sb = Sandbox::new();
@@ -522,18 +522,15 @@ fn files_written_before_a_timeout_still_reach_the_host() {
 /// real cgroup instead of rlimits.
 #[test]
 fn a_delegated_cgroup_gives_an_ordinary_user_cgroup_limits() {
-    if !is_root() {
-        eprintln!("only root can delegate a cgroup; the ordinary user's side runs as `jailtest` from this test");
+    // The ordinary user's side runs from here, as that user.
+    if only_as_root("only root can delegate a cgroup") {
         return;
     }
-    let Some(user) = nix::unistd::User::from_name("jailtest").unwrap() else {
-        assert!(!skip_unless(false, "no `jailtest` user to delegate a cgroup to"));
-        return;
-    };
+    let Some((uid, gid)) = test_user() else { return };
     let layout = jail::cgroup::parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
     let me = jail::cgroup::parse_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap());
     let Some(memory) = layout.v1.iter().find(|h| h.controllers.iter().any(|c| c == "memory")) else {
-        eprintln!("no cgroup v1 memory hierarchy: v2 delegation is covered on the pure-v2 host (issue 7)");
+        covered_elsewhere("no cgroup v1 memory hierarchy: v2 delegation is tested in the VM matrix's pure-v2 guests (issue 7)");
         return;
     };
     let own = me.v1["memory"].clone();
@@ -560,21 +557,21 @@ fn a_delegated_cgroup_gives_an_ordinary_user_cgroup_limits() {
         created.extend(missing);
         // Delegation: the folder and its process files belong to the user.
         for p in [dir.clone(), dir.join("cgroup.procs"), dir.join("tasks")] {
-            std::os::unix::fs::chown(&p, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap();
+            std::os::unix::fs::chown(&p, Some(uid), Some(gid)).unwrap();
         }
         made.push(dir);
     }
     assert!(made.iter().any(|d| d.starts_with(&memory.mount)));
     let sb = Sandbox::new();
-    std::os::unix::fs::chown(&sb.output, Some(user.uid.as_raw()), Some(user.gid.as_raw())).unwrap();
+    std::os::unix::fs::chown(&sb.output, Some(uid), Some(gid)).unwrap();
     let cmd = sb.command("chunks = []\nwhile True:\n    chunks.append(b'x' * (1 << 20))\n");
     let mut args: Vec<std::ffi::OsString> = cmd.get_args().map(|a| a.to_os_string()).collect();
     let script = args.pop().unwrap();
     let mut full = Command::new(jail_bin());
     full.args(&args).args(["--memory", "32M", "--pids", "8"]).arg(script);
     full.env("JAIL_CGROUP_PARENT", &path).current_dir("/");
-    std::os::unix::process::CommandExt::uid(&mut full, user.uid.as_raw());
-    std::os::unix::process::CommandExt::gid(&mut full, user.gid.as_raw());
+    std::os::unix::process::CommandExt::uid(&mut full, uid);
+    std::os::unix::process::CommandExt::gid(&mut full, gid);
     let (r, out, pid) = run_tracked(&mut full);
     // Nothing left inside the delegated folders, then remove them.
     let leftovers: Vec<_> = made
@@ -585,7 +582,7 @@ fn a_delegated_cgroup_gives_an_ordinary_user_cgroup_limits() {
         std::fs::remove_dir(d).unwrap();
     }
     assert_eq!(leftovers, Vec::<std::path::PathBuf>::new(), "jail {pid} left a cgroup");
-    assert_eq!(r.isolation.host_uid, user.uid.as_raw(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(r.isolation.host_uid, uid, "{}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(r.limits["memory"].enforced_by, "cgroup_v1", "{:?}", r.limits);
     assert_eq!(r.limits["pids"].enforced_by, "cgroup_v1");
     assert_eq!(r.status, Status::OomKilled, "{r:?}");

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use jail::result::Connection;
-use jail_tests::{data_rootfs, RunResult, Sandbox, Status};
+use jail_tests::{data_rootfs, skip, RunResult, Sandbox, Status};
 
 /// A small HTTP/1.1 server on 127.0.0.1: answers every request with
 /// `hello <path> <body bytes>`, counting requests and body bytes received.
@@ -194,7 +194,7 @@ else:
         // The data rootfs ships requests (data.in); only the minimal one,
         // a copy of the host's standard library, may lack it.
         assert_ne!(sb.rootfs, data_rootfs(), "the data rootfs has no `requests`: rebuild it (make rootfs-data)");
-        eprintln!("SKIP (sub-case): no data rootfs built and {} has no `requests`; urllib is covered above", sb.rootfs.display());
+        skip(&format!("no data rootfs at {} (build it: make rootfs-data) and {} has no `requests`; urllib is covered above", data_rootfs().display(), sb.rootfs.display()));
         return;
     }
     assert_eq!(v["requests"], "hello /req 0");
