@@ -278,7 +278,7 @@ pub fn to_stderr(cap: u64) -> Relay {
 }
 
 /// How long a last message to the caller's stderr may wait for it.
-const TELL_GRACE: std::time::Duration = std::time::Duration::from_millis(200);
+const TELL_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Write `text` to the process's stderr without blocking for more than a
 /// moment: a caller that stopped reading loses it rather than hanging us.

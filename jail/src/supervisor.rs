@@ -1044,6 +1044,15 @@ impl Watch<'_> {
         };
         while !exited || open.iter().any(Option::is_some) {
             let killed = ending != Ending::Exited;
+            if (exited || killed) && Instant::now() >= limits.wall {
+                // Past the deadline a caller that is not reading gets nothing
+                // more: stop waiting on the streams it holds up.
+                for (i, capture) in [(0, &self.stdout), (1, &self.stderr)] {
+                    if !capture.wants_input() {
+                        open[i] = None;
+                    }
+                }
+            }
             let timeout = if exited || killed {
                 // The tree is dead or dying; the pipes close as soon as it is.
                 PollTimeout::from(200u16)
