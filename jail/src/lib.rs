@@ -14,6 +14,7 @@
 
 pub mod artifacts;
 pub mod cgroup;
+pub mod delivery;
 pub mod child;
 pub mod conceal;
 pub mod digest;
@@ -28,6 +29,7 @@ pub mod output;
 pub mod policy;
 pub mod privileges;
 pub mod proxy;
+pub mod relay;
 pub mod result;
 pub mod rlimits;
 pub mod rootfs;

@@ -173,7 +173,7 @@ pub struct ArtifactsFile {
     pub max_depth: Option<u32>,
     pub max_name_bytes: Option<u32>,
     pub allowed_extensions: Option<Vec<String>>,
-    /// `flag` or `sanitize`.
+    /// `neutralise` (the default) or `flag`.
     pub formula_cells: Option<String>,
     pub input_hash_max_bytes: Option<Size>,
 }
@@ -371,11 +371,12 @@ impl Extensions {
 /// What to do with spreadsheet cells that would start a formula.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FormulaCells {
-    /// Flag the file (`formula_injection`) and leave it as it is.
+    /// Flag the file (`formula_injection`) and deliver it as the script
+    /// wrote it.
     Flag,
-    /// Flag it, and write `NAME.sanitized.EXT` beside a flagged CSV/TSV with
-    /// a `'` before each such cell.
-    Sanitize,
+    /// Flag it, and deliver a flagged CSV/TSV with a `'` before each such
+    /// cell; refuse a flagged XLSX (`formula_cells`), which is not rewritten.
+    Neutralise,
 }
 
 /// Network mode.
@@ -899,13 +900,19 @@ fn validate_artifacts(f: &ArtifactsFile) -> Result<ArtifactRules, PolicyError> {
             Extensions::Only(set)
         }
     };
-    let formula_cells = match f.formula_cells.as_deref().unwrap_or("flag") {
+    let formula_cells = match f.formula_cells.as_deref().unwrap_or("neutralise") {
         "flag" => FormulaCells::Flag,
-        "sanitize" => FormulaCells::Sanitize,
+        "neutralise" | "neutralize" => FormulaCells::Neutralise,
+        "sanitize" => {
+            return Err(PolicyError::field(
+                "artifacts.formula_cells",
+                "`sanitize` (a copy beside the file) is gone: use \"neutralise\" (the host receives the neutralised file) or \"flag\"",
+            ))
+        }
         other => {
             return Err(PolicyError::field(
                 "artifacts.formula_cells",
-                format!("`{other}` is not a formula mode (use \"flag\" or \"sanitize\")"),
+                format!("`{other}` is not a formula mode (use \"neutralise\" or \"flag\")"),
             ))
         }
     };
@@ -1138,7 +1145,7 @@ mod tests {
     fn artifact_rules_default_and_name_their_fields() {
         let p = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap();
         assert_eq!(p.artifacts.max_depth, 16);
-        assert_eq!(p.artifacts.formula_cells, FormulaCells::Flag);
+        assert_eq!(p.artifacts.formula_cells, FormulaCells::Neutralise);
         assert!(p.artifacts.allowed_extensions.allows("csv"));
         assert!(!p.artifacts.allowed_extensions.allows("exe"));
         let err = Policy::from_json(r#"{"version":1,"artifacts":{"formula_cells":"strip"}}"#, Path::new("/")).unwrap_err();
@@ -1151,9 +1158,11 @@ mod tests {
         assert!(err.to_string().contains("artifacts.max_files"), "{err}");
         let err = Policy::from_json(r#"{"version":1,"artifacts":{"max_size":5}}"#, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("unknown field `max_size`"), "{err}");
-        let p = Policy::from_json(r#"{"version":1,"artifacts":{"allowed_extensions":["*"],"formula_cells":"sanitize"}}"#, Path::new("/")).unwrap();
+        let p = Policy::from_json(r#"{"version":1,"artifacts":{"allowed_extensions":["*"],"formula_cells":"flag"}}"#, Path::new("/")).unwrap();
         assert_eq!(p.artifacts.allowed_extensions, Extensions::Any);
-        assert_eq!(p.artifacts.formula_cells, FormulaCells::Sanitize);
+        assert_eq!(p.artifacts.formula_cells, FormulaCells::Flag);
+        let err = Policy::from_json(r#"{"version":1,"artifacts":{"formula_cells":"sanitize"}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("neutralise"), "{err}");
     }
 
     #[test]

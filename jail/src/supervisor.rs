@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -18,6 +18,8 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::artifacts::{self, TreeDead};
+use crate::delivery;
+use crate::relay;
 use crate::cgroup::{self, CgroupUsage, RunCgroup};
 use crate::child::{self, ChildSpec, Confine, Exec};
 use crate::limits;
@@ -156,7 +158,7 @@ pub fn run(req: &RunRequest) -> RunResult {
     stages.insert("prepare".to_string(), ms_since(started));
     // The state the step's changes are measured against, taken before the
     // clone and so before the child is released.
-    let before = match artifacts::Before::take(&prepared.output_dir, prepared.mount_request.input.as_deref(), &policy.artifacts) {
+    let mut before = match artifacts::Before::take(&prepared.output_dir, prepared.mount_request.input.as_deref(), &policy.artifacts) {
         Ok(b) => b,
         Err(e) => {
             if req.output.is_none() && std::fs::remove_dir(&prepared.output_dir).is_ok() {
@@ -168,7 +170,7 @@ pub fn run(req: &RunRequest) -> RunResult {
     stages.insert("snapshot".to_string(), ms_since(started));
 
     let model = Rc::clone(&confinement.model);
-    let launched = launch(req, &prepared, &resources, confinement, uid_map, gid_map, &mut stages, started, started_ns);
+    let launched = launch(req, &prepared, &mut before, &resources, confinement, uid_map, gid_map, &mut stages, started, started_ns);
     // The tree is dead (PID 1 reaped): read what it used, then remove the
     // cgroup. A failed launch leaves it to RunCgroup's drop.
     let cgroup_usage = resources.cgroup.as_ref().map(RunCgroup::usage);
@@ -178,10 +180,19 @@ pub fn run(req: &RunRequest) -> RunResult {
         }
     }
     let result = match launched {
-        Ok(outcome) => {
+        Ok(mut outcome) => {
             let dead = outcome.tree_dead;
+            let tmpfs = outcome.output.take();
+            let (deadline, ids) = (outcome.deadline, outcome.ids);
             let mut result = finish(result, outcome, cgroup_usage, &resources.plan, started, stages, &model);
-            collect_artifacts(&mut result, &prepared.output_dir, &before, policy, dead, started);
+            let dir = match &tmpfs {
+                Some((fd, inventory)) => {
+                    let limit = prepared.mount_request.output_size.unwrap_or(u64::MAX);
+                    delivery::OutputDir::Mirrored { tmpfs: fd, inventory, limit }
+                }
+                None => delivery::OutputDir::Bound,
+            };
+            collect_artifacts(&mut result, &prepared.output_dir, dir, &before, policy, ids, deadline, dead, started);
             result
         }
         Err(e) => {
@@ -711,7 +722,10 @@ struct Outcome {
     rusage: libc::rusage,
     pid1_status: libc::c_int,
     started_ns: u64,
-    output_sync: Option<crate::result::OutputSync>,
+    /// The jail's output tmpfs and what was copied into it, to be judged and
+    /// mirrored (delivery.rs); `None` with a bound output dir.
+    output: Option<(OwnedFd, output::Inventory)>,
+    ids: output::FsIds,
     tree_dead: TreeDead,
     network: Option<crate::result::NetworkReport>,
 }
@@ -720,6 +734,7 @@ struct Outcome {
 fn launch(
     req: &RunRequest,
     prepared: &Prepared,
+    before: &mut artifacts::Before,
     resources: &Resources,
     confinement: Confinement,
     uid_map: namespaces::IdMap,
@@ -876,7 +891,14 @@ fn launch(
     let output = match output_ours {
         None => None,
         Some(sock) => match fill_output(sock, &prepared.output_dir, ids, released_at + prepared.wall_time) {
-            Ok(o) => o,
+            Ok(o) => {
+                if let Some((dir, _)) = &o {
+                    // Changes are judged where the script makes them: on the
+                    // tmpfs, as it is before the script is let go.
+                    before.retake_output_at(dir, &req.policy.artifacts);
+                }
+                o
+            }
             Err(e) => {
                 kill_and_reap(pid);
                 return Err(e);
@@ -910,8 +932,8 @@ fn launch(
     }
     let deadline = Instant::now() + prepared.wall_time;
     let mut watch = Watch {
-        stdout: Capture::new(req.policy.limits.stdout_bytes, req.mode),
-        stderr: Capture::new(req.policy.limits.stderr_bytes, req.mode),
+        stdout: Capture::new(req.policy.limits.stdout_bytes, req.mode, Target::Stdout),
+        stderr: Capture::new(req.policy.limits.stderr_bytes, req.mode, Target::Stderr),
         report_buf: Vec::new(),
         status_buf: Vec::new(),
         exec_at: None,
@@ -932,6 +954,10 @@ fn launch(
         },
     };
     let ending = watch.run(pid, &pidfd, out.read, err.read, report.read, status.read, &limits, resources.cgroup.as_ref());
+    // Streaming: the caller gets until the deadline to take what is queued,
+    // never longer (a reader that stopped reading cannot hold the run).
+    watch.stdout.end(deadline);
+    watch.stderr.end(deadline);
     let (pid1_status, rusage) = sys::wait4(pid).map_err(LaunchError::Wait)?;
     let ended_at = Instant::now();
     stages.insert("reaped".into(), ms_since(started));
@@ -941,11 +967,6 @@ fn launch(
     // change the output tmpfs under the mirror now, nor the output dir
     // under the artifact walk.
     let tree_dead = TreeDead::after_reaping_pid1();
-    let output_sync = output.map(|(dir, inventory)| {
-        let sync = output::copy_out(&dir, &prepared.output_dir, &inventory, ids);
-        stages.insert("output_copy_out".into(), ms_since(started));
-        sync
-    });
     let mut reports = sync::parse_reports(&watch.report_buf);
     reports.extend(sync::parse_reports(&watch.status_buf));
     Ok(Outcome {
@@ -961,7 +982,8 @@ fn launch(
         rusage,
         pid1_status,
         started_ns,
-        output_sync,
+        output,
+        ids,
         tree_dead,
         network,
     })
@@ -1039,6 +1061,9 @@ struct Deadlines<'a> {
 const SLOT_PIDFD: usize = 4;
 const SLOT_NOTIFY: usize = 5;
 const SLOT_LISTENER: usize = 6;
+/// The caller's stdout and stderr, polled for POLLOUT while a relay has bytes.
+const SLOT_RELAY_OUT: usize = 7;
+const SLOT_RELAY_ERR: usize = 8;
 
 impl Watch<'_> {
     /// Poll every pipe and the child's pidfd until the child is gone and the
@@ -1072,6 +1097,15 @@ impl Watch<'_> {
         };
         while !exited || open.iter().any(Option::is_some) {
             let killed = ending != Ending::Exited;
+            if (exited || killed) && Instant::now() >= limits.wall {
+                // Past the deadline a caller that is not reading gets nothing
+                // more: stop waiting on the streams it holds up.
+                for (i, capture) in [(0, &self.stdout), (1, &self.stderr)] {
+                    if !capture.wants_input() {
+                        open[i] = None;
+                    }
+                }
+            }
             let timeout = if exited || killed {
                 // The tree is dead or dying; the pipes close as soon as it is.
                 PollTimeout::from(200u16)
@@ -1082,12 +1116,25 @@ impl Watch<'_> {
                 }
                 PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
             };
-            let mut fds: Vec<PollFd> = Vec::with_capacity(7);
-            let mut which: Vec<usize> = Vec::with_capacity(7);
+            let mut fds: Vec<PollFd> = Vec::with_capacity(9);
+            let mut which: Vec<usize> = Vec::with_capacity(9);
             for (i, fd) in open.iter().enumerate() {
-                if let Some(fd) = fd {
+                // A stream whose caller has a full buffer to take is not
+                // read until it catches up: the script waits, we do not.
+                let wanted = match i {
+                    0 => self.stdout.wants_input(),
+                    1 => self.stderr.wants_input(),
+                    _ => true,
+                };
+                if let (Some(fd), true) = (fd, wanted) {
                     fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
                     which.push(i);
+                }
+            }
+            for (slot, capture) in [(SLOT_RELAY_OUT, &self.stdout), (SLOT_RELAY_ERR, &self.stderr)] {
+                if let Some(fd) = capture.relay.as_ref().filter(|r| r.pending()).and_then(relay::Relay::fd) {
+                    fds.push(PollFd::new(fd, PollFlags::POLLOUT));
+                    which.push(slot);
                 }
             }
             if !exited {
@@ -1127,6 +1174,13 @@ impl Watch<'_> {
                         exited = true;
                         continue;
                     }
+                    SLOT_RELAY_OUT | SLOT_RELAY_ERR => {
+                        let capture = if i == SLOT_RELAY_OUT { &mut self.stdout } else { &mut self.stderr };
+                        if let Some(r) = capture.relay() {
+                            r.flush();
+                        }
+                        continue;
+                    }
                     SLOT_NOTIFY => {
                         // One message: the listener, or end-of-file when the
                         // worker failed before loading the filter.
@@ -1161,8 +1215,8 @@ impl Watch<'_> {
                 }
                 let chunk = &buf[..n];
                 match i {
-                    0 => self.stdout.push(chunk, Target::Stdout),
-                    1 => self.stderr.push(chunk, Target::Stderr),
+                    0 => self.stdout.push(chunk),
+                    1 => self.stderr.push(chunk),
                     2 => self.report_buf.extend_from_slice(chunk),
                     _ => self.status_buf.extend_from_slice(chunk),
                 }
@@ -1194,28 +1248,32 @@ enum Target {
     Stderr,
 }
 
-/// One output stream: streamed live, or captured as head and tail within a
-/// byte cap.
+/// One output stream: streamed live (through a [`relay::Relay`], cut at the
+/// cap), or captured as head and tail within a byte cap.
 struct Capture {
     cap: u64,
     mode: OutputMode,
     head: Vec<u8>,
     tail: Vec<u8>,
     total: u64,
+    relay: Option<relay::Relay>,
+    relayed: Option<relay::Relayed>,
 }
 
 impl Capture {
-    fn new(cap: u64, mode: OutputMode) -> Capture {
-        Capture { cap, mode, head: Vec::new(), tail: Vec::new(), total: 0 }
+    fn new(cap: u64, mode: OutputMode, target: Target) -> Capture {
+        let relay = match (mode, target) {
+            (OutputMode::Capture, _) => None,
+            (OutputMode::Stream, Target::Stdout) => Some(relay::to_stdout(cap)),
+            (OutputMode::Stream, Target::Stderr) => Some(relay::to_stderr(cap)),
+        };
+        Capture { cap, mode, head: Vec::new(), tail: Vec::new(), total: 0, relay, relayed: None }
     }
 
-    fn push(&mut self, chunk: &[u8], target: Target) {
+    fn push(&mut self, chunk: &[u8]) {
         self.total += chunk.len() as u64;
-        if self.mode == OutputMode::Stream {
-            let _ = match target {
-                Target::Stdout => io::stdout().write_all(chunk).and_then(|_| io::stdout().flush()),
-                Target::Stderr => io::stderr().write_all(chunk),
-            };
+        if let Some(r) = &mut self.relay {
+            r.push(chunk);
             return;
         }
         let half = (self.cap / 2) as usize;
@@ -1233,9 +1291,34 @@ impl Capture {
         }
     }
 
+    /// The relay, if any, while the watch loop runs.
+    fn relay(&mut self) -> Option<&mut relay::Relay> {
+        self.relay.as_mut()
+    }
+
+    /// Whether the watch loop may read more of this stream's pipe.
+    fn wants_input(&self) -> bool {
+        self.relay.as_ref().is_none_or(relay::Relay::wants_input)
+    }
+
+    /// The script's end of the stream is closed: hand the caller what it
+    /// takes by `until`.
+    fn end(&mut self, until: Instant) {
+        if let Some(r) = self.relay.take() {
+            self.relayed = Some(r.finish(until));
+        }
+    }
+
     fn into_stream(mut self) -> Stream {
         if self.mode == OutputMode::Stream {
-            return Stream { text: String::new(), bytes: self.total, truncated: false, streamed: true };
+            let r = self.relayed.unwrap_or_default();
+            return Stream {
+                text: String::new(),
+                bytes: self.total,
+                truncated: r.truncated,
+                streamed: true,
+                undelivered_bytes: r.undelivered,
+            };
         }
         let tail_cap = self.cap as usize - (self.cap / 2) as usize;
         if self.tail.len() > tail_cap {
@@ -1256,28 +1339,39 @@ impl Capture {
             all.extend_from_slice(&self.tail);
             String::from_utf8_lossy(&all).into_owned()
         };
-        Stream { text, bytes: self.total, truncated, streamed: false }
+        Stream { text, bytes: self.total, truncated, streamed: false, undelivered_bytes: 0 }
     }
 }
 
 // ------------------------------------------------------------------- finish
 
-/// Judge the output dir and re-digest the input. Needs a [`TreeDead`]: only
-/// a dead tree cannot swap a file for a link between our look and our open.
+/// Judge the output dir, deliver what passed to the host folder
+/// (delivery.rs), and re-digest the input. Needs a [`TreeDead`]: only a
+/// dead tree cannot swap a file for a link between our look and our open.
+#[allow(clippy::too_many_arguments)]
 fn collect_artifacts(
     result: &mut RunResult,
     output_dir: &Path,
+    dir: delivery::OutputDir<'_>,
     before: &artifacts::Before,
     policy: &Policy,
+    ids: output::FsIds,
+    deadline: Instant,
     dead: TreeDead,
     started: Instant,
 ) {
     result.timings.stages.insert("artifacts_start".into(), ms_since(started));
-    let collected = artifacts::collect(output_dir, before, &policy.artifacts, dead);
-    result.artifacts = collected.artifacts;
-    result.rejected_artifacts = collected.rejected;
-    result.input = collected.input;
-    result.timings.stages.insert("artifacts".into(), ms_since(started));
+    // The copy ends by the wall deadline, or a moment after the verdict
+    // when the script used all of it (output.rs, COPY_GRACE).
+    let copy_deadline = deadline.max(Instant::now() + output::COPY_GRACE);
+    let d = delivery::deliver(output_dir, dir, before, &policy.artifacts, ids, copy_deadline, dead);
+    result.timings.stages.insert("artifacts".into(), (d.judged_at - started).as_secs_f64() * 1000.0);
+    result.timings.stages.insert("output_copy_out".into(), ms_since(started));
+    result.artifacts = d.collected.artifacts;
+    result.rejected_artifacts = d.collected.rejected;
+    result.input = d.collected.input;
+    result.output_sync = d.output_sync;
+    result.quarantine_dir = d.quarantine_dir.map(|p| p.display().to_string());
     result.timings.total_ms = ms_since(started);
 }
 
@@ -1342,7 +1436,6 @@ fn finish(
     }
     result.stdout = o.stdout.into_stream();
     result.stderr = o.stderr.into_stream();
-    result.output_sync = o.output_sync;
     if let Some(n) = o.network {
         result.network = n;
     }

@@ -491,9 +491,9 @@ print(json.dumps({{"seen": seen, "keep": text}}))
     assert_eq!(std::fs::read_to_string(o.join("edit.txt")).unwrap(), "new");
     assert!(!o.join("gone.txt").exists());
     assert_eq!(std::fs::read(o.join("charts/2024/a.png")).unwrap(), b"\x89PNG");
-    // A symlink crosses as a symlink, never as what it points at.
-    let link = std::fs::symlink_metadata(o.join("charts/leak")).unwrap();
-    assert!(link.file_type().is_symlink());
+    // A symlink never leaves the jail (refused by the artifact check).
+    assert!(std::fs::symlink_metadata(o.join("charts/leak")).is_err());
+    assert!(r.rejected_artifacts.iter().any(|x| x.path == "charts/leak"), "{:?}", r.rejected_artifacts);
     // Untouched files are not rewritten.
     assert_eq!(std::fs::symlink_metadata(o.join("keep.txt")).unwrap().modified().unwrap(), keep_mtime);
     let s = r.output_sync.expect("output_sync");
