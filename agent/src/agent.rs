@@ -14,8 +14,10 @@
 //! cleanly with an answer the agent writes itself from the reports so far.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
+use crate::escape::{self, cut, shown, Lines};
+use crate::export::{Accepted, ExportError};
 use crate::llm::{self, Client, LlmConfig, LlmError, Message, Reply, ToolCall};
 use crate::runner::Runner;
 use crate::session::{Owner, Session, SessionError};
@@ -39,13 +41,29 @@ pub struct Caps {
     pub run_steps: u32,
     /// Tokens (in + out) the whole run may use.
     pub run_tokens: u64,
+    /// Tool calls run from one reply; the rest are answered with an error.
+    pub calls_per_reply: usize,
+    /// Wall-clock time the whole run may take.
+    pub deadline: Duration,
 }
 
 impl Default for Caps {
     fn default() -> Caps {
-        Caps { subagent_steps: 25, subagent_tokens: 400_000, run_steps: 150, run_tokens: 2_000_000 }
+        Caps {
+            subagent_steps: 25,
+            subagent_tokens: 400_000,
+            run_steps: 150,
+            run_tokens: 2_000_000,
+            calls_per_reply: 8,
+            deadline: Duration::from_secs(30 * 60),
+        }
     }
 }
+
+/// Longest report or reason a sub-agent may hand back, in bytes.
+const MAX_REPORT_BYTES: usize = 2000;
+/// Longest final answer shown on the terminal (the whole is in answer.md).
+pub const ANSWER_PREVIEW_BYTES: usize = 8000;
 
 /// Whether the run reports its progress on stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,6 +98,8 @@ pub enum Stop {
     Finished,
     RunStepCap(u32),
     RunTokenCap(u64),
+    /// The run's wall-clock deadline passed.
+    Deadline(Duration),
 }
 
 impl Stop {
@@ -88,6 +108,7 @@ impl Stop {
             Stop::Finished => "finished".into(),
             Stop::RunStepCap(n) => format!("run step cap reached ({n} model calls)"),
             Stop::RunTokenCap(n) => format!("run token cap reached ({n} tokens)"),
+            Stop::Deadline(d) => format!("run deadline reached ({} s)", d.as_secs()),
         }
     }
 }
@@ -102,6 +123,8 @@ pub enum AgentError {
     Skills(#[from] SkillError),
     #[error(transparent)]
     Llm(#[from] LlmError),
+    #[error("export: {0}")]
+    Export(#[from] ExportError),
     #[error("the model answered {times} times without calling a tool (last reply: {reply:?}); this agent needs a model and server with tool calling (function calling): check LLM_MODEL and the server's tool support")]
     NoToolCalls { times: u32, reply: String },
 }
@@ -122,18 +145,26 @@ pub struct Outcome {
     pub stop: Stop,
     pub todo: TodoList,
     pub summary: Summary,
-    /// Files copied to `Config::output`.
-    pub exported: Vec<String>,
+    /// Files copied to `Config::output`, and the accepted ones that were not.
+    pub exported: crate::export::Exported,
 }
 
 /// Run a task to its end.
 pub fn run(config: &Config) -> Result<Outcome, Failure> {
     let started = Instant::now();
-    let fail = |error: AgentError, session: Option<&Session>| Failure { error, session: session.map(|s| s.root.clone()) };
+    let fail = |error: AgentError, session: Option<&Session>| Failure {
+        error,
+        session: session.map(|s| s.root.clone()),
+    };
     let skills = Skills::load(config.skills_dir.as_deref()).map_err(|e| fail(e.into(), None))?;
-    let session = Session::create(config.session_parent.as_deref(), &config.input, config.owner)
-        .map_err(|e| fail(e.into(), None))?;
-    let trace = Trace::create(&session.trace_path(), started).map_err(|e| fail(e.into(), Some(&session)))?;
+    let session = Session::create(
+        config.session_parent.as_deref(),
+        &config.input,
+        config.owner,
+    )
+    .map_err(|e| fail(e.into(), None))?;
+    let trace = Trace::create(&session.trace_path(), started)
+        .map_err(|e| fail(e.into(), Some(&session)))?;
     let mut run = Run {
         config,
         client: Client::new(config.llm.clone()),
@@ -145,7 +176,8 @@ pub fn run(config: &Config) -> Result<Outcome, Failure> {
         tokens: 0,
         subagents: 0,
         stop: None,
-        refused: Vec::new(),
+        accepted: Accepted::default(),
+        deadline: started + config.caps.deadline,
     };
     if config.progress == Progress::Stderr {
         eprintln!("jail-agent: session {}", session.root.display());
@@ -159,7 +191,14 @@ pub fn run(config: &Config) -> Result<Outcome, Failure> {
         Err(e) => format!("error: {e}"),
     };
     let wall_ms = run.trace.elapsed_ms();
-    let end = run.trace.record("orchestrator", None, Event::RunEnd { stop: stop.clone(), wall_ms });
+    let end = run.trace.record(
+        "orchestrator",
+        None,
+        Event::RunEnd {
+            stop: stop.clone(),
+            wall_ms,
+        },
+    );
     let summary = Summary::from_records(&run.trace.records, wall_ms, &stop);
     let saved = summary.save(&session.root);
     let answer = match result {
@@ -167,15 +206,35 @@ pub fn run(config: &Config) -> Result<Outcome, Failure> {
         Err(e) => return Err(fail(e, Some(&session))),
     };
     end.and(saved).map_err(|e| fail(e.into(), Some(&session)))?;
-    std::fs::write(session.root.join("answer.md"), format!("{answer}\n"))
-        .map_err(|error| fail(TraceError::Write { path: session.root.join("answer.md"), error }.into(), Some(&session)))?;
+    crate::session::write_private(
+        &session.root.join("answer.md"),
+        format!("{answer}\n").as_bytes(),
+    )
+    .map_err(|error| {
+        fail(
+            TraceError::Write {
+                path: session.root.join("answer.md"),
+                error,
+            }
+            .into(),
+            Some(&session),
+        )
+    })?;
     let exported = match &config.output {
-        Some(dest) => session.export(dest, &run.refused).map_err(|e| fail(e.into(), Some(&session)))?,
-        None => Vec::new(),
+        Some(dest) => crate::export::export(&session.output, &run.accepted, dest)
+            .map_err(|e| fail(e.into(), Some(&session)))?,
+        None => crate::export::Exported::default(),
     };
     let todo = run.todo.clone();
     let stop = run.stop.clone().unwrap_or(Stop::Finished);
-    Ok(Outcome { session: session.clone(), answer, stop, todo, summary, exported })
+    Ok(Outcome {
+        session: session.clone(),
+        answer,
+        stop,
+        todo,
+        summary,
+        exported,
+    })
 }
 
 struct Run<'a> {
@@ -191,8 +250,10 @@ struct Run<'a> {
     tokens: u64,
     subagents: u32,
     stop: Option<Stop>,
-    /// What the jail refused to hand on in the latest step.
-    refused: Vec<String>,
+    /// What the jail accepted after the latest step that it checked.
+    accepted: Accepted,
+    /// When the run must stop.
+    deadline: Instant,
 }
 
 /// How a sub-agent ended.
@@ -204,7 +265,7 @@ struct SubOutcome {
 impl Run<'_> {
     fn say(&self, agent: &str, line: &str) {
         if self.config.progress == Progress::Stderr {
-            eprintln!("[{agent}] {line}");
+            eprintln!("[{agent}] {}", escape::escape(line, Lines::One));
         }
     }
 
@@ -215,12 +276,20 @@ impl Run<'_> {
             Some(Stop::RunStepCap(caps.run_steps))
         } else if self.tokens >= caps.run_tokens {
             Some(Stop::RunTokenCap(caps.run_tokens))
+        } else if Instant::now() >= self.deadline {
+            Some(Stop::Deadline(caps.deadline))
         } else {
             None
         }
     }
 
-    fn model_call(&mut self, agent: &str, todo: Option<&str>, messages: &[Message], role: Role) -> Result<Reply, AgentError> {
+    fn model_call(
+        &mut self,
+        agent: &str,
+        todo: Option<&str>,
+        messages: &[Message],
+        role: Role,
+    ) -> Result<Reply, AgentError> {
         let specs = tools::specs(role, self.skills);
         let reply = self.client.chat(messages, &specs)?;
         self.steps += 1;
@@ -242,12 +311,25 @@ impl Run<'_> {
         Ok(reply)
     }
 
-    fn record_tool(&mut self, agent: &str, todo: Option<&str>, call: &ToolCall, done: &Done, ms: f64) -> Result<(), AgentError> {
+    fn record_tool(
+        &mut self,
+        agent: &str,
+        todo: Option<&str>,
+        call: &ToolCall,
+        done: &Done,
+        ms: f64,
+    ) -> Result<(), AgentError> {
         let error = (!done.ok).then(|| llm::excerpt(&done.content, 200));
         self.trace.record(
             agent,
             todo,
-            Event::ToolCall { tool: call.name.clone(), ok: done.ok, duration_ms: ms, error, jail: done.jail.clone() },
+            Event::ToolCall {
+                tool: cut(&call.name, 100),
+                ok: done.ok,
+                duration_ms: ms,
+                error,
+                jail: done.jail.clone(),
+            },
         )?;
         Ok(())
     }
@@ -259,6 +341,8 @@ impl Run<'_> {
             skills: self.skills,
             rootfs: self.config.rootfs.as_deref(),
             budget: self.config.budget,
+            accepted: &self.accepted,
+            deadline: self.deadline,
         }
     }
 
@@ -270,7 +354,10 @@ impl Run<'_> {
         let inputs = self.context().call("list_input_files", "{}").content;
         let mut messages = vec![
             Message::System(system),
-            Message::User(format!("Task:\n{}\n\nInput files:\n{inputs}", self.config.task.trim())),
+            Message::User(format!(
+                "Task:\n{}\n\nInput files:\n{inputs}",
+                self.config.task.trim()
+            )),
         ];
         let mut idle = 0;
         loop {
@@ -278,16 +365,23 @@ impl Run<'_> {
                 return Ok(self.stopped_answer(stop));
             }
             let reply = self.model_call(agent, None, &messages, Role::Orchestrator)?;
-            messages.push(Message::Assistant { content: reply.content.clone(), tool_calls: reply.tool_calls.clone() });
+            messages.push(Message::Assistant {
+                content: reply.content.clone(),
+                tool_calls: reply.tool_calls.clone(),
+            });
             if reply.tool_calls.is_empty() {
                 idle += 1;
                 let text = reply.content.clone().unwrap_or_default();
                 if !self.todo.is_created() {
                     if idle >= 2 {
-                        return Err(AgentError::NoToolCalls { times: idle, reply: llm::excerpt(&text, 200) });
+                        return Err(AgentError::NoToolCalls {
+                            times: idle,
+                            reply: llm::excerpt(&text, 200),
+                        });
                     }
                     messages.push(Message::User(
-                        "Do not answer yet: first call the create_todo_list tool with the plan.".into(),
+                        "Do not answer yet: first call the create_todo_list tool with the plan."
+                            .into(),
                     ));
                     continue;
                 }
@@ -301,18 +395,29 @@ impl Run<'_> {
                 }
                 if text.trim().is_empty() {
                     if idle >= 3 {
-                        return Err(AgentError::NoToolCalls { times: idle, reply: String::new() });
+                        return Err(AgentError::NoToolCalls {
+                            times: idle,
+                            reply: String::new(),
+                        });
                     }
-                    messages.push(Message::User("Reply with the final answer as plain text.".into()));
+                    messages.push(Message::User(
+                        "Reply with the final answer as plain text.".into(),
+                    ));
                     continue;
                 }
                 self.say(agent, "final answer");
                 return Ok(text.trim().to_string());
             }
             idle = 0;
-            for call in &reply.tool_calls {
-                let content = self.orchestrator_tool(call)?;
-                messages.push(Message::Tool { tool_call_id: call.id.clone(), content });
+            for (n, call) in reply.tool_calls.iter().enumerate() {
+                let content = match self.not_run(agent, None, call, n, reply.tool_calls.len())? {
+                    Some(refusal) => refusal,
+                    None => self.orchestrator_tool(call)?,
+                };
+                messages.push(Message::Tool {
+                    tool_call_id: call.id.clone(),
+                    content,
+                });
                 if let Some(stop) = self.stop.clone() {
                     return Ok(self.stopped_answer(stop));
                 }
@@ -375,8 +480,8 @@ impl Run<'_> {
                 }
                 match parse_args::<Block>(&call.name, &call.arguments) {
                     Err(e) => Done::error(e),
-                    Ok(b) => match self.todo.block_pending(&b.item, b.reason) {
-                        Ok(()) => Done::ok(format!("blocked `{}`; the list:\n{}", b.item, self.todo.render())),
+                    Ok(b) => match self.todo.block_pending(&b.item, cut(&b.reason, MAX_REPORT_BYTES)) {
+                        Ok(()) => Done::ok(format!("blocked `{}`; the list:\n{}", shown(&b.item), self.todo.render())),
                         Err(e) => Done::error(e),
                     },
                 }
@@ -385,9 +490,42 @@ impl Run<'_> {
             other => Done::error(unknown_tool(other, Role::Orchestrator)),
         };
         let ms = (started.elapsed().as_secs_f64() * 1000.0 - nested_ms).max(0.0);
-        self.say(agent, &format!("{} → {}", call.name, if done.ok { "ok" } else { "error" }));
+        self.say(
+            agent,
+            &format!("{} → {}", call.name, if done.ok { "ok" } else { "error" }),
+        );
         self.record_tool(agent, None, call, &done, ms)?;
         Ok(done.content)
+    }
+
+    /// The answer to a call that is not run: past the per-reply cap, or past
+    /// the run's deadline. Recorded as a failed call.
+    fn not_run(
+        &mut self,
+        agent: &str,
+        todo: Option<&str>,
+        call: &ToolCall,
+        n: usize,
+        of: usize,
+    ) -> Result<Option<String>, AgentError> {
+        let cap = self.config.caps.calls_per_reply;
+        let why = if n >= cap {
+            format!(
+                "not run: this reply asked for {of} tool calls and at most {cap} are run per reply; the first {cap} ran. Call `{}` again in your next reply if it is still needed.",
+                shown(&call.name)
+            )
+        } else if Instant::now() >= self.deadline {
+            format!(
+                "not run: the run's deadline ({} s) has passed",
+                self.config.caps.deadline.as_secs()
+            )
+        } else {
+            return Ok(None);
+        };
+        let done = Done::error(why);
+        self.say(agent, &format!("{} → not run", call.name));
+        self.record_tool(agent, todo, call, &done, 0.0)?;
+        Ok(Some(done.content))
     }
 
     /// The answer when the run stopped at a cap, written from the reports.
@@ -429,9 +567,15 @@ impl Run<'_> {
         let outcome = loop {
             let (steps, tokens) = (self.steps - steps0, self.tokens - tokens0);
             if let Some(stop) = self.run_cap() {
-                let report = format!("stopped: the {} before this item was finished", stop.describe());
+                let report = format!(
+                    "stopped: the {} before this item was finished",
+                    stop.describe()
+                );
                 self.stop = Some(stop);
-                break SubOutcome { state: State::Blocked, report };
+                break SubOutcome {
+                    state: State::Blocked,
+                    report,
+                };
             }
             if steps >= caps.subagent_steps {
                 break SubOutcome {
@@ -442,11 +586,17 @@ impl Run<'_> {
             if tokens >= caps.subagent_tokens {
                 break SubOutcome {
                     state: State::Blocked,
-                    report: format!("stopped: the sub-agent reached its token cap ({} tokens) before finishing", caps.subagent_tokens),
+                    report: format!(
+                        "stopped: the sub-agent reached its token cap ({} tokens) before finishing",
+                        caps.subagent_tokens
+                    ),
                 };
             }
             let reply = self.model_call(&agent, todo, &messages, Role::SubAgent)?;
-            messages.push(Message::Assistant { content: reply.content.clone(), tool_calls: reply.tool_calls.clone() });
+            messages.push(Message::Assistant {
+                content: reply.content.clone(),
+                tool_calls: reply.tool_calls.clone(),
+            });
             if reply.tool_calls.is_empty() {
                 idle += 1;
                 if idle >= 3 {
@@ -463,15 +613,30 @@ impl Run<'_> {
             }
             idle = 0;
             let mut finished = None;
-            for call in &reply.tool_calls {
+            for (n, call) in reply.tool_calls.iter().enumerate() {
                 if finished.is_some() {
                     // The item is over; answer the remaining calls so the
                     // transcript stays well-formed.
-                    messages.push(Message::Tool { tool_call_id: call.id.clone(), content: "skipped: the item is already finished".into() });
+                    messages.push(Message::Tool {
+                        tool_call_id: call.id.clone(),
+                        content: "skipped: the item is already finished".into(),
+                    });
+                    continue;
+                }
+                if let Some(refusal) =
+                    self.not_run(&agent, todo, call, n, reply.tool_calls.len())?
+                {
+                    messages.push(Message::Tool {
+                        tool_call_id: call.id.clone(),
+                        content: refusal,
+                    });
                     continue;
                 }
                 let (content, end) = self.subagent_tool(&agent, todo, &item.outputs, call)?;
-                messages.push(Message::Tool { tool_call_id: call.id.clone(), content });
+                messages.push(Message::Tool {
+                    tool_call_id: call.id.clone(),
+                    content,
+                });
                 finished = end;
             }
             if let Some(o) = finished {
@@ -479,13 +644,28 @@ impl Run<'_> {
             }
         };
         let steps = self.steps - steps0;
-        self.say(&agent, &format!("{} `{}`", if outcome.state == State::Done { "done" } else { "blocked" }, item.name));
+        self.say(
+            &agent,
+            &format!(
+                "{} `{}`",
+                if outcome.state == State::Done {
+                    "done"
+                } else {
+                    "blocked"
+                },
+                item.name
+            ),
+        );
         let end_tokens = self.subagent_tokens(&agent);
         self.trace.record(
             &agent,
             todo,
             Event::AgentEnd {
-                outcome: if outcome.state == State::Done { "done".into() } else { outcome.report.clone() },
+                outcome: if outcome.state == State::Done {
+                    "done".into()
+                } else {
+                    outcome.report.clone()
+                },
                 steps,
                 tokens_in: end_tokens.0,
                 tokens_out: end_tokens.1,
@@ -497,16 +677,30 @@ impl Run<'_> {
 
     /// Tokens in and out this agent used, from the trace.
     fn subagent_tokens(&self, agent: &str) -> (u64, u64) {
-        self.trace.records.iter().filter(|r| r.agent == agent).fold((0, 0), |acc, r| match &r.event {
-            Event::ModelCall { tokens_in, tokens_out, .. } => (acc.0 + tokens_in, acc.1 + tokens_out),
-            _ => acc,
-        })
+        self.trace
+            .records
+            .iter()
+            .filter(|r| r.agent == agent)
+            .fold((0, 0), |acc, r| match &r.event {
+                Event::ModelCall {
+                    tokens_in,
+                    tokens_out,
+                    ..
+                } => (acc.0 + tokens_in, acc.1 + tokens_out),
+                _ => acc,
+            })
     }
 
     /// The item's brief: all a sub-agent knows when it starts.
     fn brief(&self, index: usize) -> String {
         let i = &self.todo.items[index];
-        let list = |v: &[String]| if v.is_empty() { "(none given)".to_string() } else { v.join(", ") };
+        let list = |v: &[String]| {
+            if v.is_empty() {
+                "(none given)".to_string()
+            } else {
+                v.join(", ")
+            }
+        };
         let mut out = format!(
             "Your item: {}\nGoal: {}\nSkills to read: {}\nInputs: {}\nOutputs it must leave: {}\nSuccess criteria: {}\n",
             i.name,
@@ -516,16 +710,29 @@ impl Run<'_> {
             list(&i.outputs),
             i.success_criteria
         );
-        out.push_str(&format!("\nThe whole task, for context only: {}\n", self.config.task.trim()));
+        out.push_str(&format!(
+            "\nThe whole task, for context only: {}\n",
+            self.config.task.trim()
+        ));
         let earlier: Vec<String> = self.todo.items[..index]
             .iter()
             .filter(|j| j.state.is_finished())
-            .map(|j| format!("- {} [{:?}]: {}", j.name, j.state, llm::excerpt(j.report.as_deref().unwrap_or(""), 300)))
+            .map(|j| {
+                format!(
+                    "- {} [{:?}]: {}",
+                    j.name,
+                    j.state,
+                    llm::excerpt(j.report.as_deref().unwrap_or(""), 300)
+                )
+            })
             .collect();
         if !earlier.is_empty() {
             out.push_str(&format!("\nEarlier items:\n{}\n", earlier.join("\n")));
         }
-        out.push_str(&format!("\n{}", self.context().call("list_output_files", "{}").content));
+        out.push_str(&format!(
+            "\n{}",
+            self.context().call("list_output_files", "{}").content
+        ));
         out
     }
 
@@ -549,11 +756,14 @@ impl Run<'_> {
                     Ok(c) => {
                         let missing = self.missing_outputs(outputs);
                         if missing.is_empty() {
-                            end = Some(SubOutcome { state: State::Done, report: c.report });
+                            end = Some(SubOutcome {
+                                state: State::Done,
+                                report: cut(&c.report, MAX_REPORT_BYTES),
+                            });
                             Done::ok("the item is done".into())
                         } else {
                             Done::error(format!(
-                                "these outputs of the item are not in /workspace/output yet: {}; create them, or call block_todo with the reason",
+                                "these outputs of the item are not in /workspace/output yet (or the jail refused them): {}; create them, or call block_todo with the reason",
                                 missing.join(", ")
                             ))
                         }
@@ -568,16 +778,26 @@ impl Run<'_> {
                 match parse_args::<Block>(&call.name, &call.arguments) {
                     Err(e) => Done::error(e),
                     Ok(b) => {
-                        end = Some(SubOutcome { state: State::Blocked, report: b.reason });
+                        end = Some(SubOutcome {
+                            state: State::Blocked,
+                            report: cut(&b.reason, MAX_REPORT_BYTES),
+                        });
                         Done::ok("the item is blocked".into())
                     }
                 }
             }
-            name if tools::names(Role::SubAgent).contains(&name) => self.context().call(name, &call.arguments),
+            name if tools::names(Role::SubAgent).contains(&name) => {
+                self.context().call(name, &call.arguments)
+            }
             other => Done::error(unknown_tool(other, Role::SubAgent)),
         };
-        if let Some(refused) = &done.refused {
-            self.refused = refused.clone();
+        if let Some(step) = &done.step {
+            // A step that could not start checked nothing: keep what the
+            // last checked step accepted.
+            self.accepted.update(step);
+        }
+        if call.name == "delete_output_file" && done.ok {
+            self.accepted.forget_missing(&self.session.output);
         }
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         let note = match &done.jail {
@@ -595,16 +815,23 @@ impl Run<'_> {
             .iter()
             .filter_map(|o| {
                 let o = o.trim();
-                let rel = match o.strip_prefix("/workspace/output/").or_else(|| o.strip_prefix("output/")) {
+                let rel = match o
+                    .strip_prefix("/workspace/output/")
+                    .or_else(|| o.strip_prefix("output/"))
+                {
                     Some(rel) => rel,
                     None if !o.starts_with('/') && o.contains('.') => o,
                     None => return None,
                 };
-                let looks_like_file = !rel.is_empty()
-                    && !rel.contains(char::is_whitespace)
-                    && !rel.contains('*')
-                    && crate::session::clean_relative(rel).is_ok();
-                (looks_like_file && std::fs::symlink_metadata(self.session.output.join(rel)).is_err()).then(|| o.to_string())
+                if rel.is_empty() || rel.contains(char::is_whitespace) || rel.contains('*') {
+                    return None;
+                }
+                let rel = crate::session::clean_relative(rel).ok()?;
+                // Present means accepted by the jail, not merely there.
+                self.accepted
+                    .get(&rel.to_string_lossy())
+                    .is_none()
+                    .then(|| shown(o))
             })
             .collect()
     }
@@ -629,5 +856,8 @@ pub fn owner_for(policy: Option<&Path>) -> Result<Owner, String> {
         None => jail::policy::Policy::builtin_default(),
     }
     .map_err(|e| format!("policy: {e}"))?;
-    Ok(Owner::Sandbox { uid: p.identity.root_host_uid, gid: p.identity.root_host_gid })
+    Ok(Owner::Sandbox {
+        uid: p.identity.root_host_uid,
+        gid: p.identity.root_host_gid,
+    })
 }

@@ -9,6 +9,8 @@
 //! it can do; `trace` records every call and sums it up.
 
 pub mod agent;
+pub mod escape;
+pub mod export;
 pub mod llm;
 pub mod packages;
 pub mod runner;

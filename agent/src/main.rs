@@ -15,7 +15,11 @@ use agent::runner::{self, Runner};
 use agent::view::Budget;
 
 #[derive(Parser)]
-#[command(name = "jail-agent", version, about = "An agent that plans, writes Python and runs every step in a fresh jail")]
+#[command(
+    name = "jail-agent",
+    version,
+    about = "An agent that plans, writes Python and runs every step in a fresh jail"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -97,6 +101,12 @@ struct RunArgs {
     /// Tokens (in + out) the whole run may use.
     #[arg(long, default_value_t = Caps::default().run_tokens)]
     run_tokens: u64,
+    /// Tool calls run from one model reply; the rest are answered with an error.
+    #[arg(long, default_value_t = Caps::default().calls_per_reply)]
+    calls_per_reply: usize,
+    /// Wall-clock limit of the whole run: seconds, or with a unit (90s, 30m, 2h).
+    #[arg(long, default_value = "30m", value_parser = parse_duration)]
+    deadline: Duration,
     /// Print no progress on stderr.
     #[arg(long)]
     quiet: bool,
@@ -119,7 +129,8 @@ fn main() -> ExitCode {
 fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
     let task = match (&a.task, &a.task_file) {
         (Some(t), _) => t.clone(),
-        (None, Some(f)) => std::fs::read_to_string(f).with_context(|| format!("cannot read the task file {}", f.display()))?,
+        (None, Some(f)) => std::fs::read_to_string(f)
+            .with_context(|| format!("cannot read the task file {}", f.display()))?,
         (None, None) => bail!("give the task with --task TEXT or --task-file FILE"),
     };
     let Some(base_url) = a.base_url.filter(|u| !u.trim().is_empty()) else {
@@ -129,7 +140,10 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
         bail!("no model: set LLM_MODEL (or --model) to a model the endpoint serves");
     };
     if !a.input.is_dir() {
-        bail!("input dir {} is not a folder: pass an existing folder to --input", a.input.display());
+        bail!(
+            "input dir {} is not a folder: pass an existing folder to --input",
+            a.input.display()
+        );
     }
     let policy = match &a.policy {
         Some(p) => jail::policy::Policy::load(p),
@@ -143,7 +157,10 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
             bail!("--step-timeout {t} is out of range: give seconds above 0 and at most 86400");
         }
     }
-    let wall_limit = a.step_timeout.map(Duration::from_secs_f64).unwrap_or(policy.limits.wall_time);
+    let wall_limit = a
+        .step_timeout
+        .map(Duration::from_secs_f64)
+        .unwrap_or(policy.limits.wall_time);
     let config = Config {
         task,
         input: a.input,
@@ -173,10 +190,16 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
             subagent_tokens: a.subagent_tokens,
             run_steps: a.run_steps,
             run_tokens: a.run_tokens,
+            calls_per_reply: a.calls_per_reply.max(1),
+            deadline: a.deadline,
         },
         budget: Budget::default(),
         owner,
-        progress: if a.quiet { Progress::Quiet } else { Progress::Stderr },
+        progress: if a.quiet {
+            Progress::Quiet
+        } else {
+            Progress::Stderr
+        },
     };
     let outcome = match run::run(&config) {
         Ok(o) => o,
@@ -187,15 +210,56 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
             return Err(f.into());
         }
     };
-    println!("{}\n", outcome.answer);
+    // The answer is the model's text: shown with every control, bidi and
+    // invisible character escaped, and cut (answer.md has all of it).
+    let preview = agent::escape::escape(
+        &agent::escape::cut(&outcome.answer, run::ANSWER_PREVIEW_BYTES),
+        agent::escape::Lines::Keep,
+    );
+    println!("{preview}\n");
     print!("{}", outcome.summary.render());
     let root = &outcome.session.root;
-    eprintln!("jail-agent: session {} (answer.md, trace.jsonl, summary.txt; files in output/)", root.display());
+    eprintln!(
+        "jail-agent: session {} (answer.md, trace.jsonl, summary.txt; files in output/)",
+        root.display()
+    );
     if let Some(dest) = &config.output {
-        eprintln!("jail-agent: copied {} files to {}", outcome.exported.len(), dest.display());
+        eprintln!(
+            "jail-agent: copied {} files the jail accepted to {}",
+            outcome.exported.copied.len(),
+            dest.display()
+        );
+        for s in &outcome.exported.skipped {
+            eprintln!("jail-agent: not copied: {s}");
+        }
     }
     Ok(match outcome.stop {
         Stop::Finished => ExitCode::SUCCESS,
-        Stop::RunStepCap(_) | Stop::RunTokenCap(_) => ExitCode::from(3),
+        Stop::RunStepCap(_) | Stop::RunTokenCap(_) | Stop::Deadline(_) => ExitCode::from(3),
     })
+}
+
+/// `90`, `90s`, `30m`, `2h`.
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = match s.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => (&s[..i], &s[i..]),
+        None => (s, "s"),
+    };
+    let n: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("`{s}` is not a duration: give seconds, or 90s, 30m, 2h"))?;
+    let secs = match unit {
+        "s" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("`{s}`: the unit is s, m or h")),
+    };
+    if !(secs > 0.0 && secs <= 7.0 * 86_400.0) {
+        return Err(format!(
+            "`{s}` is out of range: give more than 0 and at most a week"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
 }

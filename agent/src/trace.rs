@@ -62,7 +62,13 @@ pub enum Event {
         jail: Option<JailFacts>,
     },
     /// A sub-agent finished its item.
-    AgentEnd { outcome: String, steps: u32, tokens_in: u64, tokens_out: u64, wall_ms: f64 },
+    AgentEnd {
+        outcome: String,
+        steps: u32,
+        tokens_in: u64,
+        tokens_out: u64,
+        wall_ms: f64,
+    },
     /// The run ended.
     RunEnd { stop: String, wall_ms: f64 },
 }
@@ -88,8 +94,25 @@ pub struct Trace {
 
 impl Trace {
     pub fn create(path: &Path, started: Instant) -> Result<Trace, TraceError> {
-        let file = File::create(path).map_err(|error| TraceError::Write { path: path.to_path_buf(), error })?;
-        Ok(Trace { path: path.to_path_buf(), file, started, records: Vec::new() })
+        use std::os::unix::fs::OpenOptionsExt;
+        // Private from the start: it holds the prompts and the model's words.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(path)
+            .map_err(|error| TraceError::Write {
+                path: path.to_path_buf(),
+                error,
+            })?;
+        Ok(Trace {
+            path: path.to_path_buf(),
+            file,
+            started,
+            records: Vec::new(),
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -100,7 +123,12 @@ impl Trace {
         self.started.elapsed().as_secs_f64() * 1000.0
     }
 
-    pub fn record(&mut self, agent: &str, todo: Option<&str>, event: Event) -> Result<(), TraceError> {
+    pub fn record(
+        &mut self,
+        agent: &str,
+        todo: Option<&str>,
+        event: Event,
+    ) -> Result<(), TraceError> {
         let r = Record {
             seq: self.records.len() as u64 + 1,
             t_ms: self.elapsed_ms(),
@@ -113,7 +141,10 @@ impl Trace {
         self.file
             .write_all(line.as_bytes())
             .and_then(|_| self.file.flush())
-            .map_err(|error| TraceError::Write { path: self.path.clone(), error })?;
+            .map_err(|error| TraceError::Write {
+                path: self.path.clone(),
+                error,
+            })?;
         self.records.push(r);
         Ok(())
     }
@@ -162,23 +193,41 @@ impl Summary {
             let idx = match agents.iter().position(|a| a.agent == r.agent) {
                 Some(i) => i,
                 None => {
-                    agents.push(AgentRow { agent: r.agent.clone(), ..AgentRow::default() });
+                    agents.push(AgentRow {
+                        agent: r.agent.clone(),
+                        ..AgentRow::default()
+                    });
                     agents.len() - 1
                 }
             };
             let row = &mut agents[idx];
             match &r.event {
-                Event::ModelCall { tokens_in, tokens_out, tokens_estimated, duration_ms, .. } => {
+                Event::ModelCall {
+                    tokens_in,
+                    tokens_out,
+                    tokens_estimated,
+                    duration_ms,
+                    ..
+                } => {
                     row.model_calls += 1;
                     row.tokens_in += tokens_in;
                     row.tokens_out += tokens_out;
                     row.model_ms += duration_ms;
                     estimated |= tokens_estimated;
                 }
-                Event::ToolCall { tool, ok, duration_ms, jail, .. } => {
+                Event::ToolCall {
+                    tool,
+                    ok,
+                    duration_ms,
+                    jail,
+                    ..
+                } => {
                     row.tool_calls += 1;
                     row.tool_ms += duration_ms;
-                    let t = tools.entry(tool.clone()).or_insert_with(|| ToolRow { tool: tool.clone(), ..ToolRow::default() });
+                    let t = tools.entry(tool.clone()).or_insert_with(|| ToolRow {
+                        tool: tool.clone(),
+                        ..ToolRow::default()
+                    });
                     t.calls += 1;
                     t.errors += u64::from(!ok);
                     t.tool_ms += duration_ms;
@@ -188,7 +237,10 @@ impl Summary {
             }
         }
         agents.retain(|a| a.model_calls > 0 || a.tool_calls > 0);
-        let mut total = AgentRow { agent: "total".into(), ..AgentRow::default() };
+        let mut total = AgentRow {
+            agent: "total".into(),
+            ..AgentRow::default()
+        };
         for a in &agents {
             total.model_calls += a.model_calls;
             total.tokens_in += a.tokens_in;
@@ -199,7 +251,15 @@ impl Summary {
         }
         let by_tool: Vec<ToolRow> = tools.into_values().collect();
         let jail_wall_ms = by_tool.iter().map(|t| t.jail_wall_ms).sum();
-        Summary { by_agent: agents, by_tool, total, tokens_estimated: estimated, jail_wall_ms, run_wall_ms, stop: stop.to_string() }
+        Summary {
+            by_agent: agents,
+            by_tool,
+            total,
+            tokens_estimated: estimated,
+            jail_wall_ms,
+            run_wall_ms,
+            stop: stop.to_string(),
+        }
     }
 
     /// The summary as two plain-text tables.
@@ -213,7 +273,7 @@ impl Summary {
         for a in self.by_agent.iter().chain(std::iter::once(&self.total)) {
             out.push_str(&format!(
                 "{:<24} {:>6} {:>10} {:>10} {:>9} {:>6} {:>9}\n",
-                a.agent,
+                crate::escape::shown_max(&a.agent, 24),
                 a.model_calls,
                 a.tokens_in,
                 a.tokens_out,
@@ -223,9 +283,20 @@ impl Summary {
             ));
         }
         out.push_str("\ntime by tool\n");
-        out.push_str(&format!("{:<24} {:>6} {:>6} {:>9} {:>11}\n", "tool", "calls", "errors", "tool s", "jail wall s"));
+        out.push_str(&format!(
+            "{:<24} {:>6} {:>6} {:>9} {:>11}\n",
+            "tool", "calls", "errors", "tool s", "jail wall s"
+        ));
         for t in &self.by_tool {
-            out.push_str(&format!("{:<24} {:>6} {:>6} {:>9} {:>11}\n", t.tool, t.calls, t.errors, s(t.tool_ms), s(t.jail_wall_ms)));
+            let name = crate::escape::shown_max(&t.tool, 40);
+            out.push_str(&format!(
+                "{:<24} {:>6} {:>6} {:>9} {:>11}\n",
+                name,
+                t.calls,
+                t.errors,
+                s(t.tool_ms),
+                s(t.jail_wall_ms)
+            ));
         }
         let errors: u64 = self.by_tool.iter().map(|t| t.errors).sum();
         out.push_str(&format!(
@@ -243,7 +314,7 @@ impl Summary {
             s(self.total.model_ms),
             s(self.total.tool_ms),
             s(other),
-            self.stop,
+            crate::escape::escape(&self.stop, crate::escape::Lines::One),
             if self.tokens_estimated { " (some token counts are estimates: the endpoint reported no usage)" } else { "" }
         ));
         out
@@ -252,10 +323,14 @@ impl Summary {
     pub fn save(&self, dir: &Path) -> Result<(), TraceError> {
         let write = |name: &str, text: String| {
             let p = dir.join(name);
-            std::fs::write(&p, text).map_err(|error| TraceError::Write { path: p, error })
+            crate::session::write_private(&p, text.as_bytes())
+                .map_err(|error| TraceError::Write { path: p, error })
         };
         write("summary.txt", self.render())?;
-        write("summary.json", serde_json::to_string_pretty(self).unwrap_or_default())
+        write(
+            "summary.json",
+            serde_json::to_string_pretty(self).unwrap_or_default(),
+        )
     }
 }
 
@@ -297,7 +372,13 @@ mod tests {
             t_ms: 0.0,
             agent: agent.into(),
             todo: None,
-            event: Event::ToolCall { tool: name.into(), ok, duration_ms: ms, error: None, jail: None },
+            event: Event::ToolCall {
+                tool: name.into(),
+                ok,
+                duration_ms: ms,
+                error: None,
+                jail: None,
+            },
         }
     }
 
@@ -312,12 +393,22 @@ mod tests {
         ];
         let s = Summary::from_records(&recs, 100.0, "finished");
         assert_eq!(s.by_agent.len(), 2);
-        assert_eq!((s.total.tokens_in, s.total.tokens_out, s.total.model_calls), (30, 6, 2));
+        assert_eq!(
+            (s.total.tokens_in, s.total.tokens_out, s.total.model_calls),
+            (30, 6, 2)
+        );
         assert_eq!(s.total.tool_ms, 51.0);
-        let run = s.by_tool.iter().find(|t| t.tool == "run_python_file").unwrap();
+        let run = s
+            .by_tool
+            .iter()
+            .find(|t| t.tool == "run_python_file")
+            .unwrap();
         assert_eq!((run.calls, run.errors, run.tool_ms), (2, 1, 50.0));
         let text = s.render();
-        assert!(text.contains("subagent-1") && text.contains("stopped: finished"), "{text}");
+        assert!(
+            text.contains("subagent-1") && text.contains("stopped: finished"),
+            "{text}"
+        );
     }
 
     #[test]
@@ -325,9 +416,19 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let p = t.path().join("trace.jsonl");
         let mut tr = Trace::create(&p, Instant::now()).unwrap();
-        tr.record("orchestrator", Some("a"), Event::RunEnd { stop: "finished".into(), wall_ms: 1.0 }).unwrap();
+        tr.record(
+            "orchestrator",
+            Some("a"),
+            Event::RunEnd {
+                stop: "finished".into(),
+                wall_ms: 1.0,
+            },
+        )
+        .unwrap();
         let back = read(&p).unwrap();
         assert_eq!(back, tr.records);
-        assert!(std::fs::read_to_string(&p).unwrap().contains(r#""kind":"run_end""#));
+        assert!(std::fs::read_to_string(&p)
+            .unwrap()
+            .contains(r#""kind":"run_end""#));
     }
 }

@@ -82,7 +82,14 @@ impl MockLlm {
                 serve(stream, turn, &r, &s);
             }
         });
-        MockLlm { base_url: format!("http://{addr}/v1"), requests, served, stop, addr, handle: Some(handle) }
+        MockLlm {
+            base_url: format!("http://{addr}/v1"),
+            requests,
+            served,
+            stop,
+            addr,
+            handle: Some(handle),
+        }
     }
 
     /// Every request body received, in order.
@@ -104,7 +111,10 @@ impl MockLlm {
 
     /// Number of 200 replies served (HTTP error turns not counted).
     pub fn served_replies(&self) -> usize {
-        self.served.lock().map(|s| s.iter().filter(|t| matches!(t, Turn::Reply(_))).count()).unwrap_or(0)
+        self.served
+            .lock()
+            .map(|s| s.iter().filter(|t| matches!(t, Turn::Reply(_))).count())
+            .unwrap_or(0)
     }
 }
 
@@ -119,7 +129,12 @@ impl Drop for MockLlm {
     }
 }
 
-fn serve(stream: TcpStream, turn: Option<Turn>, requests: &Mutex<Vec<Value>>, served: &Mutex<Vec<Turn>>) {
+fn serve(
+    stream: TcpStream,
+    turn: Option<Turn>,
+    requests: &Mutex<Vec<Value>>,
+    served: &Mutex<Vec<Turn>>,
+) {
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
     let mut reader = BufReader::new(match stream.try_clone() {
         Ok(s) => s,
@@ -136,7 +151,11 @@ fn serve(stream: TcpStream, turn: Option<Turn>, requests: &Mutex<Vec<Value>>, se
         if first {
             first = false;
             if !line.starts_with("POST ") || !line.contains("/chat/completions") {
-                respond(&stream, 404, "{\"error\":{\"message\":\"mock: only POST /v1/chat/completions\"}}");
+                respond(
+                    &stream,
+                    404,
+                    "{\"error\":{\"message\":\"mock: only POST /v1/chat/completions\"}}",
+                );
                 return;
             }
         }
@@ -159,7 +178,11 @@ fn serve(stream: TcpStream, turn: Option<Turn>, requests: &Mutex<Vec<Value>>, se
         r.push(parsed);
     }
     match turn {
-        None => respond(&stream, 400, "{\"error\":{\"message\":\"mock: script exhausted\"}}"),
+        None => respond(
+            &stream,
+            400,
+            "{\"error\":{\"message\":\"mock: script exhausted\"}}",
+        ),
         Some(t) => {
             // Recorded before the reply goes out: once the client has it, a
             // test may already be counting what was served.
