@@ -6,7 +6,7 @@
 //! jail gets the agent's environment minus `LLM_*` and anything named like a
 //! credential.
 
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -14,7 +14,17 @@ use std::time::{Duration, Instant};
 
 use jail::result::RunResult;
 
+use crate::progress::StepWatch;
 use crate::session::Session;
+
+/// Most bytes of the jail's own stderr kept for an error message.
+const MAX_STDERR: usize = 64 << 10;
+
+enum Output {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Line(String),
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
@@ -60,6 +70,7 @@ impl Runner {
         script: &Path,
         args: &[String],
         at_most: Option<Duration>,
+        watch: &mut dyn StepWatch,
     ) -> Result<Step, RunnerError> {
         let started = Instant::now();
         let mut cmd = Command::new(&self.jail);
@@ -104,21 +115,37 @@ impl Runner {
         })?;
         let (tx, rx) = mpsc::channel();
         let mut stdout = child.stdout.take();
-        let mut stderr = child.stderr.take();
+        let stderr = child.stderr.take();
         let tx_err = tx.clone();
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(s) = stdout.as_mut() {
-                let _ = s.read_to_end(&mut buf);
+                let _ = s.take(64 << 20).read_to_end(&mut buf);
             }
-            let _ = tx.send((true, buf));
+            let _ = tx.send(Output::Stdout(buf));
         });
+        // stderr is read line by line, so the watch sees it as it comes;
+        // bounded: at most MAX_STDERR bytes are kept, lines cut at 4 KiB.
         std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(s) = stderr.as_mut() {
-                let _ = s.read_to_end(&mut buf);
+            let mut kept = Vec::new();
+            if let Some(s) = stderr {
+                let mut r = std::io::BufReader::new(s);
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    match r.by_ref().take(4096).read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {
+                            if kept.len() < MAX_STDERR {
+                                kept.extend_from_slice(&line);
+                            }
+                            let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                            let _ = tx_err.send(Output::Line(text));
+                        }
+                    }
+                }
             }
-            let _ = tx_err.send((false, buf));
+            let _ = tx_err.send(Output::Stderr(kept));
         });
         // The jail kills its own tree at its deadline; this only guards
         // against the jail itself hanging.
@@ -127,16 +154,17 @@ impl Runner {
         let (mut out, mut err) = (None, None);
         while out.is_none() || err.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok((true, b)) => out = Some(b),
-                Ok((false, b)) => err = Some(b),
-                Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(RunnerError::Hung {
-                        secs: grace.as_secs(),
-                    });
-                }
+            if left.is_zero() {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(RunnerError::Hung { secs: grace.as_secs() });
+            }
+            match rx.recv_timeout(left.min(Duration::from_secs(1))) {
+                Ok(Output::Stdout(b)) => out = Some(b),
+                Ok(Output::Stderr(b)) => err = Some(b),
+                Ok(Output::Line(l)) => watch.line(&l),
+                Err(mpsc::RecvTimeoutError::Timeout) => watch.tick(started.elapsed()),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
         let status = child.wait().map_err(|error| RunnerError::Spawn {

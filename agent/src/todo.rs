@@ -80,7 +80,7 @@ pub const MAX_TEXT_BYTES: usize = 1000;
 pub const MAX_LIST: usize = 20;
 pub const MAX_ENTRY_BYTES: usize = 200;
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct TodoList {
     pub items: Vec<TodoItem>,
     created: bool,

@@ -188,6 +188,9 @@ pub struct Context<'a> {
     pub accepted: &'a Accepted,
     /// The run's deadline: no step runs past it.
     pub deadline: std::time::Instant,
+    /// Where a running step is shown, and for which agent.
+    pub progress: &'a crate::progress::Display,
+    pub agent: &'a str,
 }
 
 /// A finished tool call.
@@ -448,7 +451,8 @@ impl Context<'_> {
             return Done::error("not run: the run's deadline has passed".into());
         }
         let before = self.session.snapshot();
-        let step = match self.runner.run(self.session, &rel, &a.args, Some(left)) {
+        let mut watch = self.progress.step(self.agent, &rel.to_string_lossy());
+        let step = match self.runner.run(self.session, &rel, &a.args, Some(left), &mut watch) {
             Ok(s) => s,
             Err(e) => return Done::error(format!("the step could not be run: {e}")),
         };
@@ -471,6 +475,18 @@ impl Context<'_> {
                 .map(|(u, s)| u + s),
             peak_memory_bytes: r.usage.peak_memory_bytes.or(r.usage.max_rss_bytes),
             jail_total_ms: r.timings.total_ms,
+            denials: r.denials.iter().take(50).map(|d| shown(&format!("{} {}×{}", d.layer, d.what, d.count))).collect(),
+            rejected_artifacts: r
+                .rejected_artifacts
+                .iter()
+                .take(50)
+                .map(|x| {
+                    let reason = serde_json::to_value(x.reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+                    shown(&format!("{}: {reason}", x.path))
+                })
+                .collect(),
+            artifacts: r.artifacts.len() as u64,
+            setup_stage: r.setup_error.as_ref().map(|e| shown(&e.stage)),
         };
         Done {
             content,

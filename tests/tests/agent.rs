@@ -94,6 +94,7 @@ fn config(f: &Fixture, mock: &MockLlm, rootfs: PathBuf) -> Config {
         budget: Budget::default(),
         owner: run::owner_for(None).expect("owner"),
         progress: Progress::Quiet,
+        trace_content: agent::trace::Content::Recorded,
     }
 }
 
@@ -163,6 +164,11 @@ fn survival_by_class(csv: &str) -> BTreeMap<String, (u32, u32)> {
 /// server served: every model call traced once, token sums equal, times
 /// that add up and never exceed the run's wall time.
 fn check_accounting(root: &Path, mock: &MockLlm) -> (Vec<trace::Record>, Summary) {
+    check_served(root, mock.served_replies(), mock.served_tokens())
+}
+
+/// `check_accounting` against what several servers served in all.
+fn check_served(root: &Path, replies: usize, (tin, tout): (u64, u64)) -> (Vec<trace::Record>, Summary) {
     let records = trace::read(&root.join("trace.jsonl")).expect("trace.jsonl");
     let saved: Summary = serde_json::from_str(
         &std::fs::read_to_string(root.join("summary.json")).expect("summary.json"),
@@ -178,13 +184,11 @@ fn check_accounting(root: &Path, mock: &MockLlm) -> (Vec<trace::Record>, Summary
         .iter()
         .filter(|r| matches!(r.event, Event::ModelCall { .. }))
         .collect();
-    let replies = mock.served_replies();
     assert_eq!(
         model_calls.len(),
         replies,
         "model calls traced vs replies served"
     );
-    let (tin, tout) = mock.served_tokens();
     assert_eq!(
         (saved.total.tokens_in, saved.total.tokens_out),
         (tin, tout),
@@ -211,6 +215,19 @@ fn check_accounting(root: &Path, mock: &MockLlm) -> (Vec<trace::Record>, Summary
         saved.by_tool.iter().map(|t| t.calls).sum::<u64>(),
         saved.total.tool_calls
     );
+    // Every reply's completion tokens are attributed: to its tool calls, or to text.
+    assert_eq!(
+        saved.by_tool.iter().map(|t| t.tokens_out).sum::<u64>() + saved.text_tokens_out,
+        saved.total.tokens_out,
+        "tokens per tool add up to the tokens out"
+    );
+    // Records carry the run id, span ids and absolute times.
+    let run_id = &records[0].run_id;
+    for r in &records {
+        assert_eq!(&r.run_id, run_id);
+        assert_eq!((r.run_id.len(), r.span_id.len()), (32, 16), "{r:?}");
+        assert!(r.time.len() == 24 && r.time.ends_with('Z') && r.start_unix_ns <= r.end_unix_ns, "{r:?}");
+    }
     assert!(
         saved.total.model_ms + saved.total.tool_ms <= saved.run_wall_ms + 1e-6,
         "model {} + tool {} ms exceed the run's {} ms",
@@ -1258,6 +1275,13 @@ fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_termin
         "{stderr}"
     );
 
+    // Progress, with stderr not a terminal: plain timestamped lines, and the
+    // running step's own stderr (here the jail's reason it could not start).
+    let stamped = |l: &str| l.len() > 25 && l.as_bytes()[4] == b'-' && l.as_bytes()[10] == b'T' && l[..25].ends_with("Z ");
+    assert!(stderr.lines().any(|l| stamped(l) && l.contains("[orchestrator] waiting for the model (")), "{stderr}");
+    assert!(stderr.lines().any(|l| stamped(l) && l.contains("[subagent-1] hello.py | jail: ")), "{stderr}");
+    assert!(!stderr.contains('\r'), "no redraws off a terminal");
+
     // 3: the session is private: its dir, the copied input, the records.
     let private_root = if is_root() { 0o710 } else { 0o700 };
     assert_eq!(mode(&root), private_root);
@@ -1440,4 +1464,205 @@ fn the_run_deadline_stops_a_run_and_bounds_the_step_running_at_it() {
         runs[1].1.as_deref().unwrap_or("").contains("deadline"),
         "the second is not run: {runs:?}"
     );
+}
+
+// ------------------------------------------------------------ resilience
+
+/// A plan of two items, each leaving one file.
+fn two_files_plan() -> Turn {
+    tool_turn(&[("create_todo_list", plan(&[("first", &["/workspace/output/a.txt"]), ("second", &["/workspace/output/b.txt"])]))], (100, 30))
+}
+
+fn writes(name: &str) -> String {
+    format!("open('/workspace/output/{name}', 'w').write('{name}')\nprint('wrote {name}')\n")
+}
+
+/// The turns after the first item's step: finish it, do the second, answer.
+fn rest_of_two_files() -> Vec<Turn> {
+    vec![
+        tool_turn(&[call("complete_todo", json!({"report": "a.txt written"}))], (300, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (400, 5)),
+        tool_turn(&[write("b.py", &writes("b.txt")), run_file("b.py")], (500, 60)),
+        tool_turn(&[call("complete_todo", json!({"report": "b.txt written"}))], (600, 10)),
+        text_turn("Both files are written.", (700, 20)),
+    ]
+}
+
+fn resume_cli(root: &Path, mock: &MockLlm) -> std::process::Output {
+    Command::new(agent_bin())
+        .args(["resume", "--quiet", "--retry-base-ms", "1"])
+        .arg(root)
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env_remove("LLM_MODEL")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .output()
+        .expect("run jail-agent resume")
+}
+
+/// The todo list saved in a session's state.
+fn saved_todo(root: &Path) -> Vec<(String, String)> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(root.join("state.json")).unwrap()).unwrap();
+    v["todo"]["items"].as_array().unwrap().iter().map(|i| (i["name"].as_str().unwrap().into(), i["state"].as_str().unwrap().into())).collect()
+}
+
+/// An HTTP date `secs` seconds from now (IMF-fixdate).
+fn http_date_in(secs: u64) -> String {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + secs;
+    let (days, rem) = ((t / 86_400) as i64, t % 86_400);
+    let (y, m, d) = agent::trace::civil_from_days(days);
+    let wd = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
+    let mon = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"][m as usize - 1];
+    format!("{wd}, {d:02} {mon} {y} {:02}:{:02}:{:02} GMT", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[test]
+fn garbage_replies_are_retried_and_a_run_whose_retries_ran_out_resumes_where_it_stopped() {
+    let f = fixture();
+    let html = Turn::Raw { status: 200, content_type: "text/html", body: "<html><body>502 Bad Gateway</body></html>".into() };
+    let empty = Turn::Raw { status: 200, content_type: "application/json", body: r#"{"id":"x","choices":[]}"#.into() };
+    let garbage = Turn::Raw { status: 200, content_type: "application/json", body: "".into() };
+    let first = MockLlm::start(vec![
+        html.clone(),
+        empty.clone(),
+        Turn::RetryAfter(http_date_in(2)),
+        two_files_plan(),
+        tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
+        tool_turn(&[write("a.py", &writes("a.txt")), run_file("a.py")], (200, 60)),
+        // The endpoint breaks for good: the run stops, its state saved.
+        garbage.clone(),
+        html,
+        empty,
+        garbage,
+    ]);
+    let out = cli(&f, &first, &["--quiet", "--retries", "3"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is not a chat completion") && stderr.contains("gave up after 4 attempts"), "{stderr}");
+    let root = PathBuf::from(
+        stderr.lines().find_map(|l| l.strip_prefix("jail-agent: the trace and summary are in ")).unwrap_or_else(|| panic!("{stderr}")),
+    );
+    assert!(stderr.contains(&format!("continue it with `jail-agent resume {}`", root.display())), "{stderr}");
+    let times = first.request_times();
+    assert!(times[3] - times[2] >= Duration::from_millis(900), "the HTTP-date Retry-After was waited for: {:?}", times[3] - times[2]);
+    let records = trace::read(&root.join("trace.jsonl")).unwrap();
+    assert!(matches!(records[0].event, Event::ModelCall { attempts: 4, .. }), "html, empty and 503 were retried: {:?}", records[0]);
+    assert_eq!(saved_todo(&root), [("first".into(), "in_progress".into()), ("second".into(), "pending".into())]);
+
+    let second = MockLlm::start(rest_of_two_files());
+    let out = resume_cli(&root, &second);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("Both files are written."), "{stdout}");
+    // The sub-agent goes on with its own conversation, the step's result in it.
+    let req = second.requests();
+    let msgs = req[0]["messages"].as_array().unwrap();
+    assert!(msgs[0]["content"].as_str().unwrap().starts_with("You are a sub-agent"), "{:?}", msgs[0]);
+    assert!(last_tool(&req[0]).contains("wrote a.txt"), "{}", last_tool(&req[0]));
+    assert_eq!(req[0]["model"], "scripted", "the model is the run's");
+    assert_eq!(saved_todo(&root), [("first".into(), "done".into()), ("second".into(), "done".into())]);
+    let mut exported = walk_names(&f.export);
+    exported.sort();
+    assert_eq!(exported, ["a.txt", "b.txt"]);
+    let (tin1, tout1) = first.served_tokens();
+    let (tin2, tout2) = second.served_tokens();
+    check_served(&root, first.served_replies() + second.served_replies(), (tin1 + tin2, tout1 + tout2));
+    let again = resume_cli(&root, &second);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already finished"), "{}", String::from_utf8_lossy(&again.stderr));
+}
+
+#[test]
+fn a_killed_run_resumes_and_finishes_with_the_same_todo_list() {
+    let f = fixture();
+    let first = MockLlm::start(vec![
+        two_files_plan(),
+        tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
+        tool_turn(&[write("a.py", &writes("a.txt")), run_file("a.py")], (200, 60)),
+        Turn::Hang,
+    ]);
+    let mut child = Command::new(agent_bin())
+        .args(["run", "--quiet", "--task", "write two files"])
+        .arg("--input")
+        .arg(&f.input)
+        .arg("--output")
+        .arg(&f.export)
+        .arg("--session-dir")
+        .arg(&f.sessions)
+        .arg("--jail")
+        .arg(jail_bin())
+        .arg("--rootfs")
+        .arg(rootfs())
+        .env("LLM_BASE_URL", &first.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while first.requests().len() < 4 {
+        assert!(started.elapsed() < Duration::from_secs(30), "the agent never reached its fourth model call");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Killed while it waits for the model, mid sub-agent.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    let roots: Vec<PathBuf> = std::fs::read_dir(&f.sessions).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(roots.len(), 1);
+    let root = &roots[0];
+    let planned = saved_todo(root);
+    assert_eq!(planned, [("first".into(), "in_progress".into()), ("second".into(), "pending".into())]);
+
+    let second = MockLlm::start(rest_of_two_files());
+    let out = resume_cli(root, &second);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let done = saved_todo(root);
+    let names = |v: &[(String, String)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&done), names(&planned), "the same todo list");
+    assert!(done.iter().all(|(_, s)| s == "done"), "{done:?}");
+    let req = second.requests();
+    assert!(last_tool(&req[0]).contains("wrote a.txt"), "the sub-agent's messages were kept: {}", last_tool(&req[0]));
+    assert_eq!(std::fs::read_to_string(f.export.join("b.txt")).unwrap(), "b.txt");
+    let (tin1, tout1) = first.served_tokens();
+    let (tin2, tout2) = second.served_tokens();
+    check_served(root, first.served_replies() + second.served_replies(), (tin1 + tin2, tout1 + tout2));
+}
+
+// ------------------------------------------------------------ progress
+
+#[test]
+fn on_a_terminal_a_status_line_shows_the_wait_for_the_model_and_the_running_step() {
+    let f = fixture();
+    let slow_step = "import time\ntime.sleep(2.5)\nprint('slept')\n";
+    let mock = MockLlm::start(vec![
+        Turn::Slow(Duration::from_millis(2500), Box::new(tool_turn(&[("create_todo_list", plan(&[("wait", &[])]))], (1234, 20)))),
+        tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
+        tool_turn(&[write("nap.py", slow_step), run_file("nap.py")], (120, 30)),
+        tool_turn(&[call("complete_todo", json!({"report": "slept"}))], (130, 10)),
+        text_turn("Slept well.", (140, 10)),
+    ]);
+    let word = |p: &Path| format!("'{}'", p.display());
+    let cmd = format!(
+        "{} run --task wait --input {} --session-dir {} --jail {} --rootfs {}",
+        word(&agent_bin()),
+        word(&f.input),
+        word(&f.sessions),
+        word(&jail_bin()),
+        word(&rootfs())
+    );
+    // script(1) gives the agent a pseudo-terminal and copies what it shows.
+    let out = Command::new("script")
+        .args(["-q", "-e", "-c", &cmd, "/dev/null"])
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script(1)");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{screen}");
+    assert!(screen.contains("\r\u{1b}[2K[orchestrator] waiting for the model: 2 s, 0 tokens so far"), "{screen:?}");
+    assert!(screen.contains("\r\u{1b}[2K[subagent-1] waiting for the model: 0 s, 1369 tokens so far"), "tokens so far grow: {screen:?}");
+    assert!(screen.contains("\r\u{1b}[2K[subagent-1] nap.py: running, 2 s"), "{screen:?}");
+    assert!(screen.contains("Slept well."), "{screen:?}");
 }
