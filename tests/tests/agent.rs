@@ -1666,3 +1666,251 @@ fn on_a_terminal_a_status_line_shows_the_wait_for_the_model_and_the_running_step
     assert!(screen.contains("\r\u{1b}[2K[subagent-1] nap.py: running, 2 s"), "{screen:?}");
     assert!(screen.contains("Slept well."), "{screen:?}");
 }
+
+// ------------------------------------------------------------ OpenTelemetry
+
+/// A minimal OTLP/HTTP receiver: decodes each ExportTraceServiceRequest with
+/// the opentelemetry-proto package and writes one JSON line per span. Prints
+/// its port; stops after two minutes.
+const OTLP_RECEIVER: &str = r#"
+import gzip, json, sys, threading, http.server
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
+out = open(sys.argv[1], "a")
+def value(v):
+    kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [value(x) for x in v.array_value.values]
+    return getattr(v, kind) if kind else None
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        req = ts.ExportTraceServiceRequest()
+        req.ParseFromString(body)
+        for rs in req.resource_spans:
+            res = {a.key: value(a.value) for a in rs.resource.attributes}
+            for ss in rs.scope_spans:
+                for s in ss.spans:
+                    out.write(json.dumps({
+                        "path": self.path, "content_type": self.headers.get("Content-Type"),
+                        "resource": res, "scope": ss.scope.name, "name": s.name, "kind": s.kind,
+                        "trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(), "parent": s.parent_span_id.hex(),
+                        "start": s.start_time_unix_nano, "end": s.end_time_unix_nano, "status": s.status.code,
+                        "attributes": {a.key: value(a.value) for a in s.attributes}}) + "\n")
+        out.flush()
+        reply = ts.ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+threading.Timer(120, srv.shutdown).start()
+srv.serve_forever()
+"#;
+
+/// The receiver's python: JAIL_OTEL_PYTHON, else where agent/otel-test-setup.sh puts it.
+fn otel_python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("JAIL_OTEL_PYTHON") {
+        return Some(PathBuf::from(p));
+    }
+    let mut candidates = vec![PathBuf::from("/var/cache/jail-agent/otel-venv/bin/python")];
+    if let Some(home) = std::env::var_os("HOME") {
+        candidates.push(PathBuf::from(home).join(".cache/jail-agent/otel-venv/bin/python"));
+    }
+    candidates.into_iter().find(|p| {
+        Command::new(p).args(["-c", "import opentelemetry.proto.collector.trace.v1.trace_service_pb2"]).output().is_ok_and(|o| o.status.success())
+    })
+}
+
+/// A running receiver, killed when dropped.
+struct Receiver {
+    child: std::process::Child,
+    spans: PathBuf,
+    port: u16,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_receiver(python: &Path, dir: &Path) -> Receiver {
+    use std::io::BufRead;
+    let spans = dir.join("spans.jsonl");
+    let mut child = Command::new(python)
+        .args(["-c", OTLP_RECEIVER])
+        .arg(&spans)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the OTLP receiver");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().parse().unwrap_or_else(|_| panic!("the receiver printed no port: {line:?}"));
+    Receiver { child, spans, port }
+}
+
+#[test]
+fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
+    let Some(python) = otel_python() else {
+        skip_unless(false, "no python with opentelemetry-proto: run agent/otel-test-setup.sh");
+        return;
+    };
+    let f = fixture();
+    let rx = start_receiver(&python, f.dir.path());
+    let turns = vec![
+        tool_turn(&[("create_todo_list", plan(&[("class-summary", &["/workspace/output/summary.csv"]), ("deck", &["/workspace/output/deck.pptx"])]))], (900, 120)),
+        tool_turn(&[call("start_next_todo", json!({}))], (1000, 10)),
+        tool_turn(&[call("read_skill", json!({"name": "eda"})), write("summary.py", SUMMARY_BUG), run_file("summary.py")], (700, 200)),
+        tool_turn(&[write("summary.py", SUMMARY_FIXED), run_file("summary.py")], (1500, 260)),
+        tool_turn(&[call("complete_todo", json!({"report": "summary.csv: survival by class"}))], (1900, 30)),
+        tool_turn(&[call("start_next_todo", json!({}))], (1200, 10)),
+        tool_turn(&[write("deck.py", DECK_STDLIB), run_file("deck.py")], (800, 900)),
+        tool_turn(&[call("complete_todo", json!({"report": "deck.pptx: one slide per class"}))], (1800, 25)),
+        text_turn("Survival differed by class; see summary.csv and deck.pptx.", (1400, 40)),
+    ];
+    let mock = MockLlm::start(turns);
+    let out = Command::new(agent_bin())
+        .args(["run", "--quiet", "--task", "Analyse the Titanic passengers and prepare a short presentation."])
+        .arg("--input")
+        .arg(&f.input)
+        .arg("--session-dir")
+        .arg(&f.sessions)
+        .arg("--jail")
+        .arg(jail_bin())
+        .arg("--rootfs")
+        .arg(rootfs())
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://127.0.0.1:{}", rx.port))
+        .env("OTEL_SERVICE_NAME", "jail-agent-test")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("OTLP export"), "{stderr}");
+    let root = session_from(&stderr);
+    let spans: Vec<Value> = std::fs::read_to_string(&rx.spans)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let records = trace::read(&root.join("trace.jsonl")).unwrap();
+    assert_eq!(spans.len(), records.len(), "one span per trace record");
+    let s = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_string();
+    let a = |v: &Value, k: &str| v["attributes"][k].clone();
+    // Sent as OTLP/HTTP protobuf to /v1/traces, with our service name.
+    assert!(spans.iter().all(|v| s(v, "path") == "/v1/traces" && s(v, "content_type") == "application/x-protobuf"));
+    assert_eq!(spans[0]["resource"]["service.name"], "jail-agent-test");
+    // One trace, the run's; the ids are the JSONL's.
+    assert!(spans.iter().all(|v| s(v, "trace_id") == records[0].run_id));
+    let mut ids: Vec<String> = spans.iter().map(|v| s(v, "span_id")).collect();
+    let mut rec_ids: Vec<String> = records.iter().map(|r| r.span_id.clone()).collect();
+    ids.sort();
+    rec_ids.sort();
+    assert_eq!(ids, rec_ids);
+
+    let by_id: BTreeMap<String, &Value> = spans.iter().map(|v| (s(v, "span_id"), v)).collect();
+    let parent_name = |v: &Value| by_id.get(&s(v, "parent")).map(|p| s(p, "name"));
+    let roots: Vec<&Value> = spans.iter().filter(|v| s(v, "parent").is_empty()).collect();
+    assert_eq!(roots.len(), 1);
+    assert_eq!(s(roots[0], "name"), "invoke_agent orchestrator");
+    for v in &spans {
+        let op = a(v, "gen_ai.operation.name");
+        let name = s(v, "name");
+        match op.as_str().unwrap() {
+            "chat" => {
+                assert_eq!(name, "chat scripted");
+                assert_eq!(v["kind"], 3, "chat is a CLIENT span");
+                assert_eq!(a(v, "gen_ai.request.model"), "scripted");
+                assert!(parent_name(v).unwrap().starts_with("invoke_agent "), "{v}");
+            }
+            "execute_tool" => {
+                assert_eq!(name, format!("execute_tool {}", a(v, "gen_ai.tool.name").as_str().unwrap()));
+                assert!(a(v, "gen_ai.tool.call.id").as_str().unwrap().starts_with("call_"), "{v}");
+                assert!(parent_name(v).unwrap().starts_with("invoke_agent "), "{v}");
+            }
+            "invoke_agent" if name.starts_with("invoke_agent subagent-") => {
+                assert_eq!(parent_name(v).as_deref(), Some("execute_tool start_next_todo"), "a sub-agent hangs below the call that started it");
+            }
+            "invoke_agent" => assert_eq!(name, "invoke_agent orchestrator"),
+            other => panic!("unexpected operation {other}"),
+        }
+        assert!(v["start"].as_u64().unwrap() <= v["end"].as_u64().unwrap());
+    }
+    // Tokens: the chat spans add up to what the server served.
+    let chats: Vec<&Value> = spans.iter().filter(|v| a(v, "gen_ai.operation.name") == "chat").collect();
+    assert_eq!(chats.len(), mock.served_replies());
+    let sum = |k: &str| chats.iter().map(|v| a(v, k).as_i64().unwrap() as u64).sum::<u64>();
+    assert_eq!((sum("gen_ai.usage.input_tokens"), sum("gen_ai.usage.output_tokens")), mock.served_tokens());
+    // ... and the per-tool shares plus the text reply add up to the tokens out.
+    let shares: u64 = spans.iter().filter_map(|v| a(v, "jail_agent.tool.tokens_out").as_i64()).map(|n| n as u64).sum();
+    assert_eq!(shares + 40, mock.served_tokens().1, "tool shares + the final text reply's 40");
+    // The jail's facts are on the run_python_file spans.
+    let runs: Vec<&Value> = spans.iter().filter(|v| a(v, "gen_ai.tool.name") == "run_python_file").collect();
+    let statuses: Vec<String> = runs.iter().map(|v| a(v, "jail.status").as_str().unwrap().to_string()).collect();
+    assert_eq!(statuses, ["nonzero_exit", "ok", "ok"]);
+    assert!(runs.iter().all(|v| a(v, "jail.usage.wall_ms").as_f64().is_some() && a(v, "jail.denials").is_array()));
+    assert_eq!(runs[0]["status"], 2, "a failed step is an error span");
+    // Prompts and completions are there (no --no-trace-content).
+    assert!(a(chats[0], "gen_ai.input.messages").as_str().unwrap().contains("You are the orchestrator"));
+    assert!(a(chats[0], "gen_ai.output.messages").as_str().unwrap().contains("create_todo_list"));
+
+    // The tree, for the eye: `cargo test ... -- --nocapture`.
+    fn show(id: &str, depth: usize, spans: &[Value], out: &mut String) {
+        for v in spans.iter().filter(|v| v["parent"].as_str() == Some(id)) {
+            let at = &v["attributes"];
+            let mut facts = Vec::new();
+            for k in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.tool.call.id", "jail_agent.tool.tokens_out", "jail.status", "jail.usage.wall_ms"] {
+                if !at[k].is_null() {
+                    facts.push(format!("{}={}", k.rsplit('.').next().unwrap_or(k), at[k]));
+                }
+            }
+            out.push_str(&format!("{}{} [{}]\n", "  ".repeat(depth), v["name"].as_str().unwrap(), facts.join(" ")));
+            show(v["span_id"].as_str().unwrap(), depth + 1, spans, out);
+        }
+    }
+    let mut tree = String::new();
+    show("", 0, &spans, &mut tree);
+    eprintln!("{tree}");
+}
+
+#[test]
+fn with_no_trace_content_the_trace_keeps_no_prompt_completion_or_tool_text() {
+    let secret = "pin-4242-in-the-task";
+    let trace_of = |extra: &[&str]| {
+        let f = fixture();
+        let mock = MockLlm::start(one_file_turns());
+        let out = Command::new(agent_bin())
+            .args(["run", "--quiet", "--task", secret])
+            .args(extra)
+            .arg("--input")
+            .arg(&f.input)
+            .arg("--session-dir")
+            .arg(&f.sessions)
+            .arg("--jail")
+            .arg(jail_bin())
+            .arg("--rootfs")
+            .arg(rootfs())
+            .env("LLM_BASE_URL", &mock.base_url)
+            .env("LLM_MODEL", "scripted")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        std::fs::read_to_string(session_from(&stderr).join("trace.jsonl")).unwrap()
+    };
+    let text = trace_of(&["--no-trace-content"]);
+    assert!(!text.contains(secret) && !text.contains("input_messages") && !text.contains("\"arguments\""), "{text}");
+    assert!(text.contains("\"tokens_out\""), "the accounting stays");
+    // With content (the default), the same run keeps the prompt and the tool text.
+    let text = trace_of(&[]);
+    assert!(text.contains(secret) && text.contains("input_messages") && text.contains("\"arguments\""), "{text}");
+}
