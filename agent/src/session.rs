@@ -9,11 +9,16 @@
 //! user the session dir and its folders are 0700, the copied inputs keep
 //! their own mode (never wider), scripts are 0600, and the trace, summary,
 //! answer and state are 0600. When the agent runs as root, `jail` maps the
-//! sandbox to an unprivileged host uid (the policy's
-//! `identity.root_host_uid`, 65534 by default) that must reach the folders:
-//! the session dir is then 0710 with the sandbox's group (only root and that
-//! group may pass, nobody may list it), and input, code and output are owned
-//! by the sandbox uid, 0700, with files no wider than their source.
+//! sandbox to an unprivileged host uid (one of the policy's
+//! `identity.root_host_uids`, its own for each concurrent run) and the
+//! policy's `root_host_gid`, which all of them share and no user has, and
+//! refuses folders that uid cannot use. So the sandbox reaches the session
+//! through that group alone: the session dir is 0710 with the group (root
+//! and the group may pass, nobody may list it), input and code are root's
+//! and the group's, 0750, their files get the source's owner bits for root
+//! and its read bits for the group (a 0600 input is 0640, others nothing),
+//! and output is given to the range's first uid and the group, 0770,
+//! whichever uid a step gets.
 //!
 //! Everything the host side reads from the session is untrusted (a step may
 //! leave symlinks or fifos in `output`): every open is `openat2` beneath its
@@ -66,7 +71,8 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Ses
 pub enum Owner {
     /// The agent runs as an ordinary user: the sandbox maps to that user.
     Caller,
-    /// The agent runs as root: the sandbox maps to this unprivileged uid/gid.
+    /// The agent runs as root: the sandbox maps to an unprivileged uid from
+    /// `uid` up (one per concurrent run) and to `gid`.
     Sandbox { uid: u32, gid: u32 },
 }
 
@@ -166,18 +172,13 @@ impl Session {
         let input_dir = mk("input")?;
         let code = mk("code")?;
         let output = mk("output")?;
-        let mut session = Session {
-            root,
-            input: input_dir,
-            code,
-            output,
-            owner,
-            skipped_input: Vec::new(),
-        };
-        let src = fs::canonicalize(input).map_err(|error| SessionError::ReadInput {
-            path: input.to_path_buf(),
-            error,
-        })?;
+        if let Owner::Sandbox { uid, gid } = owner {
+            std::os::unix::fs::chown(&output, Some(uid), Some(gid)).map_err(io_err("chown", &output))?;
+            // Group-writable: a concurrent step may get another uid of the range.
+            set_mode(&output, 0o770)?;
+        }
+        let mut session = Session { root, input: input_dir, code, output, owner, skipped_input: Vec::new() };
+        let src = fs::canonicalize(input).map_err(|error| SessionError::ReadInput { path: input.to_path_buf(), error })?;
         if !src.is_dir() {
             return Err(SessionError::ReadInput {
                 path: input.to_path_buf(),
@@ -486,12 +487,18 @@ fn copy_file(from: &Path, to: &Path) -> Result<(), SessionError> {
     Ok(())
 }
 
-/// Set a session entry's mode, and hand it to the sandbox uid when root.
+/// Set a session entry's mode (`mode`: what the caller, its owner, gets).
+/// When root, the sandbox's group also gets the owner's read and search
+/// bits, never write, and others nothing: every uid of the range shares
+/// that group, and no user has it.
 fn give(p: &Path, owner: Owner, mode: u32) -> Result<(), SessionError> {
-    if let Owner::Sandbox { uid, gid } = owner {
-        std::os::unix::fs::lchown(p, Some(uid), Some(gid)).map_err(io_err("chown", p))?;
+    match owner {
+        Owner::Caller => set_mode(p, mode & 0o700),
+        Owner::Sandbox { gid, .. } => {
+            std::os::unix::fs::lchown(p, None, Some(gid)).map_err(io_err("chown", p))?;
+            set_mode(p, (mode & 0o700) | ((mode & 0o500) >> 3))
+        }
     }
-    set_mode(p, mode)
 }
 
 fn set_mode(p: &Path, mode: u32) -> Result<(), SessionError> {

@@ -60,7 +60,7 @@ struct RunArgs {
     /// Folder bound writable at /workspace/output (default: a fresh one).
     #[arg(long, value_name = "DIR")]
     output: Option<PathBuf>,
-    /// Folder bound read-only at /workspace/code (default: the script's folder).
+    /// Folder granted read-only at /workspace/code (default: the script alone, copied in).
     #[arg(long, value_name = "DIR")]
     code: Option<PathBuf>,
     /// Root filesystem folder (default: JAIL_ROOTFS, then the policy's).

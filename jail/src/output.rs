@@ -175,10 +175,12 @@ fn copy_data(from: OwnedFd, to: &OwnedFd) -> io::Result<()> {
 /// Fill the output tmpfs (`tmpfs`, a directory descriptor) from the host
 /// folder. Runs before the script starts, so nothing races it inside.
 pub fn copy_in(host: &Path, tmpfs: &OwnedFd, ids: FsIds) -> Result<Inventory, OutputError> {
-    let _as = AsSandbox::enter(ids);
-    let mut inv = Inventory::default();
+    // Opened as the caller, who may traverse parents the sandbox cannot (a
+    // root caller's 0700 temp dir); everything beneath, as the sandbox.
     let root = sys::openat2(None, host, libc::O_RDONLY | libc::O_DIRECTORY, RESOLVE_NO_SYMLINKS)
         .map_err(|source| OutputError::CopyIn { path: host.to_path_buf(), source })?;
+    let _as = AsSandbox::enter(ids);
+    let mut inv = Inventory::default();
     fill(&root, tmpfs, Path::new(""), 0, &mut inv).map_err(|e| match e {
         OutputError::CopyIn { source, .. } if source.raw_os_error() == Some(libc::ENOSPC) => OutputError::TooBig,
         other => other,
@@ -259,9 +261,11 @@ fn fill(host: &OwnedFd, tmp: &OwnedFd, rel: &Path, depth: usize, inv: &mut Inven
 /// tree is dead: nothing inside can change the tmpfs under the walk. Never
 /// fails as a whole; what could not be mirrored is listed in `errors`.
 pub fn copy_out(tmpfs: &OwnedFd, host: &Path, inv: &Inventory, ids: FsIds) -> OutputSync {
-    let _as = AsSandbox::enter(ids);
     let mut sync = OutputSync { copied_in: inv.len() as u64, skipped: inv.skipped.clone(), ..OutputSync::default() };
-    match sys::openat2(None, host, libc::O_RDONLY | libc::O_DIRECTORY, RESOLVE_NO_SYMLINKS) {
+    // Opened as the caller, walked as the sandbox (see copy_in).
+    let root = sys::openat2(None, host, libc::O_RDONLY | libc::O_DIRECTORY, RESOLVE_NO_SYMLINKS);
+    let _as = AsSandbox::enter(ids);
+    match root {
         Ok(root) => mirror(tmpfs, &root, Path::new(""), 0, inv, &mut sync),
         Err(e) => sync.errors.push(format!("open {}: {e}", host.display())),
     }

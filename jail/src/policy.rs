@@ -77,9 +77,20 @@ pub struct IdentityFile {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub hostname: Option<String>,
-    /// Host uid the sandbox maps to when the jail is run by root (never 0).
+    /// Replaced by `root_host_uids`; kept to say so by name.
     pub root_host_uid: Option<u32>,
+    /// Host uids the sandbox maps to when the jail is run by root, one per
+    /// concurrent run (never 0).
+    pub root_host_uids: Option<UidRangeFile>,
+    /// Host gid of every run started by root.
     pub root_host_gid: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UidRangeFile {
+    pub first: u32,
+    pub count: u32,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -245,7 +256,8 @@ pub struct Identity {
     pub uid: u32,
     pub gid: u32,
     pub hostname: String,
-    pub root_host_uid: u32,
+    /// Where a run started by root takes its host uid from (hostuid.rs).
+    pub root_host_uids: crate::hostuid::UidRange,
     pub root_host_gid: u32,
 }
 
@@ -822,11 +834,21 @@ fn validate_identity(f: &IdentityFile) -> Result<Identity, PolicyError> {
             "must be 1 to 64 letters, digits, dots or dashes",
         ));
     }
-    let root_host_uid = f.root_host_uid.unwrap_or(65534);
-    let root_host_gid = f.root_host_gid.unwrap_or(65534);
-    if root_host_uid == 0 {
-        return Err(PolicyError::field("identity.root_host_uid", "must not be 0: the sandbox never maps to host root"));
+    if f.root_host_uid.is_some() {
+        return Err(PolicyError::field(
+            "identity.root_host_uid",
+            "is replaced by identity.root_host_uids {\"first\": UID, \"count\": N}: each concurrent run started by root \
+             takes its own host uid from that range",
+        ));
     }
+    let root_host_uids = match &f.root_host_uids {
+        Some(r) => crate::hostuid::UidRange { first: r.first, count: r.count },
+        None => crate::hostuid::UidRange { first: crate::hostuid::DEFAULT_FIRST, count: crate::hostuid::DEFAULT_COUNT },
+    };
+    if let Some(problem) = root_host_uids.problem() {
+        return Err(PolicyError::field("identity.root_host_uids", format!("{problem}: the sandbox never maps to host root or nobody")));
+    }
+    let root_host_gid = f.root_host_gid.unwrap_or(crate::hostuid::DEFAULT_GID);
     if root_host_gid == 0 {
         return Err(PolicyError::field("identity.root_host_gid", "must not be 0: the sandbox never maps to host root"));
     }
@@ -834,7 +856,7 @@ fn validate_identity(f: &IdentityFile) -> Result<Identity, PolicyError> {
         uid: f.uid.unwrap_or(1000),
         gid: f.gid.unwrap_or(1000),
         hostname,
-        root_host_uid,
+        root_host_uids,
         root_host_gid,
     })
 }
@@ -985,9 +1007,15 @@ mod tests {
     }
 
     #[test]
-    fn root_host_uid_zero_is_refused() {
-        let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_uid":0}}"#, Path::new("/")).unwrap_err();
-        assert!(err.to_string().contains("identity.root_host_uid"), "{err}");
+    fn root_host_uid_ranges_that_hold_root_are_refused_and_the_old_field_names_the_new() {
+        let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_uids":{"first":0,"count":5}}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("identity.root_host_uids") && err.to_string().contains("root"), "{err}");
+        let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_gid":0}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("identity.root_host_gid"), "{err}");
+        let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_uid":65534}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("replaced by identity.root_host_uids"), "{err}");
+        let p = Policy::from_json(r#"{"version":1,"identity":{"root_host_uids":{"first":200000,"count":8}}}"#, Path::new("/")).unwrap();
+        assert_eq!(p.identity.root_host_uids, crate::hostuid::UidRange { first: 200_000, count: 8 });
     }
 
     #[test]

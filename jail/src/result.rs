@@ -311,6 +311,15 @@ pub struct SeccompReport {
     /// Whether refusals are counted into `denials` (seccomp user
     /// notification); false on kernels without it.
     pub denials_counted: bool,
+    /// Whether `denials` stopped itemising at the answer cap (10,000 calls
+    /// answered by the supervisor); the calls after it were still answered
+    /// as the policy says, and are counted in `calls_past_cap`.
+    #[serde(default)]
+    pub denials_truncated: bool,
+    /// Calls the supervisor answered after the cap (refusals, and allowlist
+    /// TCP sockets let through), not itemised in `denials`.
+    #[serde(default)]
+    pub calls_past_cap: u64,
     pub detail: Option<String>,
 }
 

@@ -10,6 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -98,24 +99,60 @@ pub fn run(req: &RunRequest) -> RunResult {
     let policy = &req.policy;
     let caller_uid = nix::unistd::getuid().as_raw();
     let caller_gid = nix::unistd::getgid().as_raw();
-    let (uid_map, gid_map) = namespaces::plan_id_maps(caller_uid, caller_gid, &policy.identity);
+    // Held until this function returns, after the whole tree is dead: no
+    // other live run gets this host uid (hostuid.rs).
+    let host = match crate::hostuid::for_caller(caller_uid, caller_gid, &policy.identity) {
+        Ok(h) => h,
+        Err(e) => {
+            // No uid was taken: report the overflow uid, never one in use.
+            let who = Identity { caller_uid, host_uid: 65534, host_gid: 65534 };
+            return failed(base_result(policy, &who), "identity", &e.to_string(), causes_of(&e), started);
+        }
+    };
+    let (uid_map, gid_map) = namespaces::plan_id_maps(&policy.identity, &host);
     let who = Identity { caller_uid, host_uid: uid_map.outside, host_gid: gid_map.outside };
 
     let mut result = base_result(policy, &who);
+    // The cgroup comes before the seccomp filter, which refuses more when no
+    // cgroup counts the run's memory (limits.rs, `close_uncounted_memory`),
+    // and before the clone: the child must be placed in it before it is
+    // released (DESIGN.md §6). A required limit nothing here can enforce
+    // fails the run now, before anything is made for it.
+    let mut resources = setup_resources(policy, req.timeout.unwrap_or(policy.limits.wall_time));
+    stages.insert("cgroup".to_string(), ms_since(started));
+    result.limits = resources.plan.reports.clone();
+    if !resources.plan.refused.is_empty() {
+        let message = format!(
+            "required limit cannot be enforced on this host: {}; give jail a writable cgroup (see `jail doctor`: run as root, \
+             or pass a delegated cgroup with --cgroup-parent or JAIL_CGROUP_PARENT), or set limits.enforcement to best_effort",
+            resources.plan.refused.join("; ")
+        );
+        return failed(result, "limits", &message, vec![], started);
+    }
     // Before anything is forked: a policy the kernel cannot honour fails here.
-    let confinement = match confine(policy) {
+    let confinement = match confine(policy, &resources.plan.refuse_syscalls) {
         Ok(c) => c,
         Err((stage, e)) => return failed(result, stage, &e.to_string(), causes_of(&*e), started),
     };
-    report_confinement(&mut result, policy, &confinement);
+    report_confinement(&mut result, &confinement);
+    result.isolation.degraded.extend(resources.plan.degraded.iter().map(|d| format!("limit {d}")));
     stages.insert("confine".to_string(), ms_since(started));
-    let prepared = match prepare(req, &who) {
+    let mut prepared = match prepare(req, &who) {
         Ok(p) => p,
         Err(e) => return failed(result, "input", &e.to_string(), vec![], started),
     };
+    resources.plan.tmpfs.apply(&mut prepared.mount_request);
     result.isolation.rootfs = prepared.rootfs.display().to_string();
     result.isolation.rootfs_id = prepared.rootfs_id.clone();
     result.output_dir = Some(prepared.output_dir.display().to_string());
+    for (path, source) in mounts::still_showing(&mounts::plan(&prepared.mount_request)) {
+        result.isolation.degraded.push(format!(
+            "/proc/self/mountinfo shows where {} comes from on the host ({}, as its path within its filesystem): \
+             a writable folder is a plain bind",
+            path.display(),
+            source.display()
+        ));
+    }
     stages.insert("prepare".to_string(), ms_since(started));
     // The state the step's changes are measured against, taken before the
     // clone and so before the child is released.
@@ -130,21 +167,7 @@ pub fn run(req: &RunRequest) -> RunResult {
     };
     stages.insert("snapshot".to_string(), ms_since(started));
 
-    // The cgroup comes before the clone: the child must be placed in it
-    // before it is released (DESIGN.md §6).
-    let mut resources = setup_resources(policy, prepared.wall_time);
-    stages.insert("cgroup".to_string(), ms_since(started));
-    result.limits = resources.plan.reports.clone();
-    result.isolation.degraded.extend(resources.plan.degraded.iter().map(|d| format!("limit {d}")));
-    if !resources.plan.refused.is_empty() {
-        let message = format!(
-            "required limit cannot be enforced on this host: {}; give jail a writable cgroup (see `jail doctor`: run as root, \
-             or pass a delegated cgroup with --cgroup-parent or JAIL_CGROUP_PARENT), or set limits.enforcement to best_effort",
-            resources.plan.refused.join("; ")
-        );
-        return failed(result, "limits", &message, vec![], started);
-    }
-
+    let model = Rc::clone(&confinement.model);
     let launched = launch(req, &prepared, &resources, confinement, uid_map, gid_map, &mut stages, started, started_ns);
     // The tree is dead (PID 1 reaped): read what it used, then remove the
     // cgroup. A failed launch leaves it to RunCgroup's drop.
@@ -157,7 +180,7 @@ pub fn run(req: &RunRequest) -> RunResult {
     let result = match launched {
         Ok(outcome) => {
             let dead = outcome.tree_dead;
-            let mut result = finish(result, outcome, cgroup_usage, &resources.plan, started, stages, policy);
+            let mut result = finish(result, outcome, cgroup_usage, &resources.plan, started, stages, &model);
             collect_artifacts(&mut result, &prepared.output_dir, &before, policy, dead, started);
             result
         }
@@ -189,17 +212,23 @@ fn causes_of(e: &dyn std::error::Error) -> Vec<String> {
     causes
 }
 
-/// The seccomp program and the landlock plan for this run.
+/// The seccomp program, the model it was compiled from (the policy's, or
+/// that with `refuse` added), and the landlock plan for this run.
 struct Confinement {
     filter: seccomp::Filter,
+    model: Rc<seccomp::Model>,
     landlock: landlock::Plan,
 }
 
-fn confine(policy: &Policy) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
-    confine_in(policy, seccomp::host_mode())
+fn confine(policy: &Policy, refuse: &[&str]) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
+    confine_in(policy, seccomp::host_mode(), refuse)
 }
 
-fn confine_in(policy: &Policy, mode: seccomp::Mode) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
+fn confine_in(
+    policy: &Policy,
+    mode: seccomp::Mode,
+    refuse: &[&str],
+) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
     if matches!(policy.network, Network::Allowlist(_)) && mode == seccomp::Mode::ErrnoOnly {
         // Its TCP sockets are let through by the supervisor answering
         // seccomp notifications; without them the filter would either
@@ -211,30 +240,36 @@ fn confine_in(policy: &Policy, mode: seccomp::Mode) -> Result<Confinement, (&'st
                 .into(),
         ));
     }
-    let filter = seccomp::cache::compile(&policy.seccomp, mode).map_err(|e| ("seccomp", e.into()))?;
+    let model = match refuse {
+        [] => policy.seccomp.clone(),
+        names => policy.seccomp.with_refused(names, limits::UNCOUNTED_MEMORY_WHY),
+    };
+    let filter = seccomp::cache::compile(&model, mode).map_err(|e| ("seccomp", e.into()))?;
     let landlock = landlock::plan(landlock::kernel_abi(), &policy.landlock).map_err(|e| ("landlock", e.into()))?;
-    Ok(Confinement { filter, landlock })
+    Ok(Confinement { filter, model: Rc::new(model), landlock })
 }
 
-fn report_confinement(result: &mut RunResult, policy: &Policy, c: &Confinement) {
+fn report_confinement(result: &mut RunResult, c: &Confinement) {
     let counted = c.filter.mode == seccomp::Mode::Notify;
     result.isolation.seccomp = SeccompReport {
         status: LayerStatus::Enforced,
-        default_action: match policy.seccomp.default {
+        default_action: match c.model.default {
             seccomp::Action::Errno { errno, .. } => {
                 format!("errno {}", seccomp::model::errno_name(errno).unwrap_or("?"))
             }
             seccomp::Action::Allow => "allow".into(),
             seccomp::Action::KillProcess => "kill_process".into(),
         },
-        rules: policy.seccomp.rules.len(),
+        rules: c.model.rules.len(),
         instructions: c.filter.program.len(),
         filter_sha256: c.filter.sha256.clone(),
         denials_counted: counted,
+        denials_truncated: false,
+        calls_past_cap: 0,
         detail: (!counted).then(|| "refusals are not counted: this kernel has no seccomp user notification".into()),
     };
     result.isolation.landlock = c.landlock.report();
-    result.isolation.degraded = c.landlock.degraded().into_iter().collect();
+    result.isolation.degraded.extend(c.landlock.degraded());
 }
 
 fn base_result(policy: &Policy, who: &Identity) -> RunResult {
@@ -316,8 +351,10 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
     let rootfs_entries = list_rootfs(&rootfs)?;
     let rootfs_id = rootfs_identity(&rootfs)?;
 
-    let (code_dir, script_rel) = resolve_script(&req.script, req.code.as_deref())?;
-    check_readable(&code_dir, "code dir", who)?;
+    let (code, script_rel) = resolve_script(&req.script, req.code.as_deref())?;
+    if let mounts::Code::Dir(dir) = &code {
+        check_readable(dir, "code dir", who)?;
+    }
     let input = match &req.input {
         Some(dir) => {
             let d = existing_dir(dir, "input dir", "--input")?;
@@ -349,7 +386,7 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
             rootfs: rootfs.clone(),
             rootfs_entries,
             input,
-            code: code_dir,
+            code,
             output: output_dir.clone(),
             tmp_size: policy.filesystem.tmp_size,
             shm_size: policy.filesystem.shm_size,
@@ -422,8 +459,9 @@ fn entry_name(e: &RootfsEntry) -> &str {
     }
 }
 
-/// The code dir on the host and the script's path relative to it.
-fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(PathBuf, PathBuf), InputError> {
+/// What `/workspace/code` holds (the script alone, or the `--code` folder)
+/// and the script's path relative to it.
+fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(mounts::Code, PathBuf), InputError> {
     let code_dir = match code {
         Some(dir) => Some(existing_dir(dir, "code dir", "--code")?),
         None => None,
@@ -443,9 +481,17 @@ fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(PathBuf, PathBu
     })?;
     let full = std::fs::canonicalize(&candidate)
         .map_err(|e| input_error(format!("script {}: {e}", script.display()), "check the path"))?;
-    let code_dir = match code_dir {
-        Some(d) => d,
-        None => full.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/")),
+    let Some(code_dir) = code_dir else {
+        // Only the script is granted: its folder may hold anything (~/.ssh
+        // beside ~/analysis.py), and none of that is the script's business.
+        if meta.len() > mounts::MAX_SCRIPT_BYTES {
+            return Err(input_error(
+                format!("script {} is {} bytes, over {} MiB", script.display(), meta.len(), mounts::MAX_SCRIPT_BYTES >> 20),
+                "pass its folder with --code DIR",
+            ));
+        }
+        let name = PathBuf::from(full.file_name().unwrap_or(full.as_os_str()));
+        return Ok((mounts::Code::Script { file: full, name: name.clone() }, name));
     };
     let rel = full.strip_prefix(&code_dir).map_err(|_| {
         input_error(
@@ -453,7 +499,7 @@ fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(PathBuf, PathBu
             "put the script inside --code DIR, or leave --code out",
         )
     })?;
-    Ok((code_dir, rel.to_path_buf()))
+    Ok((mounts::Code::Dir(code_dir), rel.to_path_buf()))
 }
 
 /// An existing directory that is not a symlink, canonicalized.
@@ -530,7 +576,8 @@ fn check_writable(dir: &Path, who: &Identity) -> Result<(), InputError> {
                 dir.display(),
                 who.host_uid
             ),
-            format!("chown {}:{} {}, or run jail as an ordinary user", who.host_uid, who.host_gid, dir.display()),
+            // The uid differs between concurrent runs; the gid is shared.
+            format!("chgrp {} {d} && chmod g+rwx {d}, or run jail as an ordinary user", who.host_gid, d = dir.display()),
         ));
     }
     Ok(())
@@ -681,6 +728,9 @@ fn launch(
     started: Instant,
     started_ns: u64,
 ) -> Result<Outcome, LaunchError> {
+    // The model the filter was compiled from: the supervisor answers the
+    // refusals it reports by it.
+    let model = Rc::clone(&confinement.model);
     let release = Pipe::new().map_err(LaunchError::Pipes)?;
     let report = Pipe::new().map_err(LaunchError::Pipes)?;
     let status = Pipe::new().map_err(LaunchError::Pipes)?;
@@ -867,11 +917,12 @@ fn launch(
         exec_at: None,
         notify: notify_ours,
         listener: None,
+        listener_rest: None,
         tally: match req.policy.network {
             Network::Allowlist(_) => seccomp::Tally::new().tcp_only(),
             Network::None => seccomp::Tally::new(),
         },
-        model: &req.policy.seccomp,
+        model: &model,
     };
     let limits = Deadlines {
         wall: deadline,
@@ -959,6 +1010,8 @@ struct Watch<'m> {
     notify: Option<OwnedFd>,
     /// The seccomp user-notification listener, once the worker sent it.
     listener: Option<OwnedFd>,
+    /// Not to be read again before this (seccomp::Next::After).
+    listener_rest: Option<Instant>,
     tally: seccomp::Tally,
     model: &'m seccomp::Model,
 }
@@ -1041,7 +1094,16 @@ impl Watch<'_> {
                 fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
                 which.push(SLOT_PIDFD);
             }
-            for (slot, fd) in [(SLOT_NOTIFY, &self.notify), (SLOT_LISTENER, &self.listener)] {
+            // Past the answer cap the listener is read at a pace (seccomp.rs,
+            // PAST_CAP_PACE): left out of the poll until its time comes.
+            let now = Instant::now();
+            let resting = self.listener_rest.filter(|&t| t > now);
+            let timeout = match resting {
+                Some(t) => timeout.min(PollTimeout::try_from((t - now).as_millis() as u64 + 1).unwrap_or(PollTimeout::MAX)),
+                None => timeout,
+            };
+            let listener = if resting.is_some() { &None } else { &self.listener };
+            for (slot, fd) in [(SLOT_NOTIFY, &self.notify), (SLOT_LISTENER, listener)] {
                 if let Some(fd) = fd {
                     fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
                     which.push(slot);
@@ -1076,9 +1138,10 @@ impl Watch<'_> {
                     SLOT_LISTENER => {
                         let Some(listener) = &self.listener else { continue };
                         if flags.contains(PollFlags::POLLIN) {
-                            if self.tally.answer(self.model, listener) == seccomp::Next::Close {
-                                self.listener = None;
-                            }
+                            self.listener_rest = match self.tally.answer(self.model, listener) {
+                                seccomp::Next::Now => None,
+                                seccomp::Next::After(pause) => Some(Instant::now() + pause),
+                            };
                         } else {
                             // Every process under the filter is gone.
                             self.listener = None;
@@ -1225,14 +1288,19 @@ fn finish(
     plan: &limits::Plan,
     started: Instant,
     mut stages: BTreeMap<String, f64>,
-    policy: &Policy,
+    model: &seccomp::Model,
 ) -> RunResult {
-    result.denials = o.tally.denials(&policy.seccomp);
+    result.denials = o.tally.denials(model);
     let mut notes = Vec::new();
     if o.tally.capped {
+        result.isolation.seccomp.denials_truncated = true;
+        result.isolation.seccomp.calls_past_cap = o.tally.past_cap;
         notes.push(format!(
-            "counting stopped after {} refusals; later refused calls failed with ENOSYS uncounted",
-            seccomp::MAX_ANSWERED
+            "denials itemises the first {} answered calls; {} more were answered the same way (refused with the same errno, \
+             allowlist TCP sockets let through) at most one per {} ms, and counted only in calls_past_cap",
+            seccomp::MAX_ANSWERED,
+            o.tally.past_cap,
+            seccomp::PAST_CAP_PACE.as_millis()
         ));
     }
     if o.tally.anomalies > 0 {
@@ -1268,6 +1336,7 @@ fn finish(
                 }
             }
             Report::Failed(e) => failure = Some(e),
+            Report::Degraded(notes) => result.isolation.degraded.extend(notes),
             Report::Exited { .. } | Report::Signaled { .. } => exit = Some(r),
         }
     }
@@ -1387,11 +1456,11 @@ mod tests {
     #[test]
     fn an_allowlist_without_seccomp_notification_fails_instead_of_allowing_udp() {
         let policy = Policy::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/allowlist-example.json"))).unwrap();
-        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::ErrnoOnly) else { panic!("confined without notification") };
+        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::ErrnoOnly, &[]) else { panic!("confined without notification") };
         assert_eq!(stage, "seccomp");
         assert!(e.to_string().contains("network.mode none"), "{e}");
-        assert!(confine_in(&policy, seccomp::Mode::Notify).is_ok());
-        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::ErrnoOnly).is_ok());
+        assert!(confine_in(&policy, seccomp::Mode::Notify, &[]).is_ok());
+        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::ErrnoOnly, &[]).is_ok());
     }
 
     #[test]

@@ -957,25 +957,17 @@ fn sessions_are_fresh_and_a_root_run_hands_the_output_to_the_sandbox_uid() {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(&a.output).unwrap();
     assert_eq!(meta.uid(), jail_tests::sandbox_host_uid());
-    assert_eq!(
-        std::fs::metadata(a.input.join("titanic.csv"))
-            .unwrap()
-            .mode()
-            & 0o777,
-        0o644
-    );
+    // The 0644 source: the owner's bits, and as root the sandbox group's read.
+    let input_mode = std::fs::metadata(a.input.join("titanic.csv")).unwrap().mode() & 0o777;
+    assert_eq!(input_mode, if is_root() { 0o640 } else { 0o600 });
     if is_root() {
         // A parent the sandbox uid cannot pass through is refused up front.
         let closed = f.dir.path().join("closed");
         std::fs::create_dir(&closed).unwrap();
         std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
-        let e = agent::session::Session::create(Some(&closed), &f.input, owner)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("is not searchable by the sandbox uid 65534") && e.contains("chmod o+x"),
-            "{e}"
-        );
+        let e = agent::session::Session::create(Some(&closed), &f.input, owner).unwrap_err().to_string();
+        let uid = jail_tests::sandbox_host_uid();
+        assert!(e.contains(&format!("is not searchable by the sandbox uid {uid}")) && e.contains("chmod o+x"), "{e}");
     }
 }
 
@@ -1283,22 +1275,21 @@ fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_termin
     assert!(!stderr.contains('\r'), "no redraws off a terminal");
 
     // 3: the session is private: its dir, the copied input, the records.
-    let private_root = if is_root() { 0o710 } else { 0o700 };
+    // As root the sandbox's own group (every uid of its range, no user) may
+    // read and search; nobody else gets anything.
+    let (private_root, private_dir, secret) = if is_root() { (0o710, 0o750, 0o640) } else { (0o700, 0o700, 0o600) };
     assert_eq!(mode(&root), private_root);
-    for d in ["input", "code", "output"] {
-        assert_eq!(mode(&root.join(d)), 0o700, "{d}");
+    for d in ["input", "code"] {
+        assert_eq!(mode(&root.join(d)), private_dir, "{d}");
     }
-    assert_eq!(
-        mode(&root.join("input/secret.csv")),
-        0o600,
-        "a 0600 input stays 0600"
-    );
+    assert_eq!(mode(&root.join("output")) & 0o007, 0, "output is nobody else's");
+    assert_eq!(mode(&root.join("input/secret.csv")), secret, "a 0600 input gains at most the sandbox group's read");
     assert_eq!(
         mode(&root.join("input/titanic.csv")) & 0o022,
         0,
         "no input is group- or world-writable"
     );
-    assert_eq!(mode(&root.join("code/w.py")), 0o600);
+    assert_eq!(mode(&root.join("code/w.py")), secret);
     for file in ["trace.jsonl", "summary.txt", "summary.json", "answer.md"] {
         assert_eq!(mode(&root.join(file)), 0o600, "{file}");
     }
