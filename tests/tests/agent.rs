@@ -1858,9 +1858,18 @@ fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
         for v in spans.iter().filter(|v| v["parent"].as_str() == Some(id)) {
             let at = &v["attributes"];
             let mut facts = Vec::new();
-            for k in ["gen_ai.usage.input_tokens", "gen_ai.usage.output_tokens", "gen_ai.tool.call.id", "jail_agent.tool.tokens_out", "jail.status", "jail.usage.wall_ms"] {
+            for k in [
+                "gen_ai.usage.input_tokens",
+                "gen_ai.usage.output_tokens",
+                "jail_agent.agent.input_tokens",
+                "jail_agent.agent.output_tokens",
+                "gen_ai.tool.call.id",
+                "jail_agent.tool.tokens_out",
+                "jail.status",
+                "jail.artifacts",
+            ] {
                 if !at[k].is_null() {
-                    facts.push(format!("{}={}", k.rsplit('.').next().unwrap_or(k), at[k]));
+                    facts.push(format!("{k}={}", at[k]));
                 }
             }
             out.push_str(&format!("{}{} [{}]\n", "  ".repeat(depth), v["name"].as_str().unwrap(), facts.join(" ")));
