@@ -18,12 +18,18 @@
 //! `max_depth`. Entries are typed with `fstatat(AT_SYMLINK_NOFOLLOW)` before
 //! anything is opened, so a fifo is never opened and a device never touched.
 //! Accepted files are then read once each (`inspect`) for their sha256, media
-//! type, flags and summary.
+//! type, flags and summary, each summariser within the fixed memory and time
+//! budgets of `budget` (past them the file is flagged `incomplete_scan`).
 
+pub mod budget;
 mod csv;
+pub mod fuzzing;
+mod image;
 mod inspect;
+mod json;
 mod markup;
 mod ooxml;
+mod zipdir;
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 use std::fmt::Write as _;
@@ -489,6 +495,8 @@ pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, _dead: Tre
         }
     };
     let listing = walk(&root, rules);
+    // The summarisers' time budget for this whole collection starts now.
+    let clock = budget::Clock::start();
     let mut rejected = listing.rejected;
     let mut artifacts = Vec::new();
     let mut to_sanitize = Vec::new();
@@ -510,7 +518,7 @@ pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, _dead: Tre
             );
             continue;
         }
-        match accept(&root, f, before) {
+        match accept(&root, f, before, &clock) {
             Ok((artifact, delim)) => {
                 accepted += 1;
                 total += artifact.bytes;
@@ -546,7 +554,7 @@ pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, _dead: Tre
         if !artifacts.iter().any(|a| a.path == source && a.sanitized_from.is_none()) {
             continue;
         }
-        let outcome = write_sanitized(&root, &FileEntry { rel: source.clone(), meta }, delim, rules);
+        let outcome = write_sanitized(&root, &FileEntry { rel: source.clone(), meta }, delim, rules, &clock);
         match outcome {
             Ok(mut copy) => {
                 // The copy replaces whatever the script left under its name.
@@ -575,10 +583,11 @@ pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, _dead: Tre
 }
 
 /// Open, read and describe one file that passed the rules.
-fn accept(root: &OwnedFd, f: &FileEntry, before: &Before) -> Result<(Artifact, Option<u8>), (RejectReason, String)> {
+fn accept(root: &OwnedFd, f: &FileEntry, before: &Before, clock: &budget::Clock) -> Result<(Artifact, Option<u8>), (RejectReason, String)> {
     let mut file = open_listed(root, f)?;
     let ext = extension(f.rel.rsplit('/').next().unwrap_or(&f.rel));
-    let seen = inspect::inspect(&mut file, f.meta.size, &ext).map_err(|e| (RejectReason::Unreadable, format!("read: {e}")))?;
+    let seen =
+        inspect::inspect(&mut file, f.meta.size, &ext, clock.file()).map_err(|e| (RejectReason::Unreadable, format!("read: {e}")))?;
     let artifact = Artifact {
         path: f.rel.clone(),
         bytes: seen.bytes,
@@ -610,7 +619,7 @@ fn sanitized_path(rel: &str) -> String {
 
 /// Write `NAME.sanitized.EXT` beside a flagged CSV/TSV, replacing any file
 /// of that name, and describe it.
-fn write_sanitized(root: &OwnedFd, source: &FileEntry, delim: u8, rules: &ArtifactRules) -> Result<Artifact, String> {
+fn write_sanitized(root: &OwnedFd, source: &FileEntry, delim: u8, rules: &ArtifactRules, clock: &budget::Clock) -> Result<Artifact, String> {
     let rel = source.rel.as_str();
     let copy_rel = sanitized_path(rel);
     let (dir, name) = copy_rel.rsplit_once('/').unwrap_or(("", copy_rel.as_str()));
@@ -653,7 +662,7 @@ fn write_sanitized(root: &OwnedFd, source: &FileEntry, delim: u8, rules: &Artifa
         .map_err(|e| format!("fstatat {name}: {e}"))?;
     let entry = FileEntry { rel: copy_rel.clone(), meta };
     let empty = Before { output: BTreeMap::new(), input: None };
-    let (mut artifact, _) = accept(root, &entry, &empty).map_err(|(_, why)| why)?;
+    let (mut artifact, _) = accept(root, &entry, &empty, clock).map_err(|(_, why)| why)?;
     artifact.sanitized_from = Some(rel.to_string());
     Ok(artifact)
 }
