@@ -123,13 +123,17 @@ impl<'de> Visitor<'de> for Top<'_> {
             n += 1;
             self.check(n)?;
         }
-        let keys = keys.iter().map(|k| super::printable(k, KEY_CHARS)).collect();
+        let keys = keys.iter().map(|(k, _)| super::printable(k, KEY_CHARS)).collect();
         Ok(Some(Summary::Json { top_level: "object".into(), length: Some(n), keys, partial: false }))
     }
 }
 
-/// A key, kept (cut to [`KEY_STORE`] bytes) when among the [`KEYS`] smallest.
-struct Key<'a>(&'a mut BTreeSet<String>);
+/// A kept key: its first [`KEY_STORE`] bytes and, so that two long keys
+/// with the same prefix stay two (as in a map), a hash of the whole key.
+type Kept = (String, u64);
+
+/// A key, kept when among the [`KEYS`] smallest.
+struct Key<'a>(&'a mut BTreeSet<Kept>);
 
 impl<'de> DeserializeSeed<'de> for Key<'_> {
     type Value = ();
@@ -151,9 +155,16 @@ impl<'de> Visitor<'de> for Key<'_> {
         while !key.is_char_boundary(end) {
             end -= 1;
         }
-        let key = &key[..end];
-        if self.0.len() < KEYS || self.0.last().is_some_and(|last| key < last.as_str()) {
-            self.0.insert(key.to_string());
+        let whole = if end == key.len() {
+            0
+        } else {
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            std::hash::Hash::hash(key, &mut h);
+            std::hash::Hasher::finish(&h)
+        };
+        let kept = (key[..end].to_string(), whole);
+        if self.0.len() < KEYS || self.0.last().is_some_and(|last| &kept < last) {
+            self.0.insert(kept);
             if self.0.len() > KEYS {
                 self.0.pop_last();
             }
@@ -177,7 +188,10 @@ mod tests {
         let keys = vec!["a".to_string(), "b".into(), "c".into()];
         assert_eq!(s, Outcome::Summary(Summary::Json { top_level: "object".into(), length: Some(3), keys, partial: false }));
         let s = summary(b"\xef\xbb\xbf [1, [2, 3], {}] \n");
-        assert_eq!(s, Outcome::Summary(Summary::Json { top_level: "array".into(), length: Some(3), keys: vec![], partial: false }));
+        assert_eq!(
+            s,
+            Outcome::Summary(Summary::Json { top_level: "array".into(), length: Some(3), keys: vec![], partial: false })
+        );
         assert_eq!(summary(b"{not json"), Outcome::NotJson);
         assert_eq!(summary(b"[1] trailing"), Outcome::NotJson);
         assert_eq!(summary(b"42"), Outcome::NotJson);
@@ -193,6 +207,11 @@ mod tests {
         assert_eq!(keys.len(), KEYS);
         assert_eq!(keys[0], "k000");
         assert_eq!(keys[49], "k049");
+        // Long keys alike in their first bytes are still told apart.
+        let (a, b) = ("x".repeat(300) + "a", "x".repeat(300) + "b");
+        let text = format!("{{\"{a}\": 1, \"{b}\": 2, \"{a}\": 3}}");
+        let Outcome::Summary(Summary::Json { length, keys, .. }) = summary(text.as_bytes()) else { panic!() };
+        assert_eq!((length, keys.len()), (Some(3), 2));
     }
 
     #[test]
