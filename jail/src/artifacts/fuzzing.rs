@@ -84,3 +84,9 @@ pub fn json(bytes: &[u8], deadline: Deadline) -> Option<Summary> {
         super::json::Outcome::NotJson => None,
     }
 }
+
+/// The entry count `zipdir` accepts the archive with, or `None` when it
+/// refuses it (the target then checks the zip crate agrees on the count).
+pub fn zip_directory(bytes: &[u8]) -> Option<u64> {
+    super::zipdir::check(&mut Cursor::new(bytes), bytes.len() as u64).ok().map(|d| d.entries)
+}
