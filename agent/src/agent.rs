@@ -618,8 +618,9 @@ fn unknown_tool(name: &str, role: Role) -> String {
     )
 }
 
-/// The sandbox owner for this process: root runs map the sandbox to the
-/// policy's unprivileged host ids.
+/// The sandbox owner for this process: root runs map the sandbox to an
+/// unprivileged host uid of the policy's `identity.root_host_uids` (each
+/// concurrent run its own) and to its `root_host_gid`, which all share.
 pub fn owner_for(policy: Option<&Path>) -> Result<Owner, String> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(Owner::Caller);
@@ -629,5 +630,5 @@ pub fn owner_for(policy: Option<&Path>) -> Result<Owner, String> {
         None => jail::policy::Policy::builtin_default(),
     }
     .map_err(|e| format!("policy: {e}"))?;
-    Ok(Owner::Sandbox { uid: p.identity.root_host_uid, gid: p.identity.root_host_gid })
+    Ok(Owner::Sandbox { uid: p.identity.root_host_uids.first, gid: p.identity.root_host_gid })
 }

@@ -6,9 +6,11 @@
 //! folders, so nothing from one session is visible to another.
 //!
 //! When the agent runs as root, `jail` maps the sandbox to an unprivileged
-//! host uid (the policy's `identity.root_host_uid`, 65534 by default) and
-//! refuses folders that uid cannot use: so the session dir is made searchable
-//! (0711), input and code world-readable, and output owned by that uid. As
+//! host uid (one of the policy's `identity.root_host_uids`, its own for each
+//! concurrent run) and the policy's `root_host_gid`, and refuses folders
+//! that uid cannot use: so the session dir is made searchable (0711), input
+//! and code world-readable, and output given to the first uid of the range
+//! and to the group, writable by both (0770), whichever uid a step gets. As
 //! an ordinary user the session dir is private (0700).
 //!
 //! Everything the host side reads from the session is untrusted (a step may
@@ -50,7 +52,8 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Ses
 pub enum Owner {
     /// The agent runs as an ordinary user: the sandbox maps to that user.
     Caller,
-    /// The agent runs as root: the sandbox maps to this unprivileged uid/gid.
+    /// The agent runs as root: the sandbox maps to an unprivileged uid from
+    /// `uid` up (one per concurrent run) and to `gid`.
     Sandbox { uid: u32, gid: u32 },
 }
 
@@ -131,6 +134,8 @@ impl Session {
         let output = mk("output", 0o700)?;
         if let Owner::Sandbox { uid, gid } = owner {
             std::os::unix::fs::chown(&output, Some(uid), Some(gid)).map_err(io_err("chown", &output))?;
+            // Group-writable: a concurrent step may get another uid of the range.
+            set_mode(&output, 0o770)?;
         }
         let mut session = Session { root, input: input_dir, code, output, owner, skipped_input: Vec::new() };
         let src = fs::canonicalize(input).map_err(|error| SessionError::ReadInput { path: input.to_path_buf(), error })?;

@@ -361,11 +361,16 @@ mod tests {
             change: Change::Created,
             flags: vec![],
             summary: Some(Summary::Csv { rows: 3, columns: 1, header: vec!["x".into()] }),
-            sanitized_copy: None,
-            sanitized_from: None,
+            neutralised: None,
         }];
         r.rejected_artifacts =
-            vec![RejectedArtifact { path: "evil".into(), reason: RejectReason::Symlink, detail: "a symbolic link".into() }];
+            vec![RejectedArtifact {
+                path: "evil".into(),
+                reason: RejectReason::Symlink,
+                detail: "a symbolic link".into(),
+                disposition: Default::default(),
+                moved_to: None,
+            }];
         let v = render(&r, &BTreeMap::new(), &[], Budget::default());
         assert!(v.contains("network access is disabled"), "{v}");
         assert!(v.contains("refused socket: AF_INET (2×)"), "{v}");
