@@ -53,6 +53,14 @@ done < <(
         fi
     done | sort -u
 )
+# glibc loads libgcc_s itself (dlopen, so ldd lists it nowhere) to unwind a
+# thread in pthread_exit and pthread_cancel: without it, CPython ending its
+# daemon threads at shutdown aborts the process ("libgcc_s.so.1 must be
+# installed for pthread_exit to work"). It lives beside the interpreter's libc.
+libc=$(ldd "$py" | awk '$1 ~ /^libc\.so/ {print $3}')
+gcc_s="$(dirname "$libc")/libgcc_s.so.1"
+[ -e "$gcc_s" ] || { echo "minimal.sh: no $gcc_s; install libgcc-s1" >&2; exit 1; }
+copy_lib "$gcc_s"
 # The dynamic loader, at the path the binary asks for.
 interp=$(readlink -f /lib64/ld-linux-x86-64.so.2 2>/dev/null || true)
 if [ -n "$interp" ]; then

@@ -386,6 +386,24 @@ fn python_exception_is_reported() {
 }
 
 #[test]
+fn daemon_threads_at_interpreter_shutdown_do_not_abort_the_script() {
+    // At shutdown CPython ends daemon threads with pthread_exit, for which
+    // glibc dlopens libgcc_s (no ldd lists it): a rootfs without it aborts
+    // every such script ("libgcc_s.so.1 must be installed for pthread_exit
+    // to work", SIGABRT), which hung test_threading in the jail.
+    let sb = Sandbox::new();
+    let (r, _) = sb.run(
+        "import threading, time\n\
+         def spin():\n    while True:\n        time.sleep(0.0001)\n\
+         for _ in range(32):\n    threading.Thread(target=spin, daemon=True).start()\n\
+         time.sleep(0.2)\nprint('bye')\n",
+    );
+    assert_eq!(r.status, Status::Ok, "{:?} {}", r.signal_name, r.stderr.text);
+    assert_eq!(r.stdout.text, "bye\n");
+    assert!(!r.stderr.text.contains("libgcc_s"), "{}", r.stderr.text);
+}
+
+#[test]
 fn signal_death_is_reported() {
     let sb = Sandbox::new();
     let (r, out) = sb.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n");
