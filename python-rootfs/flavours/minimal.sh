@@ -67,6 +67,15 @@ if [ -n "$interp" ]; then
     cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/ld-linux-x86-64.so.2"
 fi
 
+# ldconfig (static) for `ldconfig -p`, which ctypes.util.find_library reads
+# the loader cache with (the cache below), and the C.UTF-8 locale LANG names:
+# without it setlocale fails, Python falls back to the C locale and turns on
+# UTF-8 mode, so the jail's Python would differ from the host's.
+mkdir -p "$root/usr/sbin" "$root/usr/lib/locale"
+ln -s usr/sbin "$root/sbin"
+cp -p /sbin/ldconfig "$root/usr/sbin/ldconfig"
+[ -d /usr/lib/locale/C.utf8 ] && cp -a /usr/lib/locale/C.utf8 "$root/usr/lib/locale/"
+
 # A loader cache, so every library is found at the first try instead of after
 # a dozen glibc-hwcaps probes per library.
 printf '/usr/lib/x86_64-linux-gnu\n' > "$root/etc/ld.so.conf"

@@ -231,6 +231,10 @@ fn privileged_calls_an_unprivileged_process_is_refused_get_eperm_not_enosys() {
         eperm("setregid_egid_0", "setregid", "sc(114, -1, 0)"),
         eperm("setresuid_euid_0", "setresuid", "sc(117, -1, 0, -1)"),
         eperm("setresgid_egid_0", "setresgid", "sc(119, -1, 0, -1)"),
+        // Another unprivileged id: the kernel would say EINVAL (not mapped).
+        eperm("setreuid_euid_nobody", "setreuid", "sc(113, 65534, 65534)"),
+        eperm("chown_to_root", "chown", "sc(92, b'/tmp', 0, -1)"),
+        eperm("fchownat_to_nobody", "fchownat", "sc(260, -100, b'/tmp', 65534, -1, 0)"),
         eperm("setgroups", "setgroups", "sc(116, 0, 0)"),
         eperm("clock_settime", "clock_settime", "sc(227, 0, 0)"),
         eperm("settimeofday", "settimeofday", "sc(164, 0, 0)"),
@@ -257,6 +261,8 @@ os.setgid(g); os.setuid(u)
 os.setregid(-1, -1); os.setreuid(-1, -1)
 os.setresgid(g, g, g); os.setresuid(u, u, u)
 os.setegid(g); os.seteuid(u)
+open("/tmp/mine", "w").close()
+os.chown("/tmp/mine", u, g); os.chown("/tmp/mine", -1, -1)
 refused = []
 for name, call in [
     ("setuid", lambda: os.setuid(0)),
@@ -264,6 +270,8 @@ for name, call in [
     ("setreuid", lambda: os.setreuid(0, 0)),
     ("setgid", lambda: os.setgid(0)),
     ("setgroups", lambda: os.setgroups([])),
+    ("setreuid_nobody", lambda: os.setreuid(65534, 65534)),
+    ("chown_root", lambda: os.chown("/tmp/mine", 0, -1)),
     ("clock_settime", lambda: time.clock_settime(time.CLOCK_REALTIME, time.time())),
     ("sched_setscheduler", lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))),
 ]:
@@ -288,7 +296,7 @@ print("\n".join(refused))
             r.stdout.text
         );
     }
-    assert_eq!(lines.len(), 8, "{}", r.stdout.text);
+    assert_eq!(lines.len(), 10, "{}", r.stdout.text);
 }
 
 #[test]
