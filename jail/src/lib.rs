@@ -13,6 +13,7 @@
 //! holds every `unsafe`.
 
 pub mod artifacts;
+mod capture;
 pub mod cgroup;
 pub mod delivery;
 pub mod child;
@@ -22,6 +23,8 @@ pub mod doctor;
 pub mod hostuid;
 pub mod limits;
 pub mod landlock;
+mod launch;
+mod layers;
 pub mod mounts;
 pub mod namespaces;
 pub mod network;
@@ -30,6 +33,7 @@ pub mod policy;
 pub mod privileges;
 pub mod proxy;
 pub mod relay;
+mod request;
 pub mod result;
 pub mod rlimits;
 pub mod rootfs;
@@ -37,3 +41,5 @@ pub mod seccomp;
 pub mod supervisor;
 pub mod sync;
 pub mod sys;
+mod verdict;
+mod watch;

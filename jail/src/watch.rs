@@ -1,0 +1,282 @@
+//! The watch loop: poll the child's pipes, its pidfd, the seccomp listener
+//! and the streaming relays until PID 1 is gone and the pipes are drained;
+//! answer the refusals the filter reports; kill the whole tree at the wall
+//! deadline or once the run's CPU time reaches its limit.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::time::Instant;
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use crate::capture::Capture;
+use crate::cgroup::RunCgroup;
+use crate::limits;
+use crate::relay;
+use crate::seccomp;
+use crate::sys;
+
+/// The supervisor's read ends of the four pipes the child side writes to.
+pub(crate) struct ChildPipes {
+    pub(crate) stdout: OwnedFd,
+    pub(crate) stderr: OwnedFd,
+    pub(crate) report: OwnedFd,
+    pub(crate) status: OwnedFd,
+}
+
+pub(crate) struct Watch<'m> {
+    pub(crate) stdout: Capture,
+    pub(crate) stderr: Capture,
+    pub(crate) report_buf: Vec<u8>,
+    pub(crate) status_buf: Vec<u8>,
+    pub(crate) exec_at: Option<Instant>,
+    /// Our end of the socketpair the seccomp listener arrives on.
+    pub(crate) notify: Option<OwnedFd>,
+    /// The seccomp user-notification listener, once the worker sent it.
+    pub(crate) listener: Option<OwnedFd>,
+    /// Not to be read again before this (seccomp::Next::After).
+    pub(crate) listener_rest: Option<Instant>,
+    pub(crate) tally: seccomp::Tally,
+    pub(crate) model: &'m seccomp::Model,
+}
+
+/// How the watch loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// PID 1 exited by itself.
+    Exited,
+    /// The wall-clock deadline passed and the tree was killed.
+    WallTimeout,
+    /// The run cgroup's CPU usage reached the limit and the tree was killed.
+    CpuTimeout,
+}
+
+/// What the watch loop enforces besides the pipes.
+pub(crate) struct Deadlines<'a> {
+    pub(crate) wall: Instant,
+    /// The run cgroup and its CPU-time limit in nanoseconds.
+    pub(crate) cpu: Option<(&'a RunCgroup, u64)>,
+}
+
+/// A pipe the child side writes to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum From {
+    Stdout,
+    Stderr,
+    /// End-of-file here means the interpreter was exec'd (sync.rs).
+    Report,
+    Status,
+}
+
+/// What one entry of the poll set is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    Pipe(From),
+    /// The child's pidfd: readable once PID 1 has exited.
+    Pidfd,
+    /// The socketpair the seccomp listener arrives on.
+    Notify,
+    /// The seccomp user-notification listener.
+    Listener,
+    /// The caller's stdout or stderr, polled for POLLOUT while a relay has bytes.
+    RelayOut,
+    RelayErr,
+}
+
+/// The pipes still open, by name.
+struct Open {
+    stdout: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    report: Option<OwnedFd>,
+    status: Option<OwnedFd>,
+}
+
+impl Open {
+    fn get(&mut self, from: From) -> &mut Option<OwnedFd> {
+        match from {
+            From::Stdout => &mut self.stdout,
+            From::Stderr => &mut self.stderr,
+            From::Report => &mut self.report,
+            From::Status => &mut self.status,
+        }
+    }
+
+    fn any(&self) -> bool {
+        self.stdout.is_some() || self.stderr.is_some() || self.report.is_some() || self.status.is_some()
+    }
+}
+
+impl Watch<'_> {
+    /// Poll every pipe and the child's pidfd until the child is gone and the
+    /// pipes are drained; kill the whole tree at the wall deadline, or once
+    /// the run's CPU time (checked every `limits::CPU_POLL`) reaches its
+    /// limit.
+    pub(crate) fn run(
+        &mut self,
+        pid: Pid,
+        pidfd: &OwnedFd,
+        pipes: ChildPipes,
+        limits: &Deadlines<'_>,
+        cgroup: Option<&RunCgroup>,
+    ) -> Ending {
+        let mut open =
+            Open { stdout: Some(pipes.stdout), stderr: Some(pipes.stderr), report: Some(pipes.report), status: Some(pipes.status) };
+        let mut exited = false;
+        let mut ending = Ending::Exited;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut next_cpu_check = Instant::now();
+        let kill_tree = || {
+            // PID 1's death takes every process of the namespace with it;
+            // the cgroup kill is the belt to that.
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            if let Some(cg) = cgroup {
+                cg.kill();
+            }
+        };
+        while !exited || open.any() {
+            let killed = ending != Ending::Exited;
+            if (exited || killed) && Instant::now() >= limits.wall {
+                // Past the deadline a caller that is not reading gets nothing
+                // more: stop waiting on the streams it holds up.
+                if !self.stdout.wants_input() {
+                    open.stdout = None;
+                }
+                if !self.stderr.wants_input() {
+                    open.stderr = None;
+                }
+            }
+            let timeout = if exited || killed {
+                // The tree is dead or dying; the pipes close as soon as it is.
+                PollTimeout::from(200u16)
+            } else {
+                let mut left = limits.wall.saturating_duration_since(Instant::now());
+                if limits.cpu.is_some() {
+                    left = left.min(next_cpu_check.saturating_duration_since(Instant::now()));
+                }
+                PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
+            };
+            let mut fds: Vec<PollFd> = Vec::with_capacity(9);
+            let mut which: Vec<Slot> = Vec::with_capacity(9);
+            // A stream whose caller has a full buffer to take is not read
+            // until it catches up: the script waits, we do not.
+            for (from, fd, wanted) in [
+                (From::Stdout, &open.stdout, self.stdout.wants_input()),
+                (From::Stderr, &open.stderr, self.stderr.wants_input()),
+                (From::Report, &open.report, true),
+                (From::Status, &open.status, true),
+            ] {
+                if let (Some(fd), true) = (fd, wanted) {
+                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                    which.push(Slot::Pipe(from));
+                }
+            }
+            for (slot, capture) in [(Slot::RelayOut, &self.stdout), (Slot::RelayErr, &self.stderr)] {
+                if let Some(fd) = capture.relay.as_ref().filter(|r| r.pending()).and_then(relay::Relay::fd) {
+                    fds.push(PollFd::new(fd, PollFlags::POLLOUT));
+                    which.push(slot);
+                }
+            }
+            if !exited {
+                fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
+                which.push(Slot::Pidfd);
+            }
+            // Past the answer cap the listener is read at a pace (seccomp.rs,
+            // PAST_CAP_PACE): left out of the poll until its time comes.
+            let now = Instant::now();
+            let resting = self.listener_rest.filter(|&t| t > now);
+            let timeout = match resting {
+                Some(t) => timeout.min(PollTimeout::try_from((t - now).as_millis() as u64 + 1).unwrap_or(PollTimeout::MAX)),
+                None => timeout,
+            };
+            let listener = if resting.is_some() { &None } else { &self.listener };
+            for (slot, fd) in [(Slot::Notify, &self.notify), (Slot::Listener, listener)] {
+                if let Some(fd) = fd {
+                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                    which.push(slot);
+                }
+            }
+            let ready = poll(&mut fds, timeout);
+            let revents: Vec<(Slot, PollFlags)> =
+                fds.iter().zip(&which).map(|(f, &s)| (s, f.revents().unwrap_or(PollFlags::empty()))).collect();
+            drop(fds);
+            if matches!(ready, Ok(0)) && exited {
+                // Exited but a pipe did not close: a descriptor escaped the
+                // tree somehow. Never hang on it.
+                break;
+            }
+            for (slot, flags) in revents {
+                if flags.is_empty() {
+                    continue;
+                }
+                match slot {
+                    Slot::Pidfd => exited = true,
+                    Slot::RelayOut | Slot::RelayErr => {
+                        let capture = if slot == Slot::RelayOut { &mut self.stdout } else { &mut self.stderr };
+                        if let Some(r) = capture.relay() {
+                            r.flush();
+                        }
+                    }
+                    Slot::Notify => {
+                        // One message: the listener, or end-of-file when the
+                        // worker failed before loading the filter.
+                        if let Some(sock) = self.notify.take() {
+                            self.listener = sys::recv_fd(sock.as_fd()).ok().flatten();
+                        }
+                    }
+                    Slot::Listener => {
+                        let Some(listener) = &self.listener else { continue };
+                        if flags.contains(PollFlags::POLLIN) {
+                            self.listener_rest = match self.tally.answer(self.model, listener) {
+                                seccomp::Next::Now => None,
+                                seccomp::Next::After(pause) => Some(Instant::now() + pause),
+                            };
+                        } else {
+                            // Every process under the filter is gone.
+                            self.listener = None;
+                        }
+                    }
+                    Slot::Pipe(from) => self.read_pipe(open.get(from), from, &mut buf),
+                }
+            }
+            if exited || ending != Ending::Exited {
+                continue;
+            }
+            let now = Instant::now();
+            if now >= limits.wall {
+                kill_tree();
+                ending = Ending::WallTimeout;
+            } else if let Some((cg, limit_ns)) = limits.cpu {
+                if now >= next_cpu_check {
+                    next_cpu_check = now + limits::CPU_POLL;
+                    if cg.cpu_ns().is_some_and(|used| used >= limit_ns) {
+                        kill_tree();
+                        ending = Ending::CpuTimeout;
+                    }
+                }
+            }
+        }
+        ending
+    }
+
+    /// One read from a ready pipe: its bytes to where they belong, or, at
+    /// end-of-file, the pipe closed (and, for `report`, the exec noted).
+    fn read_pipe(&mut self, pipe: &mut Option<OwnedFd>, from: From, buf: &mut [u8]) {
+        let Some(fd) = pipe else { return };
+        let n = nix::unistd::read(fd.as_raw_fd(), buf).unwrap_or(0);
+        if n == 0 {
+            *pipe = None;
+            if from == From::Report {
+                self.exec_at = Some(Instant::now());
+            }
+            return;
+        }
+        let chunk = &buf[..n];
+        match from {
+            From::Stdout => self.stdout.push(chunk),
+            From::Stderr => self.stderr.push(chunk),
+            From::Report => self.report_buf.extend_from_slice(chunk),
+            From::Status => self.status_buf.extend_from_slice(chunk),
+        }
+    }
+}
