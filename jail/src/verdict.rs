@@ -14,11 +14,12 @@ use crate::delivery;
 use crate::launch::Outcome;
 use crate::layers::Confinement;
 use crate::limits;
+use crate::mounts;
 use crate::namespaces;
 use crate::output;
 use crate::policy::Policy;
 use crate::proxy;
-use crate::request::Identity;
+use crate::request::{Identity, Prepared};
 use crate::result::{Isolation, LandlockReport, LayerStatus, RunResult, SeccompReport, SetupError, Status, Timings, Usage};
 use crate::seccomp;
 use crate::sync::Report;
@@ -82,11 +83,57 @@ pub(crate) fn ms_since(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
+/// What the prepared request says about the run: its rootfs, output dir,
+/// and the mounts whose host source /proc/self/mountinfo would show.
+pub(crate) fn report_prepared(result: &mut RunResult, prepared: &Prepared) {
+    result.isolation.rootfs = prepared.rootfs.display().to_string();
+    result.isolation.rootfs_id = prepared.rootfs_id.clone();
+    result.output_dir = Some(prepared.output_dir.display().to_string());
+    for (path, source) in mounts::still_showing(&mounts::plan(&prepared.mount_request)) {
+        result.isolation.degraded.push(format!(
+            "/proc/self/mountinfo shows where {} comes from on the host ({}, as its path within its filesystem): \
+             a writable folder is a plain bind",
+            path.display(),
+            source.display()
+        ));
+    }
+}
+
+/// The result of a run that was launched: the verdict from what the watch
+/// saw, then the output dir judged and delivered.
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn assemble(
+    result: RunResult,
+    mut outcome: Outcome,
+    cgroup_usage: Option<CgroupUsage>,
+    plan: &limits::Plan,
+    prepared: &Prepared,
+    before: &artifacts::Before,
+    policy: &Policy,
+    started: Instant,
+    stages: BTreeMap<String, f64>,
+    model: &seccomp::Model,
+) -> RunResult {
+    let dead = outcome.tree_dead;
+    let tmpfs = outcome.output.take();
+    let (deadline, ids) = (outcome.deadline, outcome.ids);
+    let mut result = finish(result, outcome, cgroup_usage, plan, started, stages, model);
+    let dir = match &tmpfs {
+        Some((fd, inventory)) => {
+            let limit = prepared.mount_request.output_size.unwrap_or(u64::MAX);
+            delivery::OutputDir::Mirrored { tmpfs: fd, inventory, limit }
+        }
+        None => delivery::OutputDir::Bound,
+    };
+    collect_artifacts(&mut result, &prepared.output_dir, dir, before, policy, ids, deadline, dead, started);
+    result
+}
+
 /// Judge the output dir, deliver what passed to the host folder
 /// (delivery.rs), and re-digest the input. Needs a [`TreeDead`]: only a
 /// dead tree cannot swap a file for a link between our look and our open.
 #[allow(clippy::too_many_arguments)]
-pub(crate) fn collect_artifacts(
+fn collect_artifacts(
     result: &mut RunResult,
     output_dir: &Path,
     dir: delivery::OutputDir<'_>,
@@ -112,7 +159,7 @@ pub(crate) fn collect_artifacts(
     result.timings.total_ms = ms_since(started);
 }
 
-pub(crate) fn finish(
+fn finish(
     mut result: RunResult,
     o: Outcome,
     cg: Option<CgroupUsage>,
