@@ -24,7 +24,7 @@ use crate::output;
 use crate::policy::Network;
 use crate::proxy;
 use crate::request::{Prepared, RunRequest};
-use crate::sync::{self, Pipe, Report};
+use crate::sync::{self, Channels, Pair, Report, Wanted};
 use crate::sys::{self, Forked};
 use crate::verdict::ms_since;
 use crate::watch::{ChildPipes, Deadlines, Ending, Watch};
@@ -32,8 +32,8 @@ use crate::{landlock, namespaces, seccomp};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LaunchError {
-    #[error("create pipes")]
-    Pipes(#[source] io::Error),
+    #[error(transparent)]
+    Channel(sync::ChannelError),
     #[error("drop supplementary groups before clone")]
     DropGroups(#[source] nix::Error),
     #[error("clone into new namespaces")]
@@ -48,6 +48,12 @@ pub(crate) enum LaunchError {
     Proxy(#[source] proxy::ProxyError),
     #[error("release the child")]
     Release(#[source] io::Error),
+    #[error("receive the output tmpfs from PID 1")]
+    ReceiveOutput(#[source] io::Error),
+    #[error("let PID 1 go on once its output tmpfs was filled")]
+    ReleaseOutput(#[source] io::Error),
+    #[error("receive the proxy listener from PID 1")]
+    ReceiveListener(#[source] io::Error),
     #[error("pidfd_open")]
     Pidfd(#[source] io::Error),
     #[error("wait for the jail")]
@@ -57,13 +63,15 @@ pub(crate) enum LaunchError {
 impl LaunchError {
     pub(crate) fn stage(&self) -> &'static str {
         match self {
-            LaunchError::Pipes(_) => "pipes",
+            LaunchError::Channel(_) => "pipes",
             LaunchError::DropGroups(_) | LaunchError::Clone(_) => "clone",
             LaunchError::IdMaps(_) => "id_maps",
             LaunchError::JoinCgroup(_) => "cgroup",
             LaunchError::Output(_) => "output",
             LaunchError::Proxy(_) => "network",
-            LaunchError::Release(_) => "release",
+            LaunchError::Release(_) | LaunchError::ReceiveOutput(_) | LaunchError::ReleaseOutput(_) | LaunchError::ReceiveListener(_) => {
+                "release"
+            }
             LaunchError::Pidfd(_) | LaunchError::Wait(_) => "wait",
         }
     }
@@ -107,50 +115,25 @@ pub(crate) fn launch(
     // The model the filter was compiled from: the supervisor answers the
     // refusals it reports by it.
     let model = Rc::clone(&confinement.model);
-    let release = Pipe::new().map_err(LaunchError::Pipes)?;
-    let report = Pipe::new().map_err(LaunchError::Pipes)?;
-    let status = Pipe::new().map_err(LaunchError::Pipes)?;
-    let out = Pipe::new().map_err(LaunchError::Pipes)?;
-    let err = Pipe::new().map_err(LaunchError::Pipes)?;
-    // A size-capped output dir comes back to us as a descriptor (output.rs).
-    let output_channel = match prepared.mount_request.output_size {
-        Some(_) => Some(
-            nix::sys::socket::socketpair(
-                nix::sys::socket::AddressFamily::Unix,
-                nix::sys::socket::SockType::SeqPacket,
-                None,
-                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-            )
-            .map_err(|e| LaunchError::Pipes(e.into()))?,
-        ),
-        None => None,
+    // Every channel between us and the child, from what this run needs
+    // (sync.rs has the table).
+    let proxy_route = match (&req.policy.network, &prepared.resolver) {
+        (Network::Allowlist(rules), Some(resolver)) => Some((rules.clone(), resolver.clone())),
+        _ => None,
     };
-    let (output_ours, output_theirs) = match output_channel {
-        Some((a, b)) => (Some(a), Some(b)),
-        None => (None, None),
-    };
-    // The worker sends the seccomp notification listener over this.
-    let (notify_ours, notify_theirs) = match confinement.filter.mode {
-        seccomp::Mode::Notify => {
-            let (a, b) = sys::seqpacket_pair().map_err(LaunchError::Pipes)?;
-            (Some(a), Some(b))
-        }
-        seccomp::Mode::ErrnoOnly => (None, None),
-    };
-    // With the allowlist, PID 1 hands us the proxy's listener (network.rs).
-    let (proxy_ours, proxy_theirs) = match (&req.policy.network, &prepared.resolver) {
-        (Network::Allowlist(rules), Some(resolver)) => {
-            let (a, b) = nix::sys::socket::socketpair(
-                nix::sys::socket::AddressFamily::Unix,
-                nix::sys::socket::SockType::SeqPacket,
-                None,
-                nix::sys::socket::SockFlag::SOCK_CLOEXEC,
-            )
-            .map_err(|e| LaunchError::Pipes(e.into()))?;
-            (Some((a, rules.clone(), resolver.clone())), Some(b))
-        }
-        _ => (None, None),
-    };
+    let Channels { release, report, status, stdout: out, stderr: err, output, notify, proxy } = Channels::new(Wanted {
+        // A size-capped output dir comes back to us as a descriptor (output.rs).
+        output: prepared.mount_request.output_size.is_some(),
+        // The worker sends the seccomp notification listener over this.
+        notify: confinement.filter.mode == seccomp::Mode::Notify,
+        // With the allowlist, PID 1 hands us the proxy's listener (network.rs).
+        proxy: proxy_route.is_some(),
+    })
+    .map_err(LaunchError::Channel)?;
+    let (output_ours, output_theirs) = split(output);
+    let (notify_ours, notify_theirs) = split(notify);
+    let (proxy_sock, proxy_theirs) = split(proxy);
+    let proxy_ours = proxy_sock.zip(proxy_route).map(|(sock, (rules, resolver))| (sock, rules, resolver));
     if nix::unistd::getuid().is_root() {
         // The child can never call setgroups (it is denied in its user
         // namespace), so root's supplementary groups must go before the clone.
@@ -334,9 +317,9 @@ fn fill_output(
     if !matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
         return Ok(None);
     }
-    let Some(dir) = sys::recv_fd(sock.as_fd()).map_err(LaunchError::Release)? else { return Ok(None) };
+    let Some(dir) = sys::recv_fd(sock.as_fd()).map_err(LaunchError::ReceiveOutput)? else { return Ok(None) };
     let inventory = output::copy_in(host, &dir, ids).map_err(LaunchError::Output)?;
-    sync::release(sock).map_err(LaunchError::Release)?;
+    sync::release(sock).map_err(LaunchError::ReleaseOutput)?;
     Ok(Some((dir, inventory)))
 }
 
@@ -349,7 +332,15 @@ fn receive_listener(sock: OwnedFd, deadline: Instant) -> Result<Option<OwnedFd>,
     if !matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
         return Ok(None);
     }
-    sys::recv_fd(sock.as_fd()).map_err(LaunchError::Release)
+    sys::recv_fd(sock.as_fd()).map_err(LaunchError::ReceiveListener)
+}
+
+/// A channel's two ends, apart; both `None` for a channel the run lacks.
+fn split(pair: Option<Pair>) -> (Option<OwnedFd>, Option<OwnedFd>) {
+    match pair {
+        Some(Pair { ours, theirs }) => (Some(ours), Some(theirs)),
+        None => (None, None),
+    }
 }
 
 /// A cloned child the supervisor has not reaped yet. Dropped, it is killed

@@ -1,12 +1,17 @@
-//! The supervisor↔child channel.
+//! The supervisor↔child channels, every one made by [`Channels::new`].
 //!
-//! Three pipes, all close-on-exec:
-//! - `release`: supervisor → child, one byte once the id maps are written;
-//!   end-of-file instead means the supervisor gave up, and the child exits.
-//! - `report`: child → supervisor, newline-delimited [`Report`] messages.
-//!   End-of-file with no `Failed` message means the interpreter was exec'd
-//!   (nsjail's trick: the last copy of the write end closes on exec).
-//! - `status`: PID 1 → supervisor, the script's wait status once it is reaped.
+//! | channel   | kind             | direction            | carries |
+//! |-----------|------------------|----------------------|---------|
+//! | `release` | pipe             | supervisor → child   | one byte once the id maps are written (and the cgroup joined); end-of-file instead means the supervisor gave up, and the child exits |
+//! | `report`  | pipe             | child → supervisor   | newline-delimited [`Report`] messages; end-of-file with no `Failed` means the interpreter was exec'd (nsjail's trick: the last copy of the write end closes on exec) |
+//! | `status`  | pipe             | PID 1 → supervisor   | the script's wait status once it is reaped |
+//! | `stdout`  | pipe             | script → supervisor  | the script's stdout (capture.rs) |
+//! | `stderr`  | pipe             | script → supervisor  | the script's stderr (capture.rs) |
+//! | `output`  | seqpacket pair   | both ways            | with `output_size`: PID 1 sends the output tmpfs's fd, the supervisor fills it and answers one byte (output.rs) |
+//! | `notify`  | seqpacket pair   | worker → supervisor  | in notify mode: the seccomp user-notification listener (seccomp.rs) |
+//! | `proxy`   | seqpacket pair   | PID 1 → supervisor   | with `network.mode: allowlist`: the proxy's listening socket (network.rs) |
+//!
+//! All are close-on-exec.
 
 use std::io::{self, Read, Write};
 use std::os::fd::OwnedFd;
@@ -26,6 +31,65 @@ impl Pipe {
     pub fn new() -> io::Result<Pipe> {
         let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         Ok(Pipe { read, write })
+    }
+}
+
+/// Which optional channels a run needs (from its plan).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Wanted {
+    pub output: bool,
+    pub notify: bool,
+    pub proxy: bool,
+}
+
+/// A channel that could not be made, by name (see the table above).
+#[derive(Debug, thiserror::Error)]
+#[error("create the {which} channel")]
+pub struct ChannelError {
+    pub which: &'static str,
+    #[source]
+    pub source: io::Error,
+}
+
+/// Both ends of a socketpair: `ours` stays with the supervisor, `theirs`
+/// goes to the child.
+pub struct Pair {
+    pub ours: OwnedFd,
+    pub theirs: OwnedFd,
+}
+
+/// Every channel of one run.
+pub struct Channels {
+    pub release: Pipe,
+    pub report: Pipe,
+    pub status: Pipe,
+    pub stdout: Pipe,
+    pub stderr: Pipe,
+    pub output: Option<Pair>,
+    pub notify: Option<Pair>,
+    pub proxy: Option<Pair>,
+}
+
+impl Channels {
+    pub fn new(wanted: Wanted) -> Result<Channels, ChannelError> {
+        let pipe = |which| Pipe::new().map_err(|source| ChannelError { which, source });
+        let pair = |which, want: bool| -> Result<Option<Pair>, ChannelError> {
+            if !want {
+                return Ok(None);
+            }
+            let (ours, theirs) = crate::sys::seqpacket_pair().map_err(|source| ChannelError { which, source })?;
+            Ok(Some(Pair { ours, theirs }))
+        };
+        Ok(Channels {
+            release: pipe("release")?,
+            report: pipe("report")?,
+            status: pipe("status")?,
+            stdout: pipe("stdout")?,
+            stderr: pipe("stderr")?,
+            output: pair("output", wanted.output)?,
+            notify: pair("notify", wanted.notify)?,
+            proxy: pair("proxy", wanted.proxy)?,
+        })
     }
 }
 
