@@ -148,58 +148,20 @@ pub(crate) fn launch(
         Err(e) => return Err(LaunchError::JoinCgroup(e)),
     };
     let self_joins = !self_join.is_empty();
-    let mount_ops = mounts::plan(&prepared.mount_request);
-    let landlock_rules = landlock::rules(&mount_ops);
-    let spec = ChildSpec {
+    let theirs = ChildEnds {
         release: release.read,
         report: report.write,
         status: status.write,
         stdout: out.write,
         stderr: err.write,
-        mounts: mount_ops,
-        // A private tmpfs over /tmp, in the child's own mount namespace only.
-        staging: PathBuf::from("/tmp"),
-        uid: req.policy.identity.uid,
-        gid: req.policy.identity.gid,
-        hostname: req.policy.identity.hostname.clone(),
-        exec: Exec {
-            path: prepared.exec.path.clone(),
-            argv: prepared.exec.argv.clone(),
-            envp: prepared.exec.envp.clone(),
-            cwd: prepared.exec.cwd.clone(),
-        },
-        rlimits: resources.plan.rlimits.clone(),
         output: output_theirs,
-        confine: Confine {
-            landlock: confinement.landlock,
-            landlock_rules,
-            seccomp: confinement.filter,
-            notify: notify_theirs,
-            tcp_connect: match req.policy.network {
-                Network::Allowlist(_) => vec![crate::network::PROXY_PORT],
-                _ => vec![],
-            },
-        },
+        notify: notify_theirs,
         proxy: proxy_theirs,
-        cgroup_tasks: self_join,
     };
+    let spec = child_spec(req, prepared, resources, confinement, theirs, self_join);
     stages.insert("plan".into(), ms_since(started));
-    let born_in_cgroup = match &clone_into {
-        Some(dir) => sys::clone_into_cgroup(namespaces::CLONE_FLAGS, dir.as_fd()).map_err(LaunchError::Clone)?,
-        None => None,
-    };
-    let joined = born_in_cgroup.is_some() || self_joins;
-    let forked = match born_in_cgroup {
-        Some(f) => f,
-        None => sys::clone_process(namespaces::CLONE_FLAGS).map_err(LaunchError::Clone)?,
-    };
-    let pid = match forked {
-        Forked::Child => child::run(spec),
-        Forked::Parent(pid) => pid,
-    };
-    // Our copies of the child's ends must close, or we would never see EOF.
-    drop(spec);
-    drop(clone_into);
+    let (pid, born_in_cgroup) = clone_child(spec, clone_into)?;
+    let joined = born_in_cgroup || self_joins;
     stages.insert("clone".into(), ms_since(started));
     // From here every early return kills and reaps it (Child's drop).
     let jail = Child { pid: Some(pid) };
@@ -300,6 +262,86 @@ pub(crate) fn launch(
         tree_dead,
         network,
     })
+}
+
+/// The child's ends of its channels (sync.rs), moved into its spec.
+struct ChildEnds {
+    release: OwnedFd,
+    report: OwnedFd,
+    status: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    output: Option<OwnedFd>,
+    notify: Option<OwnedFd>,
+    proxy: Option<OwnedFd>,
+}
+
+/// Everything the child side needs, with its ends of the channels.
+fn child_spec(
+    req: &RunRequest,
+    prepared: &Prepared,
+    resources: &Resources,
+    confinement: Confinement,
+    theirs: ChildEnds,
+    cgroup_tasks: Vec<OwnedFd>,
+) -> ChildSpec {
+    let mount_ops = mounts::plan(&prepared.mount_request);
+    let landlock_rules = landlock::rules(&mount_ops);
+    ChildSpec {
+        release: theirs.release,
+        report: theirs.report,
+        status: theirs.status,
+        stdout: theirs.stdout,
+        stderr: theirs.stderr,
+        mounts: mount_ops,
+        // A private tmpfs over /tmp, in the child's own mount namespace only.
+        staging: PathBuf::from("/tmp"),
+        uid: req.policy.identity.uid,
+        gid: req.policy.identity.gid,
+        hostname: req.policy.identity.hostname.clone(),
+        exec: Exec {
+            path: prepared.exec.path.clone(),
+            argv: prepared.exec.argv.clone(),
+            envp: prepared.exec.envp.clone(),
+            cwd: prepared.exec.cwd.clone(),
+        },
+        rlimits: resources.plan.rlimits.clone(),
+        output: theirs.output,
+        confine: Confine {
+            landlock: confinement.landlock,
+            landlock_rules,
+            seccomp: confinement.filter,
+            notify: theirs.notify,
+            tcp_connect: match req.policy.network {
+                Network::Allowlist(_) => vec![crate::network::PROXY_PORT],
+                _ => vec![],
+            },
+        },
+        proxy: theirs.proxy,
+        cgroup_tasks,
+    }
+}
+
+/// Clone the child into its namespaces (born in the run cgroup when the
+/// kernel can), and close our copies of its ends, or we would never see
+/// EOF. Returns its pid and whether it was born in the cgroup.
+fn clone_child(spec: ChildSpec, clone_into: Option<OwnedFd>) -> Result<(Pid, bool), LaunchError> {
+    let born_in_cgroup = match &clone_into {
+        Some(dir) => sys::clone_into_cgroup(namespaces::CLONE_FLAGS, dir.as_fd()).map_err(LaunchError::Clone)?,
+        None => None,
+    };
+    let born_in = born_in_cgroup.is_some();
+    let forked = match born_in_cgroup {
+        Some(f) => f,
+        None => sys::clone_process(namespaces::CLONE_FLAGS).map_err(LaunchError::Clone)?,
+    };
+    let pid = match forked {
+        Forked::Child => child::run(spec),
+        Forked::Parent(pid) => pid,
+    };
+    drop(spec);
+    drop(clone_into);
+    Ok((pid, born_in))
 }
 
 /// Take the output tmpfs from the child, copy the host output folder into
