@@ -19,12 +19,13 @@ pub(crate) struct Confinement {
 }
 
 pub(crate) fn confine(policy: &Policy, refuse: &[&str]) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
-    confine_in(policy, seccomp::host_mode(), refuse)
+    confine_in(policy, seccomp::host_mode(), seccomp::host_can_continue(), refuse)
 }
 
 fn confine_in(
     policy: &Policy,
     mode: seccomp::Mode,
+    can_continue: bool,
     refuse: &[&str],
 ) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
     if matches!(policy.network, Network::Allowlist(_)) && mode == seccomp::Mode::ErrnoOnly {
@@ -34,6 +35,17 @@ fn confine_in(
         return Err((
             "seccomp",
             "network.mode allowlist needs seccomp user notification, which this kernel lacks (Linux 5.5 or later has it); \
+             use network.mode none on this host"
+                .into(),
+        ));
+    }
+    if matches!(policy.network, Network::Allowlist(_)) && !can_continue {
+        // The supervisor lets a TCP socket(2) through by answering its
+        // notification with SECCOMP_USER_NOTIF_FLAG_CONTINUE, which the
+        // kernel takes only from Linux 5.5 on.
+        return Err((
+            "seccomp",
+            "network.mode allowlist needs Linux 5.5 or later (SECCOMP_USER_NOTIF_FLAG_CONTINUE), and this kernel is older; \
              use network.mode none on this host"
                 .into(),
         ));
@@ -84,10 +96,20 @@ mod tests {
     #[test]
     fn an_allowlist_without_seccomp_notification_fails_instead_of_allowing_udp() {
         let policy = Policy::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/allowlist-example.json"))).unwrap();
-        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::ErrnoOnly, &[]) else { panic!("confined without notification") };
+        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::ErrnoOnly, true, &[]) else { panic!("confined without notification") };
         assert_eq!(stage, "seccomp");
         assert!(e.to_string().contains("network.mode none"), "{e}");
-        assert!(confine_in(&policy, seccomp::Mode::Notify, &[]).is_ok());
-        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::ErrnoOnly, &[]).is_ok());
+        assert!(confine_in(&policy, seccomp::Mode::Notify, true, &[]).is_ok());
+        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::ErrnoOnly, false, &[]).is_ok());
+    }
+
+    #[test]
+    fn an_allowlist_on_a_kernel_without_notification_continue_fails_with_the_version() {
+        let policy = Policy::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/allowlist-example.json"))).unwrap();
+        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::Notify, false, &[]) else { panic!("allowlist on Linux 5.0-5.4") };
+        assert_eq!(stage, "seccomp");
+        assert!(e.to_string().contains("Linux 5.5"), "{e}");
+        // Network off needs no CONTINUE.
+        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::Notify, false, &[]).is_ok());
     }
 }

@@ -92,6 +92,22 @@ pub fn host_mode() -> Mode {
     }
 }
 
+/// Whether this kernel takes `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (Linux
+/// 5.5), with which allowlist mode lets TCP sockets through. User
+/// notification itself came in 5.0, so `host_mode` alone cannot say.
+pub fn host_can_continue() -> bool {
+    can_continue(&std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default())
+}
+
+/// [`host_can_continue`] from a kernel release string (`uname -r`); one it
+/// cannot read counts as too old.
+pub fn can_continue(release: &str) -> bool {
+    let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
+    let major = parts.next().and_then(|m| m.parse::<u32>().ok());
+    let minor = parts.next().and_then(|m| m.parse::<u32>().ok());
+    matches!((major, minor), (Some(major), Some(minor)) if (major, minor) >= (5, 5))
+}
+
 /// The raw filter return value an action compiles to.
 pub fn ret_value(action: Action, mode: Mode) -> u32 {
     match (action, mode) {
@@ -475,6 +491,13 @@ pub struct Tally {
     pub anomalies: u64,
     /// Whether itemising stopped at [`MAX_ANSWERED`].
     pub capped: bool,
+    /// Answers the kernel no longer wanted: the caller died between our
+    /// read and our answer (ENOENT). Expected when a tree is killed.
+    pub answers_to_the_dead: u64,
+    /// Answers the kernel refused for any other reason, and the last such
+    /// error: reported, never ignored.
+    pub failed_answers: u64,
+    pub last_answer_error: Option<String>,
     /// Calls answered after the cap, not itemised.
     pub past_cap: u64,
     socket_nrs: Vec<i32>,
@@ -570,8 +593,9 @@ impl Tally {
             let errno = self.record(model, &call);
             ScmpNotifResp::new_error(req.id, -errno, ScmpNotifRespFlags::empty())
         };
-        // A failed answer means the caller died meanwhile; nothing to do.
-        let _ = resp.respond(fd);
+        if let Err(e) = resp.respond(fd) {
+            self.answer_failed(e.errno(), e.to_string());
+        }
         if self.answered >= MAX_ANSWERED {
             self.capped = true;
         }
@@ -579,6 +603,17 @@ impl Tally {
             return Next::After(PAST_CAP_PACE);
         }
         Next::Now
+    }
+
+    /// Count an answer the kernel did not take: ENOENT means the caller died
+    /// meanwhile; anything else is a fault the result reports.
+    fn answer_failed(&mut self, errno: Option<libseccomp::error::SeccompErrno>, message: String) {
+        if errno == Some(libseccomp::error::SeccompErrno::ENOENT) {
+            self.answers_to_the_dead += 1;
+        } else {
+            self.failed_answers += 1;
+            self.last_answer_error = Some(message);
+        }
     }
 
     /// Count an answer that is not itemised: before the cap it still counts
@@ -835,5 +870,29 @@ mod tests {
         assert_eq!(family_name(40), "AF_VSOCK");
         assert_eq!(family_name(45), "AF_MCTP");
         assert_eq!(family_name(1 << 32 | 2), "family 0x100000002");
+    }
+
+    #[test]
+    fn a_failed_answer_is_counted_and_only_a_dead_caller_is_benign() {
+        use libseccomp::error::SeccompErrno;
+        let mut t = Tally::new();
+        t.answer_failed(Some(SeccompErrno::ENOENT), "gone".into());
+        assert_eq!((t.answers_to_the_dead, t.failed_answers), (1, 0));
+        t.answer_failed(Some(SeccompErrno::EINVAL), "bad answer".into());
+        t.answer_failed(None, "unknown".into());
+        assert_eq!((t.answers_to_the_dead, t.failed_answers), (1, 2));
+        assert_eq!(t.last_answer_error.as_deref(), Some("unknown"));
+    }
+
+    #[test]
+    fn notification_continue_needs_linux_5_5() {
+        assert!(can_continue("6.18.0-1-amd64"));
+        assert!(can_continue("5.5.0"));
+        assert!(can_continue("5.10.0-28-cloud-amd64\n"));
+        assert!(!can_continue("5.4.0-150-generic"));
+        assert!(!can_continue("5.0.0"));
+        assert!(!can_continue("4.19.0-27-amd64"));
+        assert!(!can_continue(""));
+        assert!(!can_continue("garbage"));
     }
 }

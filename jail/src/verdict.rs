@@ -181,6 +181,13 @@ fn finish(
             seccomp::PAST_CAP_PACE.as_millis()
         ));
     }
+    if o.tally.failed_answers > 0 {
+        notes.push(format!(
+            "{} seccomp notification answers were refused by the kernel (last: {}); those callers waited until the listener closed",
+            o.tally.failed_answers,
+            o.tally.last_answer_error.as_deref().unwrap_or("?")
+        ));
+    }
     if o.tally.anomalies > 0 {
         notes.push(format!("{} notified calls the policy does not refuse were refused anyway", o.tally.anomalies));
     }
