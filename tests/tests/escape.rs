@@ -455,7 +455,11 @@ fn daemon_threads_at_interpreter_shutdown_do_not_abort_the_script() {
     // glibc dlopens libgcc_s (no ldd lists it): a rootfs without it aborts
     // every such script ("libgcc_s.so.1 must be installed for pthread_exit
     // to work", SIGABRT), which hung test_threading in the jail.
-    let sb = Sandbox::new();
+    let mut sb = Sandbox::new();
+    // 32 threads: on the rlimit path (no cgroup) each reserves an 8 MiB
+    // stack and up to a 64 MiB malloc arena of address space, which the
+    // default 512M RLIMIT_AS does not hold; give it room like data_stack.rs.
+    sb.extra_args = vec!["--memory".into(), "4G".into()];
     let (r, _) = sb.run(
         "import threading, time\n\
          def spin():\n    while True:\n        time.sleep(0.0001)\n\
