@@ -25,7 +25,8 @@
 //! sparse, at most `output_size` bytes allocated on the host in all, and
 //! nothing after the deadline. What the script deleted is deleted on the
 //! host, what it did not touch is not rewritten (mtimes stay), and host
-//! entries that could not be copied in are left alone.
+//! entries that could not be copied in are left alone (an unreadable file
+//! is not even replaced by a file the script made under its name).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{OsStr, OsString};
@@ -105,6 +106,9 @@ pub struct Inventory {
     seen: BTreeMap<PathBuf, Seen>,
     /// Host entries that were not copied in, with the reason.
     pub skipped: Vec<String>,
+    /// The host entries among them the caller could not read: never
+    /// replaced, since the script never saw them.
+    unread: BTreeSet<PathBuf>,
     /// Stale `.jail-partial-*` files of dead jails removed from the host.
     pub swept: u64,
     /// Host entries the artifact check would refuse, not copied in (hard
@@ -228,6 +232,7 @@ fn fill(fs: &mut Acting, host: &OwnedFd, tmp: &OwnedFd, rel: &Path, depth: usize
                     Ok(fd) => fd,
                     Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
                         inv.skipped.push(format!("{}: {UNREADABLE}", path.display()));
+                        inv.unread.insert(path);
                         continue;
                     }
                     Err(e) => return Err(err(&path)(e)),
@@ -262,6 +267,7 @@ fn fill(fs: &mut Acting, host: &OwnedFd, tmp: &OwnedFd, rel: &Path, depth: usize
                     Ok(fd) => fd,
                     Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
                         inv.skipped.push(format!("{}: {UNREADABLE}", path.display()));
+                        inv.unread.insert(path);
                         continue;
                     }
                     Err(e) => return Err(err(&path)(e)),
@@ -603,6 +609,10 @@ impl Mirror<'_> {
                     self.out.sync.skipped.push(format!("{}: deeper than {MAX_DEPTH} levels", path.display()))
                 }
                 (Kind::Dir, _) => self.mirror_dir(tmp, host, &name, &path, &st, depth),
+                (Kind::File, Some(_)) if self.inv.unread.contains(&path) => {
+                    let why = "not copied to the host: a host file of that name that jail's caller cannot read is there, and stays";
+                    self.out.delivered.insert(path, Delivered::Refused(RejectReason::Unreadable, why.into()));
+                }
                 (Kind::File, Some(w)) => {
                     let w = *w;
                     let done = match self.place(tmp, host, &name, &path, &st, &w) {

@@ -869,7 +869,8 @@ fn as_root_another_users_private_file_in_the_output_dir_is_not_shown_and_stays_a
     std::os::unix::fs::chown(&private, Some(other), Some(other)).unwrap();
     std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
     let before = std::fs::metadata(&private).unwrap();
-    let v = sb.probe(
+    let (r, _) = run_ok(
+        &sb,
         r#"
 import json, os
 try:
@@ -878,8 +879,10 @@ except OSError as e:
     text = type(e).__name__
 print(json.dumps({"listed": sorted(os.listdir(".")), "read": text}))
 open("mine.txt", "w").write("ok\n")
+open("private.txt", "w").write("blind overwrite\n")
 "#,
     );
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
     assert_eq!(v["listed"], serde_json::json!(["a-mine.txt"]), "{v}");
     assert_eq!(v["read"], "FileNotFoundError", "{v}");
     let after = std::fs::metadata(&private).unwrap();
@@ -889,6 +892,8 @@ open("mine.txt", "w").write("ok\n")
         (before.ino(), before.uid(), before.mode(), before.mtime_nsec(), before.ctime_nsec())
     );
     assert_eq!(std::fs::read_to_string(sb.output.join("mine.txt")).unwrap(), "ok\n");
+    // Nor replaced blindly by a file of the same name.
+    assert_eq!(rejected(&r).get("private.txt"), Some(&RejectReason::Unreadable), "{:?}", r.rejected_artifacts);
 }
 
 /// A file the caller left in the folder is the script's to change inside
