@@ -20,13 +20,19 @@
 //! `max_depth`. Entries are typed with `fstatat(AT_SYMLINK_NOFOLLOW)` before
 //! anything is opened, so a fifo is never opened and a device never touched.
 //! Accepted files are then read once each (`inspect`) for their sha256, media
-//! type, flags and summary.
+//! type, flags and summary, each summariser within the fixed memory and time
+//! budgets of `budget` (past them the file is flagged `incomplete_scan`).
 
+pub mod budget;
 mod csv;
+pub mod fuzzing;
+mod image;
 mod inspect;
+mod json;
 mod markup;
 pub mod neutralise;
 mod ooxml;
+mod zipdir;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
@@ -655,6 +661,8 @@ pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, dead: Tree
 pub fn collect_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, _dead: TreeDead) -> Collected {
     let input = before.input.as_ref().map(|(dir, was)| input_report(dir, was, rules));
     let listing = walk(root, rules);
+    // The summarisers' time budget for this whole collection starts now.
+    let clock = budget::Clock::start();
     let mut rejected = listing.rejected;
     let mut artifacts = Vec::new();
     let mut accepted_files = Vec::new();
@@ -676,7 +684,7 @@ pub fn collect_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, _dead:
             );
             continue;
         }
-        match accept(root, f, before) {
+        match accept(root, f, before, &clock) {
             Ok((artifact, delim)) => {
                 let formula = artifact.flags.iter().any(|fl| fl.kind == FlagKind::FormulaInjection);
                 let changed = artifact.change != Change::Unchanged;
@@ -730,10 +738,11 @@ pub fn collect_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, _dead:
 }
 
 /// Open, read and describe one file that passed the rules.
-fn accept(root: &OwnedFd, f: &FileEntry, before: &Before) -> Result<(Artifact, Option<u8>), (RejectReason, String)> {
+fn accept(root: &OwnedFd, f: &FileEntry, before: &Before, clock: &budget::Clock) -> Result<(Artifact, Option<u8>), (RejectReason, String)> {
     let mut file = open_listed(root, f)?;
     let ext = extension(f.rel.rsplit('/').next().unwrap_or(&f.rel));
-    let seen = inspect::inspect(&mut file, f.meta.size, &ext).map_err(|e| (RejectReason::Unreadable, format!("read: {e}")))?;
+    let seen =
+        inspect::inspect(&mut file, f.meta.size, &ext, clock.file()).map_err(|e| (RejectReason::Unreadable, format!("read: {e}")))?;
     let artifact = Artifact {
         path: f.rel.clone(),
         bytes: seen.bytes,

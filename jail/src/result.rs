@@ -155,6 +155,8 @@ pub struct Usage {
     pub system_cpu_ms: Option<f64>,
     /// Peak memory of the whole run: the cgroup's memory.peak (v2) or
     /// memory.max_usage_in_bytes (v1); it counts tmpfs pages the run wrote.
+    /// None without a cgroup, and on cgroup v2 before Linux 5.19, which has
+    /// no memory.peak (`max_rss_bytes` is the bound there).
     pub peak_memory_bytes: Option<u64>,
     /// Largest resident set of any single process in the run (getrusage).
     pub max_rss_bytes: Option<u64>,
@@ -461,8 +463,10 @@ pub enum FlagKind {
     Macros,
     /// The extension promises another type than the content has.
     MediaTypeMismatch,
-    /// The file was too large (or its archive too big) to be scanned in full
-    /// within the jail's read caps: the other flags may be incomplete.
+    /// The file was too large (or its archive too big or ambiguous) to be
+    /// scanned in full within the jail's read caps, or its scan passed a time
+    /// or memory budget (policies/README.md): the other flags may be
+    /// incomplete. The detail says which.
     IncompleteScan,
 }
 
@@ -484,9 +488,10 @@ pub enum Summary {
     /// PPTX: slide count and each slide's title (`null` for an untitled slide;
     /// at most 100).
     Pptx { slides: u64, titles: Vec<Option<String>>, partial: bool },
-    /// JSON: the top-level type (`object`, `array`, ...), its key or element
-    /// count, and the first 50 keys (sorted). `partial` when the file was too
-    /// large to parse and only its first byte was looked at.
+    /// JSON: the top-level type (`object`, `array`, ...), its member or
+    /// element count, and the first 50 keys (sorted). `partial` when the file
+    /// was too large to parse (or its scan ran out of time) and only its first
+    /// byte was looked at.
     Json { top_level: String, length: Option<u64>, keys: Vec<String>, partial: bool },
     /// Any other text: line count and the first 5 lines.
     Text { lines: u64, first_lines: Vec<String> },

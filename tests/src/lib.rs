@@ -71,6 +71,18 @@ pub fn data_rootfs() -> PathBuf {
         .unwrap_or_else(|| repo().join("python-rootfs/out/data"))
 }
 
+/// The running kernel's (major, minor) version (`uname -r`).
+pub fn kernel_version() -> (u32, u32) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("read /proc/sys/kernel/osrelease");
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse().ok());
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// Whether cgroup v2 has memory.peak here (Linux 5.19).
+pub fn kernel_has_memory_peak() -> bool {
+    kernel_version() >= (5, 19)
+}
+
 pub fn is_root() -> bool {
     nix::unistd::getuid().is_root()
 }
