@@ -299,7 +299,18 @@ print(json.dumps({k: st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapB
 
 #[test]
 fn sandbox_uid_is_never_host_root() {
-    let sb = Sandbox::new();
+    let mut sb = Sandbox::new();
+    // The output folder bound into the jail (`output_size: "unlimited"`), so
+    // the file below is the script's own write on the host, not the copy
+    // the supervisor makes as the caller in the capped mode.
+    let mut policy: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("policies/default.json")).unwrap()).unwrap();
+    policy.as_object_mut().unwrap().remove("rootfs");
+    policy["filesystem"]["output_size"] = "unlimited".into();
+    policy["limits"]["file_size"] = "unlimited".into();
+    let path = sb.dir.path().join("policy.json");
+    std::fs::write(&path, policy.to_string()).unwrap();
+    sb.extra_args.extend(["--policy".to_string(), path.display().to_string()]);
     let (r, out) = sb.run(
         r#"
 import json, os
