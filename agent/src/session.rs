@@ -172,9 +172,12 @@ impl Session {
         let input_dir = mk("input")?;
         let code = mk("code")?;
         let output = mk("output")?;
-        if let Owner::Sandbox { uid, gid } = owner {
-            std::os::unix::fs::chown(&output, Some(uid), Some(gid)).map_err(io_err("chown", &output))?;
-            // Group-writable: a concurrent step may get another uid of the range.
+        if let Owner::Sandbox { gid, .. } = owner {
+            // Root stays the owner: jail copies a size-capped output dir to
+            // and from as root by its mode bits. The sandbox's group may
+            // write it, for a bound one (each step may get another uid of
+            // the range, all with this gid).
+            std::os::unix::fs::chown(&output, None, Some(gid)).map_err(io_err("chown", &output))?;
             set_mode(&output, 0o770)?;
         }
         let mut session = Session { root, input: input_dir, code, output, owner, skipped_input: Vec::new() };

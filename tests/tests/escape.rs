@@ -299,7 +299,18 @@ print(json.dumps({k: st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapB
 
 #[test]
 fn sandbox_uid_is_never_host_root() {
-    let sb = Sandbox::new();
+    let mut sb = Sandbox::new();
+    // The output folder bound into the jail (`output_size: "unlimited"`), so
+    // the file below is the script's own write on the host, not the copy
+    // the supervisor makes as the caller in the capped mode.
+    let mut policy: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("policies/default.json")).unwrap()).unwrap();
+    policy.as_object_mut().unwrap().remove("rootfs");
+    policy["filesystem"]["output_size"] = "unlimited".into();
+    policy["limits"]["file_size"] = "unlimited".into();
+    let path = sb.dir.path().join("policy.json");
+    std::fs::write(&path, policy.to_string()).unwrap();
+    sb.extra_args.extend(["--policy".to_string(), path.display().to_string()]);
     let (r, out) = sb.run(
         r#"
 import json, os
@@ -455,7 +466,11 @@ fn daemon_threads_at_interpreter_shutdown_do_not_abort_the_script() {
     // glibc dlopens libgcc_s (no ldd lists it): a rootfs without it aborts
     // every such script ("libgcc_s.so.1 must be installed for pthread_exit
     // to work", SIGABRT), which hung test_threading in the jail.
-    let sb = Sandbox::new();
+    let mut sb = Sandbox::new();
+    // 32 threads: on the rlimit path (no cgroup) each reserves an 8 MiB
+    // stack and up to a 64 MiB malloc arena of address space, which the
+    // default 512M RLIMIT_AS does not hold; give it room like data_stack.rs.
+    sb.extra_args = vec!["--memory".into(), "4G".into()];
     let (r, _) = sb.run(
         "import threading, time\n\
          def spin():\n    while True:\n        time.sleep(0.0001)\n\
