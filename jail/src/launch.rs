@@ -24,9 +24,8 @@ use crate::output;
 use crate::policy::Network;
 use crate::proxy;
 use crate::request::{Prepared, RunRequest};
-use crate::sync::{self, Channels, Pair, Report, Wanted};
+use crate::sync::{self, ms_since, Channels, Pair, Report, Wanted};
 use crate::sys::{self, Forked};
-use crate::verdict::ms_since;
 use crate::watch::{ChildPipes, Deadlines, Ending, Watch};
 use crate::{landlock, namespaces, seccomp};
 

@@ -17,9 +17,9 @@ use crate::namespaces::{self, IdMap};
 use crate::policy::Policy;
 use crate::request::{prepare, Identity};
 use crate::result::{RunResult, Status};
-use crate::sync;
+use crate::sync::{self, ms_since};
 use crate::sys;
-use crate::verdict::{assemble, base_result, failed, ms_since, report_confinement, report_prepared};
+use crate::verdict::{assemble, base_result, failed, report_confinement, report_prepared};
 
 pub use crate::request::{InputError, OutputMode, RunRequest, THREAD_POOL_VARS};
 

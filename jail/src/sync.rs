@@ -118,6 +118,11 @@ pub fn monotonic_ns() -> u64 {
     ts.map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64).unwrap_or(0)
 }
 
+/// Milliseconds since `t`, for `timings`.
+pub(crate) fn ms_since(t: std::time::Instant) -> f64 {
+    t.elapsed().as_secs_f64() * 1000.0
+}
+
 /// Send one message. Errors are ignored by callers on the child side: if the
 /// supervisor is gone there is nobody to tell.
 pub fn send(fd: &OwnedFd, report: &Report) -> io::Result<()> {

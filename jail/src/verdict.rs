@@ -22,7 +22,7 @@ use crate::proxy;
 use crate::request::{Identity, Prepared};
 use crate::result::{Isolation, LandlockReport, LayerStatus, RunResult, SeccompReport, SetupError, Status, Timings, Usage};
 use crate::seccomp;
-use crate::sync::Report;
+use crate::sync::{ms_since, Report};
 use crate::watch::Ending;
 
 pub(crate) fn report_confinement(result: &mut RunResult, c: &Confinement) {
@@ -79,9 +79,6 @@ pub(crate) fn failed(mut result: RunResult, stage: &str, message: &str, causes: 
     result
 }
 
-pub(crate) fn ms_since(t: Instant) -> f64 {
-    t.elapsed().as_secs_f64() * 1000.0
-}
 
 /// What the prepared request says about the run: its rootfs, output dir,
 /// and the mounts whose host source /proc/self/mountinfo would show.
