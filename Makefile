@@ -24,6 +24,7 @@ release: ## build the release binary target/release/jail
 include python-rootfs/rootfs.mk
 include agent/agent.mk
 include tests/vm/vm.mk
+include tests/compat/compat.mk
 include fuzz/fuzz.mk
 
 demo: setup release ## set up (packages, jail, data rootfs), then summarise and chart a CSV in the jail and print the result

@@ -386,6 +386,12 @@ def build_kernel(root: Path, entry: Entry, source: KernelSource, package: str, v
         (deb,) = tmp.glob("*.deb")
         x = tmp / "x"
         run(["dpkg-deb", "-x", str(deb), str(x)])
+        # Trixie's packages ship merged /usr (usr/lib/modules); depmod and
+        # modprobe -d want BASE/lib/modules.
+        if not (x / "lib").exists() and (x / "usr/lib/modules").is_dir():
+            (x / "lib").symlink_to("usr/lib")
+        if not (x / "boot").exists() and (x / "usr/boot").is_dir():
+            (x / "boot").symlink_to("usr/boot")
         (release,) = [p.name for p in (x / "lib/modules").iterdir()]
         ird = tmp / "initramfs"
         (ird / "bin").mkdir(parents=True)
