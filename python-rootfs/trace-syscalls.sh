@@ -38,7 +38,8 @@ trace() { # NAME SCRIPT [jail run options...]
     shift 2
     local out="$work/out-$name"
     mkdir -p "$out"
-    [ "$(id -u)" = 0 ] && chown 65534:65534 "$out"
+    # As root every run shares the group identity.root_host_gid (policies/README.md).
+    [ "$(id -u)" = 0 ] && chgrp 1879048192 "$out" && chmod 775 "$out"
     strace -f -qq -o "$work/$name.strace" "$jail" run --json --rootfs "$rootfs" --output "$out" --timeout 300 "$@" \
         "$work/$script" > "$work/$name.json"
     /usr/bin/python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); sys.exit(0 if r["status"]=="ok" else "trace-syscalls: %s failed: %s" % (sys.argv[2], r["stderr"]["text"][-2000:]))' \

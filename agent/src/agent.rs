@@ -10,23 +10,35 @@
 //!
 //! Caps: a step is one model call. Each sub-agent and the whole run have a
 //! step cap and a token cap (tokens in plus out); a sub-agent at its cap is
-//! stopped and its item blocked with the reason, and a run at its cap stops
-//! cleanly with an answer the agent writes itself from the reports so far.
+//! stopped and its item blocked with the reason, and a run at its cap or
+//! past its deadline stops cleanly with an answer the agent writes itself
+//! from the reports so far. At most `calls_per_reply` tool calls of one
+//! reply run; the rest are answered with an error that says why.
+//!
+//! Every conversation is a list of messages plus the tool calls of the last
+//! reply not yet answered; the run's state (`checkpoint`) is saved after
+//! every reply and every call, so a run that stopped on an error (the
+//! model's endpoint gave up) or was killed goes on with `resume` from there.
 
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::llm::{self, Client, LlmConfig, LlmError, Message, Reply, ToolCall};
+use crate::checkpoint::{Checkpoint, CheckpointError, Conversation, Pending, Settings, SubOutcome, SubRun};
+use crate::escape::{cut, shown};
+use crate::export::{Accepted, ExportError, Exported};
+use crate::llm::{self, Client, LlmConfig, LlmError, Message, Reply};
+use crate::progress::Display;
 use crate::runner::Runner;
 use crate::session::{Owner, Session, SessionError};
 use crate::skills::{SkillError, Skills};
 use crate::todo::{PlannedItem, State, TodoList};
 use crate::tools::{self, parse_args, Context, Done, Role};
-use crate::trace::{Event, Summary, Trace, TraceError};
+use crate::trace::{self, Content, Event, SpanStart, Summary, Trace, TraceError};
 use crate::view::Budget;
 
 const ORCHESTRATOR_PROMPT: &str = include_str!("../prompts/orchestrator.md");
 const SUBAGENT_PROMPT: &str = include_str!("../prompts/subagent.md");
+const ORCHESTRATOR: &str = "orchestrator";
 
 /// Step and token caps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -39,13 +51,29 @@ pub struct Caps {
     pub run_steps: u32,
     /// Tokens (in + out) the whole run may use.
     pub run_tokens: u64,
+    /// Tool calls run from one reply; the rest are answered with an error.
+    pub calls_per_reply: usize,
+    /// Wall-clock time the whole run may take (a resumed run: from resuming).
+    pub deadline: Duration,
 }
 
 impl Default for Caps {
     fn default() -> Caps {
-        Caps { subagent_steps: 25, subagent_tokens: 400_000, run_steps: 150, run_tokens: 2_000_000 }
+        Caps {
+            subagent_steps: 25,
+            subagent_tokens: 400_000,
+            run_steps: 150,
+            run_tokens: 2_000_000,
+            calls_per_reply: 8,
+            deadline: Duration::from_secs(30 * 60),
+        }
     }
 }
+
+/// Longest report or reason a sub-agent may hand back, in bytes.
+const MAX_REPORT_BYTES: usize = 2000;
+/// Longest final answer shown on the terminal (the whole is in answer.md).
+pub const ANSWER_PREVIEW_BYTES: usize = 8000;
 
 /// Whether the run reports its progress on stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -59,7 +87,7 @@ pub enum Progress {
 pub struct Config {
     pub task: String,
     pub input: PathBuf,
-    /// Where the output's files are copied at the end, if anywhere.
+    /// Where the output's accepted files are copied at the end, if anywhere.
     pub output: Option<PathBuf>,
     /// The folder the session dir is created in (default: the temp dir).
     pub session_parent: Option<PathBuf>,
@@ -72,6 +100,8 @@ pub struct Config {
     pub budget: Budget,
     pub owner: Owner,
     pub progress: Progress,
+    /// Whether the trace keeps prompts, completions and tool contents.
+    pub trace_content: Content,
 }
 
 /// Why the run ended.
@@ -80,6 +110,8 @@ pub enum Stop {
     Finished,
     RunStepCap(u32),
     RunTokenCap(u64),
+    /// The run's wall-clock deadline passed.
+    Deadline(Duration),
 }
 
 impl Stop {
@@ -88,6 +120,7 @@ impl Stop {
             Stop::Finished => "finished".into(),
             Stop::RunStepCap(n) => format!("run step cap reached ({n} model calls)"),
             Stop::RunTokenCap(n) => format!("run token cap reached ({n} tokens)"),
+            Stop::Deadline(d) => format!("run deadline reached ({} s)", d.as_secs()),
         }
     }
 }
@@ -102,11 +135,23 @@ pub enum AgentError {
     Skills(#[from] SkillError),
     #[error(transparent)]
     Llm(#[from] LlmError),
+    #[error(transparent)]
+    Checkpoint(#[from] CheckpointError),
+    #[error("export: {0}")]
+    Export(#[from] ExportError),
     #[error("the model answered {times} times without calling a tool (last reply: {reply:?}); this agent needs a model and server with tool calling (function calling): check LLM_MODEL and the server's tool support")]
     NoToolCalls { times: u32, reply: String },
 }
 
-/// A failed run, with the session it left (trace and summary are saved).
+impl AgentError {
+    /// Whether `resume` can go on after this error: the model's endpoint
+    /// failed, the run's state is intact.
+    pub fn resumable(&self) -> bool {
+        matches!(self, AgentError::Llm(_))
+    }
+}
+
+/// A failed run, with the session it left (trace, summary and state saved).
 #[derive(Debug, thiserror::Error)]
 #[error("{error}")]
 pub struct Failure {
@@ -122,60 +167,155 @@ pub struct Outcome {
     pub stop: Stop,
     pub todo: TodoList,
     pub summary: Summary,
-    /// Files copied to `Config::output`.
-    pub exported: Vec<String>,
+    /// Files copied to `Config::output`, and the accepted ones that were not.
+    pub exported: Exported,
+}
+
+fn fail(error: impl Into<AgentError>, session: Option<&Session>) -> Failure {
+    Failure { error: error.into(), session: session.map(|s| s.root.clone()) }
+}
+
+fn display_for(config: &Config) -> Display {
+    Display::new(config.progress == Progress::Quiet)
 }
 
 /// Run a task to its end.
 pub fn run(config: &Config) -> Result<Outcome, Failure> {
+    run_with(config, Vec::new())
+}
+
+/// Run a task, handing every trace record to `sinks` too (the OTLP exporter).
+pub fn run_with(config: &Config, sinks: Vec<Box<dyn trace::Sink>>) -> Result<Outcome, Failure> {
     let started = Instant::now();
-    let fail = |error: AgentError, session: Option<&Session>| Failure { error, session: session.map(|s| s.root.clone()) };
-    let skills = Skills::load(config.skills_dir.as_deref()).map_err(|e| fail(e.into(), None))?;
-    let session = Session::create(config.session_parent.as_deref(), &config.input, config.owner)
-        .map_err(|e| fail(e.into(), None))?;
-    let trace = Trace::create(&session.trace_path(), started).map_err(|e| fail(e.into(), Some(&session)))?;
-    let mut run = Run {
-        config,
-        client: Client::new(config.llm.clone()),
-        session: &session,
-        skills: &skills,
-        trace,
-        todo: TodoList::default(),
-        steps: 0,
-        tokens: 0,
-        subagents: 0,
-        stop: None,
-        refused: Vec::new(),
-    };
+    let skills = Skills::load(config.skills_dir.as_deref()).map_err(|e| fail(e, None))?;
+    let session = Session::create(config.session_parent.as_deref(), &config.input, config.owner).map_err(|e| fail(e, None))?;
+    let run_id = trace::new_id(16);
+    let mut trace =
+        Trace::create(&session.trace_path(), started, run_id.clone(), config.trace_content).map_err(|e| fail(e, Some(&session)))?;
+    for s in sinks {
+        trace.add_sink(s);
+    }
+    let display = display_for(config);
     if config.progress == Progress::Stderr {
         eprintln!("jail-agent: session {}", session.root.display());
         for s in &session.skipped_input {
-            eprintln!("jail-agent: input {s}");
+            eprintln!("jail-agent: input {}", shown(s));
         }
     }
+    let mut orchestrator = Conversation { span: SpanStart::now(None), ..Conversation::default() };
+    let system = ORCHESTRATOR_PROMPT.replace("{skills}", &skills.index());
+    let mut st = Checkpoint {
+        version: crate::checkpoint::VERSION,
+        settings: Settings::of(config),
+        run_id,
+        todo: TodoList::default(),
+        orchestrator: Conversation::default(),
+        sub: None,
+        steps: 0,
+        tokens: 0,
+        subagents: 0,
+        accepted: Accepted::default(),
+        wall_ms_before: 0.0,
+        finished: false,
+    };
+    let inputs = {
+        let ctx = Context {
+            session: &session,
+            runner: &config.runner,
+            skills: &skills,
+            rootfs: config.rootfs.as_deref(),
+            budget: config.budget,
+            accepted: &st.accepted,
+            deadline: started + config.caps.deadline,
+            progress: &display,
+            agent: ORCHESTRATOR,
+        };
+        ctx.call("list_input_files", "{}").content
+    };
+    orchestrator.messages =
+        vec![Message::System(system), Message::User(format!("Task:\n{}\n\nInput files:\n{inputs}", config.task.trim()))];
+    st.orchestrator = orchestrator;
+    st.save(&session.root).map_err(|e| fail(e, Some(&session)))?;
+    drive(config, &session, &skills, trace, st, started, display)
+}
+
+/// Go on with the run saved in `root` (see `checkpoint`).
+pub fn resume(config: &Config, root: &Path, sinks: Vec<Box<dyn trace::Sink>>) -> Result<Outcome, Failure> {
+    let started = Instant::now();
+    let mut st = Checkpoint::load(root).map_err(|e| fail(e, None))?;
+    let session = Session::reopen(root, config.owner).map_err(|e| fail(e, None))?;
+    let skills = Skills::load(config.skills_dir.as_deref()).map_err(|e| fail(e, Some(&session)))?;
+    let before = trace::read(&session.trace_path()).unwrap_or_default();
+    st.wall_ms_before = before
+        .iter()
+        .rev()
+        .find_map(|r| match r.event {
+            Event::RunEnd { wall_ms, .. } => Some(wall_ms),
+            _ => None,
+        })
+        .unwrap_or_else(|| before.last().map_or(0.0, |r| r.t_ms));
+    let mut trace = Trace::resume(&session.trace_path(), started, st.run_id.clone(), config.trace_content, st.wall_ms_before)
+        .map_err(|e| fail(e, Some(&session)))?;
+    for s in sinks {
+        trace.add_sink(s);
+    }
+    let display = display_for(config);
+    // The orchestrator's span of the earlier part ended (or was lost with
+    // the process); this part gets its own, in the same trace.
+    st.orchestrator.span = SpanStart::now(None);
+    if config.progress == Progress::Stderr {
+        eprintln!("jail-agent: session {} (resumed)", session.root.display());
+    }
+    drive(config, &session, &skills, trace, st, started, display)
+}
+
+fn drive(
+    config: &Config,
+    session: &Session,
+    skills: &Skills,
+    trace: Trace,
+    st: Checkpoint,
+    started: Instant,
+    display: Display,
+) -> Result<Outcome, Failure> {
+    let mut run = Run {
+        config,
+        client: Client::new(config.llm.clone()),
+        session,
+        skills,
+        trace,
+        st,
+        stop: None,
+        deadline: started + config.caps.deadline,
+        display,
+    };
     let result = run.orchestrate();
     let stop = match &result {
         Ok(_) => run.stop.clone().unwrap_or(Stop::Finished).describe(),
+        Err(e) if e.resumable() => format!("error (resumable): {e}"),
         Err(e) => format!("error: {e}"),
     };
     let wall_ms = run.trace.elapsed_ms();
-    let end = run.trace.record("orchestrator", None, Event::RunEnd { stop: stop.clone(), wall_ms });
+    let span = run.st.orchestrator.span.clone();
+    let end = run.trace.record(ORCHESTRATOR, None, &span, Event::RunEnd { stop: stop.clone(), wall_ms });
+    run.trace.flush();
     let summary = Summary::from_records(&run.trace.records, wall_ms, &stop);
     let saved = summary.save(&session.root);
     let answer = match result {
         Ok(a) => a,
-        Err(e) => return Err(fail(e, Some(&session))),
+        Err(e) => return Err(fail(e, Some(session))),
     };
-    end.and(saved).map_err(|e| fail(e.into(), Some(&session)))?;
-    std::fs::write(session.root.join("answer.md"), format!("{answer}\n"))
-        .map_err(|error| fail(TraceError::Write { path: session.root.join("answer.md"), error }.into(), Some(&session)))?;
+    end.and(saved).map_err(|e| fail(e, Some(session)))?;
+    crate::session::write_private(&session.root.join("answer.md"), format!("{answer}\n").as_bytes())
+        .map_err(|error| fail(TraceError::Write { path: session.root.join("answer.md"), error }, Some(session)))?;
+    run.st.finished = true;
+    run.st.save(&session.root).map_err(|e| fail(e, Some(session)))?;
     let exported = match &config.output {
-        Some(dest) => session.export(dest, &run.refused).map_err(|e| fail(e.into(), Some(&session)))?,
-        None => Vec::new(),
+        Some(dest) => crate::export::export(&session.output, &run.st.accepted, dest).map_err(|e| fail(e, Some(session)))?,
+        None => Exported::default(),
     };
-    let todo = run.todo.clone();
     let stop = run.stop.clone().unwrap_or(Stop::Finished);
-    Ok(Outcome { session: session.clone(), answer, stop, todo, summary, exported })
+    Ok(Outcome { session: session.clone(), answer, stop, todo: run.st.todo.clone(), summary, exported })
 }
 
 struct Run<'a> {
@@ -184,50 +324,66 @@ struct Run<'a> {
     session: &'a Session,
     skills: &'a Skills,
     trace: Trace,
-    todo: TodoList,
-    /// Model calls so far, every agent.
-    steps: u32,
-    /// Tokens in + out so far, every agent.
-    tokens: u64,
-    subagents: u32,
+    /// The state that is saved: todo, conversations, counters, accepted files.
+    st: Checkpoint,
     stop: Option<Stop>,
-    /// What the jail refused to hand on in the latest step.
-    refused: Vec<String>,
+    /// When the run must stop.
+    deadline: Instant,
+    display: Display,
 }
 
-/// How a sub-agent ended.
-struct SubOutcome {
-    state: State,
-    report: String,
+/// What one agent is at, for its records.
+struct Who<'a> {
+    agent: &'a str,
+    todo: Option<&'a str>,
+    /// The agent's `invoke_agent` span: the parent of its calls.
+    span: &'a str,
 }
 
 impl Run<'_> {
     fn say(&self, agent: &str, line: &str) {
-        if self.config.progress == Progress::Stderr {
-            eprintln!("[{agent}] {line}");
-        }
+        self.display.say(agent, line);
+    }
+
+    fn save(&self) -> Result<(), AgentError> {
+        Ok(self.st.save(&self.session.root)?)
     }
 
     /// The run cap, if it is reached.
     fn run_cap(&self) -> Option<Stop> {
         let caps = self.config.caps;
-        if self.steps >= caps.run_steps {
+        if self.st.steps >= caps.run_steps {
             Some(Stop::RunStepCap(caps.run_steps))
-        } else if self.tokens >= caps.run_tokens {
+        } else if self.st.tokens >= caps.run_tokens {
             Some(Stop::RunTokenCap(caps.run_tokens))
+        } else if Instant::now() >= self.deadline {
+            Some(Stop::Deadline(caps.deadline))
         } else {
             None
         }
     }
 
-    fn model_call(&mut self, agent: &str, todo: Option<&str>, messages: &[Message], role: Role) -> Result<Reply, AgentError> {
+    /// One model call on `conv`: the reply is added to it, its tool calls
+    /// become its pending calls, each with its share of the tokens.
+    fn model_call(&mut self, who: &Who, conv: &mut Conversation, role: Role) -> Result<Reply, AgentError> {
         let specs = tools::specs(role, self.skills);
-        let reply = self.client.chat(messages, &specs)?;
-        self.steps += 1;
-        self.tokens += reply.usage.input + reply.usage.output;
+        let span = SpanStart::now(Some(who.span));
+        let reply = {
+            let _status = self.display.waiting_for_model(who.agent, self.st.tokens);
+            self.client.chat(&conv.messages, &specs)?
+        };
+        self.st.steps += 1;
+        self.st.tokens += reply.usage.input + reply.usage.output;
+        let sizes: Vec<usize> = reply.tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).collect();
+        let shares = trace::split_tokens(reply.usage.output, &sizes);
+        let assistant = Message::Assistant { content: reply.content.clone(), tool_calls: reply.tool_calls.clone() };
+        let recorded = self.trace.content == Content::Recorded;
+        let input_messages = recorded.then(|| conv.messages[conv.recorded.min(conv.messages.len())..].iter().map(content_json).collect());
+        let output_message = recorded.then(|| content_json(&assistant));
         self.trace.record(
-            agent,
-            todo,
+            who.agent,
+            who.todo,
+            &span,
             Event::ModelCall {
                 model: self.config.llm.model.clone(),
                 tokens_in: reply.usage.input,
@@ -236,92 +392,126 @@ impl Run<'_> {
                 duration_ms: reply.duration.as_secs_f64() * 1000.0,
                 attempts: reply.attempts,
                 finish_reason: reply.finish_reason.clone(),
-                tool_calls: reply.tool_calls.iter().map(|c| c.name.clone()).collect(),
+                tool_calls: reply.tool_calls.iter().map(|c| cut(&c.name, 100)).collect(),
+                tool_call_ids: reply.tool_calls.iter().map(|c| cut(&c.id, 100)).collect(),
+                input_messages,
+                output_message,
             },
         )?;
+        conv.messages.push(assistant);
+        conv.recorded = conv.messages.len();
+        let of = reply.tool_calls.len();
+        conv.pending = reply
+            .tool_calls
+            .iter()
+            .zip(shares)
+            .enumerate()
+            .map(|(n, (call, tokens_out))| Pending { call: call.clone(), n, of, tokens_out, span: None })
+            .collect();
         Ok(reply)
     }
 
-    fn record_tool(&mut self, agent: &str, todo: Option<&str>, call: &ToolCall, done: &Done, ms: f64) -> Result<(), AgentError> {
-        let error = (!done.ok).then(|| llm::excerpt(&done.content, 200));
+    fn record_tool(&mut self, who: &Who, p: &Pending, span: &SpanStart, done: &Done, ms: f64) -> Result<(), AgentError> {
+        let error = (!done.ok).then(|| llm::excerpt(&done.content, 600));
+        let (arguments, result) = (self.trace.content_of(&p.call.arguments), self.trace.content_of(&done.content));
         self.trace.record(
-            agent,
-            todo,
-            Event::ToolCall { tool: call.name.clone(), ok: done.ok, duration_ms: ms, error, jail: done.jail.clone() },
+            who.agent,
+            who.todo,
+            span,
+            Event::ToolCall {
+                tool: cut(&p.call.name, 100),
+                call_id: cut(&p.call.id, 100),
+                ok: done.ok,
+                duration_ms: ms,
+                error,
+                jail: done.jail.clone(),
+                tokens_out: p.tokens_out,
+                arguments,
+                result,
+            },
         )?;
         Ok(())
     }
 
-    fn context(&self) -> Context<'_> {
+    fn context<'b>(&'b self, agent: &'b str) -> Context<'b> {
         Context {
             session: self.session,
             runner: &self.config.runner,
             skills: self.skills,
             rootfs: self.config.rootfs.as_deref(),
             budget: self.config.budget,
+            accepted: &self.st.accepted,
+            deadline: self.deadline,
+            progress: &self.display,
+            agent,
         }
     }
 
     // ------------------------------------------------------ orchestrator
 
     fn orchestrate(&mut self) -> Result<String, AgentError> {
-        let agent = "orchestrator";
-        let system = ORCHESTRATOR_PROMPT.replace("{skills}", &self.skills.index());
-        let inputs = self.context().call("list_input_files", "{}").content;
-        let mut messages = vec![
-            Message::System(system),
-            Message::User(format!("Task:\n{}\n\nInput files:\n{inputs}", self.config.task.trim())),
-        ];
-        let mut idle = 0;
+        let span_id = self.st.orchestrator.span.span_id.clone();
+        let who = Who { agent: ORCHESTRATOR, todo: None, span: &span_id };
         loop {
-            if let Some(stop) = self.run_cap() {
-                return Ok(self.stopped_answer(stop));
-            }
-            let reply = self.model_call(agent, None, &messages, Role::Orchestrator)?;
-            messages.push(Message::Assistant { content: reply.content.clone(), tool_calls: reply.tool_calls.clone() });
-            if reply.tool_calls.is_empty() {
-                idle += 1;
-                let text = reply.content.clone().unwrap_or_default();
-                if !self.todo.is_created() {
-                    if idle >= 2 {
-                        return Err(AgentError::NoToolCalls { times: idle, reply: llm::excerpt(&text, 200) });
-                    }
-                    messages.push(Message::User(
-                        "Do not answer yet: first call the create_todo_list tool with the plan.".into(),
-                    ));
-                    continue;
-                }
-                if self.todo.pending() > 0 && idle < 3 {
-                    messages.push(Message::User(format!(
-                        "{} items are still pending:\n{}\nCall start_next_todo, or block_todo the items that cannot be done, before the final answer.",
-                        self.todo.pending(),
-                        self.todo.render()
-                    )));
-                    continue;
-                }
-                if text.trim().is_empty() {
-                    if idle >= 3 {
-                        return Err(AgentError::NoToolCalls { times: idle, reply: String::new() });
-                    }
-                    messages.push(Message::User("Reply with the final answer as plain text.".into()));
-                    continue;
-                }
-                self.say(agent, "final answer");
-                return Ok(text.trim().to_string());
-            }
-            idle = 0;
-            for call in &reply.tool_calls {
-                let content = self.orchestrator_tool(call)?;
-                messages.push(Message::Tool { tool_call_id: call.id.clone(), content });
+            if let Some(mut p) = self.st.orchestrator.pending.first().cloned() {
+                let span = p.span.get_or_insert_with(|| SpanStart::now(Some(&span_id))).clone();
+                self.st.orchestrator.pending[0] = p.clone();
+                let content = match self.not_run(&who, &p, &span)? {
+                    Some(refusal) => refusal,
+                    None => self.orchestrator_tool(&who, &p, &span)?,
+                };
+                let conv = &mut self.st.orchestrator;
+                conv.messages.push(Message::Tool { tool_call_id: p.call.id.clone(), content });
+                conv.pending.remove(0);
+                self.save()?;
                 if let Some(stop) = self.stop.clone() {
                     return Ok(self.stopped_answer(stop));
                 }
+                continue;
             }
+            if let Some(stop) = self.run_cap() {
+                return Ok(self.stopped_answer(stop));
+            }
+            let mut conv = std::mem::take(&mut self.st.orchestrator);
+            let reply = self.model_call(&who, &mut conv, Role::Orchestrator);
+            self.st.orchestrator = conv;
+            let reply = reply?;
+            if !reply.tool_calls.is_empty() {
+                self.st.orchestrator.idle = 0;
+                self.save()?;
+                continue;
+            }
+            let conv = &mut self.st.orchestrator;
+            conv.idle += 1;
+            let idle = conv.idle;
+            let text = reply.content.clone().unwrap_or_default();
+            let nudge = if !self.st.todo.is_created() {
+                if idle >= 2 {
+                    return Err(AgentError::NoToolCalls { times: idle, reply: shown(&llm::excerpt(&text, 200)) });
+                }
+                "Do not answer yet: first call the create_todo_list tool with the plan.".to_string()
+            } else if self.st.todo.pending() > 0 && idle < 3 {
+                format!(
+                    "{} items are still pending:\n{}\nCall start_next_todo, or block_todo the items that cannot be done, before the final answer.",
+                    self.st.todo.pending(),
+                    self.st.todo.render()
+                )
+            } else if text.trim().is_empty() {
+                if idle >= 3 {
+                    return Err(AgentError::NoToolCalls { times: idle, reply: String::new() });
+                }
+                "Reply with the final answer as plain text.".to_string()
+            } else {
+                self.say(ORCHESTRATOR, "final answer");
+                return Ok(text.trim().to_string());
+            };
+            self.st.orchestrator.messages.push(Message::User(nudge));
+            self.save()?;
         }
     }
 
-    fn orchestrator_tool(&mut self, call: &ToolCall) -> Result<String, AgentError> {
-        let agent = "orchestrator";
+    fn orchestrator_tool(&mut self, who: &Who, p: &Pending, span: &SpanStart) -> Result<String, AgentError> {
+        let call = &p.call;
         let started = Instant::now();
         let mut nested_ms = 0.0;
         let done = match call.name.as_str() {
@@ -333,9 +523,9 @@ impl Run<'_> {
                 match parse_args::<Items>(&call.name, &call.arguments) {
                     Err(e) => Done::error(e),
                     Ok(a) => {
-                        let r = if call.name == "create_todo_list" { self.todo.create(a.items) } else { self.todo.revise(a.items) };
+                        let r = if call.name == "create_todo_list" { self.st.todo.create(a.items) } else { self.st.todo.revise(a.items) };
                         match r {
-                            Ok(()) => Done::ok(format!("the todo list:\n{}\nNow call start_next_todo.", self.todo.render())),
+                            Ok(()) => Done::ok(format!("the todo list:\n{}\nNow call start_next_todo.", self.st.todo.render())),
                             Err(e) => Done::error(e),
                         }
                     }
@@ -343,29 +533,37 @@ impl Run<'_> {
             }
             "start_next_todo" => match parse_args::<serde_json::Value>(&call.name, &call.arguments) {
                 Err(e) => Done::error(e),
-                Ok(_) if !self.todo.is_created() => Done::error("there is no todo list yet; call create_todo_list first".into()),
-                Ok(_) => match self.todo.start_next() {
-                    None => Done::ok(format!(
-                        "no item is pending; the list:\n{}\nWrite the final answer now, as plain text.",
-                        self.todo.render()
-                    )),
-                    Some(index) => {
-                        let sub_started = Instant::now();
-                        let out = self.subagent(index)?;
-                        nested_ms = sub_started.elapsed().as_secs_f64() * 1000.0;
-                        self.todo.finish(index, out.state, out.report.clone());
-                        let item = &self.todo.items[index];
-                        let state = if out.state == State::Done { "done" } else { "blocked" };
-                        let files = self.context().call("list_output_files", "{}").content;
-                        Done::ok(format!(
-                            "item {} `{}` is {state}.\nreport: {}\n\n{files}\nthe list now:\n{}",
-                            index + 1,
-                            item.name,
-                            out.report,
-                            self.todo.render()
-                        ))
+                Ok(_) if !self.st.todo.is_created() => Done::error("there is no todo list yet; call create_todo_list first".into()),
+                Ok(_) => {
+                    // A resumed run goes on with the sub-agent it had.
+                    let next = match &self.st.sub {
+                        Some(sub) => Some(sub.index),
+                        None => self.st.todo.start_next(),
+                    };
+                    match next {
+                        None => Done::ok(format!(
+                            "no item is pending; the list:\n{}\nWrite the final answer now, as plain text.",
+                            self.st.todo.render()
+                        )),
+                        Some(index) => {
+                            let sub_started = Instant::now();
+                            let out = self.subagent(index, &span.span_id)?;
+                            nested_ms = sub_started.elapsed().as_secs_f64() * 1000.0;
+                            self.st.todo.finish(index, out.state, out.report.clone());
+                            self.st.sub = None;
+                            let item = &self.st.todo.items[index];
+                            let state = if out.state == State::Done { "done" } else { "blocked" };
+                            let files = self.context(ORCHESTRATOR).call("list_output_files", "{}").content;
+                            Done::ok(format!(
+                                "item {} `{}` is {state}.\nreport: {}\n\n{files}\nthe list now:\n{}",
+                                index + 1,
+                                item.name,
+                                out.report,
+                                self.st.todo.render()
+                            ))
+                        }
                     }
-                },
+                }
             },
             "block_todo" => {
                 #[derive(serde::Deserialize)]
@@ -375,29 +573,50 @@ impl Run<'_> {
                 }
                 match parse_args::<Block>(&call.name, &call.arguments) {
                     Err(e) => Done::error(e),
-                    Ok(b) => match self.todo.block_pending(&b.item, b.reason) {
-                        Ok(()) => Done::ok(format!("blocked `{}`; the list:\n{}", b.item, self.todo.render())),
+                    Ok(b) => match self.st.todo.block_pending(&b.item, cut(&b.reason, MAX_REPORT_BYTES)) {
+                        Ok(()) => Done::ok(format!("blocked `{}`; the list:\n{}", shown(&b.item), self.st.todo.render())),
                         Err(e) => Done::error(e),
                     },
                 }
             }
-            name if tools::names(Role::Orchestrator).contains(&name) => self.context().call(name, &call.arguments),
+            name if tools::names(Role::Orchestrator).contains(&name) => self.context(ORCHESTRATOR).call(name, &call.arguments),
             other => Done::error(unknown_tool(other, Role::Orchestrator)),
         };
         let ms = (started.elapsed().as_secs_f64() * 1000.0 - nested_ms).max(0.0);
-        self.say(agent, &format!("{} → {}", call.name, if done.ok { "ok" } else { "error" }));
-        self.record_tool(agent, None, call, &done, ms)?;
+        self.say(who.agent, &format!("{} → {}", call.name, if done.ok { "ok" } else { "error" }));
+        self.record_tool(who, p, span, &done, ms)?;
         Ok(done.content)
+    }
+
+    /// The answer to a call that is not run: past the per-reply cap, or past
+    /// the run's deadline. Recorded as a failed call.
+    fn not_run(&mut self, who: &Who, p: &Pending, span: &SpanStart) -> Result<Option<String>, AgentError> {
+        let cap = self.config.caps.calls_per_reply;
+        let why = if p.n >= cap {
+            format!(
+                "not run: this reply asked for {} tool calls and at most {cap} are run per reply; the first {cap} ran. Call `{}` again in your next reply if it is still needed.",
+                p.of,
+                shown(&p.call.name)
+            )
+        } else if Instant::now() >= self.deadline {
+            format!("not run: the run's deadline ({} s) has passed", self.config.caps.deadline.as_secs())
+        } else {
+            return Ok(None);
+        };
+        let done = Done::error(why);
+        self.say(who.agent, &format!("{} → not run", p.call.name));
+        self.record_tool(who, p, span, &done, 0.0)?;
+        Ok(Some(done.content))
     }
 
     /// The answer when the run stopped at a cap, written from the reports.
     fn stopped_answer(&mut self, stop: Stop) -> String {
         self.stop = Some(stop.clone());
         let mut out = format!("The run stopped before it finished: {}.\n", stop.describe());
-        if self.todo.items.is_empty() {
+        if self.st.todo.items.is_empty() {
             out.push_str("No plan was made.\n");
         }
-        for (n, i) in self.todo.items.iter().enumerate() {
+        for (n, i) in self.st.todo.items.iter().enumerate() {
             let state = match i.state {
                 State::Done => "done",
                 State::Blocked => "blocked",
@@ -414,89 +633,145 @@ impl Run<'_> {
 
     // ---------------------------------------------------------- sub-agent
 
-    fn subagent(&mut self, index: usize) -> Result<SubOutcome, AgentError> {
-        self.subagents += 1;
-        let agent = format!("subagent-{}", self.subagents);
+    /// Run (or, resumed, go on with) the sub-agent of item `index`, whose
+    /// `invoke_agent` span hangs below the `start_next_todo` call `parent`.
+    fn subagent(&mut self, index: usize, parent: &str) -> Result<SubOutcome, AgentError> {
         let started = Instant::now();
-        let item = self.todo.items[index].clone();
-        let todo = Some(item.name.as_str());
-        let caps = self.config.caps;
-        let (steps0, tokens0) = (self.steps, self.tokens);
-        self.say(&agent, &format!("start `{}`", item.name));
-        let system = SUBAGENT_PROMPT.replace("{skills}", &self.skills.index());
-        let mut messages = vec![Message::System(system), Message::User(self.brief(index))];
-        let mut idle = 0;
-        let outcome = loop {
-            let (steps, tokens) = (self.steps - steps0, self.tokens - tokens0);
-            if let Some(stop) = self.run_cap() {
-                let report = format!("stopped: the {} before this item was finished", stop.describe());
-                self.stop = Some(stop);
-                break SubOutcome { state: State::Blocked, report };
+        let item = self.st.todo.items[index].clone();
+        let mut sub = match self.st.sub.take() {
+            Some(sub) if sub.index == index => {
+                self.say(&sub.agent, &format!("resume `{}`", item.name));
+                sub
             }
-            if steps >= caps.subagent_steps {
-                break SubOutcome {
-                    state: State::Blocked,
-                    report: format!("stopped: the sub-agent reached its step cap ({} model calls) before finishing", caps.subagent_steps),
-                };
-            }
-            if tokens >= caps.subagent_tokens {
-                break SubOutcome {
-                    state: State::Blocked,
-                    report: format!("stopped: the sub-agent reached its token cap ({} tokens) before finishing", caps.subagent_tokens),
-                };
-            }
-            let reply = self.model_call(&agent, todo, &messages, Role::SubAgent)?;
-            messages.push(Message::Assistant { content: reply.content.clone(), tool_calls: reply.tool_calls.clone() });
-            if reply.tool_calls.is_empty() {
-                idle += 1;
-                if idle >= 3 {
-                    let said = llm::excerpt(reply.content.as_deref().unwrap_or(""), 300);
-                    break SubOutcome {
-                        state: State::Blocked,
-                        report: format!("stopped: the sub-agent stopped calling tools without finishing; it last said: {said}"),
-                    };
+            _ => {
+                self.st.subagents += 1;
+                let agent = format!("subagent-{}", self.st.subagents);
+                self.say(&agent, &format!("start `{}`", item.name));
+                let system = SUBAGENT_PROMPT.replace("{skills}", &self.skills.index());
+                SubRun {
+                    index,
+                    agent,
+                    steps0: self.st.steps,
+                    tokens0: self.st.tokens,
+                    conv: Conversation {
+                        messages: vec![Message::System(system), Message::User(self.brief(index))],
+                        span: SpanStart::now(Some(parent)),
+                        ..Conversation::default()
+                    },
+                    outcome: None,
                 }
-                messages.push(Message::User(
-                    "Keep working with the tools. When the item is done, call complete_todo with your report; if it cannot be done, call block_todo with the reason.".into(),
-                ));
-                continue;
-            }
-            idle = 0;
-            let mut finished = None;
-            for call in &reply.tool_calls {
-                if finished.is_some() {
-                    // The item is over; answer the remaining calls so the
-                    // transcript stays well-formed.
-                    messages.push(Message::Tool { tool_call_id: call.id.clone(), content: "skipped: the item is already finished".into() });
-                    continue;
-                }
-                let (content, end) = self.subagent_tool(&agent, todo, &item.outputs, call)?;
-                messages.push(Message::Tool { tool_call_id: call.id.clone(), content });
-                finished = end;
-            }
-            if let Some(o) = finished {
-                break o;
             }
         };
-        let steps = self.steps - steps0;
+        let outcome = self.subagent_loop(&mut sub, &item);
+        let outcome = match outcome {
+            Ok(o) => o,
+            Err(e) => {
+                // Keep the sub-agent where it was, for `resume`.
+                self.st.sub = Some(sub);
+                let _ = self.save();
+                return Err(e);
+            }
+        };
+        sub.outcome = Some(outcome.clone());
+        let (agent, span) = (sub.agent.clone(), sub.conv.span.clone());
+        let steps = self.st.steps - sub.steps0;
+        self.st.sub = Some(sub);
+        self.save()?;
         self.say(&agent, &format!("{} `{}`", if outcome.state == State::Done { "done" } else { "blocked" }, item.name));
-        let end_tokens = self.subagent_tokens(&agent);
+        let (tokens_in, tokens_out) = self.agent_tokens(&agent);
         self.trace.record(
             &agent,
-            todo,
+            Some(&item.name),
+            &span,
             Event::AgentEnd {
                 outcome: if outcome.state == State::Done { "done".into() } else { outcome.report.clone() },
                 steps,
-                tokens_in: end_tokens.0,
-                tokens_out: end_tokens.1,
+                tokens_in,
+                tokens_out,
                 wall_ms: started.elapsed().as_secs_f64() * 1000.0,
             },
         )?;
         Ok(outcome)
     }
 
+    fn subagent_loop(&mut self, sub: &mut SubRun, item: &crate::todo::TodoItem) -> Result<SubOutcome, AgentError> {
+        if let Some(o) = &sub.outcome {
+            return Ok(o.clone());
+        }
+        let caps = self.config.caps;
+        let (agent, span_id) = (sub.agent.clone(), sub.conv.span.span_id.clone());
+        let who = Who { agent: &agent, todo: Some(&item.name), span: &span_id };
+        loop {
+            if let Some(mut p) = sub.conv.pending.first().cloned() {
+                let span = p.span.get_or_insert_with(|| SpanStart::now(Some(&span_id))).clone();
+                let (content, end) = match self.not_run(&who, &p, &span)? {
+                    Some(refusal) => (refusal, None),
+                    None => self.subagent_tool(&who, &item.outputs, &p, &span)?,
+                };
+                sub.conv.messages.push(Message::Tool { tool_call_id: p.call.id.clone(), content });
+                sub.conv.pending.remove(0);
+                if let Some(o) = end {
+                    // The item is over; answer the remaining calls so the
+                    // transcript stays well-formed.
+                    for rest in sub.conv.pending.drain(..) {
+                        sub.conv.messages.push(Message::Tool {
+                            tool_call_id: rest.call.id.clone(),
+                            content: "skipped: the item is already finished".into(),
+                        });
+                    }
+                    return Ok(o);
+                }
+                self.checkpoint_sub(sub)?;
+                continue;
+            }
+            let (steps, tokens) = (self.st.steps - sub.steps0, self.st.tokens - sub.tokens0);
+            if let Some(stop) = self.run_cap() {
+                let report = format!("stopped: the {} before this item was finished", stop.describe());
+                self.stop = Some(stop);
+                return Ok(SubOutcome { state: State::Blocked, report });
+            }
+            if steps >= caps.subagent_steps {
+                return Ok(SubOutcome {
+                    state: State::Blocked,
+                    report: format!("stopped: the sub-agent reached its step cap ({} model calls) before finishing", caps.subagent_steps),
+                });
+            }
+            if tokens >= caps.subagent_tokens {
+                return Ok(SubOutcome {
+                    state: State::Blocked,
+                    report: format!("stopped: the sub-agent reached its token cap ({} tokens) before finishing", caps.subagent_tokens),
+                });
+            }
+            let reply = self.model_call(&who, &mut sub.conv, Role::SubAgent)?;
+            if reply.tool_calls.is_empty() {
+                sub.conv.idle += 1;
+                if sub.conv.idle >= 3 {
+                    let said = shown(&llm::excerpt(reply.content.as_deref().unwrap_or(""), 300));
+                    return Ok(SubOutcome {
+                        state: State::Blocked,
+                        report: format!("stopped: the sub-agent stopped calling tools without finishing; it last said: {said}"),
+                    });
+                }
+                sub.conv.messages.push(Message::User(
+                    "Keep working with the tools. When the item is done, call complete_todo with your report; if it cannot be done, call block_todo with the reason.".into(),
+                ));
+            } else {
+                sub.conv.idle = 0;
+            }
+            self.checkpoint_sub(sub)?;
+        }
+    }
+
+    /// Save the state with the running sub-agent as it is now.
+    fn checkpoint_sub(&mut self, sub: &SubRun) -> Result<(), AgentError> {
+        self.st.sub = Some(sub.clone());
+        let saved = self.save();
+        self.st.sub = None;
+        saved
+    }
+
     /// Tokens in and out this agent used, from the trace.
-    fn subagent_tokens(&self, agent: &str) -> (u64, u64) {
+    fn agent_tokens(&self, agent: &str) -> (u64, u64) {
         self.trace.records.iter().filter(|r| r.agent == agent).fold((0, 0), |acc, r| match &r.event {
             Event::ModelCall { tokens_in, tokens_out, .. } => (acc.0 + tokens_in, acc.1 + tokens_out),
             _ => acc,
@@ -505,7 +780,7 @@ impl Run<'_> {
 
     /// The item's brief: all a sub-agent knows when it starts.
     fn brief(&self, index: usize) -> String {
-        let i = &self.todo.items[index];
+        let i = &self.st.todo.items[index];
         let list = |v: &[String]| if v.is_empty() { "(none given)".to_string() } else { v.join(", ") };
         let mut out = format!(
             "Your item: {}\nGoal: {}\nSkills to read: {}\nInputs: {}\nOutputs it must leave: {}\nSuccess criteria: {}\n",
@@ -517,7 +792,7 @@ impl Run<'_> {
             i.success_criteria
         );
         out.push_str(&format!("\nThe whole task, for context only: {}\n", self.config.task.trim()));
-        let earlier: Vec<String> = self.todo.items[..index]
+        let earlier: Vec<String> = self.st.todo.items[..index]
             .iter()
             .filter(|j| j.state.is_finished())
             .map(|j| format!("- {} [{:?}]: {}", j.name, j.state, llm::excerpt(j.report.as_deref().unwrap_or(""), 300)))
@@ -525,17 +800,18 @@ impl Run<'_> {
         if !earlier.is_empty() {
             out.push_str(&format!("\nEarlier items:\n{}\n", earlier.join("\n")));
         }
-        out.push_str(&format!("\n{}", self.context().call("list_output_files", "{}").content));
+        out.push_str(&format!("\n{}", self.context(ORCHESTRATOR).call("list_output_files", "{}").content));
         out
     }
 
     fn subagent_tool(
         &mut self,
-        agent: &str,
-        todo: Option<&str>,
+        who: &Who,
         outputs: &[String],
-        call: &ToolCall,
+        p: &Pending,
+        span: &SpanStart,
     ) -> Result<(String, Option<SubOutcome>), AgentError> {
+        let call = &p.call;
         let started = Instant::now();
         let mut end = None;
         let done = match call.name.as_str() {
@@ -549,11 +825,11 @@ impl Run<'_> {
                     Ok(c) => {
                         let missing = self.missing_outputs(outputs);
                         if missing.is_empty() {
-                            end = Some(SubOutcome { state: State::Done, report: c.report });
+                            end = Some(SubOutcome { state: State::Done, report: cut(&c.report, MAX_REPORT_BYTES) });
                             Done::ok("the item is done".into())
                         } else {
                             Done::error(format!(
-                                "these outputs of the item are not in /workspace/output yet: {}; create them, or call block_todo with the reason",
+                                "these outputs of the item are not in /workspace/output yet (or the jail refused them): {}; create them, or call block_todo with the reason",
                                 missing.join(", ")
                             ))
                         }
@@ -568,28 +844,34 @@ impl Run<'_> {
                 match parse_args::<Block>(&call.name, &call.arguments) {
                     Err(e) => Done::error(e),
                     Ok(b) => {
-                        end = Some(SubOutcome { state: State::Blocked, report: b.reason });
+                        end = Some(SubOutcome { state: State::Blocked, report: cut(&b.reason, MAX_REPORT_BYTES) });
                         Done::ok("the item is blocked".into())
                     }
                 }
             }
-            name if tools::names(Role::SubAgent).contains(&name) => self.context().call(name, &call.arguments),
+            name if tools::names(Role::SubAgent).contains(&name) => self.context(who.agent).call(name, &call.arguments),
             other => Done::error(unknown_tool(other, Role::SubAgent)),
         };
-        if let Some(refused) = &done.refused {
-            self.refused = refused.clone();
+        if let Some(step) = &done.step {
+            // A step that could not start checked nothing: keep what the
+            // last checked step accepted.
+            self.st.accepted.update(step);
+        }
+        if call.name == "delete_output_file" && done.ok {
+            self.st.accepted.forget_missing(&self.session.output);
         }
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         let note = match &done.jail {
             Some(j) => format!("{} → {}", call.name, j.status),
             None => format!("{} → {}", call.name, if done.ok { "ok" } else { "error" }),
         };
-        self.say(agent, &note);
-        self.record_tool(agent, todo, call, &done, ms)?;
+        self.say(who.agent, &note);
+        self.record_tool(who, p, span, &done, ms)?;
         Ok((done.content, end))
     }
 
-    /// Declared outputs that look like file paths and are not in the output.
+    /// Declared outputs that look like file paths and the jail has not
+    /// accepted (absent, or refused).
     fn missing_outputs(&self, outputs: &[String]) -> Vec<String> {
         outputs
             .iter()
@@ -600,26 +882,34 @@ impl Run<'_> {
                     None if !o.starts_with('/') && o.contains('.') => o,
                     None => return None,
                 };
-                let looks_like_file = !rel.is_empty()
-                    && !rel.contains(char::is_whitespace)
-                    && !rel.contains('*')
-                    && crate::session::clean_relative(rel).is_ok();
-                (looks_like_file && std::fs::symlink_metadata(self.session.output.join(rel)).is_err()).then(|| o.to_string())
+                if rel.is_empty() || rel.contains(char::is_whitespace) || rel.contains('*') {
+                    return None;
+                }
+                let rel = crate::session::clean_relative(rel).ok()?;
+                self.st.accepted.get(&rel.to_string_lossy()).is_none().then(|| shown(o))
             })
             .collect()
     }
 }
 
-fn unknown_tool(name: &str, role: Role) -> String {
-    format!(
-        "there is no tool named `{}` for this agent; the tools are: {}",
-        crate::session::display_path(name),
-        tools::names(role).join(", ")
-    )
+/// A message as the trace records it: the endpoint's shape, text cut.
+fn content_json(m: &Message) -> serde_json::Value {
+    let mut v = m.to_json();
+    if let Some(c) = v.get_mut("content") {
+        if let Some(s) = c.as_str() {
+            *c = serde_json::Value::String(cut(s, trace::MAX_CONTENT_BYTES));
+        }
+    }
+    v
 }
 
-/// The sandbox owner for this process: root runs map the sandbox to the
-/// policy's unprivileged host ids.
+fn unknown_tool(name: &str, role: Role) -> String {
+    format!("there is no tool named `{}` for this agent; the tools are: {}", shown(name), tools::names(role).join(", "))
+}
+
+/// The sandbox owner for this process: root runs map the sandbox to an
+/// unprivileged host uid of the policy's `identity.root_host_uids` (each
+/// concurrent run its own) and to its `root_host_gid`, which all share.
 pub fn owner_for(policy: Option<&Path>) -> Result<Owner, String> {
     if !nix::unistd::geteuid().is_root() {
         return Ok(Owner::Caller);
@@ -629,5 +919,5 @@ pub fn owner_for(policy: Option<&Path>) -> Result<Owner, String> {
         None => jail::policy::Policy::builtin_default(),
     }
     .map_err(|e| format!("policy: {e}"))?;
-    Ok(Owner::Sandbox { uid: p.identity.root_host_uid, gid: p.identity.root_host_gid })
+    Ok(Owner::Sandbox { uid: p.identity.root_host_uids.first, gid: p.identity.root_host_gid })
 }

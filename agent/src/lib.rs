@@ -9,8 +9,13 @@
 //! it can do; `trace` records every call and sums it up.
 
 pub mod agent;
+pub mod checkpoint;
+pub mod escape;
+pub mod export;
 pub mod llm;
+pub mod otel;
 pub mod packages;
+pub mod progress;
 pub mod runner;
 pub mod session;
 pub mod skills;

@@ -1,6 +1,10 @@
 //! The model client: one chat-completions call to any OpenAI-compatible
-//! endpoint with tool calling, retried with backoff on 429, 5xx and transport
-//! failures, bounded by a request timeout, and parsed leniently: vendors add
+//! endpoint with tool calling, retried with backoff on 429, 5xx, transport
+//! failures and on a 200 whose body is not a chat completion (garbage, an
+//! HTML page, an error object, no `choices`): a proxy or an overloaded
+//! server sends those, and one of them must not end a run. `Retry-After` is
+//! honoured in both its forms, seconds and an HTTP date. Each request is
+//! bounded by a timeout, and the reply is parsed leniently: vendors add
 //! fields (`reasoning_content`, `system_fingerprint`, ...), send `arguments`
 //! as an object instead of a string, or leave out `usage`, and none of that
 //! may break a run.
@@ -53,22 +57,36 @@ pub enum LlmError {
     Decode { url: String, cause: String, excerpt: String },
     #[error("the model endpoint {url} is not a valid URL: {cause} (set LLM_BASE_URL to e.g. http://localhost:8000/v1)")]
     BadUrl { url: String, cause: String },
+    #[error("{last} (gave up after {attempts} attempts)")]
+    GaveUp { attempts: u32, last: Box<LlmError> },
 }
 
 /// A chat message, in the shape the endpoint expects back.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
-    System(String),
-    User(String),
+    System { content: String },
+    User { content: String },
     Assistant { content: Option<String>, tool_calls: Vec<ToolCall> },
     Tool { tool_call_id: String, content: String },
 }
 
 impl Message {
-    fn to_json(&self) -> Value {
+    #[allow(non_snake_case)]
+    pub fn System(content: String) -> Message {
+        Message::System { content }
+    }
+
+    #[allow(non_snake_case)]
+    pub fn User(content: String) -> Message {
+        Message::User { content }
+    }
+
+    /// The message as the endpoint takes it.
+    pub fn to_json(&self) -> Value {
         match self {
-            Message::System(c) => json!({"role": "system", "content": c}),
-            Message::User(c) => json!({"role": "user", "content": c}),
+            Message::System { content: c } => json!({"role": "system", "content": c}),
+            Message::User { content: c } => json!({"role": "user", "content": c}),
             Message::Assistant { content, tool_calls } => {
                 // Some servers refuse an assistant turn with neither content
                 // nor tool calls: send an empty string rather than null then.
@@ -97,7 +115,7 @@ impl Message {
     /// Characters of text, for estimating tokens when the endpoint reports none.
     fn chars(&self) -> usize {
         match self {
-            Message::System(c) | Message::User(c) => c.len(),
+            Message::System { content: c } | Message::User { content: c } => c.len(),
             Message::Assistant { content, tool_calls } => {
                 content.as_ref().map_or(0, String::len)
                     + tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).sum::<usize>()
@@ -109,7 +127,7 @@ impl Message {
 
 /// One tool call the model asked for. `arguments` is the raw JSON text, which
 /// may be malformed: the tool layer answers that with a tool error.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ToolCall {
     pub id: String,
     pub name: String,
@@ -186,29 +204,28 @@ impl Client {
         }
         let body = body.to_string();
         let mut attempts = 0;
-        let text = loop {
+        let mut reply = loop {
             attempts += 1;
-            match self.attempt(&body) {
-                Attempt::Done(text) => break text,
+            let (error, after) = match self.attempt(&body) {
+                // A 200 that is not a chat completion is the server's fault,
+                // like a 5xx: retried the same way.
+                Attempt::Done(text) => match parse_reply(&text) {
+                    Ok(reply) => break reply,
+                    Err(cause) => (LlmError::Decode { url: self.url.clone(), cause, excerpt: excerpt(&text, 300) }, None),
+                },
                 Attempt::Fail(e) => return Err(e),
-                Attempt::Retry { error, after } => {
-                    if attempts > self.config.max_retries {
-                        return Err(error);
-                    }
-                    // Retry-After when the server sent one, else exponential backoff.
-                    let wait = match after {
-                        Some(a) => a.min(Duration::from_secs(60)),
-                        None => self.config.retry_base.saturating_mul(1 << (attempts - 1).min(16)).min(Duration::from_secs(30)),
-                    };
-                    std::thread::sleep(wait);
-                }
+                Attempt::Retry { error, after } => (error, after),
+            };
+            if attempts > self.config.max_retries {
+                return Err(LlmError::GaveUp { attempts, last: Box::new(error) });
             }
+            // Retry-After when the server sent one, else exponential backoff.
+            let wait = match after {
+                Some(a) => a.min(Duration::from_secs(60)),
+                None => self.config.retry_base.saturating_mul(1 << (attempts - 1).min(16)).min(Duration::from_secs(30)),
+            };
+            std::thread::sleep(wait);
         };
-        let mut reply = parse_reply(&text).map_err(|cause| LlmError::Decode {
-            url: self.url.clone(),
-            cause,
-            excerpt: excerpt(&text, 300),
-        })?;
         if reply.usage.estimated {
             let sent: usize = messages.iter().map(Message::chars).sum::<usize>()
                 + tools.iter().map(|t| t.to_string().len()).sum::<usize>();
@@ -236,9 +253,7 @@ impl Client {
             .headers()
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .map(Duration::from_secs_f64);
+            .and_then(|v| retry_after(v, std::time::SystemTime::now()));
         let text = match resp.body_mut().with_config().limit(32 << 20).read_to_string() {
             Ok(t) => t,
             Err(e) => return self.transport_error(e),
@@ -271,6 +286,41 @@ impl Client {
             other => Attempt::Retry { error: LlmError::Unreachable { url, cause: other.to_string() }, after: None },
         }
     }
+}
+
+/// A `Retry-After` value as a wait: delay-seconds, or an HTTP date
+/// (RFC 9110 IMF-fixdate, `Sun, 06 Nov 1994 08:49:37 GMT`) from `now`.
+pub fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
+    let v = value.trim();
+    if let Ok(secs) = v.parse::<f64>() {
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+    }
+    let at = http_date(v)?;
+    let now = now.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs() as i64;
+    Some(Duration::from_secs(at.saturating_sub(now).max(0) as u64))
+}
+
+/// Seconds since the epoch of an IMF-fixdate.
+fn http_date(v: &str) -> Option<i64> {
+    let (_, rest) = v.split_once(", ")?;
+    let parts: Vec<&str> = rest.split_whitespace().collect();
+    let [day, month, year, time, "GMT"] = parts.as_slice() else { return None };
+    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"].iter().position(|m| m == month)? as i64 + 1;
+    let (day, year): (i64, i64) = (day.parse().ok()?, year.parse().ok()?);
+    let hms: Vec<i64> = time.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
+    let [h, m, s] = hms.as_slice() else { return None };
+    if !(1..=31).contains(&day) || *h > 23 || *m > 59 || *s > 60 {
+        return None;
+    }
+    // Days from civil (Howard Hinnant), the inverse of trace::civil_from_days.
+    let y = if month <= 2 { year - 1 } else { year };
+    let era = y.div_euclid(400);
+    let yoe = y.rem_euclid(400);
+    let mp = (month + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    Some(days * 86_400 + h * 3600 + m * 60 + s)
 }
 
 fn status_hint(status: u16) -> &'static str {
@@ -396,6 +446,32 @@ mod tests {
         assert!(parse_reply(r#"{"error":{"message":"model not found"}}"#).unwrap_err().contains("model not found"));
         assert!(parse_reply(r#"{"choices":[]}"#).unwrap_err().contains("choices"));
         assert!(parse_reply("<html>").unwrap_err().contains("not JSON"));
+    }
+
+    #[test]
+    fn retry_after_takes_seconds_or_an_http_date() {
+        use std::time::{SystemTime, UNIX_EPOCH};
+        let now = UNIX_EPOCH + Duration::from_secs(784_111_770); // Sun, 06 Nov 1994 08:49:30 GMT
+        assert_eq!(retry_after("7", now), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after("0.5", now), Some(Duration::from_millis(500)));
+        assert_eq!(retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now), Some(Duration::from_secs(7)));
+        assert_eq!(retry_after("Sun, 06 Nov 1994 08:49:00 GMT", now), Some(Duration::ZERO), "a date past is no wait");
+        assert_eq!(retry_after("Tue, 29 Feb 2000 00:00:00 GMT", UNIX_EPOCH), Some(Duration::from_secs(951_782_400)));
+        for bad in ["soon", "-3", "Sun, 06 Nov 1994 25:00:00 GMT", "Sun, 06 Foo 1994 08:49:37 GMT", ""] {
+            assert_eq!(retry_after(bad, SystemTime::now()), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn messages_round_trip_through_json_for_a_resumed_run() {
+        let m = vec![
+            Message::System("s".into()),
+            Message::User("u".into()),
+            Message::Assistant { content: None, tool_calls: vec![ToolCall { id: "c".into(), name: "n".into(), arguments: "{}".into() }] },
+            Message::Tool { tool_call_id: "c".into(), content: "r".into() },
+        ];
+        let back: Vec<Message> = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(back, m);
     }
 
     #[test]

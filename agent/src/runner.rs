@@ -6,7 +6,7 @@
 //! jail gets the agent's environment minus `LLM_*` and anything named like a
 //! credential.
 
-use std::io::Read;
+use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -14,12 +14,25 @@ use std::time::{Duration, Instant};
 
 use jail::result::RunResult;
 
+use crate::progress::StepWatch;
 use crate::session::Session;
+
+/// Most bytes of the jail's own stderr kept for an error message.
+const MAX_STDERR: usize = 64 << 10;
+
+enum Output {
+    Stdout(Vec<u8>),
+    Stderr(Vec<u8>),
+    Line(String),
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
     #[error("cannot start the jail binary {path}: {error} (build it with `cargo build`, or pass --jail PATH / set JAIL_BIN)")]
-    Spawn { path: PathBuf, error: std::io::Error },
+    Spawn {
+        path: PathBuf,
+        error: std::io::Error,
+    },
     #[error("the jail printed no result (exit status {status}): {stderr}")]
     NoResult { status: String, stderr: String },
     #[error("the jail's result does not match this agent's result type ({cause}); rebuild both from one checkout")]
@@ -49,8 +62,16 @@ pub struct Step {
 }
 
 impl Runner {
-    /// Run `script` (a path relative to the session's code dir).
-    pub fn run(&self, session: &Session, script: &Path, args: &[String]) -> Result<Step, RunnerError> {
+    /// Run `script` (a path relative to the session's code dir), for at most
+    /// `at_most` of wall-clock time when given (the run's deadline).
+    pub fn run(
+        &self,
+        session: &Session,
+        script: &Path,
+        args: &[String],
+        at_most: Option<Duration>,
+        watch: &mut dyn StepWatch,
+    ) -> Result<Step, RunnerError> {
         let started = Instant::now();
         let mut cmd = Command::new(&self.jail);
         cmd.arg("run").arg("--json");
@@ -60,8 +81,14 @@ impl Runner {
         if let Some(r) = &self.rootfs {
             cmd.arg("--rootfs").arg(r);
         }
-        if let Some(t) = self.timeout {
-            cmd.arg("--timeout").arg(t.to_string());
+        let wall_limit = at_most.map_or(self.wall_limit, |m| m.min(self.wall_limit));
+        let timeout = match (self.timeout, at_most) {
+            (Some(t), Some(m)) => Some(t.min(m.as_secs_f64())),
+            (None, Some(m)) if m < self.wall_limit => Some(m.as_secs_f64()),
+            (t, _) => t,
+        };
+        if let Some(t) = timeout {
+            cmd.arg("--timeout").arg(format!("{t:.3}"));
         }
         cmd.arg("--input").arg(&session.input);
         cmd.arg("--output").arg(&session.output);
@@ -79,52 +106,85 @@ impl Runner {
                 cmd.env_remove(&name);
             }
         }
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
+        cmd.stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn {
+            path: self.jail.clone(),
+            error,
+        })?;
         let (tx, rx) = mpsc::channel();
         let mut stdout = child.stdout.take();
-        let mut stderr = child.stderr.take();
+        let stderr = child.stderr.take();
         let tx_err = tx.clone();
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(s) = stdout.as_mut() {
-                let _ = s.read_to_end(&mut buf);
+                let _ = s.take(64 << 20).read_to_end(&mut buf);
             }
-            let _ = tx.send((true, buf));
+            let _ = tx.send(Output::Stdout(buf));
         });
+        // stderr is read line by line, so the watch sees it as it comes;
+        // bounded: at most MAX_STDERR bytes are kept, lines cut at 4 KiB.
         std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(s) = stderr.as_mut() {
-                let _ = s.read_to_end(&mut buf);
+            let mut kept = Vec::new();
+            if let Some(s) = stderr {
+                let mut r = std::io::BufReader::new(s);
+                let mut line = Vec::new();
+                loop {
+                    line.clear();
+                    match r.by_ref().take(4096).read_until(b'\n', &mut line) {
+                        Ok(0) | Err(_) => break,
+                        Ok(_) => {
+                            if kept.len() < MAX_STDERR {
+                                kept.extend_from_slice(&line);
+                            }
+                            let text = String::from_utf8_lossy(&line).trim_end().to_string();
+                            let _ = tx_err.send(Output::Line(text));
+                        }
+                    }
+                }
             }
-            let _ = tx_err.send((false, buf));
+            let _ = tx_err.send(Output::Stderr(kept));
         });
         // The jail kills its own tree at its deadline; this only guards
         // against the jail itself hanging.
         let grace = Duration::from_secs(30);
-        let deadline = started + self.wall_limit + grace;
+        let deadline = started + wall_limit + grace;
         let (mut out, mut err) = (None, None);
         while out.is_none() || err.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
-            match rx.recv_timeout(left) {
-                Ok((true, b)) => out = Some(b),
-                Ok((false, b)) => err = Some(b),
-                Err(_) => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    return Err(RunnerError::Hung { secs: grace.as_secs() });
-                }
+            if left.is_zero() {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(RunnerError::Hung { secs: grace.as_secs() });
+            }
+            match rx.recv_timeout(left.min(Duration::from_secs(1))) {
+                Ok(Output::Stdout(b)) => out = Some(b),
+                Ok(Output::Stderr(b)) => err = Some(b),
+                Ok(Output::Line(l)) => watch.line(&l),
+                Err(mpsc::RecvTimeoutError::Timeout) => watch.tick(started.elapsed()),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
-        let status = child.wait().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
-        let (out, err) = (out.unwrap_or_default(), err.unwrap_or_default());
-        let value: serde_json::Value = serde_json::from_slice(&out).map_err(|_| RunnerError::NoResult {
-            status: status.to_string(),
-            stderr: crate::llm::excerpt(&String::from_utf8_lossy(&err), 400),
+        let status = child.wait().map_err(|error| RunnerError::Spawn {
+            path: self.jail.clone(),
+            error,
         })?;
+        let (out, err) = (out.unwrap_or_default(), err.unwrap_or_default());
+        let value: serde_json::Value =
+            serde_json::from_slice(&out).map_err(|_| RunnerError::NoResult {
+                status: status.to_string(),
+                stderr: crate::llm::excerpt(&String::from_utf8_lossy(&err), 400),
+            })?;
         let result: RunResult =
-            serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
-        Ok(Step { result, duration: started.elapsed() })
+            serde_json::from_value(value).map_err(|e| RunnerError::Contract {
+                cause: e.to_string(),
+            })?;
+        Ok(Step {
+            result,
+            duration: started.elapsed(),
+        })
     }
 }
 
@@ -133,7 +193,9 @@ impl Runner {
 pub fn is_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
     upper.starts_with("LLM_")
-        || ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"].iter().any(|w| upper.contains(w))
+        || ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"]
+            .iter()
+            .any(|w| upper.contains(w))
 }
 
 /// The jail binary: `explicit`, else `JAIL_BIN`, else `jail` beside our own
@@ -162,7 +224,14 @@ mod tests {
 
     #[test]
     fn credentials_and_model_settings_are_kept_from_the_jail() {
-        for name in ["LLM_API_KEY", "LLM_BASE_URL", "OPENAI_API_KEY", "GITHUB_TOKEN", "aws_secret_access_key", "DB_PASSWORD"] {
+        for name in [
+            "LLM_API_KEY",
+            "LLM_BASE_URL",
+            "OPENAI_API_KEY",
+            "GITHUB_TOKEN",
+            "aws_secret_access_key",
+            "DB_PASSWORD",
+        ] {
             assert!(is_secret(name), "{name}");
         }
         for name in ["PATH", "JAIL_ROOTFS", "LANG", "HOME"] {

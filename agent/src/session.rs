@@ -5,21 +5,34 @@
 //! a fresh session dir, and each jail step binds only its own session's
 //! folders, so nothing from one session is visible to another.
 //!
-//! When the agent runs as root, `jail` maps the sandbox to an unprivileged
-//! host uid (the policy's `identity.root_host_uid`, 65534 by default) and
-//! refuses folders that uid cannot use: so the session dir is made searchable
-//! (0711), input and code world-readable, and output owned by that uid. As
-//! an ordinary user the session dir is private (0700).
+//! Nothing in a session is readable by another local user. As an ordinary
+//! user the session dir and its folders are 0700, the copied inputs keep
+//! their own mode (never wider), scripts are 0600, and the trace, summary,
+//! answer and state are 0600. When the agent runs as root, `jail` maps the
+//! sandbox to an unprivileged host uid (one of the policy's
+//! `identity.root_host_uids`, its own for each concurrent run) and the
+//! policy's `root_host_gid`, which all of them share and no user has, and
+//! refuses folders that uid cannot use. So the sandbox reaches the session
+//! through that group alone: the session dir is 0710 with the group (root
+//! and the group may pass, nobody may list it), input and code are root's
+//! and the group's, 0750, their files get the source's owner bits for root
+//! and its read bits for the group (a 0600 input is 0640, others nothing),
+//! and output is given to the range's first uid and the group, 0770,
+//! whichever uid a step gets.
 //!
 //! Everything the host side reads from the session is untrusted (a step may
-//! leave symlinks or fifos in `output`): paths are resolved beneath their
-//! folder, no link is followed and only regular files are opened.
+//! leave symlinks or fifos in `output`): every open is `openat2` beneath its
+//! folder with no link followed, and only regular files are opened (see
+//! `export`).
 
 use std::collections::BTreeMap;
 use std::fs::{self, File};
-use std::io;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::io::{self, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Component, Path, PathBuf};
+
+use crate::escape::shown;
 
 /// Largest input the agent copies into a session.
 const MAX_INPUT_BYTES: u64 = 1 << 30;
@@ -38,11 +51,19 @@ pub enum SessionError {
     #[error("input dir {path} holds more than {max} MiB (pass a smaller folder to --input)", max = MAX_INPUT_BYTES >> 20)]
     InputTooLarge { path: PathBuf },
     #[error("{op} {path}: {error}")]
-    Io { op: &'static str, path: PathBuf, error: io::Error },
+    Io {
+        op: &'static str,
+        path: PathBuf,
+        error: io::Error,
+    },
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SessionError + 'a {
-    move |error| SessionError::Io { op, path: path.to_path_buf(), error }
+    move |error| SessionError::Io {
+        op,
+        path: path.to_path_buf(),
+        error,
+    }
 }
 
 /// Who the sandbox is on the host.
@@ -50,7 +71,8 @@ fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> Ses
 pub enum Owner {
     /// The agent runs as an ordinary user: the sandbox maps to that user.
     Caller,
-    /// The agent runs as root: the sandbox maps to this unprivileged uid/gid.
+    /// The agent runs as root: the sandbox maps to an unprivileged uid from
+    /// `uid` up (one per concurrent run) and to `gid`.
     Sandbox { uid: u32, gid: u32 },
 }
 
@@ -105,32 +127,55 @@ pub struct Session {
 impl Session {
     /// Create a fresh session under `parent` (default: the temp dir) with a
     /// copy of `input`.
-    pub fn create(parent: Option<&Path>, input: &Path, owner: Owner) -> Result<Session, SessionError> {
-        let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
-        fs::create_dir_all(&parent).map_err(|error| SessionError::CreateRoot { path: parent.clone(), error })?;
-        let parent = fs::canonicalize(&parent).map_err(|error| SessionError::CreateRoot { path: parent.clone(), error })?;
+    pub fn create(
+        parent: Option<&Path>,
+        input: &Path,
+        owner: Owner,
+    ) -> Result<Session, SessionError> {
+        let parent = parent
+            .map(Path::to_path_buf)
+            .unwrap_or_else(std::env::temp_dir);
+        fs::create_dir_all(&parent).map_err(|error| SessionError::CreateRoot {
+            path: parent.clone(),
+            error,
+        })?;
+        let parent = fs::canonicalize(&parent).map_err(|error| SessionError::CreateRoot {
+            path: parent.clone(),
+            error,
+        })?;
         if let Owner::Sandbox { uid, gid } = owner {
             check_searchable(&parent, uid, gid)?;
         }
         let root = tempfile::Builder::new()
             .prefix("jail-agent-")
             .tempdir_in(&parent)
-            .map_err(|error| SessionError::CreateRoot { path: parent.clone(), error })?
+            .map_err(|error| SessionError::CreateRoot {
+                path: parent.clone(),
+                error,
+            })?
             .keep();
-        // As root, the sandbox uid must pass through to its folders
-        // (searchable, not listable); otherwise the session stays private.
-        set_mode(&root, if owner == Owner::Caller { 0o700 } else { 0o711 })?;
-        let mk = |name: &str, mode: u32| -> Result<PathBuf, SessionError> {
+        // As root, the sandbox uid must pass through to its folders: its
+        // group may search the session dir (not list it), nobody else may.
+        match owner {
+            Owner::Caller => set_mode(&root, 0o700)?,
+            Owner::Sandbox { gid, .. } => {
+                std::os::unix::fs::chown(&root, None, Some(gid)).map_err(io_err("chown", &root))?;
+                set_mode(&root, 0o710)?;
+            }
+        }
+        let mk = |name: &str| -> Result<PathBuf, SessionError> {
             let p = root.join(name);
             fs::create_dir(&p).map_err(io_err("mkdir", &p))?;
-            set_mode(&p, mode)?;
+            give(&p, owner, 0o700)?;
             Ok(p)
         };
-        let input_dir = mk("input", 0o755)?;
-        let code = mk("code", 0o755)?;
-        let output = mk("output", 0o700)?;
+        let input_dir = mk("input")?;
+        let code = mk("code")?;
+        let output = mk("output")?;
         if let Owner::Sandbox { uid, gid } = owner {
             std::os::unix::fs::chown(&output, Some(uid), Some(gid)).map_err(io_err("chown", &output))?;
+            // Group-writable: a concurrent step may get another uid of the range.
+            set_mode(&output, 0o770)?;
         }
         let mut session = Session { root, input: input_dir, code, output, owner, skipped_input: Vec::new() };
         let src = fs::canonicalize(input).map_err(|error| SessionError::ReadInput { path: input.to_path_buf(), error })?;
@@ -142,8 +187,90 @@ impl Session {
         }
         let mut total = 0;
         let dst = session.input.clone();
-        copy_tree(&src, &dst, 0, &mut total, &mut session.skipped_input)?;
+        copy_tree(&src, &dst, 0, &mut total, &mut session.skipped_input, owner)?;
         Ok(session)
+    }
+
+    /// Open an existing session dir again (for `jail-agent resume`).
+    pub fn reopen(root: &Path, owner: Owner) -> Result<Session, SessionError> {
+        let root = fs::canonicalize(root).map_err(|error| SessionError::CreateRoot {
+            path: root.to_path_buf(),
+            error,
+        })?;
+        for name in ["input", "code", "output"] {
+            let p = root.join(name);
+            let m = fs::symlink_metadata(&p).map_err(io_err("stat", &p))?;
+            if !m.is_dir() {
+                return Err(SessionError::Io {
+                    op: "open",
+                    path: p,
+                    error: io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        "not a folder: this is not a session dir",
+                    ),
+                });
+            }
+        }
+        Ok(Session {
+            input: root.join("input"),
+            code: root.join("code"),
+            output: root.join("output"),
+            root,
+            owner,
+            skipped_input: Vec::new(),
+        })
+    }
+
+    /// Write a script beneath the code dir (0600, the sandbox's when root),
+    /// making its folders, never through a link.
+    pub fn write_code(&self, rel: &Path, content: &[u8]) -> Result<(), String> {
+        let shown_rel = shown(&rel.to_string_lossy());
+        let mut dir = self.code.clone();
+        let parts: Vec<_> = rel.components().collect();
+        for c in &parts[..parts.len().saturating_sub(1)] {
+            let Component::Normal(n) = c else {
+                return Err(format!(
+                    "{shown_rel}: only plain relative paths are allowed"
+                ));
+            };
+            dir.push(n);
+            match fs::symlink_metadata(&dir) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => return Err(format!("{shown_rel}: a folder on the way is not a folder")),
+                Err(_) => {
+                    fs::create_dir(&dir)
+                        .map_err(|e| format!("cannot create the folder for {shown_rel}: {e}"))?;
+                    give(&dir, self.owner, 0o700).map_err(|e| e.to_string())?;
+                }
+            }
+        }
+        let base = jail::sys::openat2(
+            None,
+            &self.code,
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            0,
+        )
+        .map_err(|e| format!("cannot open the code dir: {e}"))?;
+        let fd = jail::sys::openat2_mode(
+            Some(base.as_fd()),
+            rel,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW | libc::O_NONBLOCK,
+            0o600,
+            crate::export::BENEATH,
+        )
+        .map_err(|e| match e.raw_os_error() {
+            Some(libc::ELOOP) => format!("{shown_rel} is a symbolic link; pick another name"),
+            _ => format!("cannot write {shown_rel}: {e}"),
+        })?;
+        let mut f = File::from(fd);
+        if !f.metadata().map(|m| m.is_file()).unwrap_or(false) {
+            return Err(format!(
+                "{shown_rel} is not a regular file; pick another name"
+            ));
+        }
+        f.write_all(content)
+            .map_err(|e| format!("cannot write {shown_rel}: {e}"))?;
+        give(&self.code.join(rel), self.owner, 0o600).map_err(|e| e.to_string())
     }
 
     pub fn dir(&self, area: Area) -> &Path {
@@ -163,7 +290,9 @@ impl Session {
     /// area and its path relative to it.
     pub fn resolve(&self, given: &str) -> Result<(Area, PathBuf), String> {
         let given = given.trim();
-        let stripped = given.strip_prefix("/workspace/").or_else(|| given.strip_prefix("workspace/"));
+        let stripped = given
+            .strip_prefix("/workspace/")
+            .or_else(|| given.strip_prefix("workspace/"));
         let candidates: Vec<(Area, &str)> = match stripped {
             Some(rest) => {
                 let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
@@ -171,11 +300,11 @@ impl Session {
                     "input" => vec![(Area::Input, tail)],
                     "code" => vec![(Area::Code, tail)],
                     "output" => vec![(Area::Output, tail)],
-                    _ => return Err(format!("{given} is outside the sandbox's folders: use /workspace/input, /workspace/output or /workspace/code")),
+                    _ => return Err(format!("{} is outside the sandbox's folders: use /workspace/input, /workspace/output or /workspace/code", shown(given))),
                 }
             }
             None if given.starts_with('/') => {
-                return Err(format!("{given} is outside the sandbox's folders: use /workspace/input, /workspace/output or /workspace/code"))
+                return Err(format!("{} is outside the sandbox's folders: use /workspace/input, /workspace/output or /workspace/code", shown(given)))
             }
             None => {
                 let (head, tail) = given.split_once('/').unwrap_or((given, ""));
@@ -194,12 +323,12 @@ impl Session {
                 return Ok((*area, rel));
             }
         }
-        Err(format!("{given}: no such file"))
+        Err(format!("{}: no such file", shown(given)))
     }
 
     /// Open a regular file beneath an area without following any link.
     pub fn open(&self, area: Area, rel: &Path) -> Result<File, String> {
-        open_beneath(self.dir(area), rel)
+        crate::export::open_file_beneath(self.dir(area), rel)
     }
 
     /// Every entry beneath an area, links listed and never followed.
@@ -217,30 +346,6 @@ impl Session {
             .map(|e| (e.rel, (e.bytes, e.mtime_ns)))
             .collect()
     }
-
-    /// Copy the output's regular files (none of `refused`) to `dest`, which
-    /// is created if needed. Returns the paths copied.
-    pub fn export(&self, dest: &Path, refused: &[String]) -> Result<Vec<String>, SessionError> {
-        fs::create_dir_all(dest).map_err(io_err("mkdir", dest))?;
-        let mut copied = Vec::new();
-        for e in self.list(Area::Output) {
-            if e.kind != EntryKind::File || refused.contains(&e.rel) {
-                continue;
-            }
-            let target = dest.join(&e.rel);
-            if let Some(parent) = target.parent() {
-                fs::create_dir_all(parent).map_err(io_err("mkdir", parent))?;
-            }
-            let mut from = match self.open(Area::Output, Path::new(&e.rel)) {
-                Ok(f) => f,
-                Err(_) => continue,
-            };
-            let mut to = File::create(&target).map_err(io_err("create", &target))?;
-            io::copy(&mut from, &mut to).map_err(io_err("copy to", &target))?;
-            copied.push(e.rel);
-        }
-        Ok(copied)
-    }
 }
 
 /// A path made only of normal components.
@@ -251,47 +356,15 @@ pub fn clean_relative(rel: &str) -> Result<PathBuf, String> {
         match c {
             Component::Normal(n) => out.push(n),
             Component::CurDir => {}
-            _ => return Err(format!("{rel}: only plain relative paths are allowed (no `..`, no leading `/`)")),
+            _ => {
+                return Err(format!(
+                    "{}: only plain relative paths are allowed (no `..`, no leading `/`)",
+                    shown(rel)
+                ))
+            }
         }
     }
     Ok(out)
-}
-
-fn open_beneath(base: &Path, rel: &Path) -> Result<File, String> {
-    let shown = display_path(&rel.to_string_lossy());
-    let mut at = base.to_path_buf();
-    let parts: Vec<_> = rel.components().collect();
-    if parts.is_empty() {
-        return Err("a file path is needed, not a folder".into());
-    }
-    for (i, c) in parts.iter().enumerate() {
-        let Component::Normal(name) = c else {
-            return Err(format!("{shown}: only plain relative paths are allowed"));
-        };
-        at.push(name);
-        let meta = fs::symlink_metadata(&at).map_err(|_| format!("{shown}: no such file"))?;
-        if meta.file_type().is_symlink() {
-            return Err(format!("{shown} is a symbolic link; links are not followed"));
-        }
-        if i + 1 < parts.len() && !meta.is_dir() {
-            return Err(format!("{shown}: not a folder on the way"));
-        }
-    }
-    // O_NOFOLLOW: a link swapped in after the check is refused, not followed;
-    // O_NONBLOCK: a fifo cannot hang the agent.
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&at)
-        .map_err(|e| format!("{shown}: {e}"))?;
-    let meta = f.metadata().map_err(|e| format!("{shown}: {e}"))?;
-    if meta.is_dir() {
-        return Err(format!("{shown} is a folder; list it instead"));
-    }
-    if !meta.is_file() {
-        return Err(format!("{shown} is not a regular file"));
-    }
-    Ok(f)
 }
 
 fn walk(dir: &Path, prefix: &str, depth: usize, out: &mut Vec<Entry>) {
@@ -306,8 +379,14 @@ fn walk(dir: &Path, prefix: &str, depth: usize, out: &mut Vec<Entry>) {
             return;
         }
         let name = e.file_name().to_string_lossy().into_owned();
-        let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
-        let Ok(meta) = fs::symlink_metadata(e.path()) else { continue };
+        let rel = if prefix.is_empty() {
+            name
+        } else {
+            format!("{prefix}/{name}")
+        };
+        let Ok(meta) = fs::symlink_metadata(e.path()) else {
+            continue;
+        };
         let ft = meta.file_type();
         let kind = if ft.is_symlink() {
             EntryKind::Symlink
@@ -319,37 +398,107 @@ fn walk(dir: &Path, prefix: &str, depth: usize, out: &mut Vec<Entry>) {
             EntryKind::Other
         };
         let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
-        out.push(Entry { rel: rel.clone(), bytes: meta.len(), kind, mtime_ns });
+        out.push(Entry {
+            rel: rel.clone(),
+            bytes: meta.len(),
+            kind,
+            mtime_ns,
+        });
         if kind == EntryKind::Dir {
             walk(&e.path(), &rel, depth + 1, out);
         }
     }
 }
 
-fn copy_tree(src: &Path, dst: &Path, depth: usize, total: &mut u64, skipped: &mut Vec<String>) -> Result<(), SessionError> {
-    let read = fs::read_dir(src).map_err(|error| SessionError::ReadInput { path: src.to_path_buf(), error })?;
+fn copy_tree(
+    src: &Path,
+    dst: &Path,
+    depth: usize,
+    total: &mut u64,
+    skipped: &mut Vec<String>,
+    owner: Owner,
+) -> Result<(), SessionError> {
+    let read = fs::read_dir(src).map_err(|error| SessionError::ReadInput {
+        path: src.to_path_buf(),
+        error,
+    })?;
     for e in read.flatten() {
         let from = e.path();
         let to = dst.join(e.file_name());
-        let meta = fs::symlink_metadata(&from).map_err(|error| SessionError::ReadInput { path: from.clone(), error })?;
+        let meta = fs::symlink_metadata(&from).map_err(|error| SessionError::ReadInput {
+            path: from.clone(),
+            error,
+        })?;
         let ft = meta.file_type();
         if ft.is_dir() && depth < MAX_DEPTH {
             fs::create_dir(&to).map_err(io_err("mkdir", &to))?;
-            set_mode(&to, 0o755)?;
-            copy_tree(&from, &to, depth + 1, total, skipped)?;
+            give(&to, owner, 0o700)?;
+            copy_tree(&from, &to, depth + 1, total, skipped, owner)?;
         } else if ft.is_file() {
             *total += meta.len();
             if *total > MAX_INPUT_BYTES {
-                return Err(SessionError::InputTooLarge { path: src.to_path_buf() });
+                return Err(SessionError::InputTooLarge {
+                    path: src.to_path_buf(),
+                });
             }
-            fs::copy(&from, &to).map_err(|error| SessionError::ReadInput { path: from.clone(), error })?;
-            set_mode(&to, 0o644)?;
+            copy_file(&from, &to)?;
+            // No wider than the source: its permission bits, no set-id bits.
+            give(&to, owner, meta.permissions().mode() & 0o777)?;
         } else {
-            let why = if ft.is_symlink() { "a symbolic link" } else if ft.is_dir() { "nested too deep" } else { "not a regular file" };
+            let why = if ft.is_symlink() {
+                "a symbolic link"
+            } else if ft.is_dir() {
+                "nested too deep"
+            } else {
+                "not a regular file"
+            };
             skipped.push(format!("{} ({why}; not copied)", from.display()));
         }
     }
     Ok(())
+}
+
+/// Copy a regular file to a new private file (0600 until `give` sets its
+/// mode), never opening a fifo swapped in for it.
+fn copy_file(from: &Path, to: &Path) -> Result<(), SessionError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let read_err = |error| SessionError::ReadInput {
+        path: from.to_path_buf(),
+        error,
+    };
+    let mut src = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(from)
+        .map_err(read_err)?;
+    if !src.metadata().map_err(read_err)?.is_file() {
+        return Err(read_err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "not a regular file",
+        )));
+    }
+    let mut dst = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(to)
+        .map_err(io_err("create", to))?;
+    io::copy(&mut src, &mut dst).map_err(io_err("copy to", to))?;
+    Ok(())
+}
+
+/// Set a session entry's mode (`mode`: what the caller, its owner, gets).
+/// When root, the sandbox's group also gets the owner's read and search
+/// bits, never write, and others nothing: every uid of the range shares
+/// that group, and no user has it.
+fn give(p: &Path, owner: Owner, mode: u32) -> Result<(), SessionError> {
+    match owner {
+        Owner::Caller => set_mode(p, mode & 0o700),
+        Owner::Sandbox { gid, .. } => {
+            std::os::unix::fs::lchown(p, None, Some(gid)).map_err(io_err("chown", p))?;
+            set_mode(p, (mode & 0o700) | ((mode & 0o500) >> 3))
+        }
+    }
 }
 
 fn set_mode(p: &Path, mode: u32) -> Result<(), SessionError> {
@@ -369,18 +518,33 @@ fn check_searchable(dir: &Path, uid: u32, gid: u32) -> Result<(), SessionError> 
             0o001
         };
         if mode & bit == 0 {
-            return Err(SessionError::NotSearchable { path: p.to_path_buf(), uid });
+            return Err(SessionError::NotSearchable {
+                path: p.to_path_buf(),
+                uid,
+            });
         }
     }
     Ok(())
 }
 
-/// A name from the sandbox, safe to show a model or a terminal: control
-/// characters escaped.
+/// A name from the sandbox, safe to show a model or a terminal: control,
+/// bidi and invisible characters escaped, cut to a few hundred bytes.
 pub fn display_path(name: &str) -> String {
-    name.chars()
-        .map(|c| if c.is_control() { c.escape_default().to_string() } else { c.to_string() })
-        .collect()
+    shown(name)
+}
+
+/// Create (or replace) a private file: 0600 from the start.
+pub fn write_private(path: &Path, data: &[u8]) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)?;
+    f.set_permissions(fs::Permissions::from_mode(0o600))?;
+    f.write_all(data)
 }
 
 #[cfg(test)]
@@ -400,7 +564,10 @@ mod tests {
     #[test]
     fn input_is_copied_without_its_links() {
         let (_t, s) = session();
-        assert_eq!(fs::read_to_string(s.input.join("data.csv")).unwrap(), "a,b\n1,2\n");
+        assert_eq!(
+            fs::read_to_string(s.input.join("data.csv")).unwrap(),
+            "a,b\n1,2\n"
+        );
         assert!(fs::symlink_metadata(s.input.join("link")).is_err());
         assert_eq!(s.skipped_input.len(), 1);
     }
@@ -408,9 +575,18 @@ mod tests {
     #[test]
     fn model_paths_resolve_beneath_their_area() {
         let (_t, s) = session();
-        assert_eq!(s.resolve("/workspace/input/data.csv").unwrap(), (Area::Input, PathBuf::from("data.csv")));
-        assert_eq!(s.resolve("data.csv").unwrap(), (Area::Input, PathBuf::from("data.csv")));
-        assert_eq!(s.resolve("output/x.csv").unwrap(), (Area::Output, PathBuf::from("x.csv")));
+        assert_eq!(
+            s.resolve("/workspace/input/data.csv").unwrap(),
+            (Area::Input, PathBuf::from("data.csv"))
+        );
+        assert_eq!(
+            s.resolve("data.csv").unwrap(),
+            (Area::Input, PathBuf::from("data.csv"))
+        );
+        assert_eq!(
+            s.resolve("output/x.csv").unwrap(),
+            (Area::Output, PathBuf::from("x.csv"))
+        );
         assert!(s.resolve("/etc/passwd").is_err());
         assert!(s.resolve("/workspace/input/../../x").is_err());
         assert!(s.resolve("../x").is_err());
@@ -422,15 +598,18 @@ mod tests {
         std::os::unix::fs::symlink("/etc/passwd", s.output.join("leak")).unwrap();
         fs::create_dir(s.output.join("d")).unwrap();
         std::os::unix::fs::symlink("/etc", s.output.join("d/e")).unwrap();
-        assert!(s.open(Area::Output, Path::new("leak")).unwrap_err().contains("symbolic link"));
-        assert!(s.open(Area::Output, Path::new("d/e/passwd")).unwrap_err().contains("symbolic link"));
-        let dest = s.root.join("export");
-        assert!(s.export(&dest, &[]).unwrap().is_empty());
-        assert!(fs::symlink_metadata(dest.join("leak")).is_err());
+        assert!(s
+            .open(Area::Output, Path::new("leak"))
+            .unwrap_err()
+            .contains("symbolic link"));
+        assert!(s
+            .open(Area::Output, Path::new("d/e/passwd"))
+            .unwrap_err()
+            .contains("symbolic link"));
     }
 
     #[test]
     fn control_characters_in_names_are_escaped() {
-        assert_eq!(display_path("a\u{1b}[2Jb"), "a\\u{1b}[2Jb");
+        assert_eq!(display_path("a\u{1b}[2Jb"), "a\\x1b[2Jb");
     }
 }

@@ -72,8 +72,15 @@ impl From<PlannedItem> for TodoItem {
 
 /// Most items a plan may have.
 pub const MAX_ITEMS: usize = 20;
+/// Longest item name, in bytes (names are echoed in every listing).
+pub const MAX_NAME_BYTES: usize = 80;
+/// Longest goal or success criteria, in bytes.
+pub const MAX_TEXT_BYTES: usize = 1000;
+/// Most skills, inputs or outputs an item may list, and the longest of each.
+pub const MAX_LIST: usize = 20;
+pub const MAX_ENTRY_BYTES: usize = 200;
 
-#[derive(Debug, Clone, Default, Serialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct TodoList {
     pub items: Vec<TodoItem>,
     created: bool,
@@ -86,7 +93,10 @@ impl TodoList {
 
     pub fn create(&mut self, items: Vec<PlannedItem>) -> Result<(), String> {
         if self.created {
-            return Err("the todo list already exists; use revise_todo_list to change what is not finished".into());
+            return Err(
+                "the todo list already exists; use revise_todo_list to change what is not finished"
+                    .into(),
+            );
         }
         check_plan(&items, 0)?;
         self.items = items.into_iter().map(TodoItem::from).collect();
@@ -108,7 +118,10 @@ impl TodoList {
         self.items.retain(|i| i.state.is_finished());
         for item in items {
             if self.items.iter().any(|i| i.name == item.name) {
-                return Err(format!("an item named `{}` is already finished; give new items new names", item.name));
+                return Err(format!(
+                    "an item named `{}` is already finished; give new items new names",
+                    item.name
+                ));
             }
             self.items.push(item.into());
         }
@@ -133,10 +146,18 @@ impl TodoList {
     pub fn block_pending(&mut self, name: &str, reason: String) -> Result<(), String> {
         let Some(item) = self.items.iter_mut().find(|i| i.name == name) else {
             let names: Vec<&str> = self.items.iter().map(|i| i.name.as_str()).collect();
-            return Err(format!("no item named `{name}`; the items are: {}", names.join(", ")));
+            return Err(format!(
+                "no item named `{}`; the items are: {}",
+                crate::escape::shown(name),
+                names.join(", ")
+            ));
         };
         if item.state != State::Pending {
-            return Err(format!("item `{name}` is {:?}, only a pending item can be blocked here", item.state));
+            return Err(format!(
+                "item `{}` is {:?}, only a pending item can be blocked here",
+                crate::escape::shown(name),
+                item.state
+            ));
         }
         item.state = State::Blocked;
         item.report = Some(reason);
@@ -177,11 +198,40 @@ fn check_plan(items: &[PlannedItem], finished: usize) -> Result<(), String> {
         return Err(format!("a plan has at most {MAX_ITEMS} items; merge some"));
     }
     for (n, i) in items.iter().enumerate() {
-        if i.name.trim().is_empty() || i.goal.trim().is_empty() || i.success_criteria.trim().is_empty() {
-            return Err(format!("item {} needs a name, a goal and success criteria", n + 1));
+        if i.name.trim().is_empty()
+            || i.goal.trim().is_empty()
+            || i.success_criteria.trim().is_empty()
+        {
+            return Err(format!(
+                "item {} needs a name, a goal and success criteria",
+                n + 1
+            ));
+        }
+        if i.name.len() > MAX_NAME_BYTES || i.name.chars().any(crate::escape::needs_escape) {
+            return Err(format!(
+                "item {} has a name of {} bytes or with control characters; give it a short plain name (at most {MAX_NAME_BYTES} bytes)",
+                n + 1,
+                i.name.len()
+            ));
+        }
+        if i.goal.len() > MAX_TEXT_BYTES || i.success_criteria.len() > MAX_TEXT_BYTES {
+            return Err(format!("item {}: the goal and the success criteria have at most {MAX_TEXT_BYTES} bytes each", n + 1));
+        }
+        let lists = [&i.skills, &i.inputs, &i.outputs];
+        if lists
+            .iter()
+            .any(|l| l.len() > MAX_LIST || l.iter().any(|e| e.len() > MAX_ENTRY_BYTES))
+        {
+            return Err(format!(
+                "item {}: skills, inputs and outputs list at most {MAX_LIST} entries of at most {MAX_ENTRY_BYTES} bytes",
+                n + 1
+            ));
         }
         if items[..n].iter().any(|j| j.name == i.name) {
-            return Err(format!("two items are named `{}`; names must be unique", i.name));
+            return Err(format!(
+                "two items are named `{}`; names must be unique",
+                i.name
+            ));
         }
     }
     Ok(())
@@ -235,5 +285,9 @@ mod tests {
         let mut bad = planned("a");
         bad.goal = " ".into();
         assert!(t.create(vec![bad]).is_err());
+        for name in ["x".repeat(5 << 20), "a\u{1b}[2Jb".into()] {
+            let e = t.create(vec![planned(&name)]).unwrap_err();
+            assert!(e.len() < 300, "{e}");
+        }
     }
 }

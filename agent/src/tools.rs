@@ -12,6 +12,8 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::escape::shown;
+use crate::export::Accepted;
 use crate::packages;
 use crate::runner::Runner;
 use crate::session::{display_path, Area, EntryKind, Session};
@@ -48,6 +50,7 @@ const SUBAGENT_TOOLS: &[&str] = &[
     "list_available_packages",
     "write_python_file",
     "run_python_file",
+    "delete_output_file",
 ];
 
 pub fn names(role: Role) -> &'static [&'static str] {
@@ -149,6 +152,13 @@ fn spec(name: &str, role: Role, skills: &Skills) -> Value {
                 "args": {"type": "array", "items": {"type": "string"}, "description": "command-line arguments (optional)"}
             }, "required": ["path"]}),
         ),
+        "delete_output_file" => function(
+            name,
+            "Delete a file from /workspace/output (e.g. a large intermediate file that fills it).",
+            json!({"type": "object", "properties": {
+                "path": {"type": "string", "description": "e.g. /workspace/output/big.csv"}
+            }, "required": ["path"]}),
+        ),
         _ => function(name, "", none),
     }
 }
@@ -161,7 +171,8 @@ pub fn parse_args<T: DeserializeOwned>(tool: &str, text: &str) -> Result<T, Stri
         format!("the arguments of {tool} are not valid JSON ({e}); send one JSON object that matches the tool's schema")
     })?;
     let v = if v.is_null() { json!({}) } else { v };
-    serde_json::from_value(v).map_err(|e| format!("bad arguments for {tool}: {e}; see the tool's schema"))
+    serde_json::from_value(v)
+        .map_err(|e| format!("bad arguments for {tool}: {e}; see the tool's schema"))
 }
 
 /// What the tools need from the run.
@@ -172,6 +183,14 @@ pub struct Context<'a> {
     /// The rootfs whose packages `list_available_packages` reports.
     pub rootfs: Option<&'a Path>,
     pub budget: Budget,
+    /// What the jail accepted after the latest step: the only output files
+    /// the host reads.
+    pub accepted: &'a Accepted,
+    /// The run's deadline: no step runs past it.
+    pub deadline: std::time::Instant,
+    /// Where a running step is shown, and for which agent.
+    pub progress: &'a crate::progress::Display,
+    pub agent: &'a str,
 }
 
 /// A finished tool call.
@@ -181,17 +200,27 @@ pub struct Done {
     pub content: String,
     pub ok: bool,
     pub jail: Option<JailFacts>,
-    /// Entries the jail refused to hand on, from a `run_python_file`.
-    pub refused: Option<Vec<String>>,
+    /// The jail's result, from a `run_python_file` that ran.
+    pub step: Option<Box<jail::result::RunResult>>,
 }
 
 impl Done {
     pub fn ok(content: String) -> Done {
-        Done { content, ok: true, jail: None, refused: None }
+        Done {
+            content,
+            ok: true,
+            jail: None,
+            step: None,
+        }
     }
 
     pub fn error(message: String) -> Done {
-        Done { content: format!("error: {message}"), ok: false, jail: None, refused: None }
+        Done {
+            content: format!("error: {message}"),
+            ok: false,
+            jail: None,
+            step: None,
+        }
     }
 }
 
@@ -235,13 +264,24 @@ impl Context<'_> {
     pub fn call(&self, tool: &str, args: &str) -> Done {
         let r = match tool {
             "list_input_files" => parse_args::<NoArgs>(tool, args).map(|_| self.list(Area::Input)),
-            "list_output_files" => parse_args::<NoArgs>(tool, args).map(|_| self.list(Area::Output)),
+            "list_output_files" => {
+                parse_args::<NoArgs>(tool, args).map(|_| self.list(Area::Output))
+            }
             "read_file_content" => parse_args::<PathArgs>(tool, args).and_then(|a| self.read(&a)),
-            "read_skill" => parse_args::<SkillArgs>(tool, args).and_then(|a| self.read_skill(&a.name)),
-            "list_available_packages" => parse_args::<NoArgs>(tool, args).and_then(|_| self.packages()),
+            "read_skill" => {
+                parse_args::<SkillArgs>(tool, args).and_then(|a| self.read_skill(&a.name))
+            }
+            "list_available_packages" => {
+                parse_args::<NoArgs>(tool, args).and_then(|_| self.packages())
+            }
             "write_python_file" => parse_args::<WriteArgs>(tool, args).and_then(|a| self.write(&a)),
-            "run_python_file" => return parse_args::<RunArgs>(tool, args).map_or_else(Done::error, |a| self.run(&a)),
-            other => Err(format!("no tool named `{other}` here")),
+            "delete_output_file" => {
+                parse_args::<PathArgs>(tool, args).and_then(|a| self.delete(&a.path))
+            }
+            "run_python_file" => {
+                return parse_args::<RunArgs>(tool, args).map_or_else(Done::error, |a| self.run(&a))
+            }
+            other => Err(format!("no tool named `{}` here", shown(other))),
         };
         r.map_or_else(Done::error, Done::ok)
     }
@@ -259,7 +299,11 @@ impl Context<'_> {
                 EntryKind::Symlink => "symbolic link, not followed".into(),
                 EntryKind::Other => "not a regular file".into(),
             };
-            out.push_str(&format!("{}/{} ({what})\n", area.jail_path(), display_path(&e.rel)));
+            out.push_str(&format!(
+                "{}/{} ({what})\n",
+                area.jail_path(),
+                display_path(&e.rel)
+            ));
         }
         if entries.len() >= crate::session::MAX_LIST_ENTRIES {
             out.push_str("(listing cut at its cap)\n");
@@ -269,13 +313,31 @@ impl Context<'_> {
 
     fn read(&self, a: &PathArgs) -> Result<String, String> {
         let (area, rel) = self.session.resolve(&a.path)?;
-        let shown = format!("{}/{}", area.jail_path(), display_path(&rel.to_string_lossy()));
-        let mut f = self.session.open(area, &rel).map_err(|e| format!("{}: {e}", area.jail_path()))?;
+        let shown = format!(
+            "{}/{}",
+            area.jail_path(),
+            display_path(&rel.to_string_lossy())
+        );
+        if area == Area::Output && self.accepted.get(&rel.to_string_lossy()).is_none() {
+            return Err(format!(
+                "{shown} is not among the files the jail accepted after the last step (see its `refused by the jail` list), so the host does not read it"
+            ));
+        }
+        let mut f = self
+            .session
+            .open(area, &rel)
+            .map_err(|e| format!("{}: {e}", area.jail_path()))?;
         let mut buf = Vec::new();
-        f.by_ref().take(16 << 20).read_to_end(&mut buf).map_err(|e| format!("{shown}: {e}"))?;
+        f.by_ref()
+            .take(16 << 20)
+            .read_to_end(&mut buf)
+            .map_err(|e| format!("{shown}: {e}"))?;
         let size = f.metadata().map(|m| m.len()).unwrap_or(buf.len() as u64);
         let probe = &buf[..buf.len().min(8192)];
-        if probe.contains(&0) || std::str::from_utf8(probe).is_err() && String::from_utf8_lossy(probe).matches('\u{FFFD}').count() > 8 {
+        if probe.contains(&0)
+            || std::str::from_utf8(probe).is_err()
+                && String::from_utf8_lossy(probe).matches('\u{FFFD}').count() > 8
+        {
             let magic: String = buf.iter().take(8).map(|b| format!("{b:02x}")).collect();
             return Ok(format!(
                 "{shown} is a binary file ({}, starts with {magic}); it cannot be shown as text. Inspect it with a script instead.",
@@ -287,7 +349,10 @@ impl Context<'_> {
         let offset = a.offset.unwrap_or(0) as usize;
         let limit = a.limit.unwrap_or(100).clamp(1, 1000) as usize;
         if offset >= lines.len() && !lines.is_empty() {
-            return Err(format!("{shown} has {} lines; offset {offset} is past its end", lines.len()));
+            return Err(format!(
+                "{shown} has {} lines; offset {offset} is past its end",
+                lines.len()
+            ));
         }
         let mut body = String::new();
         let mut last = offset;
@@ -301,14 +366,47 @@ impl Context<'_> {
             body.push('\n');
             last = i + 1;
         }
-        let more = if last < lines.len() { format!("; more from offset {last}") } else { String::new() };
-        Ok(format!("{shown}: lines {offset}-{} of {} ({}){more}\n{body}", last, lines.len(), view::human_bytes(size)))
+        let more = if last < lines.len() {
+            format!("; more from offset {last}")
+        } else {
+            String::new()
+        };
+        Ok(format!(
+            "{shown}: lines {offset}-{} of {} ({}){more}\n{body}",
+            last,
+            lines.len(),
+            view::human_bytes(size)
+        ))
+    }
+
+    fn delete(&self, given: &str) -> Result<String, String> {
+        let g = given.trim();
+        let rel = g
+            .strip_prefix("/workspace/output/")
+            .or_else(|| g.strip_prefix("output/"))
+            .unwrap_or(g);
+        if rel.starts_with('/') {
+            return Err(format!(
+                "{}: only files in /workspace/output can be deleted",
+                shown(given)
+            ));
+        }
+        let rel = crate::session::clean_relative(rel)?;
+        crate::export::delete_beneath(&self.session.output, &rel)?;
+        Ok(format!(
+            "deleted /workspace/output/{}",
+            shown(&rel.to_string_lossy())
+        ))
     }
 
     fn read_skill(&self, name: &str) -> Result<String, String> {
         match self.skills.get(name) {
             Some(s) => Ok(format!("# skill: {}\n{}", s.name, s.body)),
-            None => Err(format!("no skill named `{name}`; the skills are: {}", self.skills.names().join(", "))),
+            None => Err(format!(
+                "no skill named `{}`; the skills are: {}",
+                shown(name),
+                self.skills.names().join(", ")
+            )),
         }
     }
 
@@ -322,22 +420,17 @@ impl Context<'_> {
     fn write(&self, a: &WriteArgs) -> Result<String, String> {
         let rel = script_path(&a.path)?;
         if a.content.len() > MAX_SCRIPT_BYTES {
-            return Err(format!("the script is over {} KiB; split it into smaller files", MAX_SCRIPT_BYTES >> 10));
+            return Err(format!(
+                "the script is over {} KiB; split it into smaller files",
+                MAX_SCRIPT_BYTES >> 10
+            ));
         }
-        let host = self.session.code.join(&rel);
-        if let Some(parent) = host.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("cannot create the folder for {}: {e}", rel.display()))?;
-        }
-        // The code dir is ours alone (the jail binds it read-only), but never
-        // write through a link someone left there.
-        if std::fs::symlink_metadata(&host).is_ok_and(|m| m.file_type().is_symlink()) {
-            return Err(format!("{} is a symbolic link; pick another name", rel.display()));
-        }
-        std::fs::write(&host, &a.content).map_err(|e| format!("cannot write {}: {e}", rel.display()))?;
-        use std::os::unix::fs::PermissionsExt;
-        let _ = std::fs::set_permissions(&host, std::fs::Permissions::from_mode(0o644));
+        self.session.write_code(&rel, a.content.as_bytes())?;
         let lines = a.content.lines().count();
-        Ok(format!("wrote /workspace/code/{} ({lines} lines); run it with run_python_file", rel.display()))
+        Ok(format!(
+            "wrote /workspace/code/{} ({lines} lines); run it with run_python_file",
+            rel.display()
+        ))
     }
 
     fn run(&self, a: &RunArgs) -> Done {
@@ -346,46 +439,95 @@ impl Context<'_> {
             Err(e) => return Done::error(e),
         };
         if !self.session.code.join(&rel).is_file() {
-            return Done::error(format!("/workspace/code/{} does not exist; write it with write_python_file first", rel.display()));
+            return Done::error(format!(
+                "/workspace/code/{} does not exist; write it with write_python_file first",
+                rel.display()
+            ));
+        }
+        let left = self
+            .deadline
+            .saturating_duration_since(std::time::Instant::now());
+        if left < std::time::Duration::from_secs(1) {
+            return Done::error("not run: the run's deadline has passed".into());
         }
         let before = self.session.snapshot();
-        let step = match self.runner.run(self.session, &rel, &a.args) {
+        let mut watch = self.progress.step(self.agent, &rel.to_string_lossy());
+        let step = match self.runner.run(self.session, &rel, &a.args, Some(left), &mut watch) {
             Ok(s) => s,
             Err(e) => return Done::error(format!("the step could not be run: {e}")),
         };
         let after = self.session.list(Area::Output);
         let r = &step.result;
         let content = view::render(r, &before, &after, self.budget);
-        let refused = r
-            .rejected_artifacts
-            .iter()
-            .map(|v| v.path.clone())
-            .collect();
-        let status = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+        let status = serde_json::to_value(r.status)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default();
         let ok = r.status == jail::result::Status::Ok;
         let jail = JailFacts {
             status,
             exit_code: r.exit_code,
             wall_ms: r.usage.wall_ms,
-            cpu_ms: r.usage.user_cpu_ms.zip(r.usage.system_cpu_ms).map(|(u, s)| u + s),
+            cpu_ms: r
+                .usage
+                .user_cpu_ms
+                .zip(r.usage.system_cpu_ms)
+                .map(|(u, s)| u + s),
             peak_memory_bytes: r.usage.peak_memory_bytes.or(r.usage.max_rss_bytes),
             jail_total_ms: r.timings.total_ms,
+            denials: r.denials.iter().take(50).map(|d| shown(&format!("{} {}×{}", d.layer, d.what, d.count))).collect(),
+            rejected_artifacts: r
+                .rejected_artifacts
+                .iter()
+                .take(50)
+                .map(|x| {
+                    let reason = serde_json::to_value(x.reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+                    shown(&format!("{}: {reason}", x.path))
+                })
+                .collect(),
+            artifacts: r.artifacts.len() as u64,
+            setup_stage: r.setup_error.as_ref().map(|e| shown(&e.stage)),
         };
-        Done { content, ok, jail: Some(jail), refused: Some(refused) }
+        Done {
+            content,
+            ok,
+            jail: Some(jail),
+            step: Some(Box::new(step.result)),
+        }
     }
 }
+
+/// Longest script path `write_python_file` and `run_python_file` accept.
+const MAX_SCRIPT_NAME: usize = 120;
 
 /// A script path relative to the code dir, ending in `.py`.
 fn script_path(given: &str) -> Result<PathBuf, String> {
     let g = given.trim();
-    let g = g.strip_prefix("/workspace/code/").or_else(|| g.strip_prefix("code/")).unwrap_or(g);
+    let g = g
+        .strip_prefix("/workspace/code/")
+        .or_else(|| g.strip_prefix("code/"))
+        .unwrap_or(g);
     if g.starts_with('/') {
-        return Err(format!("{given}: scripts live in /workspace/code; give a file name like step1.py"));
+        return Err(format!(
+            "{}: scripts live in /workspace/code; give a file name like step1.py",
+            shown(given)
+        ));
     }
     let rel = crate::session::clean_relative(g)?;
-    let ok_chars = g.chars().all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
+    let ok_chars = g
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
+    if g.len() > MAX_SCRIPT_NAME {
+        return Err(format!(
+            "{}: a script name has at most {MAX_SCRIPT_NAME} bytes",
+            shown(given)
+        ));
+    }
     if rel.as_os_str().is_empty() || !ok_chars || rel.extension().is_none_or(|e| e != "py") {
-        return Err(format!("{given}: give a file name of letters, digits, `_`, `-` and `.`, ending in .py"));
+        return Err(format!(
+            "{}: give a file name of letters, digits, `_`, `-` and `.`, ending in .py",
+            shown(given)
+        ));
     }
     Ok(rel)
 }
@@ -393,7 +535,13 @@ fn script_path(given: &str) -> Result<PathBuf, String> {
 /// A line of a file, safe to show: control characters but tab escaped.
 fn display_line(l: &str) -> String {
     l.chars()
-        .map(|c| if c.is_control() && c != '\t' { c.escape_default().to_string() } else { c.to_string() })
+        .map(|c| {
+            if c.is_control() && c != '\t' {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
         .collect()
 }
 
@@ -417,17 +565,26 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_answered_in_words() {
-        let e = parse_args::<WriteArgs>("write_python_file", "{not json").err().unwrap();
+        let e = parse_args::<WriteArgs>("write_python_file", "{not json")
+            .err()
+            .unwrap();
         assert!(e.contains("not valid JSON"), "{e}");
-        let e = parse_args::<WriteArgs>("write_python_file", r#"{"path":"a.py"}"#).err().unwrap();
+        let e = parse_args::<WriteArgs>("write_python_file", r#"{"path":"a.py"}"#)
+            .err()
+            .unwrap();
         assert!(e.contains("missing field `content`"), "{e}");
         assert!(parse_args::<NoArgs>("list_input_files", "").is_ok());
     }
 
     #[test]
     fn script_paths_stay_in_the_code_dir() {
-        assert_eq!(script_path("/workspace/code/a.py").unwrap(), PathBuf::from("a.py"));
+        assert_eq!(
+            script_path("/workspace/code/a.py").unwrap(),
+            PathBuf::from("a.py")
+        );
         assert_eq!(script_path("lib/b.py").unwrap(), PathBuf::from("lib/b.py"));
+        let long = format!("{}.py", "a".repeat(5 << 20));
+        assert!(script_path(&long).unwrap_err().len() < 400);
         for bad in ["../a.py", "/etc/a.py", "a.sh", "a b.py", ""] {
             assert!(script_path(bad).is_err(), "{bad}");
         }

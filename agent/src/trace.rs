@@ -4,6 +4,22 @@
 //! tool, built from those same records, printed and saved as `summary.txt`
 //! and `summary.json`.
 //!
+//! Each record closes one span of the OpenTelemetry GenAI shape (see
+//! `otel`): `chat` for a model call, `execute_tool` for a tool call,
+//! `invoke_agent` for a sub-agent (`agent_end`) and for the orchestrator
+//! (`run_end`). A record carries the run's id (the trace id), its span id and
+//! parent, and absolute start and end times, so the JSONL is the same tree
+//! as the exported spans, usable offline. Unless the run was started with
+//! `--no-trace-content`, it also holds the prompts (the messages each call
+//! added), the completions, the tool arguments and the tool results.
+//!
+//! Tokens per tool: a reply's completion tokens are split over the tool
+//! calls it produced, in proportion to the characters of each call (its
+//! name and arguments: what the model generated for it); a reply without a
+//! tool call counts as text. The summary shows what each tool cost to
+//! write, so a `write_python_file` that carries a whole script shows up
+//! against the `run_python_file` that only names it.
+//!
 //! Times never overlap: a tool call's time excludes a sub-agent it started
 //! (that is the sub-agent's own model and tool calls), so model time plus
 //! tool time never exceeds the run's wall time.
@@ -12,14 +28,42 @@ use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
 pub enum TraceError {
     #[error("cannot write the trace {path}: {error}")]
     Write { path: PathBuf, error: io::Error },
+}
+
+/// Whether prompts, completions, tool arguments and results are recorded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Content {
+    Recorded,
+    /// `--no-trace-content`: only names, sizes, tokens and times.
+    Omitted,
+}
+
+/// Most bytes of one recorded text (a tool result, arguments, a message).
+pub const MAX_CONTENT_BYTES: usize = 64 << 10;
+
+/// Where a span began: its id, its parent's, and its start time.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SpanStart {
+    /// 16 hex digits.
+    pub span_id: String,
+    pub parent_span_id: Option<String>,
+    pub start_unix_ns: u64,
+}
+
+impl SpanStart {
+    /// A new span beginning now under `parent`.
+    pub fn now(parent: Option<&str>) -> SpanStart {
+        SpanStart { span_id: new_id(8), parent_span_id: parent.map(String::from), start_unix_ns: unix_ns() }
+    }
 }
 
 /// One line of the trace.
@@ -28,6 +72,21 @@ pub struct Record {
     pub seq: u64,
     /// Milliseconds since the run started, at the end of the event.
     pub t_ms: f64,
+    /// When the event ended, RFC 3339 UTC.
+    #[serde(default)]
+    pub time: String,
+    /// The run's id: the trace id of its spans (32 hex digits).
+    #[serde(default)]
+    pub run_id: String,
+    /// The span this record closes, and its parent.
+    #[serde(default)]
+    pub span_id: String,
+    #[serde(default)]
+    pub parent_span_id: Option<String>,
+    #[serde(default)]
+    pub start_unix_ns: u64,
+    #[serde(default)]
+    pub end_unix_ns: u64,
     /// `orchestrator`, or `subagent-N` for the N-th sub-agent.
     pub agent: String,
     /// The todo item the agent was working on.
@@ -51,24 +110,45 @@ pub enum Event {
         finish_reason: Option<String>,
         /// Names of the tools the model called in this reply.
         tool_calls: Vec<String>,
+        /// Ids of those calls, in the same order.
+        #[serde(default)]
+        tool_call_ids: Vec<String>,
+        /// The messages this call added to the agent's conversation (the
+        /// whole prompt, for its first call); omitted with `--no-trace-content`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        input_messages: Option<Vec<Value>>,
+        /// The reply: its text and its tool calls; omitted likewise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        output_message: Option<Value>,
     },
     ToolCall {
         tool: String,
+        #[serde(default)]
+        call_id: String,
         ok: bool,
         duration_ms: f64,
         /// The error the model was given, when the call failed.
         error: Option<String>,
         /// For `run_python_file`: what the jail reported.
         jail: Option<JailFacts>,
+        /// The completion tokens of the reply that asked for this call, its share.
+        #[serde(default)]
+        tokens_out: u64,
+        /// The arguments as the model sent them; omitted with `--no-trace-content`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        arguments: Option<String>,
+        /// What the model was told; omitted likewise.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        result: Option<String>,
     },
     /// A sub-agent finished its item.
     AgentEnd { outcome: String, steps: u32, tokens_in: u64, tokens_out: u64, wall_ms: f64 },
-    /// The run ended.
+    /// The run ended (or stopped, to be resumed).
     RunEnd { stop: String, wall_ms: f64 },
 }
 
 /// The jail's own account of one step.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
 pub struct JailFacts {
     pub status: String,
     pub exit_code: Option<i32>,
@@ -77,33 +157,83 @@ pub struct JailFacts {
     pub peak_memory_bytes: Option<u64>,
     /// `timings.total_ms`: the whole jail run, setup included.
     pub jail_total_ms: f64,
+    /// Refused calls, `layer what×count`.
+    #[serde(default)]
+    pub denials: Vec<String>,
+    /// Output entries the jail refused, `path: reason` (names escaped).
+    #[serde(default)]
+    pub rejected_artifacts: Vec<String>,
+    /// Accepted output files.
+    #[serde(default)]
+    pub artifacts: u64,
+    /// The setup failure's stage, when it could not start.
+    #[serde(default)]
+    pub setup_stage: Option<String>,
+}
+
+/// Something that wants each record as it is written (the OTLP exporter).
+pub trait Sink {
+    fn record(&mut self, record: &Record);
+    /// Deliver what is buffered; called at the end of a run.
+    fn flush(&mut self) {}
 }
 
 pub struct Trace {
     path: PathBuf,
     file: File,
     started: Instant,
+    /// Wall time of the earlier parts of a resumed run.
+    offset_ms: f64,
+    pub run_id: String,
     pub records: Vec<Record>,
+    pub content: Content,
+    sinks: Vec<Box<dyn Sink>>,
 }
 
 impl Trace {
-    pub fn create(path: &Path, started: Instant) -> Result<Trace, TraceError> {
-        let file = File::create(path).map_err(|error| TraceError::Write { path: path.to_path_buf(), error })?;
-        Ok(Trace { path: path.to_path_buf(), file, started, records: Vec::new() })
+    /// A new trace file (0600: it holds the prompts and the model's words).
+    pub fn create(path: &Path, started: Instant, run_id: String, content: Content) -> Result<Trace, TraceError> {
+        let file = open(path, true).map_err(|error| TraceError::Write { path: path.to_path_buf(), error })?;
+        Ok(Trace { path: path.to_path_buf(), file, started, offset_ms: 0.0, run_id, records: Vec::new(), content, sinks: Vec::new() })
+    }
+
+    /// Append to the trace of a run that is resumed.
+    pub fn resume(path: &Path, started: Instant, run_id: String, content: Content, offset_ms: f64) -> Result<Trace, TraceError> {
+        let records = read(path).map_err(|error| TraceError::Write { path: path.to_path_buf(), error })?;
+        let file = open(path, false).map_err(|error| TraceError::Write { path: path.to_path_buf(), error })?;
+        Ok(Trace { path: path.to_path_buf(), file, started, offset_ms, run_id, records, content, sinks: Vec::new() })
+    }
+
+    pub fn add_sink(&mut self, sink: Box<dyn Sink>) {
+        self.sinks.push(sink);
     }
 
     pub fn path(&self) -> &Path {
         &self.path
     }
 
+    /// Milliseconds since the run started, earlier parts included.
     pub fn elapsed_ms(&self) -> f64 {
-        self.started.elapsed().as_secs_f64() * 1000.0
+        self.offset_ms + self.started.elapsed().as_secs_f64() * 1000.0
     }
 
-    pub fn record(&mut self, agent: &str, todo: Option<&str>, event: Event) -> Result<(), TraceError> {
+    /// Text to record, or none with `--no-trace-content`.
+    pub fn content_of(&self, text: &str) -> Option<String> {
+        (self.content == Content::Recorded).then(|| crate::escape::cut(text, MAX_CONTENT_BYTES))
+    }
+
+    /// Write one record closing `span` now.
+    pub fn record(&mut self, agent: &str, todo: Option<&str>, span: &SpanStart, event: Event) -> Result<(), TraceError> {
+        let end = unix_ns().max(span.start_unix_ns);
         let r = Record {
-            seq: self.records.len() as u64 + 1,
+            seq: self.records.last().map_or(0, |r| r.seq) + 1,
             t_ms: self.elapsed_ms(),
+            time: rfc3339(end),
+            run_id: self.run_id.clone(),
+            span_id: span.span_id.clone(),
+            parent_span_id: span.parent_span_id.clone(),
+            start_unix_ns: span.start_unix_ns,
+            end_unix_ns: end,
             agent: agent.to_string(),
             todo: todo.map(String::from),
             event,
@@ -114,9 +244,95 @@ impl Trace {
             .write_all(line.as_bytes())
             .and_then(|_| self.file.flush())
             .map_err(|error| TraceError::Write { path: self.path.clone(), error })?;
+        for s in &mut self.sinks {
+            s.record(&r);
+        }
         self.records.push(r);
         Ok(())
     }
+
+    pub fn flush(&mut self) {
+        for s in &mut self.sinks {
+            s.flush();
+        }
+    }
+}
+
+fn open(path: &Path, truncate: bool) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut o = std::fs::OpenOptions::new();
+    if truncate {
+        o.write(true).create(true).truncate(true);
+    } else {
+        o.append(true);
+    }
+    o.mode(0o600).custom_flags(libc::O_NOFOLLOW).open(path)
+}
+
+/// Split a reply's completion tokens over its tool calls by the characters
+/// each call took (name and arguments), so the shares add up exactly.
+pub fn split_tokens(tokens: u64, sizes: &[usize]) -> Vec<u64> {
+    if sizes.is_empty() {
+        return Vec::new();
+    }
+    let total: u128 = sizes.iter().map(|&s| s.max(1) as u128).sum();
+    let mut shares: Vec<u64> = sizes.iter().map(|&s| (tokens as u128 * s.max(1) as u128 / total) as u64).collect();
+    let mut left = tokens - shares.iter().sum::<u64>();
+    // The remainder goes to the largest calls first.
+    let mut order: Vec<usize> = (0..sizes.len()).collect();
+    order.sort_by_key(|&i| std::cmp::Reverse(sizes[i]));
+    for i in order.into_iter().cycle() {
+        if left == 0 {
+            break;
+        }
+        shares[i] += 1;
+        left -= 1;
+    }
+    shares
+}
+
+/// `n` random bytes as hex (span ids: 8, trace ids: 16).
+pub fn new_id(n: usize) -> String {
+    use std::io::Read;
+    let mut buf = vec![0u8; n];
+    let ok = File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf)).is_ok();
+    if !ok || buf.iter().all(|&b| b == 0) {
+        // Never all zero (an invalid id in OpenTelemetry).
+        use sha2::Digest;
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static N: AtomicU64 = AtomicU64::new(1);
+        let seed = format!("{}-{}-{}", unix_ns(), std::process::id(), N.fetch_add(1, Ordering::Relaxed));
+        buf = sha2::Sha256::digest(seed.as_bytes())[..n].to_vec();
+    }
+    buf.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+pub fn unix_ns() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos() as u64).unwrap_or(0)
+}
+
+/// `2026-12-03T13:30:21.123Z` for nanoseconds since the epoch.
+pub fn rfc3339(unix_ns: u64) -> String {
+    let secs = (unix_ns / 1_000_000_000) as i64;
+    let ms = (unix_ns / 1_000_000) % 1000;
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    let (y, m, d) = civil_from_days(days);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+/// Howard Hinnant's days-to-civil: (year, month, day) of a day count since
+/// 1970-01-01.
+pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -138,6 +354,9 @@ pub struct ToolRow {
     pub tool_ms: f64,
     /// Sum of the jail's own wall time over the runs of this tool.
     pub jail_wall_ms: f64,
+    /// Completion tokens the model spent asking for these calls.
+    #[serde(default)]
+    pub tokens_out: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -146,6 +365,9 @@ pub struct Summary {
     pub by_tool: Vec<ToolRow>,
     /// The sums over every agent (and, for tool fields, over every tool).
     pub total: AgentRow,
+    /// Completion tokens of replies that called no tool (plain text).
+    #[serde(default)]
+    pub text_tokens_out: u64,
     pub tokens_estimated: bool,
     pub jail_wall_ms: f64,
     pub run_wall_ms: f64,
@@ -158,6 +380,7 @@ impl Summary {
         let mut agents: Vec<AgentRow> = Vec::new();
         let mut tools: BTreeMap<String, ToolRow> = BTreeMap::new();
         let mut estimated = false;
+        let mut text_tokens_out = 0;
         for r in records {
             let idx = match agents.iter().position(|a| a.agent == r.agent) {
                 Some(i) => i,
@@ -168,14 +391,17 @@ impl Summary {
             };
             let row = &mut agents[idx];
             match &r.event {
-                Event::ModelCall { tokens_in, tokens_out, tokens_estimated, duration_ms, .. } => {
+                Event::ModelCall { tokens_in, tokens_out, tokens_estimated, duration_ms, tool_calls, .. } => {
                     row.model_calls += 1;
                     row.tokens_in += tokens_in;
                     row.tokens_out += tokens_out;
                     row.model_ms += duration_ms;
                     estimated |= tokens_estimated;
+                    if tool_calls.is_empty() {
+                        text_tokens_out += tokens_out;
+                    }
                 }
-                Event::ToolCall { tool, ok, duration_ms, jail, .. } => {
+                Event::ToolCall { tool, ok, duration_ms, jail, tokens_out, .. } => {
                     row.tool_calls += 1;
                     row.tool_ms += duration_ms;
                     let t = tools.entry(tool.clone()).or_insert_with(|| ToolRow { tool: tool.clone(), ..ToolRow::default() });
@@ -183,6 +409,7 @@ impl Summary {
                     t.errors += u64::from(!ok);
                     t.tool_ms += duration_ms;
                     t.jail_wall_ms += jail.as_ref().map_or(0.0, |j| j.wall_ms);
+                    t.tokens_out += tokens_out;
                 }
                 Event::AgentEnd { .. } | Event::RunEnd { .. } => {}
             }
@@ -199,11 +426,21 @@ impl Summary {
         }
         let by_tool: Vec<ToolRow> = tools.into_values().collect();
         let jail_wall_ms = by_tool.iter().map(|t| t.jail_wall_ms).sum();
-        Summary { by_agent: agents, by_tool, total, tokens_estimated: estimated, jail_wall_ms, run_wall_ms, stop: stop.to_string() }
+        Summary {
+            by_agent: agents,
+            by_tool,
+            total,
+            text_tokens_out,
+            tokens_estimated: estimated,
+            jail_wall_ms,
+            run_wall_ms,
+            stop: stop.to_string(),
+        }
     }
 
-    /// The summary as two plain-text tables.
+    /// The summary as plain-text tables; every name escaped.
     pub fn render(&self) -> String {
+        use crate::escape::shown_max;
         let s = |ms: f64| format!("{:.2}", ms / 1000.0);
         let mut out = String::from("tokens and time by agent\n");
         out.push_str(&format!(
@@ -213,7 +450,7 @@ impl Summary {
         for a in self.by_agent.iter().chain(std::iter::once(&self.total)) {
             out.push_str(&format!(
                 "{:<24} {:>6} {:>10} {:>10} {:>9} {:>6} {:>9}\n",
-                a.agent,
+                shown_max(&a.agent, 24),
                 a.model_calls,
                 a.tokens_in,
                 a.tokens_out,
@@ -222,20 +459,38 @@ impl Summary {
                 s(a.tool_ms)
             ));
         }
-        out.push_str("\ntime by tool\n");
-        out.push_str(&format!("{:<24} {:>6} {:>6} {:>9} {:>11}\n", "tool", "calls", "errors", "tool s", "jail wall s"));
+        out.push_str("\ntime and tokens by tool (tokens out: what the model wrote to call it)\n");
+        out.push_str(&format!("{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n", "tool", "calls", "errors", "tool s", "jail wall s", "tokens out"));
         for t in &self.by_tool {
-            out.push_str(&format!("{:<24} {:>6} {:>6} {:>9} {:>11}\n", t.tool, t.calls, t.errors, s(t.tool_ms), s(t.jail_wall_ms)));
+            let name = shown_max(&t.tool, 40);
+            out.push_str(&format!(
+                "{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n",
+                name,
+                t.calls,
+                t.errors,
+                s(t.tool_ms),
+                s(t.jail_wall_ms),
+                t.tokens_out
+            ));
+        }
+        if self.text_tokens_out > 0 {
+            out.push_str(&format!("{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n", "(text replies)", "", "", "", "", self.text_tokens_out));
         }
         let errors: u64 = self.by_tool.iter().map(|t| t.errors).sum();
         out.push_str(&format!(
-            "{:<24} {:>6} {:>6} {:>9} {:>11}\n",
+            "{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n",
             "total",
             self.total.tool_calls,
             errors,
             s(self.total.tool_ms),
-            s(self.jail_wall_ms)
+            s(self.jail_wall_ms),
+            self.total.tokens_out
         ));
+        let write = self.by_tool.iter().find(|t| t.tool == "write_python_file").map_or(0, |t| t.tokens_out);
+        let run = self.by_tool.iter().find(|t| t.tool == "run_python_file").map_or(0, |t| t.tokens_out);
+        if write + run > 0 {
+            out.push_str(&format!("\nwriting scripts cost {write} tokens out, running them {run}\n"));
+        }
         let other = (self.run_wall_ms - self.total.model_ms - self.total.tool_ms).max(0.0);
         out.push_str(&format!(
             "\nrun: {} s wall ({} s waiting for the model, {} s in tools, {} s other); stopped: {}{}\n",
@@ -243,7 +498,7 @@ impl Summary {
             s(self.total.model_ms),
             s(self.total.tool_ms),
             s(other),
-            self.stop,
+            crate::escape::escape(&self.stop, crate::escape::Lines::One),
             if self.tokens_estimated { " (some token counts are estimates: the endpoint reported no usage)" } else { "" }
         ));
         out
@@ -252,7 +507,7 @@ impl Summary {
     pub fn save(&self, dir: &Path) -> Result<(), TraceError> {
         let write = |name: &str, text: String| {
             let p = dir.join(name);
-            std::fs::write(&p, text).map_err(|error| TraceError::Write { path: p, error })
+            crate::session::write_private(&p, text.as_bytes()).map_err(|error| TraceError::Write { path: p, error })
         };
         write("summary.txt", self.render())?;
         write("summary.json", serde_json::to_string_pretty(self).unwrap_or_default())
@@ -272,13 +527,26 @@ pub fn read(path: &Path) -> io::Result<Vec<Record>> {
 mod tests {
     use super::*;
 
-    fn model(agent: &str, tin: u64, tout: u64, ms: f64) -> Record {
+    fn rec(agent: &str, event: Event) -> Record {
         Record {
             seq: 0,
             t_ms: 0.0,
+            time: String::new(),
+            run_id: String::new(),
+            span_id: String::new(),
+            parent_span_id: None,
+            start_unix_ns: 0,
+            end_unix_ns: 0,
             agent: agent.into(),
             todo: None,
-            event: Event::ModelCall {
+            event,
+        }
+    }
+
+    fn model(agent: &str, tin: u64, tout: u64, ms: f64, calls: &[&str]) -> Record {
+        rec(
+            agent,
+            Event::ModelCall {
                 model: "m".into(),
                 tokens_in: tin,
                 tokens_out: tout,
@@ -286,48 +554,90 @@ mod tests {
                 duration_ms: ms,
                 attempts: 1,
                 finish_reason: None,
-                tool_calls: vec![],
+                tool_calls: calls.iter().map(|c| c.to_string()).collect(),
+                tool_call_ids: vec![],
+                input_messages: None,
+                output_message: None,
             },
-        }
+        )
     }
 
-    fn tool(agent: &str, name: &str, ok: bool, ms: f64) -> Record {
-        Record {
-            seq: 0,
-            t_ms: 0.0,
-            agent: agent.into(),
-            todo: None,
-            event: Event::ToolCall { tool: name.into(), ok, duration_ms: ms, error: None, jail: None },
-        }
+    fn tool(agent: &str, name: &str, ok: bool, ms: f64, tokens_out: u64) -> Record {
+        rec(
+            agent,
+            Event::ToolCall {
+                tool: name.into(),
+                call_id: String::new(),
+                ok,
+                duration_ms: ms,
+                error: None,
+                jail: None,
+                tokens_out,
+                arguments: None,
+                result: None,
+            },
+        )
     }
 
     #[test]
     fn the_summary_adds_up_by_agent_and_by_tool() {
         let recs = vec![
-            model("orchestrator", 10, 2, 5.0),
-            tool("orchestrator", "create_todo_list", true, 1.0),
-            model("subagent-1", 20, 4, 7.0),
-            tool("subagent-1", "run_python_file", false, 30.0),
-            tool("subagent-1", "run_python_file", true, 20.0),
+            model("orchestrator", 10, 2, 5.0, &["create_todo_list"]),
+            tool("orchestrator", "create_todo_list", true, 1.0, 2),
+            model("subagent-1", 20, 4, 7.0, &["run_python_file", "run_python_file"]),
+            tool("subagent-1", "run_python_file", false, 30.0, 2),
+            tool("subagent-1", "run_python_file", true, 20.0, 2),
+            model("orchestrator", 5, 9, 1.0, &[]),
         ];
         let s = Summary::from_records(&recs, 100.0, "finished");
         assert_eq!(s.by_agent.len(), 2);
-        assert_eq!((s.total.tokens_in, s.total.tokens_out, s.total.model_calls), (30, 6, 2));
+        assert_eq!((s.total.tokens_in, s.total.tokens_out, s.total.model_calls), (35, 15, 3));
         assert_eq!(s.total.tool_ms, 51.0);
         let run = s.by_tool.iter().find(|t| t.tool == "run_python_file").unwrap();
-        assert_eq!((run.calls, run.errors, run.tool_ms), (2, 1, 50.0));
+        assert_eq!((run.calls, run.errors, run.tool_ms, run.tokens_out), (2, 1, 50.0, 4));
+        assert_eq!(s.text_tokens_out, 9);
+        assert_eq!(s.by_tool.iter().map(|t| t.tokens_out).sum::<u64>() + s.text_tokens_out, s.total.tokens_out);
         let text = s.render();
         assert!(text.contains("subagent-1") && text.contains("stopped: finished"), "{text}");
+        assert!(text.contains("writing scripts cost 0 tokens out, running them 4"), "{text}");
     }
 
     #[test]
-    fn records_round_trip_through_a_trace_file() {
+    fn completion_tokens_split_by_what_each_call_took_and_add_up() {
+        assert_eq!(split_tokens(100, &[900, 100]), vec![90, 10]);
+        let s = split_tokens(7, &[1, 1, 1]);
+        assert_eq!(s.iter().sum::<u64>(), 7);
+        assert_eq!(split_tokens(0, &[5]), vec![0]);
+        assert!(split_tokens(5, &[]).is_empty());
+        let s = split_tokens(1_000_003, &[12_345, 6, 0, 999]);
+        assert_eq!(s.iter().sum::<u64>(), 1_000_003);
+    }
+
+    #[test]
+    fn times_are_rfc3339_utc() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(rfc3339(1_796_304_621_123_000_000), "2026-12-03T13:30:21.123Z");
+        assert_eq!(rfc3339(951_782_400_000_000_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(new_id(8).len(), 16);
+        assert_ne!(new_id(16), new_id(16));
+    }
+
+    #[test]
+    fn records_round_trip_through_a_trace_file_and_a_resumed_trace_appends() {
         let t = tempfile::tempdir().unwrap();
         let p = t.path().join("trace.jsonl");
-        let mut tr = Trace::create(&p, Instant::now()).unwrap();
-        tr.record("orchestrator", Some("a"), Event::RunEnd { stop: "finished".into(), wall_ms: 1.0 }).unwrap();
+        let span = SpanStart::now(None);
+        let mut tr = Trace::create(&p, Instant::now(), new_id(16), Content::Recorded).unwrap();
+        tr.record("orchestrator", Some("a"), &span, Event::RunEnd { stop: "finished".into(), wall_ms: 1.0 }).unwrap();
         let back = read(&p).unwrap();
         assert_eq!(back, tr.records);
         assert!(std::fs::read_to_string(&p).unwrap().contains(r#""kind":"run_end""#));
+        assert!(back[0].time.ends_with('Z') && back[0].span_id == span.span_id && back[0].run_id.len() == 32);
+        let mut again = Trace::resume(&p, Instant::now(), tr.run_id.clone(), Content::Recorded, 5000.0).unwrap();
+        again.record("orchestrator", None, &span, Event::RunEnd { stop: "finished".into(), wall_ms: 2.0 }).unwrap();
+        let back = read(&p).unwrap();
+        assert_eq!(back.len(), 2);
+        assert_eq!(back[1].seq, 2);
+        assert!(back[1].t_ms >= 5000.0);
     }
 }

@@ -2,9 +2,11 @@
 //! from outside the jail once the whole process tree is dead.
 //!
 //! Pipeline position: [`Before::take`] runs in the supervisor before the
-//! child is cloned (so before it is released); [`collect`] runs after the
-//! supervisor's wait4 of PID 1 returned, which it proves by taking a
-//! [`TreeDead`]. Nothing inside the jail can move a file between our listing
+//! child is cloned (so before it is released), and with a size-capped output
+//! dir [`Before::retake_output_at`] snapshots the jail's tmpfs once it is
+//! filled; [`collect`] (the host folder) or [`collect_at`] (the tmpfs) runs
+//! after the supervisor's wait4 of PID 1 returned, which it proves by taking
+//! a [`TreeDead`]; delivery.rs then hands the host what passed. Nothing inside the jail can move a file between our listing
 //! and our open, and every open is still made beneath the output dir's
 //! descriptor with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
 //! RESOLVE_NO_MAGICLINKS)` and `O_NOFOLLOW`, then checked with `fstat`
@@ -18,17 +20,24 @@
 //! `max_depth`. Entries are typed with `fstatat(AT_SYMLINK_NOFOLLOW)` before
 //! anything is opened, so a fifo is never opened and a device never touched.
 //! Accepted files are then read once each (`inspect`) for their sha256, media
-//! type, flags and summary.
+//! type, flags and summary, each summariser within the fixed memory and time
+//! budgets of `budget` (past them the file is flagged `incomplete_scan`).
 
+pub mod budget;
 mod csv;
+pub mod fuzzing;
+mod image;
 mod inspect;
+mod json;
 mod markup;
+pub mod neutralise;
 mod ooxml;
+mod zipdir;
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt::Write as _;
 use std::fs::File;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -37,7 +46,7 @@ use nix::sys::stat::FileStat;
 
 use crate::digest::Hasher;
 use crate::policy::{ArtifactRules, FormulaCells};
-use crate::result::{Artifact, Change, FlagKind, InputReport, RejectReason, RejectedArtifact};
+use crate::result::{Artifact, Change, Disposition, FlagKind, InputReport, Neutralised, RejectReason, RejectedArtifact};
 use crate::sys;
 
 /// Every open below the output dir: never a symlink, never out of the tree.
@@ -192,7 +201,7 @@ fn shown_dir(dir: &str) -> String {
 /// What the listing saw of one entry; compared with `fstat` on open and with
 /// the snapshot taken before the run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Meta {
+pub(crate) struct Meta {
     dev: u64,
     ino: u64,
     mode: u32,
@@ -231,31 +240,90 @@ struct FileEntry {
     meta: Meta,
 }
 
-/// Refusals, listed up to [`MAX_REJECTED_LISTED`] and counted beyond.
+/// An entry the verdict keeps off the host, as the walk met it: its folder
+/// (a path of accepted names) and its raw name. `None` for a refusal that
+/// names no one entry (the walk's own stop, an unreadable output dir).
+#[derive(Debug, Clone)]
+pub(crate) struct Refused {
+    pub dir: String,
+    pub name: Vec<u8>,
+    meta: Option<Meta>,
+    /// Its index in the listed refusals, when it is listed.
+    pub listed: Option<usize>,
+}
+
+impl Refused {
+    /// An entry refused after the walk (its refusal is `rejected[listed]`).
+    pub fn new(dir: &str, name: &[u8], listed: usize) -> Refused {
+        Refused { dir: dir.to_string(), name: name.to_vec(), meta: None, listed: Some(listed) }
+    }
+
+    /// Its raw path relative to the output dir.
+    pub fn raw_rel(&self) -> Vec<u8> {
+        raw_join(&self.dir, &self.name)
+    }
+}
+
+fn raw_join(dir: &str, name: &[u8]) -> Vec<u8> {
+    let mut p = dir.as_bytes().to_vec();
+    if !p.is_empty() {
+        p.push(b'/');
+    }
+    p.extend_from_slice(name);
+    p
+}
+
+/// Refusals, listed up to [`MAX_REJECTED_LISTED`] and counted beyond; every
+/// refused entry is remembered (bounded by the walk's `max_entries`), listed
+/// or not, so that none of them reaches the host.
 #[derive(Default)]
 struct Rejections {
     listed: Vec<RejectedArtifact>,
     omitted: u64,
+    entries: Vec<Refused>,
 }
 
+/// Where a refusal is: an entry (folder, raw name, what fstatat said), or
+/// nowhere in particular.
+type At<'a> = Option<(&'a str, &'a [u8], Option<Meta>)>;
+
 impl Rejections {
-    fn add(&mut self, path: String, reason: RejectReason, detail: impl Into<String>) {
-        if self.listed.len() < MAX_REJECTED_LISTED {
-            self.listed.push(RejectedArtifact { path, reason, detail: detail.into() });
+    fn add(&mut self, path: String, at: At<'_>, reason: RejectReason, detail: impl Into<String>) {
+        let listed = if self.listed.len() < MAX_REJECTED_LISTED {
+            self.listed.push(RejectedArtifact {
+                path,
+                reason,
+                detail: detail.into(),
+                disposition: Disposition::NotDelivered,
+                moved_to: None,
+            });
+            Some(self.listed.len() - 1)
         } else {
             self.omitted += 1;
+            None
+        };
+        if let Some((dir, name, meta)) = at {
+            self.entries.push(Refused { dir: dir.to_string(), name: name.to_vec(), meta, listed });
         }
     }
 
-    fn into_list(mut self) -> Vec<RejectedArtifact> {
+    /// A refusal of a file the listing accepted as a regular file.
+    fn add_file(&mut self, f: &FileEntry, reason: RejectReason, detail: impl Into<String>) {
+        let (dir, name) = f.rel.rsplit_once('/').unwrap_or(("", f.rel.as_str()));
+        self.add(f.rel.clone(), Some((dir, name.as_bytes(), Some(f.meta))), reason, detail);
+    }
+
+    fn into_list(mut self) -> (Vec<RejectedArtifact>, Vec<Refused>) {
         if self.omitted > 0 {
             self.listed.push(RejectedArtifact {
                 path: ".".into(),
                 reason: RejectReason::TooManyRejected,
                 detail: format!("{} more refused entries are not listed", self.omitted),
+                disposition: Disposition::NotDelivered,
+                moved_to: None,
             });
         }
-        self.listed
+        (self.listed, self.entries)
     }
 }
 
@@ -267,6 +335,9 @@ struct Listing {
     seen: HashSet<String>,
     /// Folders listed in full.
     walked: HashSet<String>,
+    /// What fstatat said of every entry the walk typed, by raw path (for
+    /// "there before and left alone").
+    metas: HashMap<Vec<u8>, Meta>,
 }
 
 fn open_root(dir: &Path) -> io::Result<OwnedFd> {
@@ -307,6 +378,14 @@ fn type_refusal(kind: u32) -> (RejectReason, &'static str) {
     }
 }
 
+fn shown(dir: &str, name: &[u8]) -> String {
+    if dir.is_empty() {
+        escape_name(name)
+    } else {
+        format!("{dir}/{}", escape_name(name))
+    }
+}
+
 /// List the tree beneath `root`: regular files with their metadata, and
 /// refusals for everything the structure rules exclude.
 fn walk(root: &OwnedFd, rules: &ArtifactRules) -> Listing {
@@ -314,7 +393,7 @@ fn walk(root: &OwnedFd, rules: &ArtifactRules) -> Listing {
     let root_dev = match nix::sys::stat::fstat(root.as_raw_fd()) {
         Ok(st) => st.st_dev,
         Err(e) => {
-            l.rejected.add(".".into(), RejectReason::Unreadable, format!("fstat: {e}"));
+            l.rejected.add(".".into(), None, RejectReason::Unreadable, format!("fstat: {e}"));
             return l;
         }
     };
@@ -322,59 +401,80 @@ fn walk(root: &OwnedFd, rules: &ArtifactRules) -> Listing {
     let mut entries = 0u64;
     'walk: while let Some((dir, depth)) = queue.pop_front() {
         let listed = open_dir_beneath(root, &dir).and_then(|fd| Ok((read_names(&fd, rules.max_dir_entries + 1)?, fd)));
+        let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir.as_str()));
+        let dir_at: At<'_> = if dir.is_empty() { None } else { Some((parent, name.as_bytes(), l.metas.get(dir.as_bytes()).copied())) };
         let (names, dir_fd) = match listed {
             Ok(x) => x,
             Err(e) => {
-                l.rejected.add(shown_dir(&dir), RejectReason::Unreadable, format!("cannot list the folder: {e}"));
+                l.rejected.add(shown_dir(&dir), dir_at, RejectReason::Unreadable, format!("cannot list the folder: {e}"));
                 continue;
             }
         };
         if names.len() as u64 > rules.max_dir_entries {
             l.rejected.add(
                 shown_dir(&dir),
+                dir_at,
                 RejectReason::TooWide,
                 format!("the folder has more than {} entries; none of them is taken", rules.max_dir_entries),
             );
             continue;
         }
         l.walked.insert(dir.clone());
-        for name in names {
+        for (i, name) in names.iter().enumerate() {
             entries += 1;
             if entries > rules.max_entries {
                 l.rejected.add(
                     shown_dir(&dir),
+                    None,
                     RejectReason::TooManyEntries,
                     format!("the walk stopped here after {} entries", rules.max_entries),
                 );
                 l.walked.remove(&dir);
+                // What the walk never reached is never accepted, so it is
+                // refused: the rest of this folder, and every folder queued.
+                let not_judged = "the walk stopped before it (artifacts.max_entries); never looked at";
+                for rest in &names[i..] {
+                    let meta = nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), rest.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW).ok();
+                    l.rejected.add(shown(&dir, rest), Some((&dir, rest, meta.as_ref().map(Meta::of))), RejectReason::NotJudged, not_judged);
+                }
+                for (queued, _) in queue.drain(..) {
+                    let (parent, name) = queued.rsplit_once('/').unwrap_or(("", queued.as_str()));
+                    let meta = l.metas.get(queued.as_bytes()).copied();
+                    l.rejected.add(queued.clone(), Some((parent, name.as_bytes(), meta)), RejectReason::NotJudged, not_judged);
+                }
                 break 'walk;
             }
-            let text = match check_name(&name, rules.max_name_bytes) {
+            let meta = nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), name.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW).map(|st| Meta::of(&st));
+            if let Ok(m) = &meta {
+                l.metas.insert(raw_join(&dir, name), *m);
+            }
+            let at: At<'_> = Some((&dir, name, meta.as_ref().ok().copied()));
+            let text = match check_name(name, rules.max_name_bytes) {
                 Ok(t) => t,
                 Err((reason, why)) => {
-                    let shown = if dir.is_empty() { escape_name(&name) } else { format!("{dir}/{}", escape_name(&name)) };
-                    l.rejected.add(shown, reason, why);
+                    l.rejected.add(shown(&dir, name), at, reason, why);
                     continue;
                 }
             };
             let rel = join(&dir, text);
             l.seen.insert(rel.clone());
-            let st = match nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), name.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW) {
-                Ok(st) => Meta::of(&st),
+            let st = match meta {
+                Ok(st) => st,
                 Err(e) => {
-                    l.rejected.add(rel, RejectReason::Unreadable, format!("fstatat: {e}"));
+                    l.rejected.add(rel, at, RejectReason::Unreadable, format!("fstatat: {e}"));
                     continue;
                 }
             };
             match st.kind() {
                 libc::S_IFDIR | libc::S_IFREG if st.dev != root_dev => {
-                    l.rejected.add(rel, RejectReason::MountPoint, "on another filesystem than the output dir");
+                    l.rejected.add(rel, at, RejectReason::MountPoint, "on another filesystem than the output dir");
                 }
                 libc::S_IFDIR => {
                     // Its entries would be at depth + 2.
                     if depth + 2 > rules.max_depth {
                         l.rejected.add(
                             rel,
+                            at,
                             RejectReason::TooDeep,
                             format!("entries in this folder would be deeper than {} levels; not entered", rules.max_depth),
                         );
@@ -385,7 +485,7 @@ fn walk(root: &OwnedFd, rules: &ArtifactRules) -> Listing {
                 libc::S_IFREG => l.files.push(FileEntry { rel, meta: st }),
                 other => {
                     let (reason, what) = type_refusal(other);
-                    l.rejected.add(rel, reason, what);
+                    l.rejected.add(rel, at, reason, what);
                 }
             }
         }
@@ -432,9 +532,12 @@ fn open_listed(root: &OwnedFd, f: &FileEntry) -> Result<File, (RejectReason, Str
 
 // --------------------------------------------------------------- snapshot
 
-/// The output dir's regular files before the run, and the input's digest.
+/// The output dir's entries before the run, and the input's digest.
 pub struct Before {
     output: BTreeMap<String, Meta>,
+    /// Every entry of any kind, by raw path: what "there before and left
+    /// alone" is judged against.
+    entries: HashMap<Vec<u8>, Meta>,
     input: Option<(PathBuf, TreeDigest)>,
 }
 
@@ -443,9 +546,9 @@ impl Before {
     /// one open and one getdents) and digest the input dir.
     pub fn take(output: &Path, input: Option<&Path>, rules: &ArtifactRules) -> Result<Before, ArtifactsError> {
         let root = open_root(output).map_err(|source| ArtifactsError::OpenOutput { path: output.into(), source })?;
-        let listing = walk(&root, rules);
-        let output = listing.files.into_iter().map(|f| (f.rel, f.meta)).collect();
-        let input = match input {
+        let mut before = Before { output: BTreeMap::new(), entries: HashMap::new(), input: None };
+        before.retake_output_at(&root, rules);
+        before.input = match input {
             Some(dir) => Some((
                 dir.to_path_buf(),
                 digest_tree(dir, rules.input_hash_max_bytes)
@@ -453,7 +556,16 @@ impl Before {
             )),
             None => None,
         };
-        Ok(Before { output, input })
+        Ok(before)
+    }
+
+    /// Snapshot the output dir again, from a descriptor: the jail's output
+    /// tmpfs once the host folder was copied into it, before the script
+    /// runs, so that changes are judged where the script made them.
+    pub fn retake_output_at(&mut self, root: &OwnedFd, rules: &ArtifactRules) {
+        let listing = walk(root, rules);
+        self.output = listing.files.into_iter().map(|f| (f.rel, f.meta)).collect();
+        self.entries = listing.metas;
     }
 
     fn change_of(&self, rel: &str, now: &Meta) -> Change {
@@ -463,64 +575,145 @@ impl Before {
             Some(_) => Change::Modified,
         }
     }
+
+    /// Whether a refused entry was there before the run, untouched since.
+    pub(crate) fn left_alone(&self, r: &Refused) -> bool {
+        match (self.entries.get(&r.raw_rel()), r.meta) {
+            (Some(before), Some(now)) => before.kind() == now.kind() && before.same_file(&now),
+            _ => false,
+        }
+    }
 }
 
 // ---------------------------------------------------------------- collect
 
-/// The artifact fields of the result.
+/// One accepted file the host is to receive.
+#[derive(Debug, Clone)]
+pub(crate) struct Accepted {
+    pub rel: String,
+    pub ino: u64,
+    pub ctime_ns: i128,
+    pub size: u64,
+    /// Its CSV/TSV delimiter, when its formula cells are to be neutralised.
+    pub neutralise: Option<u8>,
+}
+
+/// The artifact fields of the result, and what the host is to receive.
 pub struct Collected {
     pub artifacts: Vec<Artifact>,
     pub rejected: Vec<RejectedArtifact>,
     pub input: Option<InputReport>,
+    /// Every accepted file that is not `deleted`.
+    pub(crate) accepted: Vec<Accepted>,
+    /// Every refused entry, listed or not.
+    pub(crate) refused: Vec<Refused>,
+}
+
+impl Collected {
+    /// The host did not receive an accepted file after all (the copy ran out
+    /// of room or time): it leaves `artifacts` for `rejected_artifacts`.
+    pub(crate) fn withdraw(&mut self, rel: &str, reason: RejectReason, detail: String) {
+        self.artifacts.retain(|a| a.path != rel);
+        self.accepted.retain(|a| a.rel != rel);
+        self.rejected.push(RejectedArtifact {
+            path: rel.to_string(),
+            reason,
+            detail,
+            disposition: Disposition::NotDelivered,
+            moved_to: None,
+        });
+    }
+
+    /// The host received a neutralised copy of `rel`.
+    pub(crate) fn record_neutralised(&mut self, rel: &str, w: &neutralise::Written) {
+        if let Some(a) = self.artifacts.iter_mut().find(|a| a.path == rel) {
+            a.neutralised = Some(Neutralised {
+                cells: w.cells,
+                original_bytes: a.bytes,
+                original_sha256: a.sha256.clone().unwrap_or_default(),
+            });
+            a.bytes = w.bytes;
+            a.sha256 = Some(w.sha256.clone());
+        }
+    }
 }
 
 /// Judge the output dir and re-digest the input, now that the tree is dead.
-pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, _dead: TreeDead) -> Collected {
-    let input = before.input.as_ref().map(|(dir, was)| input_report(dir, was, rules));
-    let root = match open_root(output) {
-        Ok(fd) => fd,
+pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, dead: TreeDead) -> Collected {
+    match open_root(output) {
+        Ok(root) => collect_at(&root, before, rules, dead),
         Err(e) => {
+            let input = before.input.as_ref().map(|(dir, was)| input_report(dir, was, rules));
             let rejected = vec![RejectedArtifact {
                 path: ".".into(),
                 reason: RejectReason::Unreadable,
                 detail: format!("cannot open the output dir: {e}"),
+                disposition: Disposition::NotDelivered,
+                moved_to: None,
             }];
-            return Collected { artifacts: vec![], rejected, input };
+            Collected { artifacts: vec![], rejected, input, accepted: vec![], refused: vec![] }
         }
-    };
-    let listing = walk(&root, rules);
+    }
+}
+
+/// [`collect`] beneath a descriptor of the output dir (the host folder, or
+/// the jail's output tmpfs).
+pub fn collect_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, _dead: TreeDead) -> Collected {
+    let input = before.input.as_ref().map(|(dir, was)| input_report(dir, was, rules));
+    let listing = walk(root, rules);
+    // The summarisers' time budget for this whole collection starts now.
+    let clock = budget::Clock::start();
     let mut rejected = listing.rejected;
     let mut artifacts = Vec::new();
-    let mut to_sanitize = Vec::new();
+    let mut accepted_files = Vec::new();
     let (mut accepted, mut total) = (0u64, 0u64);
     for f in &listing.files {
         if let Some((reason, why)) = file_refusal(f, rules) {
-            rejected.add(f.rel.clone(), reason, why);
+            rejected.add_file(f, reason, why);
             continue;
         }
         if accepted >= rules.max_files {
-            rejected.add(f.rel.clone(), RejectReason::TooManyFiles, format!("over artifacts.max_files ({})", rules.max_files));
+            rejected.add_file(f, RejectReason::TooManyFiles, format!("over artifacts.max_files ({})", rules.max_files));
             continue;
         }
         if total + f.meta.size > rules.max_total_bytes {
-            rejected.add(
-                f.rel.clone(),
+            rejected.add_file(
+                f,
                 RejectReason::TotalTooLarge,
                 format!("accepting it would pass artifacts.max_total_bytes ({})", rules.max_total_bytes),
             );
             continue;
         }
-        match accept(&root, f, before) {
+        match accept(root, f, before, &clock) {
             Ok((artifact, delim)) => {
+                let formula = artifact.flags.iter().any(|fl| fl.kind == FlagKind::FormulaInjection);
+                let changed = artifact.change != Change::Unchanged;
+                let neutralise = match (rules.formula_cells, formula && changed, delim) {
+                    (FormulaCells::Neutralise, true, Some(d)) => Some(d),
+                    (FormulaCells::Neutralise, true, None) => {
+                        // XLSX: not rewritten, so not delivered (neutralise.rs).
+                        rejected.add_file(
+                            f,
+                            RejectReason::FormulaCells,
+                            "a spreadsheet with formula cells, which the jail does not rewrite; \
+                             set artifacts.formula_cells to \"flag\" to receive it as it is",
+                        );
+                        continue;
+                    }
+                    _ => None,
+                };
                 accepted += 1;
                 total += artifact.bytes;
-                let formula = artifact.flags.iter().any(|fl| fl.kind == FlagKind::FormulaInjection);
-                if let (true, Some(d), FormulaCells::Sanitize) = (formula, delim, rules.formula_cells) {
-                    to_sanitize.push((f.rel.clone(), f.meta, d));
-                }
+                accepted_files.push(Accepted {
+                    rel: f.rel.clone(),
+                    ino: f.meta.ino,
+                    ctime_ns: f.meta.ctime_ns,
+                    size: f.meta.size,
+                    neutralise,
+                });
                 artifacts.push(artifact);
             }
-            Err((reason, why)) => rejected.add(f.rel.clone(), reason, why),
+            Err((reason, why)) => rejected.add_file(f, reason, why),
         }
     }
     // Deleted: there before, not seen now, in a folder that was listed whole.
@@ -535,50 +728,21 @@ pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, _dead: Tre
                 change: Change::Deleted,
                 flags: vec![],
                 summary: None,
-                sanitized_copy: None,
-                sanitized_from: None,
+                neutralised: None,
             });
         }
     }
-    let mut rejected = rejected.into_list();
-    for (source, meta, delim) in to_sanitize {
-        // Looked up by path: an earlier copy may have replaced this entry.
-        if !artifacts.iter().any(|a| a.path == source && a.sanitized_from.is_none()) {
-            continue;
-        }
-        let outcome = write_sanitized(&root, &FileEntry { rel: source.clone(), meta }, delim, rules);
-        match outcome {
-            Ok(mut copy) => {
-                // The copy replaces whatever the script left under its name.
-                artifacts.retain(|a| a.path != copy.path);
-                rejected.retain(|r| r.path != copy.path);
-                copy.change = if before.output.contains_key(&copy.path) { Change::Modified } else { Change::Created };
-                if let Some(a) = artifacts.iter_mut().find(|a| a.path == source) {
-                    a.sanitized_copy = Some(copy.path.clone());
-                }
-                artifacts.push(copy);
-            }
-            Err(why) => {
-                let flag = artifacts
-                    .iter_mut()
-                    .filter(|a| a.path == source)
-                    .flat_map(|a| a.flags.iter_mut())
-                    .find(|f| f.kind == FlagKind::FormulaInjection);
-                if let Some(flag) = flag {
-                    flag.detail.push_str(&format!("; no sanitised copy: {why}"));
-                }
-            }
-        }
-    }
+    let (rejected, refused) = rejected.into_list();
     artifacts.sort_by(|a, b| a.path.cmp(&b.path));
-    Collected { artifacts, rejected, input }
+    Collected { artifacts, rejected, input, accepted: accepted_files, refused }
 }
 
 /// Open, read and describe one file that passed the rules.
-fn accept(root: &OwnedFd, f: &FileEntry, before: &Before) -> Result<(Artifact, Option<u8>), (RejectReason, String)> {
+fn accept(root: &OwnedFd, f: &FileEntry, before: &Before, clock: &budget::Clock) -> Result<(Artifact, Option<u8>), (RejectReason, String)> {
     let mut file = open_listed(root, f)?;
     let ext = extension(f.rel.rsplit('/').next().unwrap_or(&f.rel));
-    let seen = inspect::inspect(&mut file, f.meta.size, &ext).map_err(|e| (RejectReason::Unreadable, format!("read: {e}")))?;
+    let seen =
+        inspect::inspect(&mut file, f.meta.size, &ext, clock.file()).map_err(|e| (RejectReason::Unreadable, format!("read: {e}")))?;
     let artifact = Artifact {
         path: f.rel.clone(),
         bytes: seen.bytes,
@@ -587,75 +751,9 @@ fn accept(root: &OwnedFd, f: &FileEntry, before: &Before) -> Result<(Artifact, O
         change: before.change_of(&f.rel, &f.meta),
         flags: seen.flags,
         summary: seen.summary,
-        sanitized_copy: None,
-        sanitized_from: None,
+        neutralised: None,
     };
     Ok((artifact, seen.csv_delimiter))
-}
-
-/// `dir/name.csv` → `dir/name.sanitized.csv`.
-fn sanitized_path(rel: &str) -> String {
-    let (dir, name) = rel.rsplit_once('/').map(|(d, n)| (Some(d), n)).unwrap_or((None, rel));
-    let ext = extension(name);
-    let new = if ext.is_empty() {
-        format!("{name}.sanitized")
-    } else {
-        format!("{}.sanitized.{}", &name[..name.len() - ext.len() - 1], &name[name.len() - ext.len()..])
-    };
-    match dir {
-        Some(d) => format!("{d}/{new}"),
-        None => new,
-    }
-}
-
-/// Write `NAME.sanitized.EXT` beside a flagged CSV/TSV, replacing any file
-/// of that name, and describe it.
-fn write_sanitized(root: &OwnedFd, source: &FileEntry, delim: u8, rules: &ArtifactRules) -> Result<Artifact, String> {
-    let rel = source.rel.as_str();
-    let copy_rel = sanitized_path(rel);
-    let (dir, name) = copy_rel.rsplit_once('/').unwrap_or(("", copy_rel.as_str()));
-    if name.len() > rules.max_name_bytes as usize {
-        return Err("its name would be over artifacts.max_name_bytes".into());
-    }
-    let dir_fd = open_dir_beneath(root, dir).map_err(|e| format!("open its folder: {e}"))?;
-    match nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW) {
-        Ok(st) if st.st_mode & libc::S_IFMT == libc::S_IFDIR => return Err(format!("a folder is named {name}")),
-        Ok(_) => nix::unistd::unlinkat(Some(dir_fd.as_raw_fd()), name, nix::unistd::UnlinkatFlags::NoRemoveDir)
-            .map_err(|e| format!("remove the old {name}: {e}"))?,
-        Err(nix::errno::Errno::ENOENT) => {}
-        Err(e) => return Err(format!("fstatat {name}: {e}")),
-    }
-    let size = source.meta.size;
-    let mut source = open_listed(root, source).map_err(|(_, why)| why)?;
-    let flags = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW;
-    let out = sys::openat2_mode(Some(dir_fd.as_fd()), Path::new(name), flags, 0o644, RESOLVE)
-        .map_err(|e| format!("create {name}: {e}"))?;
-    let mut out = io::BufWriter::new(File::from(out));
-    let mut scan = csv::CsvScan::new(delim, csv::Emit::SanitizedCopy);
-    let mut buf = vec![0u8; CHUNK];
-    let mut left = size;
-    let write = |out: &mut io::BufWriter<File>, bytes: Vec<u8>| out.write_all(&bytes).map_err(|e| format!("write {name}: {e}"));
-    while left > 0 {
-        let n = source.read(&mut buf[..CHUNK.min(left as usize)]).map_err(|e| format!("read: {e}"))?;
-        if n == 0 {
-            break;
-        }
-        left -= n as u64;
-        scan.feed(&buf[..n]);
-        write(&mut out, scan.take_output())?;
-    }
-    scan.finish();
-    write(&mut out, scan.take_output())?;
-    out.flush().map_err(|e| format!("write {name}: {e}"))?;
-    drop(out);
-    let meta = nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW)
-        .map(|st| Meta::of(&st))
-        .map_err(|e| format!("fstatat {name}: {e}"))?;
-    let entry = FileEntry { rel: copy_rel.clone(), meta };
-    let empty = Before { output: BTreeMap::new(), input: None };
-    let (mut artifact, _) = accept(root, &entry, &empty).map_err(|(_, why)| why)?;
-    artifact.sanitized_from = Some(rel.to_string());
-    Ok(artifact)
 }
 
 // ------------------------------------------------------------------ input
@@ -851,12 +949,10 @@ mod tests {
     }
 
     #[test]
-    fn extensions_and_sanitized_names_follow_the_last_dot() {
+    fn extensions_follow_the_last_dot() {
         assert_eq!(extension("a.tar.GZ"), "gz");
         assert_eq!(extension(".bashrc"), "");
         assert_eq!(extension("noext"), "");
-        assert_eq!(sanitized_path("d/x.csv"), "d/x.sanitized.csv");
-        assert_eq!(sanitized_path("x.TSV"), "x.sanitized.TSV");
     }
 
     #[test]
@@ -970,19 +1066,60 @@ mod tests {
     }
 
     #[test]
-    fn a_sanitised_copy_replaces_a_planted_file_of_its_name() {
+    fn formula_files_are_planned_for_neutralising_or_refused_and_flag_mode_plans_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
         std::fs::write(p.join("x.csv"), "a\n=1\n").unwrap();
-        std::fs::write(p.join("x.sanitized.csv"), "a\n=evil\n").unwrap();
+        std::fs::write(p.join("clean.csv"), "a\n1\n").unwrap();
+        let empty = Before { output: BTreeMap::new(), entries: HashMap::new(), input: None };
+        let c = collect(p, &empty, &rules(), TreeDead::after_reaping_pid1());
+        let plan: Vec<(&str, Option<u8>)> = c.accepted.iter().map(|a| (a.rel.as_str(), a.neutralise)).collect();
+        assert_eq!(plan, [("clean.csv", None), ("x.csv", Some(b','))]);
+        // Left alone since the snapshot: delivered as it was, not rewritten.
+        let before = Before::take(p, None, &rules()).unwrap();
+        let c = collect(p, &before, &rules(), TreeDead::after_reaping_pid1());
+        assert!(c.accepted.iter().all(|a| a.neutralise.is_none()));
+        let mut flag = rules();
+        flag.formula_cells = FormulaCells::Flag;
+        let c = collect(p, &empty, &flag, TreeDead::after_reaping_pid1());
+        assert!(c.accepted.iter().all(|a| a.neutralise.is_none()));
+        assert_eq!(c.artifacts.len(), 2);
+    }
+
+    #[test]
+    fn refused_entries_are_remembered_past_the_listing_cap_and_told_from_what_was_there_before() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        std::os::unix::fs::symlink("/etc/passwd", p.join("old.txt")).unwrap();
+        let before = Before::take(p, None, &rules()).unwrap();
+        for i in 0..(MAX_REJECTED_LISTED + 5) {
+            std::os::unix::fs::symlink("/etc/passwd", p.join(format!("l{i:03}.txt"))).unwrap();
+        }
+        let c = collect(p, &before, &rules(), TreeDead::after_reaping_pid1());
+        assert_eq!(c.refused.len(), MAX_REJECTED_LISTED + 6);
+        let alone: Vec<Vec<u8>> = c.refused.iter().filter(|r| before.left_alone(r)).map(Refused::raw_rel).collect();
+        assert_eq!(alone, [b"old.txt".to_vec()]);
+    }
+
+    #[test]
+    fn what_the_walk_never_reached_is_refused_not_judged() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
         let mut r = rules();
-        r.formula_cells = FormulaCells::Sanitize;
-        let c = collect(p, &Before::take(p, None, &r).unwrap(), &r, TreeDead::after_reaping_pid1());
-        let paths: Vec<&str> = c.artifacts.iter().map(|a| a.path.as_str()).collect();
-        assert_eq!(paths, ["x.csv", "x.sanitized.csv"]);
-        assert_eq!(std::fs::read_to_string(p.join("x.sanitized.csv")).unwrap(), "a\n'=1\n");
-        assert_eq!(c.artifacts[1].sanitized_from.as_deref(), Some("x.csv"));
-        assert_eq!(c.artifacts[1].change, Change::Modified);
+        r.max_entries = 5;
+        for d in ["a", "b"] {
+            std::fs::create_dir(p.join(d)).unwrap();
+            for i in 0..4 {
+                std::fs::write(p.join(format!("{d}/{i}.txt")), "x").unwrap();
+            }
+        }
+        let empty = Before { output: BTreeMap::new(), entries: HashMap::new(), input: None };
+        let c = collect(p, &empty, &r, TreeDead::after_reaping_pid1());
+        let not_judged: Vec<Vec<u8>> = c.refused.iter().map(Refused::raw_rel).collect();
+        // a, b and a/0..2 were looked at (5 entries); a/3 and all of b were not.
+        assert_eq!(not_judged, [b"a/3.txt".to_vec(), b"b".to_vec()]);
+        let accepted: Vec<&str> = c.accepted.iter().map(|a| a.rel.as_str()).collect();
+        assert_eq!(accepted, ["a/0.txt", "a/1.txt", "a/2.txt"]);
     }
 
     #[test]

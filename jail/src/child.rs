@@ -126,6 +126,11 @@ pub fn run(spec: ChildSpec) -> ! {
     }
     let mut marks = Marks(Vec::new());
     marks.mark("released");
+    // Before anything of ours can be seen from inside: we are a fork of the
+    // supervisor, whose command line and environment name host paths.
+    if let Err(e) = crate::conceal::scrub_pid1() {
+        fail(&report, StageError { stage: "conceal", error: Box::new(e) });
+    }
     if !cgroup_tasks.is_empty() {
         // First, while only our code runs and we are one thread: into the
         // run cgroup, before the cgroup namespace is made and before the
@@ -151,6 +156,12 @@ pub fn run(spec: ChildSpec) -> ! {
     // the fork and the reaper's first sigwait.
     let handled = reaper_signals();
     if let Err(e) = handled.thread_block().stage("block_signals") {
+        fail(&report, e);
+    }
+    // Non-dumpable before the fork, so the script, which runs as our uid,
+    // can never open /proc/1/* or ptrace us, however the two are scheduled
+    // (runc CVE-2019-5736). The worker inherits it until its exec resets it.
+    if let Err(e) = nix::sys::prctl::set_dumpable(false).stage("dumpable") {
         fail(&report, e);
     }
     match sys::fork_process() {
@@ -194,7 +205,7 @@ fn setup(
     mounts::make_private().stage("mounts")?;
     // Sources are opened with our original credentials (a root caller can
     // still traverse 0700 folders), before the staging tmpfs hides anything.
-    let sources = mounts::open_sources(plan).stage("mounts")?;
+    let sources = mounts::open_sources(plan, staging).stage("mounts")?;
     crate::namespaces::become_sandbox_ids(uid, gid).stage("identity")?;
     // If the supervisor dies, so does the whole jail (PID 1's death ends the
     // pid namespace). Set only now: every uid change clears it
@@ -203,7 +214,10 @@ fn setup(
     if sync::reader_gone(report) {
         sys::exit_now(EXIT_SETUP_FAILED);
     }
-    mounts::apply(plan, sources, staging).stage("mounts")?;
+    let applied = mounts::apply(plan, sources, staging).stage("mounts")?;
+    if !applied.degraded.is_empty() {
+        let _ = sync::send(report, &Report::Degraded(applied.degraded));
+    }
     marks.mark("mounts");
     if let Some(sock) = output {
         // The supervisor keeps this descriptor of the output tmpfs past the
@@ -289,9 +303,6 @@ fn reaper_signals() -> SigSet {
 /// the worker, and exit with nothing left behind once the worker is gone
 /// (the kernel kills the rest of the pid namespace when PID 1 exits).
 fn reaper(worker: Pid, status: OwnedFd, handled: SigSet) -> ! {
-    // The script runs as the same uid as PID 1; non-dumpable keeps it from
-    // opening /proc/1/* or ptracing us (runc CVE-2019-5736).
-    let _ = nix::sys::prctl::set_dumpable(false);
     let _ = privileges::release_stdio();
     let _ = privileges::drop_all_capabilities();
     let _ = nix::sys::prctl::set_no_new_privs();

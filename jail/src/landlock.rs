@@ -230,6 +230,8 @@ pub fn rules(ops: &[MountOp]) -> Vec<PathRule> {
             // The size-capped output dir (output.rs) is writable like its bind.
             MountOp::OutputTmpfs { path, .. } => Some((path, Access::ReadWrite)),
             MountOp::Proc { path } => Some((path, Access::Read)),
+            // The code dir holding the script alone: read-only like its bind.
+            MountOp::ScriptCopy { dir, .. } => Some((dir, Access::Read)),
             _ => None,
         };
         if let Some((path, access)) = rule {
@@ -352,7 +354,7 @@ mod tests {
             rootfs: PathBuf::from("/r"),
             rootfs_entries: vec![],
             input: None,
-            code: PathBuf::from("/code"),
+            code: mounts::Code::Dir(PathBuf::from("/code")),
             output: PathBuf::from("/out"),
             tmp_size: 1 << 20,
             shm_size: 1 << 20,
@@ -368,7 +370,8 @@ mod tests {
             rootfs: PathBuf::from("/r"),
             rootfs_entries: vec![mounts::RootfsEntry::Dir("usr".into()), mounts::RootfsEntry::Symlink("bin".into(), "usr/bin".into())],
             input: Some(PathBuf::from("/in")),
-            code: PathBuf::from("/code"),
+            // The script alone: its copy is read-only like a granted folder.
+            code: mounts::Code::Script { file: PathBuf::from("/code/main.py"), name: PathBuf::from("main.py") },
             output: PathBuf::from("/out"),
             tmp_size: 1 << 20,
             shm_size: 1 << 20,

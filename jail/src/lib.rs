@@ -6,15 +6,20 @@
 //! prepares and clones, `child` builds the jail (`mounts`, `namespaces`,
 //! `privileges`, `rlimits`, then `landlock` and `seccomp` last) and execs,
 //! and `result` is the contract both sides and the agent share; `cgroup` and
-//! `limits` enforce resources; `rootfs` reads the rootfs's manifest and
+//! `limits` enforce resources; `conceal` scrubs what PID 1 inherited from the
+//! supervisor; `hostuid` leases a run started by root its own host uid;
+//! `rootfs` reads the rootfs's manifest and
 //! identity; `artifacts` judges the output dir once the tree is dead. `sys`
 //! holds every `unsafe`.
 
 pub mod artifacts;
 pub mod cgroup;
+pub mod delivery;
 pub mod child;
+pub mod conceal;
 pub mod digest;
 pub mod doctor;
+pub mod hostuid;
 pub mod limits;
 pub mod landlock;
 pub mod mounts;
@@ -24,6 +29,7 @@ pub mod output;
 pub mod policy;
 pub mod privileges;
 pub mod proxy;
+pub mod relay;
 pub mod result;
 pub mod rlimits;
 pub mod rootfs;

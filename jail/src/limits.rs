@@ -38,6 +38,96 @@ pub struct Plan {
     /// Whether RLIMIT_CPU stands in for the CPU-time limit (so a SIGXCPU or
     /// SIGKILL at that much CPU time means `timeout_cpu`).
     pub cpu_rlimit: Option<Duration>,
+    /// The sizes the run's tmpfs mounts get: the policy's, or smaller when
+    /// no cgroup counts their pages (see [`close_uncounted_memory`]).
+    pub tmpfs: TmpfsSizes,
+    /// Syscalls the seccomp filter refuses (ENOSYS, counted) on this run on
+    /// top of the policy's own refusals: the ways to hold memory that only a
+    /// memory cgroup would count.
+    pub refuse_syscalls: Vec<&'static str>,
+}
+
+/// The sizes of `/tmp`, `/dev/shm` and the output dir (`None`: the host
+/// folder bound directly, no tmpfs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TmpfsSizes {
+    pub tmp: u64,
+    pub shm: u64,
+    pub output: Option<u64>,
+}
+
+impl TmpfsSizes {
+    /// Put these sizes into the mount request.
+    pub fn apply(&self, req: &mut crate::mounts::Request) {
+        req.tmp_size = self.tmp;
+        req.shm_size = self.shm;
+        req.output_size = self.output;
+    }
+}
+
+/// Calls that create kernel memory no rlimit bounds in total: memfds (each
+/// a tmpfs file of up to RLIMIT_FSIZE, as many as there are descriptors and
+/// mappings) and System V shared memory, semaphore sets and message queues
+/// (which outlive their creator). The run's IPC namespace is its own, but
+/// its limits (kernel.shmmax, msgmnb, ...) can be lowered only by the
+/// namespace's root, and the sandbox uid is the only one mapped. Refused
+/// with ENOSYS, which libraries read as "not on this system" and fall back
+/// from; nothing in the data stack calls them (measured: numpy, pandas,
+/// matplotlib, ctypes callbacks, multiprocessing pools and locks).
+pub const UNCOUNTED_MEMORY_CALLS: [&str; 4] = ["memfd_create", "shmget", "semget", "msgget"];
+
+/// The `why` of those refusals, as `denials` shows it.
+pub const UNCOUNTED_MEMORY_WHY: &str = "no cgroup counts this run's memory (limits.memory is best_effort and no memory cgroup \
+     could be had): memfds and System V shared memory, semaphores and message queues would hold memory outside every limit";
+
+/// Without a memory cgroup, RLIMIT_MEMLOCK is held to this (the kernel's
+/// own default): locked pages cannot be reclaimed under pressure.
+pub const MEMLOCK_WITHOUT_CGROUP: u64 = 8 << 20;
+
+/// Best effort when no cgroup counts the run's memory: refuse the calls in
+/// [`UNCOUNTED_MEMORY_CALLS`], hold RLIMIT_MEMLOCK, and shrink the tmpfs
+/// mounts (whose pages no rlimit sees) so that together they fit within the
+/// memory limit, in proportion to the policy's sizes. Returns whether they
+/// were shrunk.
+fn close_uncounted_memory(p: &mut Plan, memory: u64, fs: &crate::policy::Filesystem, hard: &dyn Fn(Kind) -> u64) -> bool {
+    p.refuse_syscalls = UNCOUNTED_MEMORY_CALLS.to_vec();
+    let lock = MEMLOCK_WITHOUT_CGROUP.min(memory).min(hard(Kind::Memlock));
+    p.rlimits.push(Rlimit { kind: Kind::Memlock, soft: lock, hard: lock });
+    let total = u128::from(fs.tmp_size) + u128::from(fs.shm_size) + u128::from(fs.output_size.unwrap_or(0));
+    if total <= u128::from(memory) {
+        return false;
+    }
+    // Whole pages, at least one each: a tmpfs of size 0 would be unlimited.
+    let scale = |n: u64| ((u128::from(n) * u128::from(memory) / total) as u64 / PAGE * PAGE).max(PAGE);
+    p.tmpfs = TmpfsSizes { tmp: scale(fs.tmp_size), shm: scale(fs.shm_size), output: fs.output_size.map(scale) };
+    true
+}
+
+const PAGE: u64 = 4096;
+
+/// `isolation.degraded`'s words for memory that no cgroup counts.
+fn uncounted_memory_words(per_process: u64, pids: Option<u64>, shrunk: bool, why: &str) -> String {
+    let processes = match pids {
+        Some(n) => format!("each of up to {n} processes"),
+        None => "each process".into(),
+    };
+    let tmpfs = if shrunk { format!("; /tmp, /dev/shm and the output dir were made smaller so that together they fit in {}", size_words(per_process)) } else { String::new() };
+    format!(
+        "memory: no total for the run ({why}): {processes} may use up to {} of address space (RLIMIT_AS), and data \
+         held in pipes and unix sockets is not counted; memfd_create and System V shared memory, semaphores and message \
+         queues are refused{tmpfs}",
+        size_words(per_process)
+    )
+}
+
+/// A size as a policy would write it: `512M`, `1G`, or bytes.
+pub fn size_words(n: u64) -> String {
+    for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
+            return format!("{}{unit}", n >> shift);
+        }
+    }
+    format!("{n} bytes")
 }
 
 fn report(value: serde_json::Value, by: &str, detail: impl Into<String>) -> LimitReport {
@@ -62,6 +152,8 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
         refused: Vec::new(),
         cpu_watch: None,
         cpu_rlimit: None,
+        tmpfs: TmpfsSizes { tmp: fs.tmp_size, shm: fs.shm_size, output: fs.output_size },
+        refuse_syscalls: Vec::new(),
     };
     let by = cgroup.map(|c| c.version.enforcer()).unwrap_or("none");
     let has = |ctl: &str| cgroup.is_some_and(|c| c.has(ctl));
@@ -84,7 +176,12 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
         _ => p.degraded.push(format!("{name}: {how}")),
     };
 
-    // Memory: the cgroup's total for the whole run, swap 0; else RLIMIT_AS.
+    // Memory: the cgroup's total for the whole run, swap 0. Without one,
+    // nothing counts the run's total: RLIMIT_AS bounds each process's
+    // address space, which leaves out pipes, sockets, memfds, System V IPC
+    // and tmpfs pages. So it never counts as enforcing a `required` limit;
+    // in best effort the routes this run's own namespaces can close are
+    // closed (`close_uncounted_memory`) and the rest named.
     match l.memory {
         None => {
             p.reports.insert("memory".into(), unlimited());
@@ -104,7 +201,16 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
                 "memory".into(),
                 report(json!(s), "rlimit", format!("RLIMIT_AS per process (address space, not a total for the run; {why})")),
             );
-            weaker(&mut p, "memory", l.enforcement.memory, true, format!("per-process RLIMIT_AS instead of a cgroup total ({why})"));
+            match l.enforcement.memory {
+                Enforcement::Required => p.refused.push(format!(
+                    "memory: only RLIMIT_AS is available, which bounds each process's address space, not the run's total \
+                     (pipes, sockets, memfds, System V IPC and tmpfs pages escape it; {why})"
+                )),
+                Enforcement::BestEffort => {
+                    let shrunk = close_uncounted_memory(&mut p, bytes, fs, hard);
+                    p.degraded.push(uncounted_memory_words(s, l.pids, shrunk, &why));
+                }
+            }
         }
     }
 
@@ -187,16 +293,22 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
             report(json!(cap), "supervisor", "the stream is truncated, keeping its first and last halves; the script is not stopped"),
         );
     }
-    p.reports.insert("tmp_size".into(), report(json!(fs.tmp_size), "tmpfs", "size of /tmp"));
-    p.reports.insert("shm_size".into(), report(json!(fs.shm_size), "tmpfs", "size of /dev/shm"));
-    match fs.output_size {
-        Some(n) => {
-            p.reports.insert(
-                "output_size".into(),
-                report(json!(n), "tmpfs", "the output dir is a tmpfs of this size, copied to the host folder after the run"),
-            );
+    let sized = |policy: u64, now: u64, what: &str| {
+        if now == policy {
+            what.to_string()
+        } else {
+            format!("{what}, shrunk from {} so that the tmpfs mounts fit in the memory limit together (no cgroup counts their pages)", size_words(policy))
         }
-        None => {
+    };
+    let t = p.tmpfs;
+    p.reports.insert("tmp_size".into(), report(json!(t.tmp), "tmpfs", sized(fs.tmp_size, t.tmp, "size of /tmp")));
+    p.reports.insert("shm_size".into(), report(json!(t.shm), "tmpfs", sized(fs.shm_size, t.shm, "size of /dev/shm")));
+    match (fs.output_size, t.output) {
+        (Some(policy), Some(n)) => {
+            let what = "the output dir is a tmpfs of this size, copied to the host folder after the run";
+            p.reports.insert("output_size".into(), report(json!(n), "tmpfs", sized(policy, n, what)));
+        }
+        _ => {
             p.reports.insert("output_size".into(), unlimited());
         }
     }
@@ -272,7 +384,7 @@ mod tests {
         assert_eq!(p.reports["cpus"].enforced_by, "none");
         assert_eq!(p.cpu_rlimit, Some(Duration::from_secs(2)));
         let kinds: Vec<Kind> = p.rlimits.iter().map(|r| r.kind).collect();
-        assert_eq!(kinds, vec![Kind::As, Kind::Nproc, Kind::Cpu, Kind::Fsize, Kind::Nofile, Kind::Core]);
+        assert_eq!(kinds, vec![Kind::As, Kind::Memlock, Kind::Nproc, Kind::Cpu, Kind::Fsize, Kind::Nofile, Kind::Core]);
         assert!(p.rlimits.contains(&Rlimit { kind: Kind::Cpu, soft: 2, hard: 3 }));
         // Best effort by default: reported, not refused.
         assert_eq!(p.degraded.len(), 4, "{:?}", p.degraded);
@@ -285,10 +397,52 @@ mod tests {
         let p = plan(&policy(limits), Duration::from_secs(5), Some(&v1(&["memory", "pids"])), "", &no_ceiling);
         assert_eq!(p.refused, vec!["cpus: not enforced (the run cgroup has no cpu controller)".to_string()]);
         assert_eq!(p.reports["memory"].enforced_by, "cgroup_v1");
-        // Memory under an rlimit still counts as enforced for `required`.
-        let p = plan(&policy(limits), Duration::from_secs(5), None, "nope", &no_ceiling);
+        assert!(p.refuse_syscalls.is_empty(), "a memory cgroup counts memfds and IPC: {:?}", p.refuse_syscalls);
+    }
+
+    #[test]
+    fn rlimit_as_never_enforces_a_required_memory_limit() {
+        let p = plan(&policy(r#"{"memory":"64M","enforcement":{"memory":"required"}}"#), Duration::from_secs(5), None, "nope", &no_ceiling);
         assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
-        assert!(p.degraded.iter().any(|d| d.starts_with("memory: per-process RLIMIT_AS")), "{:?}", p.degraded);
+        assert!(p.refused[0].starts_with("memory: only RLIMIT_AS"), "{:?}", p.refused);
+        assert!(p.refused[0].contains("nope"), "the reason there is no cgroup: {:?}", p.refused);
+        // A cgroup without the memory controller is no better.
+        let p = plan(&policy(r#"{"memory":"64M","enforcement":{"memory":"required"}}"#), Duration::from_secs(5), Some(&v1(&["pids"])), "", &no_ceiling);
+        assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
+    }
+
+    #[test]
+    fn best_effort_memory_without_a_cgroup_closes_what_it_can_and_names_the_rest() {
+        let fs = r#""filesystem":{"tmp_size":"64M","shm_size":"16M","output_size":"176M"}"#;
+        let p = Policy::from_json(&format!(r#"{{"version":1,{fs},"limits":{{"memory":"128M","pids":32}}}}"#), Path::new("/")).unwrap();
+        let p = plan(&p, Duration::from_secs(5), None, "not writable", &no_ceiling);
+        assert!(p.refused.is_empty());
+        assert_eq!(p.refuse_syscalls, UNCOUNTED_MEMORY_CALLS.to_vec());
+        assert!(p.rlimits.contains(&Rlimit { kind: Kind::Memlock, soft: 8 << 20, hard: 8 << 20 }), "{:?}", p.rlimits);
+        // 256M of tmpfs in a 128M limit: each halved, so together they fit.
+        assert_eq!(p.tmpfs, TmpfsSizes { tmp: 32 << 20, shm: 8 << 20, output: Some(88 << 20) });
+        assert!(p.tmpfs.tmp + p.tmpfs.shm + p.tmpfs.output.unwrap() <= 128 << 20);
+        assert_eq!(p.reports["tmp_size"].value, json!(32 << 20));
+        assert!(p.reports["output_size"].detail.as_deref().unwrap().contains("shrunk from 176M"), "{:?}", p.reports["output_size"]);
+        let words = p.degraded.iter().find(|d| d.starts_with("memory: ")).expect("memory is degraded");
+        for part in ["not writable", "up to 32 processes", "128M of address space", "pipes and unix sockets", "memfd_create", "System V", "made smaller"] {
+            assert!(words.contains(part), "{part}: {words}");
+        }
+        // Sizes that already fit are left alone.
+        let p = plan(&policy(r#"{"memory":"1G"}"#), Duration::from_secs(5), None, "", &no_ceiling);
+        assert_eq!(p.tmpfs, TmpfsSizes { tmp: 64 << 20, shm: 16 << 20, output: Some(256 << 20) });
+        assert!(!p.degraded.iter().any(|d| d.contains("made smaller")), "{:?}", p.degraded);
+        // Without a memory limit there is nothing to fit into.
+        let p = plan(&policy(r#"{"memory":"unlimited"}"#), Duration::from_secs(5), None, "", &no_ceiling);
+        assert!(p.refuse_syscalls.is_empty() && !p.rlimits.iter().any(|r| r.kind == Kind::Memlock));
+    }
+
+    #[test]
+    fn sizes_are_written_the_way_a_policy_writes_them() {
+        assert_eq!(size_words(512 << 20), "512M");
+        assert_eq!(size_words(2 << 30), "2G");
+        assert_eq!(size_words(1536 << 10), "1536K");
+        assert_eq!(size_words(1000), "1000 bytes");
     }
 
     #[test]

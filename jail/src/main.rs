@@ -60,7 +60,7 @@ struct RunArgs {
     /// Folder bound writable at /workspace/output (default: a fresh one).
     #[arg(long, value_name = "DIR")]
     output: Option<PathBuf>,
-    /// Folder bound read-only at /workspace/code (default: the script's folder).
+    /// Folder granted read-only at /workspace/code (default: the script alone, copied in).
     #[arg(long, value_name = "DIR")]
     code: Option<PathBuf>,
     /// Root filesystem folder (default: JAIL_ROOTFS, then the policy's).
@@ -136,21 +136,26 @@ fn run(args: RunArgs) -> ExitCode {
         let causes = if e.causes.is_empty() { String::new() } else { format!(": {}", e.causes.join(": ")) };
         eprintln!("jail: {} ({}){causes}", e.message, e.stage);
     } else if !json {
+        // Never a blocking write here: a caller that stopped reading our
+        // stderr must not keep `jail` from exiting (relay.rs).
+        let mut lines = String::new();
         match result.status {
-            Status::TimeoutWall => eprintln!("jail: the script ran past its wall-clock limit and was killed"),
-            Status::TimeoutCpu => eprintln!("jail: the script used up its CPU-time limit and was killed"),
-            Status::OomKilled => eprintln!("jail: the kernel killed the script at its memory limit"),
+            Status::TimeoutWall => lines.push_str("jail: the script ran past its wall-clock limit and was killed\n"),
+            Status::TimeoutCpu => lines.push_str("jail: the script used up its CPU-time limit and was killed\n"),
+            Status::OomKilled => lines.push_str("jail: the kernel killed the script at its memory limit\n"),
+            Status::OutputLimit => lines.push_str(
+                "jail: the script's output passed limits.stdout_bytes or limits.stderr_bytes; the rest was dropped (status output_limit)\n",
+            ),
             _ => {}
         }
-    }
-    if !json {
         // What the jail refused, so a person reading the output learns it.
         for d in &result.denials {
             let family = d.family.as_deref().map(|f| format!("({f})")).unwrap_or_default();
             let errno = d.errno.as_deref().unwrap_or("refused");
             let why = d.detail.as_deref().map(|w| format!(": {w}")).unwrap_or_default();
-            eprintln!("jail: refused {}{family} x{} with {errno}{why}", d.what, d.count);
+            lines.push_str(&format!("jail: refused {}{family} x{} with {errno}{why}\n", d.what, d.count));
         }
+        jail::relay::tell_stderr(&lines);
     }
     if json {
         // One write: stdout is line-buffered, and a result is ~200 lines.

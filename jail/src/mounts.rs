@@ -8,6 +8,17 @@
 //! `openat2(RESOLVE_NO_SYMLINKS)` before anything is mounted and bound by
 //! descriptor (`open_tree` + `move_mount`), so no symlink planted in a source
 //! tree can redirect a mount (runc CVE-2021-30465).
+//!
+//! No mount may show a host path in `/proc/self/mountinfo`: a bind's root
+//! field is the source's path within its filesystem (`/home/alice/data`).
+//! So read-only host folders are not bound but [`View::Rerooted`]: an
+//! overlayfs whose only layers are the source and an empty folder, both
+//! named by descriptor (`lowerdir=/proc/self/fd/N:...`), so its line reads
+//! `/ ... overlay overlay ro,lowerdir=/proc/self/fd/7:/proc/self/fd/8`. The
+//! script alone (no `--code`) is copied into a small read-only tmpfs. What
+//! still shows a host path (the writable output bind of `output_size:
+//! unlimited`, or a kernel without unprivileged overlayfs) is listed by
+//! [`still_showing`] or reported by [`apply`] for `isolation.degraded`.
 
 mod remount;
 
@@ -62,13 +73,40 @@ pub enum RootfsEntry {
     Symlink(String, PathBuf),
 }
 
+/// What `/workspace/code` holds.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Code {
+    /// Only the script (`file`, on the host), copied in as `name`: nothing
+    /// else of the folder it sits in is visible.
+    Script { file: PathBuf, name: PathBuf },
+    /// A folder granted with `--code DIR`, read-only.
+    Dir(PathBuf),
+}
+
+/// Scripts larger than this must come with their folder (`--code DIR`):
+/// the copy lives in memory.
+pub const MAX_SCRIPT_BYTES: u64 = 16 << 20;
+
+/// How a read-only host folder appears in the jail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum View {
+    /// A clone of the source's mount tree (its submounts included); its
+    /// mountinfo line shows the source's path within its filesystem.
+    Tree,
+    /// An overlayfs with the source as its lower layer: its mountinfo line
+    /// shows `/` and descriptor numbers only. Submounts of the source are
+    /// not part of it. Falls back to [`View::Tree`], reported, where the
+    /// kernel refuses an unprivileged overlayfs.
+    Rerooted,
+}
+
 /// What the jail's filesystem is built from.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     pub rootfs: PathBuf,
     pub rootfs_entries: Vec<RootfsEntry>,
     pub input: Option<PathBuf>,
-    pub code: PathBuf,
+    pub code: Code,
     pub output: PathBuf,
     pub tmp_size: u64,
     pub shm_size: u64,
@@ -83,7 +121,10 @@ pub enum MountOp {
     Dir { path: PathBuf, mode: u32 },
     Symlink { path: PathBuf, target: PathBuf },
     Tmpfs { path: PathBuf, size: u64, mode: u32, attrs: u64 },
-    Bind { source: PathBuf, path: PathBuf, kind: Kind, access: Access, attrs: u64 },
+    Bind { source: PathBuf, path: PathBuf, kind: Kind, access: Access, attrs: u64, view: View },
+    /// A read-only tmpfs at `dir` holding one copy of the host file
+    /// `source`, as `dir/name` (the code dir without `--code`).
+    ScriptCopy { source: PathBuf, dir: PathBuf, name: PathBuf },
     Proc { path: PathBuf },
     /// Hide a file behind an empty read-only regular file; skipped when
     /// absent. Not `/dev/null`: a read-only mount does not stop writes to a
@@ -113,6 +154,7 @@ pub fn plan(req: &Request) -> Vec<MountOp> {
                     kind: Kind::Dir,
                     access: Access::ReadOnly,
                     attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                    view: View::Rerooted,
                 });
             }
             RootfsEntry::Symlink(name, target) => {
@@ -135,6 +177,7 @@ pub fn plan(req: &Request) -> Vec<MountOp> {
             kind: Kind::File,
             access: Access::ReadWrite,
             attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+            view: View::Tree,
         });
     }
     for (name, target) in [
@@ -180,16 +223,23 @@ pub fn plan(req: &Request) -> Vec<MountOp> {
             kind: Kind::Dir,
             access: Access::ReadOnly,
             attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            view: View::Rerooted,
         });
     }
     ops.push(MountOp::Dir { path: p(CODE_DIR), mode: 0o755 });
-    ops.push(MountOp::Bind {
-        source: req.code.clone(),
-        path: p(CODE_DIR),
-        kind: Kind::Dir,
-        access: Access::ReadOnly,
-        attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-    });
+    match &req.code {
+        Code::Script { file, name } => {
+            ops.push(MountOp::ScriptCopy { source: file.clone(), dir: p(CODE_DIR), name: name.clone() })
+        }
+        Code::Dir(dir) => ops.push(MountOp::Bind {
+            source: dir.clone(),
+            path: p(CODE_DIR),
+            kind: Kind::Dir,
+            access: Access::ReadOnly,
+            attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            view: View::Rerooted,
+        }),
+    }
     ops.push(MountOp::Dir { path: p(OUTPUT_DIR), mode: 0o755 });
     match req.output_size {
         Some(size) => ops.push(MountOp::OutputTmpfs { path: p(OUTPUT_DIR), size, inodes: crate::output::MAX_INODES }),
@@ -199,9 +249,22 @@ pub fn plan(req: &Request) -> Vec<MountOp> {
             kind: Kind::Dir,
             access: Access::ReadWrite,
             attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+            view: View::Tree,
         }),
     }
     ops
+}
+
+/// The folders of a plan whose mountinfo line will show their host path
+/// (their path within their filesystem), for `isolation.degraded`: the
+/// writable output bind. Device files show their name on devtmpfs only.
+pub fn still_showing(ops: &[MountOp]) -> Vec<(PathBuf, PathBuf)> {
+    ops.iter()
+        .filter_map(|op| match op {
+            MountOp::Bind { source, path, kind: Kind::Dir, view: View::Tree, .. } => Some((path.clone(), source.clone())),
+            _ => None,
+        })
+        .collect()
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -234,13 +297,36 @@ pub enum MountError {
     PivotRoot(#[source] nix::Error),
     #[error("umount2(old root, MNT_DETACH)")]
     DetachOldRoot(#[source] nix::Error),
+    #[error("script {path} is {size} bytes, over {MAX_SCRIPT_BYTES}; pass its folder with --code DIR")]
+    ScriptTooBig { path: PathBuf, size: u64 },
+    #[error("copy the script {path} into {target}")]
+    CopyScript { path: PathBuf, target: PathBuf, source: io::Error },
 }
 
-/// A detached copy of every bind source's mount tree, taken before anything
-/// is mounted: a source at or above the staging dir (a script in /tmp, an
-/// input dir of /) must not carry the staging tmpfs into the jail with it.
+/// Every source of the plan, opened before anything is mounted, in plan
+/// order: a source at or above the staging dir (a script in /tmp, an input
+/// dir of /) must not carry the staging tmpfs into the jail with it.
 pub struct Sources {
-    binds: Vec<OwnedFd>,
+    opened: Vec<Source>,
+}
+
+enum Source {
+    /// A detached copy of the source's mount tree ([`View::Tree`]).
+    Tree(OwnedFd),
+    /// The source itself ([`View::Rerooted`]). Not cloned up front (closing
+    /// an unused detached tree waits for an RCU grace period, milliseconds)
+    /// unless it lies at or above the staging dir, where a clone taken
+    /// later would carry the staging tmpfs in: `early` is then the tree
+    /// the fallback binds.
+    At { fd: OwnedFd, early: Option<OwnedFd> },
+    /// The script, open for reading.
+    File(std::fs::File),
+}
+
+/// What [`apply`] could not do as planned, in words for `isolation.degraded`.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub degraded: Vec<String>,
 }
 
 /// Child side, first: stop our mounts from propagating back to the host.
@@ -259,31 +345,54 @@ fn open_nofollow(path: &Path, kind: Kind) -> Result<OwnedFd, MountError> {
 /// symlinks. Device sources must be the kernel's memory devices (char major
 /// 1: null, zero, full, random, urandom); a look-alike would turn a bind into
 /// a window (runc CVE-2025-31133).
-pub fn open_sources(ops: &[MountOp]) -> Result<Sources, MountError> {
-    let mut binds = Vec::new();
+pub fn open_sources(ops: &[MountOp], staging: &Path) -> Result<Sources, MountError> {
+    let mut opened = Vec::new();
     for op in ops {
-        if let MountOp::Bind { source, kind, .. } = op {
-            let fd = open_nofollow(source, *kind)?;
-            if *kind == Kind::File && source.starts_with("/dev") {
-                let st = nix::sys::stat::fstat(fd.as_raw_fd())
-                    .map_err(|e| MountError::OpenSource { path: source.clone(), source: e.into() })?;
-                if st.st_mode & libc::S_IFMT != libc::S_IFCHR || libc::major(st.st_rdev) != 1 {
-                    return Err(MountError::NotMemoryDevice { path: source.clone() });
+        match op {
+            MountOp::Bind { source, kind, view, .. } => {
+                let fd = open_nofollow(source, *kind)?;
+                if *kind == Kind::File && source.starts_with("/dev") {
+                    let st = nix::sys::stat::fstat(fd.as_raw_fd())
+                        .map_err(|e| MountError::OpenSource { path: source.clone(), source: e.into() })?;
+                    if st.st_mode & libc::S_IFMT != libc::S_IFCHR || libc::major(st.st_rdev) != 1 {
+                        return Err(MountError::NotMemoryDevice { path: source.clone() });
+                    }
                 }
+                if *view == View::Rerooted {
+                    let early = match staging.starts_with(source) {
+                        true => Some(
+                            sys::open_tree_clone(fd.as_fd())
+                                .map_err(|e| MountError::OpenTree { path: source.clone(), source: e })?,
+                        ),
+                        false => None,
+                    };
+                    opened.push(Source::At { fd, early });
+                    continue;
+                }
+                let tree = sys::open_tree_clone(fd.as_fd())
+                    .map_err(|e| MountError::OpenTree { path: source.clone(), source: e })?;
+                opened.push(Source::Tree(tree));
             }
-            let tree = sys::open_tree_clone(fd.as_fd())
-                .map_err(|e| MountError::OpenTree { path: source.clone(), source: e })?;
-            binds.push(tree);
+            MountOp::ScriptCopy { source, .. } => {
+                // Opened with the caller's credentials, like every source:
+                // the script need not be readable by the sandbox uid.
+                let flags = libc::O_RDONLY | libc::O_NOFOLLOW;
+                let fd = sys::openat2(None, source, flags, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
+                    .map_err(|e| MountError::OpenSource { path: source.clone(), source: e })?;
+                opened.push(Source::File(std::fs::File::from(fd)));
+            }
+            _ => {}
         }
     }
-    Ok(Sources { binds })
+    Ok(Sources { opened })
 }
 
 /// Child side: mount an empty tmpfs at `staging` and build the plan under it.
-pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<(), MountError> {
+pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<Applied, MountError> {
     mount_tmpfs(staging, 1 << 20, 0o755, MsFlags::MS_NOSUID | MsFlags::MS_NODEV)?;
     let masks = MaskSource::create(staging)?;
-    let mut binds = sources.binds.into_iter();
+    let mut opened = sources.opened.into_iter();
+    let mut applied = Applied::default();
     for op in ops {
         match op {
             MountOp::Dir { path, mode } => {
@@ -314,16 +423,38 @@ pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<(), Mo
                 let at = under(staging, path);
                 mount_tmpfs(&at, *size, *mode, ms_flags(*attrs))?;
             }
-            MountOp::Bind { path, kind, access, attrs, .. } => {
+            MountOp::Bind { source, path, kind, access, attrs, view } => {
                 let at = under(staging, path);
                 if *kind == Kind::File {
                     create_empty_file(&at)?;
                 }
-                let Some(tree) = binds.next() else {
-                    return Err(MountError::OpenTree { path: at, source: io::Error::other("no source opened") });
-                };
                 let ro = if *access == Access::ReadOnly { MOUNT_ATTR_RDONLY } else { 0 };
+                let tree = match (opened.next(), view) {
+                    (Some(Source::Tree(tree)), View::Tree) => tree,
+                    (Some(Source::At { fd, early }), View::Rerooted) => {
+                        let Err(e) = mount_rerooted(&fd, &masks.empty_dir, &at, ms_flags(attrs | ro)) else { continue };
+                        applied.degraded.push(format!(
+                            "/proc/self/mountinfo shows where {} comes from on the host ({}, as its path within \
+                             its filesystem): overlayfs refused to re-root it ({e}: {}), so it is a plain bind",
+                            path.display(),
+                            source.display(),
+                            std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()
+                        ));
+                        match early {
+                            Some(tree) => tree,
+                            None => sys::open_tree_clone(fd.as_fd())
+                                .map_err(|e| MountError::OpenTree { path: source.clone(), source: e })?,
+                        }
+                    }
+                    _ => return Err(MountError::OpenTree { path: at, source: io::Error::other("no source opened") }),
+                };
                 attach(tree, &at, attrs | ro)?;
+            }
+            MountOp::ScriptCopy { source, dir, name } => {
+                let Some(Source::File(file)) = opened.next() else {
+                    return Err(MountError::OpenTree { path: source.clone(), source: io::Error::other("no script opened") });
+                };
+                copy_script(file, source, &under(staging, dir), name)?;
             }
             MountOp::Proc { path } => {
                 let at = under(staging, path);
@@ -368,7 +499,56 @@ pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<(), Mo
             }
         }
     }
-    masks.remove()
+    masks.remove()?;
+    Ok(applied)
+}
+
+/// Mount a read-only overlayfs at `at` whose layers are `source` and the
+/// empty `empty`, both named by descriptor: the mount's root is the
+/// overlay's own `/`, so mountinfo records neither path. Redirects and
+/// metacopy are off: an xattr planted in the source cannot point a lookup
+/// anywhere else.
+fn mount_rerooted(source: &OwnedFd, empty: &OwnedFd, at: &Path, flags: MsFlags) -> Result<(), MountError> {
+    let data = format!(
+        "lowerdir=/proc/self/fd/{}:/proc/self/fd/{},redirect_dir=nofollow,metacopy=off,index=off",
+        source.as_raw_fd(),
+        empty.as_raw_fd()
+    );
+    nix::mount::mount(Some("overlay"), at, Some("overlay"), flags | MsFlags::MS_RDONLY, Some(data.as_str()))
+        .map_err(|source| MountError::Mount { fstype: "overlay", target: at.to_path_buf(), source })
+}
+
+/// The code dir without `--code`: a tmpfs just big enough for one copy of
+/// the script, made read-only once it is written. The copy is bounded by
+/// the size the file had when it was opened.
+fn copy_script(file: std::fs::File, source: &Path, dir: &Path, name: &Path) -> Result<(), MountError> {
+    let copy_err = |e: io::Error| MountError::CopyScript { path: source.to_path_buf(), target: dir.join(name), source: e };
+    let size = file.metadata().map_err(copy_err)?.len();
+    if size > MAX_SCRIPT_BYTES {
+        return Err(MountError::ScriptTooBig { path: source.to_path_buf(), size });
+    }
+    let room = size.div_ceil(4096) * 4096 + 4096;
+    mount_tmpfs(dir, room, 0o755, MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC)?;
+    let target = dir.join(name);
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(&target)
+        .map_err(|source| MountError::CreateFile { path: target.clone(), source })?;
+    let copied = io::copy(&mut io::Read::take(file, size), &mut out).map_err(copy_err)?;
+    if copied != size {
+        return Err(copy_err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{copied} of {size} bytes"))));
+    }
+    drop(out);
+    let ro = MsFlags::MS_REMOUNT
+        | MsFlags::MS_BIND
+        | MsFlags::MS_RDONLY
+        | MsFlags::MS_NOSUID
+        | MsFlags::MS_NODEV
+        | MsFlags::MS_NOEXEC;
+    nix::mount::mount(None::<&str>, dir, None::<&str>, ro, None::<&str>)
+        .map_err(|source| MountError::Mount { fstype: "tmpfs (read-only remount)", target: dir.to_path_buf(), source })
 }
 
 /// An empty read-only file on a scratch tmpfs, the source of every file mask.
@@ -377,6 +557,9 @@ pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<(), Mo
 struct MaskSource {
     dir: PathBuf,
     empty: OwnedFd,
+    /// An empty folder: the second layer every re-rooted overlay needs
+    /// (overlayfs wants two lower layers when it has no upper one).
+    empty_dir: OwnedFd,
 }
 
 impl MaskSource {
@@ -392,11 +575,18 @@ impl MaskSource {
             .open(&file)
             .map_err(|source| MountError::CreateFile { path: file.clone(), source })?;
         let empty = open_nofollow(&file, Kind::File)?;
-        Ok(MaskSource { dir, empty })
+        let sub = dir.join("empty.d");
+        std::fs::DirBuilder::new()
+            .mode(0o555)
+            .create(&sub)
+            .map_err(|source| MountError::Mkdir { path: sub.clone(), source })?;
+        let empty_dir = open_nofollow(&sub, Kind::Dir)?;
+        Ok(MaskSource { dir, empty, empty_dir })
     }
 
     fn remove(self) -> Result<(), MountError> {
         drop(self.empty);
+        drop(self.empty_dir);
         nix::mount::umount2(&self.dir, MntFlags::MNT_DETACH)
             .map_err(|source| MountError::Mount { fstype: "tmpfs (unmount)", target: self.dir.clone(), source })?;
         std::fs::remove_dir(&self.dir).map_err(|source| MountError::Mkdir { path: self.dir.clone(), source })
@@ -514,7 +704,7 @@ mod tests {
                 RootfsEntry::Symlink("lib".into(), PathBuf::from("usr/lib")),
             ],
             input: Some(PathBuf::from("/host/in")),
-            code: PathBuf::from("/host/code"),
+            code: Code::Dir(PathBuf::from("/host/code")),
             output: PathBuf::from("/host/out"),
             tmp_size: 1 << 20,
             shm_size: 1 << 19,
@@ -535,6 +725,7 @@ mod tests {
                     kind: Kind::Dir,
                     access: Access::ReadOnly,
                     attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+                    view: View::Rerooted,
                 },
                 MountOp::Symlink { path: "/lib".into(), target: "usr/lib".into() },
             ]
@@ -574,6 +765,38 @@ mod tests {
                 ("/host/out".into(), OUTPUT_DIR.into(), Access::ReadWrite),
             ]
         );
+    }
+
+    #[test]
+    fn without_a_code_dir_only_the_script_is_copied_in() {
+        let mut req = request();
+        req.code = Code::Script { file: "/home/u/analysis.py".into(), name: "analysis.py".into() };
+        let ops = plan(&req);
+        let code: Vec<_> = ops
+            .iter()
+            .filter(|op| match op {
+                MountOp::Bind { path, .. } | MountOp::ScriptCopy { dir: path, .. } => path == Path::new(CODE_DIR),
+                _ => false,
+            })
+            .collect();
+        assert_eq!(
+            code,
+            vec![&MountOp::ScriptCopy { source: "/home/u/analysis.py".into(), dir: CODE_DIR.into(), name: "analysis.py".into() }]
+        );
+    }
+
+    #[test]
+    fn every_read_only_host_folder_is_rerooted_and_only_a_writable_output_still_shows() {
+        let ops = plan(&request());
+        for op in &ops {
+            if let MountOp::Bind { kind: Kind::Dir, access: Access::ReadOnly, view, source, .. } = op {
+                assert_eq!(*view, View::Rerooted, "{}", source.display());
+            }
+        }
+        assert_eq!(still_showing(&ops), vec![(PathBuf::from(OUTPUT_DIR), PathBuf::from("/host/out"))]);
+        let mut capped = request();
+        capped.output_size = Some(1 << 20);
+        assert_eq!(still_showing(&plan(&capped)), vec![]);
     }
 
     #[test]

@@ -40,23 +40,11 @@ pub struct IdMap {
     pub outside: u32,
 }
 
-/// The uid and gid maps for a caller: the sandbox ids map to the caller's
-/// own ids, or, when the caller is root, to the policy's unprivileged host
-/// ids, so the jail never holds host uid 0 (DESIGN.md §3.1).
-pub fn plan_id_maps(
-    caller_uid: u32,
-    caller_gid: u32,
-    identity: &crate::policy::Identity,
-) -> (IdMap, IdMap) {
-    let (host_uid, host_gid) = if caller_uid == 0 {
-        (identity.root_host_uid, identity.root_host_gid)
-    } else {
-        (caller_uid, caller_gid)
-    };
-    (
-        IdMap { inside: identity.uid, outside: host_uid },
-        IdMap { inside: identity.gid, outside: host_gid },
-    )
+/// The uid and gid maps: the sandbox ids map to the host ids chosen for
+/// this run (hostuid.rs: the caller's own, or for root an unprivileged uid
+/// of its own), so the jail never holds host uid 0 (DESIGN.md §3.1).
+pub fn plan_id_maps(identity: &crate::policy::Identity, host: &crate::hostuid::HostIds) -> (IdMap, IdMap) {
+    (IdMap { inside: identity.uid, outside: host.uid }, IdMap { inside: identity.gid, outside: host.gid })
 }
 
 /// Supervisor side: deny setgroups, then write the child's uid and gid maps.
@@ -99,16 +87,20 @@ mod tests {
     #[test]
     fn an_ordinary_caller_maps_to_itself() {
         let p = Policy::builtin_default().unwrap();
-        let (u, g) = plan_id_maps(1234, 1235, &p.identity);
+        let host = crate::hostuid::for_caller(1234, 1235, &p.identity).unwrap();
+        assert!(host.lease.is_none());
+        let (u, g) = plan_id_maps(&p.identity, &host);
         assert_eq!(u, IdMap { inside: 1000, outside: 1234 });
         assert_eq!(g, IdMap { inside: 1000, outside: 1235 });
     }
 
     #[test]
-    fn root_never_maps_to_host_root() {
+    fn root_maps_to_the_host_ids_it_was_given_never_its_own() {
         let p = Policy::builtin_default().unwrap();
-        let (u, g) = plan_id_maps(0, 0, &p.identity);
-        assert_eq!(u, IdMap { inside: 1000, outside: 65534 });
-        assert_eq!(g, IdMap { inside: 1000, outside: 65534 });
+        let host = crate::hostuid::HostIds { uid: 1_879_048_193, gid: 1_879_048_192, lease: None };
+        let (u, g) = plan_id_maps(&p.identity, &host);
+        assert_eq!(u, IdMap { inside: 1000, outside: 1_879_048_193 });
+        assert_eq!(g, IdMap { inside: 1000, outside: 1_879_048_192 });
+        assert_eq!(p.identity.root_host_uids, crate::hostuid::UidRange { first: 0x7000_0000, count: 65536 });
     }
 }

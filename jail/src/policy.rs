@@ -77,9 +77,20 @@ pub struct IdentityFile {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub hostname: Option<String>,
-    /// Host uid the sandbox maps to when the jail is run by root (never 0).
+    /// Replaced by `root_host_uids`; kept to say so by name.
     pub root_host_uid: Option<u32>,
+    /// Host uids the sandbox maps to when the jail is run by root, one per
+    /// concurrent run (never 0).
+    pub root_host_uids: Option<UidRangeFile>,
+    /// Host gid of every run started by root.
     pub root_host_gid: Option<u32>,
+}
+
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct UidRangeFile {
+    pub first: u32,
+    pub count: u32,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -162,7 +173,7 @@ pub struct ArtifactsFile {
     pub max_depth: Option<u32>,
     pub max_name_bytes: Option<u32>,
     pub allowed_extensions: Option<Vec<String>>,
-    /// `flag` or `sanitize`.
+    /// `neutralise` (the default) or `flag`.
     pub formula_cells: Option<String>,
     pub input_hash_max_bytes: Option<Size>,
 }
@@ -245,7 +256,8 @@ pub struct Identity {
     pub uid: u32,
     pub gid: u32,
     pub hostname: String,
-    pub root_host_uid: u32,
+    /// Where a run started by root takes its host uid from (hostuid.rs).
+    pub root_host_uids: crate::hostuid::UidRange,
     pub root_host_gid: u32,
 }
 
@@ -359,11 +371,12 @@ impl Extensions {
 /// What to do with spreadsheet cells that would start a formula.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FormulaCells {
-    /// Flag the file (`formula_injection`) and leave it as it is.
+    /// Flag the file (`formula_injection`) and deliver it as the script
+    /// wrote it.
     Flag,
-    /// Flag it, and write `NAME.sanitized.EXT` beside a flagged CSV/TSV with
-    /// a `'` before each such cell.
-    Sanitize,
+    /// Flag it, and deliver a flagged CSV/TSV with a `'` before each such
+    /// cell; refuse a flagged XLSX (`formula_cells`), which is not rewritten.
+    Neutralise,
 }
 
 /// Network mode.
@@ -822,11 +835,21 @@ fn validate_identity(f: &IdentityFile) -> Result<Identity, PolicyError> {
             "must be 1 to 64 letters, digits, dots or dashes",
         ));
     }
-    let root_host_uid = f.root_host_uid.unwrap_or(65534);
-    let root_host_gid = f.root_host_gid.unwrap_or(65534);
-    if root_host_uid == 0 {
-        return Err(PolicyError::field("identity.root_host_uid", "must not be 0: the sandbox never maps to host root"));
+    if f.root_host_uid.is_some() {
+        return Err(PolicyError::field(
+            "identity.root_host_uid",
+            "is replaced by identity.root_host_uids {\"first\": UID, \"count\": N}: each concurrent run started by root \
+             takes its own host uid from that range",
+        ));
     }
+    let root_host_uids = match &f.root_host_uids {
+        Some(r) => crate::hostuid::UidRange { first: r.first, count: r.count },
+        None => crate::hostuid::UidRange { first: crate::hostuid::DEFAULT_FIRST, count: crate::hostuid::DEFAULT_COUNT },
+    };
+    if let Some(problem) = root_host_uids.problem() {
+        return Err(PolicyError::field("identity.root_host_uids", format!("{problem}: the sandbox never maps to host root or nobody")));
+    }
+    let root_host_gid = f.root_host_gid.unwrap_or(crate::hostuid::DEFAULT_GID);
     if root_host_gid == 0 {
         return Err(PolicyError::field("identity.root_host_gid", "must not be 0: the sandbox never maps to host root"));
     }
@@ -834,7 +857,7 @@ fn validate_identity(f: &IdentityFile) -> Result<Identity, PolicyError> {
         uid: f.uid.unwrap_or(1000),
         gid: f.gid.unwrap_or(1000),
         hostname,
-        root_host_uid,
+        root_host_uids,
         root_host_gid,
     })
 }
@@ -877,13 +900,19 @@ fn validate_artifacts(f: &ArtifactsFile) -> Result<ArtifactRules, PolicyError> {
             Extensions::Only(set)
         }
     };
-    let formula_cells = match f.formula_cells.as_deref().unwrap_or("flag") {
+    let formula_cells = match f.formula_cells.as_deref().unwrap_or("neutralise") {
         "flag" => FormulaCells::Flag,
-        "sanitize" => FormulaCells::Sanitize,
+        "neutralise" | "neutralize" => FormulaCells::Neutralise,
+        "sanitize" => {
+            return Err(PolicyError::field(
+                "artifacts.formula_cells",
+                "`sanitize` (a copy beside the file) is gone: use \"neutralise\" (the host receives the neutralised file) or \"flag\"",
+            ))
+        }
         other => {
             return Err(PolicyError::field(
                 "artifacts.formula_cells",
-                format!("`{other}` is not a formula mode (use \"flag\" or \"sanitize\")"),
+                format!("`{other}` is not a formula mode (use \"neutralise\" or \"flag\")"),
             ))
         }
     };
@@ -985,9 +1014,15 @@ mod tests {
     }
 
     #[test]
-    fn root_host_uid_zero_is_refused() {
-        let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_uid":0}}"#, Path::new("/")).unwrap_err();
-        assert!(err.to_string().contains("identity.root_host_uid"), "{err}");
+    fn root_host_uid_ranges_that_hold_root_are_refused_and_the_old_field_names_the_new() {
+        let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_uids":{"first":0,"count":5}}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("identity.root_host_uids") && err.to_string().contains("root"), "{err}");
+        let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_gid":0}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("identity.root_host_gid"), "{err}");
+        let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_uid":65534}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("replaced by identity.root_host_uids"), "{err}");
+        let p = Policy::from_json(r#"{"version":1,"identity":{"root_host_uids":{"first":200000,"count":8}}}"#, Path::new("/")).unwrap();
+        assert_eq!(p.identity.root_host_uids, crate::hostuid::UidRange { first: 200_000, count: 8 });
     }
 
     #[test]
@@ -1110,7 +1145,7 @@ mod tests {
     fn artifact_rules_default_and_name_their_fields() {
         let p = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap();
         assert_eq!(p.artifacts.max_depth, 16);
-        assert_eq!(p.artifacts.formula_cells, FormulaCells::Flag);
+        assert_eq!(p.artifacts.formula_cells, FormulaCells::Neutralise);
         assert!(p.artifacts.allowed_extensions.allows("csv"));
         assert!(!p.artifacts.allowed_extensions.allows("exe"));
         let err = Policy::from_json(r#"{"version":1,"artifacts":{"formula_cells":"strip"}}"#, Path::new("/")).unwrap_err();
@@ -1123,9 +1158,11 @@ mod tests {
         assert!(err.to_string().contains("artifacts.max_files"), "{err}");
         let err = Policy::from_json(r#"{"version":1,"artifacts":{"max_size":5}}"#, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("unknown field `max_size`"), "{err}");
-        let p = Policy::from_json(r#"{"version":1,"artifacts":{"allowed_extensions":["*"],"formula_cells":"sanitize"}}"#, Path::new("/")).unwrap();
+        let p = Policy::from_json(r#"{"version":1,"artifacts":{"allowed_extensions":["*"],"formula_cells":"flag"}}"#, Path::new("/")).unwrap();
         assert_eq!(p.artifacts.allowed_extensions, Extensions::Any);
-        assert_eq!(p.artifacts.formula_cells, FormulaCells::Sanitize);
+        assert_eq!(p.artifacts.formula_cells, FormulaCells::Flag);
+        let err = Policy::from_json(r#"{"version":1,"artifacts":{"formula_cells":"sanitize"}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("neutralise"), "{err}");
     }
 
     #[test]

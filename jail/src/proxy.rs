@@ -320,7 +320,9 @@ pub fn parse_head(head: &[u8]) -> Result<Request, String> {
 struct Shared {
     rules: Allowlist,
     resolver: Resolver,
-    records: Mutex<(Vec<Connection>, u64)>,
+    /// Each record with its arrival number: connections end in any order,
+    /// and the report lists them in the order they arrived.
+    records: Mutex<(Vec<(u64, Connection)>, u64)>,
     bytes_up: AtomicU64,
     bytes_down: AtomicU64,
     /// Bytes both ways, against `max_bytes`.
@@ -334,10 +336,10 @@ struct Shared {
 }
 
 impl Shared {
-    fn record(&self, c: Connection) {
+    fn record(&self, arrival: u64, c: Connection) {
         let Ok(mut r) = self.records.lock() else { return };
         if r.0.len() < MAX_RECORDS {
-            r.0.push(c);
+            r.0.push((arrival, c));
         } else {
             r.1 += 1;
         }
@@ -391,7 +393,9 @@ impl Proxy {
     pub fn finish(mut self) -> NetworkReport {
         self.stop();
         let s = &self.shared;
-        let (connections, dropped) = s.records.lock().map(|mut r| (std::mem::take(&mut r.0), r.1)).unwrap_or_default();
+        let (mut records, dropped) = s.records.lock().map(|mut r| (std::mem::take(&mut r.0), r.1)).unwrap_or_default();
+        records.sort_by_key(|(arrival, _)| *arrival);
+        let connections = records.into_iter().map(|(_, c)| c).collect();
         NetworkReport {
             mode: "allowlist".into(),
             proxy: Some(network::proxy_url()),
@@ -430,6 +434,7 @@ fn readable(fds: &mut [PollFd<'_>], timeout: PollTimeout) -> Vec<bool> {
 
 fn accept_loop(listener: TcpListener, s: Arc<Shared>) {
     let mut handlers: Vec<JoinHandle<()>> = Vec::new();
+    let mut arrivals = 0u64;
     loop {
         let ready = {
             let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN), PollFd::new(s.wake.as_fd(), PollFlags::POLLIN)];
@@ -442,18 +447,20 @@ fn accept_loop(listener: TcpListener, s: Arc<Shared>) {
             continue;
         }
         let Ok((client, _)) = listener.accept() else { continue };
+        let arrival = arrivals;
+        arrivals += 1;
         handlers.retain(|h| !h.is_finished());
         if s.active.load(Ordering::SeqCst) >= MAX_ACTIVE {
             let mut client = client;
             refuse(&mut client, 503, "busy", &format!("more than {MAX_ACTIVE} connections at once"));
-            s.record(Connection { reason: "busy".into(), detail: Some(format!("more than {MAX_ACTIVE} at once")), ..Default::default() });
+            s.record(arrival, Connection { reason: "busy".into(), detail: Some(format!("more than {MAX_ACTIVE} at once")), ..Default::default() });
             continue;
         }
         s.active.fetch_add(1, Ordering::SeqCst);
         let shared = Arc::clone(&s);
         match std::thread::Builder::new().name("jail-proxy-conn".into()).spawn(move || {
             let record = serve(client, &shared);
-            shared.record(record);
+            shared.record(arrival, record);
             shared.active.fetch_sub(1, Ordering::SeqCst);
         }) {
             Ok(h) => handlers.push(h),

@@ -43,15 +43,21 @@ pub struct RunResult {
     /// unchanged by this step) and every file the step deleted, sorted by path.
     /// Only these may be handed on; see [`Artifact`].
     pub artifacts: Vec<Artifact>,
-    /// Entries of the output dir that were refused, with the reason. They are
-    /// left where they are, never opened for their content, and must never be
-    /// handed on; see [`RejectedArtifact`].
+    /// Entries of the output dir that were refused, with the reason. They
+    /// never reach the host output folder (a size-capped output dir keeps
+    /// them in the jail; a bound one has them moved to `quarantine_dir`),
+    /// are never opened for their content, and must never be handed on;
+    /// see [`RejectedArtifact`].
     pub rejected_artifacts: Vec<RejectedArtifact>,
     /// The input dir's digest before and after the run; `null` when no
     /// `--input` was given or the run never reached its end.
     pub input: Option<InputReport>,
     /// Host path of the output dir (created by the jail when none was given).
     pub output_dir: Option<String>,
+    /// Bound output dir (`output_size: "unlimited"`) only: the folder beside
+    /// it that refused entries were moved into; `null` when none was needed.
+    #[serde(default)]
+    pub quarantine_dir: Option<String>,
     /// With a size-capped output dir (`filesystem.output_size`): what was
     /// copied into the jail's output tmpfs and mirrored back to the host.
     #[serde(default)]
@@ -116,7 +122,13 @@ pub struct Stream {
     /// Whether `text` is missing part of the stream.
     pub truncated: bool,
     /// Whether the stream was streamed to the caller instead of captured.
+    /// Streamed, it is cut at the same cap: past it the caller gets one
+    /// marker line, the rest is dropped and `truncated` is true.
     pub streamed: bool,
+    /// Streaming only: bytes within the cap the caller did not take before
+    /// the run's deadline (it stopped reading or closed its end).
+    #[serde(default)]
+    pub undelivered_bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -165,8 +177,18 @@ pub struct OutputSync {
     pub copied_out: u64,
     /// Entries the script left as they were (not rewritten).
     pub unchanged: u64,
-    /// Host entries removed because the script deleted them.
+    /// Host entries removed because the script deleted them (or replaced
+    /// them with something refused).
     pub deleted: u64,
+    /// Entries that stayed in the jail: refused by the artifact check, or
+    /// never judged (each refusal is in `rejected_artifacts`).
+    #[serde(default)]
+    pub withheld: u64,
+    /// Bytes the copy allocated on the host disk (what `du` counts), at most
+    /// `filesystem.output_size` in all. Sparse files stay sparse: their
+    /// holes cost nothing.
+    #[serde(default)]
+    pub bytes_written: u64,
     /// Entries that crossed in neither direction, with the reason (sockets,
     /// devices, unreadable host files, trees too deep).
     pub skipped: Vec<String>,
@@ -313,6 +335,15 @@ pub struct SeccompReport {
     /// Whether refusals are counted into `denials` (seccomp user
     /// notification); false on kernels without it.
     pub denials_counted: bool,
+    /// Whether `denials` stopped itemising at the answer cap (10,000 calls
+    /// answered by the supervisor); the calls after it were still answered
+    /// as the policy says, and are counted in `calls_past_cap`.
+    #[serde(default)]
+    pub denials_truncated: bool,
+    /// Calls the supervisor answered after the cap (refusals, and allowlist
+    /// TCP sockets let through), not itemised in `denials`.
+    #[serde(default)]
+    pub calls_past_cap: u64,
     pub detail: Option<String>,
 }
 
@@ -370,11 +401,23 @@ pub struct Artifact {
     /// A small description of the content, computed outside the jail with
     /// bounded reads, so the model need not read the file to know what it is.
     pub summary: Option<Summary>,
-    /// For a flagged CSV/TSV under `formula_cells: "sanitize"`: the path of
-    /// the sanitised copy the jail wrote beside it.
-    pub sanitized_copy: Option<String>,
-    /// For a sanitised copy written by the jail: the file it was made from.
-    pub sanitized_from: Option<String>,
+    /// Set when the host received a neutralised copy instead of the bytes
+    /// the script wrote (`artifacts.formula_cells: "neutralise"`, the
+    /// default): `bytes` and `sha256` above then describe what the host
+    /// folder holds, and this says what was changed.
+    #[serde(default)]
+    pub neutralised: Option<Neutralised>,
+}
+
+/// What neutralising a CSV/TSV changed.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Neutralised {
+    /// Cells that would start a formula, each now prefixed with `'`.
+    pub cells: u64,
+    /// Size and sha256 of the file as the script wrote it (it never left
+    /// the jail in that form).
+    pub original_bytes: u64,
+    pub original_sha256: String,
 }
 
 /// What a step did to one file of the output dir.
@@ -420,8 +463,10 @@ pub enum FlagKind {
     Macros,
     /// The extension promises another type than the content has.
     MediaTypeMismatch,
-    /// The file was too large (or its archive too big) to be scanned in full
-    /// within the jail's read caps: the other flags may be incomplete.
+    /// The file was too large (or its archive too big or ambiguous) to be
+    /// scanned in full within the jail's read caps, or its scan passed a time
+    /// or memory budget (policies/README.md): the other flags may be
+    /// incomplete. The detail says which.
     IncompleteScan,
 }
 
@@ -443,9 +488,10 @@ pub enum Summary {
     /// PPTX: slide count and each slide's title (`null` for an untitled slide;
     /// at most 100).
     Pptx { slides: u64, titles: Vec<Option<String>>, partial: bool },
-    /// JSON: the top-level type (`object`, `array`, ...), its key or element
-    /// count, and the first 50 keys (sorted). `partial` when the file was too
-    /// large to parse and only its first byte was looked at.
+    /// JSON: the top-level type (`object`, `array`, ...), its member or
+    /// element count, and the first 50 keys (sorted). `partial` when the file
+    /// was too large to parse (or its scan ran out of time) and only its first
+    /// byte was looked at.
     Json { top_level: String, length: Option<u64>, keys: Vec<String>, partial: bool },
     /// Any other text: line count and the first 5 lines.
     Text { lines: u64, first_lines: Vec<String> },
@@ -470,6 +516,35 @@ pub struct RejectedArtifact {
     pub reason: RejectReason,
     /// One line on why; never the entry's content or a link's target.
     pub detail: String,
+    /// Where the entry is now: never in the host output folder, unless it
+    /// was there before the run and the script left it alone.
+    #[serde(default)]
+    pub disposition: Disposition,
+    /// With `quarantined`: its host path now.
+    #[serde(default)]
+    pub moved_to: Option<String>,
+}
+
+/// What became of a refused entry (see policies/README.md, "What the host
+/// folder receives").
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Disposition {
+    /// It stayed in the jail's output tmpfs, which went with the jail: the
+    /// host folder never had it.
+    #[default]
+    NotDelivered,
+    /// Bound output folder (`output_size: "unlimited"`): moved out of it
+    /// into the run's quarantine folder, `moved_to`.
+    Quarantined,
+    /// Bound output folder: deleted, because no quarantine folder could be
+    /// made beside it (`output_sync.errors` says why).
+    Removed,
+    /// There before the run and untouched by the script: left where it was.
+    LeftAsBefore,
+    /// Could not be moved or removed (`output_sync.errors` says why): it is
+    /// still in the output folder. Never expected.
+    LeftInPlace,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
@@ -499,6 +574,16 @@ pub enum RejectReason {
     TooManyFiles,
     /// Larger than `max_file_bytes` (judged by its size; never read).
     TooLarge,
+    /// A spreadsheet with formula cells that `formula_cells: "neutralise"`
+    /// cannot rewrite (XLSX): refused rather than delivered as it is.
+    FormulaCells,
+    /// Writing it would pass `filesystem.output_size` in bytes written to
+    /// the host (neutralising can grow a file).
+    OutputFull,
+    /// The run's deadline passed before the copy to the host reached it.
+    CopyDeadline,
+    /// Never looked at: the walk stopped before it (`too_many_entries`).
+    NotJudged,
     /// Accepting it would pass `max_total_bytes`.
     TotalTooLarge,
     ExtensionNotAllowed,
@@ -573,6 +658,7 @@ impl RunResult {
             rejected_artifacts: Vec::new(),
             input: None,
             output_dir: None,
+            quarantine_dir: None,
             output_sync: None,
             network: NetworkReport::default(),
             timings: Timings::default(),

@@ -3,7 +3,7 @@
 //! The supervisor decides which (see `limits::plan`); the worker applies the
 //! list. Every run gets RLIMIT_CORE 0, RLIMIT_FSIZE and RLIMIT_NOFILE; when no
 //! cgroup can be had, RLIMIT_AS, RLIMIT_NPROC and RLIMIT_CPU stand in for the
-//! cgroup's memory, pids and CPU-time limits.
+//! cgroup's memory, pids and CPU-time limits, and RLIMIT_MEMLOCK is held low.
 
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
@@ -26,6 +26,8 @@ pub enum Kind {
     Fsize,
     Nofile,
     Core,
+    /// Locked (unreclaimable) memory, without a memory cgroup.
+    Memlock,
 }
 
 impl Kind {
@@ -37,6 +39,7 @@ impl Kind {
             Kind::Fsize => Resource::RLIMIT_FSIZE,
             Kind::Nofile => Resource::RLIMIT_NOFILE,
             Kind::Core => Resource::RLIMIT_CORE,
+            Kind::Memlock => Resource::RLIMIT_MEMLOCK,
         }
     }
 
@@ -48,6 +51,7 @@ impl Kind {
             Kind::Fsize => "RLIMIT_FSIZE",
             Kind::Nofile => "RLIMIT_NOFILE",
             Kind::Core => "RLIMIT_CORE",
+            Kind::Memlock => "RLIMIT_MEMLOCK",
         }
     }
 }

@@ -30,13 +30,19 @@ use crate::sys;
 use bpf::{Insn, SeccompData};
 use model::{Op, NATIVE_ARCH};
 
-/// After this many answered notifications (refusals, and with
-/// `network.mode: allowlist` the TCP sockets let through) the supervisor
-/// closes the listener: each answer costs supervisor CPU outside the run's
-/// cgroup, so a script looping on such a call must not get it for free.
-/// Later calls that would reach the supervisor fail with ENOSYS in the
-/// kernel and are no longer counted (the result says so).
+/// The first this many answered notifications (refusals, and with
+/// `network.mode: allowlist` the TCP sockets let through) are itemised in
+/// `denials`. Each answer costs supervisor CPU outside the run's cgroup, so
+/// past the cap the supervisor answers at most one every [`PAST_CAP_PACE`]:
+/// every call still gets its answer (the same errno, and TCP sockets still
+/// go through), only slower, and the calls are counted in one number
+/// (`isolation.seccomp.calls_past_cap`) instead of by syscall, which keeps
+/// the tally's memory bounded whatever the script passes.
 pub const MAX_ANSWERED: u64 = 10_000;
+
+/// Past [`MAX_ANSWERED`], the least time between two answers: at most 1,000
+/// a second, a few milliseconds of supervisor CPU each second.
+pub const PAST_CAP_PACE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// `SECCOMP_FILTER_FLAG_NEW_LISTENER`: return a user-notification listener.
 const FLAG_NEW_LISTENER: u32 = 1 << 3;
@@ -467,11 +473,11 @@ pub struct Tally {
     /// Notifications the model did not refuse (should never happen; each is
     /// answered EPERM rather than let through).
     pub anomalies: u64,
-    /// Whether counting stopped at [`MAX_ANSWERED`].
+    /// Whether itemising stopped at [`MAX_ANSWERED`].
     pub capped: bool,
+    /// Calls answered after the cap, not itemised.
+    pub past_cap: u64,
     socket_nrs: Vec<i32>,
-    /// Receives that failed in a row.
-    failures: u32,
     /// With `network.mode: allowlist`: socket(2)'s number, whose TCP stream
     /// sockets are let through (`is_tcp_stream`).
     tcp_only: Option<i32>,
@@ -488,12 +494,13 @@ pub fn is_tcp_stream(args: &[u64; 6]) -> bool {
         && matches!(protocol, 0 | libc::IPPROTO_TCP)
 }
 
-/// What the supervisor should do with the listener after an answer.
+/// When the supervisor should read the listener again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Next {
-    Keep,
-    /// The cap is reached: close the listener.
-    Close,
+    /// As soon as it has something.
+    Now,
+    /// Not before this long: past the cap, or after a failed receive.
+    After(std::time::Duration),
 }
 
 impl Tally {
@@ -508,20 +515,25 @@ impl Tally {
         self
     }
 
-    /// Record one refused call and return the errno to answer it with.
-    pub fn record(&mut self, model: &Model, call: &SeccompData) -> i32 {
+    /// The errno the model refuses `call` with.
+    fn errno_for(&mut self, model: &Model, call: &SeccompData) -> (i32, Cause) {
         let verdict = model.evaluate(call);
-        let errno = match verdict.action {
-            Action::Errno { errno, .. } => errno,
+        match verdict.action {
+            Action::Errno { errno, .. } => (errno, verdict.cause),
             // The kernel only parks calls the program sends to us, which are
             // all refusals; if the model disagrees, refuse anyway.
             Action::Allow | Action::KillProcess => {
                 self.anomalies += 1;
-                libc::EPERM
+                (libc::EPERM, verdict.cause)
             }
-        };
+        }
+    }
+
+    /// Record one refused call and return the errno to answer it with.
+    pub fn record(&mut self, model: &Model, call: &SeccompData) -> i32 {
+        let (errno, cause) = self.errno_for(model, call);
         let family = self.socket_nrs.contains(&call.nr).then_some(call.args[0]);
-        let c = self.counts.entry((call.nr, family)).or_insert(Count { count: 0, errno, cause: verdict.cause });
+        let c = self.counts.entry((call.nr, family)).or_insert(Count { count: 0, errno, cause });
         c.count += 1;
         self.answered += 1;
         errno
@@ -531,13 +543,12 @@ impl Tally {
     pub fn answer(&mut self, model: &Model, listener: &OwnedFd) -> Next {
         let fd = listener.as_raw_fd();
         // A failure here is normally ENOENT: the caller died before we read
-        // its call. One that keeps failing would spin the poll loop, so the
-        // listener goes after a run of them (later refusals: ENOSYS).
+        // its call. The listener stays (closing it would turn every later
+        // refusal into an uncounted ENOSYS and break allowlist TCP); a
+        // pause keeps one that kept failing from spinning the poll loop.
         let Ok(req) = ScmpNotifReq::receive(fd) else {
-            self.failures += 1;
-            return if self.failures >= 64 { Next::Close } else { Next::Keep };
+            return Next::After(PAST_CAP_PACE);
         };
-        self.failures = 0;
         let call = SeccompData {
             nr: req.data.syscall.as_raw_syscall(),
             arch: NATIVE_ARCH,
@@ -549,8 +560,12 @@ impl Tally {
             // three arguments are integers the caller can no longer change
             // (it is blocked in this call), with no memory to re-read. It
             // costs an answer like a refusal, so it counts toward the cap.
-            self.answered += 1;
+            self.count_answer();
             ScmpNotifResp::new_continue(req.id, ScmpNotifRespFlags::empty())
+        } else if self.capped {
+            let (errno, _) = self.errno_for(model, &call);
+            self.count_answer();
+            ScmpNotifResp::new_error(req.id, -errno, ScmpNotifRespFlags::empty())
         } else {
             let errno = self.record(model, &call);
             ScmpNotifResp::new_error(req.id, -errno, ScmpNotifRespFlags::empty())
@@ -559,9 +574,21 @@ impl Tally {
         let _ = resp.respond(fd);
         if self.answered >= MAX_ANSWERED {
             self.capped = true;
-            return Next::Close;
         }
-        Next::Keep
+        if self.capped {
+            return Next::After(PAST_CAP_PACE);
+        }
+        Next::Now
+    }
+
+    /// Count an answer that is not itemised: before the cap it still counts
+    /// toward it, after it only in `past_cap`.
+    fn count_answer(&mut self) {
+        if self.capped {
+            self.past_cap += 1;
+        } else {
+            self.answered += 1;
+        }
     }
 
     /// The result's `denials`, most frequent first.
@@ -641,6 +668,37 @@ mod tests {
         let f = compile(&m, Mode::ErrnoOnly).unwrap();
         let ret = |name: &str, args| bpf::Ret::from_raw(bpf::run(&f.program, &data(name, args)).unwrap());
         assert_eq!(ret("socket", [2, 1, 0, 0, 0, 0]), bpf::Ret::Errno(libc::EPERM as u16));
+    }
+
+    #[test]
+    fn calls_refused_for_uncounted_memory_get_enosys_and_the_rest_of_the_policy_stays() {
+        let m = default_model();
+        assert_eq!(m.evaluate_named("memfd_create", [0; 6]).unwrap().action, Action::Allow);
+        let r = m.with_refused(&crate::limits::UNCOUNTED_MEMORY_CALLS, "why");
+        let enosys = Action::Errno { errno: libc::ENOSYS, report: Report::Counted };
+        for name in crate::limits::UNCOUNTED_MEMORY_CALLS {
+            let v = r.evaluate_named(name, [0; 6]).unwrap();
+            assert_eq!(v.action, enosys, "{name}");
+            assert_eq!(r.why(v.cause), "why");
+        }
+        // Their neighbours in the same rules are still allowed.
+        for name in ["shmat", "shmctl", "mkdirat", "semop", "msgsnd"] {
+            assert_eq!(r.evaluate_named(name, [0; 6]).unwrap().action, Action::Allow, "{name}");
+        }
+        let f = compile(&r, Mode::Notify).unwrap();
+        for nr in r.named_syscalls().collect::<Vec<_>>() {
+            check_call(&r, &f, &SeccompData { nr, arch: NATIVE_ARCH, instruction_pointer: 0, args: [0; 6] }).unwrap();
+        }
+        // A syscall the policy kills in some form stays killed.
+        let killing = Policy::from_json(
+            r#"{"version":1,"seccomp":{"default":{"action":{"errno":"ENOSYS"},"why":"w"},"rules":[
+                {"syscalls":["sendmsg","execve"],"action":"allow","why":"w"},
+                {"syscalls":["memfd_create"],"action":"kill_process","why":"w"}]}}"#,
+            std::path::Path::new("/"),
+        )
+        .unwrap();
+        let r = killing.seccomp.with_refused(&["memfd_create"], "why");
+        assert_eq!(r.evaluate_named("memfd_create", [0; 6]).unwrap().action, Action::KillProcess);
     }
 
     #[test]

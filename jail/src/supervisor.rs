@@ -5,11 +5,12 @@
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
-use std::io::{self, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -17,6 +18,8 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::artifacts::{self, TreeDead};
+use crate::delivery;
+use crate::relay;
 use crate::cgroup::{self, CgroupUsage, RunCgroup};
 use crate::child::{self, ChildSpec, Confine, Exec};
 use crate::limits;
@@ -98,28 +101,64 @@ pub fn run(req: &RunRequest) -> RunResult {
     let policy = &req.policy;
     let caller_uid = nix::unistd::getuid().as_raw();
     let caller_gid = nix::unistd::getgid().as_raw();
-    let (uid_map, gid_map) = namespaces::plan_id_maps(caller_uid, caller_gid, &policy.identity);
+    // Held until this function returns, after the whole tree is dead: no
+    // other live run gets this host uid (hostuid.rs).
+    let host = match crate::hostuid::for_caller(caller_uid, caller_gid, &policy.identity) {
+        Ok(h) => h,
+        Err(e) => {
+            // No uid was taken: report the overflow uid, never one in use.
+            let who = Identity { caller_uid, host_uid: 65534, host_gid: 65534 };
+            return failed(base_result(policy, &who), "identity", &e.to_string(), causes_of(&e), started);
+        }
+    };
+    let (uid_map, gid_map) = namespaces::plan_id_maps(&policy.identity, &host);
     let who = Identity { caller_uid, host_uid: uid_map.outside, host_gid: gid_map.outside };
 
     let mut result = base_result(policy, &who);
+    // The cgroup comes before the seccomp filter, which refuses more when no
+    // cgroup counts the run's memory (limits.rs, `close_uncounted_memory`),
+    // and before the clone: the child must be placed in it before it is
+    // released (DESIGN.md §6). A required limit nothing here can enforce
+    // fails the run now, before anything is made for it.
+    let mut resources = setup_resources(policy, req.timeout.unwrap_or(policy.limits.wall_time));
+    stages.insert("cgroup".to_string(), ms_since(started));
+    result.limits = resources.plan.reports.clone();
+    if !resources.plan.refused.is_empty() {
+        let message = format!(
+            "required limit cannot be enforced on this host: {}; give jail a writable cgroup (see `jail doctor`: run as root, \
+             or pass a delegated cgroup with --cgroup-parent or JAIL_CGROUP_PARENT), or set limits.enforcement to best_effort",
+            resources.plan.refused.join("; ")
+        );
+        return failed(result, "limits", &message, vec![], started);
+    }
     // Before anything is forked: a policy the kernel cannot honour fails here.
-    let confinement = match confine(policy) {
+    let confinement = match confine(policy, &resources.plan.refuse_syscalls) {
         Ok(c) => c,
         Err((stage, e)) => return failed(result, stage, &e.to_string(), causes_of(&*e), started),
     };
-    report_confinement(&mut result, policy, &confinement);
+    report_confinement(&mut result, &confinement);
+    result.isolation.degraded.extend(resources.plan.degraded.iter().map(|d| format!("limit {d}")));
     stages.insert("confine".to_string(), ms_since(started));
-    let prepared = match prepare(req, &who) {
+    let mut prepared = match prepare(req, &who) {
         Ok(p) => p,
         Err(e) => return failed(result, "input", &e.to_string(), vec![], started),
     };
+    resources.plan.tmpfs.apply(&mut prepared.mount_request);
     result.isolation.rootfs = prepared.rootfs.display().to_string();
     result.isolation.rootfs_id = prepared.rootfs_id.clone();
     result.output_dir = Some(prepared.output_dir.display().to_string());
+    for (path, source) in mounts::still_showing(&mounts::plan(&prepared.mount_request)) {
+        result.isolation.degraded.push(format!(
+            "/proc/self/mountinfo shows where {} comes from on the host ({}, as its path within its filesystem): \
+             a writable folder is a plain bind",
+            path.display(),
+            source.display()
+        ));
+    }
     stages.insert("prepare".to_string(), ms_since(started));
     // The state the step's changes are measured against, taken before the
     // clone and so before the child is released.
-    let before = match artifacts::Before::take(&prepared.output_dir, prepared.mount_request.input.as_deref(), &policy.artifacts) {
+    let mut before = match artifacts::Before::take(&prepared.output_dir, prepared.mount_request.input.as_deref(), &policy.artifacts) {
         Ok(b) => b,
         Err(e) => {
             if req.output.is_none() && std::fs::remove_dir(&prepared.output_dir).is_ok() {
@@ -130,22 +169,8 @@ pub fn run(req: &RunRequest) -> RunResult {
     };
     stages.insert("snapshot".to_string(), ms_since(started));
 
-    // The cgroup comes before the clone: the child must be placed in it
-    // before it is released (DESIGN.md §6).
-    let mut resources = setup_resources(policy, prepared.wall_time);
-    stages.insert("cgroup".to_string(), ms_since(started));
-    result.limits = resources.plan.reports.clone();
-    result.isolation.degraded.extend(resources.plan.degraded.iter().map(|d| format!("limit {d}")));
-    if !resources.plan.refused.is_empty() {
-        let message = format!(
-            "required limit cannot be enforced on this host: {}; give jail a writable cgroup (see `jail doctor`: run as root, \
-             or pass a delegated cgroup with --cgroup-parent or JAIL_CGROUP_PARENT), or set limits.enforcement to best_effort",
-            resources.plan.refused.join("; ")
-        );
-        return failed(result, "limits", &message, vec![], started);
-    }
-
-    let launched = launch(req, &prepared, &resources, confinement, uid_map, gid_map, &mut stages, started, started_ns);
+    let model = Rc::clone(&confinement.model);
+    let launched = launch(req, &prepared, &mut before, &resources, confinement, uid_map, gid_map, &mut stages, started, started_ns);
     // The tree is dead (PID 1 reaped): read what it used, then remove the
     // cgroup. A failed launch leaves it to RunCgroup's drop.
     let cgroup_usage = resources.cgroup.as_ref().map(RunCgroup::usage);
@@ -155,10 +180,19 @@ pub fn run(req: &RunRequest) -> RunResult {
         }
     }
     let result = match launched {
-        Ok(outcome) => {
+        Ok(mut outcome) => {
             let dead = outcome.tree_dead;
-            let mut result = finish(result, outcome, cgroup_usage, &resources.plan, started, stages, policy);
-            collect_artifacts(&mut result, &prepared.output_dir, &before, policy, dead, started);
+            let tmpfs = outcome.output.take();
+            let (deadline, ids) = (outcome.deadline, outcome.ids);
+            let mut result = finish(result, outcome, cgroup_usage, &resources.plan, started, stages, &model);
+            let dir = match &tmpfs {
+                Some((fd, inventory)) => {
+                    let limit = prepared.mount_request.output_size.unwrap_or(u64::MAX);
+                    delivery::OutputDir::Mirrored { tmpfs: fd, inventory, limit }
+                }
+                None => delivery::OutputDir::Bound,
+            };
+            collect_artifacts(&mut result, &prepared.output_dir, dir, &before, policy, ids, deadline, dead, started);
             result
         }
         Err(e) => {
@@ -189,17 +223,23 @@ fn causes_of(e: &dyn std::error::Error) -> Vec<String> {
     causes
 }
 
-/// The seccomp program and the landlock plan for this run.
+/// The seccomp program, the model it was compiled from (the policy's, or
+/// that with `refuse` added), and the landlock plan for this run.
 struct Confinement {
     filter: seccomp::Filter,
+    model: Rc<seccomp::Model>,
     landlock: landlock::Plan,
 }
 
-fn confine(policy: &Policy) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
-    confine_in(policy, seccomp::host_mode())
+fn confine(policy: &Policy, refuse: &[&str]) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
+    confine_in(policy, seccomp::host_mode(), refuse)
 }
 
-fn confine_in(policy: &Policy, mode: seccomp::Mode) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
+fn confine_in(
+    policy: &Policy,
+    mode: seccomp::Mode,
+    refuse: &[&str],
+) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
     if matches!(policy.network, Network::Allowlist(_)) && mode == seccomp::Mode::ErrnoOnly {
         // Its TCP sockets are let through by the supervisor answering
         // seccomp notifications; without them the filter would either
@@ -211,30 +251,36 @@ fn confine_in(policy: &Policy, mode: seccomp::Mode) -> Result<Confinement, (&'st
                 .into(),
         ));
     }
-    let filter = seccomp::cache::compile(&policy.seccomp, mode).map_err(|e| ("seccomp", e.into()))?;
+    let model = match refuse {
+        [] => policy.seccomp.clone(),
+        names => policy.seccomp.with_refused(names, limits::UNCOUNTED_MEMORY_WHY),
+    };
+    let filter = seccomp::cache::compile(&model, mode).map_err(|e| ("seccomp", e.into()))?;
     let landlock = landlock::plan(landlock::kernel_abi(), &policy.landlock).map_err(|e| ("landlock", e.into()))?;
-    Ok(Confinement { filter, landlock })
+    Ok(Confinement { filter, model: Rc::new(model), landlock })
 }
 
-fn report_confinement(result: &mut RunResult, policy: &Policy, c: &Confinement) {
+fn report_confinement(result: &mut RunResult, c: &Confinement) {
     let counted = c.filter.mode == seccomp::Mode::Notify;
     result.isolation.seccomp = SeccompReport {
         status: LayerStatus::Enforced,
-        default_action: match policy.seccomp.default {
+        default_action: match c.model.default {
             seccomp::Action::Errno { errno, .. } => {
                 format!("errno {}", seccomp::model::errno_name(errno).unwrap_or("?"))
             }
             seccomp::Action::Allow => "allow".into(),
             seccomp::Action::KillProcess => "kill_process".into(),
         },
-        rules: policy.seccomp.rules.len(),
+        rules: c.model.rules.len(),
         instructions: c.filter.program.len(),
         filter_sha256: c.filter.sha256.clone(),
         denials_counted: counted,
+        denials_truncated: false,
+        calls_past_cap: 0,
         detail: (!counted).then(|| "refusals are not counted: this kernel has no seccomp user notification".into()),
     };
     result.isolation.landlock = c.landlock.report();
-    result.isolation.degraded = c.landlock.degraded().into_iter().collect();
+    result.isolation.degraded.extend(c.landlock.degraded());
 }
 
 fn base_result(policy: &Policy, who: &Identity) -> RunResult {
@@ -316,8 +362,10 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
     let rootfs_entries = list_rootfs(&rootfs)?;
     let rootfs_id = rootfs_identity(&rootfs)?;
 
-    let (code_dir, script_rel) = resolve_script(&req.script, req.code.as_deref())?;
-    check_readable(&code_dir, "code dir", who)?;
+    let (code, script_rel) = resolve_script(&req.script, req.code.as_deref())?;
+    if let mounts::Code::Dir(dir) = &code {
+        check_readable(dir, "code dir", who)?;
+    }
     let input = match &req.input {
         Some(dir) => {
             let d = existing_dir(dir, "input dir", "--input")?;
@@ -349,7 +397,7 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
             rootfs: rootfs.clone(),
             rootfs_entries,
             input,
-            code: code_dir,
+            code,
             output: output_dir.clone(),
             tmp_size: policy.filesystem.tmp_size,
             shm_size: policy.filesystem.shm_size,
@@ -422,8 +470,9 @@ fn entry_name(e: &RootfsEntry) -> &str {
     }
 }
 
-/// The code dir on the host and the script's path relative to it.
-fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(PathBuf, PathBuf), InputError> {
+/// What `/workspace/code` holds (the script alone, or the `--code` folder)
+/// and the script's path relative to it.
+fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(mounts::Code, PathBuf), InputError> {
     let code_dir = match code {
         Some(dir) => Some(existing_dir(dir, "code dir", "--code")?),
         None => None,
@@ -443,9 +492,17 @@ fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(PathBuf, PathBu
     })?;
     let full = std::fs::canonicalize(&candidate)
         .map_err(|e| input_error(format!("script {}: {e}", script.display()), "check the path"))?;
-    let code_dir = match code_dir {
-        Some(d) => d,
-        None => full.parent().map(Path::to_path_buf).unwrap_or_else(|| PathBuf::from("/")),
+    let Some(code_dir) = code_dir else {
+        // Only the script is granted: its folder may hold anything (~/.ssh
+        // beside ~/analysis.py), and none of that is the script's business.
+        if meta.len() > mounts::MAX_SCRIPT_BYTES {
+            return Err(input_error(
+                format!("script {} is {} bytes, over {} MiB", script.display(), meta.len(), mounts::MAX_SCRIPT_BYTES >> 20),
+                "pass its folder with --code DIR",
+            ));
+        }
+        let name = PathBuf::from(full.file_name().unwrap_or(full.as_os_str()));
+        return Ok((mounts::Code::Script { file: full, name: name.clone() }, name));
     };
     let rel = full.strip_prefix(&code_dir).map_err(|_| {
         input_error(
@@ -453,7 +510,7 @@ fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(PathBuf, PathBu
             "put the script inside --code DIR, or leave --code out",
         )
     })?;
-    Ok((code_dir, rel.to_path_buf()))
+    Ok((mounts::Code::Dir(code_dir), rel.to_path_buf()))
 }
 
 /// An existing directory that is not a symlink, canonicalized.
@@ -530,7 +587,8 @@ fn check_writable(dir: &Path, who: &Identity) -> Result<(), InputError> {
                 dir.display(),
                 who.host_uid
             ),
-            format!("chown {}:{} {}, or run jail as an ordinary user", who.host_uid, who.host_gid, dir.display()),
+            // The uid differs between concurrent runs; the gid is shared.
+            format!("chgrp {} {d} && chmod g+rwx {d}, or run jail as an ordinary user", who.host_gid, d = dir.display()),
         ));
     }
     Ok(())
@@ -664,7 +722,10 @@ struct Outcome {
     rusage: libc::rusage,
     pid1_status: libc::c_int,
     started_ns: u64,
-    output_sync: Option<crate::result::OutputSync>,
+    /// The jail's output tmpfs and what was copied into it, to be judged and
+    /// mirrored (delivery.rs); `None` with a bound output dir.
+    output: Option<(OwnedFd, output::Inventory)>,
+    ids: output::FsIds,
     tree_dead: TreeDead,
     network: Option<crate::result::NetworkReport>,
 }
@@ -673,6 +734,7 @@ struct Outcome {
 fn launch(
     req: &RunRequest,
     prepared: &Prepared,
+    before: &mut artifacts::Before,
     resources: &Resources,
     confinement: Confinement,
     uid_map: namespaces::IdMap,
@@ -681,6 +743,9 @@ fn launch(
     started: Instant,
     started_ns: u64,
 ) -> Result<Outcome, LaunchError> {
+    // The model the filter was compiled from: the supervisor answers the
+    // refusals it reports by it.
+    let model = Rc::clone(&confinement.model);
     let release = Pipe::new().map_err(LaunchError::Pipes)?;
     let report = Pipe::new().map_err(LaunchError::Pipes)?;
     let status = Pipe::new().map_err(LaunchError::Pipes)?;
@@ -826,7 +891,14 @@ fn launch(
     let output = match output_ours {
         None => None,
         Some(sock) => match fill_output(sock, &prepared.output_dir, ids, released_at + prepared.wall_time) {
-            Ok(o) => o,
+            Ok(o) => {
+                if let Some((dir, _)) = &o {
+                    // Changes are judged where the script makes them: on the
+                    // tmpfs, as it is before the script is let go.
+                    before.retake_output_at(dir, &req.policy.artifacts);
+                }
+                o
+            }
             Err(e) => {
                 kill_and_reap(pid);
                 return Err(e);
@@ -860,18 +932,19 @@ fn launch(
     }
     let deadline = Instant::now() + prepared.wall_time;
     let mut watch = Watch {
-        stdout: Capture::new(req.policy.limits.stdout_bytes, req.mode),
-        stderr: Capture::new(req.policy.limits.stderr_bytes, req.mode),
+        stdout: Capture::new(req.policy.limits.stdout_bytes, req.mode, Target::Stdout),
+        stderr: Capture::new(req.policy.limits.stderr_bytes, req.mode, Target::Stderr),
         report_buf: Vec::new(),
         status_buf: Vec::new(),
         exec_at: None,
         notify: notify_ours,
         listener: None,
+        listener_rest: None,
         tally: match req.policy.network {
             Network::Allowlist(_) => seccomp::Tally::new().tcp_only(),
             Network::None => seccomp::Tally::new(),
         },
-        model: &req.policy.seccomp,
+        model: &model,
     };
     let limits = Deadlines {
         wall: deadline,
@@ -881,6 +954,10 @@ fn launch(
         },
     };
     let ending = watch.run(pid, &pidfd, out.read, err.read, report.read, status.read, &limits, resources.cgroup.as_ref());
+    // Streaming: the caller gets until the deadline to take what is queued,
+    // never longer (a reader that stopped reading cannot hold the run).
+    watch.stdout.end(deadline);
+    watch.stderr.end(deadline);
     let (pid1_status, rusage) = sys::wait4(pid).map_err(LaunchError::Wait)?;
     let ended_at = Instant::now();
     stages.insert("reaped".into(), ms_since(started));
@@ -890,11 +967,6 @@ fn launch(
     // change the output tmpfs under the mirror now, nor the output dir
     // under the artifact walk.
     let tree_dead = TreeDead::after_reaping_pid1();
-    let output_sync = output.map(|(dir, inventory)| {
-        let sync = output::copy_out(&dir, &prepared.output_dir, &inventory, ids);
-        stages.insert("output_copy_out".into(), ms_since(started));
-        sync
-    });
     let mut reports = sync::parse_reports(&watch.report_buf);
     reports.extend(sync::parse_reports(&watch.status_buf));
     Ok(Outcome {
@@ -910,7 +982,8 @@ fn launch(
         rusage,
         pid1_status,
         started_ns,
-        output_sync,
+        output,
+        ids,
         tree_dead,
         network,
     })
@@ -959,6 +1032,8 @@ struct Watch<'m> {
     notify: Option<OwnedFd>,
     /// The seccomp user-notification listener, once the worker sent it.
     listener: Option<OwnedFd>,
+    /// Not to be read again before this (seccomp::Next::After).
+    listener_rest: Option<Instant>,
     tally: seccomp::Tally,
     model: &'m seccomp::Model,
 }
@@ -986,6 +1061,9 @@ struct Deadlines<'a> {
 const SLOT_PIDFD: usize = 4;
 const SLOT_NOTIFY: usize = 5;
 const SLOT_LISTENER: usize = 6;
+/// The caller's stdout and stderr, polled for POLLOUT while a relay has bytes.
+const SLOT_RELAY_OUT: usize = 7;
+const SLOT_RELAY_ERR: usize = 8;
 
 impl Watch<'_> {
     /// Poll every pipe and the child's pidfd until the child is gone and the
@@ -1019,6 +1097,15 @@ impl Watch<'_> {
         };
         while !exited || open.iter().any(Option::is_some) {
             let killed = ending != Ending::Exited;
+            if (exited || killed) && Instant::now() >= limits.wall {
+                // Past the deadline a caller that is not reading gets nothing
+                // more: stop waiting on the streams it holds up.
+                for (i, capture) in [(0, &self.stdout), (1, &self.stderr)] {
+                    if !capture.wants_input() {
+                        open[i] = None;
+                    }
+                }
+            }
             let timeout = if exited || killed {
                 // The tree is dead or dying; the pipes close as soon as it is.
                 PollTimeout::from(200u16)
@@ -1029,19 +1116,41 @@ impl Watch<'_> {
                 }
                 PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
             };
-            let mut fds: Vec<PollFd> = Vec::with_capacity(7);
-            let mut which: Vec<usize> = Vec::with_capacity(7);
+            let mut fds: Vec<PollFd> = Vec::with_capacity(9);
+            let mut which: Vec<usize> = Vec::with_capacity(9);
             for (i, fd) in open.iter().enumerate() {
-                if let Some(fd) = fd {
+                // A stream whose caller has a full buffer to take is not
+                // read until it catches up: the script waits, we do not.
+                let wanted = match i {
+                    0 => self.stdout.wants_input(),
+                    1 => self.stderr.wants_input(),
+                    _ => true,
+                };
+                if let (Some(fd), true) = (fd, wanted) {
                     fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
                     which.push(i);
+                }
+            }
+            for (slot, capture) in [(SLOT_RELAY_OUT, &self.stdout), (SLOT_RELAY_ERR, &self.stderr)] {
+                if let Some(fd) = capture.relay.as_ref().filter(|r| r.pending()).and_then(relay::Relay::fd) {
+                    fds.push(PollFd::new(fd, PollFlags::POLLOUT));
+                    which.push(slot);
                 }
             }
             if !exited {
                 fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
                 which.push(SLOT_PIDFD);
             }
-            for (slot, fd) in [(SLOT_NOTIFY, &self.notify), (SLOT_LISTENER, &self.listener)] {
+            // Past the answer cap the listener is read at a pace (seccomp.rs,
+            // PAST_CAP_PACE): left out of the poll until its time comes.
+            let now = Instant::now();
+            let resting = self.listener_rest.filter(|&t| t > now);
+            let timeout = match resting {
+                Some(t) => timeout.min(PollTimeout::try_from((t - now).as_millis() as u64 + 1).unwrap_or(PollTimeout::MAX)),
+                None => timeout,
+            };
+            let listener = if resting.is_some() { &None } else { &self.listener };
+            for (slot, fd) in [(SLOT_NOTIFY, &self.notify), (SLOT_LISTENER, listener)] {
                 if let Some(fd) = fd {
                     fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
                     which.push(slot);
@@ -1065,6 +1174,13 @@ impl Watch<'_> {
                         exited = true;
                         continue;
                     }
+                    SLOT_RELAY_OUT | SLOT_RELAY_ERR => {
+                        let capture = if i == SLOT_RELAY_OUT { &mut self.stdout } else { &mut self.stderr };
+                        if let Some(r) = capture.relay() {
+                            r.flush();
+                        }
+                        continue;
+                    }
                     SLOT_NOTIFY => {
                         // One message: the listener, or end-of-file when the
                         // worker failed before loading the filter.
@@ -1076,9 +1192,10 @@ impl Watch<'_> {
                     SLOT_LISTENER => {
                         let Some(listener) = &self.listener else { continue };
                         if flags.contains(PollFlags::POLLIN) {
-                            if self.tally.answer(self.model, listener) == seccomp::Next::Close {
-                                self.listener = None;
-                            }
+                            self.listener_rest = match self.tally.answer(self.model, listener) {
+                                seccomp::Next::Now => None,
+                                seccomp::Next::After(pause) => Some(Instant::now() + pause),
+                            };
                         } else {
                             // Every process under the filter is gone.
                             self.listener = None;
@@ -1098,8 +1215,8 @@ impl Watch<'_> {
                 }
                 let chunk = &buf[..n];
                 match i {
-                    0 => self.stdout.push(chunk, Target::Stdout),
-                    1 => self.stderr.push(chunk, Target::Stderr),
+                    0 => self.stdout.push(chunk),
+                    1 => self.stderr.push(chunk),
                     2 => self.report_buf.extend_from_slice(chunk),
                     _ => self.status_buf.extend_from_slice(chunk),
                 }
@@ -1131,28 +1248,32 @@ enum Target {
     Stderr,
 }
 
-/// One output stream: streamed live, or captured as head and tail within a
-/// byte cap.
+/// One output stream: streamed live (through a [`relay::Relay`], cut at the
+/// cap), or captured as head and tail within a byte cap.
 struct Capture {
     cap: u64,
     mode: OutputMode,
     head: Vec<u8>,
     tail: Vec<u8>,
     total: u64,
+    relay: Option<relay::Relay>,
+    relayed: Option<relay::Relayed>,
 }
 
 impl Capture {
-    fn new(cap: u64, mode: OutputMode) -> Capture {
-        Capture { cap, mode, head: Vec::new(), tail: Vec::new(), total: 0 }
+    fn new(cap: u64, mode: OutputMode, target: Target) -> Capture {
+        let relay = match (mode, target) {
+            (OutputMode::Capture, _) => None,
+            (OutputMode::Stream, Target::Stdout) => Some(relay::to_stdout(cap)),
+            (OutputMode::Stream, Target::Stderr) => Some(relay::to_stderr(cap)),
+        };
+        Capture { cap, mode, head: Vec::new(), tail: Vec::new(), total: 0, relay, relayed: None }
     }
 
-    fn push(&mut self, chunk: &[u8], target: Target) {
+    fn push(&mut self, chunk: &[u8]) {
         self.total += chunk.len() as u64;
-        if self.mode == OutputMode::Stream {
-            let _ = match target {
-                Target::Stdout => io::stdout().write_all(chunk).and_then(|_| io::stdout().flush()),
-                Target::Stderr => io::stderr().write_all(chunk),
-            };
+        if let Some(r) = &mut self.relay {
+            r.push(chunk);
             return;
         }
         let half = (self.cap / 2) as usize;
@@ -1170,9 +1291,34 @@ impl Capture {
         }
     }
 
+    /// The relay, if any, while the watch loop runs.
+    fn relay(&mut self) -> Option<&mut relay::Relay> {
+        self.relay.as_mut()
+    }
+
+    /// Whether the watch loop may read more of this stream's pipe.
+    fn wants_input(&self) -> bool {
+        self.relay.as_ref().is_none_or(relay::Relay::wants_input)
+    }
+
+    /// The script's end of the stream is closed: hand the caller what it
+    /// takes by `until`.
+    fn end(&mut self, until: Instant) {
+        if let Some(r) = self.relay.take() {
+            self.relayed = Some(r.finish(until));
+        }
+    }
+
     fn into_stream(mut self) -> Stream {
         if self.mode == OutputMode::Stream {
-            return Stream { text: String::new(), bytes: self.total, truncated: false, streamed: true };
+            let r = self.relayed.unwrap_or_default();
+            return Stream {
+                text: String::new(),
+                bytes: self.total,
+                truncated: r.truncated,
+                streamed: true,
+                undelivered_bytes: r.undelivered,
+            };
         }
         let tail_cap = self.cap as usize - (self.cap / 2) as usize;
         if self.tail.len() > tail_cap {
@@ -1193,28 +1339,39 @@ impl Capture {
             all.extend_from_slice(&self.tail);
             String::from_utf8_lossy(&all).into_owned()
         };
-        Stream { text, bytes: self.total, truncated, streamed: false }
+        Stream { text, bytes: self.total, truncated, streamed: false, undelivered_bytes: 0 }
     }
 }
 
 // ------------------------------------------------------------------- finish
 
-/// Judge the output dir and re-digest the input. Needs a [`TreeDead`]: only
-/// a dead tree cannot swap a file for a link between our look and our open.
+/// Judge the output dir, deliver what passed to the host folder
+/// (delivery.rs), and re-digest the input. Needs a [`TreeDead`]: only a
+/// dead tree cannot swap a file for a link between our look and our open.
+#[allow(clippy::too_many_arguments)]
 fn collect_artifacts(
     result: &mut RunResult,
     output_dir: &Path,
+    dir: delivery::OutputDir<'_>,
     before: &artifacts::Before,
     policy: &Policy,
+    ids: output::FsIds,
+    deadline: Instant,
     dead: TreeDead,
     started: Instant,
 ) {
     result.timings.stages.insert("artifacts_start".into(), ms_since(started));
-    let collected = artifacts::collect(output_dir, before, &policy.artifacts, dead);
-    result.artifacts = collected.artifacts;
-    result.rejected_artifacts = collected.rejected;
-    result.input = collected.input;
-    result.timings.stages.insert("artifacts".into(), ms_since(started));
+    // The copy ends by the wall deadline, or a moment after the verdict
+    // when the script used all of it (output.rs, COPY_GRACE).
+    let copy_deadline = deadline.max(Instant::now() + output::COPY_GRACE);
+    let d = delivery::deliver(output_dir, dir, before, &policy.artifacts, ids, copy_deadline, dead);
+    result.timings.stages.insert("artifacts".into(), (d.judged_at - started).as_secs_f64() * 1000.0);
+    result.timings.stages.insert("output_copy_out".into(), ms_since(started));
+    result.artifacts = d.collected.artifacts;
+    result.rejected_artifacts = d.collected.rejected;
+    result.input = d.collected.input;
+    result.output_sync = d.output_sync;
+    result.quarantine_dir = d.quarantine_dir.map(|p| p.display().to_string());
     result.timings.total_ms = ms_since(started);
 }
 
@@ -1225,14 +1382,19 @@ fn finish(
     plan: &limits::Plan,
     started: Instant,
     mut stages: BTreeMap<String, f64>,
-    policy: &Policy,
+    model: &seccomp::Model,
 ) -> RunResult {
-    result.denials = o.tally.denials(&policy.seccomp);
+    result.denials = o.tally.denials(model);
     let mut notes = Vec::new();
     if o.tally.capped {
+        result.isolation.seccomp.denials_truncated = true;
+        result.isolation.seccomp.calls_past_cap = o.tally.past_cap;
         notes.push(format!(
-            "counting stopped after {} refusals; later refused calls failed with ENOSYS uncounted",
-            seccomp::MAX_ANSWERED
+            "denials itemises the first {} answered calls; {} more were answered the same way (refused with the same errno, \
+             allowlist TCP sockets let through) at most one per {} ms, and counted only in calls_past_cap",
+            seccomp::MAX_ANSWERED,
+            o.tally.past_cap,
+            seccomp::PAST_CAP_PACE.as_millis()
         ));
     }
     if o.tally.anomalies > 0 {
@@ -1268,12 +1430,12 @@ fn finish(
                 }
             }
             Report::Failed(e) => failure = Some(e),
+            Report::Degraded(notes) => result.isolation.degraded.extend(notes),
             Report::Exited { .. } | Report::Signaled { .. } => exit = Some(r),
         }
     }
     result.stdout = o.stdout.into_stream();
     result.stderr = o.stderr.into_stream();
-    result.output_sync = o.output_sync;
     if let Some(n) = o.network {
         result.network = n;
     }
@@ -1387,11 +1549,11 @@ mod tests {
     #[test]
     fn an_allowlist_without_seccomp_notification_fails_instead_of_allowing_udp() {
         let policy = Policy::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/allowlist-example.json"))).unwrap();
-        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::ErrnoOnly) else { panic!("confined without notification") };
+        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::ErrnoOnly, &[]) else { panic!("confined without notification") };
         assert_eq!(stage, "seccomp");
         assert!(e.to_string().contains("network.mode none"), "{e}");
-        assert!(confine_in(&policy, seccomp::Mode::Notify).is_ok());
-        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::ErrnoOnly).is_ok());
+        assert!(confine_in(&policy, seccomp::Mode::Notify, &[]).is_ok());
+        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::ErrnoOnly, &[]).is_ok());
     }
 
     #[test]

@@ -38,6 +38,9 @@ pub enum Report {
     Stages(Vec<(String, u64)>),
     /// Setup failed; the child exits 125 right after sending this.
     Failed(SetupError),
+    /// What setup could not do as planned and did another way, in words
+    /// for `isolation.degraded`; sent by PID 1 before the worker exists.
+    Degraded(Vec<String>),
     /// The script exited with this code (sent on `status`).
     Exited { code: i32 },
     /// The script was killed by this signal (sent on `status`).

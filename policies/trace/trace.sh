@@ -20,7 +20,8 @@ mkdir -p "$dir/code" "$dir/output"
 chmod 755 "$dir" "$dir/code"
 cp "$workload" "$dir/code/workload.py"
 chmod 644 "$dir/code/workload.py"
-[ "$(id -u)" = 0 ] && chown 65534:65534 "$dir/output"
+# As root every run shares the group identity.root_host_gid (policies/README.md).
+[ "$(id -u)" = 0 ] && chgrp 1879048192 "$dir/output" && chmod 775 "$dir/output"
 strace -f -qq -o "$dir/strace.txt" "$jail" run --json --timeout 600 --rootfs "$rootfs" --output "$dir/output" \
     "$dir/code/workload.py" > "$dir/result.json" || true
 echo "# syscalls made by $(basename "$workload") in the jail, with counts (policies/trace/trace.sh)"

@@ -5,12 +5,16 @@
 //! as root and, copied to a world-readable folder, as an ordinary user:
 //! `JAIL_BIN` (the binary), `JAIL_ROOTFS` (the rootfs), `JAIL_DATA_ROOTFS`
 //! (the data-science rootfs, for tests/data_stack.rs), `JAIL_REPO` (a copy
-//! of the repository's `policies/` and `examples/`). `JAIL_MUST_WORK=1`
-//! turns every "host lacks this feature" skip into a failure (bubblewrap's
-//! `BWRAP_MUST_WORK`); CI sets it.
+//! of the repository's `policies/` and `examples/`), `JAIL_TEST_USER` (the
+//! ordinary user root delegates a cgroup to: a name, or a bare numeric uid;
+//! default `jailtest`). `JAIL_MUST_WORK=1` turns every "host lacks this
+//! feature" skip into a failure (bubblewrap's `BWRAP_MUST_WORK`); CI sets
+//! it. `JAIL_SKIP_LOG` names a file every skip is appended to, so `make
+//! test` can list them all at its end (`tests/skips.sh`).
 
 pub mod mock_llm;
 
+use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -84,25 +88,159 @@ pub fn is_root() -> bool {
 }
 
 /// Skip a test for a missing host feature, or fail it under JAIL_MUST_WORK.
-/// Returns true when the caller should return early.
+/// Returns true when the caller should return early:
+/// `if skip_unless(feature_present, "why") { return; }`.
+#[must_use = "return from the test when it skips"]
 pub fn skip_unless(available: bool, why: &str) -> bool {
     if available {
         return false;
     }
-    if std::env::var_os("JAIL_MUST_WORK").is_some_and(|v| v == "1") {
-        panic!("JAIL_MUST_WORK=1 but this host cannot run the test: {why}");
-    }
-    eprintln!("SKIP: {why}");
+    skip(why);
     true
 }
 
-/// The host uid the sandbox runs as for this caller (see namespaces.rs).
+/// Skip a test because this host lacks something it needs (the caller
+/// returns right after); under JAIL_MUST_WORK=1 this is a failure instead.
+pub fn skip(why: &str) {
+    record(Skip::Host, why);
+    if must_work() {
+        panic!("JAIL_MUST_WORK=1 but this host cannot run the test: {why}");
+    }
+    eprintln!("SKIP: {why}");
+}
+
+/// Skip a test whose case another run covers: the other half of `make test`
+/// (root, or the ordinary user) or another host of the VM matrix. Listed
+/// with the other skips, never a failure: that other run is where it fails.
+pub fn covered_elsewhere(why: &str) {
+    record(Skip::Elsewhere, why);
+    eprintln!("SKIP (covered elsewhere): {why}");
+}
+
+/// True (after recording the skip) when the caller is not root and the
+/// test needs root; `make test` runs it in its root half.
+#[must_use = "return from the test when it skips"]
+pub fn only_as_root(why: &str) -> bool {
+    if is_root() {
+        return false;
+    }
+    covered_elsewhere(&format!("needs root ({why}); the root half of `make test` runs it"));
+    true
+}
+
+/// True (after recording the skip) when the caller is root and the test is
+/// about an ordinary user; `make test` runs it in its ordinary-user half.
+#[must_use = "return from the test when it skips"]
+pub fn only_as_ordinary_user(why: &str) -> bool {
+    if !is_root() {
+        return false;
+    }
+    covered_elsewhere(&format!("needs an ordinary user ({why}); the ordinary-user half of `make test` runs it"));
+    true
+}
+
+fn must_work() -> bool {
+    std::env::var_os("JAIL_MUST_WORK").is_some_and(|v| v == "1")
+}
+
+#[derive(Clone, Copy)]
+enum Skip {
+    /// The host lacks what the test needs: a failure under JAIL_MUST_WORK.
+    Host,
+    /// Another run covers the case.
+    Elsewhere,
+}
+
+/// Append one skip to `JAIL_SKIP_LOG` (when set), a line of tab-separated
+/// fields: kind (`host` or `elsewhere`), who ran it, the test, the reason.
+/// `tests/skips.sh` lists them at the end of `make test`. Each line is one
+/// `O_APPEND` write, so parallel tests do not interleave.
+fn record(kind: Skip, why: &str) {
+    let Some(log) = std::env::var_os("JAIL_SKIP_LOG").filter(|v| !v.is_empty()) else { return };
+    let kind = match kind {
+        Skip::Host => "host",
+        Skip::Elsewhere => "elsewhere",
+    };
+    let uid = nix::unistd::getuid();
+    let who = match nix::unistd::User::from_uid(uid).ok().flatten() {
+        Some(u) if uid.is_root() => u.name,
+        Some(u) => format!("{} (uid {uid})", u.name),
+        None => format!("uid {uid} (no account)"),
+    };
+    // The binary is `<file>-<hash>`; the thread is named after the test.
+    let binary = std::env::current_exe()
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .map(|n| n.rsplit_once('-').map_or(n.clone(), |(stem, _)| stem.to_string()))
+        .unwrap_or_default();
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("?");
+    let clean = |s: &str| s.replace(['\t', '\n'], " ");
+    let line = format!("{kind}\t{}\t{binary}::{}\t{}\n", clean(&who), clean(test), clean(why));
+    let written = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(&log)
+        .and_then(|mut f| f.write_all(line.as_bytes()));
+    // An unrecorded skip would be a skip nobody sees.
+    if let Err(e) = written {
+        panic!("cannot record a skip in JAIL_SKIP_LOG={}: {e}", Path::new(&log).display());
+    }
+}
+
+/// The ordinary user a root test hands something to (a delegated cgroup),
+/// as `(uid, gid)`: `JAIL_TEST_USER`, a name or a numeric uid (a spare uid
+/// with no account is fine: `make test` passes one when there is no
+/// `jailtest`), default `jailtest`. `None`, after a skip, when the name has
+/// no account.
+pub fn test_user() -> Option<(u32, u32)> {
+    let name = std::env::var("JAIL_TEST_USER").ok().filter(|v| !v.is_empty()).unwrap_or_else(|| "jailtest".into());
+    let (uid, gid) = if let Ok(uid) = name.parse::<u32>() {
+        let gid = nix::unistd::User::from_uid(uid.into()).ok().flatten().map_or(uid, |u| u.gid.as_raw());
+        (uid, gid)
+    } else if let Some(u) = nix::unistd::User::from_name(&name).ok().flatten() {
+        (u.uid.as_raw(), u.gid.as_raw())
+    } else {
+        skip(&format!("no user `{name}` (create it: useradd -m {name}; or set JAIL_TEST_USER to a spare uid)"));
+        return None;
+    };
+    assert_ne!(uid, 0, "JAIL_TEST_USER={name} is root; it must name an ordinary user");
+    Some((uid, gid))
+}
+
+/// The host uid the sandbox runs as for this caller (hostuid.rs): the
+/// caller's own, or for root the first of the default policy's
+/// `identity.root_host_uids`, which a run gets when no other run holds it.
+/// Concurrent root runs (tests run in parallel) get the next ones: compare
+/// a run's own `isolation.host_uid` where the exact uid matters.
 pub fn sandbox_host_uid() -> u32 {
     if is_root() {
-        65534
+        jail::hostuid::DEFAULT_FIRST
     } else {
         nix::unistd::getuid().as_raw()
     }
+}
+
+/// The host gid every run by this caller gets: the caller's own, or for
+/// root the default policy's `identity.root_host_gid`, shared by all.
+pub fn sandbox_host_gid() -> u32 {
+    if is_root() {
+        jail::hostuid::DEFAULT_GID
+    } else {
+        nix::unistd::getgid().as_raw()
+    }
+}
+
+/// As root, hand `path` to the sandbox: its first uid and the group every
+/// root run shares, writable by the group, since a concurrent run gets
+/// another uid of the range.
+pub fn give_to_sandbox(path: &Path) {
+    if !is_root() {
+        return;
+    }
+    std::os::unix::fs::chown(path, Some(sandbox_host_uid()), Some(sandbox_host_gid())).expect("chown");
+    let mode = std::fs::symlink_metadata(path).expect("stat").permissions().mode();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | 0o070)).expect("chmod");
 }
 
 /// A fresh set of host folders for one run: code, input, output.
@@ -133,9 +271,7 @@ impl Sandbox {
         };
         let (code, input, output) = (mk("code"), mk("input"), mk("output"));
         // Root runs map the sandbox to an unprivileged uid: hand it the output.
-        if is_root() {
-            std::os::unix::fs::chown(&output, Some(sandbox_host_uid()), Some(sandbox_host_uid())).expect("chown");
-        }
+        give_to_sandbox(&output);
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
         Sandbox { dir, code, input, output, rootfs: rootfs(), extra_args: Vec::new() }
     }

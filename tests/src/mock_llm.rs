@@ -19,6 +19,28 @@ pub enum Turn {
     Reply(Value),
     /// An HTTP error status with a body (and `Retry-After: 0`).
     Status(u16, String),
+    /// Any status, content type and body, no `Retry-After`: garbage, an
+    /// HTML page with 200, an empty `choices`.
+    Raw { status: u16, content_type: &'static str, body: String },
+    /// 503 with this `Retry-After` value (e.g. an HTTP date).
+    RetryAfter(String),
+    /// Wait this long before serving the turn (a slow model).
+    Slow(std::time::Duration, Box<Turn>),
+    /// Never answer: hold the connection until the client goes away (or a
+    /// minute passes), as a model that is still thinking when the agent is
+    /// killed.
+    Hang,
+}
+
+impl Turn {
+    /// The chat completion this turn serves, if it is one.
+    fn reply(&self) -> Option<&Value> {
+        match self {
+            Turn::Reply(v) => Some(v),
+            Turn::Slow(_, t) => t.reply(),
+            _ => None,
+        }
+    }
 }
 
 /// A reply that calls tools: `(name, arguments)`, arguments as JSON text
@@ -54,7 +76,7 @@ pub fn call(name: &str, args: Value) -> (&str, String) {
 
 pub struct MockLlm {
     pub base_url: String,
-    requests: Arc<Mutex<Vec<Value>>>,
+    requests: Arc<Mutex<Vec<(std::time::Instant, Value)>>>,
     served: Arc<Mutex<Vec<Turn>>>,
     stop: Arc<AtomicBool>,
     addr: std::net::SocketAddr,
@@ -82,29 +104,43 @@ impl MockLlm {
                 serve(stream, turn, &r, &s);
             }
         });
-        MockLlm { base_url: format!("http://{addr}/v1"), requests, served, stop, addr, handle: Some(handle) }
+        MockLlm {
+            base_url: format!("http://{addr}/v1"),
+            requests,
+            served,
+            stop,
+            addr,
+            handle: Some(handle),
+        }
     }
 
     /// Every request body received, in order.
     pub fn requests(&self) -> Vec<Value> {
-        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
+        self.requests.lock().map(|r| r.iter().map(|(_, v)| v.clone()).collect()).unwrap_or_default()
+    }
+
+    /// When each request arrived, in order.
+    pub fn request_times(&self) -> Vec<std::time::Instant> {
+        self.requests.lock().map(|r| r.iter().map(|(t, _)| *t).collect()).unwrap_or_default()
     }
 
     /// Token usage of every 200 reply served: (prompt, completion) sums.
     pub fn served_tokens(&self) -> (u64, u64) {
         let served = self.served.lock().map(|s| s.clone()).unwrap_or_default();
-        served.iter().fold((0, 0), |acc, t| match t {
-            Turn::Reply(v) => (
+        served.iter().filter_map(Turn::reply).fold((0, 0), |acc, v| {
+            (
                 acc.0 + v["usage"]["prompt_tokens"].as_u64().unwrap_or(0),
                 acc.1 + v["usage"]["completion_tokens"].as_u64().unwrap_or(0),
-            ),
-            Turn::Status(..) => acc,
+            )
         })
     }
 
     /// Number of 200 replies served (HTTP error turns not counted).
     pub fn served_replies(&self) -> usize {
-        self.served.lock().map(|s| s.iter().filter(|t| matches!(t, Turn::Reply(_))).count()).unwrap_or(0)
+        self.served
+            .lock()
+            .map(|s| s.iter().filter(|t| t.reply().is_some()).count())
+            .unwrap_or(0)
     }
 }
 
@@ -119,7 +155,12 @@ impl Drop for MockLlm {
     }
 }
 
-fn serve(stream: TcpStream, turn: Option<Turn>, requests: &Mutex<Vec<Value>>, served: &Mutex<Vec<Turn>>) {
+fn serve(
+    stream: TcpStream,
+    turn: Option<Turn>,
+    requests: &Mutex<Vec<(std::time::Instant, Value)>>,
+    served: &Mutex<Vec<Turn>>,
+) {
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
     let mut reader = BufReader::new(match stream.try_clone() {
         Ok(s) => s,
@@ -136,7 +177,11 @@ fn serve(stream: TcpStream, turn: Option<Turn>, requests: &Mutex<Vec<Value>>, se
         if first {
             first = false;
             if !line.starts_with("POST ") || !line.contains("/chat/completions") {
-                respond(&stream, 404, "{\"error\":{\"message\":\"mock: only POST /v1/chat/completions\"}}");
+                respond(
+                    &stream,
+                    404,
+                    "{\"error\":{\"message\":\"mock: only POST /v1/chat/completions\"}}",
+                );
                 return;
             }
         }
@@ -156,25 +201,56 @@ fn serve(stream: TcpStream, turn: Option<Turn>, requests: &Mutex<Vec<Value>>, se
     }
     let parsed: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if let Ok(mut r) = requests.lock() {
-        r.push(parsed);
+        r.push((std::time::Instant::now(), parsed));
     }
     match turn {
-        None => respond(&stream, 400, "{\"error\":{\"message\":\"mock: script exhausted\"}}"),
+        None => respond(
+            &stream,
+            400,
+            "{\"error\":{\"message\":\"mock: script exhausted\"}}",
+        ),
         Some(t) => {
             // Recorded before the reply goes out: once the client has it, a
             // test may already be counting what was served.
             if let Ok(mut s) = served.lock() {
                 s.push(t.clone());
             }
-            match &t {
-                Turn::Reply(v) => respond(&stream, 200, &v.to_string()),
-                Turn::Status(code, text) => respond(&stream, *code, text),
+            play(&stream, &t);
+        }
+    }
+}
+
+fn play(stream: &TcpStream, t: &Turn) {
+    match t {
+        Turn::Reply(v) => respond(stream, 200, &v.to_string()),
+        Turn::Status(code, text) => respond(stream, *code, text),
+        Turn::Raw { status, content_type, body } => respond_with(stream, *status, content_type, None, body),
+        Turn::RetryAfter(when) => respond_with(stream, 503, "application/json", Some(when), "{\"error\":{\"message\":\"busy\"}}"),
+        Turn::Slow(wait, t) => {
+            std::thread::sleep(*wait);
+            play(stream, t);
+        }
+        Turn::Hang => {
+            let started = std::time::Instant::now();
+            let mut buf = [0u8; 256];
+            let mut s = stream;
+            while started.elapsed() < std::time::Duration::from_secs(60) {
+                match s.read(&mut buf) {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+                    Err(_) => return,
+                }
             }
         }
     }
 }
 
-fn respond(mut stream: &TcpStream, status: u16, body: &str) {
+fn respond(stream: &TcpStream, status: u16, body: &str) {
+    respond_with(stream, status, "application/json", Some("0"), body)
+}
+
+fn respond_with(mut stream: &TcpStream, status: u16, content_type: &str, retry_after: Option<&str>, body: &str) {
     let reason = match status {
         200 => "OK",
         400 => "Bad Request",
@@ -184,8 +260,9 @@ fn respond(mut stream: &TcpStream, status: u16, body: &str) {
         503 => "Service Unavailable",
         _ => "Status",
     };
+    let retry = retry_after.map(|r| format!("Retry-After: {r}\r\n")).unwrap_or_default();
     let head = format!(
-        "HTTP/1.1 {status} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nRetry-After: 0\r\nConnection: close\r\n\r\n",
+        "HTTP/1.1 {status} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n{retry}Connection: close\r\n\r\n",
         body.len()
     );
     let _ = stream.write_all(head.as_bytes());

@@ -18,7 +18,7 @@ use agent::todo::State;
 use agent::trace::{self, Event, Summary};
 use agent::view::Budget;
 use jail_tests::mock_llm::{call, text_turn, tool_turn, MockLlm, Turn};
-use jail_tests::{agent_bin, data_rootfs, is_root, jail_bin, repo, rootfs, skip_unless};
+use jail_tests::{agent_bin, data_rootfs, is_root, jail_bin, repo, rootfs, skip, skip_unless};
 use serde_json::{json, Value};
 
 const SUMMARY_BUG: &str = include_str!("../agent-scripts/summary_bug.py");
@@ -39,21 +39,35 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
-    let dir = tempfile::Builder::new().prefix("jail-agent-test-").tempdir().expect("tempdir");
+    let dir = tempfile::Builder::new()
+        .prefix("jail-agent-test-")
+        .tempdir()
+        .expect("tempdir");
     // Root runs map the sandbox to an unprivileged uid that must pass through.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let input = dir.path().join("input");
     let sessions = dir.path().join("sessions");
     std::fs::create_dir(&input).expect("mkdir");
     std::fs::create_dir(&sessions).expect("mkdir");
-    std::fs::copy(repo().join("examples/titanic.csv"), input.join("titanic.csv")).expect("copy titanic.csv");
+    std::fs::copy(
+        repo().join("examples/titanic.csv"),
+        input.join("titanic.csv"),
+    )
+    .expect("copy titanic.csv");
     let export = dir.path().join("export");
-    Fixture { dir, input, sessions, export }
+    Fixture {
+        dir,
+        input,
+        sessions,
+        export,
+    }
 }
 
 fn config(f: &Fixture, mock: &MockLlm, rootfs: PathBuf) -> Config {
     Config {
-        task: "Analyse the Titanic passengers and prepare a short presentation of the main findings.".into(),
+        task:
+            "Analyse the Titanic passengers and prepare a short presentation of the main findings."
+                .into(),
         input: f.input.clone(),
         output: Some(f.export.clone()),
         session_parent: Some(f.sessions.clone()),
@@ -67,13 +81,20 @@ fn config(f: &Fixture, mock: &MockLlm, rootfs: PathBuf) -> Config {
             temperature: None,
             max_reply_tokens: None,
         },
-        runner: Runner { jail: jail_bin(), policy: None, rootfs: Some(rootfs.clone()), timeout: None, wall_limit: Duration::from_secs(15) },
+        runner: Runner {
+            jail: jail_bin(),
+            policy: None,
+            rootfs: Some(rootfs.clone()),
+            timeout: None,
+            wall_limit: Duration::from_secs(15),
+        },
         rootfs: Some(rootfs),
         skills_dir: None,
         caps: Caps::default(),
         budget: Budget::default(),
         owner: run::owner_for(None).expect("owner"),
         progress: Progress::Quiet,
+        trace_content: agent::trace::Content::Recorded,
     }
 }
 
@@ -90,7 +111,10 @@ fn plan(items: &[(&str, &[&str])]) -> String {
 }
 
 fn write(path: &str, content: &str) -> (&'static str, String) {
-    call("write_python_file", json!({"path": path, "content": content}))
+    call(
+        "write_python_file",
+        json!({"path": path, "content": content}),
+    )
 }
 
 fn run_file(path: &str) -> (&'static str, String) {
@@ -102,7 +126,10 @@ fn tool_messages(request: &Value) -> Vec<String> {
     request["messages"]
         .as_array()
         .map(|m| {
-            m.iter().filter(|m| m["role"] == "tool").map(|m| m["content"].as_str().unwrap_or_default().to_string()).collect()
+            m.iter()
+                .filter(|m| m["role"] == "tool")
+                .map(|m| m["content"].as_str().unwrap_or_default().to_string())
+                .collect()
         })
         .unwrap_or_default()
 }
@@ -137,29 +164,70 @@ fn survival_by_class(csv: &str) -> BTreeMap<String, (u32, u32)> {
 /// server served: every model call traced once, token sums equal, times
 /// that add up and never exceed the run's wall time.
 fn check_accounting(root: &Path, mock: &MockLlm) -> (Vec<trace::Record>, Summary) {
+    check_served(root, mock.served_replies(), mock.served_tokens())
+}
+
+/// `check_accounting` against what several servers served in all.
+fn check_served(root: &Path, replies: usize, (tin, tout): (u64, u64)) -> (Vec<trace::Record>, Summary) {
     let records = trace::read(&root.join("trace.jsonl")).expect("trace.jsonl");
-    let saved: Summary = serde_json::from_str(&std::fs::read_to_string(root.join("summary.json")).expect("summary.json"))
-        .expect("summary.json parses");
+    let saved: Summary = serde_json::from_str(
+        &std::fs::read_to_string(root.join("summary.json")).expect("summary.json"),
+    )
+    .expect("summary.json parses");
     let text = std::fs::read_to_string(root.join("summary.txt")).expect("summary.txt");
     let Some(Event::RunEnd { stop, wall_ms }) = records.last().map(|r| r.event.clone()) else {
         panic!("the trace does not end with run_end: {records:?}")
     };
     assert_same_summary(&Summary::from_records(&records, wall_ms, &stop), &saved);
 
-    let model_calls: Vec<_> = records.iter().filter(|r| matches!(r.event, Event::ModelCall { .. })).collect();
-    let replies = mock.served_replies();
-    assert_eq!(model_calls.len(), replies, "model calls traced vs replies served");
-    let (tin, tout) = mock.served_tokens();
-    assert_eq!((saved.total.tokens_in, saved.total.tokens_out), (tin, tout), "tokens in the summary vs served");
+    let model_calls: Vec<_> = records
+        .iter()
+        .filter(|r| matches!(r.event, Event::ModelCall { .. }))
+        .collect();
+    assert_eq!(
+        model_calls.len(),
+        replies,
+        "model calls traced vs replies served"
+    );
+    assert_eq!(
+        (saved.total.tokens_in, saved.total.tokens_out),
+        (tin, tout),
+        "tokens in the summary vs served"
+    );
     assert_eq!(saved.total.model_calls as usize, replies);
 
-    let sum = |f: &dyn Fn(&agent::trace::AgentRow) -> f64| saved.by_agent.iter().map(f).sum::<f64>();
-    assert_eq!(saved.by_agent.iter().map(|a| a.tokens_in).sum::<u64>(), saved.total.tokens_in);
-    assert_eq!(saved.by_agent.iter().map(|a| a.tokens_out).sum::<u64>(), saved.total.tokens_out);
+    let sum =
+        |f: &dyn Fn(&agent::trace::AgentRow) -> f64| saved.by_agent.iter().map(f).sum::<f64>();
+    assert_eq!(
+        saved.by_agent.iter().map(|a| a.tokens_in).sum::<u64>(),
+        saved.total.tokens_in
+    );
+    assert_eq!(
+        saved.by_agent.iter().map(|a| a.tokens_out).sum::<u64>(),
+        saved.total.tokens_out
+    );
     assert!((sum(&|a| a.model_ms) - saved.total.model_ms).abs() < 1e-6);
     assert!((sum(&|a| a.tool_ms) - saved.total.tool_ms).abs() < 1e-6);
-    assert!((saved.by_tool.iter().map(|t| t.tool_ms).sum::<f64>() - saved.total.tool_ms).abs() < 1e-6);
-    assert_eq!(saved.by_tool.iter().map(|t| t.calls).sum::<u64>(), saved.total.tool_calls);
+    assert!(
+        (saved.by_tool.iter().map(|t| t.tool_ms).sum::<f64>() - saved.total.tool_ms).abs() < 1e-6
+    );
+    assert_eq!(
+        saved.by_tool.iter().map(|t| t.calls).sum::<u64>(),
+        saved.total.tool_calls
+    );
+    // Every reply's completion tokens are attributed: to its tool calls, or to text.
+    assert_eq!(
+        saved.by_tool.iter().map(|t| t.tokens_out).sum::<u64>() + saved.text_tokens_out,
+        saved.total.tokens_out,
+        "tokens per tool add up to the tokens out"
+    );
+    // Records carry the run id, span ids and absolute times.
+    let run_id = &records[0].run_id;
+    for r in &records {
+        assert_eq!(&r.run_id, run_id);
+        assert_eq!((r.run_id.len(), r.span_id.len()), (32, 16), "{r:?}");
+        assert!(r.time.len() == 24 && r.time.ends_with('Z') && r.start_unix_ns <= r.end_unix_ns, "{r:?}");
+    }
     assert!(
         saved.total.model_ms + saved.total.tool_ms <= saved.run_wall_ms + 1e-6,
         "model {} + tool {} ms exceed the run's {} ms",
@@ -169,7 +237,10 @@ fn check_accounting(root: &Path, mock: &MockLlm) -> (Vec<trace::Record>, Summary
     );
     let mut last = (0, 0.0);
     for r in &records {
-        assert!(r.seq > last.0 && r.t_ms >= last.1, "trace out of order at {r:?}");
+        assert!(
+            r.seq > last.0 && r.t_ms >= last.1,
+            "trace out of order at {r:?}"
+        );
         last = (r.seq, r.t_ms);
     }
     for a in &saved.by_agent {
@@ -184,7 +255,8 @@ fn assert_same_summary(a: &Summary, b: &Summary) {
     let close = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(1.0);
     let rows = |r: &agent::trace::AgentRow, s: &agent::trace::AgentRow| {
         r.agent == s.agent
-            && (r.model_calls, r.tokens_in, r.tokens_out, r.tool_calls) == (s.model_calls, s.tokens_in, s.tokens_out, s.tool_calls)
+            && (r.model_calls, r.tokens_in, r.tokens_out, r.tool_calls)
+                == (s.model_calls, s.tokens_in, s.tokens_out, s.tool_calls)
             && close(r.model_ms, s.model_ms)
             && close(r.tool_ms, s.tool_ms)
     };
@@ -193,7 +265,9 @@ fn assert_same_summary(a: &Summary, b: &Summary) {
         && rows(&a.total, &b.total)
         && a.by_tool.len() == b.by_tool.len()
         && a.by_tool.iter().zip(&b.by_tool).all(|(r, s)| {
-            (&r.tool, r.calls, r.errors) == (&s.tool, s.calls, s.errors) && close(r.tool_ms, s.tool_ms) && close(r.jail_wall_ms, s.jail_wall_ms)
+            (&r.tool, r.calls, r.errors) == (&s.tool, s.calls, s.errors)
+                && close(r.tool_ms, s.tool_ms)
+                && close(r.jail_wall_ms, s.jail_wall_ms)
         })
         && close(a.jail_wall_ms, b.jail_wall_ms)
         && close(a.run_wall_ms, b.run_wall_ms)
@@ -205,24 +279,68 @@ fn zip_text(path: &Path, name: &str) -> String {
     let f = std::fs::File::open(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let mut z = zip::ZipArchive::new(f).expect("the deck is a zip archive");
     let mut s = String::new();
-    z.by_name(name).unwrap_or_else(|e| panic!("{name} missing from the deck: {e}")).read_to_string(&mut s).expect("read");
+    z.by_name(name)
+        .unwrap_or_else(|e| panic!("{name} missing from the deck: {e}"))
+        .read_to_string(&mut s)
+        .expect("read");
     s
 }
 
 /// The full path: a two-item plan; item 1 writes code, hits a Python error,
 /// fixes it and succeeds; item 2 builds a deck; then the final answer.
-fn full_run(rootfs: PathBuf, deck_script: &str, step_timeout: Option<f64>) -> (Fixture, MockLlm, Outcome) {
+fn full_run(
+    rootfs: PathBuf,
+    deck_script: &str,
+    step_timeout: Option<f64>,
+) -> (Fixture, MockLlm, Outcome) {
     let f = fixture();
     let turns = vec![
-        tool_turn(&[("create_todo_list", plan(&[("class-summary", &["/workspace/output/summary.csv"]), ("deck", &["/workspace/output/deck.pptx"])]))], (900, 120)),
+        tool_turn(
+            &[(
+                "create_todo_list",
+                plan(&[
+                    ("class-summary", &["/workspace/output/summary.csv"]),
+                    ("deck", &["/workspace/output/deck.pptx"]),
+                ]),
+            )],
+            (900, 120),
+        ),
         tool_turn(&[call("start_next_todo", json!({}))], (1000, 10)),
-        tool_turn(&[call("read_skill", json!({"name": "eda"})), write("summary.py", SUMMARY_BUG), run_file("summary.py")], (700, 200)),
-        tool_turn(&[write("summary.py", SUMMARY_FIXED), run_file("summary.py")], (1500, 260)),
-        tool_turn(&[call("complete_todo", json!({"report": "summary.csv: survival by class"}))], (1900, 30)),
+        tool_turn(
+            &[
+                call("read_skill", json!({"name": "eda"})),
+                write("summary.py", SUMMARY_BUG),
+                run_file("summary.py"),
+            ],
+            (700, 200),
+        ),
+        tool_turn(
+            &[write("summary.py", SUMMARY_FIXED), run_file("summary.py")],
+            (1500, 260),
+        ),
+        tool_turn(
+            &[call(
+                "complete_todo",
+                json!({"report": "summary.csv: survival by class"}),
+            )],
+            (1900, 30),
+        ),
         tool_turn(&[call("start_next_todo", json!({}))], (1200, 10)),
-        tool_turn(&[write("deck.py", deck_script), run_file("deck.py")], (800, 900)),
-        tool_turn(&[call("complete_todo", json!({"report": "deck.pptx: one slide per class"}))], (1800, 25)),
-        text_turn("Survival differed by class; see summary.csv and deck.pptx.", (1400, 40)),
+        tool_turn(
+            &[write("deck.py", deck_script), run_file("deck.py")],
+            (800, 900),
+        ),
+        tool_turn(
+            &[call(
+                "complete_todo",
+                json!({"report": "deck.pptx: one slide per class"}),
+            )],
+            (1800, 25),
+        ),
+        text_turn(
+            "Survival differed by class; see summary.csv and deck.pptx.",
+            (1400, 40),
+        ),
     ];
     let mock = MockLlm::start(turns);
     let mut cfg = config(&f, &mock, rootfs);
@@ -241,106 +359,221 @@ fn a_two_item_plan_goes_from_an_error_through_a_fix_to_a_deck_and_a_final_answer
     assert_eq!(req.len(), 9, "every scripted turn is used once");
 
     assert_eq!(outcome.stop, Stop::Finished);
-    assert_eq!(outcome.answer, "Survival differed by class; see summary.csv and deck.pptx.");
-    assert!(outcome.todo.items.iter().all(|i| i.state == State::Done), "{:?}", outcome.todo.items);
+    assert_eq!(
+        outcome.answer,
+        "Survival differed by class; see summary.csv and deck.pptx."
+    );
+    assert!(
+        outcome.todo.items.iter().all(|i| i.state == State::Done),
+        "{:?}",
+        outcome.todo.items
+    );
 
     // The request carries the model, the tools and the key.
     assert_eq!(req[0]["model"], "scripted");
-    let tools: Vec<&str> = req[0]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
-    assert!(tools.contains(&"create_todo_list") && !tools.contains(&"run_python_file"), "{tools:?}");
-    assert!(req[0]["messages"][1]["content"].as_str().unwrap().contains("titanic.csv"), "the input files are listed for planning");
+    let tools: Vec<&str> = req[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        tools.contains(&"create_todo_list") && !tools.contains(&"run_python_file"),
+        "{tools:?}"
+    );
+    assert!(
+        req[0]["messages"][1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("titanic.csv"),
+        "the input files are listed for planning"
+    );
 
     // A sub-agent starts clean: its own system prompt and the item's brief only.
     let sub = req[2]["messages"].as_array().unwrap();
     assert_eq!(sub.len(), 2, "{sub:?}");
-    assert!(sub[0]["content"].as_str().unwrap().starts_with("You are a sub-agent"));
-    assert!(sub[1]["content"].as_str().unwrap().contains("Your item: class-summary"));
-    let sub_tools: Vec<&str> = req[2]["tools"].as_array().unwrap().iter().map(|t| t["function"]["name"].as_str().unwrap()).collect();
+    assert!(sub[0]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("You are a sub-agent"));
+    assert!(sub[1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("Your item: class-summary"));
+    let sub_tools: Vec<&str> = req[2]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["function"]["name"].as_str().unwrap())
+        .collect();
     assert!(sub_tools.contains(&"run_python_file") && !sub_tools.contains(&"start_next_todo"));
 
     // The Python error reaches the model, then the fix's success and its file.
     let tm = tool_messages(&req[3]);
     assert!(tm[0].starts_with("# skill: eda"), "{}", tm[0]);
     let failed = &tm[2];
-    assert!(failed.contains("status: nonzero_exit (exit code 1)"), "{failed}");
-    assert!(failed.contains("error: NameError: name 'rowz' is not defined"), "{failed}");
-    assert!(failed.contains("summary.py\", line 5"), "the traceback tail is there: {failed}");
+    assert!(
+        failed.contains("status: nonzero_exit (exit code 1)"),
+        "{failed}"
+    );
+    assert!(
+        failed.contains("error: NameError: name 'rowz' is not defined"),
+        "{failed}"
+    );
+    assert!(
+        failed.contains("summary.py\", line 5"),
+        "the traceback tail is there: {failed}"
+    );
     let fixed = last_tool(&req[4]);
     assert!(fixed.starts_with("status: ok (exit code 0)"), "{fixed}");
     assert!(fixed.contains("rows 100 survived"), "{fixed}");
     // The jail's own artifact record: type sniffed, change against the snapshot.
-    assert!(fixed.contains("summary.csv (") && fixed.contains("text/csv, created)"), "{fixed}");
+    assert!(
+        fixed.contains("summary.csv (") && fixed.contains("text/csv, created)"),
+        "{fixed}"
+    );
 
     // The orchestrator gets the report back as start_next_todo's result.
     let report = last_tool(&req[5]);
-    assert!(report.contains("item 1 `class-summary` is done") && report.contains("summary.csv: survival by class"), "{report}");
+    assert!(
+        report.contains("item 1 `class-summary` is done")
+            && report.contains("summary.csv: survival by class"),
+        "{report}"
+    );
     let second = req[6]["messages"].as_array().unwrap();
     assert_eq!(second.len(), 2, "the second sub-agent starts clean too");
-    assert!(second[1]["content"].as_str().unwrap().contains("class-summary [Done]: summary.csv: survival by class"));
+    assert!(second[1]["content"]
+        .as_str()
+        .unwrap()
+        .contains("class-summary [Done]: summary.csv: survival by class"));
 
     // What the steps computed is what the data says.
     let session = &outcome.session;
     let summary = std::fs::read_to_string(session.output.join("summary.csv")).expect("summary.csv");
-    let expected = survival_by_class(&std::fs::read_to_string(f.input.join("titanic.csv")).unwrap());
-    assert_eq!(summary.lines().next(), Some("Pclass,passengers,survived,rate"));
+    let expected =
+        survival_by_class(&std::fs::read_to_string(f.input.join("titanic.csv")).unwrap());
+    assert_eq!(
+        summary.lines().next(),
+        Some("Pclass,passengers,survived,rate")
+    );
     for (class, (n, s)) in &expected {
-        assert!(summary.lines().any(|l| l.starts_with(&format!("{class},{n},{s},"))), "{class}: {n}/{s} not in\n{summary}");
+        assert!(
+            summary
+                .lines()
+                .any(|l| l.starts_with(&format!("{class},{n},{s},"))),
+            "{class}: {n}/{s} not in\n{summary}"
+        );
     }
 
     // The deck opens: a zip with a presentation, one slide per class plus a title.
     let deck = session.output.join("deck.pptx");
     let pres = zip_text(&deck, "ppt/presentation.xml");
-    assert_eq!(pres.matches("<p:sldId ").count(), expected.len() + 1, "{pres}");
+    assert_eq!(
+        pres.matches("<p:sldId ").count(),
+        expected.len() + 1,
+        "{pres}"
+    );
     assert!(zip_text(&deck, "[Content_Types].xml").contains("presentationml.presentation.main+xml"));
     let (c1, (n1, s1)) = expected.iter().next().unwrap();
-    assert!(zip_text(&deck, "ppt/slides/slide2.xml").contains(&format!("Class {c1}: {s1} of {n1} survived")));
-    assert!(last_tool(&req[7]).contains("deck.pptx ("), "the deck is listed to the model");
+    assert!(zip_text(&deck, "ppt/slides/slide2.xml")
+        .contains(&format!("Class {c1}: {s1} of {n1} survived")));
+    assert!(
+        last_tool(&req[7]).contains("deck.pptx ("),
+        "the deck is listed to the model"
+    );
 
     // Delivered: the answer and the files, exported.
-    assert_eq!(std::fs::read_to_string(session.root.join("answer.md")).unwrap().trim(), outcome.answer);
-    let mut exported = outcome.exported.clone();
+    assert_eq!(
+        std::fs::read_to_string(session.root.join("answer.md"))
+            .unwrap()
+            .trim(),
+        outcome.answer
+    );
+    let mut exported = outcome.exported.copied.clone();
     exported.sort();
     assert_eq!(exported, ["deck.pptx", "summary.csv"]);
+    assert!(
+        outcome.exported.skipped.is_empty(),
+        "{:?}",
+        outcome.exported.skipped
+    );
     assert!(f.export.join("deck.pptx").is_file());
 
     let (records, summary) = check_accounting(&session.root, &mock);
     let runs: Vec<_> = records
         .iter()
         .filter_map(|r| match &r.event {
-            Event::ToolCall { tool, jail: Some(j), ok, .. } if tool == "run_python_file" => Some((j.status.clone(), *ok, j.wall_ms)),
+            Event::ToolCall {
+                tool,
+                jail: Some(j),
+                ok,
+                ..
+            } if tool == "run_python_file" => Some((j.status.clone(), *ok, j.wall_ms)),
             _ => None,
         })
         .collect();
     let statuses: Vec<&str> = runs.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(statuses, ["nonzero_exit", "ok", "ok"]);
-    assert!(runs.iter().all(|r| r.2 > 0.0), "every step reports the jail's wall time");
+    assert!(
+        runs.iter().all(|r| r.2 > 0.0),
+        "every step reports the jail's wall time"
+    );
     let agents: Vec<&str> = summary.by_agent.iter().map(|a| a.agent.as_str()).collect();
     assert_eq!(agents, ["orchestrator", "subagent-1", "subagent-2"]);
-    let run_tool = summary.by_tool.iter().find(|t| t.tool == "run_python_file").unwrap();
+    let run_tool = summary
+        .by_tool
+        .iter()
+        .find(|t| t.tool == "run_python_file")
+        .unwrap();
     assert_eq!((run_tool.calls, run_tool.errors), (3, 1));
-    assert!(records.iter().any(|r| r.agent == "subagent-1" && r.todo.as_deref() == Some("class-summary")));
+    assert!(records
+        .iter()
+        .any(|r| r.agent == "subagent-1" && r.todo.as_deref() == Some("class-summary")));
 }
 
 #[test]
 fn with_the_data_rootfs_a_python_pptx_deck_opens_in_python_pptx() {
     let data = data_rootfs();
-    if skip_unless(data.join("usr/bin/python3").exists(), &format!("no data rootfs at {} (build it: make rootfs-data)", data.display())) {
+    if skip_unless(
+        data.join("usr/bin/python3").exists(),
+        &format!(
+            "no data rootfs at {} (build it: make rootfs-data)",
+            data.display()
+        ),
+    ) {
         return;
     }
     for (name, script) in [("python-pptx", DECK_PPTX), ("zipfile", DECK_STDLIB)] {
         // The data stack imports in a few seconds; leave room on a loaded machine.
         let (_f, mock, outcome) = full_run(data.clone(), script, Some(120.0));
         assert_eq!(outcome.stop, Stop::Finished);
-        assert!(last_tool(&mock.requests()[7]).starts_with("status: ok"), "{name}: {}", last_tool(&mock.requests()[7]));
+        assert!(
+            last_tool(&mock.requests()[7]).starts_with("status: ok"),
+            "{name}: {}",
+            last_tool(&mock.requests()[7])
+        );
         let mut sb = jail_tests::Sandbox::new();
         sb.rootfs = data.clone();
         sb.extra_args = vec!["--timeout".into(), "120".into()];
-        std::fs::copy(outcome.session.output.join("deck.pptx"), sb.input.join("deck.pptx")).unwrap();
-        std::fs::set_permissions(sb.input.join("deck.pptx"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        std::fs::copy(
+            outcome.session.output.join("deck.pptx"),
+            sb.input.join("deck.pptx"),
+        )
+        .unwrap();
+        std::fs::set_permissions(
+            sb.input.join("deck.pptx"),
+            std::fs::Permissions::from_mode(0o644),
+        )
+        .unwrap();
         let mut cmd = sb.command(OPEN_PPTX);
         cmd.args(["--", "/workspace/input/deck.pptx"]);
         let r = jail_tests::parse(&cmd.output().unwrap());
-        assert_eq!(r.status, jail_tests::Status::Ok, "{name} deck: {}", r.stderr.text);
+        assert_eq!(
+            r.status,
+            jail_tests::Status::Ok,
+            "{name} deck: {}",
+            r.stderr.text
+        );
         let titles: Vec<String> = serde_json::from_str(r.stdout.text.trim()).unwrap();
         assert_eq!(titles.len(), 4, "{name}: {titles:?}");
         assert_eq!(titles[0], "Titanic: survival by class");
@@ -352,24 +585,58 @@ fn with_the_data_rootfs_a_python_pptx_deck_opens_in_python_pptx() {
 fn a_network_call_blocked_by_the_policy_reaches_the_model_in_plain_words() {
     let f = fixture();
     let turns = vec![
-        tool_turn(&[("create_todo_list", plan(&[("download", &[])]))], (100, 20)),
+        tool_turn(
+            &[("create_todo_list", plan(&[("download", &[])]))],
+            (100, 20),
+        ),
         tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
-        tool_turn(&[call("list_available_packages", json!({})), write("fetch.py", NETWORK), run_file("fetch.py")], (120, 60)),
-        tool_turn(&[call("block_todo", json!({"reason": "the sandbox has no network"}))], (300, 10)),
-        text_turn("The data could not be downloaded: the sandbox has no network.", (200, 15)),
+        tool_turn(
+            &[
+                call("list_available_packages", json!({})),
+                write("fetch.py", NETWORK),
+                run_file("fetch.py"),
+            ],
+            (120, 60),
+        ),
+        tool_turn(
+            &[call(
+                "block_todo",
+                json!({"reason": "the sandbox has no network"}),
+            )],
+            (300, 10),
+        ),
+        text_turn(
+            "The data could not be downloaded: the sandbox has no network.",
+            (200, 15),
+        ),
     ];
     let mock = MockLlm::start(turns);
     let outcome = run::run(&config(&f, &mock, rootfs())).unwrap_or_else(|e| panic!("{e}"));
     let req = mock.requests();
     let packages = &tool_messages(&req[3])[0];
-    assert!(packages.contains("source: ") && packages.contains("standard library: python3."), "{packages}");
-    assert!(packages.contains("third-party packages: none"), "the minimal rootfs has only the standard library: {packages}");
+    assert!(
+        packages.contains("source: ") && packages.contains("standard library: python3."),
+        "{packages}"
+    );
+    assert!(
+        packages.contains("third-party packages: none"),
+        "the minimal rootfs has only the standard library: {packages}"
+    );
     let seen = last_tool(&req[3]);
     assert!(seen.contains("status: nonzero_exit"), "{seen}");
-    assert!(seen.contains("explanation: network access is disabled in this sandbox"), "{seen}");
-    assert!(seen.contains("urlopen error"), "the raw error is kept too: {seen}");
+    assert!(
+        seen.contains("explanation: network access is disabled in this sandbox"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("urlopen error"),
+        "the raw error is kept too: {seen}"
+    );
     assert_eq!(outcome.todo.items[0].state, State::Blocked);
-    assert_eq!(outcome.todo.items[0].report.as_deref(), Some("the sandbox has no network"));
+    assert_eq!(
+        outcome.todo.items[0].report.as_deref(),
+        Some("the sandbox has no network")
+    );
     assert!(last_tool(&req[4]).contains("item 1 `download` is blocked"));
     check_accounting(&outcome.session.root, &mock);
 }
@@ -381,7 +648,10 @@ fn a_step_past_its_wall_clock_limit_is_killed_and_explained() {
         tool_turn(&[("create_todo_list", plan(&[("slow", &[])]))], (100, 20)),
         tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
         tool_turn(&[write("slow.py", SLEEP), run_file("slow.py")], (120, 60)),
-        tool_turn(&[call("block_todo", json!({"reason": "too slow"}))], (300, 10)),
+        tool_turn(
+            &[call("block_todo", json!({"reason": "too slow"}))],
+            (300, 10),
+        ),
         text_turn("The step was too slow.", (200, 15)),
     ];
     let mock = MockLlm::start(turns);
@@ -390,11 +660,20 @@ fn a_step_past_its_wall_clock_limit_is_killed_and_explained() {
     cfg.runner.wall_limit = Duration::from_secs(1);
     let started = std::time::Instant::now();
     let outcome = run::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
-    assert!(started.elapsed() < Duration::from_secs(20), "the run waited for the sleeping script");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "the run waited for the sleeping script"
+    );
     let seen = last_tool(&mock.requests()[3]);
     assert!(seen.starts_with("status: timeout_wall"), "{seen}");
-    assert!(seen.contains("explanation: the script ran past its 1 s wall-clock limit and was killed"), "{seen}");
-    assert!(seen.contains("starting a long job"), "output before the kill is kept: {seen}");
+    assert!(
+        seen.contains("explanation: the script ran past its 1 s wall-clock limit and was killed"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("starting a long job"),
+        "output before the kill is kept: {seen}"
+    );
     let (records, _) = check_accounting(&outcome.session.root, &mock);
     let wall = records
         .iter()
@@ -404,19 +683,32 @@ fn a_step_past_its_wall_clock_limit_is_killed_and_explained() {
         })
         .unwrap();
     assert_eq!(wall.0, "timeout_wall");
-    assert!(wall.1 >= 1000.0 && wall.1 < 5000.0, "killed at its deadline: {} ms", wall.1);
+    assert!(
+        wall.1 >= 1000.0 && wall.1 < 5000.0,
+        "killed at its deadline: {} ms",
+        wall.1
+    );
 }
 
 #[test]
 fn a_sub_agent_at_its_step_cap_is_stopped_and_its_item_blocked() {
     let f = fixture();
     let turns = vec![
-        tool_turn(&[("create_todo_list", plan(&[("endless", &[]), ("next", &[])]))], (100, 20)),
+        tool_turn(
+            &[("create_todo_list", plan(&[("endless", &[]), ("next", &[])]))],
+            (100, 20),
+        ),
         tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
         tool_turn(&[call("list_input_files", json!({}))], (120, 6)),
         tool_turn(&[call("list_input_files", json!({}))], (130, 6)),
         // The cap is 2: the orchestrator is next, and blocks the second item.
-        tool_turn(&[call("block_todo", json!({"item": "next", "reason": "the first failed"}))], (140, 7)),
+        tool_turn(
+            &[call(
+                "block_todo",
+                json!({"item": "next", "reason": "the first failed"}),
+            )],
+            (140, 7),
+        ),
         text_turn("Nothing could be done.", (150, 8)),
     ];
     let mock = MockLlm::start(turns);
@@ -425,7 +717,10 @@ fn a_sub_agent_at_its_step_cap_is_stopped_and_its_item_blocked() {
     let outcome = run::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
     let req = mock.requests();
     assert_eq!(req.len(), 6);
-    assert!(req[4]["messages"][0]["content"].as_str().unwrap().starts_with("You are the orchestrator"));
+    assert!(req[4]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .starts_with("You are the orchestrator"));
     let report = last_tool(&req[4]);
     assert!(report.contains("item 1 `endless` is blocked"), "{report}");
     assert!(report.contains("step cap (2 model calls)"), "{report}");
@@ -439,7 +734,13 @@ fn a_sub_agent_at_its_step_cap_is_stopped_and_its_item_blocked() {
 fn malformed_and_unknown_tool_calls_get_tool_errors_not_a_crash() {
     let f = fixture();
     let turns = vec![
-        tool_turn(&[("create_todo_list", "{\"items\": [ {\"name\": ".into()), call("delete_everything", json!({}))], (100, 20)),
+        tool_turn(
+            &[
+                ("create_todo_list", "{\"items\": [ {\"name\": ".into()),
+                call("delete_everything", json!({})),
+            ],
+            (100, 20),
+        ),
         tool_turn(&[("create_todo_list", plan(&[("one", &[])]))], (110, 20)),
         tool_turn(&[call("start_next_todo", json!({}))], (120, 5)),
         tool_turn(
@@ -451,20 +752,39 @@ fn malformed_and_unknown_tool_calls_get_tool_errors_not_a_crash() {
             ],
             (130, 40),
         ),
-        tool_turn(&[call("block_todo", json!({"reason": "gave up"}))], (140, 10)),
+        tool_turn(
+            &[call("block_todo", json!({"reason": "gave up"}))],
+            (140, 10),
+        ),
         text_turn("Done with errors.", (150, 10)),
     ];
     let mock = MockLlm::start(turns);
     let outcome = run::run(&config(&f, &mock, rootfs())).unwrap_or_else(|e| panic!("{e}"));
     let req = mock.requests();
     let first = tool_messages(&req[1]);
-    assert!(first[0].starts_with("error: the arguments of create_todo_list are not valid JSON"), "{}", first[0]);
-    assert!(first[1].starts_with("error: there is no tool named `delete_everything`"), "{}", first[1]);
+    assert!(
+        first[0].starts_with("error: the arguments of create_todo_list are not valid JSON"),
+        "{}",
+        first[0]
+    );
+    assert!(
+        first[1].starts_with("error: there is no tool named `delete_everything`"),
+        "{}",
+        first[1]
+    );
     let sub = tool_messages(&req[4]);
     assert!(sub[0].contains("missing field `content`"), "{}", sub[0]);
     assert!(sub[1].contains("only plain relative paths"), "{}", sub[1]);
-    assert!(sub[2].contains("outside the sandbox's folders"), "{}", sub[2]);
-    assert!(sub[3].contains("no tool named `start_next_todo`"), "a sub-agent cannot delegate: {}", sub[3]);
+    assert!(
+        sub[2].contains("outside the sandbox's folders"),
+        "{}",
+        sub[2]
+    );
+    assert!(
+        sub[3].contains("no tool named `start_next_todo`"),
+        "a sub-agent cannot delegate: {}",
+        sub[3]
+    );
     assert_eq!(outcome.stop, Stop::Finished);
     let (_, summary) = check_accounting(&outcome.session.root, &mock);
     let errors: u64 = summary.by_tool.iter().map(|t| t.errors).sum();
@@ -474,13 +794,21 @@ fn malformed_and_unknown_tool_calls_get_tool_errors_not_a_crash() {
 #[test]
 fn a_model_that_never_calls_tools_gets_a_clear_error() {
     let f = fixture();
-    let mock = MockLlm::start(vec![text_turn("Sure! Here is my analysis.", (10, 5)), text_turn("As I said.", (12, 3))]);
+    let mock = MockLlm::start(vec![
+        text_turn("Sure! Here is my analysis.", (10, 5)),
+        text_turn("As I said.", (12, 3)),
+    ]);
     let err = run::run(&config(&f, &mock, rootfs())).expect_err("a run without tool calls fails");
     let msg = err.to_string();
-    assert!(msg.contains("without calling a tool") && msg.contains("tool calling"), "{msg}");
+    assert!(
+        msg.contains("without calling a tool") && msg.contains("tool calling"),
+        "{msg}"
+    );
     let root = err.session.expect("the failed run names its session");
     let records = trace::read(&root.join("trace.jsonl")).unwrap();
-    assert!(matches!(&records.last().unwrap().event, Event::RunEnd { stop, .. } if stop.starts_with("error:")));
+    assert!(
+        matches!(&records.last().unwrap().event, Event::RunEnd { stop, .. } if stop.starts_with("error:"))
+    );
     check_accounting(&root, &mock);
 }
 
@@ -488,9 +816,22 @@ fn a_model_that_never_calls_tools_gets_a_clear_error() {
 fn an_unreachable_endpoint_is_a_clear_one_line_error_from_the_cli() {
     let f = fixture();
     // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let out = Command::new(agent_bin())
-        .args(["run", "--quiet", "--task", "anything", "--retries", "1", "--retry-base-ms", "1"])
+        .args([
+            "run",
+            "--quiet",
+            "--task",
+            "anything",
+            "--retries",
+            "1",
+            "--retry-base-ms",
+            "1",
+        ])
         .arg("--input")
         .arg(&f.input)
         .arg("--session-dir")
@@ -505,11 +846,16 @@ fn an_unreachable_endpoint_is_a_clear_one_line_error_from_the_cli() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains(&format!("cannot reach the model endpoint http://127.0.0.1:{port}/v1/chat/completions"))
-            && stderr.contains("check LLM_BASE_URL"),
+        stderr.contains(&format!(
+            "cannot reach the model endpoint http://127.0.0.1:{port}/v1/chat/completions"
+        )) && stderr.contains("check LLM_BASE_URL"),
         "{stderr}"
     );
-    assert!(out.stdout.is_empty(), "no answer is printed: {}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        out.stdout.is_empty(),
+        "no answer is printed: {}",
+        String::from_utf8_lossy(&out.stdout)
+    );
 
     let no_url = Command::new(agent_bin())
         .args(["run", "--task", "x", "--input"])
@@ -527,10 +873,22 @@ fn the_cli_retries_a_rate_limited_endpoint_and_stops_cleanly_at_the_run_cap() {
     let mock = MockLlm::start(vec![
         Turn::Status(429, "{\"error\":{\"message\":\"slow down\"}}".into()),
         Turn::Status(503, "{\"error\":{\"message\":\"overloaded\"}}".into()),
-        tool_turn(&[("create_todo_list", plan(&[("a", &[]), ("b", &[])]))], (321, 45)),
+        tool_turn(
+            &[("create_todo_list", plan(&[("a", &[]), ("b", &[])]))],
+            (321, 45),
+        ),
     ]);
     let out = Command::new(agent_bin())
-        .args(["run", "--quiet", "--task", "EDA please", "--run-steps", "1", "--retry-base-ms", "1"])
+        .args([
+            "run",
+            "--quiet",
+            "--task",
+            "EDA please",
+            "--run-steps",
+            "1",
+            "--retry-base-ms",
+            "1",
+        ])
         .arg("--input")
         .arg(&f.input)
         .arg("--session-dir")
@@ -543,21 +901,49 @@ fn the_cli_retries_a_rate_limited_endpoint_and_stops_cleanly_at_the_run_cap() {
         .env("LLM_MODEL", "scripted")
         .output()
         .unwrap();
-    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
-    assert_eq!(out.status.code(), Some(3), "exit 3 at a cap\n{stdout}\n{stderr}");
-    assert!(stdout.starts_with("The run stopped before it finished: run step cap reached (1 model calls)"), "{stdout}");
-    assert!(stdout.contains("1. a [not done]") && stdout.contains("tokens and time by agent"), "{stdout}");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "exit 3 at a cap\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.starts_with(
+            "The run stopped before it finished: run step cap reached (1 model calls)"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1. a [not done]") && stdout.contains("tokens and time by agent"),
+        "{stdout}"
+    );
     assert!(stdout.contains("stopped: run step cap reached"), "{stdout}");
     let root = stderr
         .lines()
-        .find_map(|l| l.strip_prefix("jail-agent: session ").and_then(|r| r.split(" (").next()))
+        .find_map(|l| {
+            l.strip_prefix("jail-agent: session ")
+                .and_then(|r| r.split(" (").next())
+        })
         .map(PathBuf::from)
         .unwrap_or_else(|| panic!("no session line: {stderr}"));
     let (records, summary) = check_accounting(&root, &mock);
-    assert_eq!((summary.total.tokens_in, summary.total.tokens_out), (321, 45));
-    assert!(records.iter().any(|r| matches!(r.event, Event::ModelCall { attempts: 3, .. })), "429 and 503 were retried");
+    assert_eq!(
+        (summary.total.tokens_in, summary.total.tokens_out),
+        (321, 45)
+    );
+    assert!(
+        records
+            .iter()
+            .any(|r| matches!(r.event, Event::ModelCall { attempts: 3, .. })),
+        "429 and 503 were retried"
+    );
     assert_eq!(mock.requests().len(), 3);
-    assert!(std::fs::read_to_string(root.join("summary.txt")).unwrap().contains("orchestrator"));
+    assert!(std::fs::read_to_string(root.join("summary.txt"))
+        .unwrap()
+        .contains("orchestrator"));
 }
 
 #[test]
@@ -571,21 +957,27 @@ fn sessions_are_fresh_and_a_root_run_hands_the_output_to_the_sandbox_uid() {
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(&a.output).unwrap();
     assert_eq!(meta.uid(), jail_tests::sandbox_host_uid());
-    assert_eq!(std::fs::metadata(a.input.join("titanic.csv")).unwrap().mode() & 0o777, 0o644);
+    // The 0644 source: the owner's bits, and as root the sandbox group's read.
+    let input_mode = std::fs::metadata(a.input.join("titanic.csv")).unwrap().mode() & 0o777;
+    assert_eq!(input_mode, if is_root() { 0o640 } else { 0o600 });
     if is_root() {
         // A parent the sandbox uid cannot pass through is refused up front.
         let closed = f.dir.path().join("closed");
         std::fs::create_dir(&closed).unwrap();
         std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
         let e = agent::session::Session::create(Some(&closed), &f.input, owner).unwrap_err().to_string();
-        assert!(e.contains("is not searchable by the sandbox uid 65534") && e.contains("chmod o+x"), "{e}");
+        let uid = jail_tests::sandbox_host_uid();
+        assert!(e.contains(&format!("is not searchable by the sandbox uid {uid}")) && e.contains("chmod o+x"), "{e}");
     }
 }
 
 #[test]
 fn the_model_key_never_reaches_a_step_even_when_the_policy_passes_it() {
     let f = fixture();
-    let mut policy: Value = serde_json::from_str(&std::fs::read_to_string(repo().join("policies/default.json")).unwrap()).unwrap();
+    let mut policy: Value = serde_json::from_str(
+        &std::fs::read_to_string(repo().join("policies/default.json")).unwrap(),
+    )
+    .unwrap();
     policy["environment"]["pass"] = json!(["LLM_API_KEY", "SERVICE_TOKEN", "VISIBLE_SETTING"]);
     policy.as_object_mut().unwrap().remove("rootfs");
     let policy_file = f.dir.path().join("pass.json");
@@ -595,7 +987,10 @@ fn the_model_key_never_reaches_a_step_even_when_the_policy_passes_it() {
         tool_turn(&[("create_todo_list", plan(&[("env", &[])]))], (10, 2)),
         tool_turn(&[call("start_next_todo", json!({}))], (10, 2)),
         tool_turn(&[write("env.py", probe), run_file("env.py")], (10, 2)),
-        tool_turn(&[call("complete_todo", json!({"report": "checked"}))], (10, 2)),
+        tool_turn(
+            &[call("complete_todo", json!({"report": "checked"}))],
+            (10, 2),
+        ),
         text_turn("ok", (10, 2)),
     ]);
     let out = Command::new(agent_bin())
@@ -617,12 +1012,900 @@ fn the_model_key_never_reaches_a_step_even_when_the_policy_passes_it() {
         .env("VISIBLE_SETTING", "passed-through")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let req = mock.requests();
     assert!(!req[0]["messages"].to_string().contains("sk-must-not-leak"));
     let seen = last_tool(&req[3]);
     // The policy's pass list works (a variable gets through), the secrets do not.
-    assert!(seen.contains("'VISIBLE_SETTING': 'passed-through'"), "{seen}");
-    assert!(seen.contains("'LLM_API_KEY': None") && seen.contains("'SERVICE_TOKEN': None"), "{seen}");
+    assert!(
+        seen.contains("'VISIBLE_SETTING': 'passed-through'"),
+        "{seen}"
+    );
+    assert!(
+        seen.contains("'LLM_API_KEY': None") && seen.contains("'SERVICE_TOKEN': None"),
+        "{seen}"
+    );
     assert!(!seen.contains("must-not-leak"), "{seen}");
+}
+
+// ------------------------------------------------------------ a hostile model
+//
+// The model is untrusted too. Each test below plays a model that tries one
+// of the findings of issue 16 and checks the host, not the agent's words:
+// the files exported, the modes on disk, the bytes on the terminal.
+
+/// A step that leaves what the jail must refuse: names that only look
+/// harmless once escaped, a shell payload, a link to a host file, and two
+/// sparse 200 MB files that fill the capped output dir when copied back in
+/// (so the next step cannot start). Also reads the 0600 input file.
+const HOSTILE_OUTPUTS: &str = r#"import os
+out = "/workspace/output"
+print("secret:", " ".join(open("/workspace/input/secret.csv").read().split()))
+open(f"{out}/ok.txt", "w").write("the one good file\n")
+for name in ["line\nbreak.txt", "esc\x1b[31m.txt", "bidi\u202etxt.md", "payload.sh", "-rf.txt"]:
+    open(f"{out}/{name}", "w").write("refused\n")
+os.symlink("/etc/passwd", f"{out}/leak.txt")
+for n in ("big1.csv", "big2.csv"):
+    with open(f"{out}/{n}", "wb") as f:
+        f.truncate(200 << 20)
+print("left", len(os.listdir(out)), "entries")
+"#;
+
+const HELLO: &str = "print('hello')\n";
+
+/// The session dir a CLI run printed on stderr.
+fn session_from(stderr: &str) -> PathBuf {
+    stderr
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("jail-agent: session ")
+                .and_then(|r| r.split(" (").next())
+        })
+        .map(PathBuf::from)
+        .unwrap_or_else(|| panic!("no session line: {stderr}"))
+}
+
+/// `jail-agent run` on the fixture against the mock, progress on stderr.
+fn cli(f: &Fixture, mock: &MockLlm, extra: &[&str]) -> std::process::Output {
+    Command::new(agent_bin())
+        .args([
+            "run",
+            "--task",
+            "analyse the passengers",
+            "--retry-base-ms",
+            "1",
+        ])
+        .args(extra)
+        .arg("--input")
+        .arg(&f.input)
+        .arg("--output")
+        .arg(&f.export)
+        .arg("--session-dir")
+        .arg(&f.sessions)
+        .arg("--jail")
+        .arg(jail_bin())
+        .arg("--rootfs")
+        .arg(rootfs())
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .output()
+        .expect("run jail-agent")
+}
+
+/// Bytes that would act on a terminal: ESC and the other C0/C1 controls but
+/// newline and tab, and the bidi and invisible characters.
+fn terminal_hazards(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|&c| {
+            (c.is_control() && c != '\n' && c != '\t')
+                || matches!(c, '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+        })
+        .collect()
+}
+
+fn mode(p: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p)
+        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
+        .mode()
+        & 0o7777
+}
+
+#[test]
+fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_terminal_or_flood_the_context(
+) {
+    let f = fixture();
+    std::fs::write(f.input.join("secret.csv"), "pin\n4242\n").unwrap();
+    std::fs::set_permissions(
+        f.input.join("secret.csv"),
+        std::fs::Permissions::from_mode(0o600),
+    )
+    .unwrap();
+    let clear = "\u{1b}[2J\u{1b}[H";
+    let huge = "A".repeat(5 << 20);
+    let mut flood: Vec<(&str, String)> = vec![write("w.py", HOSTILE_OUTPUTS), run_file("w.py")];
+    flood.extend(std::iter::repeat_n(call("list_input_files", json!({})), 10));
+    let turns = vec![
+        // 5, 6: a screen-clearing tool name, a 5 MB path, a plan item named with escapes.
+        tool_turn(
+            &[
+                (
+                    "create_todo_list",
+                    plan(&[(&format!("{clear}all checks passed"), &[])]),
+                ),
+                call(&format!("{clear}all checks passed"), json!({})),
+                call("read_file_content", json!({"path": huge})),
+            ],
+            (100, 20),
+        ),
+        tool_turn(
+            &[(
+                "create_todo_list",
+                plan(&[("exfil", &["/workspace/output/ok.txt"])]),
+            )],
+            (110, 20),
+        ),
+        tool_turn(&[call("start_next_todo", json!({}))], (120, 5)),
+        // 4: twelve calls in one reply; 1: refused files in the output.
+        tool_turn(&flood, (130, 400)),
+        // 1, 8: the next step cannot start; the agent must keep the refusals.
+        tool_turn(&[write("hello.py", HELLO), run_file("hello.py")], (140, 30)),
+        tool_turn(
+            &[call(
+                "complete_todo",
+                json!({"report": format!("{clear}all checks passed\u{202e}")}),
+            )],
+            (150, 10),
+        ),
+        text_turn(
+            &format!(
+                "{clear}All checks passed.\u{202e}txt.exe\r{}",
+                "B".repeat(1 << 20)
+            ),
+            (160, 40),
+        ),
+    ];
+    let mock = MockLlm::start(turns);
+    let out = cli(&f, &mock, &[]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let root = session_from(&stderr);
+    let req = mock.requests();
+
+    // 1: only what the jail accepted leaves, matched on the exact name.
+    let mut exported: Vec<String> = walk_names(&f.export);
+    exported.sort();
+    assert_eq!(exported, ["ok.txt"], "exported: {exported:?}\n{stderr}");
+    assert_eq!(
+        std::fs::read_to_string(f.export.join("ok.txt")).unwrap(),
+        "the one good file\n"
+    );
+    // ... and the refused entries never left the jail: the session's output has none of them.
+    assert!(!root.join("output/payload.sh").exists() && !root.join("output/big1.csv").exists());
+
+    // 8: the refused files never reached the output dir (the jail fails
+    // closed), so the next step is not kept from starting by them; how a
+    // setup failure is explained to the model is view.rs's unit test
+    // `a_setup_failure_shows_its_cause_chain_and_the_files_in_the_way`.
+    let next = last_tool(&req[5]);
+    assert!(next.starts_with("status: ok"), "{next}");
+
+    // 4: eight calls run, the other four are refused and say why.
+    let replies = tool_messages(&req[4]);
+    assert_eq!(replies.len(), 12);
+    assert!(
+        replies[1].contains("secret: pin 4242"),
+        "the sandbox reads a 0600 input: {}",
+        replies[1]
+    );
+    for r in &replies[8..] {
+        assert!(r.starts_with("error: not run: this reply asked for 12 tool calls and at most 8 are run per reply"), "{r}");
+    }
+    assert!(!replies[7].starts_with("error"), "{}", replies[7]);
+
+    // 6: the 5 MB path is not echoed; no request grows past what the script sent.
+    let first = tool_messages(&req[1]);
+    assert!(first[2].len() < 1000, "{} bytes echoed", first[2].len());
+    for (i, r) in req.iter().enumerate().skip(1) {
+        let own: usize = r["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "assistant")
+            .map(|m| m.to_string().len())
+            .sum();
+        let rest = r.to_string().len() - own;
+        assert!(
+            rest < 200_000,
+            "request {i} carries {rest} bytes besides the model's own turns"
+        );
+    }
+
+    // 5: nothing the model chose reaches the terminal or summary.txt raw.
+    let summary = std::fs::read_to_string(root.join("summary.txt")).unwrap();
+    for (what, text) in [
+        ("stdout", &*stdout),
+        ("stderr", &*stderr),
+        ("summary.txt", &summary),
+    ] {
+        assert_eq!(
+            terminal_hazards(text),
+            Vec::<char>::new(),
+            "{what} carries raw control/bidi characters:\n{text}"
+        );
+    }
+    assert!(
+        stdout.contains("\\x1b[2J\\x1b[HAll checks passed.\\u{202e}txt.exe\\r"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.len() < 64 << 10,
+        "the answer preview is cut: {} bytes",
+        stdout.len()
+    );
+    let answer = std::fs::read_to_string(root.join("answer.md")).unwrap();
+    assert!(
+        answer.starts_with(clear) && answer.len() > 1 << 20,
+        "answer.md keeps the whole answer"
+    );
+    assert!(
+        stderr.contains("\\x1b[2J\\x1b[Hall checks passed → error"),
+        "{stderr}"
+    );
+
+    // Progress, with stderr not a terminal: plain timestamped lines, a line
+    // for the running step (whose jail, here, has nothing to say on stderr).
+    let stamped = |l: &str| l.len() > 25 && l.as_bytes()[4] == b'-' && l.as_bytes()[10] == b'T' && l[..25].ends_with("Z ");
+    assert!(stderr.lines().any(|l| stamped(l) && l.contains("[orchestrator] waiting for the model (")), "{stderr}");
+    assert!(stderr.lines().any(|l| stamped(l) && l.contains("[subagent-1] hello.py: running")), "{stderr}");
+    assert!(!stderr.contains('\r'), "no redraws off a terminal");
+
+    // 3: the session is private: its dir, the copied input, the records.
+    // As root the sandbox's own group (every uid of its range, no user) may
+    // read and search; nobody else gets anything.
+    let (private_root, private_dir, secret) = if is_root() { (0o710, 0o750, 0o640) } else { (0o700, 0o700, 0o600) };
+    assert_eq!(mode(&root), private_root);
+    for d in ["input", "code"] {
+        assert_eq!(mode(&root.join(d)), private_dir, "{d}");
+    }
+    assert_eq!(mode(&root.join("output")) & 0o007, 0, "output is nobody else's");
+    assert_eq!(mode(&root.join("input/secret.csv")), secret, "a 0600 input gains at most the sandbox group's read");
+    assert_eq!(
+        mode(&root.join("input/titanic.csv")) & 0o022,
+        0,
+        "no input is group- or world-writable"
+    );
+    assert_eq!(mode(&root.join("code/w.py")), secret);
+    for file in ["trace.jsonl", "summary.txt", "summary.json", "answer.md"] {
+        assert_eq!(mode(&root.join(file)), 0o600, "{file}");
+    }
+    if is_root() {
+        // Another local user can neither list the session nor read a file in it.
+        for p in [
+            root.clone(),
+            root.join("input/secret.csv"),
+            root.join("trace.jsonl"),
+        ] {
+            let r = Command::new("runuser")
+                .args(["-u", "jailtest", "--", "cat"])
+                .arg(&p)
+                .output()
+                .unwrap();
+            assert!(!r.status.success(), "jailtest read {}", p.display());
+            let r = Command::new("runuser")
+                .args(["-u", "jailtest", "--", "ls"])
+                .arg(&root)
+                .output()
+                .unwrap();
+            assert!(!r.status.success(), "jailtest listed {}", root.display());
+        }
+    }
+}
+
+/// Every name beneath `dir`, relative, files and links alike.
+fn walk_names(dir: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![PathBuf::new()];
+    while let Some(rel) = stack.pop() {
+        for e in std::fs::read_dir(dir.join(&rel)).unwrap() {
+            let e = e.unwrap();
+            let r = rel.join(e.file_name());
+            if e.file_type().unwrap().is_dir() {
+                stack.push(r);
+            } else {
+                out.push(r.to_string_lossy().into_owned());
+            }
+        }
+    }
+    out
+}
+
+/// One item that leaves `ok.txt`, then the answer.
+fn one_file_turns() -> Vec<Turn> {
+    vec![
+        tool_turn(
+            &[(
+                "create_todo_list",
+                plan(&[("one", &["/workspace/output/ok.txt"])]),
+            )],
+            (10, 2),
+        ),
+        tool_turn(&[call("start_next_todo", json!({}))], (10, 2)),
+        tool_turn(
+            &[
+                write(
+                    "ok.py",
+                    "open('/workspace/output/ok.txt', 'w').write('new')\n",
+                ),
+                run_file("ok.py"),
+            ],
+            (10, 2),
+        ),
+        tool_turn(
+            &[call("complete_todo", json!({"report": "wrote ok.txt"}))],
+            (10, 2),
+        ),
+        text_turn("done", (10, 2)),
+    ]
+}
+
+#[test]
+fn an_export_never_writes_through_a_link_already_in_the_destination() {
+    let f = fixture();
+    let victim = f.dir.path().join("victim.txt");
+    std::fs::write(&victim, "precious\n").unwrap();
+    std::fs::create_dir(&f.export).unwrap();
+    std::os::unix::fs::symlink(&victim, f.export.join("ok.txt")).unwrap();
+    let mock = MockLlm::start(one_file_turns());
+    let out = cli(&f, &mock, &["--quiet"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{} in the destination is a symbolic link",
+            f.export.join("ok.txt").display()
+        )),
+        "the error names the link: {stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&victim).unwrap(),
+        "precious\n",
+        "the file outside was not touched"
+    );
+    assert!(std::fs::symlink_metadata(f.export.join("ok.txt"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+#[test]
+fn the_run_deadline_stops_a_run_and_bounds_the_step_running_at_it() {
+    let f = fixture();
+    let mock = MockLlm::start(vec![
+        tool_turn(&[("create_todo_list", plan(&[("slow", &[])]))], (10, 2)),
+        tool_turn(&[call("start_next_todo", json!({}))], (10, 2)),
+        tool_turn(
+            &[
+                write("slow.py", SLEEP),
+                run_file("slow.py"),
+                run_file("slow.py"),
+            ],
+            (10, 2),
+        ),
+    ]);
+    let started = std::time::Instant::now();
+    let out = cli(&f, &mock, &["--quiet", "--deadline", "4s"]);
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(12),
+        "the deadline did not bound the run: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "exit 3 at the deadline\n{stdout}\n{stderr}"
+    );
+    assert!(
+        stdout.starts_with("The run stopped before it finished: run deadline reached (4 s)"),
+        "{stdout}"
+    );
+    let root = session_from(&stderr);
+    let records = trace::read(&root.join("trace.jsonl")).unwrap();
+    let runs: Vec<(bool, Option<String>)> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::ToolCall {
+                tool,
+                ok,
+                error,
+                jail,
+                ..
+            } if tool == "run_python_file" => Some((
+                *ok,
+                jail.as_ref().map(|j| j.status.clone()).or(error.clone()),
+            )),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+    assert_eq!(
+        runs[0].1.as_deref(),
+        Some("timeout_wall"),
+        "the step is cut at the deadline: {runs:?}"
+    );
+    assert!(
+        runs[1].1.as_deref().unwrap_or("").contains("deadline"),
+        "the second is not run: {runs:?}"
+    );
+}
+
+// ------------------------------------------------------------ resilience
+
+/// A plan of two items, each leaving one file.
+fn two_files_plan() -> Turn {
+    tool_turn(&[("create_todo_list", plan(&[("first", &["/workspace/output/a.txt"]), ("second", &["/workspace/output/b.txt"])]))], (100, 30))
+}
+
+fn writes(name: &str) -> String {
+    format!("open('/workspace/output/{name}', 'w').write('{name}')\nprint('wrote {name}')\n")
+}
+
+/// The turns after the first item's step: finish it, do the second, answer.
+fn rest_of_two_files() -> Vec<Turn> {
+    vec![
+        tool_turn(&[call("complete_todo", json!({"report": "a.txt written"}))], (300, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (400, 5)),
+        tool_turn(&[write("b.py", &writes("b.txt")), run_file("b.py")], (500, 60)),
+        tool_turn(&[call("complete_todo", json!({"report": "b.txt written"}))], (600, 10)),
+        text_turn("Both files are written.", (700, 20)),
+    ]
+}
+
+fn resume_cli(root: &Path, mock: &MockLlm) -> std::process::Output {
+    Command::new(agent_bin())
+        .args(["resume", "--quiet", "--retry-base-ms", "1"])
+        .arg(root)
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env_remove("LLM_MODEL")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .output()
+        .expect("run jail-agent resume")
+}
+
+/// The todo list saved in a session's state.
+fn saved_todo(root: &Path) -> Vec<(String, String)> {
+    let v: Value = serde_json::from_str(&std::fs::read_to_string(root.join("state.json")).unwrap()).unwrap();
+    v["todo"]["items"].as_array().unwrap().iter().map(|i| (i["name"].as_str().unwrap().into(), i["state"].as_str().unwrap().into())).collect()
+}
+
+/// An HTTP date `secs` seconds from now (IMF-fixdate).
+fn http_date_in(secs: u64) -> String {
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs() + secs;
+    let (days, rem) = ((t / 86_400) as i64, t % 86_400);
+    let (y, m, d) = agent::trace::civil_from_days(days);
+    let wd = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
+    let mon = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"][m as usize - 1];
+    format!("{wd}, {d:02} {mon} {y} {:02}:{:02}:{:02} GMT", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
+#[test]
+fn garbage_replies_are_retried_and_a_run_whose_retries_ran_out_resumes_where_it_stopped() {
+    let f = fixture();
+    let html = Turn::Raw { status: 200, content_type: "text/html", body: "<html><body>502 Bad Gateway</body></html>".into() };
+    let empty = Turn::Raw { status: 200, content_type: "application/json", body: r#"{"id":"x","choices":[]}"#.into() };
+    let garbage = Turn::Raw { status: 200, content_type: "application/json", body: "".into() };
+    let first = MockLlm::start(vec![
+        html.clone(),
+        empty.clone(),
+        Turn::RetryAfter(http_date_in(2)),
+        two_files_plan(),
+        tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
+        tool_turn(&[write("a.py", &writes("a.txt")), run_file("a.py")], (200, 60)),
+        // The endpoint breaks for good: the run stops, its state saved.
+        garbage.clone(),
+        html,
+        empty,
+        garbage,
+    ]);
+    let out = cli(&f, &first, &["--quiet", "--retries", "3"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is not a chat completion") && stderr.contains("gave up after 4 attempts"), "{stderr}");
+    let root = PathBuf::from(
+        stderr.lines().find_map(|l| l.strip_prefix("jail-agent: the trace and summary are in ")).unwrap_or_else(|| panic!("{stderr}")),
+    );
+    assert!(stderr.contains(&format!("continue it with `jail-agent resume {}`", root.display())), "{stderr}");
+    let times = first.request_times();
+    assert!(times[3] - times[2] >= Duration::from_millis(900), "the HTTP-date Retry-After was waited for: {:?}", times[3] - times[2]);
+    let records = trace::read(&root.join("trace.jsonl")).unwrap();
+    assert!(matches!(records[0].event, Event::ModelCall { attempts: 4, .. }), "html, empty and 503 were retried: {:?}", records[0]);
+    assert_eq!(saved_todo(&root), [("first".into(), "in_progress".into()), ("second".into(), "pending".into())]);
+
+    let second = MockLlm::start(rest_of_two_files());
+    let out = resume_cli(&root, &second);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(stdout.starts_with("Both files are written."), "{stdout}");
+    // The sub-agent goes on with its own conversation, the step's result in it.
+    let req = second.requests();
+    let msgs = req[0]["messages"].as_array().unwrap();
+    assert!(msgs[0]["content"].as_str().unwrap().starts_with("You are a sub-agent"), "{:?}", msgs[0]);
+    assert!(last_tool(&req[0]).contains("wrote a.txt"), "{}", last_tool(&req[0]));
+    assert_eq!(req[0]["model"], "scripted", "the model is the run's");
+    assert_eq!(saved_todo(&root), [("first".into(), "done".into()), ("second".into(), "done".into())]);
+    let mut exported = walk_names(&f.export);
+    exported.sort();
+    assert_eq!(exported, ["a.txt", "b.txt"]);
+    let (tin1, tout1) = first.served_tokens();
+    let (tin2, tout2) = second.served_tokens();
+    check_served(&root, first.served_replies() + second.served_replies(), (tin1 + tin2, tout1 + tout2));
+    let again = resume_cli(&root, &second);
+    assert!(String::from_utf8_lossy(&again.stderr).contains("already finished"), "{}", String::from_utf8_lossy(&again.stderr));
+}
+
+#[test]
+fn a_killed_run_resumes_and_finishes_with_the_same_todo_list() {
+    let f = fixture();
+    let first = MockLlm::start(vec![
+        two_files_plan(),
+        tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
+        tool_turn(&[write("a.py", &writes("a.txt")), run_file("a.py")], (200, 60)),
+        Turn::Hang,
+    ]);
+    let mut child = Command::new(agent_bin())
+        .args(["run", "--quiet", "--task", "write two files"])
+        .arg("--input")
+        .arg(&f.input)
+        .arg("--output")
+        .arg(&f.export)
+        .arg("--session-dir")
+        .arg(&f.sessions)
+        .arg("--jail")
+        .arg(jail_bin())
+        .arg("--rootfs")
+        .arg(rootfs())
+        .env("LLM_BASE_URL", &first.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let started = std::time::Instant::now();
+    while first.requests().len() < 4 {
+        assert!(started.elapsed() < Duration::from_secs(30), "the agent never reached its fourth model call");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // Killed while it waits for the model, mid sub-agent.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    let roots: Vec<PathBuf> = std::fs::read_dir(&f.sessions).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(roots.len(), 1);
+    let root = &roots[0];
+    let planned = saved_todo(root);
+    assert_eq!(planned, [("first".into(), "in_progress".into()), ("second".into(), "pending".into())]);
+
+    let second = MockLlm::start(rest_of_two_files());
+    let out = resume_cli(root, &second);
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let done = saved_todo(root);
+    let names = |v: &[(String, String)]| v.iter().map(|(n, _)| n.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&done), names(&planned), "the same todo list");
+    assert!(done.iter().all(|(_, s)| s == "done"), "{done:?}");
+    let req = second.requests();
+    assert!(last_tool(&req[0]).contains("wrote a.txt"), "the sub-agent's messages were kept: {}", last_tool(&req[0]));
+    assert_eq!(std::fs::read_to_string(f.export.join("b.txt")).unwrap(), "b.txt");
+    let (tin1, tout1) = first.served_tokens();
+    let (tin2, tout2) = second.served_tokens();
+    check_served(root, first.served_replies() + second.served_replies(), (tin1 + tin2, tout1 + tout2));
+}
+
+// ------------------------------------------------------------ progress
+
+#[test]
+fn on_a_terminal_a_status_line_shows_the_wait_for_the_model_and_the_running_step() {
+    let f = fixture();
+    let slow_step = "import time\ntime.sleep(2.5)\nprint('slept')\n";
+    let mock = MockLlm::start(vec![
+        Turn::Slow(Duration::from_millis(2500), Box::new(tool_turn(&[("create_todo_list", plan(&[("wait", &[])]))], (1234, 20)))),
+        tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
+        tool_turn(&[write("nap.py", slow_step), run_file("nap.py")], (120, 30)),
+        tool_turn(&[call("complete_todo", json!({"report": "slept"}))], (130, 10)),
+        text_turn("Slept well.", (140, 10)),
+    ]);
+    let word = |p: &Path| format!("'{}'", p.display());
+    let cmd = format!(
+        "{} run --task wait --input {} --session-dir {} --jail {} --rootfs {}",
+        word(&agent_bin()),
+        word(&f.input),
+        word(&f.sessions),
+        word(&jail_bin()),
+        word(&rootfs())
+    );
+    // script(1) gives the agent a pseudo-terminal and copies what it shows.
+    let out = Command::new("script")
+        .args(["-q", "-e", "-c", &cmd, "/dev/null"])
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script(1)");
+    let screen = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{screen}");
+    assert!(screen.contains("\r\u{1b}[2K[orchestrator] waiting for the model: 2 s, 0 tokens so far"), "{screen:?}");
+    assert!(screen.contains("\r\u{1b}[2K[subagent-1] waiting for the model: 0 s, 1369 tokens so far"), "tokens so far grow: {screen:?}");
+    assert!(screen.contains("\r\u{1b}[2K[subagent-1] nap.py: running, 2 s"), "{screen:?}");
+    assert!(screen.contains("Slept well."), "{screen:?}");
+}
+
+// ------------------------------------------------------------ OpenTelemetry
+
+/// A minimal OTLP/HTTP receiver: decodes each ExportTraceServiceRequest with
+/// the opentelemetry-proto package and writes one JSON line per span. Prints
+/// its port; stops after two minutes.
+const OTLP_RECEIVER: &str = r#"
+import gzip, json, sys, threading, http.server
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as ts
+out = open(sys.argv[1], "a")
+def value(v):
+    kind = v.WhichOneof("value")
+    if kind == "array_value":
+        return [value(x) for x in v.array_value.values]
+    return getattr(v, kind) if kind else None
+class H(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        if self.headers.get("Content-Encoding") == "gzip":
+            body = gzip.decompress(body)
+        req = ts.ExportTraceServiceRequest()
+        req.ParseFromString(body)
+        for rs in req.resource_spans:
+            res = {a.key: value(a.value) for a in rs.resource.attributes}
+            for ss in rs.scope_spans:
+                for s in ss.spans:
+                    out.write(json.dumps({
+                        "path": self.path, "content_type": self.headers.get("Content-Type"),
+                        "resource": res, "scope": ss.scope.name, "name": s.name, "kind": s.kind,
+                        "trace_id": s.trace_id.hex(), "span_id": s.span_id.hex(), "parent": s.parent_span_id.hex(),
+                        "start": s.start_time_unix_nano, "end": s.end_time_unix_nano, "status": s.status.code,
+                        "attributes": {a.key: value(a.value) for a in s.attributes}}) + "\n")
+        out.flush()
+        reply = ts.ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+    def log_message(self, *a):
+        pass
+srv = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(srv.server_address[1], flush=True)
+threading.Timer(120, srv.shutdown).start()
+srv.serve_forever()
+"#;
+
+/// The receiver's python: JAIL_OTEL_PYTHON, else where agent/otel-test-setup.sh puts it.
+fn otel_python() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("JAIL_OTEL_PYTHON") {
+        return Some(PathBuf::from(p));
+    }
+    let mut candidates = vec![PathBuf::from("/var/cache/jail-agent/otel-venv/bin/python")];
+    if let Some(home) = std::env::var_os("HOME") {
+        candidates.push(PathBuf::from(home).join(".cache/jail-agent/otel-venv/bin/python"));
+    }
+    candidates.into_iter().find(|p| {
+        Command::new(p).args(["-c", "import opentelemetry.proto.collector.trace.v1.trace_service_pb2"]).output().is_ok_and(|o| o.status.success())
+    })
+}
+
+/// A running receiver, killed when dropped.
+struct Receiver {
+    child: std::process::Child,
+    spans: PathBuf,
+    port: u16,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_receiver(python: &Path, dir: &Path) -> Receiver {
+    use std::io::BufRead;
+    let spans = dir.join("spans.jsonl");
+    let mut child = Command::new(python)
+        .args(["-c", OTLP_RECEIVER])
+        .arg(&spans)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("start the OTLP receiver");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    let port = line.trim().parse().unwrap_or_else(|_| panic!("the receiver printed no port: {line:?}"));
+    Receiver { child, spans, port }
+}
+
+#[test]
+fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
+    let Some(python) = otel_python() else {
+        skip("no python with opentelemetry-proto: run agent/otel-test-setup.sh (make test does)");
+        return;
+    };
+    let f = fixture();
+    let rx = start_receiver(&python, f.dir.path());
+    let turns = vec![
+        tool_turn(&[("create_todo_list", plan(&[("class-summary", &["/workspace/output/summary.csv"]), ("deck", &["/workspace/output/deck.pptx"])]))], (900, 120)),
+        tool_turn(&[call("start_next_todo", json!({}))], (1000, 10)),
+        tool_turn(&[call("read_skill", json!({"name": "eda"})), write("summary.py", SUMMARY_BUG), run_file("summary.py")], (700, 200)),
+        tool_turn(&[write("summary.py", SUMMARY_FIXED), run_file("summary.py")], (1500, 260)),
+        tool_turn(&[call("complete_todo", json!({"report": "summary.csv: survival by class"}))], (1900, 30)),
+        tool_turn(&[call("start_next_todo", json!({}))], (1200, 10)),
+        tool_turn(&[write("deck.py", DECK_STDLIB), run_file("deck.py")], (800, 900)),
+        tool_turn(&[call("complete_todo", json!({"report": "deck.pptx: one slide per class"}))], (1800, 25)),
+        text_turn("Survival differed by class; see summary.csv and deck.pptx.", (1400, 40)),
+    ];
+    let mock = MockLlm::start(turns);
+    let out = Command::new(agent_bin())
+        .args(["run", "--quiet", "--task", "Analyse the Titanic passengers and prepare a short presentation."])
+        .arg("--input")
+        .arg(&f.input)
+        .arg("--session-dir")
+        .arg(&f.sessions)
+        .arg("--jail")
+        .arg(jail_bin())
+        .arg("--rootfs")
+        .arg(rootfs())
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", format!("http://127.0.0.1:{}", rx.port))
+        .env("OTEL_SERVICE_NAME", "jail-agent-test")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(!stderr.contains("OTLP export"), "{stderr}");
+    let root = session_from(&stderr);
+    let spans: Vec<Value> = std::fs::read_to_string(&rx.spans)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let records = trace::read(&root.join("trace.jsonl")).unwrap();
+    assert_eq!(spans.len(), records.len(), "one span per trace record");
+    let s = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_string();
+    let a = |v: &Value, k: &str| v["attributes"][k].clone();
+    // Sent as OTLP/HTTP protobuf to /v1/traces, with our service name.
+    assert!(spans.iter().all(|v| s(v, "path") == "/v1/traces" && s(v, "content_type") == "application/x-protobuf"));
+    assert_eq!(spans[0]["resource"]["service.name"], "jail-agent-test");
+    // One trace, the run's; the ids are the JSONL's.
+    assert!(spans.iter().all(|v| s(v, "trace_id") == records[0].run_id));
+    let mut ids: Vec<String> = spans.iter().map(|v| s(v, "span_id")).collect();
+    let mut rec_ids: Vec<String> = records.iter().map(|r| r.span_id.clone()).collect();
+    ids.sort();
+    rec_ids.sort();
+    assert_eq!(ids, rec_ids);
+
+    let by_id: BTreeMap<String, &Value> = spans.iter().map(|v| (s(v, "span_id"), v)).collect();
+    let parent_name = |v: &Value| by_id.get(&s(v, "parent")).map(|p| s(p, "name"));
+    let roots: Vec<&Value> = spans.iter().filter(|v| s(v, "parent").is_empty()).collect();
+    assert_eq!(roots.len(), 1);
+    assert_eq!(s(roots[0], "name"), "invoke_agent orchestrator");
+    for v in &spans {
+        let op = a(v, "gen_ai.operation.name");
+        let name = s(v, "name");
+        match op.as_str().unwrap() {
+            "chat" => {
+                assert_eq!(name, "chat scripted");
+                assert_eq!(v["kind"], 3, "chat is a CLIENT span");
+                assert_eq!(a(v, "gen_ai.request.model"), "scripted");
+                assert!(parent_name(v).unwrap().starts_with("invoke_agent "), "{v}");
+            }
+            "execute_tool" => {
+                assert_eq!(name, format!("execute_tool {}", a(v, "gen_ai.tool.name").as_str().unwrap()));
+                assert!(a(v, "gen_ai.tool.call.id").as_str().unwrap().starts_with("call_"), "{v}");
+                assert!(parent_name(v).unwrap().starts_with("invoke_agent "), "{v}");
+            }
+            "invoke_agent" if name.starts_with("invoke_agent subagent-") => {
+                assert_eq!(parent_name(v).as_deref(), Some("execute_tool start_next_todo"), "a sub-agent hangs below the call that started it");
+            }
+            "invoke_agent" => assert_eq!(name, "invoke_agent orchestrator"),
+            other => panic!("unexpected operation {other}"),
+        }
+        assert!(v["start"].as_u64().unwrap() <= v["end"].as_u64().unwrap());
+    }
+    // Tokens: the chat spans add up to what the server served.
+    let chats: Vec<&Value> = spans.iter().filter(|v| a(v, "gen_ai.operation.name") == "chat").collect();
+    assert_eq!(chats.len(), mock.served_replies());
+    let sum = |k: &str| chats.iter().map(|v| a(v, k).as_i64().unwrap() as u64).sum::<u64>();
+    assert_eq!((sum("gen_ai.usage.input_tokens"), sum("gen_ai.usage.output_tokens")), mock.served_tokens());
+    // ... and the per-tool shares plus the text reply add up to the tokens out.
+    let shares: u64 = spans.iter().filter_map(|v| a(v, "jail_agent.tool.tokens_out").as_i64()).map(|n| n as u64).sum();
+    assert_eq!(shares + 40, mock.served_tokens().1, "tool shares + the final text reply's 40");
+    // The jail's facts are on the run_python_file spans.
+    let runs: Vec<&Value> = spans.iter().filter(|v| a(v, "gen_ai.tool.name") == "run_python_file").collect();
+    let statuses: Vec<String> = runs.iter().map(|v| a(v, "jail.status").as_str().unwrap().to_string()).collect();
+    assert_eq!(statuses, ["nonzero_exit", "ok", "ok"]);
+    assert!(runs.iter().all(|v| a(v, "jail.usage.wall_ms").as_f64().is_some() && a(v, "jail.denials").is_array()));
+    assert_eq!(runs[0]["status"], 2, "a failed step is an error span");
+    // Prompts and completions are there (no --no-trace-content).
+    assert!(a(chats[0], "gen_ai.input.messages").as_str().unwrap().contains("You are the orchestrator"));
+    assert!(a(chats[0], "gen_ai.output.messages").as_str().unwrap().contains("create_todo_list"));
+
+    // The tree, for the eye: `cargo test ... -- --nocapture`.
+    fn show(id: &str, depth: usize, spans: &[Value], out: &mut String) {
+        for v in spans.iter().filter(|v| v["parent"].as_str() == Some(id)) {
+            let at = &v["attributes"];
+            let mut facts = Vec::new();
+            for k in [
+                "gen_ai.usage.input_tokens",
+                "gen_ai.usage.output_tokens",
+                "jail_agent.agent.input_tokens",
+                "jail_agent.agent.output_tokens",
+                "gen_ai.tool.call.id",
+                "jail_agent.tool.tokens_out",
+                "jail.status",
+                "jail.artifacts",
+            ] {
+                if !at[k].is_null() {
+                    facts.push(format!("{k}={}", at[k]));
+                }
+            }
+            out.push_str(&format!("{}{} [{}]\n", "  ".repeat(depth), v["name"].as_str().unwrap(), facts.join(" ")));
+            show(v["span_id"].as_str().unwrap(), depth + 1, spans, out);
+        }
+    }
+    let mut tree = String::new();
+    show("", 0, &spans, &mut tree);
+    eprintln!("{tree}");
+}
+
+#[test]
+fn with_no_trace_content_the_trace_keeps_no_prompt_completion_or_tool_text() {
+    let secret = "pin-4242-in-the-task";
+    let trace_of = |extra: &[&str]| {
+        let f = fixture();
+        let mock = MockLlm::start(one_file_turns());
+        let out = Command::new(agent_bin())
+            .args(["run", "--quiet", "--task", secret])
+            .args(extra)
+            .arg("--input")
+            .arg(&f.input)
+            .arg("--session-dir")
+            .arg(&f.sessions)
+            .arg("--jail")
+            .arg(jail_bin())
+            .arg("--rootfs")
+            .arg(rootfs())
+            .env("LLM_BASE_URL", &mock.base_url)
+            .env("LLM_MODEL", "scripted")
+            .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        std::fs::read_to_string(session_from(&stderr).join("trace.jsonl")).unwrap()
+    };
+    let text = trace_of(&["--no-trace-content"]);
+    assert!(!text.contains(secret) && !text.contains("input_messages") && !text.contains("\"arguments\""), "{text}");
+    assert!(text.contains("\"tokens_out\""), "the accounting stays");
+    // With content (the default), the same run keeps the prompt and the tool text.
+    let text = trace_of(&[]);
+    assert!(text.contains(secret) && text.contains("input_messages") && text.contains("\"arguments\""), "{text}");
 }

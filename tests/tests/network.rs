@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use jail::result::Connection;
-use jail_tests::{data_rootfs, RunResult, Sandbox, Status};
+use jail_tests::{data_rootfs, skip, RunResult, Sandbox, Status};
 
 /// A small HTTP/1.1 server on 127.0.0.1: answers every request with
 /// `hello <path> <body bytes>`, counting requests and body bytes received.
@@ -194,7 +194,7 @@ else:
         // The data rootfs ships requests (data.in); only the minimal one,
         // a copy of the host's standard library, may lack it.
         assert_ne!(sb.rootfs, data_rootfs(), "the data rootfs has no `requests`: rebuild it (make rootfs-data)");
-        eprintln!("SKIP (sub-case): no data rootfs built and {} has no `requests`; urllib is covered above", sb.rootfs.display());
+        skip(&format!("no data rootfs at {} (build it: make rootfs-data) and {} has no `requests`; urllib is covered above", data_rootfs().display(), sb.rootfs.display()));
         return;
     }
     assert_eq!(v["requests"], "hello /req 0");
@@ -473,4 +473,47 @@ fn a_malformed_resolver_override_is_refused_before_anything_starts() {
     assert_eq!(r.status, Status::SetupFailed);
     assert_eq!(out.status.code(), Some(125));
     assert!(r.setup_error.unwrap().message.contains("JAIL_TEST_RESOLVE"));
+}
+
+/// Past the seccomp answer cap (10,000 calls the supervisor answered), a
+/// script must not be able to switch the jail's accounting off nor lose its
+/// TCP sockets: refusals keep their errno, TCP sockets still go through,
+/// and the result says the itemised count stopped.
+#[test]
+fn past_the_answer_cap_tcp_still_works_and_the_result_says_counting_stopped() {
+    let server = TestServer::start();
+    let p = server.port;
+    let (sb, env) = allowlist(serde_json::json!({"mode": "allowlist", "hosts": ["api.test"], "ports": [p]}), "api.test=127.0.0.1");
+    let n = jail::seccomp::MAX_ANSWERED + 20;
+    let src = format!(
+        r#"
+import ctypes, errno, json, socket, urllib.request
+libc = ctypes.CDLL(None, use_errno=True)
+errs = set()
+for _ in range({n}):
+    # A UDP socket: refused by the supervisor, counted.
+    if libc.socket(socket.AF_INET, socket.SOCK_DGRAM, 0) < 0:
+        errs.add(errno.errorcode[ctypes.get_errno()])
+try:
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.close()
+    tcp = "ok"
+except OSError as e:
+    tcp = errno.errorcode[e.errno]
+body = urllib.request.urlopen("http://api.test:{p}/after-cap", timeout=10).read().decode()
+print(json.dumps({{"errnos": sorted(errs), "tcp": tcp, "body": body}}))
+"#
+    );
+    let r = run_with(&sb, &env, &src);
+    let v = stdout_json(&r);
+    assert_eq!(v["errnos"], serde_json::json!(["EPERM"]), "the same refusal before and after the cap: {v}");
+    assert_eq!(v["tcp"], "ok", "{v}");
+    assert_eq!(v["body"], "hello /after-cap 0");
+    let s = &r.isolation.seccomp;
+    assert!(s.denials_truncated, "{s:?}");
+    // 20 UDP sockets past the cap, and the TCP sockets after them.
+    assert!(s.calls_past_cap >= 22, "{s:?}");
+    assert!(s.detail.as_deref().unwrap_or("").contains("calls_past_cap"), "{s:?}");
+    let udp = r.denials.iter().find(|d| d.what == "socket").unwrap();
+    assert_eq!(udp.count, jail::seccomp::MAX_ANSWERED, "itemised up to the cap");
 }

@@ -7,29 +7,33 @@
 //! needs more than the first chunk keep a bounded prefix in memory
 //! ([`KEEP_BYTES`]). Zip-based Office files are then read by `ooxml` within
 //! its own caps.
+//!
+//! Time: every scanner stops at the file's [`Deadline`] (checked per chunk
+//! here, and inside the JSON, SVG and Office readers); the file is then
+//! flagged `incomplete_scan`, and only the sha256 still reads to the end.
 
-use std::fs::File;
-use std::io::{self, Read};
+use std::io::{self, Read, Seek};
 
 use crate::digest::Hasher;
 use crate::result::{ContentFlag, FlagKind, Summary};
 
+use super::budget::{incomplete, Deadline};
 use super::csv::{CsvScan, Emit};
+use super::image::{self, SvgCut};
+use super::json::{self, Outcome};
 use super::markup::MarkupScan;
 use super::ooxml;
 
 const CHUNK: usize = 64 << 10;
 /// Bytes kept in memory for JSON, SVG and JPEG summaries.
-pub(super) const KEEP_BYTES: usize = 4 << 20;
+pub const KEEP_BYTES: usize = 4 << 20;
 const FIRST_LINES: usize = 5;
 const LINE_CHARS: usize = 160;
-const JSON_KEYS: usize = 50;
-const KEY_CHARS: usize = 64;
 /// Lines looked at to tell CSV/TSV from other text.
 const SNIFF_LINES: usize = 20;
 
 /// What [`inspect`] found.
-pub(super) struct Inspection {
+pub struct Inspection {
     pub sha256: String,
     pub bytes: u64,
     pub media_type: String,
@@ -102,8 +106,9 @@ fn promised(ext: &str) -> Option<&'static [&'static str]> {
 }
 
 /// Read `file` (already checked to be a regular file of `size` bytes) once,
-/// and describe it. `ext` is the lowercased extension.
-pub(super) fn inspect(file: &mut File, size: u64, ext: &str) -> io::Result<Inspection> {
+/// and describe it, scanning until `deadline`. `ext` is the lowercased
+/// extension.
+pub fn inspect<R: Read + Seek>(file: &mut R, size: u64, ext: &str, deadline: Deadline) -> io::Result<Inspection> {
     let mut hasher = Hasher::new();
     let mut head = Vec::with_capacity(CHUNK.min(size as usize));
     (&mut *file).take(CHUNK.min(size as usize) as u64).read_to_end(&mut head)?;
@@ -117,8 +122,7 @@ pub(super) fn inspect(file: &mut File, size: u64, ext: &str) -> io::Result<Inspe
     };
     let mut csv = csv_delim.map(|d| CsvScan::new(d, Emit::Nothing));
     // Browsers open .html/.svg by name too.
-    let markup = matches!(family, Family::Html | Family::Svg | Family::Xml)
-        || matches!(ext, "html" | "htm" | "xhtml" | "svg");
+    let markup = matches!(family, Family::Html | Family::Svg | Family::Xml) || matches!(ext, "html" | "htm" | "xhtml" | "svg");
     let mut markup = markup.then(MarkupScan::new);
     let keep_limit = match family {
         Family::Json | Family::Svg | Family::Jpeg => KEEP_BYTES,
@@ -130,12 +134,24 @@ pub(super) fn inspect(file: &mut File, size: u64, ext: &str) -> io::Result<Inspe
     let mut total = 0u64;
     let mut chunk = head.clone();
     let mut buf = vec![0u8; CHUNK];
+    // Set once the deadline passes: from then on only the hash reads on.
+    let mut stopped = false;
     loop {
         if chunk.is_empty() {
             break;
         }
         total += chunk.len() as u64;
         hasher.update(&chunk);
+        if !stopped && deadline.passed() {
+            stopped = true;
+        }
+        if stopped {
+            let want = (size - total).min(CHUNK as u64) as usize;
+            let n = if want == 0 { 0 } else { read_some(file, &mut buf[..want])? };
+            chunk.clear();
+            chunk.extend_from_slice(&buf[..n]);
+            continue;
+        }
         if let Some(c) = &mut csv {
             c.feed(&chunk);
         }
@@ -162,20 +178,48 @@ pub(super) fn inspect(file: &mut File, size: u64, ext: &str) -> io::Result<Inspe
     let mut media_type = family.media_type().to_string();
     let mut flags = Vec::new();
     let mut summary = None;
+    if stopped {
+        flags.push(incomplete(deadline.reason("the content scan")));
+    }
     match family {
-        Family::Png => summary = png_size(&head),
-        Family::Gif => summary = gif_size(&head),
-        Family::Jpeg => summary = jpeg_size(&kept),
-        Family::Svg => summary = Some(svg_size(&kept)),
-        Family::Json => match json_summary(&kept, size) {
-            Some(s) => summary = Some(s),
-            None => {
+        Family::Png => summary = image::png_size(&head),
+        Family::Gif => summary = image::gif_size(&head),
+        Family::Jpeg => summary = image::jpeg_size(&kept),
+        Family::Svg => {
+            let (s, cut) = image::svg_size(&kept, deadline);
+            summary = Some(s);
+            match cut {
+                Some(SvgCut::Depth) => flags.push(incomplete(format!(
+                    "the SVG nests deeper than {} levels before its root element",
+                    super::budget::MAX_XML_DEPTH
+                ))),
+                Some(SvgCut::Time) if !stopped => flags.push(incomplete(deadline.reason("reading the SVG"))),
+                _ => {}
+            }
+        }
+        // The scan stopped before the prefix was kept: say what it promises.
+        Family::Json if stopped => summary = json::promised(&kept),
+        Family::Json if size as usize > kept.len() => {
+            // Too large to parse here: say what its first byte promises.
+            summary = json::promised(&kept);
+            flags.push(incomplete(format!("the JSON is larger than the {} MiB the jail parses", KEEP_BYTES >> 20)));
+        }
+        Family::Json => match json::summarise(&kept, deadline) {
+            Outcome::Summary(s) => summary = Some(s),
+            Outcome::Stopped(s) => {
+                summary = Some(s);
+                if !stopped {
+                    flags.push(incomplete(deadline.reason("parsing the JSON")));
+                }
+            }
+            Outcome::NotJson => {
                 media_type = Family::Text.media_type().into();
                 summary = Some(text_summary(&head, lines));
             }
         },
+        Family::Zip if stopped => {}
         Family::Zip => {
-            let office = ooxml::inspect(file, size);
+            let office = ooxml::inspect(file, size, deadline);
             media_type = office.media_type.into();
             summary = office.summary;
             flags.extend(office.flags);
@@ -226,7 +270,7 @@ pub(super) fn inspect(file: &mut File, size: u64, ext: &str) -> io::Result<Inspe
     Ok(Inspection { sha256: hasher.finish_hex(), bytes: total, media_type, flags, summary, csv_delimiter: csv_delim })
 }
 
-fn read_some(file: &mut File, buf: &mut [u8]) -> io::Result<usize> {
+fn read_some<R: Read>(file: &mut R, buf: &mut [u8]) -> io::Result<usize> {
     loop {
         match file.read(buf) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -333,119 +377,6 @@ fn delimiter(text: &[u8], complete: bool) -> Option<u8> {
     None
 }
 
-fn png_size(head: &[u8]) -> Option<Summary> {
-    // Signature (8), IHDR length and type (8), then width and height.
-    if head.len() < 24 || &head[12..16] != b"IHDR" {
-        return None;
-    }
-    let be = |i: usize| u32::from_be_bytes([head[i], head[i + 1], head[i + 2], head[i + 3]]);
-    Some(Summary::Image { width: be(16), height: be(20) })
-}
-
-fn gif_size(head: &[u8]) -> Option<Summary> {
-    if head.len() < 10 {
-        return None;
-    }
-    let le = |i: usize| u16::from_le_bytes([head[i], head[i + 1]]) as u32;
-    Some(Summary::Image { width: le(6), height: le(8) })
-}
-
-/// Walk the JPEG segments to the first start-of-frame marker.
-fn jpeg_size(data: &[u8]) -> Option<Summary> {
-    let mut i = 2;
-    while i + 4 <= data.len() {
-        if data[i] != 0xff {
-            return None;
-        }
-        let marker = data[i + 1];
-        if marker == 0xff {
-            i += 1;
-            continue;
-        }
-        if matches!(marker, 0xd8 | 0x01 | 0xd0..=0xd7) {
-            i += 2;
-            continue;
-        }
-        let len = u16::from_be_bytes([data[i + 2], data[i + 3]]) as usize;
-        let sof = matches!(marker, 0xc0..=0xcf) && !matches!(marker, 0xc4 | 0xc8 | 0xcc);
-        if sof {
-            if i + 9 > data.len() {
-                return None;
-            }
-            let height = u16::from_be_bytes([data[i + 5], data[i + 6]]) as u32;
-            let width = u16::from_be_bytes([data[i + 7], data[i + 8]]) as u32;
-            return Some(Summary::Image { width, height });
-        }
-        if len < 2 {
-            return None;
-        }
-        i += 2 + len;
-    }
-    None
-}
-
-/// The root `<svg>` element's size: width/height when unitless or in px,
-/// else its viewBox.
-fn svg_size(data: &[u8]) -> Summary {
-    use quick_xml::events::Event;
-    let mut reader = quick_xml::Reader::from_reader(data);
-    let mut buf = Vec::new();
-    loop {
-        buf.clear();
-        match reader.read_event_into(&mut buf) {
-            Ok(Event::Start(e)) | Ok(Event::Empty(e)) => {
-                let name = e.name();
-                let local = name.as_ref().rsplit(':').next().unwrap_or("");
-                if local != "svg" {
-                    continue;
-                }
-                let get = |key: &str| {
-                    e.try_get_attribute(key).ok().flatten().and_then(|a| a.normalized_value(quick_xml::XmlVersion::Implicit1_0).ok().map(|v| v.into_owned()))
-                };
-                let px = |v: Option<String>| {
-                    v.and_then(|v| v.trim().trim_end_matches("px").trim().parse::<f64>().ok()).filter(|n| n.is_finite())
-                };
-                let mut width = px(get("width"));
-                let mut height = px(get("height"));
-                if let Some(vb) = get("viewBox") {
-                    let n: Vec<f64> = vb
-                        .split(|c: char| c == ',' || c.is_whitespace())
-                        .filter(|s| !s.is_empty())
-                        .filter_map(|s| s.parse().ok())
-                        .collect();
-                    if n.len() == 4 && n[2].is_finite() && n[3].is_finite() {
-                        width = width.or(Some(n[2]));
-                        height = height.or(Some(n[3]));
-                    }
-                }
-                return Summary::Svg { width, height };
-            }
-            Ok(Event::Eof) | Err(_) => return Summary::Svg { width: None, height: None },
-            Ok(_) => {}
-        }
-    }
-}
-
-/// `None` when the text is not JSON after all.
-fn json_summary(kept: &[u8], size: u64) -> Option<Summary> {
-    if size as usize > kept.len() {
-        // Too large to parse here: say what its first byte promises.
-        let first = kept.iter().find(|b| !b.is_ascii_whitespace() && **b != 0xef && **b != 0xbb && **b != 0xbf)?;
-        let top = if *first == b'{' { "object" } else { "array" };
-        return Some(Summary::Json { top_level: top.into(), length: None, keys: vec![], partial: true });
-    }
-    let text = kept.strip_prefix(b"\xef\xbb\xbf").unwrap_or(kept);
-    let value: serde_json::Value = serde_json::from_slice(text).ok()?;
-    let (top, length, keys) = match &value {
-        serde_json::Value::Object(m) => {
-            ("object", Some(m.len() as u64), m.keys().take(JSON_KEYS).map(|k| super::printable(k, KEY_CHARS)).collect())
-        }
-        serde_json::Value::Array(a) => ("array", Some(a.len() as u64), vec![]),
-        _ => return None,
-    };
-    Some(Summary::Json { top_level: top.into(), length, keys, partial: false })
-}
-
 fn text_summary(head: &[u8], lines: u64) -> Summary {
     let text = String::from_utf8_lossy(head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head));
     let first_lines = text.lines().take(FIRST_LINES).map(|l| super::printable(l, LINE_CHARS)).collect();
@@ -480,30 +411,5 @@ mod tests {
         let s = "caf\u{e9}".as_bytes();
         assert!(looks_like_text(&s[..s.len() - 1]));
         assert!(!looks_like_text(b"\xff\xfe"));
-    }
-
-    #[test]
-    fn image_sizes_come_from_their_headers() {
-        let mut png = b"\x89PNG\r\n\x1a\n\x00\x00\x00\x0dIHDR".to_vec();
-        png.extend_from_slice(&640u32.to_be_bytes());
-        png.extend_from_slice(&480u32.to_be_bytes());
-        assert_eq!(png_size(&png), Some(Summary::Image { width: 640, height: 480 }));
-        let gif = b"GIF89a\x0a\x00\x05\x00";
-        assert_eq!(gif_size(gif), Some(Summary::Image { width: 10, height: 5 }));
-        // SOI, an APP0 segment of 16 bytes, then SOF0 with height 2, width 3.
-        let mut jpg = vec![0xff, 0xd8, 0xff, 0xe0, 0x00, 0x10];
-        jpg.extend_from_slice(&[0; 14]);
-        jpg.extend_from_slice(&[0xff, 0xc0, 0x00, 0x11, 0x08, 0x00, 0x02, 0x00, 0x03]);
-        assert_eq!(jpeg_size(&jpg), Some(Summary::Image { width: 3, height: 2 }));
-        assert_eq!(svg_size(b"<svg width=\"40px\" height=\"30\"/>"), Summary::Svg { width: Some(40.0), height: Some(30.0) });
-        assert_eq!(svg_size(b"<svg viewBox=\"0 0 8 6\"/>"), Summary::Svg { width: Some(8.0), height: Some(6.0) });
-    }
-
-    #[test]
-    fn json_summary_lists_top_level_keys() {
-        let text = br#"{"b": 1, "a": [1, 2]}"#;
-        let s = json_summary(text, text.len() as u64).unwrap();
-        assert_eq!(s, Summary::Json { top_level: "object".into(), length: Some(2), keys: vec!["a".into(), "b".into()], partial: false });
-        assert_eq!(json_summary(b"{not json", 9), None);
     }
 }

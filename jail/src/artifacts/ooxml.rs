@@ -2,30 +2,38 @@
 //! `[Content_Types].xml` (or, failing that, their part names), summarise
 //! slides and sheets, and flag formulas in XLSX cells and VBA projects.
 //!
-//! Everything here is bounded before it is read: the central directory is
-//! sized from the end record first (zip64 and oversized directories are not
-//! opened), every XML part is read through a byte cap, and all parts of one
-//! file share one decompression budget, so a zip bomb costs at most that.
-//! quick-xml expands no custom entities, so entity bombs are inert.
+//! Everything here is bounded before it is read: the zip directory is
+//! checked by `zipdir` before the zip crate sees the file (one end record,
+//! at most 10000 entries and 4 MiB of directory); every XML part is read
+//! through a byte cap and all parts of one file share one decompression
+//! budget, so a zip bomb costs at most that; the XML reader follows at most
+//! [`MAX_XML_DEPTH`] levels and [`MAX_XML_ATTRIBUTES`] attributes per
+//! element; every list built from a part has a cap; and the file's
+//! [`Deadline`] is checked between parts and every 256 XML events. Past
+//! any of these the file is flagged `incomplete_scan`. quick-xml expands no
+//! custom entities, so entity bombs are inert.
 
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashSet};
-use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
 use quick_xml::events::Event;
 use quick_xml::Reader;
 
+use super::budget::{incomplete, Deadline, Ticker, MAX_XML_ATTRIBUTES, MAX_XML_DEPTH};
+use super::zipdir;
 use crate::result::{ContentFlag, FlagKind, SheetSummary, Summary};
 
-/// Entries and central directory bytes an archive may have to be opened.
-const MAX_ENTRIES: u64 = 10_000;
-const MAX_CENTRAL_DIR_BYTES: u64 = 4 << 20;
 /// Decompressed bytes read from one part, and from all parts of one file.
 const PART_BYTES: u64 = 8 << 20;
 const FILE_BYTES: u64 = 32 << 20;
 const MAX_SHEETS: usize = 64;
 const MAX_SLIDES: usize = 100;
+/// Content-type overrides, relationships of one part, and flagged shared
+/// strings remembered; past these the file is flagged `incomplete_scan`.
+const MAX_OVERRIDES: usize = 1_000;
+const MAX_RELATIONSHIPS: usize = 10_000;
+const MAX_FLAGGED_SHARED: usize = 100_000;
 const TITLE_CHARS: usize = 120;
 const EXAMPLES: usize = 5;
 
@@ -45,11 +53,20 @@ enum Kind {
     Docx,
 }
 
-/// Inspect a file whose content starts like a zip archive.
-pub(super) fn inspect(file: &mut File, size: u64) -> Office {
+/// Why the archive was read only in part.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Cut {
+    Bytes,
+    Depth,
+    Lists,
+    Time,
+}
+
+/// Inspect a `size`-byte file whose content starts like a zip archive.
+pub(super) fn inspect<R: Read + Seek>(file: &mut R, size: u64, deadline: Deadline) -> Office {
     let mut office = Office { media_type: ZIP, summary: None, flags: Vec::new() };
-    if let Err(why) = central_directory_fits(file, size) {
-        office.flags.push(incomplete(why));
+    if let Err(why) = zipdir::check(file, size) {
+        office.flags.push(incomplete(format!("{why}: not inspected")));
         return office;
     }
     if file.seek(SeekFrom::Start(0)).is_err() {
@@ -58,14 +75,17 @@ pub(super) fn inspect(file: &mut File, size: u64) -> Office {
     let Ok(zip) = zip::ZipArchive::new(&mut *file) else {
         return office;
     };
-    let mut parts = Parts { zip, budget: FILE_BYTES, partial: false };
+    let mut parts = Parts { zip, budget: FILE_BYTES, ticker: Ticker::new(deadline), cut: None };
     let names: Vec<String> = parts.zip.file_names().filter_map(Result::ok).map(|n| n.into_owned()).collect();
     let macros = names.iter().filter(|n| n.to_ascii_lowercase().ends_with("vbaproject.bin")).count() as u64;
     let (kind, main_part, macro_enabled) = match content_types(&mut parts) {
         Some(found) => found,
         None => match by_part_names(&names) {
             Some((kind, main)) => (kind, main, false),
-            None => return office,
+            None => {
+                office.flags.extend(parts.incomplete(&deadline));
+                return office;
+            }
         },
     };
     office.media_type = media_type(kind, macro_enabled || macros > 0);
@@ -74,7 +94,12 @@ pub(super) fn inspect(file: &mut File, size: u64) -> Office {
             kind: FlagKind::Macros,
             count: macros,
             detail: "the document carries a VBA project (macros)".into(),
-            locations: names.iter().filter(|n| n.to_ascii_lowercase().ends_with("vbaproject.bin")).take(EXAMPLES).cloned().collect(),
+            locations: names
+                .iter()
+                .filter(|n| n.to_ascii_lowercase().ends_with("vbaproject.bin"))
+                .take(EXAMPLES)
+                .cloned()
+                .collect(),
         });
     }
     match kind {
@@ -86,18 +111,8 @@ pub(super) fn inspect(file: &mut File, size: u64) -> Office {
         Kind::Pptx => office.summary = Some(presentation(&mut parts, &main_part, &names)),
         Kind::Docx => {}
     }
-    if parts.partial {
-        office.flags.push(incomplete(format!(
-            "the archive's XML is larger than the jail reads ({} MiB per part, {} MiB per file)",
-            PART_BYTES >> 20,
-            FILE_BYTES >> 20
-        )));
-    }
+    office.flags.extend(parts.incomplete(&deadline));
     office
-}
-
-fn incomplete(why: String) -> ContentFlag {
-    ContentFlag { kind: FlagKind::IncompleteScan, count: 1, detail: why, locations: vec![] }
 }
 
 fn media_type(kind: Kind, macros: bool) -> &'static str {
@@ -111,63 +126,73 @@ fn media_type(kind: Kind, macros: bool) -> &'static str {
     }
 }
 
-/// Read the end-of-central-directory record ourselves, so that an archive
-/// claiming millions of entries is never handed to the zip reader (which
-/// keeps one record per entry in memory).
-fn central_directory_fits(file: &mut File, size: u64) -> Result<(), String> {
-    const EOCD: &[u8] = b"PK\x05\x06";
-    let tail_len = size.min(22 + 65_535);
-    file.seek(SeekFrom::Start(size - tail_len)).map_err(|e| format!("cannot read the zip directory: {e}"))?;
-    let mut tail = Vec::with_capacity(tail_len as usize);
-    (&mut *file).take(tail_len).read_to_end(&mut tail).map_err(|e| format!("cannot read the zip directory: {e}"))?;
-    let at = (0..tail.len().saturating_sub(21))
-        .rev()
-        .find(|&i| tail[i..].starts_with(EOCD))
-        .ok_or_else(|| "no zip end record: not inspected".to_string())?;
-    let u16_at = |i: usize| u16::from_le_bytes([tail[i], tail[i + 1]]) as u64;
-    let u32_at = |i: usize| u32::from_le_bytes([tail[i], tail[i + 1], tail[i + 2], tail[i + 3]]) as u64;
-    let (entries, dir_bytes) = (u16_at(at + 10), u32_at(at + 12));
-    let zip64_locator = at >= 20 && tail[at - 20..].starts_with(b"PK\x06\x07");
-    if entries == 0xFFFF || dir_bytes == 0xFFFF_FFFF || zip64_locator {
-        return Err("a zip64 archive: not inspected".into());
-    }
-    if entries > MAX_ENTRIES || dir_bytes > MAX_CENTRAL_DIR_BYTES {
-        return Err(format!("the zip directory is too large to inspect ({entries} entries, {dir_bytes} bytes)"));
-    }
-    Ok(())
-}
-
-/// A part is read whole (within its cap) and parsed from memory.
-type XmlReader<'a> = Reader<&'a [u8]>;
-
 /// The archive and what may still be read from it.
-struct Parts<'f> {
-    zip: zip::ZipArchive<&'f mut File>,
+struct Parts<'f, R> {
+    zip: zip::ZipArchive<&'f mut R>,
     budget: u64,
-    partial: bool,
+    ticker: Ticker,
+    /// The first reason a part was read short, if any.
+    cut: Option<Cut>,
 }
 
-impl Parts<'_> {
+impl<R: Read + Seek> Parts<'_, R> {
+    fn cut(&mut self, why: Cut) {
+        self.cut.get_or_insert(why);
+    }
+
     /// Run `f` over one XML part, read through the per-part cap and the
     /// file's remaining budget. `None` when the part is missing or unreadable.
-    fn xml<T>(&mut self, name: &str, f: impl FnOnce(&mut XmlReader<'_>) -> T) -> Option<T> {
+    fn xml<T>(&mut self, name: &str, f: impl FnOnce(&mut Xml<'_>) -> T) -> Option<T> {
         if self.budget == 0 {
-            self.partial = true;
+            self.cut(Cut::Bytes);
+            return None;
+        }
+        if self.ticker.stopped() {
             return None;
         }
         let cap = PART_BYTES.min(self.budget);
         let entry = self.zip.by_name(name).ok()?;
-        let mut bytes = Vec::new();
+        // The claimed size only sizes the buffer, never past the cap.
+        let mut bytes = Vec::with_capacity(entry.size().min(cap) as usize + 1);
         // One byte past the cap tells a part that fits from one that does not.
         entry.take(cap + 1).read_to_end(&mut bytes).ok()?;
         if bytes.len() as u64 > cap {
             bytes.truncate(cap as usize);
-            self.partial = true;
+            self.cut(Cut::Bytes);
         }
         self.budget -= bytes.len() as u64;
-        let mut reader = Reader::from_reader(bytes.as_slice());
-        Some(f(&mut reader))
+        let mut xml =
+            Xml { reader: Reader::from_reader(bytes.as_slice()), buf: Vec::new(), depth: 0, ticker: &mut self.ticker, cut: None };
+        let out = f(&mut xml);
+        if let Some(why) = xml.cut {
+            self.cut(why);
+        }
+        Some(out)
     }
+
+    /// The `incomplete_scan` flag, when anything was cut.
+    fn incomplete(&self, deadline: &Deadline) -> Option<ContentFlag> {
+        let detail = match self.cut? {
+            Cut::Bytes => format!(
+                "the archive's XML is larger than the jail reads ({} MiB per part, {} MiB per file)",
+                PART_BYTES >> 20,
+                FILE_BYTES >> 20
+            ),
+            Cut::Depth => format!("the archive's XML nests deeper than the {MAX_XML_DEPTH} levels the jail follows"),
+            Cut::Lists => "the archive's XML lists more parts, relationships or strings than the jail keeps".into(),
+            Cut::Time => deadline.reason("reading the archive"),
+        };
+        Some(incomplete(detail))
+    }
+}
+
+/// One part's XML reader, with the depth, time and list caps of the file.
+struct Xml<'a> {
+    reader: Reader<&'a [u8]>,
+    buf: Vec<u8>,
+    depth: usize,
+    ticker: &'a mut Ticker,
+    cut: Option<Cut>,
 }
 
 /// One XML event, reduced to what the parsers below need.
@@ -179,40 +204,68 @@ enum Ev {
     Text(String),
 }
 
-/// Read the next event; `None` at the end of the part or on any error (a
-/// malformed part simply ends the summary there).
-fn next(reader: &mut XmlReader<'_>, buf: &mut Vec<u8>) -> Option<Ev> {
-    loop {
-        buf.clear();
-        let ev = match reader.read_event_into(buf).ok()? {
-            Event::Eof => return None,
-            Event::Start(e) => {
-                let name = local(e.name().as_ref());
-                let attrs = attributes_of_interest(&name, &e);
-                Ev::Start(name, attrs)
+impl Xml<'_> {
+    fn cut(&mut self, why: Cut) {
+        self.cut.get_or_insert(why);
+    }
+
+    /// Push to a capped list; past the cap the part counts as cut.
+    fn push_capped<T>(&mut self, list: &mut Vec<T>, cap: usize, item: T) {
+        if list.len() < cap {
+            list.push(item);
+        } else {
+            self.cut(Cut::Lists);
+        }
+    }
+
+    /// Read the next event; `None` at the end of the part, on any error (a
+    /// malformed part simply ends the summary there), or past the depth or
+    /// time budget.
+    fn next(&mut self) -> Option<Ev> {
+        loop {
+            if self.ticker.tick() {
+                self.cut(Cut::Time);
+                return None;
             }
-            Event::Empty(e) => {
-                let name = local(e.name().as_ref());
-                let attrs = attributes_of_interest(&name, &e);
-                Ev::Empty(name, attrs)
-            }
-            Event::End(e) => Ev::End(local(e.name().as_ref())),
-            Event::Text(t) => Ev::Text(t.xml10_content().into_owned()),
-            Event::CData(t) => Ev::Text(t.xml10_content().into_owned()),
-            Event::GeneralRef(r) => {
-                let name = r.xml10_content();
-                let text: Cow<str> = match r.resolve_char_ref() {
-                    Ok(Some(c)) => Cow::Owned(c.to_string()),
-                    _ => match quick_xml::escape::resolve_predefined_entity(&name) {
-                        Some(s) => Cow::Borrowed(s),
-                        None => continue,
-                    },
-                };
-                Ev::Text(text.into_owned())
-            }
-            _ => continue,
-        };
-        return Some(ev);
+            self.buf.clear();
+            let ev = match self.reader.read_event_into(&mut self.buf).ok()? {
+                Event::Eof => return None,
+                Event::Start(e) => {
+                    self.depth += 1;
+                    if self.depth > MAX_XML_DEPTH {
+                        self.cut(Cut::Depth);
+                        return None;
+                    }
+                    let name = local(e.name().as_ref());
+                    let attrs = attributes_of_interest(&name, &e);
+                    Ev::Start(name, attrs)
+                }
+                Event::Empty(e) => {
+                    let name = local(e.name().as_ref());
+                    let attrs = attributes_of_interest(&name, &e);
+                    Ev::Empty(name, attrs)
+                }
+                Event::End(e) => {
+                    self.depth = self.depth.saturating_sub(1);
+                    Ev::End(local(e.name().as_ref()))
+                }
+                Event::Text(t) => Ev::Text(t.xml10_content().into_owned()),
+                Event::CData(t) => Ev::Text(t.xml10_content().into_owned()),
+                Event::GeneralRef(r) => {
+                    let name = r.xml10_content();
+                    let text: Cow<str> = match r.resolve_char_ref() {
+                        Ok(Some(c)) => Cow::Owned(c.to_string()),
+                        _ => match quick_xml::escape::resolve_predefined_entity(&name) {
+                            Some(s) => Cow::Borrowed(s),
+                            None => continue,
+                        },
+                    };
+                    Ev::Text(text.into_owned())
+                }
+                _ => continue,
+            };
+            return Some(ev);
+        }
     }
 }
 
@@ -237,6 +290,7 @@ fn attributes_of_interest(name: &str, e: &quick_xml::events::BytesStart<'_>) -> 
 fn attributes(e: &quick_xml::events::BytesStart<'_>) -> Vec<(String, String)> {
     e.attributes()
         .with_checks(false)
+        .take(MAX_XML_ATTRIBUTES)
         .filter_map(Result::ok)
         .map(|a| {
             let key = a.key.as_ref().to_string();
@@ -252,23 +306,20 @@ fn attr<'a>(attrs: &'a [(String, String)], key: &str) -> Option<&'a str> {
 
 /// A namespaced attribute by local name (`r:id`, whatever the prefix).
 fn attr_local<'a>(attrs: &'a [(String, String)], local_name: &str) -> Option<&'a str> {
-    attrs
-        .iter()
-        .find(|(k, _)| k.contains(':') && k.rsplit(':').next() == Some(local_name))
-        .map(|(_, v)| v.as_str())
+    attrs.iter().find(|(k, _)| k.contains(':') && k.rsplit(':').next() == Some(local_name)).map(|(_, v)| v.as_str())
 }
 
 /// The document kind, its main part and whether it is macro-enabled, from
 /// `[Content_Types].xml`.
-fn content_types(parts: &mut Parts<'_>) -> Option<(Kind, String, bool)> {
+fn content_types<R: Read + Seek>(parts: &mut Parts<'_, R>) -> Option<(Kind, String, bool)> {
     let overrides = parts.xml("[Content_Types].xml", |r| {
-        let mut buf = Vec::new();
         let mut found = Vec::new();
-        while let Some(ev) = next(r, &mut buf) {
+        while let Some(ev) = r.next() {
             if let Ev::Empty(name, attrs) | Ev::Start(name, attrs) = ev {
                 if name == "Override" {
                     if let (Some(p), Some(t)) = (attr(&attrs, "PartName"), attr(&attrs, "ContentType")) {
-                        found.push((p.to_string(), t.to_string()));
+                        let item = (p.to_string(), t.to_string());
+                        r.push_capped(&mut found, MAX_OVERRIDES, item);
                     }
                 }
             }
@@ -303,11 +354,8 @@ fn content_types(parts: &mut Parts<'_>) -> Option<(Kind, String, bool)> {
 
 /// Without content types, the conventional part names.
 fn by_part_names(names: &[String]) -> Option<(Kind, String)> {
-    for (kind, main) in [
-        (Kind::Xlsx, "xl/workbook.xml"),
-        (Kind::Pptx, "ppt/presentation.xml"),
-        (Kind::Docx, "word/document.xml"),
-    ] {
+    for (kind, main) in [(Kind::Xlsx, "xl/workbook.xml"), (Kind::Pptx, "ppt/presentation.xml"), (Kind::Docx, "word/document.xml")]
+    {
         if names.iter().any(|n| n == main) {
             return Some((kind, main.to_string()));
         }
@@ -324,18 +372,21 @@ fn rels_of(part: &str) -> String {
 }
 
 /// Relationship id → (part name, type), targets resolved against `part`'s folder.
-fn relationships(parts: &mut Parts<'_>, part: &str) -> BTreeMap<String, (String, String)> {
+fn relationships<R: Read + Seek>(parts: &mut Parts<'_, R>, part: &str) -> BTreeMap<String, (String, String)> {
     let base = part.rsplit_once('/').map(|(d, _)| d).unwrap_or("");
     parts
         .xml(&rels_of(part), |r| {
-            let mut buf = Vec::new();
             let mut map = BTreeMap::new();
-            while let Some(ev) = next(r, &mut buf) {
+            while let Some(ev) = r.next() {
                 if let Ev::Empty(name, attrs) | Ev::Start(name, attrs) = ev {
                     if name != "Relationship" || attr(&attrs, "TargetMode") == Some("External") {
                         continue;
                     }
                     if let (Some(id), Some(target)) = (attr(&attrs, "Id"), attr(&attrs, "Target")) {
+                        if map.len() >= MAX_RELATIONSHIPS {
+                            r.cut(Cut::Lists);
+                            break;
+                        }
                         let ty = attr(&attrs, "Type").unwrap_or("").to_string();
                         map.insert(id.to_string(), (resolve(base, target), ty));
                     }
@@ -389,17 +440,20 @@ impl FormulaHits {
     }
 }
 
-fn spreadsheet(parts: &mut Parts<'_>, workbook: &str) -> (Summary, Option<ContentFlag>) {
+fn spreadsheet<R: Read + Seek>(parts: &mut Parts<'_, R>, workbook: &str) -> (Summary, Option<ContentFlag>) {
     let rels = relationships(parts, workbook);
     let sheets: Vec<(String, Option<String>)> = parts
         .xml(workbook, |r| {
-            let mut buf = Vec::new();
             let mut list = Vec::new();
-            while let Some(ev) = next(r, &mut buf) {
+            while let Some(ev) = r.next() {
                 if let Ev::Empty(name, attrs) | Ev::Start(name, attrs) = ev {
                     if name == "sheet" {
                         let sheet_name = attr(&attrs, "name").unwrap_or("").to_string();
                         let target = attr_local(&attrs, "id").and_then(|id| rels.get(id)).map(|(t, _)| t.clone());
+                        // One past the summarised sheets tells `partial`.
+                        if list.len() > MAX_SHEETS {
+                            break;
+                        }
                         list.push((sheet_name, target));
                     }
                 }
@@ -435,14 +489,13 @@ fn spreadsheet(parts: &mut Parts<'_>, workbook: &str) -> (Summary, Option<Conten
 }
 
 /// Indices of shared strings that would start a formula.
-fn shared_strings(parts: &mut Parts<'_>, part: &str) -> HashSet<u64> {
+fn shared_strings<R: Read + Seek>(parts: &mut Parts<'_, R>, part: &str) -> HashSet<u64> {
     parts
         .xml(part, |r| {
-            let mut buf = Vec::new();
             let mut flagged = HashSet::new();
             let (mut index, mut in_t, mut phonetic) = (0u64, false, false);
             let mut text = String::new();
-            while let Some(ev) = next(r, &mut buf) {
+            while let Some(ev) = r.next() {
                 match ev {
                     Ev::Start(n, _) if n == "si" => text.clear(),
                     Ev::Start(n, _) if n == "t" => in_t = true,
@@ -451,6 +504,10 @@ fn shared_strings(parts: &mut Parts<'_>, part: &str) -> HashSet<u64> {
                     Ev::End(n) if n == "rPh" => phonetic = false,
                     Ev::End(n) if n == "si" => {
                         if starts_formula(&text) {
+                            if flagged.len() >= MAX_FLAGGED_SHARED {
+                                r.cut(Cut::Lists);
+                                break;
+                            }
                             flagged.insert(index);
                         }
                         index += 1;
@@ -466,15 +523,14 @@ fn shared_strings(parts: &mut Parts<'_>, part: &str) -> HashSet<u64> {
 }
 
 /// One worksheet: its dimension and size, and its formula cells.
-fn sheet(r: &mut XmlReader<'_>, sheet_name: &str, flagged_shared: &HashSet<u64>, hits: &mut FormulaHits) -> (Option<String>, u64, u64) {
-    let mut buf = Vec::new();
+fn sheet(r: &mut Xml<'_>, sheet_name: &str, flagged_shared: &HashSet<u64>, hits: &mut FormulaHits) -> (Option<String>, u64, u64) {
     let mut dimension = None;
     let (mut max_row, mut max_col) = (0u64, 0u64);
     let mut cell = String::new();
     let mut cell_type = String::new();
     let (mut in_v, mut in_is_t, mut had_formula) = (false, false, false);
     let mut text = String::new();
-    while let Some(ev) = next(r, &mut buf) {
+    while let Some(ev) = r.next() {
         match ev {
             Ev::Empty(n, a) | Ev::Start(n, a) if n == "dimension" => {
                 dimension = attr(&a, "ref").map(|s| super::printable(s, 32));
@@ -498,7 +554,10 @@ fn sheet(r: &mut XmlReader<'_>, sheet_name: &str, flagged_shared: &HashSet<u64>,
             Ev::Start(n, _) if n == "t" => in_is_t = cell_type == "inlineStr",
             Ev::End(n) if n == "t" => in_is_t = false,
             Ev::Text(t)
-                if in_v && cell_type == "s" && !had_formula && t.trim().parse::<u64>().is_ok_and(|i| flagged_shared.contains(&i)) =>
+                if in_v
+                    && cell_type == "s"
+                    && !had_formula
+                    && t.trim().parse::<u64>().is_ok_and(|i| flagged_shared.contains(&i)) =>
             {
                 hits.add(false, format!("{sheet_name}!{}", super::printable(&cell, 16)));
             }
@@ -509,10 +568,7 @@ fn sheet(r: &mut XmlReader<'_>, sheet_name: &str, flagged_shared: &HashSet<u64>,
             _ => {}
         }
     }
-    let (rows, columns) = dimension
-        .as_deref()
-        .and_then(range_size)
-        .unwrap_or((max_row, max_col));
+    let (rows, columns) = dimension.as_deref().and_then(range_size).unwrap_or((max_row, max_col));
     (dimension, rows, columns)
 }
 
@@ -523,9 +579,7 @@ fn cell_position(r: &str) -> Option<(u64, u64)> {
     if letters.is_empty() || letters.len() > 3 {
         return None;
     }
-    let col = letters.bytes().try_fold(0u64, |acc, b| {
-        b.is_ascii_uppercase().then(|| acc * 26 + u64::from(b - b'A' + 1))
-    })?;
+    let col = letters.bytes().try_fold(0u64, |acc, b| b.is_ascii_uppercase().then(|| acc * 26 + u64::from(b - b'A' + 1)))?;
     let row = digits.parse().ok()?;
     Some((row, col))
 }
@@ -538,17 +592,17 @@ fn range_size(range: &str) -> Option<(u64, u64)> {
     Some((r2.abs_diff(r1) + 1, c2.abs_diff(c1) + 1))
 }
 
-fn presentation(parts: &mut Parts<'_>, main: &str, names: &[String]) -> Summary {
+fn presentation<R: Read + Seek>(parts: &mut Parts<'_, R>, main: &str, names: &[String]) -> Summary {
     let rels = relationships(parts, main);
     let mut slides: Vec<String> = parts
         .xml(main, |r| {
-            let mut buf = Vec::new();
             let mut ids = Vec::new();
-            while let Some(ev) = next(r, &mut buf) {
+            while let Some(ev) = r.next() {
                 if let Ev::Empty(n, a) | Ev::Start(n, a) = ev {
                     if n == "sldId" {
                         if let Some(id) = attr_local(&a, "id") {
-                            ids.push(id.to_string());
+                            let id = id.to_string();
+                            r.push_capped(&mut ids, MAX_RELATIONSHIPS, id);
                         }
                     }
                 }
@@ -579,11 +633,10 @@ fn presentation(parts: &mut Parts<'_>, main: &str, names: &[String]) -> Summary 
 }
 
 /// The text of the slide's title placeholder (`<p:ph type="title|ctrTitle">`).
-fn slide_title(r: &mut XmlReader<'_>) -> Option<String> {
-    let mut buf = Vec::new();
+fn slide_title(r: &mut Xml<'_>) -> Option<String> {
     let (mut in_shape, mut is_title, mut in_t) = (false, false, false);
     let mut text = String::new();
-    while let Some(ev) = next(r, &mut buf) {
+    while let Some(ev) = r.next() {
         match ev {
             Ev::Start(n, _) if n == "sp" => {
                 in_shape = true;
@@ -613,6 +666,88 @@ fn slide_title(r: &mut XmlReader<'_>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::{Cursor, Write};
+    use std::time::Instant;
+
+    const CT_MAIN: &str = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml";
+
+    /// An XLSX of one sheet (`sheet` is its whole XML), `extra` parts added or
+    /// replacing the default ones.
+    fn xlsx(sheet: &str, extra: &[(&str, String)]) -> Vec<u8> {
+        let types = format!("<Types><Override PartName=\"/xl/workbook.xml\" ContentType=\"{CT_MAIN}\"/></Types>");
+        let wb = "<workbook xmlns:r=\"r\"><sheets><sheet name=\"S\" sheetId=\"1\" r:id=\"rId1\"/></sheets></workbook>";
+        let rels =
+            "<Relationships><Relationship Id=\"rId1\" Type=\"t/worksheet\" Target=\"worksheets/sheet1.xml\"/></Relationships>";
+        let mut parts = vec![
+            ("[Content_Types].xml", types),
+            ("xl/workbook.xml", wb.to_string()),
+            ("xl/_rels/workbook.xml.rels", rels.to_string()),
+            ("xl/worksheets/sheet1.xml", sheet.to_string()),
+        ];
+        for (name, data) in extra {
+            parts.retain(|(n, _)| n != name);
+            parts.push((name, data.clone()));
+        }
+        let mut z = zip::ZipWriter::new(Cursor::new(Vec::new()));
+        for (name, data) in parts {
+            z.start_file(name, zip::write::SimpleFileOptions::default()).unwrap();
+            z.write_all(data.as_bytes()).unwrap();
+        }
+        z.finish().unwrap().into_inner()
+    }
+
+    fn run(f: &[u8], deadline: Deadline) -> Office {
+        inspect(&mut Cursor::new(f), f.len() as u64, deadline)
+    }
+
+    fn incomplete_detail(o: &Office) -> Option<&str> {
+        o.flags.iter().find(|f| f.kind == FlagKind::IncompleteScan).map(|f| f.detail.as_str())
+    }
+
+    #[test]
+    fn a_zip64_office_file_with_a_decoy_end_record_is_not_opened() {
+        // Issue 15's attack, scaled down: past the entry cap, so the old
+        // check of the last signature let the zip crate load it all.
+        let f = zipdir::tests::zip64_with_decoy(zipdir::MAX_ENTRIES * 2);
+        let started = Instant::now();
+        let o = run(&f, Deadline::from_now());
+        let detail = incomplete_detail(&o).unwrap_or_else(|| panic!("no incomplete_scan: {:?}", o.flags));
+        assert!(detail.contains("decoys"), "{detail}");
+        assert_eq!((o.media_type, o.summary.is_none()), (ZIP, true));
+        assert!(started.elapsed().as_millis() < 500, "{:?}", started.elapsed());
+    }
+
+    #[test]
+    fn a_plain_xlsx_is_summarised_without_an_incomplete_flag() {
+        let f = xlsx(
+            "<worksheet><dimension ref=\"A1:B2\"/><sheetData><row><c r=\"A1\"><f>1+1</f></c></row></sheetData></worksheet>",
+            &[],
+        );
+        let o = run(&f, Deadline::from_now());
+        assert_eq!(incomplete_detail(&o), None, "{:?}", o.flags);
+        let Some(Summary::Xlsx { sheets, .. }) = o.summary else { panic!("{:?}", o.summary) };
+        assert_eq!((sheets[0].rows, sheets[0].columns), (2, 2));
+        assert!(o.flags.iter().any(|f| f.kind == FlagKind::FormulaInjection));
+    }
+
+    #[test]
+    fn deep_nesting_long_lists_and_a_passed_deadline_cut_the_scan_and_say_why() {
+        let deep = format!("<worksheet>{}</worksheet>", "<x>".repeat(MAX_XML_DEPTH + 1));
+        let o = run(&xlsx(&deep, &[]), Deadline::from_now());
+        assert!(incomplete_detail(&o).is_some_and(|d| d.contains("deeper")), "{:?}", o.flags);
+
+        let rels: String = (0..MAX_RELATIONSHIPS + 1).map(|i| format!("<Relationship Id=\"x{i}\" Target=\"y\"/>")).collect();
+        let o = run(
+            &xlsx("<worksheet/>", &[("xl/_rels/workbook.xml.rels", format!("<Relationships>{rels}</Relationships>"))]),
+            Deadline::from_now(),
+        );
+        assert!(incomplete_detail(&o).is_some_and(|d| d.contains("lists more")), "{:?}", o.flags);
+
+        let rows = "<row><c r=\"A1\"><v>1</v></c></row>".repeat(1000);
+        let f = xlsx(&format!("<worksheet><sheetData>{rows}</sheetData></worksheet>"), &[]);
+        let o = run(&f, Deadline::at(Instant::now()));
+        assert!(incomplete_detail(&o).is_some_and(|d| d.contains("time budget")), "{:?}", o.flags);
+    }
 
     #[test]
     fn relationship_targets_resolve_against_the_part_folder() {

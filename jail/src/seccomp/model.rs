@@ -742,6 +742,35 @@ impl Model {
         Ok(())
     }
 
+    /// This policy with every form of the syscalls `names` refused: each
+    /// loses its place in the policy's rules and gets one unconditional rule,
+    /// ENOSYS and counted, or a kill where the policy already killed some
+    /// form of it (never weaker than the policy). Names this architecture
+    /// lacks are skipped.
+    pub fn with_refused(&self, names: &[&str], why: &str) -> Model {
+        let nrs: Vec<(String, i32)> = names.iter().filter_map(|n| resolve(n).map(|nr| (n.to_string(), nr))).collect();
+        let killed = |nr: i32| self.rules_for(nr).any(|(_, r)| r.action == Action::KillProcess);
+        let mut rules: Vec<Rule> = self
+            .rules
+            .iter()
+            .filter_map(|r| {
+                let syscalls: Vec<Syscall> = r.syscalls.iter().filter(|s| !nrs.iter().any(|(_, nr)| *nr == s.nr)).cloned().collect();
+                (!syscalls.is_empty()).then(|| Rule { syscalls, ..r.clone() })
+            })
+            .collect();
+        for (name, nr) in &nrs {
+            let action = if killed(*nr) { Action::KillProcess } else { Action::Errno { errno: libc::ENOSYS, report: Report::Counted } };
+            rules.push(Rule { syscalls: vec![Syscall { name: name.clone(), nr: *nr }], action, when: vec![], why: why.to_string() });
+        }
+        let mut by_nr: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
+        for (i, r) in rules.iter().enumerate() {
+            for s in &r.syscalls {
+                by_nr.entry(s.nr).or_default().push(i);
+            }
+        }
+        Model { default: self.default, default_why: self.default_why.clone(), rules, by_nr }
+    }
+
     /// The reference evaluator: what this policy does with one syscall.
     pub fn evaluate(&self, call: &SeccompData) -> Verdict {
         // On x86_64 every number from the x32 bit up is refused as foreign
