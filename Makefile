@@ -26,6 +26,7 @@ release: ## build the release binary target/release/jail
 include python-rootfs/rootfs.mk
 include agent/agent.mk
 include tests/vm/vm.mk
+include tests/compat/compat.mk
 include fuzz/fuzz.mk
 
 # The group every run started by root shares (identity.root_host_gid in

@@ -386,6 +386,12 @@ def build_kernel(root: Path, entry: Entry, source: KernelSource, package: str, v
         (deb,) = tmp.glob("*.deb")
         x = tmp / "x"
         run(["dpkg-deb", "-x", str(deb), str(x)])
+        # Trixie's packages ship merged /usr (usr/lib/modules); depmod and
+        # modprobe -d want BASE/lib/modules.
+        if not (x / "lib").exists() and (x / "usr/lib/modules").is_dir():
+            (x / "lib").symlink_to("usr/lib")
+        if not (x / "boot").exists() and (x / "usr/boot").is_dir():
+            (x / "boot").symlink_to("usr/boot")
         (release,) = [p.name for p in (x / "lib/modules").iterdir()]
         ird = tmp / "initramfs"
         (ird / "bin").mkdir(parents=True)
@@ -446,6 +452,18 @@ def build_payload(share_dir: Path, tests: list[TestLine], rootfs: Path) -> Path:
     if unknown:
         raise VmError(f"tests/vm/tests.txt names {', '.join(unknown)}, which jail-tests does not build "
                       f"(it has: {', '.join(sorted(bins))})")
+    # A --skip that names no test (a test renamed since) would silently run
+    # what the line meant to leave out.
+    for t in tests:
+        args = t.args.split()
+        listed = None
+        for flag, name in zip(args, args[1:]):
+            if flag != "--skip":
+                continue
+            if listed is None:
+                listed = run([str(bins[t.binary]), "--list"]).stdout
+            if name not in listed:
+                raise VmError(f"tests/vm/tests.txt: `{t.binary} --skip {name}` names no test of {t.binary}")
     if not (rootfs / "usr/bin/python3").exists():
         raise VmError(f"no rootfs at {rootfs}: build it with `make rootfs` (or set JAIL_ROOTFS)")
 
