@@ -18,7 +18,8 @@
 //! and the group's, 0750, their files get the source's owner bits for root
 //! and its read bits for the group (a 0600 input is 0640, others nothing),
 //! and output is given to the range's first uid and the group, 0770,
-//! whichever uid a step gets.
+//! whichever uid a step gets; what a step leaves there is the group's too
+//! (a root run's umask is 007), so the next step reads it on any uid.
 //!
 //! Everything the host side reads from the session is untrusted (a step may
 //! leave symlinks or fifos in `output`): every open is `openat2` beneath its

@@ -104,6 +104,21 @@ pub struct HostIds {
     pub lease: Option<Lease>,
 }
 
+/// The script's file mode creation mask. An ordinary caller's sandbox is
+/// the caller, so what it makes is the caller's alone (077). A run root
+/// starts gets a uid of the range for itself alone, and the next run on
+/// the same folder may get another one (a concurrent run held the first):
+/// what a run makes is also its shared group's (007), or that later run
+/// could not read, nor copy in, the files an earlier one left. Others get
+/// nothing either way, and no user has the group.
+pub fn sandbox_umask(started_by_root: bool) -> u32 {
+    if started_by_root {
+        0o007
+    } else {
+        0o077
+    }
+}
+
 /// An ordinary caller's sandbox maps to the caller's own ids; root's to a
 /// uid leased from the policy's range and the policy's gid, never to 0.
 pub fn for_caller(caller_uid: u32, caller_gid: u32, identity: &crate::policy::Identity) -> Result<HostIds, HostUidError> {
