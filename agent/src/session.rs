@@ -18,8 +18,7 @@
 //! and the group's, 0750, their files get the source's owner bits for root
 //! and its read bits for the group (a 0600 input is 0640, others nothing),
 //! and output is given to the range's first uid and the group, 0770,
-//! whichever uid a step gets; what a step leaves there is the group's too
-//! (a root run's umask is 007), so the next step reads it on any uid.
+//! whichever uid a step gets.
 //!
 //! Everything the host side reads from the session is untrusted (a step may
 //! leave symlinks or fifos in `output`): every open is `openat2` beneath its
@@ -173,9 +172,12 @@ impl Session {
         let input_dir = mk("input")?;
         let code = mk("code")?;
         let output = mk("output")?;
-        if let Owner::Sandbox { uid, gid } = owner {
-            std::os::unix::fs::chown(&output, Some(uid), Some(gid)).map_err(io_err("chown", &output))?;
-            // Group-writable: a concurrent step may get another uid of the range.
+        if let Owner::Sandbox { gid, .. } = owner {
+            // Root stays the owner: jail copies a size-capped output dir to
+            // and from as root by its mode bits. The sandbox's group may
+            // write it, for a bound one (each step may get another uid of
+            // the range, all with this gid).
+            std::os::unix::fs::chown(&output, None, Some(gid)).map_err(io_err("chown", &output))?;
             set_mode(&output, 0o770)?;
         }
         let mut session = Session { root, input: input_dir, code, output, owner, skipped_input: Vec::new() };

@@ -31,6 +31,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use crate::artifacts::{self, neutralise, Before, Collected, Refused, TreeDead};
+use crate::fsid::{Acting, As};
 use crate::output::{self, FsIds, Inventory, Partial};
 use crate::policy::ArtifactRules;
 use crate::result::{Disposition, OutputSync, RejectReason, RejectedArtifact};
@@ -305,7 +306,20 @@ fn neutralise_in_place(
     ids: FsIds,
     deadline: Instant,
 ) -> Result<neutralise::Written, String> {
-    let _as = output::AsSandbox::enter(ids);
+    // The bound folder is the script's: the copy is made as its host ids,
+    // so it is owned like the script's own file.
+    let mut fs = Acting::begin(ids).map_err(|e| e.to_string())?;
+    fs.on(As::Jail, || Ok(neutralise_beneath(root, rel, delim, size, limit, deadline))).map_err(|e| e.to_string())?
+}
+
+fn neutralise_beneath(
+    root: &OwnedFd,
+    rel: &str,
+    delim: u8,
+    size: u64,
+    limit: u64,
+    deadline: Instant,
+) -> Result<neutralise::Written, String> {
     let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
     let parent = open_parent(root, dir).map_err(|e| format!("open its folder: {e}"))?;
     let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;

@@ -1,9 +1,16 @@
 //! `jail doctor`: what this host provides to the jail, and for each missing
-//! piece, how to fix it.
+//! piece, how to fix it. The facts and their judgement are in `host.rs`
+//! (read from a root folder, so recorded hosts are unit-tested); this file
+//! runs the live probes and adds what a run would use for its limits.
 
+mod host;
+
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+
+pub use host::{diagnose, HostFacts, Probes};
 
 use crate::cgroup;
 use crate::sys::{self, Forked};
@@ -57,7 +64,7 @@ pub fn cgroup_mode(layout: &cgroup::Layout) -> &'static str {
 }
 
 /// `(major, minor)` of a kernel release string such as `6.18.0-1-amd64`.
-fn kernel_version(release: &str) -> Option<(u32, u32)> {
+pub(crate) fn kernel_version(release: &str) -> Option<(u32, u32)> {
     let mut it = release.split(|c: char| !c.is_ascii_digit());
     Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
@@ -111,54 +118,74 @@ fn check(name: &str, ok: bool, detail: String, fix: &str) -> Check {
     Check { name: name.into(), ok, detail, fix: if ok { None } else { Some(fix.into()) } }
 }
 
-/// Try to create a user namespace in a throwaway child.
-fn user_namespaces_work() -> Result<(), String> {
+/// Create a user namespace in a throwaway child as the jail does: unshare
+/// user and mount namespaces, map our ids, mount a tmpfs. The step that
+/// failed and its errno come back over a pipe.
+fn probe_user_namespace() -> Result<(), (String, i32)> {
+    const STEPS: [&str; 5] = ["unshare", "setgroups", "uid_map", "gid_map", "mount"];
+    let (rd, wr) = nix::unistd::pipe().map_err(|e| ("pipe".to_string(), e as i32))?;
+    let (uid, gid) = (nix::unistd::geteuid(), nix::unistd::getegid());
     match sys::fork_process() {
-        Err(e) => Err(format!("fork: {e}")),
+        Err(e) => Err(("fork".into(), e.raw_os_error().unwrap_or(0))),
         Ok(Forked::Child) => {
-            let ok = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER).is_ok();
-            sys::exit_now(if ok { 0 } else { 1 })
+            drop(rd);
+            let fail = |step: usize, e: i32| -> ! {
+                let mut msg = [0u8; 8];
+                msg[..4].copy_from_slice(&(step as u32).to_le_bytes());
+                msg[4..].copy_from_slice(&(e as u32).to_le_bytes());
+                let _ = nix::unistd::write(&wr, &msg);
+                sys::exit_now(1)
+            };
+            let io = |e: std::io::Error| e.raw_os_error().unwrap_or(0);
+            if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWUSER | nix::sched::CloneFlags::CLONE_NEWNS) {
+                fail(0, e as i32);
+            }
+            if let Err(e) = std::fs::write("/proc/self/setgroups", "deny") {
+                fail(1, io(e));
+            }
+            if let Err(e) = std::fs::write("/proc/self/uid_map", format!("0 {uid} 1")) {
+                fail(2, io(e));
+            }
+            if let Err(e) = std::fs::write("/proc/self/gid_map", format!("0 {gid} 1")) {
+                fail(3, io(e));
+            }
+            use nix::mount::{mount, MsFlags};
+            if let Err(e) = mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
+                .and_then(|_| mount(Some("tmpfs"), "/tmp", Some("tmpfs"), MsFlags::empty(), Some("size=4k")))
+            {
+                fail(4, e as i32);
+            }
+            sys::exit_now(0)
         }
-        Ok(Forked::Parent(pid)) => match sys::wait4(pid) {
-            Ok((status, _)) if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 => Ok(()),
-            Ok(_) => Err("unshare(CLONE_NEWUSER) was refused".into()),
-            Err(e) => Err(format!("wait: {e}")),
-        },
+        Ok(Forked::Parent(pid)) => {
+            drop(wr);
+            let mut msg = [0u8; 8];
+            let n = nix::unistd::read(rd.as_raw_fd(), &mut msg).unwrap_or(0);
+            let waited = sys::wait4(pid);
+            if n == 8 {
+                let step = u32::from_le_bytes([msg[0], msg[1], msg[2], msg[3]]) as usize;
+                let errno = u32::from_le_bytes([msg[4], msg[5], msg[6], msg[7]]) as i32;
+                return Err((STEPS.get(step).unwrap_or(&"probe").to_string(), errno));
+            }
+            match waited {
+                Ok((status, _)) if libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0 => Ok(()),
+                Ok(_) => Err(("probe child".into(), 0)),
+                Err(e) => Err(("wait".into(), e.raw_os_error().unwrap_or(0))),
+            }
+        }
     }
 }
 
 pub fn run(rootfs: Option<&Path>) -> Report {
-    let mut checks = Vec::new();
-    let userns = user_namespaces_work();
-    checks.push(check(
-        "user_namespaces",
-        userns.is_ok(),
-        userns.clone().err().unwrap_or_else(|| "unprivileged user namespaces can be created".into()),
-        "allow them: sysctl -w kernel.unprivileged_userns_clone=1 (Debian), user.max_user_namespaces=15000, \
-         or on Ubuntu 24.04 kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for jail",
-    ));
-    let abi = sys::landlock_abi();
-    checks.push(check(
-        "landlock",
-        abi.is_ok(),
-        match &abi {
-            Ok(v) => format!("ABI {v}"),
-            Err(e) => format!("not available: {e}"),
-        },
-        "boot a kernel with CONFIG_SECURITY_LANDLOCK=y and landlock in lsm= (e.g. lsm=landlock,lockdown,yama,apparmor,bpf)",
-    ));
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    let seccomp = status.lines().any(|l| l.starts_with("Seccomp:"));
-    let actions = std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default();
-    checks.push(check(
-        "seccomp",
-        seccomp,
-        if seccomp { format!("filters available; actions: {}", actions.trim()) } else { "not available".into() },
-        "boot a kernel with CONFIG_SECCOMP_FILTER=y",
-    ));
-    let kernel = nix::sys::utsname::uname()
-        .map(|u| u.release().to_string_lossy().into_owned())
-        .unwrap_or_default();
+    let kernel = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
+    let uid = nix::unistd::getuid().as_raw();
+    let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("jail"));
+    let root = Path::new("/");
+    // The probes need our own cgroup, which the facts read again (cheap).
+    let own = HostFacts::read(root, kernel.clone(), uid, exe.clone(), Probes { userns_failure: None, landlock: Ok(0), own_cgroup_writable: false })
+        .own_cgroup;
+    let facts = HostFacts::read(root, kernel.clone(), uid, exe, Probes::live(own.as_deref()));
+    let mut checks = host::diagnose(&facts);
     let (limits, cgroup) = limits_check(&kernel);
     checks.push(limits);
     if let Some(root) = rootfs {
@@ -170,7 +197,7 @@ pub fn run(rootfs: Option<&Path>) -> Report {
             "build it with `make rootfs`",
         ));
     }
-    Report { kernel, uid: nix::unistd::getuid().as_raw(), checks, cgroup }
+    Report { kernel, uid, checks, cgroup }
 }
 
 #[cfg(test)]

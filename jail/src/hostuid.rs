@@ -104,15 +104,17 @@ pub struct HostIds {
     pub lease: Option<Lease>,
 }
 
-/// The script's file mode creation mask. An ordinary caller's sandbox is
-/// the caller, so what it makes is the caller's alone (077). A run root
-/// starts gets a uid of the range for itself alone, and the next run on
-/// the same folder may get another one (a concurrent run held the first):
-/// what a run makes is also its shared group's (007), or that later run
-/// could not read, nor copy in, the files an earlier one left. Others get
-/// nothing either way, and no user has the group.
-pub fn sandbox_umask(started_by_root: bool) -> u32 {
-    if started_by_root {
+/// The script's file mode creation mask: 077 (what it makes is its
+/// owner's alone), except in a folder bound into a run root started
+/// (`filesystem.output_size: "unlimited"`), where the script writes the
+/// host files as its leased uid: the next run on that folder may get
+/// another uid of the range (a concurrent run held the first), so there
+/// what a run makes is also the shared group's (007), or that later run
+/// could not read what an earlier one left. Others get nothing either way,
+/// and no user has the group. A capped output needs no group bits: its
+/// host files are the caller's (fsid.rs), copied in as the sandbox's.
+pub fn sandbox_umask(started_by_root: bool, output_bound: bool) -> u32 {
+    if started_by_root && output_bound {
         0o007
     } else {
         0o077

@@ -7,7 +7,8 @@
 //! `privileges`, `rlimits`, then `landlock` and `seccomp` last) and execs,
 //! and `result` is the contract both sides and the agent share; `cgroup` and
 //! `limits` enforce resources; `conceal` scrubs what PID 1 inherited from the
-//! supervisor; `hostuid` leases a run started by root its own host uid;
+//! supervisor; `hostuid` leases a run started by root its own host uid, `fsid` is
+//! who the output copy acts as on each side;
 //! `rootfs` reads the rootfs's manifest and
 //! identity; `artifacts` judges the output dir once the tree is dead. `sys`
 //! holds every `unsafe`.
@@ -19,6 +20,7 @@ pub mod child;
 pub mod conceal;
 pub mod digest;
 pub mod doctor;
+pub mod fsid;
 pub mod hostuid;
 pub mod limits;
 pub mod landlock;

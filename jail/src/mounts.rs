@@ -20,6 +20,8 @@
 //! unlimited`, or a kernel without unprivileged overlayfs) is listed by
 //! [`still_showing`] or reported by [`apply`] for `isolation.degraded`.
 
+mod remount;
+
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
@@ -283,6 +285,8 @@ pub enum MountError {
     OpenTree { path: PathBuf, source: io::Error },
     #[error("mount_setattr({path})")]
     SetAttr { path: PathBuf, source: io::Error },
+    #[error("make {path} and the mounts beneath it {attrs} without mount_setattr")]
+    Remount { path: PathBuf, attrs: String, source: remount::RemountError },
     #[error("move_mount(-> {target})")]
     MoveMount { target: PathBuf, source: io::Error },
     #[error("mount(\"/\", MS_REC | MS_PRIVATE)")]
@@ -607,8 +611,23 @@ pub fn pivot_root(staging: &Path) -> Result<(), MountError> {
     // The root tmpfs itself becomes read-only: only the granted mounts below
     // it are writable.
     let root = Path::new("/");
-    sys::mount_setattr_path(root, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
-        .map_err(|source| MountError::SetAttr { path: root.to_path_buf(), source })
+    let attrs = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+    match sys::mount_setattr_path(root, attrs) {
+        // Before 5.12: the old remount, checked (remount.rs).
+        Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => remount::restrict_one(root, attrs)
+            .map_err(|source| MountError::Remount { path: root.to_path_buf(), attrs: attr_names(attrs), source }),
+        other => other.map_err(|source| MountError::SetAttr { path: root.to_path_buf(), source }),
+    }
+}
+
+fn attr_names(attrs: u64) -> String {
+    let names: Vec<&str> =
+        [(MOUNT_ATTR_RDONLY, "ro"), (MOUNT_ATTR_NOSUID, "nosuid"), (MOUNT_ATTR_NODEV, "nodev"), (MOUNT_ATTR_NOEXEC, "noexec")]
+            .into_iter()
+            .filter(|(bit, _)| attrs & bit != 0)
+            .map(|(_, n)| n)
+            .collect();
+    names.join(",")
 }
 
 fn under(staging: &Path, path: &Path) -> PathBuf {
@@ -657,8 +676,18 @@ fn bind_fd(fd: &OwnedFd, at: &Path, attrs: u64) -> Result<(), MountError> {
 /// Set `attrs` on every mount of a detached tree and mount it at `at`.
 fn attach(tree: OwnedFd, at: &Path, attrs: u64) -> Result<(), MountError> {
     if attrs != 0 {
-        sys::mount_setattr(tree.as_fd(), attrs)
-            .map_err(|source| MountError::SetAttr { path: at.to_path_buf(), source })?;
+        match sys::mount_setattr(tree.as_fd(), attrs) {
+            Ok(()) => {}
+            // Before 5.12 (no mount_setattr): attach first, then remount
+            // each mount of the tree and check every one (remount.rs).
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
+                sys::move_mount(tree.as_fd(), at)
+                    .map_err(|source| MountError::MoveMount { target: at.to_path_buf(), source })?;
+                return remount::restrict_tree(at, attrs)
+                    .map_err(|source| MountError::Remount { path: at.to_path_buf(), attrs: attr_names(attrs), source });
+            }
+            Err(source) => return Err(MountError::SetAttr { path: at.to_path_buf(), source }),
+        }
     }
     sys::move_mount(tree.as_fd(), at).map_err(|source| MountError::MoveMount { target: at.to_path_buf(), source })
 }

@@ -155,6 +155,8 @@ pub struct Usage {
     pub system_cpu_ms: Option<f64>,
     /// Peak memory of the whole run: the cgroup's memory.peak (v2) or
     /// memory.max_usage_in_bytes (v1); it counts tmpfs pages the run wrote.
+    /// None without a cgroup, and on cgroup v2 before Linux 5.19, which has
+    /// no memory.peak (`max_rss_bytes` is the bound there).
     pub peak_memory_bytes: Option<u64>,
     /// Largest resident set of any single process in the run (getrusage).
     pub max_rss_bytes: Option<u64>,

@@ -377,15 +377,15 @@ fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, InputError> {
     let output_dir = match &req.output {
         Some(dir) => {
             let d = existing_dir(dir, "output dir", "--output")?;
-            check_writable(&d, who)?;
+            check_writable(&d, who, policy.filesystem.output_size)?;
             d
         }
-        None => fresh_output_dir(who)?,
+        None => fresh_output_dir(who, policy.filesystem.output_size)?,
     };
 
     let wall_time = req.timeout.unwrap_or(policy.limits.wall_time);
     let script_in_jail = Path::new(mounts::CODE_DIR).join(&script_rel);
-    let umask = crate::hostuid::sandbox_umask(who.caller_uid == 0);
+    let umask = crate::hostuid::sandbox_umask(who.caller_uid == 0, policy.filesystem.output_size.is_none());
     let exec = build_exec(policy, &script_in_jail, &req.args, req.mode, umask)?;
     let resolver = match &policy.network {
         Network::None => None,
@@ -573,7 +573,24 @@ fn check_readable(dir: &Path, what: &str, who: &Identity) -> Result<(), InputErr
     Ok(())
 }
 
-fn check_writable(dir: &Path, who: &Identity) -> Result<(), InputError> {
+/// `output_size`: `None` when the folder is bound into the jail (the script
+/// writes it as its host uid), else the copy writes it as the caller.
+fn check_writable(dir: &Path, who: &Identity, output_size: Option<u64>) -> Result<(), InputError> {
+    if who.caller_uid == 0 && output_size.is_some() {
+        // Mirrored: the copy works on the folder as root without
+        // capabilities, by its mode bits (fsid.rs).
+        return match crate::fsid::host_may_write(dir) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err(input_error(
+                format!(
+                    "output dir {} is not writable by root through its mode bits (jail copies to it as root without capabilities)",
+                    dir.display()
+                ),
+                format!("chown root {d} && chmod u+rwx {d}, or run jail as the folder's owner", d = dir.display()),
+            )),
+            Err(e) => Err(input_error(format!("output dir {}: {e}", dir.display()), "check the path")),
+        };
+    }
     if who.caller_uid != 0 {
         if nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK).is_err() {
             return Err(input_error(format!("output dir {} is not writable", dir.display()), "make it writable (chmod u+rwx)"));
@@ -595,14 +612,15 @@ fn check_writable(dir: &Path, who: &Identity) -> Result<(), InputError> {
     Ok(())
 }
 
-/// A new, empty output dir under the temp dir, owned by the sandbox.
-fn fresh_output_dir(who: &Identity) -> Result<PathBuf, InputError> {
+/// A new, empty output dir under the temp dir: the caller's, or, bound into
+/// the jail (`output_size` `None`), the sandbox's.
+fn fresh_output_dir(who: &Identity, output_size: Option<u64>) -> Result<PathBuf, InputError> {
     let dir = tempfile::Builder::new()
         .prefix("jail-output-")
         .tempdir()
         .map_err(|e| input_error(format!("cannot create an output dir: {e}"), "pass --output DIR, or check TMPDIR"))?
         .keep();
-    if who.caller_uid == 0 {
+    if who.caller_uid == 0 && output_size.is_none() {
         std::os::unix::fs::chown(&dir, Some(who.host_uid), Some(who.host_gid)).map_err(|e| {
             let _ = std::fs::remove_dir(&dir);
             input_error(format!("cannot hand {} to the sandbox uid: {e}", dir.display()), "pass --output DIR")

@@ -283,12 +283,43 @@ pub fn move_mount(fd: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
 
 /// Mark every descriptor from `first` up close-on-exec (`close_range` with
 /// `CLOSE_RANGE_CLOEXEC`), so nothing we inherited survives exec (runc
-/// CVE-2024-21626).
+/// CVE-2024-21626). Kernels before 5.11 know close_range but not the flag
+/// (EINVAL): there each open descriptor, as `/proc/self/fd` lists them, is
+/// flagged with fcntl; if that list cannot be read, the error stands.
 pub fn cloexec_from(first: RawFd) -> io::Result<()> {
     // SAFETY: integer-only syscall; it changes descriptor flags, never memory.
-    check(unsafe {
+    let ret = unsafe {
         libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC)
-    })?;
+    };
+    match check(ret) {
+        Ok(_) => Ok(()),
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => cloexec_listed(first),
+        Err(e) => Err(e),
+    }
+}
+
+/// The pre-5.11 path of [`cloexec_from`]: FD_CLOEXEC on every descriptor
+/// `/proc/self/fd` lists from `first` up (the listing's own descriptor is
+/// close-on-exec already).
+fn cloexec_listed(first: RawFd) -> io::Result<()> {
+    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
+    let mut fds = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd")? {
+        if let Some(fd) = entry?.file_name().to_str().and_then(|n| n.parse::<RawFd>().ok()) {
+            fds.push(fd);
+        }
+    }
+    for fd in fds.into_iter().filter(|&fd| fd >= first) {
+        match fcntl(fd, FcntlArg::F_GETFD) {
+            Ok(flags) => {
+                let flags = FdFlag::from_bits_truncate(flags) | FdFlag::FD_CLOEXEC;
+                fcntl(fd, FcntlArg::F_SETFD(flags))?;
+            }
+            // The listing's own descriptor, closed since.
+            Err(nix::Error::EBADF) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
     Ok(())
 }
 

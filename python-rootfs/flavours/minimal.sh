@@ -53,11 +53,28 @@ done < <(
         fi
     done | sort -u
 )
+# glibc loads libgcc_s itself (dlopen, so ldd lists it nowhere) to unwind a
+# thread in pthread_exit and pthread_cancel: without it, CPython ending its
+# daemon threads at shutdown aborts the process ("libgcc_s.so.1 must be
+# installed for pthread_exit to work"). It lives beside the interpreter's libc.
+libc=$(ldd "$py" | awk '$1 ~ /^libc\.so/ {print $3}')
+gcc_s="$(dirname "$libc")/libgcc_s.so.1"
+[ -e "$gcc_s" ] || { echo "minimal.sh: no $gcc_s; install libgcc-s1" >&2; exit 1; }
+copy_lib "$gcc_s"
 # The dynamic loader, at the path the binary asks for.
 interp=$(readlink -f /lib64/ld-linux-x86-64.so.2 2>/dev/null || true)
 if [ -n "$interp" ]; then
     cp -L /lib64/ld-linux-x86-64.so.2 "$root/usr/lib64/ld-linux-x86-64.so.2"
 fi
+
+# ldconfig (static) for `ldconfig -p`, which ctypes.util.find_library reads
+# the loader cache with (the cache below), and the C.UTF-8 locale LANG names:
+# without it setlocale fails, Python falls back to the C locale and turns on
+# UTF-8 mode, so the jail's Python would differ from the host's.
+mkdir -p "$root/usr/sbin" "$root/usr/lib/locale"
+ln -s usr/sbin "$root/sbin"
+cp -p /sbin/ldconfig "$root/usr/sbin/ldconfig"
+[ -d /usr/lib/locale/C.utf8 ] && cp -a /usr/lib/locale/C.utf8 "$root/usr/lib/locale/"
 
 # A loader cache, so every library is found at the first try instead of after
 # a dozen glibc-hwcaps probes per library.

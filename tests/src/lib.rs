@@ -71,6 +71,18 @@ pub fn data_rootfs() -> PathBuf {
         .unwrap_or_else(|| repo().join("python-rootfs/out/data"))
 }
 
+/// The running kernel's (major, minor) version (`uname -r`).
+pub fn kernel_version() -> (u32, u32) {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").expect("read /proc/sys/kernel/osrelease");
+    let mut parts = release.split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse().ok());
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+/// Whether cgroup v2 has memory.peak here (Linux 5.19).
+pub fn kernel_has_memory_peak() -> bool {
+    kernel_version() >= (5, 19)
+}
+
 pub fn is_root() -> bool {
     nix::unistd::getuid().is_root()
 }
@@ -219,14 +231,15 @@ pub fn sandbox_host_gid() -> u32 {
     }
 }
 
-/// As root, hand `path` to the sandbox: its first uid and the group every
-/// root run shares, writable by the group, since a concurrent run gets
-/// another uid of the range.
+/// As root, share `path` with the sandbox: the group every root run
+/// shares, writable by the group (a concurrent run gets another uid of the
+/// range), while root stays its owner, since a size-capped output dir is
+/// copied to and from as root by its mode bits (fsid.rs).
 pub fn give_to_sandbox(path: &Path) {
     if !is_root() {
         return;
     }
-    std::os::unix::fs::chown(path, Some(sandbox_host_uid()), Some(sandbox_host_gid())).expect("chown");
+    std::os::unix::fs::chown(path, None, Some(sandbox_host_gid())).expect("chown");
     let mode = std::fs::symlink_metadata(path).expect("stat").permissions().mode();
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode | 0o070)).expect("chmod");
 }
@@ -258,7 +271,8 @@ impl Sandbox {
             p
         };
         let (code, input, output) = (mk("code"), mk("input"), mk("output"));
-        // Root runs map the sandbox to an unprivileged uid: hand it the output.
+        // Root runs map the sandbox to an unprivileged uid: share the output
+        // with its group (a bound output dir is written by it).
         give_to_sandbox(&output);
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
         Sandbox { dir, code, input, output, rootfs: rootfs(), extra_args: Vec::new() }

@@ -972,7 +972,7 @@ fn the_cli_retries_a_rate_limited_endpoint_and_stops_cleanly_at_the_run_cap() {
 }
 
 #[test]
-fn sessions_are_fresh_and_a_root_run_hands_the_output_to_the_sandbox_uid() {
+fn sessions_are_fresh_and_a_root_run_shares_the_output_with_the_sandbox_group() {
     let f = fixture();
     let owner = run::owner_for(None).unwrap();
     let a = agent::session::Session::create(Some(&f.sessions), &f.input, owner).unwrap();
@@ -981,7 +981,8 @@ fn sessions_are_fresh_and_a_root_run_hands_the_output_to_the_sandbox_uid() {
     assert!(b.list(agent::session::Area::Output).is_empty());
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(&a.output).unwrap();
-    assert_eq!(meta.uid(), jail_tests::sandbox_host_uid());
+    let uid = if is_root() { 0 } else { jail_tests::sandbox_host_uid() };
+    assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o070), (uid, jail_tests::sandbox_host_gid(), if is_root() { 0o070 } else { 0 }));
     // The 0644 source: the owner's bits, and as root the sandbox group's read.
     let input_mode = std::fs::metadata(a.input.join("titanic.csv")).unwrap().mode() & 0o777;
     assert_eq!(input_mode, if is_root() { 0o640 } else { 0o600 });

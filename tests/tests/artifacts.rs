@@ -700,11 +700,12 @@ open("new.txt", "w").write("n\n")
 /// Runs root starts one after another on one output folder may get
 /// different host uids of the range (a concurrent run held the first one:
 /// hostuid.rs), as the steps of an agent session do. What one run left there
-/// must still be readable and writable by the next: files and folders the
-/// script makes are its shared group's too (umask 007), never anyone
-/// else's. An ordinary caller's are the caller's alone (077). The two runs
-/// are pinned to two uids here; without the group bits the second run finds
-/// the first one's files "not readable by the sandbox" and never sees them.
+/// must still be readable and writable by the next. Capped, the host files
+/// are the caller's, 0600 as the script made them; bound, the script writes
+/// them as its own uid, so there they are its shared group's too (umask
+/// 007), never anyone else's. An ordinary caller's are the caller's alone
+/// (077). The two runs are pinned to two uids here; bound, without the
+/// group bits, the second run gets EACCES on the first one's file.
 #[test]
 fn a_later_run_on_another_host_uid_reads_and_rewrites_what_an_earlier_run_left() {
     for mode in [OutputMode::Mirrored, OutputMode::Bound] {
@@ -758,7 +759,7 @@ open("sub/summary.csv", "a").write("2,4\n")
         "class,n\n1,3\n2,4\n",
         "{mode:?}"
     );
-    let (file, dir) = if is_root() {
+    let (file, dir) = if is_root() && mode == OutputMode::Bound {
         (0o660, 0o770)
     } else {
         (0o600, 0o700)
@@ -895,6 +896,95 @@ fn a_fresh_output_dir_is_made_reported_and_collected_when_none_is_given() {
     assert_eq!(std::fs::read_to_string(dir.join("hello.txt")).unwrap(), "hi\n");
     assert!(dir.starts_with(std::env::temp_dir()) || Path::new(&dir).exists());
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// An output folder as `mktemp -d` makes it: the caller's own, mode 0700
+/// (so, for root, closed to every sandbox uid), with the default policy's
+/// size-capped output dir.
+fn private_output(sb: &mut Sandbox) -> tempfile::TempDir {
+    let dir = tempfile::Builder::new().prefix("jail-mktemp-").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    let m = std::fs::metadata(dir.path()).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o777), (nix::unistd::getuid().as_raw(), 0o700));
+    sb.output = dir.path().to_path_buf();
+    dir
+}
+
+/// Issue 15 item 8: `jail run --output "$(mktemp -d)"` works for root as
+/// for anyone, and what the host receives is the caller's.
+#[test]
+fn an_output_dir_from_mktemp_works_and_what_arrives_is_the_callers() {
+    let mut sb = Sandbox::new();
+    let _dir = private_output(&mut sb);
+    let (r, _) = run_ok(&sb, "open('result.txt', 'w').write('done\\n')\n");
+    assert_eq!(artifact(&r, "result.txt").change, Change::Created);
+    let got = sb.output.join("result.txt");
+    assert_eq!(std::fs::read_to_string(&got).unwrap(), "done\n");
+    assert_eq!(std::fs::metadata(&got).unwrap().uid(), nix::unistd::getuid().as_raw(), "owned by whoever ran jail");
+}
+
+/// The copy works on a root caller's folder as root without capabilities:
+/// a file root could read only by overriding its mode is neither shown to
+/// the script nor touched.
+#[test]
+fn as_root_another_users_private_file_in_the_output_dir_is_not_shown_and_stays_as_it_was() {
+    if only_as_root("chown to another uid") {
+        return;
+    }
+    let mut sb = Sandbox::new();
+    let _dir = private_output(&mut sb);
+    // A uid that is neither root nor any run's: the file is closed to root
+    // by its mode bits.
+    let other = jail::hostuid::DEFAULT_FIRST - 7;
+    // Copied in first (names are walked in order): the copy has been the
+    // sandbox, on the tmpfs side, before it reaches the private file.
+    std::fs::write(sb.output.join("a-mine.txt"), "mine\n").unwrap();
+    let private = sb.output.join("private.txt");
+    std::fs::write(&private, "someone else's\n").unwrap();
+    std::os::unix::fs::chown(&private, Some(other), Some(other)).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let before = std::fs::metadata(&private).unwrap();
+    let (r, _) = run_ok(
+        &sb,
+        r#"
+import json, os
+try:
+    text = open("private.txt").read()
+except OSError as e:
+    text = type(e).__name__
+print(json.dumps({"listed": sorted(os.listdir(".")), "read": text}))
+open("mine.txt", "w").write("ok\n")
+open("private.txt", "w").write("blind overwrite\n")
+"#,
+    );
+    let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
+    assert_eq!(v["listed"], serde_json::json!(["a-mine.txt"]), "{v}");
+    assert_eq!(v["read"], "FileNotFoundError", "{v}");
+    let after = std::fs::metadata(&private).unwrap();
+    assert_eq!(std::fs::read_to_string(&private).unwrap(), "someone else's\n");
+    assert_eq!(
+        (after.ino(), after.uid(), after.mode(), after.mtime_nsec(), after.ctime_nsec()),
+        (before.ino(), before.uid(), before.mode(), before.mtime_nsec(), before.ctime_nsec())
+    );
+    assert_eq!(std::fs::read_to_string(sb.output.join("mine.txt")).unwrap(), "ok\n");
+    // Nor replaced blindly by a file of the same name.
+    assert_eq!(rejected(&r).get("private.txt"), Some(&RejectReason::Unreadable), "{:?}", r.rejected_artifacts);
+}
+
+/// A file the caller left in the folder is the script's to change inside
+/// (copied in as the sandbox's), and arrives changed.
+#[test]
+fn a_callers_file_in_a_private_output_dir_can_be_changed_by_the_script() {
+    let mut sb = Sandbox::new();
+    let _dir = private_output(&mut sb);
+    let notes = sb.output.join("notes.txt");
+    std::fs::write(&notes, "v1\n").unwrap();
+    std::fs::set_permissions(&notes, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let (r, _) = run_ok(&sb, "import os\nopen('notes.txt', 'a').write('v2\\n')\nos.chmod('notes.txt', 0o600)\n");
+    assert_eq!(artifact(&r, "notes.txt").change, Change::Modified);
+    assert_eq!(std::fs::read_to_string(&notes).unwrap(), "v1\nv2\n");
+    let m = std::fs::metadata(&notes).unwrap();
+    assert_eq!((m.uid(), m.mode() & 0o777), (nix::unistd::getuid().as_raw(), 0o600));
 }
 
 /// What `du` counts for a folder: the blocks every entry beneath it holds.

@@ -95,9 +95,29 @@ fn an_output_dir_the_sandbox_cannot_write_is_refused_with_the_fix() {
     std::fs::create_dir(&locked).unwrap();
     std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o555)).unwrap();
     if is_root() {
-        // Root itself could write it; the sandbox (an unprivileged host uid
-        // of identity.root_host_uids) cannot: the fix hands it to their group.
+        // Size-capped, the copy writes it as root without capabilities, by
+        // its mode bits, which say no.
         let out = jail(&[os("run"), os("--rootfs"), rootfs().as_os_str(), os("--output"), locked.as_os_str(), script.as_os_str()]);
+        assert_refused(&out, &["not writable by root through its mode bits", "chown root", "u+rwx"]);
+        // Bound into the jail, the script writes it as its unprivileged host
+        // uid of identity.root_host_uids: the fix hands it to their group.
+        std::fs::set_permissions(&locked, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut policy: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(repo().join("policies/default.json")).unwrap()).unwrap();
+        policy.as_object_mut().unwrap().remove("rootfs");
+        policy["filesystem"]["output_size"] = "unlimited".into();
+        let path = sb.dir.path().join("policy.json");
+        std::fs::write(&path, policy.to_string()).unwrap();
+        let out = jail(&[
+            os("run"),
+            os("--rootfs"),
+            rootfs().as_os_str(),
+            os("--policy"),
+            path.as_os_str(),
+            os("--output"),
+            locked.as_os_str(),
+            script.as_os_str(),
+        ]);
         assert_refused(&out, &["not writable by the sandbox", "chgrp", "g+rwx"]);
     } else {
         let out = jail(&[os("run"), os("--rootfs"), rootfs().as_os_str(), os("--output"), locked.as_os_str(), script.as_os_str()]);

@@ -117,6 +117,87 @@ print(json.dumps(res))
     assert_eq!(std::fs::read_to_string(sb.output.join("ok.txt")).unwrap(), "x");
 }
 
+/// Every mount in the jail, from its own mountinfo: mount point and options.
+const MOUNT_FLAGS: &str = r#"
+import json
+print(json.dumps({l.split()[4]: l.split()[5] for l in open("/proc/self/mountinfo")}))
+"#;
+
+#[test]
+fn every_mount_is_nosuid_and_all_but_the_writable_ones_are_read_only_submounts_included() {
+    // As root the input folder gets a writable, suid-capable tmpfs mounted
+    // inside it (in a private mount namespace of the test's own): the jail's
+    // read-only bind of the input must make that submount read-only, nosuid
+    // and nodev too (recursively: mount_setattr(AT_RECURSIVE), or on kernels
+    // before 5.12 the remount of every mount, mounts/remount.rs). As an
+    // ordinary user there is no submount; the rest is checked the same way.
+    let sb = Sandbox::new();
+    sb.input_file("data.csv", b"a\n");
+    let (r, out) = if is_root() {
+        std::fs::create_dir(sb.input.join("sub")).unwrap();
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            r#"mount -t tmpfs -o rw,suid,dev sub "$0/sub" && exec "$@""#,
+        ]);
+        cmd.arg(&sb.input);
+        let jail = sb.command(MOUNT_FLAGS);
+        cmd.arg(jail.get_program()).args(jail.get_args());
+        let out = cmd.output().unwrap();
+        (parse(&out), out)
+    } else {
+        sb.run(MOUNT_FLAGS)
+    };
+    assert_eq!(
+        r.status,
+        Status::Ok,
+        "{:?} {}",
+        r.setup_error,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mounts: serde_json::Map<String, serde_json::Value> =
+        serde_json::from_str(r.stdout.text.trim()).unwrap();
+    let writable = ["/tmp", "/dev/shm", "/workspace/output", "/dev", "/proc"];
+    let devices = [
+        "/dev",
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+    ];
+    for (at, opts) in &mounts {
+        let opts: Vec<&str> = opts.as_str().unwrap().split(',').collect();
+        let is_dev = devices.contains(&at.as_str());
+        let rw = writable.contains(&at.as_str()) || is_dev;
+        assert!(opts.contains(&"nosuid"), "{at} is not nosuid: {opts:?}");
+        assert!(
+            is_dev || opts.contains(&"nodev"),
+            "{at} is not nodev: {opts:?}"
+        );
+        assert!(
+            rw || opts.contains(&"ro"),
+            "{at} is not read-only: {opts:?}"
+        );
+    }
+    if is_root() {
+        let sub = mounts
+            .get("/workspace/input/sub")
+            .unwrap_or_else(|| panic!("no input submount in the jail: {mounts:?}"));
+        assert!(
+            sub.as_str().unwrap().split(',').any(|o| o == "ro"),
+            "input submount writable: {sub}"
+        );
+    }
+    for at in ["/", "/usr", "/workspace/input", "/workspace/code"] {
+        assert!(mounts.contains_key(at), "no mount at {at}: {mounts:?}");
+    }
+}
+
 #[test]
 fn host_processes_are_invisible() {
     let sb = Sandbox::new();
@@ -218,7 +299,18 @@ print(json.dumps({k: st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapB
 
 #[test]
 fn sandbox_uid_is_never_host_root() {
-    let sb = Sandbox::new();
+    let mut sb = Sandbox::new();
+    // The output folder bound into the jail (`output_size: "unlimited"`), so
+    // the file below is the script's own write on the host, not the copy
+    // the supervisor makes as the caller in the capped mode.
+    let mut policy: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("policies/default.json")).unwrap()).unwrap();
+    policy.as_object_mut().unwrap().remove("rootfs");
+    policy["filesystem"]["output_size"] = "unlimited".into();
+    policy["limits"]["file_size"] = "unlimited".into();
+    let path = sb.dir.path().join("policy.json");
+    std::fs::write(&path, policy.to_string()).unwrap();
+    sb.extra_args.extend(["--policy".to_string(), path.display().to_string()]);
     let (r, out) = sb.run(
         r#"
 import json, os
@@ -366,6 +458,28 @@ fn python_exception_is_reported() {
     assert_eq!(e.kind, "ZeroDivisionError");
     assert_eq!(e.message, "division by zero");
     assert!(e.traceback_tail.contains("/workspace/code/main.py"));
+}
+
+#[test]
+fn daemon_threads_at_interpreter_shutdown_do_not_abort_the_script() {
+    // At shutdown CPython ends daemon threads with pthread_exit, for which
+    // glibc dlopens libgcc_s (no ldd lists it): a rootfs without it aborts
+    // every such script ("libgcc_s.so.1 must be installed for pthread_exit
+    // to work", SIGABRT), which hung test_threading in the jail.
+    let mut sb = Sandbox::new();
+    // 32 threads: on the rlimit path (no cgroup) each reserves an 8 MiB
+    // stack and up to a 64 MiB malloc arena of address space, which the
+    // default 512M RLIMIT_AS does not hold; give it room like data_stack.rs.
+    sb.extra_args = vec!["--memory".into(), "4G".into()];
+    let (r, _) = sb.run(
+        "import threading, time\n\
+         def spin():\n    while True:\n        time.sleep(0.0001)\n\
+         for _ in range(32):\n    threading.Thread(target=spin, daemon=True).start()\n\
+         time.sleep(0.2)\nprint('bye')\n",
+    );
+    assert_eq!(r.status, Status::Ok, "{:?} {}", r.signal_name, r.stderr.text);
+    assert_eq!(r.stdout.text, "bye\n");
+    assert!(!r.stderr.text.contains("libgcc_s"), "{}", r.stderr.text);
 }
 
 #[test]

@@ -220,6 +220,86 @@ fn host_administration_calls_are_refused() {
 }
 
 #[test]
+fn privileged_calls_an_unprivileged_process_is_refused_get_eperm_not_enosys() {
+    // What every unprivileged process gets outside: EPERM, so PermissionError
+    // handlers work (ENOSYS would say "this kernel lacks it").
+    assert_refused(&[
+        eperm("setuid_0", "setuid", "sc(105, 0)"),
+        eperm("setgid_0", "setgid", "sc(106, 0)"),
+        // seteuid(0) is setresuid(-1, 0, -1) in glibc.
+        eperm("setreuid_euid_0", "setreuid", "sc(113, -1, 0)"),
+        eperm("setregid_egid_0", "setregid", "sc(114, -1, 0)"),
+        eperm("setresuid_euid_0", "setresuid", "sc(117, -1, 0, -1)"),
+        eperm("setresgid_egid_0", "setresgid", "sc(119, -1, 0, -1)"),
+        // Another unprivileged id: the kernel would say EINVAL (not mapped).
+        eperm("setreuid_euid_nobody", "setreuid", "sc(113, 65534, 65534)"),
+        eperm("chown_to_root", "chown", "sc(92, b'/tmp', 0, -1)"),
+        eperm("fchownat_to_nobody", "fchownat", "sc(260, -100, b'/tmp', 65534, -1, 0)"),
+        eperm("setgroups", "setgroups", "sc(116, 0, 0)"),
+        eperm("clock_settime", "clock_settime", "sc(227, 0, 0)"),
+        eperm("settimeofday", "settimeofday", "sc(164, 0, 0)"),
+        eperm(
+            "sched_setscheduler",
+            "sched_setscheduler",
+            "sc(144, 0, 1, 0)",
+        ),
+        eperm("sched_setparam", "sched_setparam", "sc(142, 0, 0)"),
+        eperm("sched_setattr", "sched_setattr", "sc(314, 0, 0, 0)"),
+        eperm("sethostname", "sethostname", "sc(170, b'x', 1)"),
+        eperm("setdomainname", "setdomainname", "sc(171, b'x', 1)"),
+    ]);
+}
+
+#[test]
+fn dropping_privileges_to_the_ids_one_has_succeeds_and_becoming_root_is_a_permission_error() {
+    let sb = Sandbox::new();
+    let (r, _) = sb.run(
+        r#"
+import os, time
+u, g = os.getuid(), os.getgid()
+os.setgid(g); os.setuid(u)
+os.setregid(-1, -1); os.setreuid(-1, -1)
+os.setresgid(g, g, g); os.setresuid(u, u, u)
+os.setegid(g); os.seteuid(u)
+open("/tmp/mine", "w").close()
+os.chown("/tmp/mine", u, g); os.chown("/tmp/mine", -1, -1)
+refused = []
+for name, call in [
+    ("setuid", lambda: os.setuid(0)),
+    ("seteuid", lambda: os.seteuid(0)),
+    ("setreuid", lambda: os.setreuid(0, 0)),
+    ("setgid", lambda: os.setgid(0)),
+    ("setgroups", lambda: os.setgroups([])),
+    ("setreuid_nobody", lambda: os.setreuid(65534, 65534)),
+    ("chown_root", lambda: os.chown("/tmp/mine", 0, -1)),
+    ("clock_settime", lambda: time.clock_settime(time.CLOCK_REALTIME, time.time())),
+    ("sched_setscheduler", lambda: os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))),
+]:
+    try:
+        call()
+        refused.append(name + ": worked")
+    except PermissionError:
+        refused.append(name + ": PermissionError")
+    except OSError as e:
+        refused.append(f"{name}: {e!r}")
+print(" ".join(str(x) for x in (os.getuid(), os.geteuid(), os.getgid())))
+print("\n".join(refused))
+"#,
+    );
+    assert_eq!(r.status, Status::Ok, "{}", r.stderr.text);
+    let lines: Vec<&str> = r.stdout.text.lines().collect();
+    assert_eq!(lines[0], "1000 1000 1000", "{}", r.stdout.text);
+    for line in &lines[1..] {
+        assert!(
+            line.ends_with(": PermissionError"),
+            "{line}\n{}",
+            r.stdout.text
+        );
+    }
+    assert_eq!(lines.len(), 10, "{}", r.stdout.text);
+}
+
+#[test]
 fn personality_changes_are_refused_and_queries_work() {
     let r = assert_refused(&[
         // ADDR_NO_RANDOMIZE and READ_IMPLIES_EXEC work without the filter.

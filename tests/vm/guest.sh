@@ -10,8 +10,8 @@
 #
 # /mnt/share/entry.env gives ENTRY (the matrix entry), EXPECT_RELEASE (the
 # exact `uname -r` of the kernel the host booted) and EXPECT_PREFIX (the
-# kernel series, e.g. "6.1."). /mnt/share/tests lists one test binary a line,
-# with the libtest arguments (name filters) to pass it.
+# kernel series, e.g. "6.1."). /mnt/share/tests lists this entry's tests: one
+# test binary a line, with the libtest arguments (name filters) to pass it.
 set -u
 share=/mnt/share
 opt=/opt/jail
@@ -54,7 +54,7 @@ run_tests() { # LABEL
             "$opt/bin/$name" --test-threads=2 $args </dev/null) || { status=1; fail "$label: $name${args:+ $args}"; }
         t1=$(uptime_s)
         say "$label: $name took $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s (guest clock)"
-    done <"$opt/tests"
+    done <"$share/tests"
     return $status
 }
 
