@@ -69,6 +69,8 @@ pub struct Exec {
     pub argv: Vec<CString>,
     pub envp: Vec<CString>,
     pub cwd: PathBuf,
+    /// The script's umask (`hostuid::sandbox_umask`).
+    pub umask: u32,
 }
 
 /// A failed step: which stage, and the error chain.
@@ -274,7 +276,7 @@ fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec, limits: &[Rlim
     sys::cloexec_from(3).stage("close_fds")?;
     // A new session: no controlling terminal to inject keystrokes into.
     nix::unistd::setsid().stage("setsid")?;
-    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(0o077));
+    nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(exec.umask));
     nix::unistd::chdir(&exec.cwd).stage("chdir")?;
     // Before the capabilities go: they are not needed to lower limits, but
     // the order keeps every restriction after the last privileged step.

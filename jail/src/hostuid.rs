@@ -104,6 +104,23 @@ pub struct HostIds {
     pub lease: Option<Lease>,
 }
 
+/// The script's file mode creation mask: 077 (what it makes is its
+/// owner's alone), except in a folder bound into a run root started
+/// (`filesystem.output_size: "unlimited"`), where the script writes the
+/// host files as its leased uid: the next run on that folder may get
+/// another uid of the range (a concurrent run held the first), so there
+/// what a run makes is also the shared group's (007), or that later run
+/// could not read what an earlier one left. Others get nothing either way,
+/// and no user has the group. A capped output needs no group bits: its
+/// host files are the caller's (fsid.rs), copied in as the sandbox's.
+pub fn sandbox_umask(started_by_root: bool, output_bound: bool) -> u32 {
+    if started_by_root && output_bound {
+        0o007
+    } else {
+        0o077
+    }
+}
+
 /// An ordinary caller's sandbox maps to the caller's own ids; root's to a
 /// uid leased from the policy's range and the policy's gid, never to 0.
 pub fn for_caller(caller_uid: u32, caller_gid: u32, identity: &crate::policy::Identity) -> Result<HostIds, HostUidError> {

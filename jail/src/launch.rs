@@ -303,6 +303,7 @@ fn child_spec(
             argv: prepared.exec.argv.clone(),
             envp: prepared.exec.envp.clone(),
             cwd: prepared.exec.cwd.clone(),
+            umask: prepared.exec.umask,
         },
         rlimits: resources.plan.rlimits.clone(),
         output: theirs.output,

@@ -107,7 +107,8 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
 
     let wall_time = req.timeout.unwrap_or(policy.limits.wall_time);
     let script_in_jail = Path::new(mounts::CODE_DIR).join(&script_rel);
-    let exec = build_exec(policy, &script_in_jail, &req.args, req.mode)?;
+    let umask = crate::hostuid::sandbox_umask(who.caller_uid == 0, policy.filesystem.output_size.is_none());
+    let exec = build_exec(policy, &script_in_jail, &req.args, req.mode, umask)?;
     let resolver = match &policy.network {
         Network::None => None,
         Network::Allowlist(_) => Some(proxy::Resolver::from_env().map_err(|e| {
@@ -356,7 +357,7 @@ pub const THREAD_POOL_VARS: [&str; 5] =
     ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"];
 
 /// The interpreter's argv and its environment, rebuilt from the policy.
-fn build_exec(policy: &Policy, script: &Path, args: &[String], mode: OutputMode) -> Result<Exec, InputError> {
+fn build_exec(policy: &Policy, script: &Path, args: &[String], mode: OutputMode, umask: u32) -> Result<Exec, InputError> {
     let cstr = |s: &[u8], what: &str| {
         CString::new(s).map_err(|_| input_error(format!("{what} contains a NUL byte"), "remove it"))
     };
@@ -404,5 +405,5 @@ fn build_exec(policy: &Policy, script: &Path, args: &[String], mode: OutputMode)
     for a in args {
         argv.push(cstr(a.as_bytes(), "an argument")?);
     }
-    Ok(Exec { path, argv, envp, cwd: PathBuf::from(mounts::OUTPUT_DIR) })
+    Ok(Exec { path, argv, envp, cwd: PathBuf::from(mounts::OUTPUT_DIR), umask })
 }

@@ -348,8 +348,28 @@ fn full_run(
         cfg.runner.timeout = Some(t);
         cfg.runner.wall_limit = Duration::from_secs_f64(t);
     }
-    let outcome = run::run(&cfg).unwrap_or_else(|e| panic!("run failed: {e}"));
+    let outcome = run::run(&cfg).unwrap_or_else(|e| {
+        panic!(
+            "run failed: {e}\nthe model saw, request by request:\n{}",
+            requests_seen(&mock)
+        )
+    });
     (f, mock, outcome)
+}
+
+/// Each request the mock received with the last tool message in it, for a
+/// failure message: a run that asked the model once more than scripted
+/// shows here which step it was answering.
+fn requests_seen(mock: &MockLlm) -> String {
+    mock.requests()
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let n = r["messages"].as_array().map_or(0, Vec::len);
+            format!("  [{i}] {n} messages; last tool message: {}", last_tool(r))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 #[test]
@@ -546,7 +566,12 @@ fn with_the_data_rootfs_a_python_pptx_deck_opens_in_python_pptx() {
     for (name, script) in [("python-pptx", DECK_PPTX), ("zipfile", DECK_STDLIB)] {
         // The data stack imports in a few seconds; leave room on a loaded machine.
         let (_f, mock, outcome) = full_run(data.clone(), script, Some(120.0));
-        assert_eq!(outcome.stop, Stop::Finished);
+        assert_eq!(
+            outcome.stop,
+            Stop::Finished,
+            "{name}:\n{}",
+            requests_seen(&mock)
+        );
         assert!(
             last_tool(&mock.requests()[7]).starts_with("status: ok"),
             "{name}: {}",

@@ -697,6 +697,81 @@ open("new.txt", "w").write("n\n")
     assert_eq!((gone.bytes, gone.sha256.as_deref(), gone.media_type.as_deref()), (3, None, None));
 }
 
+/// Runs root starts one after another on one output folder may get
+/// different host uids of the range (a concurrent run held the first one:
+/// hostuid.rs), as the steps of an agent session do. What one run left there
+/// must still be readable and writable by the next. Capped, the host files
+/// are the caller's, 0600 as the script made them; bound, the script writes
+/// them as its own uid, so there they are its shared group's too (umask
+/// 007), never anyone else's. An ordinary caller's are the caller's alone
+/// (077). The two runs are pinned to two uids here; bound, without the
+/// group bits, the second run gets EACCES on the first one's file.
+#[test]
+fn a_later_run_on_another_host_uid_reads_and_rewrites_what_an_earlier_run_left() {
+    for mode in [OutputMode::Mirrored, OutputMode::Bound] {
+        later_run_case(mode);
+    }
+}
+
+fn later_run_case(mode: OutputMode) {
+    let mut sb = Sandbox::new();
+    with_policy(&mut sb, mode, serde_json::json!({}));
+    let path = sb.dir.path().join("policy.json");
+    let pin = |uid: u32| {
+        let mut policy: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        policy["identity"]["root_host_uids"] = serde_json::json!({"first": uid, "count": 1});
+        std::fs::write(&path, policy.to_string()).unwrap();
+    };
+    // Outside the default range, and apart from the uid other tests pin.
+    let first = jail::hostuid::DEFAULT_FIRST + jail::hostuid::DEFAULT_COUNT + 1;
+    pin(first);
+    let (a, _) = run_ok(
+        &sb,
+        r#"
+import os
+os.makedirs("sub")
+open("sub/summary.csv", "w").write("class,n\n1,3\n")
+"#,
+    );
+    pin(first + 1);
+    let (b, _) = run_ok(
+        &sb,
+        r#"
+print(open("sub/summary.csv").read().splitlines()[-1])
+open("sub/summary.csv", "a").write("2,4\n")
+"#,
+    );
+    if is_root() {
+        assert_eq!(
+            (a.isolation.host_uid, b.isolation.host_uid),
+            (first, first + 1),
+            "{mode:?}"
+        );
+    }
+    assert_eq!(
+        b.stdout.text, "1,3\n",
+        "{mode:?}: the second run did not see the first one's file: {:?}",
+        b.output_sync
+    );
+    assert_eq!(
+        std::fs::read_to_string(sb.output.join("sub/summary.csv")).unwrap(),
+        "class,n\n1,3\n2,4\n",
+        "{mode:?}"
+    );
+    let (file, dir) = if is_root() && mode == OutputMode::Bound {
+        (0o660, 0o770)
+    } else {
+        (0o600, 0o700)
+    };
+    let mode_of = |p: &str| std::fs::symlink_metadata(sb.output.join(p)).unwrap().mode() & 0o7777;
+    assert_eq!(
+        (mode_of("sub/summary.csv"), mode_of("sub")),
+        (file, dir),
+        "{mode:?}"
+    );
+}
+
 #[test]
 fn collection_starts_only_after_the_whole_tree_is_dead() {
     let mut sb = Sandbox::new();
