@@ -190,8 +190,8 @@ pub fn run_with(config: &Config, sinks: Vec<Box<dyn trace::Sink>>) -> Result<Out
     let skills = Skills::load(config.skills_dir.as_deref()).map_err(|e| fail(e, None))?;
     let session = Session::create(config.session_parent.as_deref(), &config.input, config.owner).map_err(|e| fail(e, None))?;
     let run_id = trace::new_id(16);
-    let mut trace =
-        Trace::create(&session.trace_path(), started, run_id.clone(), config.trace_content).map_err(|e| fail(e, Some(&session)))?;
+    let mut trace = Trace::create(&session.trace_path(), started, run_id.clone(), config.trace_content)
+        .map_err(|e| fail(e, Some(&session)))?;
     for s in sinks {
         trace.add_sink(s);
     }
@@ -232,8 +232,10 @@ pub fn run_with(config: &Config, sinks: Vec<Box<dyn trace::Sink>>) -> Result<Out
         };
         ctx.call("list_input_files", "{}").content
     };
-    orchestrator.messages =
-        vec![Message::System(system), Message::User(format!("Task:\n{}\n\nInput files:\n{inputs}", config.task.trim()))];
+    orchestrator.messages = vec![
+        Message::System(system),
+        Message::User(format!("Task:\n{}\n\nInput files:\n{inputs}", config.task.trim())),
+    ];
     st.orchestrator = orchestrator;
     st.save(&session.root).map_err(|e| fail(e, Some(&session)))?;
     drive(config, &session, &skills, trace, st, started, display)
@@ -315,7 +317,14 @@ fn drive(
         None => Exported::default(),
     };
     let stop = run.stop.clone().unwrap_or(Stop::Finished);
-    Ok(Outcome { session: session.clone(), answer, stop, todo: run.st.todo.clone(), summary, exported })
+    Ok(Outcome {
+        session: session.clone(),
+        answer,
+        stop,
+        todo: run.st.todo.clone(),
+        summary,
+        exported,
+    })
 }
 
 struct Run<'a> {
@@ -378,7 +387,8 @@ impl Run<'_> {
         let shares = trace::split_tokens(reply.usage.output, &sizes);
         let assistant = Message::Assistant { content: reply.content.clone(), tool_calls: reply.tool_calls.clone() };
         let recorded = self.trace.content == Content::Recorded;
-        let input_messages = recorded.then(|| conv.messages[conv.recorded.min(conv.messages.len())..].iter().map(content_json).collect());
+        let input_messages =
+            recorded.then(|| conv.messages[conv.recorded.min(conv.messages.len())..].iter().map(content_json).collect());
         let output_message = recorded.then(|| content_json(&assistant));
         self.trace.record(
             who.agent,
@@ -523,7 +533,11 @@ impl Run<'_> {
                 match parse_args::<Items>(&call.name, &call.arguments) {
                     Err(e) => Done::error(e),
                     Ok(a) => {
-                        let r = if call.name == "create_todo_list" { self.st.todo.create(a.items) } else { self.st.todo.revise(a.items) };
+                        let r = if call.name == "create_todo_list" {
+                            self.st.todo.create(a.items)
+                        } else {
+                            self.st.todo.revise(a.items)
+                        };
                         match r {
                             Ok(()) => Done::ok(format!("the todo list:\n{}\nNow call start_next_todo.", self.st.todo.render())),
                             Err(e) => Done::error(e),
@@ -533,7 +547,9 @@ impl Run<'_> {
             }
             "start_next_todo" => match parse_args::<serde_json::Value>(&call.name, &call.arguments) {
                 Err(e) => Done::error(e),
-                Ok(_) if !self.st.todo.is_created() => Done::error("there is no todo list yet; call create_todo_list first".into()),
+                Ok(_) if !self.st.todo.is_created() => {
+                    Done::error("there is no todo list yet; call create_todo_list first".into())
+                }
                 Ok(_) => {
                     // A resumed run goes on with the sub-agent it had.
                     let next = match &self.st.sub {
@@ -684,7 +700,11 @@ impl Run<'_> {
             Some(&item.name),
             &span,
             Event::AgentEnd {
-                outcome: if outcome.state == State::Done { "done".into() } else { outcome.report.clone() },
+                outcome: if outcome.state == State::Done {
+                    "done".into()
+                } else {
+                    outcome.report.clone()
+                },
                 steps,
                 tokens_in,
                 tokens_out,
@@ -733,13 +753,19 @@ impl Run<'_> {
             if steps >= caps.subagent_steps {
                 return Ok(SubOutcome {
                     state: State::Blocked,
-                    report: format!("stopped: the sub-agent reached its step cap ({} model calls) before finishing", caps.subagent_steps),
+                    report: format!(
+                        "stopped: the sub-agent reached its step cap ({} model calls) before finishing",
+                        caps.subagent_steps
+                    ),
                 });
             }
             if tokens >= caps.subagent_tokens {
                 return Ok(SubOutcome {
                     state: State::Blocked,
-                    report: format!("stopped: the sub-agent reached its token cap ({} tokens) before finishing", caps.subagent_tokens),
+                    report: format!(
+                        "stopped: the sub-agent reached its token cap ({} tokens) before finishing",
+                        caps.subagent_tokens
+                    ),
                 });
             }
             let reply = self.model_call(&who, &mut sub.conv, Role::SubAgent)?;

@@ -130,7 +130,10 @@ impl Checkpoint {
         let c: Checkpoint =
             serde_json::from_slice(&text).map_err(|e| CheckpointError::Parse { path: path.clone(), cause: e.to_string() })?;
         if c.version != VERSION {
-            return Err(CheckpointError::Parse { path, cause: format!("state version {} (this agent reads {VERSION})", c.version) });
+            return Err(CheckpointError::Parse {
+                path,
+                cause: format!("state version {} (this agent reads {VERSION})", c.version),
+            });
         }
         if c.finished {
             return Err(CheckpointError::Finished { path: root.to_path_buf() });
@@ -235,7 +238,11 @@ impl Settings {
             budget: Budget::default(),
             owner,
             progress,
-            trace_content: if self.trace_content { crate::trace::Content::Recorded } else { crate::trace::Content::Omitted },
+            trace_content: if self.trace_content {
+                crate::trace::Content::Recorded
+            } else {
+                crate::trace::Content::Omitted
+            },
         }
     }
 }

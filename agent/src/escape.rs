@@ -85,10 +85,7 @@ mod tests {
     #[test]
     fn controls_bidi_and_invisible_characters_are_shown_visibly() {
         assert_eq!(escape("a\u{1b}[2Jb", Lines::One), "a\\x1b[2Jb");
-        assert_eq!(
-            escape("x\u{202e}y\u{200b}z\u{2066}", Lines::One),
-            "x\\u{202e}y\\u{200b}z\\u{2066}"
-        );
+        assert_eq!(escape("x\u{202e}y\u{200b}z\u{2066}", Lines::One), "x\\u{202e}y\\u{200b}z\\u{2066}");
         assert_eq!(escape("l1\nl2\r\tx", Lines::One), "l1\\nl2\\r\\tx");
         assert_eq!(escape("l1\nl2\r\tx\u{7}", Lines::Keep), "l1\nl2\\r\tx\\x07");
         assert_eq!(escape("café ünïcode ✓", Lines::One), "café ünïcode ✓");

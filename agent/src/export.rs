@@ -74,15 +74,7 @@ impl Accepted {
             .artifacts
             .iter()
             .filter(|a| a.change != Change::Deleted)
-            .filter_map(|a| {
-                Some((
-                    a.path.clone(),
-                    AcceptedFile {
-                        bytes: a.bytes,
-                        sha256: a.sha256.clone()?,
-                    },
-                ))
-            })
+            .filter_map(|a| Some((a.path.clone(), AcceptedFile { bytes: a.bytes, sha256: a.sha256.clone()? })))
             .collect();
     }
 
@@ -92,8 +84,7 @@ impl Accepted {
 
     /// Forget files no longer in `output` (after a delete).
     pub fn forget_missing(&mut self, output: &Path) {
-        self.files
-            .retain(|rel, _| std::fs::symlink_metadata(output.join(rel)).is_ok());
+        self.files.retain(|rel, _| std::fs::symlink_metadata(output.join(rel)).is_ok());
     }
 }
 
@@ -111,29 +102,16 @@ pub fn delete_beneath(base: &Path, rel: &Path) -> Result<(), String> {
     let dir = if parent.as_os_str().is_empty() {
         root
     } else {
-        jail::sys::openat2(
-            Some(root.as_fd()),
-            parent,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-            BENEATH,
-        )
-        .map_err(|e| {
-            format!("{name}: the folder on the way cannot be opened without following links ({e})")
-        })?
+        jail::sys::openat2(Some(root.as_fd()), parent, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, BENEATH)
+            .map_err(|e| format!("{name}: the folder on the way cannot be opened without following links ({e})"))?
     };
     match lookup(&dir, Path::new(file)).map_err(|e| format!("{name}: {e}"))? {
         None => return Err(format!("{name}: no such file")),
-        Some(st) if kind(&st) == Kind::Dir => {
-            return Err(format!("{name} is a folder; delete the files in it"))
-        }
+        Some(st) if kind(&st) == Kind::Dir => return Err(format!("{name} is a folder; delete the files in it")),
         Some(_) => {}
     }
-    nix::unistd::unlinkat(
-        Some(dir.as_raw_fd()),
-        file,
-        nix::unistd::UnlinkatFlags::NoRemoveDir,
-    )
-    .map_err(|e| format!("{name}: {e}"))
+    nix::unistd::unlinkat(Some(dir.as_raw_fd()), file, nix::unistd::UnlinkatFlags::NoRemoveDir)
+        .map_err(|e| format!("{name}: {e}"))
 }
 
 /// What an export did.
@@ -154,21 +132,17 @@ pub fn open_file_beneath(base: &Path, rel: &Path) -> Result<File, String> {
         return Err(format!("{name}: only plain relative paths are allowed"));
     }
     let dir = open_dir(base).map_err(|e| format!("{}: {e}", base.display()))?;
-    let fd = jail::sys::openat2(
-        Some(dir.as_fd()),
-        rel,
-        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-        BENEATH,
-    )
-    .map_err(|e| match e.raw_os_error() {
-        Some(libc::ELOOP) => {
-            format!("{name} is a symbolic link or has one on the way; links are not followed")
-        }
-        Some(libc::ENOENT) => format!("{name}: no such file"),
-        Some(libc::ENOTDIR) => format!("{name}: not a folder on the way"),
-        Some(libc::EXDEV) => format!("{name} leads outside its folder"),
-        _ => format!("{name}: {e}"),
-    })?;
+    let fd = jail::sys::openat2(Some(dir.as_fd()), rel, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, BENEATH).map_err(
+        |e| match e.raw_os_error() {
+            Some(libc::ELOOP) => {
+                format!("{name} is a symbolic link or has one on the way; links are not followed")
+            }
+            Some(libc::ENOENT) => format!("{name}: no such file"),
+            Some(libc::ENOTDIR) => format!("{name}: not a folder on the way"),
+            Some(libc::EXDEV) => format!("{name} leads outside its folder"),
+            _ => format!("{name}: {e}"),
+        },
+    )?;
     let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| format!("{name}: {e}"))?;
     match kind(&st) {
         Kind::File => Ok(File::from(fd)),
@@ -178,12 +152,7 @@ pub fn open_file_beneath(base: &Path, rel: &Path) -> Result<File, String> {
 }
 
 fn open_dir(path: &Path) -> io::Result<OwnedFd> {
-    jail::sys::openat2(
-        None,
-        path,
-        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-        0,
-    )
+    jail::sys::openat2(None, path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -228,17 +197,8 @@ pub fn export(output: &Path, accepted: &Accepted, dest: &Path) -> Result<Exporte
         move |error: io::Error| ExportError::Io { op, path, error }
     };
     match std::fs::symlink_metadata(dest) {
-        Ok(m) if m.file_type().is_symlink() => {
-            return Err(ExportError::DestIsLink {
-                path: dest.to_path_buf(),
-            })
-        }
-        Ok(m) if !m.is_dir() => {
-            return Err(ExportError::Existing {
-                path: dest.to_path_buf(),
-                what: "not a folder",
-            })
-        }
+        Ok(m) if m.file_type().is_symlink() => return Err(ExportError::DestIsLink { path: dest.to_path_buf() }),
+        Ok(m) if !m.is_dir() => return Err(ExportError::Existing { path: dest.to_path_buf(), what: "not a folder" }),
         Ok(_) => {}
         Err(_) => std::fs::create_dir_all(dest).map_err(io_err("mkdir", dest))?,
     }
@@ -260,9 +220,7 @@ pub fn export(output: &Path, accepted: &Accepted, dest: &Path) -> Result<Exporte
             }
         };
         let (dir, name) = target_dir(&dest_fd, dest, rel_path)?;
-        if let Some(why) = copy_into(&mut from, &dir, &name, want)
-            .map_err(io_err("write", &dest.join(rel_path)))?
-        {
+        if let Some(why) = copy_into(&mut from, &dir, &name, want).map_err(io_err("write", &dest.join(rel_path)))? {
             out.skipped.push(format!("{}: {why}", shown(rel)));
             continue;
         }
@@ -274,13 +232,8 @@ pub fn export(output: &Path, accepted: &Accepted, dest: &Path) -> Result<Exporte
 /// The source file, if it is still the regular, single-named file of the
 /// size the jail accepted.
 fn open_source(src: &OwnedFd, rel: &Path, want: &AcceptedFile) -> Result<File, String> {
-    let fd = jail::sys::openat2(
-        Some(src.as_fd()),
-        rel,
-        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK,
-        BENEATH,
-    )
-    .map_err(|e| format!("cannot open it without following links ({e}); not copied"))?;
+    let fd = jail::sys::openat2(Some(src.as_fd()), rel, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, BENEATH)
+        .map_err(|e| format!("cannot open it without following links ({e}); not copied"))?;
     let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| format!("{e}; not copied"))?;
     if kind(&st) != Kind::File || st.st_nlink != 1 {
         return Err("it is no longer a regular file with one name; not copied".into());
@@ -296,19 +249,13 @@ fn open_source(src: &OwnedFd, rel: &Path, want: &AcceptedFile) -> Result<File, S
 fn check_target(dest_fd: &OwnedFd, dest: &Path, rel: &Path) -> Result<(), ExportError> {
     let parts: Vec<&std::ffi::OsStr> = rel.iter().collect();
     let mut at = dest.to_path_buf();
-    let mut dir = dest_fd.try_clone().map_err(|error| ExportError::Io {
-        op: "dup",
-        path: dest.to_path_buf(),
-        error,
-    })?;
+    let mut dir = dest_fd
+        .try_clone()
+        .map_err(|error| ExportError::Io { op: "dup", path: dest.to_path_buf(), error })?;
     for (i, part) in parts.iter().enumerate() {
         at.push(part);
         let last = i + 1 == parts.len();
-        let st = lookup(&dir, Path::new(part)).map_err(|error| ExportError::Io {
-            op: "stat",
-            path: at.clone(),
-            error,
-        })?;
+        let st = lookup(&dir, Path::new(part)).map_err(|error| ExportError::Io { op: "stat", path: at.clone(), error })?;
         let Some(st) = st else { return Ok(()) };
         let k = kind(&st);
         match (last, k) {
@@ -320,18 +267,9 @@ fn check_target(dest_fd: &OwnedFd, dest: &Path, rel: &Path) -> Result<(), Export
                     libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                     BENEATH,
                 )
-                .map_err(|error| ExportError::Io {
-                    op: "open",
-                    path: at.clone(),
-                    error,
-                })?;
+                .map_err(|error| ExportError::Io { op: "open", path: at.clone(), error })?;
             }
-            _ => {
-                return Err(ExportError::Existing {
-                    path: at,
-                    what: describe(k),
-                })
-            }
+            _ => return Err(ExportError::Existing { path: at, what: describe(k) }),
         }
     }
     Ok(())
@@ -339,80 +277,36 @@ fn check_target(dest_fd: &OwnedFd, dest: &Path, rel: &Path) -> Result<(), Export
 
 /// The destination folder of `rel` (made as needed, never through a link)
 /// and the file's name in it.
-fn target_dir(
-    dest_fd: &OwnedFd,
-    dest: &Path,
-    rel: &Path,
-) -> Result<(OwnedFd, PathBuf), ExportError> {
+fn target_dir(dest_fd: &OwnedFd, dest: &Path, rel: &Path) -> Result<(OwnedFd, PathBuf), ExportError> {
     let parts: Vec<&std::ffi::OsStr> = rel.iter().collect();
     let Some((name, dirs)) = parts.split_last() else {
-        return Err(ExportError::Existing {
-            path: dest.to_path_buf(),
-            what: "an empty name",
-        });
+        return Err(ExportError::Existing { path: dest.to_path_buf(), what: "an empty name" });
     };
     let mut at = dest.to_path_buf();
-    let mut dir = dest_fd.try_clone().map_err(|error| ExportError::Io {
-        op: "dup",
-        path: dest.to_path_buf(),
-        error,
-    })?;
+    let mut dir = dest_fd
+        .try_clone()
+        .map_err(|error| ExportError::Io { op: "dup", path: dest.to_path_buf(), error })?;
     for part in dirs {
         at.push(part);
         let p = Path::new(part);
-        match lookup(&dir, p).map_err(|error| ExportError::Io {
-            op: "stat",
-            path: at.clone(),
-            error,
-        })? {
-            None => {
-                nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), p, Mode::from_bits_truncate(0o755))
-                    .map_err(|e| ExportError::Io {
-                    op: "mkdir",
-                    path: at.clone(),
-                    error: e.into(),
-                })?
-            }
+        match lookup(&dir, p).map_err(|error| ExportError::Io { op: "stat", path: at.clone(), error })? {
+            None => nix::sys::stat::mkdirat(Some(dir.as_raw_fd()), p, Mode::from_bits_truncate(0o755))
+                .map_err(|e| ExportError::Io { op: "mkdir", path: at.clone(), error: e.into() })?,
             Some(st) if kind(&st) == Kind::Dir => {}
-            Some(st) => {
-                return Err(ExportError::Existing {
-                    path: at,
-                    what: describe(kind(&st)),
-                })
-            }
+            Some(st) => return Err(ExportError::Existing { path: at, what: describe(kind(&st)) }),
         }
-        dir = jail::sys::openat2(
-            Some(dir.as_fd()),
-            p,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-            BENEATH,
-        )
-        .map_err(|error| match error.raw_os_error() {
-            Some(libc::ELOOP) | Some(libc::ENOTDIR) => ExportError::Existing {
-                path: at.clone(),
-                what: "a symbolic link",
+        dir = jail::sys::openat2(Some(dir.as_fd()), p, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, BENEATH).map_err(
+            |error| match error.raw_os_error() {
+                Some(libc::ELOOP) | Some(libc::ENOTDIR) => ExportError::Existing { path: at.clone(), what: "a symbolic link" },
+                _ => ExportError::Io { op: "open", path: at.clone(), error },
             },
-            _ => ExportError::Io {
-                op: "open",
-                path: at.clone(),
-                error,
-            },
-        })?;
+        )?;
     }
     at.push(name);
-    match lookup(&dir, Path::new(name)).map_err(|error| ExportError::Io {
-        op: "stat",
-        path: at.clone(),
-        error,
-    })? {
+    match lookup(&dir, Path::new(name)).map_err(|error| ExportError::Io { op: "stat", path: at.clone(), error })? {
         None => {}
         Some(st) if kind(&st) == Kind::File && st.st_nlink == 1 => {}
-        Some(st) => {
-            return Err(ExportError::Existing {
-                path: at,
-                what: describe(kind(&st)),
-            })
-        }
+        Some(st) => return Err(ExportError::Existing { path: at, what: describe(kind(&st)) }),
     }
     Ok((dir, PathBuf::from(name)))
 }
@@ -420,17 +314,8 @@ fn target_dir(
 /// Write `from` to a fresh name in `dir`, hashing as it goes, and rename it
 /// over `name` only when the content is what the jail accepted. Returns why
 /// not, when it was not.
-fn copy_into(
-    from: &mut File,
-    dir: &OwnedFd,
-    name: &Path,
-    want: &AcceptedFile,
-) -> io::Result<Option<String>> {
-    let tmp = PathBuf::from(format!(
-        ".jail-agent-{}-{}.part",
-        std::process::id(),
-        unique()
-    ));
+fn copy_into(from: &mut File, dir: &OwnedFd, name: &Path, want: &AcceptedFile) -> io::Result<Option<String>> {
+    let tmp = PathBuf::from(format!(".jail-agent-{}-{}.part", std::process::id(), unique()));
     let fd = jail::sys::openat2_mode(
         Some(dir.as_fd()),
         &tmp,
@@ -456,18 +341,11 @@ fn copy_into(
     })();
     let same = total == want.bytes && hex(&hash.finalize()) == want.sha256;
     if copied.is_err() || !same {
-        let _ = nix::unistd::unlinkat(
-            Some(dir.as_raw_fd()),
-            &tmp,
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        );
+        let _ = nix::unistd::unlinkat(Some(dir.as_raw_fd()), &tmp, nix::unistd::UnlinkatFlags::NoRemoveDir);
         copied?;
-        return Ok(Some(
-            "its content changed since the jail checked it (sha256 differs); not copied".into(),
-        ));
+        return Ok(Some("its content changed since the jail checked it (sha256 differs); not copied".into()));
     }
-    nix::fcntl::renameat(Some(dir.as_raw_fd()), &tmp, Some(dir.as_raw_fd()), name)
-        .map_err(io::Error::from)?;
+    nix::fcntl::renameat(Some(dir.as_raw_fd()), &tmp, Some(dir.as_raw_fd()), name).map_err(io::Error::from)?;
     Ok(None)
 }
 
@@ -490,13 +368,8 @@ mod tests {
         let mut a = Accepted::default();
         for n in names {
             let data = std::fs::read(dir.join(n)).unwrap();
-            a.files.insert(
-                n.to_string(),
-                AcceptedFile {
-                    bytes: data.len() as u64,
-                    sha256: hex(&Sha256::digest(&data)),
-                },
-            );
+            a.files
+                .insert(n.to_string(), AcceptedFile { bytes: data.len() as u64, sha256: hex(&Sha256::digest(&data)) });
         }
         a
     }
@@ -515,20 +388,10 @@ mod tests {
         let dest = t.path().join("dest");
         let e = export(&out, &acc, &dest).unwrap();
         assert_eq!(e.copied, ["a.csv", "sub/b.txt"]);
-        assert!(
-            e.skipped[0].starts_with("c.txt: its content changed"),
-            "{:?}",
-            e.skipped
-        );
-        assert_eq!(
-            std::fs::read_to_string(dest.join("sub/b.txt")).unwrap(),
-            "b"
-        );
+        assert!(e.skipped[0].starts_with("c.txt: its content changed"), "{:?}", e.skipped);
+        assert_eq!(std::fs::read_to_string(dest.join("sub/b.txt")).unwrap(), "b");
         assert!(!dest.join("payload.sh").exists() && !dest.join("c.txt").exists());
-        let left: Vec<_> = std::fs::read_dir(&dest)
-            .unwrap()
-            .map(|e| e.unwrap().file_name())
-            .collect();
+        let left: Vec<_> = std::fs::read_dir(&dest).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert_eq!(left.len(), 2, "no temporary file is left: {left:?}");
     }
 
@@ -547,20 +410,13 @@ mod tests {
         std::fs::create_dir(&dest).unwrap();
         symlink(&victim, dest.join("a.txt")).unwrap();
         let e = export(&out, &acc, &dest).unwrap_err().to_string();
-        assert!(
-            e.contains(&format!("{}", dest.join("a.txt").display()))
-                && e.contains("a symbolic link"),
-            "{e}"
-        );
+        assert!(e.contains(&format!("{}", dest.join("a.txt").display())) && e.contains("a symbolic link"), "{e}");
 
         let dest = t.path().join("dest2");
         std::fs::create_dir(&dest).unwrap();
         symlink(t.path(), dest.join("sub")).unwrap();
         let e = export(&out, &acc, &dest).unwrap_err().to_string();
-        assert!(
-            e.contains("dest2/sub in the destination is a symbolic link"),
-            "{e}"
-        );
+        assert!(e.contains("dest2/sub in the destination is a symbolic link"), "{e}");
 
         let dest = t.path().join("dest3");
         std::fs::create_dir(&dest).unwrap();
@@ -576,10 +432,7 @@ mod tests {
 
         let dest = t.path().join("dest5");
         symlink(t.path(), &dest).unwrap();
-        assert!(matches!(
-            export(&out, &acc, &dest),
-            Err(ExportError::DestIsLink { .. })
-        ));
+        assert!(matches!(export(&out, &acc, &dest), Err(ExportError::DestIsLink { .. })));
         assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious");
         assert!(!t.path().join("sub").exists());
     }
@@ -620,18 +473,8 @@ mod tests {
     #[test]
     fn a_setup_failure_keeps_the_accepted_set() {
         let mut a = Accepted::default();
-        a.files.insert(
-            "x".into(),
-            AcceptedFile {
-                bytes: 1,
-                sha256: "00".into(),
-            },
-        );
-        let r = RunResult::setup_failed(jail::result::SetupError {
-            stage: "s".into(),
-            message: "m".into(),
-            causes: vec![],
-        });
+        a.files.insert("x".into(), AcceptedFile { bytes: 1, sha256: "00".into() });
+        let r = RunResult::setup_failed(jail::result::SetupError { stage: "s".into(), message: "m".into(), causes: vec![] });
         a.update(&r);
         assert!(a.get("x").is_some());
     }

@@ -52,7 +52,12 @@ pub enum LlmError {
     #[error("the model endpoint {url} did not answer within {secs} s (raise --llm-timeout, or check the server)")]
     Timeout { url: String, secs: u64 },
     #[error("the model endpoint {url} answered HTTP {status}{hint}: {body}")]
-    Status { url: String, status: u16, hint: &'static str, body: String },
+    Status {
+        url: String,
+        status: u16,
+        hint: &'static str,
+        body: String,
+    },
     #[error("the model endpoint {url} answered with something that is not a chat completion ({cause}): {excerpt}")]
     Decode { url: String, cause: String, excerpt: String },
     #[error("the model endpoint {url} is not a valid URL: {cause} (set LLM_BASE_URL to e.g. http://localhost:8000/v1)")]
@@ -65,10 +70,20 @@ pub enum LlmError {
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "role", rename_all = "snake_case")]
 pub enum Message {
-    System { content: String },
-    User { content: String },
-    Assistant { content: Option<String>, tool_calls: Vec<ToolCall> },
-    Tool { tool_call_id: String, content: String },
+    System {
+        content: String,
+    },
+    User {
+        content: String,
+    },
+    Assistant {
+        content: Option<String>,
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: String,
+    },
 }
 
 impl Message {
@@ -227,8 +242,8 @@ impl Client {
             std::thread::sleep(wait);
         };
         if reply.usage.estimated {
-            let sent: usize = messages.iter().map(Message::chars).sum::<usize>()
-                + tools.iter().map(|t| t.to_string().len()).sum::<usize>();
+            let sent: usize =
+                messages.iter().map(Message::chars).sum::<usize>() + tools.iter().map(|t| t.to_string().len()).sum::<usize>();
             let got = reply.content.as_ref().map_or(0, String::len)
                 + reply.tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).sum::<usize>();
             reply.usage.input = sent.div_ceil(4) as u64;
@@ -261,7 +276,12 @@ impl Client {
         if (200..300).contains(&status) {
             return Attempt::Done(text);
         }
-        let error = LlmError::Status { url: self.url.clone(), status, hint: status_hint(status), body: excerpt(&text, 300) };
+        let error = LlmError::Status {
+            url: self.url.clone(),
+            status,
+            hint: status_hint(status),
+            body: excerpt(&text, 300),
+        };
         if status == 429 || status >= 500 {
             Attempt::Retry { error, after: retry_after }
         } else {
@@ -272,17 +292,20 @@ impl Client {
     fn transport_error(&self, e: ureq::Error) -> Attempt {
         let url = self.url.clone();
         match e {
-            ureq::Error::Timeout(_) => {
-                Attempt::Retry { error: LlmError::Timeout { url, secs: self.config.timeout.as_secs() }, after: None }
-            }
+            ureq::Error::Timeout(_) => Attempt::Retry {
+                error: LlmError::Timeout { url, secs: self.config.timeout.as_secs() },
+                after: None,
+            },
             ureq::Error::BadUri(cause) => Attempt::Fail(LlmError::BadUrl { url, cause }),
             ureq::Error::Http(cause) => Attempt::Fail(LlmError::BadUrl { url, cause: cause.to_string() }),
-            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => {
-                Attempt::Retry { error: LlmError::Timeout { url, secs: self.config.timeout.as_secs() }, after: None }
-            }
-            ureq::Error::HostNotFound => {
-                Attempt::Retry { error: LlmError::Unreachable { url, cause: "host not found".into() }, after: None }
-            }
+            ureq::Error::Io(io) if io.kind() == std::io::ErrorKind::TimedOut => Attempt::Retry {
+                error: LlmError::Timeout { url, secs: self.config.timeout.as_secs() },
+                after: None,
+            },
+            ureq::Error::HostNotFound => Attempt::Retry {
+                error: LlmError::Unreachable { url, cause: "host not found".into() },
+                after: None,
+            },
             other => Attempt::Retry { error: LlmError::Unreachable { url, cause: other.to_string() }, after: None },
         }
     }
@@ -305,7 +328,12 @@ fn http_date(v: &str) -> Option<i64> {
     let (_, rest) = v.split_once(", ")?;
     let parts: Vec<&str> = rest.split_whitespace().collect();
     let [day, month, year, time, "GMT"] = parts.as_slice() else { return None };
-    let month = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"].iter().position(|m| m == month)? as i64 + 1;
+    let month = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ]
+    .iter()
+    .position(|m| m == month)? as i64
+        + 1;
     let (day, year): (i64, i64) = (day.parse().ok()?, year.parse().ok()?);
     let hms: Vec<i64> = time.split(':').map(|p| p.parse().ok()).collect::<Option<_>>()?;
     let [h, m, s] = hms.as_slice() else { return None };
@@ -457,7 +485,13 @@ mod tests {
         assert_eq!(retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now), Some(Duration::from_secs(7)));
         assert_eq!(retry_after("Sun, 06 Nov 1994 08:49:00 GMT", now), Some(Duration::ZERO), "a date past is no wait");
         assert_eq!(retry_after("Tue, 29 Feb 2000 00:00:00 GMT", UNIX_EPOCH), Some(Duration::from_secs(951_782_400)));
-        for bad in ["soon", "-3", "Sun, 06 Nov 1994 25:00:00 GMT", "Sun, 06 Foo 1994 08:49:37 GMT", ""] {
+        for bad in [
+            "soon",
+            "-3",
+            "Sun, 06 Nov 1994 25:00:00 GMT",
+            "Sun, 06 Foo 1994 08:49:37 GMT",
+            "",
+        ] {
             assert_eq!(retry_after(bad, SystemTime::now()), None, "{bad}");
         }
     }
@@ -467,7 +501,10 @@ mod tests {
         let m = vec![
             Message::System("s".into()),
             Message::User("u".into()),
-            Message::Assistant { content: None, tool_calls: vec![ToolCall { id: "c".into(), name: "n".into(), arguments: "{}".into() }] },
+            Message::Assistant {
+                content: None,
+                tool_calls: vec![ToolCall { id: "c".into(), name: "n".into(), arguments: "{}".into() }],
+            },
             Message::Tool { tool_call_id: "c".into(), content: "r".into() },
         ];
         let back: Vec<Message> = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();

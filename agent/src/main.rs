@@ -19,7 +19,11 @@ use agent::trace::Content;
 use agent::view::Budget;
 
 #[derive(Parser)]
-#[command(name = "jail-agent", version, about = "An agent that plans, writes Python and runs every step in a fresh jail")]
+#[command(
+    name = "jail-agent",
+    version,
+    about = "An agent that plans, writes Python and runs every step in a fresh jail"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -186,7 +190,9 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
         (None, None) => bail!("give the task with --task TEXT or --task-file FILE"),
     };
     let Some(base_url) = a.llm.base_url.clone().filter(|u| !u.trim().is_empty()) else {
-        bail!("no model endpoint: set LLM_BASE_URL (or --base-url) to an OpenAI-compatible server, e.g. http://localhost:11434/v1");
+        bail!(
+            "no model endpoint: set LLM_BASE_URL (or --base-url) to an OpenAI-compatible server, e.g. http://localhost:11434/v1"
+        );
     };
     let Some(model) = a.llm.model.clone().filter(|m| !m.trim().is_empty()) else {
         bail!("no model: set LLM_MODEL (or --model) to a model the endpoint serves");
@@ -224,7 +230,13 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
         output: a.output,
         session_parent: a.session_dir,
         llm,
-        runner: Runner { jail: runner::find_jail(a.jail.as_deref()), policy: a.policy, rootfs: a.rootfs, timeout: a.step_timeout, wall_limit },
+        runner: Runner {
+            jail: runner::find_jail(a.jail.as_deref()),
+            policy: a.policy,
+            rootfs: a.rootfs,
+            timeout: a.step_timeout,
+            wall_limit,
+        },
         rootfs,
         skills_dir: a.skills,
         caps: Caps {

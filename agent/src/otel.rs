@@ -31,7 +31,7 @@ use opentelemetry::trace::{SpanContext, SpanId, SpanKind, Status, TraceFlags, Tr
 use opentelemetry::{InstrumentationScope, KeyValue, Value};
 use opentelemetry_http::{Bytes, HttpClient, HttpError, Request, Response};
 use opentelemetry_otlp::{WithExportConfig, WithHttpConfig};
-use opentelemetry_sdk::trace::{SpanData, SpanExporter as _, SpanEvents, SpanLinks};
+use opentelemetry_sdk::trace::{SpanData, SpanEvents, SpanExporter as _, SpanLinks};
 use opentelemetry_sdk::Resource;
 
 use crate::agent::Config;
@@ -86,7 +86,14 @@ impl Otlp {
         let resource = Resource::builder().with_service_name(service_name()).build();
         exporter.set_resource(&resource);
         let scope = InstrumentationScope::builder("jail-agent").with_version(env!("CARGO_PKG_VERSION")).build();
-        Ok(Otlp { exporter, scope, model: config.llm.model.clone(), server: server_of(&config.llm.base_url), buffer: Vec::new(), failed: false })
+        Ok(Otlp {
+            exporter,
+            scope,
+            model: config.llm.model.clone(),
+            server: server_of(&config.llm.base_url),
+            buffer: Vec::new(),
+            failed: false,
+        })
     }
 
     fn export(&mut self) {
@@ -121,7 +128,10 @@ impl Sink for Otlp {
 }
 
 fn service_name() -> String {
-    std::env::var("OTEL_SERVICE_NAME").ok().filter(|s| !s.is_empty()).unwrap_or_else(|| "jail-agent".into())
+    std::env::var("OTEL_SERVICE_NAME")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "jail-agent".into())
 }
 
 /// Host and port of the model's endpoint, for `server.address`/`server.port`.
@@ -164,13 +174,28 @@ pub fn span_of(r: &Record, model: &str, server: Option<&(String, i64)>, scope: &
     let trace_id = TraceId::from_bytes(hex_id::<16>(&r.run_id)?);
     let span_id = SpanId::from_bytes(hex_id::<8>(&r.span_id)?);
     let parent = r.parent_span_id.as_deref().and_then(hex_id::<8>).map(SpanId::from_bytes).unwrap_or(SpanId::INVALID);
-    let mut attrs = vec![KeyValue::new("gen_ai.agent.name", r.agent.clone()), KeyValue::new("gen_ai.conversation.id", r.run_id.clone())];
+    let mut attrs = vec![
+        KeyValue::new("gen_ai.agent.name", r.agent.clone()),
+        KeyValue::new("gen_ai.conversation.id", r.run_id.clone()),
+    ];
     if let Some(t) = &r.todo {
         attrs.push(KeyValue::new("jail_agent.todo", text(t)));
     }
     let mut status = Status::Unset;
     let (name, kind) = match &r.event {
-        Event::ModelCall { model: m, tokens_in, tokens_out, tokens_estimated, attempts, finish_reason, tool_calls, tool_call_ids, input_messages, output_message, .. } => {
+        Event::ModelCall {
+            model: m,
+            tokens_in,
+            tokens_out,
+            tokens_estimated,
+            attempts,
+            finish_reason,
+            tool_calls,
+            tool_call_ids,
+            input_messages,
+            output_message,
+            ..
+        } => {
             attrs.push(KeyValue::new("gen_ai.operation.name", "chat"));
             attrs.push(KeyValue::new("gen_ai.request.model", m.clone()));
             attrs.push(KeyValue::new("gen_ai.usage.input_tokens", int(*tokens_in)));
@@ -325,7 +350,11 @@ mod tests {
             ok: false,
             duration_ms: 1.0,
             error: Some("status: setup_failed".into()),
-            jail: Some(JailFacts { status: "setup_failed".into(), rejected_artifacts: vec!["big.csv: too_large".into()], ..JailFacts::default() }),
+            jail: Some(JailFacts {
+                status: "setup_failed".into(),
+                rejected_artifacts: vec!["big.csv: too_large".into()],
+                ..JailFacts::default()
+            }),
             tokens_out: 7,
             arguments: Some("{\"path\":\"a.py\"}".into()),
             result: None,

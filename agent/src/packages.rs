@@ -19,7 +19,11 @@ pub struct Package {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Source {
     /// The manifest, with the rootfs's flavour, Python version and identity.
-    Manifest { flavour: String, python: String, rootfs_id: String },
+    Manifest {
+        flavour: String,
+        python: String,
+        rootfs_id: String,
+    },
     SitePackages(Vec<PathBuf>),
 }
 
@@ -74,10 +78,16 @@ pub fn list(rootfs: &Path) -> Result<Packages, String> {
         let Ok(read) = std::fs::read_dir(d) else { continue };
         for e in read.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            let Some(stem) = name.strip_suffix(".dist-info").or_else(|| name.strip_suffix(".egg-info")) else { continue };
+            let Some(stem) = name.strip_suffix(".dist-info").or_else(|| name.strip_suffix(".egg-info")) else {
+                continue;
+            };
             let (n, v) = stem.split_once('-').unwrap_or((stem, "?"));
             let v = v.split('-').next().unwrap_or(v);
-            packages.push(Package { name: n.replace('_', "-").to_lowercase(), version: v.to_string(), imports: Vec::new() });
+            packages.push(Package {
+                name: n.replace('_', "-").to_lowercase(),
+                version: v.to_string(),
+                imports: Vec::new(),
+            });
         }
     }
     packages.sort_by_key(|p| p.name.to_lowercase());
@@ -115,15 +125,16 @@ impl Packages {
                 "source: the rootfs manifest ({MANIFEST_PATH}): flavour {flavour}, Python {python}, rootfs id {}\n",
                 rootfs_id.get(..12).unwrap_or(rootfs_id)
             )),
-            Source::SitePackages(dirs) if dirs.is_empty() => {
-                out.push_str("source: no manifest in this rootfs and no site-packages folder: only the standard library is installed\n")
-            }
-            Source::SitePackages(_) => {
-                out.push_str("source: no manifest in this rootfs; listed its site-packages folders\n")
-            }
+            Source::SitePackages(dirs) if dirs.is_empty() => out.push_str(
+                "source: no manifest in this rootfs and no site-packages folder: only the standard library is installed\n",
+            ),
+            Source::SitePackages(_) => out.push_str("source: no manifest in this rootfs; listed its site-packages folders\n"),
         }
         if !self.stdlib.is_empty() {
-            out.push_str(&format!("standard library: {} (all of it, except tkinter, idlelib and the test suite)\n", self.stdlib.join(", ")));
+            out.push_str(&format!(
+                "standard library: {} (all of it, except tkinter, idlelib and the test suite)\n",
+                self.stdlib.join(", ")
+            ));
         }
         if self.packages.is_empty() {
             out.push_str("third-party packages: none (no numpy, pandas or matplotlib: use the standard library)\n");

@@ -29,10 +29,7 @@ enum Output {
 #[derive(Debug, thiserror::Error)]
 pub enum RunnerError {
     #[error("cannot start the jail binary {path}: {error} (build it with `cargo build`, or pass --jail PATH / set JAIL_BIN)")]
-    Spawn {
-        path: PathBuf,
-        error: std::io::Error,
-    },
+    Spawn { path: PathBuf, error: std::io::Error },
     #[error("the jail printed no result (exit status {status}): {stderr}")]
     NoResult { status: String, stderr: String },
     #[error("the jail's result does not match this agent's result type ({cause}); rebuild both from one checkout")]
@@ -106,13 +103,8 @@ impl Runner {
                 cmd.env_remove(&name);
             }
         }
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn {
-            path: self.jail.clone(),
-            error,
-        })?;
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
         let (tx, rx) = mpsc::channel();
         let mut stdout = child.stdout.take();
         let stderr = child.stderr.take();
@@ -167,24 +159,14 @@ impl Runner {
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
-        let status = child.wait().map_err(|error| RunnerError::Spawn {
-            path: self.jail.clone(),
-            error,
-        })?;
+        let status = child.wait().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
         let (out, err) = (out.unwrap_or_default(), err.unwrap_or_default());
-        let value: serde_json::Value =
-            serde_json::from_slice(&out).map_err(|_| RunnerError::NoResult {
-                status: status.to_string(),
-                stderr: crate::llm::excerpt(&String::from_utf8_lossy(&err), 400),
-            })?;
-        let result: RunResult =
-            serde_json::from_value(value).map_err(|e| RunnerError::Contract {
-                cause: e.to_string(),
-            })?;
-        Ok(Step {
-            result,
-            duration: started.elapsed(),
-        })
+        let value: serde_json::Value = serde_json::from_slice(&out).map_err(|_| RunnerError::NoResult {
+            status: status.to_string(),
+            stderr: crate::llm::excerpt(&String::from_utf8_lossy(&err), 400),
+        })?;
+        let result: RunResult = serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
+        Ok(Step { result, duration: started.elapsed() })
     }
 }
 
@@ -192,10 +174,7 @@ impl Runner {
 /// `LLM_*` settings and anything named like a credential.
 pub fn is_secret(name: &str) -> bool {
     let upper = name.to_ascii_uppercase();
-    upper.starts_with("LLM_")
-        || ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"]
-            .iter()
-            .any(|w| upper.contains(w))
+    upper.starts_with("LLM_") || ["KEY", "TOKEN", "SECRET", "PASSWORD", "PASSWD", "CREDENTIAL"].iter().any(|w| upper.contains(w))
 }
 
 /// The jail binary: `explicit`, else `JAIL_BIN`, else `jail` beside our own

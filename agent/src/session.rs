@@ -59,11 +59,7 @@ pub enum SessionError {
 }
 
 fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> SessionError + 'a {
-    move |error| SessionError::Io {
-        op,
-        path: path.to_path_buf(),
-        error,
-    }
+    move |error| SessionError::Io { op, path: path.to_path_buf(), error }
 }
 
 /// Who the sandbox is on the host.
@@ -127,32 +123,17 @@ pub struct Session {
 impl Session {
     /// Create a fresh session under `parent` (default: the temp dir) with a
     /// copy of `input`.
-    pub fn create(
-        parent: Option<&Path>,
-        input: &Path,
-        owner: Owner,
-    ) -> Result<Session, SessionError> {
-        let parent = parent
-            .map(Path::to_path_buf)
-            .unwrap_or_else(std::env::temp_dir);
-        fs::create_dir_all(&parent).map_err(|error| SessionError::CreateRoot {
-            path: parent.clone(),
-            error,
-        })?;
-        let parent = fs::canonicalize(&parent).map_err(|error| SessionError::CreateRoot {
-            path: parent.clone(),
-            error,
-        })?;
+    pub fn create(parent: Option<&Path>, input: &Path, owner: Owner) -> Result<Session, SessionError> {
+        let parent = parent.map(Path::to_path_buf).unwrap_or_else(std::env::temp_dir);
+        fs::create_dir_all(&parent).map_err(|error| SessionError::CreateRoot { path: parent.clone(), error })?;
+        let parent = fs::canonicalize(&parent).map_err(|error| SessionError::CreateRoot { path: parent.clone(), error })?;
         if let Owner::Sandbox { uid, gid } = owner {
             check_searchable(&parent, uid, gid)?;
         }
         let root = tempfile::Builder::new()
             .prefix("jail-agent-")
             .tempdir_in(&parent)
-            .map_err(|error| SessionError::CreateRoot {
-                path: parent.clone(),
-                error,
-            })?
+            .map_err(|error| SessionError::CreateRoot { path: parent.clone(), error })?
             .keep();
         // As root, the sandbox uid must pass through to its folders: its
         // group may search the session dir (not list it), nobody else may.
@@ -196,10 +177,7 @@ impl Session {
 
     /// Open an existing session dir again (for `jail-agent resume`).
     pub fn reopen(root: &Path, owner: Owner) -> Result<Session, SessionError> {
-        let root = fs::canonicalize(root).map_err(|error| SessionError::CreateRoot {
-            path: root.to_path_buf(),
-            error,
-        })?;
+        let root = fs::canonicalize(root).map_err(|error| SessionError::CreateRoot { path: root.to_path_buf(), error })?;
         for name in ["input", "code", "output"] {
             let p = root.join(name);
             let m = fs::symlink_metadata(&p).map_err(io_err("stat", &p))?;
@@ -207,10 +185,7 @@ impl Session {
                 return Err(SessionError::Io {
                     op: "open",
                     path: p,
-                    error: io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        "not a folder: this is not a session dir",
-                    ),
+                    error: io::Error::new(io::ErrorKind::InvalidData, "not a folder: this is not a session dir"),
                 });
             }
         }
@@ -232,28 +207,20 @@ impl Session {
         let parts: Vec<_> = rel.components().collect();
         for c in &parts[..parts.len().saturating_sub(1)] {
             let Component::Normal(n) = c else {
-                return Err(format!(
-                    "{shown_rel}: only plain relative paths are allowed"
-                ));
+                return Err(format!("{shown_rel}: only plain relative paths are allowed"));
             };
             dir.push(n);
             match fs::symlink_metadata(&dir) {
                 Ok(m) if m.is_dir() => {}
                 Ok(_) => return Err(format!("{shown_rel}: a folder on the way is not a folder")),
                 Err(_) => {
-                    fs::create_dir(&dir)
-                        .map_err(|e| format!("cannot create the folder for {shown_rel}: {e}"))?;
+                    fs::create_dir(&dir).map_err(|e| format!("cannot create the folder for {shown_rel}: {e}"))?;
                     give(&dir, self.owner, 0o700).map_err(|e| e.to_string())?;
                 }
             }
         }
-        let base = jail::sys::openat2(
-            None,
-            &self.code,
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
-            0,
-        )
-        .map_err(|e| format!("cannot open the code dir: {e}"))?;
+        let base = jail::sys::openat2(None, &self.code, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
+            .map_err(|e| format!("cannot open the code dir: {e}"))?;
         let fd = jail::sys::openat2_mode(
             Some(base.as_fd()),
             rel,
@@ -267,12 +234,9 @@ impl Session {
         })?;
         let mut f = File::from(fd);
         if !f.metadata().map(|m| m.is_file()).unwrap_or(false) {
-            return Err(format!(
-                "{shown_rel} is not a regular file; pick another name"
-            ));
+            return Err(format!("{shown_rel} is not a regular file; pick another name"));
         }
-        f.write_all(content)
-            .map_err(|e| format!("cannot write {shown_rel}: {e}"))?;
+        f.write_all(content).map_err(|e| format!("cannot write {shown_rel}: {e}"))?;
         give(&self.code.join(rel), self.owner, 0o600).map_err(|e| e.to_string())
     }
 
@@ -293,9 +257,7 @@ impl Session {
     /// area and its path relative to it.
     pub fn resolve(&self, given: &str) -> Result<(Area, PathBuf), String> {
         let given = given.trim();
-        let stripped = given
-            .strip_prefix("/workspace/")
-            .or_else(|| given.strip_prefix("workspace/"));
+        let stripped = given.strip_prefix("/workspace/").or_else(|| given.strip_prefix("workspace/"));
         let candidates: Vec<(Area, &str)> = match stripped {
             Some(rest) => {
                 let (head, tail) = rest.split_once('/').unwrap_or((rest, ""));
@@ -303,11 +265,19 @@ impl Session {
                     "input" => vec![(Area::Input, tail)],
                     "code" => vec![(Area::Code, tail)],
                     "output" => vec![(Area::Output, tail)],
-                    _ => return Err(format!("{} is outside the sandbox's folders: use /workspace/input, /workspace/output or /workspace/code", shown(given))),
+                    _ => {
+                        return Err(format!(
+                            "{} is outside the sandbox's folders: use /workspace/input, /workspace/output or /workspace/code",
+                            shown(given)
+                        ))
+                    }
                 }
             }
             None if given.starts_with('/') => {
-                return Err(format!("{} is outside the sandbox's folders: use /workspace/input, /workspace/output or /workspace/code", shown(given)))
+                return Err(format!(
+                    "{} is outside the sandbox's folders: use /workspace/input, /workspace/output or /workspace/code",
+                    shown(given)
+                ))
             }
             None => {
                 let (head, tail) = given.split_once('/').unwrap_or((given, ""));
@@ -359,12 +329,7 @@ pub fn clean_relative(rel: &str) -> Result<PathBuf, String> {
         match c {
             Component::Normal(n) => out.push(n),
             Component::CurDir => {}
-            _ => {
-                return Err(format!(
-                    "{}: only plain relative paths are allowed (no `..`, no leading `/`)",
-                    shown(rel)
-                ))
-            }
+            _ => return Err(format!("{}: only plain relative paths are allowed (no `..`, no leading `/`)", shown(rel))),
         }
     }
     Ok(out)
@@ -382,11 +347,7 @@ fn walk(dir: &Path, prefix: &str, depth: usize, out: &mut Vec<Entry>) {
             return;
         }
         let name = e.file_name().to_string_lossy().into_owned();
-        let rel = if prefix.is_empty() {
-            name
-        } else {
-            format!("{prefix}/{name}")
-        };
+        let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
         let Ok(meta) = fs::symlink_metadata(e.path()) else {
             continue;
         };
@@ -401,12 +362,7 @@ fn walk(dir: &Path, prefix: &str, depth: usize, out: &mut Vec<Entry>) {
             EntryKind::Other
         };
         let mtime_ns = i128::from(meta.mtime()) * 1_000_000_000 + i128::from(meta.mtime_nsec());
-        out.push(Entry {
-            rel: rel.clone(),
-            bytes: meta.len(),
-            kind,
-            mtime_ns,
-        });
+        out.push(Entry { rel: rel.clone(), bytes: meta.len(), kind, mtime_ns });
         if kind == EntryKind::Dir {
             walk(&e.path(), &rel, depth + 1, out);
         }
@@ -421,17 +377,11 @@ fn copy_tree(
     skipped: &mut Vec<String>,
     owner: Owner,
 ) -> Result<(), SessionError> {
-    let read = fs::read_dir(src).map_err(|error| SessionError::ReadInput {
-        path: src.to_path_buf(),
-        error,
-    })?;
+    let read = fs::read_dir(src).map_err(|error| SessionError::ReadInput { path: src.to_path_buf(), error })?;
     for e in read.flatten() {
         let from = e.path();
         let to = dst.join(e.file_name());
-        let meta = fs::symlink_metadata(&from).map_err(|error| SessionError::ReadInput {
-            path: from.clone(),
-            error,
-        })?;
+        let meta = fs::symlink_metadata(&from).map_err(|error| SessionError::ReadInput { path: from.clone(), error })?;
         let ft = meta.file_type();
         if ft.is_dir() && depth < MAX_DEPTH {
             fs::create_dir(&to).map_err(io_err("mkdir", &to))?;
@@ -440,9 +390,7 @@ fn copy_tree(
         } else if ft.is_file() {
             *total += meta.len();
             if *total > MAX_INPUT_BYTES {
-                return Err(SessionError::InputTooLarge {
-                    path: src.to_path_buf(),
-                });
+                return Err(SessionError::InputTooLarge { path: src.to_path_buf() });
             }
             copy_file(&from, &to)?;
             // No wider than the source: its permission bits, no set-id bits.
@@ -465,20 +413,14 @@ fn copy_tree(
 /// mode), never opening a fifo swapped in for it.
 fn copy_file(from: &Path, to: &Path) -> Result<(), SessionError> {
     use std::os::unix::fs::OpenOptionsExt;
-    let read_err = |error| SessionError::ReadInput {
-        path: from.to_path_buf(),
-        error,
-    };
+    let read_err = |error| SessionError::ReadInput { path: from.to_path_buf(), error };
     let mut src = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(from)
         .map_err(read_err)?;
     if !src.metadata().map_err(read_err)?.is_file() {
-        return Err(read_err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            "not a regular file",
-        )));
+        return Err(read_err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file")));
     }
     let mut dst = fs::OpenOptions::new()
         .write(true)
@@ -521,10 +463,7 @@ fn check_searchable(dir: &Path, uid: u32, gid: u32) -> Result<(), SessionError> 
             0o001
         };
         if mode & bit == 0 {
-            return Err(SessionError::NotSearchable {
-                path: p.to_path_buf(),
-                uid,
-            });
+            return Err(SessionError::NotSearchable { path: p.to_path_buf(), uid });
         }
     }
     Ok(())
@@ -567,10 +506,7 @@ mod tests {
     #[test]
     fn input_is_copied_without_its_links() {
         let (_t, s) = session();
-        assert_eq!(
-            fs::read_to_string(s.input.join("data.csv")).unwrap(),
-            "a,b\n1,2\n"
-        );
+        assert_eq!(fs::read_to_string(s.input.join("data.csv")).unwrap(), "a,b\n1,2\n");
         assert!(fs::symlink_metadata(s.input.join("link")).is_err());
         assert_eq!(s.skipped_input.len(), 1);
     }
@@ -578,18 +514,9 @@ mod tests {
     #[test]
     fn model_paths_resolve_beneath_their_area() {
         let (_t, s) = session();
-        assert_eq!(
-            s.resolve("/workspace/input/data.csv").unwrap(),
-            (Area::Input, PathBuf::from("data.csv"))
-        );
-        assert_eq!(
-            s.resolve("data.csv").unwrap(),
-            (Area::Input, PathBuf::from("data.csv"))
-        );
-        assert_eq!(
-            s.resolve("output/x.csv").unwrap(),
-            (Area::Output, PathBuf::from("x.csv"))
-        );
+        assert_eq!(s.resolve("/workspace/input/data.csv").unwrap(), (Area::Input, PathBuf::from("data.csv")));
+        assert_eq!(s.resolve("data.csv").unwrap(), (Area::Input, PathBuf::from("data.csv")));
+        assert_eq!(s.resolve("output/x.csv").unwrap(), (Area::Output, PathBuf::from("x.csv")));
         assert!(s.resolve("/etc/passwd").is_err());
         assert!(s.resolve("/workspace/input/../../x").is_err());
         assert!(s.resolve("../x").is_err());
@@ -601,14 +528,8 @@ mod tests {
         std::os::unix::fs::symlink("/etc/passwd", s.output.join("leak")).unwrap();
         fs::create_dir(s.output.join("d")).unwrap();
         std::os::unix::fs::symlink("/etc", s.output.join("d/e")).unwrap();
-        assert!(s
-            .open(Area::Output, Path::new("leak"))
-            .unwrap_err()
-            .contains("symbolic link"));
-        assert!(s
-            .open(Area::Output, Path::new("d/e/passwd"))
-            .unwrap_err()
-            .contains("symbolic link"));
+        assert!(s.open(Area::Output, Path::new("leak")).unwrap_err().contains("symbolic link"));
+        assert!(s.open(Area::Output, Path::new("d/e/passwd")).unwrap_err().contains("symbolic link"));
     }
 
     #[test]

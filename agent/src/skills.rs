@@ -36,9 +36,16 @@ pub fn parse(text: &str) -> Option<Skill> {
     let rest = text.strip_prefix("---\n")?;
     let (front, body) = rest.split_once("\n---\n")?;
     let field = |key: &str| {
-        front.lines().find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string())).filter(|v| !v.is_empty())
+        front
+            .lines()
+            .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
+            .filter(|v| !v.is_empty())
     };
-    Some(Skill { name: field("name:")?, description: field("description:")?, body: body.trim_start().to_string() })
+    Some(Skill {
+        name: field("name:")?,
+        description: field("description:")?,
+        body: body.trim_start().to_string(),
+    })
 }
 
 #[derive(Debug, Clone)]
@@ -51,13 +58,13 @@ impl Skills {
     pub fn load(dir: Option<&Path>) -> Result<Skills, SkillError> {
         let mut skills: Vec<Skill> = BUILTIN.iter().filter_map(|t| parse(t)).collect();
         if let Some(dir) = dir {
-            let read = std::fs::read_dir(dir)
-                .map_err(|error| SkillError::ReadDir { path: dir.display().to_string(), error })?;
-            let mut paths: Vec<_> = read.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "md")).collect();
+            let read = std::fs::read_dir(dir).map_err(|error| SkillError::ReadDir { path: dir.display().to_string(), error })?;
+            let mut paths: Vec<_> =
+                read.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|e| e == "md")).collect();
             paths.sort();
             for p in paths {
-                let text = std::fs::read_to_string(&p)
-                    .map_err(|error| SkillError::ReadDir { path: p.display().to_string(), error })?;
+                let text =
+                    std::fs::read_to_string(&p).map_err(|error| SkillError::ReadDir { path: p.display().to_string(), error })?;
                 let skill = parse(&text).ok_or_else(|| SkillError::FrontMatter { path: p.display().to_string() })?;
                 skills.retain(|s| s.name != skill.name);
                 skills.push(skill);
@@ -68,7 +75,11 @@ impl Skills {
 
     /// One line a skill, for a system prompt.
     pub fn index(&self) -> String {
-        self.skills.iter().map(|s| format!("- {}: {}", s.name, s.description)).collect::<Vec<_>>().join("\n")
+        self.skills
+            .iter()
+            .map(|s| format!("- {}: {}", s.name, s.description))
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     pub fn get(&self, name: &str) -> Option<&Skill> {

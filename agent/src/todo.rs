@@ -93,10 +93,7 @@ impl TodoList {
 
     pub fn create(&mut self, items: Vec<PlannedItem>) -> Result<(), String> {
         if self.created {
-            return Err(
-                "the todo list already exists; use revise_todo_list to change what is not finished"
-                    .into(),
-            );
+            return Err("the todo list already exists; use revise_todo_list to change what is not finished".into());
         }
         check_plan(&items, 0)?;
         self.items = items.into_iter().map(TodoItem::from).collect();
@@ -118,10 +115,7 @@ impl TodoList {
         self.items.retain(|i| i.state.is_finished());
         for item in items {
             if self.items.iter().any(|i| i.name == item.name) {
-                return Err(format!(
-                    "an item named `{}` is already finished; give new items new names",
-                    item.name
-                ));
+                return Err(format!("an item named `{}` is already finished; give new items new names", item.name));
             }
             self.items.push(item.into());
         }
@@ -146,11 +140,7 @@ impl TodoList {
     pub fn block_pending(&mut self, name: &str, reason: String) -> Result<(), String> {
         let Some(item) = self.items.iter_mut().find(|i| i.name == name) else {
             let names: Vec<&str> = self.items.iter().map(|i| i.name.as_str()).collect();
-            return Err(format!(
-                "no item named `{}`; the items are: {}",
-                crate::escape::shown(name),
-                names.join(", ")
-            ));
+            return Err(format!("no item named `{}`; the items are: {}", crate::escape::shown(name), names.join(", ")));
         };
         if item.state != State::Pending {
             return Err(format!(
@@ -198,14 +188,8 @@ fn check_plan(items: &[PlannedItem], finished: usize) -> Result<(), String> {
         return Err(format!("a plan has at most {MAX_ITEMS} items; merge some"));
     }
     for (n, i) in items.iter().enumerate() {
-        if i.name.trim().is_empty()
-            || i.goal.trim().is_empty()
-            || i.success_criteria.trim().is_empty()
-        {
-            return Err(format!(
-                "item {} needs a name, a goal and success criteria",
-                n + 1
-            ));
+        if i.name.trim().is_empty() || i.goal.trim().is_empty() || i.success_criteria.trim().is_empty() {
+            return Err(format!("item {} needs a name, a goal and success criteria", n + 1));
         }
         if i.name.len() > MAX_NAME_BYTES || i.name.chars().any(crate::escape::needs_escape) {
             return Err(format!(
@@ -218,20 +202,14 @@ fn check_plan(items: &[PlannedItem], finished: usize) -> Result<(), String> {
             return Err(format!("item {}: the goal and the success criteria have at most {MAX_TEXT_BYTES} bytes each", n + 1));
         }
         let lists = [&i.skills, &i.inputs, &i.outputs];
-        if lists
-            .iter()
-            .any(|l| l.len() > MAX_LIST || l.iter().any(|e| e.len() > MAX_ENTRY_BYTES))
-        {
+        if lists.iter().any(|l| l.len() > MAX_LIST || l.iter().any(|e| e.len() > MAX_ENTRY_BYTES)) {
             return Err(format!(
                 "item {}: skills, inputs and outputs list at most {MAX_LIST} entries of at most {MAX_ENTRY_BYTES} bytes",
                 n + 1
             ));
         }
         if items[..n].iter().any(|j| j.name == i.name) {
-            return Err(format!(
-                "two items are named `{}`; names must be unique",
-                i.name
-            ));
+            return Err(format!("two items are named `{}`; names must be unique", i.name));
         }
     }
     Ok(())

@@ -171,8 +171,7 @@ pub fn parse_args<T: DeserializeOwned>(tool: &str, text: &str) -> Result<T, Stri
         format!("the arguments of {tool} are not valid JSON ({e}); send one JSON object that matches the tool's schema")
     })?;
     let v = if v.is_null() { json!({}) } else { v };
-    serde_json::from_value(v)
-        .map_err(|e| format!("bad arguments for {tool}: {e}; see the tool's schema"))
+    serde_json::from_value(v).map_err(|e| format!("bad arguments for {tool}: {e}; see the tool's schema"))
 }
 
 /// What the tools need from the run.
@@ -206,21 +205,11 @@ pub struct Done {
 
 impl Done {
     pub fn ok(content: String) -> Done {
-        Done {
-            content,
-            ok: true,
-            jail: None,
-            step: None,
-        }
+        Done { content, ok: true, jail: None, step: None }
     }
 
     pub fn error(message: String) -> Done {
-        Done {
-            content: format!("error: {message}"),
-            ok: false,
-            jail: None,
-            step: None,
-        }
+        Done { content: format!("error: {message}"), ok: false, jail: None, step: None }
     }
 }
 
@@ -264,23 +253,13 @@ impl Context<'_> {
     pub fn call(&self, tool: &str, args: &str) -> Done {
         let r = match tool {
             "list_input_files" => parse_args::<NoArgs>(tool, args).map(|_| self.list(Area::Input)),
-            "list_output_files" => {
-                parse_args::<NoArgs>(tool, args).map(|_| self.list(Area::Output))
-            }
+            "list_output_files" => parse_args::<NoArgs>(tool, args).map(|_| self.list(Area::Output)),
             "read_file_content" => parse_args::<PathArgs>(tool, args).and_then(|a| self.read(&a)),
-            "read_skill" => {
-                parse_args::<SkillArgs>(tool, args).and_then(|a| self.read_skill(&a.name))
-            }
-            "list_available_packages" => {
-                parse_args::<NoArgs>(tool, args).and_then(|_| self.packages())
-            }
+            "read_skill" => parse_args::<SkillArgs>(tool, args).and_then(|a| self.read_skill(&a.name)),
+            "list_available_packages" => parse_args::<NoArgs>(tool, args).and_then(|_| self.packages()),
             "write_python_file" => parse_args::<WriteArgs>(tool, args).and_then(|a| self.write(&a)),
-            "delete_output_file" => {
-                parse_args::<PathArgs>(tool, args).and_then(|a| self.delete(&a.path))
-            }
-            "run_python_file" => {
-                return parse_args::<RunArgs>(tool, args).map_or_else(Done::error, |a| self.run(&a))
-            }
+            "delete_output_file" => parse_args::<PathArgs>(tool, args).and_then(|a| self.delete(&a.path)),
+            "run_python_file" => return parse_args::<RunArgs>(tool, args).map_or_else(Done::error, |a| self.run(&a)),
             other => Err(format!("no tool named `{}` here", shown(other))),
         };
         r.map_or_else(Done::error, Done::ok)
@@ -299,11 +278,7 @@ impl Context<'_> {
                 EntryKind::Symlink => "symbolic link, not followed".into(),
                 EntryKind::Other => "not a regular file".into(),
             };
-            out.push_str(&format!(
-                "{}/{} ({what})\n",
-                area.jail_path(),
-                display_path(&e.rel)
-            ));
+            out.push_str(&format!("{}/{} ({what})\n", area.jail_path(), display_path(&e.rel)));
         }
         if entries.len() >= crate::session::MAX_LIST_ENTRIES {
             out.push_str("(listing cut at its cap)\n");
@@ -313,30 +288,19 @@ impl Context<'_> {
 
     fn read(&self, a: &PathArgs) -> Result<String, String> {
         let (area, rel) = self.session.resolve(&a.path)?;
-        let shown = format!(
-            "{}/{}",
-            area.jail_path(),
-            display_path(&rel.to_string_lossy())
-        );
+        let shown = format!("{}/{}", area.jail_path(), display_path(&rel.to_string_lossy()));
         if area == Area::Output && self.accepted.get(&rel.to_string_lossy()).is_none() {
             return Err(format!(
                 "{shown} is not among the files the jail accepted after the last step (see its `refused by the jail` list), so the host does not read it"
             ));
         }
-        let mut f = self
-            .session
-            .open(area, &rel)
-            .map_err(|e| format!("{}: {e}", area.jail_path()))?;
+        let mut f = self.session.open(area, &rel).map_err(|e| format!("{}: {e}", area.jail_path()))?;
         let mut buf = Vec::new();
-        f.by_ref()
-            .take(16 << 20)
-            .read_to_end(&mut buf)
-            .map_err(|e| format!("{shown}: {e}"))?;
+        f.by_ref().take(16 << 20).read_to_end(&mut buf).map_err(|e| format!("{shown}: {e}"))?;
         let size = f.metadata().map(|m| m.len()).unwrap_or(buf.len() as u64);
         let probe = &buf[..buf.len().min(8192)];
         if probe.contains(&0)
-            || std::str::from_utf8(probe).is_err()
-                && String::from_utf8_lossy(probe).matches('\u{FFFD}').count() > 8
+            || std::str::from_utf8(probe).is_err() && String::from_utf8_lossy(probe).matches('\u{FFFD}').count() > 8
         {
             let magic: String = buf.iter().take(8).map(|b| format!("{b:02x}")).collect();
             return Ok(format!(
@@ -349,10 +313,7 @@ impl Context<'_> {
         let offset = a.offset.unwrap_or(0) as usize;
         let limit = a.limit.unwrap_or(100).clamp(1, 1000) as usize;
         if offset >= lines.len() && !lines.is_empty() {
-            return Err(format!(
-                "{shown} has {} lines; offset {offset} is past its end",
-                lines.len()
-            ));
+            return Err(format!("{shown} has {} lines; offset {offset} is past its end", lines.len()));
         }
         let mut body = String::new();
         let mut last = offset;
@@ -371,42 +332,24 @@ impl Context<'_> {
         } else {
             String::new()
         };
-        Ok(format!(
-            "{shown}: lines {offset}-{} of {} ({}){more}\n{body}",
-            last,
-            lines.len(),
-            view::human_bytes(size)
-        ))
+        Ok(format!("{shown}: lines {offset}-{} of {} ({}){more}\n{body}", last, lines.len(), view::human_bytes(size)))
     }
 
     fn delete(&self, given: &str) -> Result<String, String> {
         let g = given.trim();
-        let rel = g
-            .strip_prefix("/workspace/output/")
-            .or_else(|| g.strip_prefix("output/"))
-            .unwrap_or(g);
+        let rel = g.strip_prefix("/workspace/output/").or_else(|| g.strip_prefix("output/")).unwrap_or(g);
         if rel.starts_with('/') {
-            return Err(format!(
-                "{}: only files in /workspace/output can be deleted",
-                shown(given)
-            ));
+            return Err(format!("{}: only files in /workspace/output can be deleted", shown(given)));
         }
         let rel = crate::session::clean_relative(rel)?;
         crate::export::delete_beneath(&self.session.output, &rel)?;
-        Ok(format!(
-            "deleted /workspace/output/{}",
-            shown(&rel.to_string_lossy())
-        ))
+        Ok(format!("deleted /workspace/output/{}", shown(&rel.to_string_lossy())))
     }
 
     fn read_skill(&self, name: &str) -> Result<String, String> {
         match self.skills.get(name) {
             Some(s) => Ok(format!("# skill: {}\n{}", s.name, s.body)),
-            None => Err(format!(
-                "no skill named `{}`; the skills are: {}",
-                shown(name),
-                self.skills.names().join(", ")
-            )),
+            None => Err(format!("no skill named `{}`; the skills are: {}", shown(name), self.skills.names().join(", "))),
         }
     }
 
@@ -420,17 +363,11 @@ impl Context<'_> {
     fn write(&self, a: &WriteArgs) -> Result<String, String> {
         let rel = script_path(&a.path)?;
         if a.content.len() > MAX_SCRIPT_BYTES {
-            return Err(format!(
-                "the script is over {} KiB; split it into smaller files",
-                MAX_SCRIPT_BYTES >> 10
-            ));
+            return Err(format!("the script is over {} KiB; split it into smaller files", MAX_SCRIPT_BYTES >> 10));
         }
         self.session.write_code(&rel, a.content.as_bytes())?;
         let lines = a.content.lines().count();
-        Ok(format!(
-            "wrote /workspace/code/{} ({lines} lines); run it with run_python_file",
-            rel.display()
-        ))
+        Ok(format!("wrote /workspace/code/{} ({lines} lines); run it with run_python_file", rel.display()))
     }
 
     fn run(&self, a: &RunArgs) -> Done {
@@ -444,9 +381,7 @@ impl Context<'_> {
                 rel.display()
             ));
         }
-        let left = self
-            .deadline
-            .saturating_duration_since(std::time::Instant::now());
+        let left = self.deadline.saturating_duration_since(std::time::Instant::now());
         if left < std::time::Duration::from_secs(1) {
             return Done::error("not run: the run's deadline has passed".into());
         }
@@ -459,20 +394,13 @@ impl Context<'_> {
         let after = self.session.list(Area::Output);
         let r = &step.result;
         let content = view::render(r, &before, &after, self.budget);
-        let status = serde_json::to_value(r.status)
-            .ok()
-            .and_then(|v| v.as_str().map(String::from))
-            .unwrap_or_default();
+        let status = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         let ok = r.status == jail::result::Status::Ok;
         let jail = JailFacts {
             status,
             exit_code: r.exit_code,
             wall_ms: r.usage.wall_ms,
-            cpu_ms: r
-                .usage
-                .user_cpu_ms
-                .zip(r.usage.system_cpu_ms)
-                .map(|(u, s)| u + s),
+            cpu_ms: r.usage.user_cpu_ms.zip(r.usage.system_cpu_ms).map(|(u, s)| u + s),
             peak_memory_bytes: r.usage.peak_memory_bytes.or(r.usage.max_rss_bytes),
             jail_total_ms: r.timings.total_ms,
             denials: r.denials.iter().take(50).map(|d| shown(&format!("{} {}×{}", d.layer, d.what, d.count))).collect(),
@@ -481,19 +409,15 @@ impl Context<'_> {
                 .iter()
                 .take(50)
                 .map(|x| {
-                    let reason = serde_json::to_value(x.reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+                    let reason =
+                        serde_json::to_value(x.reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
                     shown(&format!("{}: {reason}", x.path))
                 })
                 .collect(),
             artifacts: r.artifacts.len() as u64,
             setup_stage: r.setup_error.as_ref().map(|e| shown(&e.stage)),
         };
-        Done {
-            content,
-            ok,
-            jail: Some(jail),
-            step: Some(Box::new(step.result)),
-        }
+        Done { content, ok, jail: Some(jail), step: Some(Box::new(step.result)) }
     }
 }
 
@@ -503,31 +427,17 @@ const MAX_SCRIPT_NAME: usize = 120;
 /// A script path relative to the code dir, ending in `.py`.
 fn script_path(given: &str) -> Result<PathBuf, String> {
     let g = given.trim();
-    let g = g
-        .strip_prefix("/workspace/code/")
-        .or_else(|| g.strip_prefix("code/"))
-        .unwrap_or(g);
+    let g = g.strip_prefix("/workspace/code/").or_else(|| g.strip_prefix("code/")).unwrap_or(g);
     if g.starts_with('/') {
-        return Err(format!(
-            "{}: scripts live in /workspace/code; give a file name like step1.py",
-            shown(given)
-        ));
+        return Err(format!("{}: scripts live in /workspace/code; give a file name like step1.py", shown(given)));
     }
     let rel = crate::session::clean_relative(g)?;
-    let ok_chars = g
-        .chars()
-        .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
+    let ok_chars = g.chars().all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
     if g.len() > MAX_SCRIPT_NAME {
-        return Err(format!(
-            "{}: a script name has at most {MAX_SCRIPT_NAME} bytes",
-            shown(given)
-        ));
+        return Err(format!("{}: a script name has at most {MAX_SCRIPT_NAME} bytes", shown(given)));
     }
     if rel.as_os_str().is_empty() || !ok_chars || rel.extension().is_none_or(|e| e != "py") {
-        return Err(format!(
-            "{}: give a file name of letters, digits, `_`, `-` and `.`, ending in .py",
-            shown(given)
-        ));
+        return Err(format!("{}: give a file name of letters, digits, `_`, `-` and `.`, ending in .py", shown(given)));
     }
     Ok(rel)
 }
@@ -565,23 +475,16 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_answered_in_words() {
-        let e = parse_args::<WriteArgs>("write_python_file", "{not json")
-            .err()
-            .unwrap();
+        let e = parse_args::<WriteArgs>("write_python_file", "{not json").err().unwrap();
         assert!(e.contains("not valid JSON"), "{e}");
-        let e = parse_args::<WriteArgs>("write_python_file", r#"{"path":"a.py"}"#)
-            .err()
-            .unwrap();
+        let e = parse_args::<WriteArgs>("write_python_file", r#"{"path":"a.py"}"#).err().unwrap();
         assert!(e.contains("missing field `content`"), "{e}");
         assert!(parse_args::<NoArgs>("list_input_files", "").is_ok());
     }
 
     #[test]
     fn script_paths_stay_in_the_code_dir() {
-        assert_eq!(
-            script_path("/workspace/code/a.py").unwrap(),
-            PathBuf::from("a.py")
-        );
+        assert_eq!(script_path("/workspace/code/a.py").unwrap(), PathBuf::from("a.py"));
         assert_eq!(script_path("lib/b.py").unwrap(), PathBuf::from("lib/b.py"));
         let long = format!("{}.py", "a".repeat(5 << 20));
         assert!(script_path(&long).unwrap_err().len() < 400);

@@ -62,7 +62,11 @@ pub struct SpanStart {
 impl SpanStart {
     /// A new span beginning now under `parent`.
     pub fn now(parent: Option<&str>) -> SpanStart {
-        SpanStart { span_id: new_id(8), parent_span_id: parent.map(String::from), start_unix_ns: unix_ns() }
+        SpanStart {
+            span_id: new_id(8),
+            parent_span_id: parent.map(String::from),
+            start_unix_ns: unix_ns(),
+        }
     }
 }
 
@@ -142,7 +146,13 @@ pub enum Event {
         result: Option<String>,
     },
     /// A sub-agent finished its item.
-    AgentEnd { outcome: String, steps: u32, tokens_in: u64, tokens_out: u64, wall_ms: f64 },
+    AgentEnd {
+        outcome: String,
+        steps: u32,
+        tokens_in: u64,
+        tokens_out: u64,
+        wall_ms: f64,
+    },
     /// The run ended (or stopped, to be resumed).
     RunEnd { stop: String, wall_ms: f64 },
 }
@@ -194,14 +204,32 @@ impl Trace {
     /// A new trace file (0600: it holds the prompts and the model's words).
     pub fn create(path: &Path, started: Instant, run_id: String, content: Content) -> Result<Trace, TraceError> {
         let file = open(path, true).map_err(|error| TraceError::Write { path: path.to_path_buf(), error })?;
-        Ok(Trace { path: path.to_path_buf(), file, started, offset_ms: 0.0, run_id, records: Vec::new(), content, sinks: Vec::new() })
+        Ok(Trace {
+            path: path.to_path_buf(),
+            file,
+            started,
+            offset_ms: 0.0,
+            run_id,
+            records: Vec::new(),
+            content,
+            sinks: Vec::new(),
+        })
     }
 
     /// Append to the trace of a run that is resumed.
     pub fn resume(path: &Path, started: Instant, run_id: String, content: Content, offset_ms: f64) -> Result<Trace, TraceError> {
         let records = read(path).map_err(|error| TraceError::Write { path: path.to_path_buf(), error })?;
         let file = open(path, false).map_err(|error| TraceError::Write { path: path.to_path_buf(), error })?;
-        Ok(Trace { path: path.to_path_buf(), file, started, offset_ms, run_id, records, content, sinks: Vec::new() })
+        Ok(Trace {
+            path: path.to_path_buf(),
+            file,
+            started,
+            offset_ms,
+            run_id,
+            records,
+            content,
+            sinks: Vec::new(),
+        })
     }
 
     pub fn add_sink(&mut self, sink: Box<dyn Sink>) {
@@ -460,7 +488,10 @@ impl Summary {
             ));
         }
         out.push_str("\ntime and tokens by tool (tokens out: what the model wrote to call it)\n");
-        out.push_str(&format!("{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n", "tool", "calls", "errors", "tool s", "jail wall s", "tokens out"));
+        out.push_str(&format!(
+            "{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n",
+            "tool", "calls", "errors", "tool s", "jail wall s", "tokens out"
+        ));
         for t in &self.by_tool {
             let name = shown_max(&t.tool, 40);
             out.push_str(&format!(
@@ -474,7 +505,10 @@ impl Summary {
             ));
         }
         if self.text_tokens_out > 0 {
-            out.push_str(&format!("{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n", "(text replies)", "", "", "", "", self.text_tokens_out));
+            out.push_str(&format!(
+                "{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n",
+                "(text replies)", "", "", "", "", self.text_tokens_out
+            ));
         }
         let errors: u64 = self.by_tool.iter().map(|t| t.errors).sum();
         out.push_str(&format!(
@@ -499,7 +533,11 @@ impl Summary {
             s(self.total.tool_ms),
             s(other),
             crate::escape::escape(&self.stop, crate::escape::Lines::One),
-            if self.tokens_estimated { " (some token counts are estimates: the endpoint reported no usage)" } else { "" }
+            if self.tokens_estimated {
+                " (some token counts are estimates: the endpoint reported no usage)"
+            } else {
+                ""
+            }
         ));
         out
     }
@@ -628,13 +666,16 @@ mod tests {
         let p = t.path().join("trace.jsonl");
         let span = SpanStart::now(None);
         let mut tr = Trace::create(&p, Instant::now(), new_id(16), Content::Recorded).unwrap();
-        tr.record("orchestrator", Some("a"), &span, Event::RunEnd { stop: "finished".into(), wall_ms: 1.0 }).unwrap();
+        tr.record("orchestrator", Some("a"), &span, Event::RunEnd { stop: "finished".into(), wall_ms: 1.0 })
+            .unwrap();
         let back = read(&p).unwrap();
         assert_eq!(back, tr.records);
         assert!(std::fs::read_to_string(&p).unwrap().contains(r#""kind":"run_end""#));
         assert!(back[0].time.ends_with('Z') && back[0].span_id == span.span_id && back[0].run_id.len() == 32);
         let mut again = Trace::resume(&p, Instant::now(), tr.run_id.clone(), Content::Recorded, 5000.0).unwrap();
-        again.record("orchestrator", None, &span, Event::RunEnd { stop: "finished".into(), wall_ms: 2.0 }).unwrap();
+        again
+            .record("orchestrator", None, &span, Event::RunEnd { stop: "finished".into(), wall_ms: 2.0 })
+            .unwrap();
         let back = read(&p).unwrap();
         assert_eq!(back.len(), 2);
         assert_eq!(back[1].seq, 2);

@@ -26,12 +26,7 @@ pub struct Budget {
 
 impl Default for Budget {
     fn default() -> Budget {
-        Budget {
-            stdout_chars: 3000,
-            stderr_chars: 1500,
-            traceback_chars: 1500,
-            files: 30,
-        }
+        Budget { stdout_chars: 3000, stderr_chars: 1500, traceback_chars: 1500, files: 30 }
     }
 }
 
@@ -39,12 +34,7 @@ pub const NETWORK_DISABLED: &str = "network access is disabled in this sandbox: 
 
 /// Render the view. `before` is the output dir's files before the step
 /// (path → size, mtime), `after` its listing after.
-pub fn render(
-    result: &RunResult,
-    before: &BTreeMap<String, (u64, i128)>,
-    after: &[Entry],
-    budget: Budget,
-) -> String {
+pub fn render(result: &RunResult, before: &BTreeMap<String, (u64, i128)>, after: &[Entry], budget: Budget) -> String {
     let mut out = String::new();
     let code = match (result.exit_code, &result.signal_name, result.signal) {
         (Some(c), _, _) => format!(" (exit code {c})"),
@@ -57,11 +47,7 @@ pub fn render(
     if let (Some(u), Some(s)) = (result.usage.user_cpu_ms, result.usage.system_cpu_ms) {
         usage.push(format!("cpu {:.0} ms", u + s));
     }
-    if let Some(m) = result
-        .usage
-        .peak_memory_bytes
-        .or(result.usage.max_rss_bytes)
-    {
+    if let Some(m) = result.usage.peak_memory_bytes.or(result.usage.max_rss_bytes) {
         usage.push(format!("peak memory {:.1} MiB", m as f64 / 1048576.0));
     }
     out.push_str(&format!("usage: {}\n", usage.join(", ")));
@@ -78,18 +64,10 @@ pub fn render(
         let tb = err.traceback_tail.trim_end();
         let tb = tb.strip_suffix(headline.as_str()).unwrap_or(tb).trim_end();
         if !tb.is_empty() {
-            out.push_str(&format!(
-                "traceback (tail):\n{}\n",
-                tail(tb, budget.traceback_chars)
-            ));
+            out.push_str(&format!("traceback (tail):\n{}\n", tail(tb, budget.traceback_chars)));
         }
     }
-    out.push_str(&stream(
-        "stdout",
-        &result.stdout,
-        &result.stdout.text,
-        budget.stdout_chars,
-    ));
+    out.push_str(&stream("stdout", &result.stdout, &result.stdout.text, budget.stdout_chars));
     let stderr_rest = match &result.error {
         // The traceback is shown above; keep what the script wrote before it.
         Some(_) => result
@@ -100,12 +78,7 @@ pub fn render(
         None => &result.stderr.text,
     };
     if !stderr_rest.trim().is_empty() || (result.error.is_none() && result.stderr.bytes > 0) {
-        out.push_str(&stream(
-            "stderr",
-            &result.stderr,
-            stderr_rest,
-            budget.stderr_chars,
-        ));
+        out.push_str(&stream("stderr", &result.stderr, stderr_rest, budget.stderr_chars));
     }
     out.push_str(&files(result, before, after, budget.files));
     let rejected = &result.rejected_artifacts;
@@ -114,8 +87,7 @@ pub fn render(
         for r in rejected.iter().take(budget.files) {
             let r = &serde_json::to_value(r).unwrap_or(Value::Null);
             let path = field_str(r, &["path", "name"]).unwrap_or_else(|| "?".into());
-            let reason =
-                field_str(r, &["reason", "why", "detail"]).unwrap_or_else(|| compact(r, 160));
+            let reason = field_str(r, &["reason", "why", "detail"]).unwrap_or_else(|| compact(r, 160));
             out.push_str(&format!("  {}: {reason}\n", display_path(&path)));
         }
     }
@@ -139,11 +111,7 @@ fn status_name(s: Status) -> &'static str {
 pub fn explain(result: &RunResult) -> Vec<String> {
     let mut out = Vec::new();
     let limit = |name: &str| result.limits.get(name).map(|l| l.value.clone());
-    let secs = |v: Option<Value>| {
-        v.and_then(|v| v.as_f64())
-            .map(|s| format!("{} s ", trim_float(s)))
-            .unwrap_or_default()
-    };
+    let secs = |v: Option<Value>| v.and_then(|v| v.as_f64()).map(|s| format!("{} s ", trim_float(s))).unwrap_or_default();
     match result.status {
         Status::Ok => {}
         Status::NonzeroExit if result.error.is_some() => {}
@@ -186,16 +154,16 @@ pub fn explain(result: &RunResult) -> Vec<String> {
         } else if all.contains("Read-only file system")
             || (err.kind.ends_with("PermissionError") && !all.contains("/workspace/output"))
         {
-            out.push("only /workspace/output and /tmp are writable; /workspace/input, /workspace/code and the system are read-only".into());
+            out.push(
+                "only /workspace/output and /tmp are writable; /workspace/input, /workspace/code and the system are read-only"
+                    .into(),
+            );
         } else if err.kind.ends_with("FileNotFoundError") {
             out.push("a file was not found: check the exact names with list_input_files and list_output_files (the user's files are in /workspace/input, earlier steps' files in /workspace/output)".into());
         } else if err.kind.ends_with("MemoryError") {
             out.push("the script ran out of memory; process less data at once".into());
         } else {
-            out.push(format!(
-                "the script raised {}; fix the cause in the code and run it again",
-                err.kind
-            ));
+            out.push(format!("the script raised {}; fix the cause in the code and run it again", err.kind));
         }
     } else if result.status == Status::NonzeroExit && looks_like_network(&result.stderr.text) {
         out.push(NETWORK_DISABLED.into());
@@ -217,11 +185,7 @@ const SETUP_CAUSE_BYTES: usize = 800;
 /// message says what failed, the causes say why ("the output dir holds more
 /// than filesystem.output_size").
 fn setup_cause(e: &jail::result::SetupError) -> String {
-    let mut out = format!(
-        "{} (stage {})",
-        crate::escape::shown(&e.message),
-        crate::escape::shown(&e.stage)
-    );
+    let mut out = format!("{} (stage {})", crate::escape::shown(&e.message), crate::escape::shown(&e.stage));
     for c in &e.causes {
         let c = crate::escape::shown(c);
         if out.len() + c.len() + 10 > SETUP_CAUSE_BYTES {
@@ -258,21 +222,11 @@ fn output_hint(result: &RunResult, after: &[Entry]) -> Option<String> {
 }
 
 fn explain_denial(d: &Value) -> String {
-    let what =
-        field_str(d, &["what", "syscall", "name", "access"]).unwrap_or_else(|| compact(d, 120));
-    let count = d
-        .get("count")
-        .and_then(Value::as_u64)
-        .map(|c| format!(" ({c}×)"))
-        .unwrap_or_default();
-    let detail = field_str(d, &["family", "path", "detail"])
-        .map(|s| format!(": {s}"))
-        .unwrap_or_default();
+    let what = field_str(d, &["what", "syscall", "name", "access"]).unwrap_or_else(|| compact(d, 120));
+    let count = d.get("count").and_then(Value::as_u64).map(|c| format!(" ({c}×)")).unwrap_or_default();
+    let detail = field_str(d, &["family", "path", "detail"]).map(|s| format!(": {s}")).unwrap_or_default();
     let lower = format!("{what} {detail}").to_lowercase();
-    if ["socket", "connect", "inet", "network", "sendto", "bind"]
-        .iter()
-        .any(|w| lower.contains(w))
-    {
+    if ["socket", "connect", "inet", "network", "sendto", "bind"].iter().any(|w| lower.contains(w)) {
         format!("{NETWORK_DISABLED} (the jail refused {what}{detail}{count})")
     } else if [
         "ptrace",
@@ -319,25 +273,14 @@ fn stream(name: &str, s: &jail::result::Stream, text: &str, budget: usize) -> St
         return format!("{name}: (streamed, not captured)\n");
     }
     if text.trim().is_empty() {
-        return if s.bytes == 0 {
-            format!("{name}: (empty)\n")
-        } else {
-            String::new()
-        };
+        return if s.bytes == 0 { format!("{name}: (empty)\n") } else { String::new() };
     }
     let cut = if s.truncated {
-        format!(
-            ", the jail kept only the head and tail of {} bytes",
-            s.bytes
-        )
+        format!(", the jail kept only the head and tail of {} bytes", s.bytes)
     } else {
         String::new()
     };
-    format!(
-        "{name} ({} bytes{cut}):\n{}\n",
-        s.bytes,
-        head_tail(text.trim_end(), budget)
-    )
+    format!("{name} ({} bytes{cut}):\n{}\n", s.bytes, head_tail(text.trim_end(), budget))
 }
 
 /// The head and tail of `text` within `budget` characters.
@@ -349,10 +292,7 @@ pub fn head_tail(text: &str, budget: usize) -> String {
     let half = budget / 2;
     let head: String = text.chars().take(half).collect();
     let tail: String = text.chars().skip(n - half).collect();
-    format!(
-        "{head}\n[… {} characters not shown …]\n{tail}",
-        n - 2 * half
-    )
+    format!("{head}\n[… {} characters not shown …]\n{tail}", n - 2 * half)
 }
 
 fn tail(text: &str, budget: usize) -> String {
@@ -363,27 +303,15 @@ fn tail(text: &str, budget: usize) -> String {
     format!("[…]{}", text.chars().skip(n - budget).collect::<String>())
 }
 
-fn files(
-    result: &RunResult,
-    before: &BTreeMap<String, (u64, i128)>,
-    after: &[Entry],
-    max: usize,
-) -> String {
+fn files(result: &RunResult, before: &BTreeMap<String, (u64, i128)>, after: &[Entry], max: usize) -> String {
     let mut out = String::new();
     if !result.artifacts.is_empty() {
-        out.push_str(&format!(
-            "artifacts ({}, collected by the jail):\n",
-            result.artifacts.len()
-        ));
+        out.push_str(&format!("artifacts ({}, collected by the jail):\n", result.artifacts.len()));
         for a in result.artifacts.iter().take(max) {
             let a = &serde_json::to_value(a).unwrap_or(Value::Null);
             let path = field_str(a, &["path", "name"]).unwrap_or_else(|| "?".into());
             let mut facts = Vec::new();
-            if let Some(b) = a
-                .get("bytes")
-                .or_else(|| a.get("size"))
-                .and_then(Value::as_u64)
-            {
+            if let Some(b) = a.get("bytes").or_else(|| a.get("size")).and_then(Value::as_u64) {
                 facts.push(human_bytes(b));
             }
             for k in ["media_type", "mime", "change", "state"] {
@@ -391,10 +319,7 @@ fn files(
                     facts.push(v.to_string());
                 }
             }
-            if let Some(flags) = a
-                .get("flags")
-                .filter(|f| f.as_array().is_some_and(|a| !a.is_empty()))
-            {
+            if let Some(flags) = a.get("flags").filter(|f| f.as_array().is_some_and(|a| !a.is_empty())) {
                 facts.push(format!("flags {}", compact(flags, 120)));
             }
             let summary = a
@@ -402,11 +327,7 @@ fn files(
                 .filter(|s| !s.is_null())
                 .map(|s| format!(" — {}", compact(s, 240)))
                 .unwrap_or_default();
-            out.push_str(&format!(
-                "  {} ({}){summary}\n",
-                display_path(&path),
-                facts.join(", ")
-            ));
+            out.push_str(&format!("  {} ({}){summary}\n", display_path(&path), facts.join(", ")));
         }
         if result.artifacts.len() > max {
             out.push_str(&format!("  … and {} more\n", result.artifacts.len() - max));
@@ -417,18 +338,11 @@ fn files(
     if shown.is_empty() {
         return "files in /workspace/output: none\n".into();
     }
-    out.push_str(&format!(
-        "files in /workspace/output ({}, listed by the agent):\n",
-        shown.len()
-    ));
+    out.push_str(&format!("files in /workspace/output ({}, listed by the agent):\n", shown.len()));
     for e in shown.iter().take(max) {
         let change = match (e.kind, before.get(&e.rel)) {
-            (EntryKind::Symlink, _) => {
-                "a symbolic link: it will not be read or handed on".to_string()
-            }
-            (EntryKind::Other, _) => {
-                "not a regular file: it will not be read or handed on".to_string()
-            }
+            (EntryKind::Symlink, _) => "a symbolic link: it will not be read or handed on".to_string(),
+            (EntryKind::Other, _) => "not a regular file: it will not be read or handed on".to_string(),
             (_, None) => format!("{}, new", human_bytes(e.bytes)),
             (_, Some(&(b, m))) if b != e.bytes || m != e.mtime_ns => {
                 format!("{}, changed", human_bytes(e.bytes))
@@ -440,10 +354,7 @@ fn files(
     if shown.len() > max {
         out.push_str(&format!("  … and {} more\n", shown.len() - max));
     }
-    let gone: Vec<&String> = before
-        .keys()
-        .filter(|k| !after.iter().any(|e| &e.rel == *k))
-        .collect();
+    let gone: Vec<&String> = before.keys().filter(|k| !after.iter().any(|e| &e.rel == *k)).collect();
     if !gone.is_empty() {
         let names: Vec<String> = gone.iter().take(max).map(|k| display_path(k)).collect();
         out.push_str(&format!("  deleted by this step: {}\n", names.join(", ")));
@@ -484,18 +395,11 @@ fn compact(v: &Value, n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use jail::result::{
-        Artifact, Change, LimitReport, PythonError, RejectReason, RejectedArtifact, SetupError,
-        Summary,
-    };
+    use jail::result::{Artifact, Change, LimitReport, PythonError, RejectReason, RejectedArtifact, SetupError, Summary};
     use serde_json::json;
 
     fn result(status: Status) -> RunResult {
-        let mut r = RunResult::setup_failed(SetupError {
-            stage: "s".into(),
-            message: "m".into(),
-            causes: vec![],
-        });
+        let mut r = RunResult::setup_failed(SetupError { stage: "s".into(), message: "m".into(), causes: vec![] });
         r.setup_error = None;
         r.status = status;
         r
@@ -504,19 +408,10 @@ mod tests {
     #[test]
     fn a_wall_timeout_is_explained_with_its_limit() {
         let mut r = result(Status::TimeoutWall);
-        r.limits.insert(
-            "wall_time_secs".into(),
-            LimitReport {
-                value: json!(15.0),
-                enforced_by: "supervisor".into(),
-                detail: None,
-            },
-        );
+        r.limits
+            .insert("wall_time_secs".into(), LimitReport { value: json!(15.0), enforced_by: "supervisor".into(), detail: None });
         let e = explain(&r);
-        assert!(
-            e[0].starts_with("the script ran past its 15 s wall-clock limit and was killed"),
-            "{e:?}"
-        );
+        assert!(e[0].starts_with("the script ran past its 15 s wall-clock limit and was killed"), "{e:?}");
     }
 
     #[test]
@@ -524,30 +419,21 @@ mod tests {
         let mut r = RunResult::setup_failed(SetupError {
             stage: "output".into(),
             message: "fill the jail's output dir".into(),
-            causes: std::iter::once("the output dir holds more than filesystem.output_size; raise it, or pass an emptier --output".to_string()).chain(std::iter::repeat_n("x".repeat(5000), 6)).collect(),
+            causes: std::iter::once(
+                "the output dir holds more than filesystem.output_size; raise it, or pass an emptier --output".to_string(),
+            )
+            .chain(std::iter::repeat_n("x".repeat(5000), 6))
+            .collect(),
         });
         r.status = Status::SetupFailed;
         let after = vec![
-            Entry {
-                rel: "small.csv".into(),
-                bytes: 10,
-                kind: EntryKind::File,
-                mtime_ns: 0,
-            },
-            Entry {
-                rel: "big.csv".into(),
-                bytes: 200 << 20,
-                kind: EntryKind::File,
-                mtime_ns: 0,
-            },
+            Entry { rel: "small.csv".into(), bytes: 10, kind: EntryKind::File, mtime_ns: 0 },
+            Entry { rel: "big.csv".into(), bytes: 200 << 20, kind: EntryKind::File, mtime_ns: 0 },
         ];
         let v = render(&r, &BTreeMap::new(), &after, Budget::default());
         assert!(v.contains("this is not a problem with your code: fill the jail's output dir (stage output): the output dir holds more than filesystem.output_size"), "{v}");
         assert!(v.contains("(more causes cut)") && v.len() < 3000, "{v}");
-        assert!(
-            v.contains("largest files: big.csv (200.0 MiB), small.csv (10 B)"),
-            "{v}"
-        );
+        assert!(v.contains("largest files: big.csv (200.0 MiB), small.csv (10 B)"), "{v}");
     }
 
     #[test]
@@ -559,9 +445,7 @@ mod tests {
             message: "<urlopen error [Errno -2] Name or service not known>".into(),
             traceback_tail: String::new(),
         });
-        assert!(explain(&r)
-            .iter()
-            .any(|e| e.starts_with("network access is disabled in this sandbox")));
+        assert!(explain(&r).iter().any(|e| e.starts_with("network access is disabled in this sandbox")));
     }
 
     #[test]
@@ -579,18 +463,20 @@ mod tests {
             summary: Some(Summary::Csv { rows: 3, columns: 1, header: vec!["x".into()] }),
             neutralised: None,
         }];
-        r.rejected_artifacts =
-            vec![RejectedArtifact {
-                path: "evil".into(),
-                reason: RejectReason::Symlink,
-                detail: "a symbolic link".into(),
-                disposition: Default::default(),
-                moved_to: None,
-            }];
+        r.rejected_artifacts = vec![RejectedArtifact {
+            path: "evil".into(),
+            reason: RejectReason::Symlink,
+            detail: "a symbolic link".into(),
+            disposition: Default::default(),
+            moved_to: None,
+        }];
         let v = render(&r, &BTreeMap::new(), &[], Budget::default());
         assert!(v.contains("network access is disabled"), "{v}");
         assert!(v.contains("refused socket: AF_INET (2×)"), "{v}");
-        assert!(v.contains("a.csv (2.0 KiB, text/csv, created) — {\"columns\":1,\"header\":[\"x\"],\"kind\":\"csv\",\"rows\":3}"), "{v}");
+        assert!(
+            v.contains("a.csv (2.0 KiB, text/csv, created) — {\"columns\":1,\"header\":[\"x\"],\"kind\":\"csv\",\"rows\":3}"),
+            "{v}"
+        );
         assert!(v.contains("evil: symlink"), "{v}");
     }
 
@@ -605,39 +491,14 @@ mod tests {
     #[test]
     fn listed_files_say_whether_the_step_made_or_changed_them() {
         let r = result(Status::Ok);
-        let before: BTreeMap<_, _> = [
-            ("old.csv".to_string(), (5u64, 1i128)),
-            ("gone.txt".to_string(), (1, 1)),
-        ]
-        .into();
+        let before: BTreeMap<_, _> = [("old.csv".to_string(), (5u64, 1i128)), ("gone.txt".to_string(), (1, 1))].into();
         let after = vec![
-            Entry {
-                rel: "old.csv".into(),
-                bytes: 9,
-                kind: EntryKind::File,
-                mtime_ns: 2,
-            },
-            Entry {
-                rel: "new.png".into(),
-                bytes: 10,
-                kind: EntryKind::File,
-                mtime_ns: 2,
-            },
-            Entry {
-                rel: "l".into(),
-                bytes: 3,
-                kind: EntryKind::Symlink,
-                mtime_ns: 2,
-            },
+            Entry { rel: "old.csv".into(), bytes: 9, kind: EntryKind::File, mtime_ns: 2 },
+            Entry { rel: "new.png".into(), bytes: 10, kind: EntryKind::File, mtime_ns: 2 },
+            Entry { rel: "l".into(), bytes: 3, kind: EntryKind::Symlink, mtime_ns: 2 },
         ];
         let v = render(&r, &before, &after, Budget::default());
-        assert!(
-            v.contains("old.csv (9 B, changed)") && v.contains("new.png (10 B, new)"),
-            "{v}"
-        );
-        assert!(
-            v.contains("l (a symbolic link") && v.contains("deleted by this step: gone.txt"),
-            "{v}"
-        );
+        assert!(v.contains("old.csv (9 B, changed)") && v.contains("new.png (10 B, new)"), "{v}");
+        assert!(v.contains("l (a symbolic link") && v.contains("deleted by this step: gone.txt"), "{v}");
     }
 }

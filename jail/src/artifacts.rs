@@ -341,7 +341,12 @@ struct Listing {
 }
 
 fn open_root(dir: &Path) -> io::Result<OwnedFd> {
-    sys::openat2(None, dir, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS)
+    sys::openat2(
+        None,
+        dir,
+        libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS,
+    )
 }
 
 fn open_dir_beneath(root: &OwnedFd, rel: &str) -> io::Result<OwnedFd> {
@@ -402,11 +407,16 @@ fn walk(root: &OwnedFd, rules: &ArtifactRules) -> Listing {
     'walk: while let Some((dir, depth)) = queue.pop_front() {
         let listed = open_dir_beneath(root, &dir).and_then(|fd| Ok((read_names(&fd, rules.max_dir_entries + 1)?, fd)));
         let (parent, name) = dir.rsplit_once('/').unwrap_or(("", dir.as_str()));
-        let dir_at: At<'_> = if dir.is_empty() { None } else { Some((parent, name.as_bytes(), l.metas.get(dir.as_bytes()).copied())) };
+        let dir_at: At<'_> = if dir.is_empty() {
+            None
+        } else {
+            Some((parent, name.as_bytes(), l.metas.get(dir.as_bytes()).copied()))
+        };
         let (names, dir_fd) = match listed {
             Ok(x) => x,
             Err(e) => {
-                l.rejected.add(shown_dir(&dir), dir_at, RejectReason::Unreadable, format!("cannot list the folder: {e}"));
+                l.rejected
+                    .add(shown_dir(&dir), dir_at, RejectReason::Unreadable, format!("cannot list the folder: {e}"));
                 continue;
             }
         };
@@ -434,17 +444,25 @@ fn walk(root: &OwnedFd, rules: &ArtifactRules) -> Listing {
                 // refused: the rest of this folder, and every folder queued.
                 let not_judged = "the walk stopped before it (artifacts.max_entries); never looked at";
                 for rest in &names[i..] {
-                    let meta = nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), rest.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW).ok();
-                    l.rejected.add(shown(&dir, rest), Some((&dir, rest, meta.as_ref().map(Meta::of))), RejectReason::NotJudged, not_judged);
+                    let meta =
+                        nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), rest.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW).ok();
+                    l.rejected.add(
+                        shown(&dir, rest),
+                        Some((&dir, rest, meta.as_ref().map(Meta::of))),
+                        RejectReason::NotJudged,
+                        not_judged,
+                    );
                 }
                 for (queued, _) in queue.drain(..) {
                     let (parent, name) = queued.rsplit_once('/').unwrap_or(("", queued.as_str()));
                     let meta = l.metas.get(queued.as_bytes()).copied();
-                    l.rejected.add(queued.clone(), Some((parent, name.as_bytes(), meta)), RejectReason::NotJudged, not_judged);
+                    l.rejected
+                        .add(queued.clone(), Some((parent, name.as_bytes(), meta)), RejectReason::NotJudged, not_judged);
                 }
                 break 'walk;
             }
-            let meta = nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), name.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW).map(|st| Meta::of(&st));
+            let meta = nix::sys::stat::fstatat(Some(dir_fd.as_raw_fd()), name.as_slice(), AtFlags::AT_SYMLINK_NOFOLLOW)
+                .map(|st| Meta::of(&st));
             if let Ok(m) = &meta {
                 l.metas.insert(raw_join(&dir, name), *m);
             }
@@ -504,7 +522,11 @@ fn file_refusal(f: &FileEntry, rules: &ArtifactRules) -> Option<(RejectReason, S
     }
     let ext = extension(name);
     if !rules.allowed_extensions.allows(&ext) {
-        let shown = if ext.is_empty() { "a name without an extension".to_string() } else { format!(".{}", printable(&ext, 16)) };
+        let shown = if ext.is_empty() {
+            "a name without an extension".to_string()
+        } else {
+            format!(".{}", printable(&ext, 16))
+        };
         return Some((RejectReason::ExtensionNotAllowed, format!("{shown} is not in artifacts.allowed_extensions")));
     }
     if f.meta.size > rules.max_file_bytes {
@@ -523,7 +545,9 @@ fn open_listed(root: &OwnedFd, f: &FileEntry) -> Result<File, (RejectReason, Str
     let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY;
     let fd = sys::openat2(Some(root.as_fd()), Path::new(&f.rel), flags, RESOLVE)
         .map_err(|e| (RejectReason::Unreadable, format!("open: {e}")))?;
-    let now = nix::sys::stat::fstat(fd.as_raw_fd()).map(|st| Meta::of(&st)).map_err(|e| (RejectReason::Unreadable, format!("fstat: {e}")))?;
+    let now = nix::sys::stat::fstat(fd.as_raw_fd())
+        .map(|st| Meta::of(&st))
+        .map_err(|e| (RejectReason::Unreadable, format!("fstat: {e}")))?;
     if now.kind() != libc::S_IFREG || !now.same_file(&f.meta) || now.nlink != f.meta.nlink {
         return Err((RejectReason::Changed, "the file changed between listing and opening".into()));
     }
@@ -738,11 +762,16 @@ pub fn collect_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, _dead:
 }
 
 /// Open, read and describe one file that passed the rules.
-fn accept(root: &OwnedFd, f: &FileEntry, before: &Before, clock: &budget::Clock) -> Result<(Artifact, Option<u8>), (RejectReason, String)> {
+fn accept(
+    root: &OwnedFd,
+    f: &FileEntry,
+    before: &Before,
+    clock: &budget::Clock,
+) -> Result<(Artifact, Option<u8>), (RejectReason, String)> {
     let mut file = open_listed(root, f)?;
     let ext = extension(f.rel.rsplit('/').next().unwrap_or(&f.rel));
-    let seen =
-        inspect::inspect(&mut file, f.meta.size, &ext, clock.file()).map_err(|e| (RejectReason::Unreadable, format!("read: {e}")))?;
+    let seen = inspect::inspect(&mut file, f.meta.size, &ext, clock.file())
+        .map_err(|e| (RejectReason::Unreadable, format!("read: {e}")))?;
     let artifact = Artifact {
         path: f.rel.clone(),
         bytes: seen.bytes,
@@ -812,7 +841,12 @@ pub fn digest_tree(dir: &Path, content_budget: u64) -> io::Result<TreeDigest> {
             Ok(x) => x,
             Err(e) if rel.is_empty() => return Err(e),
             Err(e) => {
-                records.push(Record { rel: [rel.as_slice(), b"/"].concat(), meta: None, link: vec![], error: Some(errno_of(&e)) });
+                records.push(Record {
+                    rel: [rel.as_slice(), b"/"].concat(),
+                    meta: None,
+                    link: vec![],
+                    error: Some(errno_of(&e)),
+                });
                 continue;
             }
         };
@@ -856,7 +890,11 @@ pub fn digest_tree(dir: &Path, content_budget: u64) -> io::Result<TreeDigest> {
     let (count, bytes) = sizes.fold((0u64, 0u64), |(n, b), m| (n + 1, b + m.size));
     let content_hashed = bytes <= content_budget;
     let mut h = Hasher::new();
-    h.update(if content_hashed { b"jail-tree-v1 content\n" } else { b"jail-tree-v1 metadata\n" });
+    h.update(if content_hashed {
+        b"jail-tree-v1 content\n"
+    } else {
+        b"jail-tree-v1 metadata\n"
+    });
     for r in &records {
         h.update(&(r.rel.len() as u64).to_le_bytes());
         h.update(&r.rel);
@@ -933,7 +971,17 @@ mod tests {
         let max = 20;
         assert_eq!(check_name(b"report.csv", max).unwrap(), "report.csv");
         assert_eq!(check_name(b".hidden", max).unwrap(), ".hidden");
-        for bad in [&b"..x"[..], b"a..b", b"-rf", b"a\\b", b"a\x1bb", b"a\nb", b"\xff\xfe", "a\u{202e}b".as_bytes(), "zero\u{200b}w".as_bytes()] {
+        for bad in [
+            &b"..x"[..],
+            b"a..b",
+            b"-rf",
+            b"a\\b",
+            b"a\x1bb",
+            b"a\nb",
+            b"\xff\xfe",
+            "a\u{202e}b".as_bytes(),
+            "zero\u{200b}w".as_bytes(),
+        ] {
             assert_eq!(check_name(bad, max).unwrap_err().0, RejectReason::BadName, "{bad:?}");
         }
         assert_eq!(check_name(&[b'a'; 21], max).unwrap_err().0, RejectReason::NameTooLong);
@@ -971,7 +1019,13 @@ mod tests {
         let root = nix::unistd::getuid().is_root();
         if root {
             let dev = nix::sys::stat::makedev(1, 3);
-            nix::sys::stat::mknod(&p.join("null.txt"), nix::sys::stat::SFlag::S_IFCHR, nix::sys::stat::Mode::from_bits_truncate(0o666), dev).unwrap();
+            nix::sys::stat::mknod(
+                &p.join("null.txt"),
+                nix::sys::stat::SFlag::S_IFCHR,
+                nix::sys::stat::Mode::from_bits_truncate(0o666),
+                dev,
+            )
+            .unwrap();
         }
         let before = Before::take(p, None, &rules()).unwrap();
         // A fifo opened for reading would block this test forever.

@@ -58,9 +58,17 @@ pub enum CgroupError {
     #[error("mkdir {path}")]
     Mkdir { path: PathBuf, source: io::Error },
     #[error("write {value:?} to {path}")]
-    Write { path: PathBuf, value: String, source: io::Error },
+    Write {
+        path: PathBuf,
+        value: String,
+        source: io::Error,
+    },
     #[error("enable {controllers} in {path}")]
-    EnableControllers { path: PathBuf, controllers: String, source: io::Error },
+    EnableControllers {
+        path: PathBuf,
+        controllers: String,
+        source: io::Error,
+    },
     #[error("rmdir {path}")]
     Remove { path: PathBuf, source: io::Error },
     #[error("open {path}")]
@@ -135,7 +143,9 @@ pub fn parse_proc_cgroup(text: &str) -> Membership {
     let mut m = Membership::default();
     for line in text.lines() {
         let mut parts = line.splitn(3, ':');
-        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let (Some(id), Some(controllers), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
         if id == "0" && controllers.is_empty() {
             m.unified = Some(PathBuf::from(path));
             continue;
@@ -212,7 +222,9 @@ pub fn discover(layout: &Layout, me: &Membership, parent: Option<&Path>) -> Disc
 }
 
 fn discover_v2(layout: &Layout, me: &Membership, parent: Option<&Path>) -> Result<Candidate, String> {
-    let Some((mount, root)) = &layout.unified else { return Err("no cgroup2 filesystem is mounted".into()) };
+    let Some((mount, root)) = &layout.unified else {
+        return Err("no cgroup2 filesystem is mounted".into());
+    };
     let Some(path) = parent.map(Path::to_path_buf).or_else(|| me.unified.clone()) else {
         return Err("this process is in no cgroup v2 hierarchy".into());
     };
@@ -322,7 +334,8 @@ pub fn choose(d: &Discovery, s: &Settings) -> Choice {
     let pick = match (&d.v2, &d.v1) {
         (Ok(v2), Ok(v1)) => {
             if score(v1) > score(v2) {
-                notes.push(format!("cgroup v2 offers less here ({})", v2.controllers().into_iter().collect::<Vec<_>>().join(" ")));
+                notes
+                    .push(format!("cgroup v2 offers less here ({})", v2.controllers().into_iter().collect::<Vec<_>>().join(" ")));
                 Some(v1.clone())
             } else {
                 notes.push("cgroup v1 is also writable; v2 preferred".into());
@@ -498,7 +511,13 @@ impl RunCgroup {
     /// its limits. On error nothing is left behind.
     pub fn create(c: &Candidate, name: &str, s: &Settings) -> Result<RunCgroup, CgroupError> {
         let started = Instant::now();
-        let mut cg = RunCgroup { version: c.version, name: name.to_string(), dirs: Vec::new(), created_in: Duration::ZERO, removed: false };
+        let mut cg = RunCgroup {
+            version: c.version,
+            name: name.to_string(),
+            dirs: Vec::new(),
+            created_in: Duration::ZERO,
+            removed: false,
+        };
         if c.version == Version::V2 {
             for p in &c.parents {
                 enable_controllers(p)?;
@@ -518,7 +537,9 @@ impl RunCgroup {
                 let path = dir.join(wr.file);
                 match write_file(&path, &wr.value) {
                     Ok(()) => {}
-                    Err(e) if wr.need == Need::IfPresent && matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied) => {}
+                    Err(e)
+                        if wr.need == Need::IfPresent
+                            && matches!(e.kind(), io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied) => {}
                     Err(source) => return Err(CgroupError::Write { path, value: wr.value, source }),
                 }
             }
@@ -584,8 +605,11 @@ impl RunCgroup {
     pub fn join(&self, pid: u32) -> Result<(), CgroupError> {
         for p in &self.dirs {
             let procs = p.dir.join(LEAF).join("cgroup.procs");
-            write_file(&procs, &pid.to_string())
-                .map_err(|source| CgroupError::Write { path: procs, value: pid.to_string(), source })?;
+            write_file(&procs, &pid.to_string()).map_err(|source| CgroupError::Write {
+                path: procs,
+                value: pid.to_string(),
+                source,
+            })?;
         }
         Ok(())
     }
@@ -915,10 +939,19 @@ mod tests {
         let files = |c| v1_writes(&all(), c).into_iter().map(|w| (w.file, w.value)).collect::<Vec<_>>();
         assert_eq!(
             files("memory"),
-            vec![("memory.limit_in_bytes", "67108864".to_string()), ("memory.memsw.limit_in_bytes", "67108864".to_string())]
+            vec![
+                ("memory.limit_in_bytes", "67108864".to_string()),
+                ("memory.memsw.limit_in_bytes", "67108864".to_string())
+            ]
         );
         assert_eq!(files("pids"), vec![("pids.max", "32".to_string())]);
-        assert_eq!(files("cpu"), vec![("cpu.cfs_period_us", "100000".to_string()), ("cpu.cfs_quota_us", "50000".to_string())]);
+        assert_eq!(
+            files("cpu"),
+            vec![
+                ("cpu.cfs_period_us", "100000".to_string()),
+                ("cpu.cfs_quota_us", "50000".to_string())
+            ]
+        );
         assert!(files("cpuacct").is_empty());
         assert!(files("freezer").is_empty());
     }
@@ -948,14 +981,17 @@ mod tests {
     fn on_a_fake_hybrid_host_v1_is_chosen_and_gets_its_limit_files() {
         let t = tempfile::tempdir().unwrap();
         let root = t.path();
-        fake(root, &[
-            ("unified", &[("cgroup.controllers", ""), ("cgroup.subtree_control", "")]),
-            ("memory/process_api/abc", &[]),
-            ("pids", &[]),
-            ("cpu", &[]),
-            ("cpuacct", &[]),
-            ("freezer", &[]),
-        ]);
+        fake(
+            root,
+            &[
+                ("unified", &[("cgroup.controllers", ""), ("cgroup.subtree_control", "")]),
+                ("memory/process_api/abc", &[]),
+                ("pids", &[]),
+                ("cpu", &[]),
+                ("cpuacct", &[]),
+                ("freezer", &[]),
+            ],
+        );
         let d = discover(&v1_layout(root), &parse_proc_cgroup(HYBRID_CGROUP), None);
         assert!(d.v2.as_ref().unwrap_err().contains("offers none of memory, pids, cpu"), "{:?}", d.v2);
         let choice = choose(&d, &all());
@@ -988,7 +1024,13 @@ mod tests {
         assert_eq!(cg.cpu_ns(), Some(5_000_000));
         assert_eq!(
             cg.usage(),
-            CgroupUsage { user_ns: Some(3_000_000), system_ns: Some(2_000_000), memory_peak: Some(1234), pids_peak: Some(7), oom_kills: Some(2) }
+            CgroupUsage {
+                user_ns: Some(3_000_000),
+                system_ns: Some(2_000_000),
+                memory_peak: Some(1234),
+                pids_peak: Some(7),
+                oom_kills: Some(2)
+            }
         );
     }
 
@@ -996,10 +1038,17 @@ mod tests {
     fn on_a_fake_v2_host_controllers_are_enabled_and_limits_written() {
         let t = tempfile::tempdir().unwrap();
         let root = t.path();
-        fake(root, &[(
-            "deleg",
-            &[("cgroup.controllers", "cpuset cpu io memory pids"), ("cgroup.subtree_control", ""), ("cgroup.procs", "")],
-        )]);
+        fake(
+            root,
+            &[(
+                "deleg",
+                &[
+                    ("cgroup.controllers", "cpuset cpu io memory pids"),
+                    ("cgroup.subtree_control", ""),
+                    ("cgroup.procs", ""),
+                ],
+            )],
+        );
         let layout = Layout { unified: Some((root.to_path_buf(), PathBuf::from("/"))), v1: vec![] };
         let me = Membership { unified: Some(PathBuf::from("/user.slice/x.scope")), v1: BTreeMap::new() };
         let d = discover(&layout, &me, Some(Path::new("/deleg")));
@@ -1025,7 +1074,13 @@ mod tests {
         // No pids.peak on this kernel: null, never invented.
         assert_eq!(
             cg.usage(),
-            CgroupUsage { user_ns: Some(1_000_000), system_ns: Some(500_000), memory_peak: Some(4096), pids_peak: None, oom_kills: Some(1) }
+            CgroupUsage {
+                user_ns: Some(1_000_000),
+                system_ns: Some(500_000),
+                memory_peak: Some(4096),
+                pids_peak: None,
+                oom_kills: Some(1)
+            }
         );
         // cgroup.kill is the v2 kill.
         cg.kill();
@@ -1036,7 +1091,17 @@ mod tests {
     fn a_v2_parent_with_processes_of_its_own_is_refused_with_the_reason() {
         let t = tempfile::tempdir().unwrap();
         let root = t.path();
-        fake(root, &[("scope", &[("cgroup.controllers", "memory pids"), ("cgroup.subtree_control", ""), ("cgroup.procs", "123\n")])]);
+        fake(
+            root,
+            &[(
+                "scope",
+                &[
+                    ("cgroup.controllers", "memory pids"),
+                    ("cgroup.subtree_control", ""),
+                    ("cgroup.procs", "123\n"),
+                ],
+            )],
+        );
         let layout = Layout { unified: Some((root.to_path_buf(), PathBuf::from("/"))), v1: vec![] };
         let me = Membership { unified: Some(PathBuf::from("/scope")), v1: BTreeMap::new() };
         let d = discover(&layout, &me, None);
@@ -1050,11 +1115,20 @@ mod tests {
     fn the_backend_that_enforces_more_wins_and_v2_wins_ties() {
         let cand = |version, ctl: &[&str]| Candidate {
             version,
-            parents: vec![Parent { dir: PathBuf::from("/x"), controllers: ctl.iter().map(|s| s.to_string()).collect() }],
+            parents: vec![Parent {
+                dir: PathBuf::from("/x"),
+                controllers: ctl.iter().map(|s| s.to_string()).collect(),
+            }],
         };
-        let d = Discovery { v2: Ok(cand(Version::V2, &["pids"])), v1: Ok(cand(Version::V1, &["memory", "pids", "cpuacct"])) };
+        let d = Discovery {
+            v2: Ok(cand(Version::V2, &["pids"])),
+            v1: Ok(cand(Version::V1, &["memory", "pids", "cpuacct"])),
+        };
         assert_eq!(choose(&d, &all()).candidate.unwrap().version, Version::V1);
-        let d = Discovery { v2: Ok(cand(Version::V2, &["memory", "pids", "cpu"])), v1: Ok(cand(Version::V1, &["memory", "pids", "cpu", "cpuacct"])) };
+        let d = Discovery {
+            v2: Ok(cand(Version::V2, &["memory", "pids", "cpu"])),
+            v1: Ok(cand(Version::V1, &["memory", "pids", "cpu", "cpuacct"])),
+        };
         assert_eq!(choose(&d, &all()).candidate.unwrap().version, Version::V2);
     }
 
@@ -1084,7 +1158,10 @@ mod tests {
         // A populated (here: non-empty) cgroup of a dead creator stays.
         std::fs::create_dir_all(p.join("jail-4194306-0").join(LEAF)).unwrap();
         std::fs::write(p.join("jail-4194306-0/tree/busy"), "").unwrap();
-        let c = Candidate { version: Version::V1, parents: vec![Parent { dir: p.to_path_buf(), controllers: vec!["pids".into()] }] };
+        let c = Candidate {
+            version: Version::V1,
+            parents: vec![Parent { dir: p.to_path_buf(), controllers: vec!["pids".into()] }],
+        };
         assert_eq!(sweep(&c), 2);
         assert!(!p.join(dead).exists());
         assert!(!p.join(&reused).exists());

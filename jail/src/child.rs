@@ -18,9 +18,9 @@ use nix::unistd::Pid;
 
 use crate::mounts::{self, MountOp};
 use crate::result::{SetupError, EXIT_SETUP_FAILED};
+use crate::rlimits::Rlimit;
 use crate::sync::{self, Report};
 use crate::sys::{self, Forked};
-use crate::rlimits::Rlimit;
 use crate::{landlock, privileges, rlimits, seccomp};
 
 /// Everything the child needs, prepared by the supervisor before the clone so
@@ -118,7 +118,21 @@ fn fail(report: &OwnedFd, e: StageError) -> ! {
 /// PID 1's entry point, right after clone.
 pub fn run(spec: ChildSpec) -> ! {
     let ChildSpec {
-        release, report, status, stdout, stderr, mounts, staging, uid, gid, hostname, exec, rlimits, output, confine, proxy,
+        release,
+        report,
+        status,
+        stdout,
+        stderr,
+        mounts,
+        staging,
+        uid,
+        gid,
+        hostname,
+        exec,
+        rlimits,
+        output,
+        confine,
+        proxy,
         cgroup_tasks,
     } = spec;
     // The supervisor writes our id maps, then releases us; until then we have
@@ -260,7 +274,13 @@ fn worker(mut marks: Marks, report: OwnedFd, exec: Exec, limits: &[Rlimit], conf
 #[error("execve({0:?})")]
 struct ExecError(CString, #[source] nix::Error);
 
-fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec, limits: &[Rlimit], confine: &Confine) -> Result<(), StageError> {
+fn worker_setup(
+    marks: &mut Marks,
+    report: &OwnedFd,
+    exec: &Exec,
+    limits: &[Rlimit],
+    confine: &Confine,
+) -> Result<(), StageError> {
     // The script gets a clean signal state: nothing blocked, SIGPIPE and
     // SIGXFSZ at their defaults (the Rust runtime ignores SIGPIPE). CPython
     // ignores SIGXFSZ itself, so a Python write past RLIMIT_FSIZE fails with
@@ -295,7 +315,13 @@ fn worker_setup(marks: &mut Marks, report: &OwnedFd, exec: &Exec, limits: &[Rlim
 
 fn reaper_signals() -> SigSet {
     let mut set = SigSet::empty();
-    for sig in [Signal::SIGCHLD, Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP, Signal::SIGQUIT] {
+    for sig in [
+        Signal::SIGCHLD,
+        Signal::SIGTERM,
+        Signal::SIGINT,
+        Signal::SIGHUP,
+        Signal::SIGQUIT,
+    ] {
         set.add(sig);
     }
     set

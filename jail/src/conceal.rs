@@ -56,10 +56,7 @@ pub fn parse_areas(stat: &str) -> Option<Areas> {
     // After the name come fields 3.. ; field n is at index n - 3.
     let fields: Vec<&str> = after_name.split_whitespace().collect();
     let field = |n: usize| fields.get(n - 3).and_then(|f| f.parse::<u64>().ok());
-    let areas = Areas {
-        arg: (field(48)?, field(49)?),
-        env: (field(50)?, field(51)?),
-    };
+    let areas = Areas { arg: (field(48)?, field(49)?), env: (field(50)?, field(51)?) };
     let sane = |(s, e): (u64, u64)| s <= e && e - s <= MAX_AREA;
     (sane(areas.arg) && sane(areas.env)).then_some(areas)
 }
@@ -74,12 +71,7 @@ pub fn scrub_pid1() -> Result<(), ConcealError> {
     let mem = std::fs::OpenOptions::new()
         .write(true)
         .open("/proc/self/mem")
-        .map_err(|source| ConcealError::Overwrite {
-            what: "argument",
-            start: areas.arg.0,
-            end: areas.arg.1,
-            source,
-        })?;
+        .map_err(|source| ConcealError::Overwrite { what: "argument", start: areas.arg.0, end: areas.arg.1, source })?;
     for (what, (start, end)) in [("environment", areas.env), ("argument", areas.arg)] {
         let mut fill = vec![0u8; (end - start) as usize];
         if what == "argument" {
@@ -90,12 +82,7 @@ pub fn scrub_pid1() -> Result<(), ConcealError> {
             fill[..n].copy_from_slice(&name[..n]);
         }
         mem.write_all_at(&fill, start)
-            .map_err(|source| ConcealError::Overwrite {
-                what,
-                start,
-                end,
-                source,
-            })?;
+            .map_err(|source| ConcealError::Overwrite { what, start, end, source })?;
     }
     nix::sys::prctl::set_name(c"jail-init").map_err(ConcealError::Rename)
 }
@@ -116,36 +103,18 @@ mod tests {
 
     #[test]
     fn the_areas_are_fields_48_to_51() {
-        assert_eq!(
-            parse_areas(&stat_line("jail")),
-            Some(Areas {
-                arg: (1000, 1100),
-                env: (1100, 1300)
-            })
-        );
+        assert_eq!(parse_areas(&stat_line("jail")), Some(Areas { arg: (1000, 1100), env: (1100, 1300) }));
     }
 
     #[test]
     fn a_name_with_spaces_and_parentheses_does_not_shift_the_fields() {
-        assert_eq!(
-            parse_areas(&stat_line("a) b (c")),
-            Some(Areas {
-                arg: (1000, 1100),
-                env: (1100, 1300)
-            })
-        );
+        assert_eq!(parse_areas(&stat_line("a) b (c")), Some(Areas { arg: (1000, 1100), env: (1100, 1300) }));
     }
 
     #[test]
     fn inverted_or_huge_bounds_are_refused() {
-        assert_eq!(
-            parse_areas(&stat_line("x").replace(" 1000 1100 1100 1300", " 1100 1000 1100 1300")),
-            None
-        );
-        assert_eq!(
-            parse_areas(&stat_line("x").replace(" 1100 1300", " 1100 999999999999")),
-            None
-        );
+        assert_eq!(parse_areas(&stat_line("x").replace(" 1000 1100 1100 1300", " 1100 1000 1100 1300")), None);
+        assert_eq!(parse_areas(&stat_line("x").replace(" 1100 1300", " 1100 999999999999")), None);
         assert_eq!(parse_areas("1 (x) 3 4"), None);
     }
 

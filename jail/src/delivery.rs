@@ -41,7 +41,11 @@ use crate::sys;
 pub enum OutputDir<'a> {
     /// The jail's output tmpfs (a descriptor the child handed over), to be
     /// mirrored into the host folder within `limit` bytes.
-    Mirrored { tmpfs: &'a OwnedFd, inventory: &'a Inventory, limit: u64 },
+    Mirrored {
+        tmpfs: &'a OwnedFd,
+        inventory: &'a Inventory,
+        limit: u64,
+    },
     /// The host folder itself, bound writable into the jail.
     Bound,
 }
@@ -75,7 +79,10 @@ pub fn deliver(
                 .accepted
                 .iter()
                 .map(|a| {
-                    (PathBuf::from(&a.rel), output::Wanted { ino: a.ino, ctime_ns: a.ctime_ns, size: a.size, neutralise: a.neutralise })
+                    (
+                        PathBuf::from(&a.rel),
+                        output::Wanted { ino: a.ino, ctime_ns: a.ctime_ns, size: a.size, neutralise: a.neutralise },
+                    )
                 })
                 .collect();
             let copy = output::copy_out(tmpfs, host, inventory, ids, &wanted, limit, deadline);
@@ -144,7 +151,8 @@ fn bound(
     deadline: Instant,
 ) -> Option<PathBuf> {
     let mut failed: Vec<Refused> = Vec::new();
-    let todo: Vec<(String, u8, u64)> = c.accepted.iter().filter_map(|a| a.neutralise.map(|d| (a.rel.clone(), d, a.size))).collect();
+    let todo: Vec<(String, u8, u64)> =
+        c.accepted.iter().filter_map(|a| a.neutralise.map(|d| (a.rel.clone(), d, a.size))).collect();
     for (rel, delim, size) in todo {
         // The neutralised copy may grow to twice the file (neutralise.rs);
         // the file itself is within max_file_bytes.
@@ -174,7 +182,9 @@ fn bound(
         n += 1;
         let outcome = match &quarantine {
             Ok((path, qfd)) => move_out(root, r, qfd, n).map(|name| (Disposition::Quarantined, Some(path.join(name)))),
-            Err(e) => remove(root, r).map(|()| (Disposition::Removed, None)).map_err(|r| format!("{r}; and no quarantine folder: {e}")),
+            Err(e) => remove(root, r)
+                .map(|()| (Disposition::Removed, None))
+                .map_err(|r| format!("{r}; and no quarantine folder: {e}")),
         };
         if let Some(i) = r.listed {
             let entry = &mut c.rejected[i];
@@ -184,7 +194,9 @@ fn bound(
                     entry.moved_to = moved_to.map(|p| p.display().to_string());
                     if disposition == Disposition::Removed {
                         if let Err(e) = &quarantine {
-                            entry.detail.push_str(&format!("; deleted, no quarantine folder could be made beside the output dir: {e}"));
+                            entry
+                                .detail
+                                .push_str(&format!("; deleted, no quarantine folder could be made beside the output dir: {e}"));
                         }
                     }
                 }
@@ -245,7 +257,10 @@ fn move_out(root: &OwnedFd, r: &Refused, quarantine: &OwnedFd, n: u64) -> Result
         // A folder the script made read-only: its owner may open it up.
         Err(nix::errno::Errno::EACCES | nix::errno::Errno::EPERM) => {
             let st = nix::sys::stat::fstat(parent.as_raw_fd()).map_err(|e| e.to_string())?;
-            let _ = nix::sys::stat::fchmod(parent.as_raw_fd(), nix::sys::stat::Mode::from_bits_truncate((st.st_mode | 0o700) & 0o7777));
+            let _ = nix::sys::stat::fchmod(
+                parent.as_raw_fd(),
+                nix::sys::stat::Mode::from_bits_truncate((st.st_mode | 0o700) & 0o7777),
+            );
             rename().map(|()| target).map_err(|e| format!("rename: {e}"))
         }
         Err(e) => Err(format!("rename: {e}")),
@@ -309,7 +324,8 @@ fn neutralise_in_place(
     // The bound folder is the script's: the copy is made as its host ids,
     // so it is owned like the script's own file.
     let mut fs = Acting::begin(ids).map_err(|e| e.to_string())?;
-    fs.on(As::Jail, || Ok(neutralise_beneath(root, rel, delim, size, limit, deadline))).map_err(|e| e.to_string())?
+    fs.on(As::Jail, || Ok(neutralise_beneath(root, rel, delim, size, limit, deadline)))
+        .map_err(|e| e.to_string())?
 }
 
 fn neutralise_beneath(

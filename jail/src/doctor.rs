@@ -80,7 +80,10 @@ fn limits_check(kernel: &str) -> (Check, CgroupLayout) {
         Some(c) => (c.version.enforcer().to_string(), c.parents.clone()),
         None => ("rlimit".to_string(), vec![]),
     };
-    let full = choice.candidate.as_ref().is_some_and(|c| ["memory", "pids", "cpu"].iter().all(|x| c.has(x)) && c.has_cpu_usage());
+    let full = choice
+        .candidate
+        .as_ref()
+        .is_some_and(|c| ["memory", "pids", "cpu"].iter().all(|x| c.has(x)) && c.has_cpu_usage());
     let mut detail = match &choice.candidate {
         Some(c) => format!(
             "{backend} (cgroup mode {mode}): {}",
@@ -182,8 +185,14 @@ pub fn run(rootfs: Option<&Path>) -> Report {
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("jail"));
     let root = Path::new("/");
     // The probes need our own cgroup, which the facts read again (cheap).
-    let own = HostFacts::read(root, kernel.clone(), uid, exe.clone(), Probes { userns_failure: None, landlock: Ok(0), own_cgroup_writable: false })
-        .own_cgroup;
+    let own = HostFacts::read(
+        root,
+        kernel.clone(),
+        uid,
+        exe.clone(),
+        Probes { userns_failure: None, landlock: Ok(0), own_cgroup_writable: false },
+    )
+    .own_cgroup;
     let facts = HostFacts::read(root, kernel.clone(), uid, exe, Probes::live(own.as_deref()));
     let mut checks = host::diagnose(&facts);
     let (limits, cgroup) = limits_check(&kernel);

@@ -113,7 +113,16 @@ impl Acting {
         }
         let saved_gid = nix::unistd::setfsgid(Gid::from_raw(host.gid));
         let saved_uid = nix::unistd::setfsuid(Uid::from_raw(host.uid));
-        let acting = Acting { host, jail, now: As::Host, saved_uid, saved_gid, saved_effective, lowered, _thread: PhantomData };
+        let acting = Acting {
+            host,
+            jail,
+            now: As::Host,
+            saved_uid,
+            saved_gid,
+            saved_effective,
+            lowered,
+            _thread: PhantomData,
+        };
         // On drop from here, whatever happens next.
         caps::set(None, CapSet::Effective, &acting.lowered).map_err(FsIdError::LowerCaps)?;
         Ok(acting)
@@ -249,6 +258,8 @@ mod tests {
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o500)).unwrap();
         // Root too: its CAP_DAC_OVERRIDE is not used.
         assert!(!host_may_write(dir.path()).unwrap());
-        assert!(caps::has_cap(None, CapSet::Effective, Capability::CAP_DAC_OVERRIDE).unwrap() == nix::unistd::geteuid().is_root());
+        assert!(
+            caps::has_cap(None, CapSet::Effective, Capability::CAP_DAC_OVERRIDE).unwrap() == nix::unistd::geteuid().is_root()
+        );
     }
 }

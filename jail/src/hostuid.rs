@@ -60,7 +60,12 @@ impl UidRange {
         let Some(last) = self.first.checked_add(self.count - 1) else {
             return Some(format!("first {} + count {} goes past the largest uid", self.first, self.count));
         };
-        for (uid, what) in [(0, "root"), (65534, "nobody"), (65535, "the 16-bit \"no uid\""), (u32::MAX, "the \"no uid\" value")] {
+        for (uid, what) in [
+            (0, "root"),
+            (65534, "nobody"),
+            (65535, "the 16-bit \"no uid\""),
+            (u32::MAX, "the \"no uid\" value"),
+        ] {
             if (self.first..=last).contains(&uid) {
                 return Some(format!("{}..{last} includes {uid} ({what})", self.first));
             }

@@ -162,10 +162,9 @@ impl Plan {
             kernel_abi: self.kernel_abi,
             missing: self.missing.clone(),
             detail: match self.status {
-                LayerStatus::Enforced if self.kernel_abi > TARGET_ABI => Some(format!(
-                    "rules built for ABI {TARGET_ABI}; the kernel's ABI {} adds nothing they use",
-                    self.kernel_abi
-                )),
+                LayerStatus::Enforced if self.kernel_abi > TARGET_ABI => {
+                    Some(format!("rules built for ABI {TARGET_ABI}; the kernel's ABI {} adds nothing they use", self.kernel_abi))
+                }
                 _ => None,
             },
         }
@@ -175,7 +174,12 @@ impl Plan {
     pub fn degraded(&self) -> Option<String> {
         match self.status {
             LayerStatus::Enforced => None,
-            _ => Some(format!("landlock: {} (kernel ABI {}): {}", status_word(self.status), self.kernel_abi, self.missing.join("; "))),
+            _ => Some(format!(
+                "landlock: {} (kernel ABI {}): {}",
+                status_word(self.status),
+                self.kernel_abi,
+                self.missing.join("; ")
+            )),
         }
     }
 }
@@ -368,7 +372,10 @@ mod tests {
     fn rules_follow_the_mount_plan() {
         let req = mounts::Request {
             rootfs: PathBuf::from("/r"),
-            rootfs_entries: vec![mounts::RootfsEntry::Dir("usr".into()), mounts::RootfsEntry::Symlink("bin".into(), "usr/bin".into())],
+            rootfs_entries: vec![
+                mounts::RootfsEntry::Dir("usr".into()),
+                mounts::RootfsEntry::Symlink("bin".into(), "usr/bin".into()),
+            ],
             input: Some(PathBuf::from("/in")),
             // The script alone: its copy is read-only like a granted folder.
             code: mounts::Code::Script { file: PathBuf::from("/code/main.py"), name: PathBuf::from("main.py") },

@@ -68,9 +68,10 @@ impl LaunchError {
             LaunchError::JoinCgroup(_) => "cgroup",
             LaunchError::Output(_) => "output",
             LaunchError::Proxy(_) => "network",
-            LaunchError::Release(_) | LaunchError::ReceiveOutput(_) | LaunchError::ReleaseOutput(_) | LaunchError::ReceiveListener(_) => {
-                "release"
-            }
+            LaunchError::Release(_)
+            | LaunchError::ReceiveOutput(_)
+            | LaunchError::ReleaseOutput(_)
+            | LaunchError::ReceiveListener(_) => "release",
             LaunchError::Pidfd(_) | LaunchError::Wait(_) => "wait",
         }
     }
@@ -359,7 +360,9 @@ fn fill_output(
     if !matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
         return Ok(None);
     }
-    let Some(dir) = sys::recv_fd(sock.as_fd()).map_err(LaunchError::ReceiveOutput)? else { return Ok(None) };
+    let Some(dir) = sys::recv_fd(sock.as_fd()).map_err(LaunchError::ReceiveOutput)? else {
+        return Ok(None);
+    };
     let inventory = output::copy_in(host, &dir, ids).map_err(LaunchError::Output)?;
     sync::release(sock).map_err(LaunchError::ReleaseOutput)?;
     Ok(Some((dir, inventory)))

@@ -84,7 +84,10 @@ pub(crate) fn setup_resources(policy: &Policy, wall: Duration) -> Resources {
             }
         }
     }
-    Resources { cgroup: None, plan: limits::plan(policy, wall, None, &why_not, &rlimits::current_hard) }
+    Resources {
+        cgroup: None,
+        plan: limits::plan(policy, wall, None, &why_not, &rlimits::current_hard),
+    }
 }
 
 #[cfg(test)]
@@ -96,7 +99,9 @@ mod tests {
     #[test]
     fn an_allowlist_without_seccomp_notification_fails_instead_of_allowing_udp() {
         let policy = Policy::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/allowlist-example.json"))).unwrap();
-        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::ErrnoOnly, true, &[]) else { panic!("confined without notification") };
+        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::ErrnoOnly, true, &[]) else {
+            panic!("confined without notification")
+        };
         assert_eq!(stage, "seccomp");
         assert!(e.to_string().contains("network.mode none"), "{e}");
         assert!(confine_in(&policy, seccomp::Mode::Notify, true, &[]).is_ok());
@@ -106,7 +111,9 @@ mod tests {
     #[test]
     fn an_allowlist_on_a_kernel_without_notification_continue_fails_with_the_version() {
         let policy = Policy::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/allowlist-example.json"))).unwrap();
-        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::Notify, false, &[]) else { panic!("allowlist on Linux 5.0-5.4") };
+        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::Notify, false, &[]) else {
+            panic!("allowlist on Linux 5.0-5.4")
+        };
         assert_eq!(stage, "seccomp");
         assert!(e.to_string().contains("Linux 5.5"), "{e}");
         // Network off needs no CONTINUE.

@@ -99,7 +99,11 @@ fn close_uncounted_memory(p: &mut Plan, memory: u64, fs: &crate::policy::Filesys
     }
     // Whole pages, at least one each: a tmpfs of size 0 would be unlimited.
     let scale = |n: u64| ((u128::from(n) * u128::from(memory) / total) as u64 / PAGE * PAGE).max(PAGE);
-    p.tmpfs = TmpfsSizes { tmp: scale(fs.tmp_size), shm: scale(fs.shm_size), output: fs.output_size.map(scale) };
+    p.tmpfs = TmpfsSizes {
+        tmp: scale(fs.tmp_size),
+        shm: scale(fs.shm_size),
+        output: fs.output_size.map(scale),
+    };
     true
 }
 
@@ -111,7 +115,14 @@ fn uncounted_memory_words(per_process: u64, pids: Option<u64>, shrunk: bool, why
         Some(n) => format!("each of up to {n} processes"),
         None => "each process".into(),
     };
-    let tmpfs = if shrunk { format!("; /tmp, /dev/shm and the output dir were made smaller so that together they fit in {}", size_words(per_process)) } else { String::new() };
+    let tmpfs = if shrunk {
+        format!(
+            "; /tmp, /dev/shm and the output dir were made smaller so that together they fit in {}",
+            size_words(per_process)
+        )
+    } else {
+        String::new()
+    };
     format!(
         "memory: no total for the run ({why}): {processes} may use up to {} of address space (RLIMIT_AS), and data \
          held in pipes and unix sockets is not counted; memfd_create and System V shared memory, semaphores and message \
@@ -135,7 +146,11 @@ fn report(value: serde_json::Value, by: &str, detail: impl Into<String>) -> Limi
 }
 
 fn unlimited() -> LimitReport {
-    LimitReport { value: serde_json::Value::Null, enforced_by: "none".into(), detail: Some("unlimited by the policy".into()) }
+    LimitReport {
+        value: serde_json::Value::Null,
+        enforced_by: "none".into(),
+        detail: Some("unlimited by the policy".into()),
+    }
 }
 
 /// Decide every limit. `cgroup` is the run cgroup's place when one will be
@@ -192,7 +207,10 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
                 Some(cgroup::Version::V2) => "memory.max and memory.swap.max 0",
                 _ => "memory.limit_in_bytes and memory.memsw.limit_in_bytes",
             };
-            p.reports.insert("memory".into(), report(json!(bytes), by, format!("{files} on the run cgroup: all processes together, swap 0")));
+            p.reports.insert(
+                "memory".into(),
+                report(json!(bytes), by, format!("{files} on the run cgroup: all processes together, swap 0")),
+            );
         }
         Some(bytes) => {
             let (s, _) = rlimit(&mut p, Kind::As, bytes, bytes);
@@ -222,7 +240,10 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
         }
         Some(n) if has("pids") => {
             p.settings.pids = Some(n);
-            p.reports.insert("pids".into(), report(json!(n), by, "pids.max on the run cgroup: processes and threads, the jail's PID 1 included"));
+            p.reports.insert(
+                "pids".into(),
+                report(json!(n), by, "pids.max on the run cgroup: processes and threads, the jail's PID 1 included"),
+            );
         }
         Some(n) => {
             let (s, _) = rlimit(&mut p, Kind::Nproc, n, n);
@@ -254,7 +275,10 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
         }
         Some(c) => {
             let why = no_cgroup("cpu");
-            p.reports.insert("cpus".into(), report(json!(c), "none", format!("not enforced ({why}); thread pools are still sized to it")));
+            p.reports.insert(
+                "cpus".into(),
+                report(json!(c), "none", format!("not enforced ({why}); thread pools are still sized to it")),
+            );
             weaker(&mut p, "cpus", l.enforcement.cpus, false, format!("not enforced ({why})"));
         }
     }
@@ -269,7 +293,11 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
             p.cpu_watch = Some(t);
             p.reports.insert(
                 "cpu_time_secs".into(),
-                report(json!(t.as_secs_f64()), "supervisor", format!("the run cgroup's CPU usage, checked every {} ms", CPU_POLL.as_millis())),
+                report(
+                    json!(t.as_secs_f64()),
+                    "supervisor",
+                    format!("the run cgroup's CPU usage, checked every {} ms", CPU_POLL.as_millis()),
+                ),
             );
         }
         Some(t) => {
@@ -282,27 +310,45 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
                 "cpu_time_secs".into(),
                 report(json!(s), "rlimit", format!("RLIMIT_CPU per process, in whole seconds ({why})")),
             );
-            weaker(&mut p, "cpu_time", l.enforcement.cpu_time, true, format!("per-process RLIMIT_CPU instead of the run's total ({why})"));
+            weaker(
+                &mut p,
+                "cpu_time",
+                l.enforcement.cpu_time,
+                true,
+                format!("per-process RLIMIT_CPU instead of the run's total ({why})"),
+            );
         }
     }
 
-    p.reports.insert("wall_time_secs".into(), report(json!(wall.as_secs_f64()), "supervisor", "the whole tree is killed at the deadline"));
+    p.reports.insert(
+        "wall_time_secs".into(),
+        report(json!(wall.as_secs_f64()), "supervisor", "the whole tree is killed at the deadline"),
+    );
     for (name, cap) in [("stdout_bytes", l.stdout_bytes), ("stderr_bytes", l.stderr_bytes)] {
         p.reports.insert(
             name.into(),
-            report(json!(cap), "supervisor", "the stream is truncated, keeping its first and last halves; the script is not stopped"),
+            report(
+                json!(cap),
+                "supervisor",
+                "the stream is truncated, keeping its first and last halves; the script is not stopped",
+            ),
         );
     }
     let sized = |policy: u64, now: u64, what: &str| {
         if now == policy {
             what.to_string()
         } else {
-            format!("{what}, shrunk from {} so that the tmpfs mounts fit in the memory limit together (no cgroup counts their pages)", size_words(policy))
+            format!(
+                "{what}, shrunk from {} so that the tmpfs mounts fit in the memory limit together (no cgroup counts their pages)",
+                size_words(policy)
+            )
         }
     };
     let t = p.tmpfs;
-    p.reports.insert("tmp_size".into(), report(json!(t.tmp), "tmpfs", sized(fs.tmp_size, t.tmp, "size of /tmp")));
-    p.reports.insert("shm_size".into(), report(json!(t.shm), "tmpfs", sized(fs.shm_size, t.shm, "size of /dev/shm")));
+    p.reports
+        .insert("tmp_size".into(), report(json!(t.tmp), "tmpfs", sized(fs.tmp_size, t.tmp, "size of /tmp")));
+    p.reports
+        .insert("shm_size".into(), report(json!(t.shm), "tmpfs", sized(fs.shm_size, t.shm, "size of /dev/shm")));
     match (fs.output_size, t.output) {
         (Some(policy), Some(n)) => {
             let what = "the output dir is a tmpfs of this size, copied to the host folder after the run";
@@ -315,7 +361,8 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
     match l.file_size {
         Some(n) => {
             let (s, _) = rlimit(&mut p, Kind::Fsize, n, n);
-            p.reports.insert("file_size".into(), report(json!(s), "rlimit", "RLIMIT_FSIZE: a larger write fails with EFBIG"));
+            p.reports
+                .insert("file_size".into(), report(json!(s), "rlimit", "RLIMIT_FSIZE: a larger write fails with EFBIG"));
         }
         None => {
             p.reports.insert("file_size".into(), unlimited());
@@ -323,7 +370,8 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
     }
     let (nofile, _) = rlimit(&mut p, Kind::Nofile, l.open_files, l.open_files);
     let capped = if nofile < l.open_files { " (capped by the caller's hard limit)" } else { "" };
-    p.reports.insert("open_files".into(), report(json!(nofile), "rlimit", format!("RLIMIT_NOFILE per process{capped}")));
+    p.reports
+        .insert("open_files".into(), report(json!(nofile), "rlimit", format!("RLIMIT_NOFILE per process{capped}")));
     rlimit(&mut p, Kind::Core, 0, 0);
     p.reports.insert("core_size".into(), report(json!(0), "rlimit", "RLIMIT_CORE 0: no core dumps"));
     p
@@ -342,7 +390,10 @@ mod tests {
     fn v1(ctl: &[&str]) -> Candidate {
         Candidate {
             version: Version::V1,
-            parents: ctl.iter().map(|c| Parent { dir: PathBuf::from(format!("/cg/{c}")), controllers: vec![c.to_string()] }).collect(),
+            parents: ctl
+                .iter()
+                .map(|c| Parent { dir: PathBuf::from(format!("/cg/{c}")), controllers: vec![c.to_string()] })
+                .collect(),
         }
     }
 
@@ -354,7 +405,13 @@ mod tests {
 
     #[test]
     fn a_full_v1_cgroup_enforces_memory_cpus_pids_and_cpu_time() {
-        let p = plan(&policy(ALL), Duration::from_secs(5), Some(&v1(&["memory", "pids", "cpu", "cpuacct", "freezer"])), "", &no_ceiling);
+        let p = plan(
+            &policy(ALL),
+            Duration::from_secs(5),
+            Some(&v1(&["memory", "pids", "cpu", "cpuacct", "freezer"])),
+            "",
+            &no_ceiling,
+        );
         assert_eq!(p.settings, cgroup::Settings { memory: Some(64 << 20), cpus: Some(0.5), pids: Some(16), cpu_time: true });
         for name in ["memory", "cpus", "pids"] {
             assert_eq!(p.reports[name].enforced_by, "cgroup_v1", "{name}");
@@ -384,7 +441,18 @@ mod tests {
         assert_eq!(p.reports["cpus"].enforced_by, "none");
         assert_eq!(p.cpu_rlimit, Some(Duration::from_secs(2)));
         let kinds: Vec<Kind> = p.rlimits.iter().map(|r| r.kind).collect();
-        assert_eq!(kinds, vec![Kind::As, Kind::Memlock, Kind::Nproc, Kind::Cpu, Kind::Fsize, Kind::Nofile, Kind::Core]);
+        assert_eq!(
+            kinds,
+            vec![
+                Kind::As,
+                Kind::Memlock,
+                Kind::Nproc,
+                Kind::Cpu,
+                Kind::Fsize,
+                Kind::Nofile,
+                Kind::Core
+            ]
+        );
         assert!(p.rlimits.contains(&Rlimit { kind: Kind::Cpu, soft: 2, hard: 3 }));
         // Best effort by default: reported, not refused.
         assert_eq!(p.degraded.len(), 4, "{:?}", p.degraded);
@@ -402,19 +470,32 @@ mod tests {
 
     #[test]
     fn rlimit_as_never_enforces_a_required_memory_limit() {
-        let p = plan(&policy(r#"{"memory":"64M","enforcement":{"memory":"required"}}"#), Duration::from_secs(5), None, "nope", &no_ceiling);
+        let p = plan(
+            &policy(r#"{"memory":"64M","enforcement":{"memory":"required"}}"#),
+            Duration::from_secs(5),
+            None,
+            "nope",
+            &no_ceiling,
+        );
         assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
         assert!(p.refused[0].starts_with("memory: only RLIMIT_AS"), "{:?}", p.refused);
         assert!(p.refused[0].contains("nope"), "the reason there is no cgroup: {:?}", p.refused);
         // A cgroup without the memory controller is no better.
-        let p = plan(&policy(r#"{"memory":"64M","enforcement":{"memory":"required"}}"#), Duration::from_secs(5), Some(&v1(&["pids"])), "", &no_ceiling);
+        let p = plan(
+            &policy(r#"{"memory":"64M","enforcement":{"memory":"required"}}"#),
+            Duration::from_secs(5),
+            Some(&v1(&["pids"])),
+            "",
+            &no_ceiling,
+        );
         assert_eq!(p.refused.len(), 1, "{:?}", p.refused);
     }
 
     #[test]
     fn best_effort_memory_without_a_cgroup_closes_what_it_can_and_names_the_rest() {
         let fs = r#""filesystem":{"tmp_size":"64M","shm_size":"16M","output_size":"176M"}"#;
-        let p = Policy::from_json(&format!(r#"{{"version":1,{fs},"limits":{{"memory":"128M","pids":32}}}}"#), Path::new("/")).unwrap();
+        let p = Policy::from_json(&format!(r#"{{"version":1,{fs},"limits":{{"memory":"128M","pids":32}}}}"#), Path::new("/"))
+            .unwrap();
         let p = plan(&p, Duration::from_secs(5), None, "not writable", &no_ceiling);
         assert!(p.refused.is_empty());
         assert_eq!(p.refuse_syscalls, UNCOUNTED_MEMORY_CALLS.to_vec());
@@ -423,9 +504,21 @@ mod tests {
         assert_eq!(p.tmpfs, TmpfsSizes { tmp: 32 << 20, shm: 8 << 20, output: Some(88 << 20) });
         assert!(p.tmpfs.tmp + p.tmpfs.shm + p.tmpfs.output.unwrap() <= 128 << 20);
         assert_eq!(p.reports["tmp_size"].value, json!(32 << 20));
-        assert!(p.reports["output_size"].detail.as_deref().unwrap().contains("shrunk from 176M"), "{:?}", p.reports["output_size"]);
+        assert!(
+            p.reports["output_size"].detail.as_deref().unwrap().contains("shrunk from 176M"),
+            "{:?}",
+            p.reports["output_size"]
+        );
         let words = p.degraded.iter().find(|d| d.starts_with("memory: ")).expect("memory is degraded");
-        for part in ["not writable", "up to 32 processes", "128M of address space", "pipes and unix sockets", "memfd_create", "System V", "made smaller"] {
+        for part in [
+            "not writable",
+            "up to 32 processes",
+            "128M of address space",
+            "pipes and unix sockets",
+            "memfd_create",
+            "System V",
+            "made smaller",
+        ] {
             assert!(words.contains(part), "{part}: {words}");
         }
         // Sizes that already fit are left alone.
@@ -458,7 +551,13 @@ mod tests {
 
     #[test]
     fn rlimits_never_exceed_the_callers_hard_limits() {
-        let p = plan(&policy(r#"{"open_files":4096}"#), Duration::from_secs(5), None, "", &|k| if k == Kind::Nofile { 1024 } else { u64::MAX });
+        let p = plan(&policy(r#"{"open_files":4096}"#), Duration::from_secs(5), None, "", &|k| {
+            if k == Kind::Nofile {
+                1024
+            } else {
+                u64::MAX
+            }
+        });
         assert!(p.rlimits.contains(&Rlimit { kind: Kind::Nofile, soft: 1024, hard: 1024 }));
         assert_eq!(p.reports["open_files"].value, json!(1024));
     }
@@ -470,8 +569,19 @@ mod tests {
         assert_eq!(
             names,
             vec![
-                "core_size", "cpu_time_secs", "cpus", "file_size", "memory", "open_files", "output_size", "pids",
-                "shm_size", "stderr_bytes", "stdout_bytes", "tmp_size", "wall_time_secs"
+                "core_size",
+                "cpu_time_secs",
+                "cpus",
+                "file_size",
+                "memory",
+                "open_files",
+                "output_size",
+                "pids",
+                "shm_size",
+                "stderr_bytes",
+                "stdout_bytes",
+                "tmp_size",
+                "wall_time_secs"
             ]
         );
     }

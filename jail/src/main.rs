@@ -133,7 +133,11 @@ fn run(args: RunArgs) -> ExitCode {
     }
     if let Some(e) = &result.setup_error {
         // One line a person can act on; the JSON carries the rest.
-        let causes = if e.causes.is_empty() { String::new() } else { format!(": {}", e.causes.join(": ")) };
+        let causes = if e.causes.is_empty() {
+            String::new()
+        } else {
+            format!(": {}", e.causes.join(": "))
+        };
         eprintln!("jail: {} ({}){causes}", e.message, e.stage);
     } else if !json {
         // Never a blocking write here: a caller that stopped reading our
@@ -188,15 +192,11 @@ fn prepare_request(args: RunArgs) -> Result<RunRequest, SetupError> {
         cpus: args.cpus,
         pids: args.pids,
         cpu_time: args.cpu_time,
-        cgroup_parent: args
-            .cgroup_parent
-            .or_else(|| std::env::var("JAIL_CGROUP_PARENT").ok().filter(|v| !v.is_empty())),
+        cgroup_parent: args.cgroup_parent.or_else(|| std::env::var("JAIL_CGROUP_PARENT").ok().filter(|v| !v.is_empty())),
     };
-    policy.apply_overrides(&overrides).map_err(|m| SetupError {
-        stage: "input".into(),
-        message: m,
-        causes: vec![],
-    })?;
+    policy
+        .apply_overrides(&overrides)
+        .map_err(|m| SetupError { stage: "input".into(), message: m, causes: vec![] })?;
     Ok(RunRequest {
         policy,
         script: args.script,
@@ -262,7 +262,11 @@ fn doctor(json: bool) -> ExitCode {
             }
         }
     }
-    if report.all_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) }
+    if report.all_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
 }
 
 fn packages(rootfs: Option<PathBuf>, json: bool) -> ExitCode {

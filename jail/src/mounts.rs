@@ -30,8 +30,7 @@ use std::path::{Path, PathBuf};
 use nix::mount::{MntFlags, MsFlags};
 
 use crate::sys::{
-    self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY,
-    RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS,
+    self, MOUNT_ATTR_NODEV, MOUNT_ATTR_NOEXEC, MOUNT_ATTR_NOSUID, MOUNT_ATTR_RDONLY, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS,
 };
 
 /// Where the workspace lives inside the jail.
@@ -47,8 +46,15 @@ pub const RESERVED_TOP_LEVEL: [&str; 8] = ["dev", "proc", "sys", "tmp", "run", "
 pub const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
 
 /// `/proc` files hidden behind an empty read-only file.
-pub const MASKED_PROC_FILES: [&str; 7] =
-    ["kcore", "keys", "timer_list", "sysrq-trigger", "kallsyms", "sched_debug", "latency_stats"];
+pub const MASKED_PROC_FILES: [&str; 7] = [
+    "kcore",
+    "keys",
+    "timer_list",
+    "sysrq-trigger",
+    "kallsyms",
+    "sched_debug",
+    "latency_stats",
+];
 /// `/proc` folders hidden behind an empty read-only tmpfs.
 pub const MASKED_PROC_DIRS: [&str; 4] = ["acpi", "scsi", "asound", "firmware"];
 /// `/proc` folders made read-only.
@@ -118,25 +124,59 @@ pub struct Request {
 /// One step of building the new root. Paths are absolute inside the jail.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MountOp {
-    Dir { path: PathBuf, mode: u32 },
-    Symlink { path: PathBuf, target: PathBuf },
-    Tmpfs { path: PathBuf, size: u64, mode: u32, attrs: u64 },
-    Bind { source: PathBuf, path: PathBuf, kind: Kind, access: Access, attrs: u64, view: View },
+    Dir {
+        path: PathBuf,
+        mode: u32,
+    },
+    Symlink {
+        path: PathBuf,
+        target: PathBuf,
+    },
+    Tmpfs {
+        path: PathBuf,
+        size: u64,
+        mode: u32,
+        attrs: u64,
+    },
+    Bind {
+        source: PathBuf,
+        path: PathBuf,
+        kind: Kind,
+        access: Access,
+        attrs: u64,
+        view: View,
+    },
     /// A read-only tmpfs at `dir` holding one copy of the host file
     /// `source`, as `dir/name` (the code dir without `--code`).
-    ScriptCopy { source: PathBuf, dir: PathBuf, name: PathBuf },
-    Proc { path: PathBuf },
+    ScriptCopy {
+        source: PathBuf,
+        dir: PathBuf,
+        name: PathBuf,
+    },
+    Proc {
+        path: PathBuf,
+    },
     /// Hide a file behind an empty read-only regular file; skipped when
     /// absent. Not `/dev/null`: a read-only mount does not stop writes to a
     /// device node.
-    MaskFile { path: PathBuf },
+    MaskFile {
+        path: PathBuf,
+    },
     /// Hide a folder behind an empty read-only tmpfs; skipped when absent.
-    MaskDir { path: PathBuf },
+    MaskDir {
+        path: PathBuf,
+    },
     /// Rebind a folder onto itself read-only; skipped when absent.
-    ReadOnly { path: PathBuf },
+    ReadOnly {
+        path: PathBuf,
+    },
     /// The size-capped output dir: a tmpfs with a cap on bytes and inodes,
     /// owned by the sandbox uid.
-    OutputTmpfs { path: PathBuf, size: u64, inodes: u64 },
+    OutputTmpfs {
+        path: PathBuf,
+        size: u64,
+        inodes: u64,
+    },
 }
 
 /// The ordered mount plan for a request. Pure: no I/O.
@@ -278,15 +318,27 @@ pub enum MountError {
     #[error("create {path}")]
     CreateFile { path: PathBuf, source: io::Error },
     #[error("symlink {path} -> {target}")]
-    Symlink { path: PathBuf, target: PathBuf, source: io::Error },
+    Symlink {
+        path: PathBuf,
+        target: PathBuf,
+        source: io::Error,
+    },
     #[error("mount({fstype} -> {target})")]
-    Mount { fstype: &'static str, target: PathBuf, source: nix::Error },
+    Mount {
+        fstype: &'static str,
+        target: PathBuf,
+        source: nix::Error,
+    },
     #[error("open_tree({path})")]
     OpenTree { path: PathBuf, source: io::Error },
     #[error("mount_setattr({path})")]
     SetAttr { path: PathBuf, source: io::Error },
     #[error("make {path} and the mounts beneath it {attrs} without mount_setattr")]
-    Remount { path: PathBuf, attrs: String, source: remount::RemountError },
+    Remount {
+        path: PathBuf,
+        attrs: String,
+        source: remount::RemountError,
+    },
     #[error("move_mount(-> {target})")]
     MoveMount { target: PathBuf, source: io::Error },
     #[error("mount(\"/\", MS_REC | MS_PRIVATE)")]
@@ -300,7 +352,11 @@ pub enum MountError {
     #[error("script {path} is {size} bytes, over {MAX_SCRIPT_BYTES}; pass its folder with --code DIR")]
     ScriptTooBig { path: PathBuf, size: u64 },
     #[error("copy the script {path} into {target}")]
-    CopyScript { path: PathBuf, target: PathBuf, source: io::Error },
+    CopyScript {
+        path: PathBuf,
+        target: PathBuf,
+        source: io::Error,
+    },
 }
 
 /// Every source of the plan, opened before anything is mounted, in plan
@@ -369,8 +425,8 @@ pub fn open_sources(ops: &[MountOp], staging: &Path) -> Result<Sources, MountErr
                     opened.push(Source::At { fd, early });
                     continue;
                 }
-                let tree = sys::open_tree_clone(fd.as_fd())
-                    .map_err(|e| MountError::OpenTree { path: source.clone(), source: e })?;
+                let tree =
+                    sys::open_tree_clone(fd.as_fd()).map_err(|e| MountError::OpenTree { path: source.clone(), source: e })?;
                 opened.push(Source::Tree(tree));
             }
             MountOp::ScriptCopy { source, .. } => {
@@ -541,14 +597,13 @@ fn copy_script(file: std::fs::File, source: &Path, dir: &Path, name: &Path) -> R
         return Err(copy_err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{copied} of {size} bytes"))));
     }
     drop(out);
-    let ro = MsFlags::MS_REMOUNT
-        | MsFlags::MS_BIND
-        | MsFlags::MS_RDONLY
-        | MsFlags::MS_NOSUID
-        | MsFlags::MS_NODEV
-        | MsFlags::MS_NOEXEC;
-    nix::mount::mount(None::<&str>, dir, None::<&str>, ro, None::<&str>)
-        .map_err(|source| MountError::Mount { fstype: "tmpfs (read-only remount)", target: dir.to_path_buf(), source })
+    let ro =
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    nix::mount::mount(None::<&str>, dir, None::<&str>, ro, None::<&str>).map_err(|source| MountError::Mount {
+        fstype: "tmpfs (read-only remount)",
+        target: dir.to_path_buf(),
+        source,
+    })
 }
 
 /// An empty read-only file on a scratch tmpfs, the source of every file mask.
@@ -587,8 +642,11 @@ impl MaskSource {
     fn remove(self) -> Result<(), MountError> {
         drop(self.empty);
         drop(self.empty_dir);
-        nix::mount::umount2(&self.dir, MntFlags::MNT_DETACH)
-            .map_err(|source| MountError::Mount { fstype: "tmpfs (unmount)", target: self.dir.clone(), source })?;
+        nix::mount::umount2(&self.dir, MntFlags::MNT_DETACH).map_err(|source| MountError::Mount {
+            fstype: "tmpfs (unmount)",
+            target: self.dir.clone(),
+            source,
+        })?;
         std::fs::remove_dir(&self.dir).map_err(|source| MountError::Mkdir { path: self.dir.clone(), source })
     }
 }
@@ -621,12 +679,16 @@ pub fn pivot_root(staging: &Path) -> Result<(), MountError> {
 }
 
 fn attr_names(attrs: u64) -> String {
-    let names: Vec<&str> =
-        [(MOUNT_ATTR_RDONLY, "ro"), (MOUNT_ATTR_NOSUID, "nosuid"), (MOUNT_ATTR_NODEV, "nodev"), (MOUNT_ATTR_NOEXEC, "noexec")]
-            .into_iter()
-            .filter(|(bit, _)| attrs & bit != 0)
-            .map(|(_, n)| n)
-            .collect();
+    let names: Vec<&str> = [
+        (MOUNT_ATTR_RDONLY, "ro"),
+        (MOUNT_ATTR_NOSUID, "nosuid"),
+        (MOUNT_ATTR_NODEV, "nodev"),
+        (MOUNT_ATTR_NOEXEC, "noexec"),
+    ]
+    .into_iter()
+    .filter(|(bit, _)| attrs & bit != 0)
+    .map(|(_, n)| n)
+    .collect();
     names.join(",")
 }
 
@@ -653,8 +715,11 @@ fn ms_flags(attrs: u64) -> MsFlags {
 
 fn mount_tmpfs(at: &Path, size: u64, mode: u32, flags: MsFlags) -> Result<(), MountError> {
     let data = format!("size={size},mode={mode:o}");
-    nix::mount::mount(Some("tmpfs"), at, Some("tmpfs"), flags, Some(data.as_str()))
-        .map_err(|source| MountError::Mount { fstype: "tmpfs", target: at.to_path_buf(), source })
+    nix::mount::mount(Some("tmpfs"), at, Some("tmpfs"), flags, Some(data.as_str())).map_err(|source| MountError::Mount {
+        fstype: "tmpfs",
+        target: at.to_path_buf(),
+        source,
+    })
 }
 
 fn create_empty_file(at: &Path) -> Result<(), MountError> {
@@ -668,8 +733,7 @@ fn create_empty_file(at: &Path) -> Result<(), MountError> {
 }
 
 fn bind_fd(fd: &OwnedFd, at: &Path, attrs: u64) -> Result<(), MountError> {
-    let tree = sys::open_tree_clone(fd.as_fd())
-        .map_err(|source| MountError::OpenTree { path: at.to_path_buf(), source })?;
+    let tree = sys::open_tree_clone(fd.as_fd()).map_err(|source| MountError::OpenTree { path: at.to_path_buf(), source })?;
     attach(tree, at, attrs)
 }
 
@@ -681,10 +745,12 @@ fn attach(tree: OwnedFd, at: &Path, attrs: u64) -> Result<(), MountError> {
             // Before 5.12 (no mount_setattr): attach first, then remount
             // each mount of the tree and check every one (remount.rs).
             Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => {
-                sys::move_mount(tree.as_fd(), at)
-                    .map_err(|source| MountError::MoveMount { target: at.to_path_buf(), source })?;
-                return remount::restrict_tree(at, attrs)
-                    .map_err(|source| MountError::Remount { path: at.to_path_buf(), attrs: attr_names(attrs), source });
+                sys::move_mount(tree.as_fd(), at).map_err(|source| MountError::MoveMount { target: at.to_path_buf(), source })?;
+                return remount::restrict_tree(at, attrs).map_err(|source| MountError::Remount {
+                    path: at.to_path_buf(),
+                    attrs: attr_names(attrs),
+                    source,
+                });
             }
             Err(source) => return Err(MountError::SetAttr { path: at.to_path_buf(), source }),
         }
@@ -781,7 +847,11 @@ mod tests {
             .collect();
         assert_eq!(
             code,
-            vec![&MountOp::ScriptCopy { source: "/home/u/analysis.py".into(), dir: CODE_DIR.into(), name: "analysis.py".into() }]
+            vec![&MountOp::ScriptCopy {
+                source: "/home/u/analysis.py".into(),
+                dir: CODE_DIR.into(),
+                name: "analysis.py".into()
+            }]
         );
     }
 
@@ -817,7 +887,9 @@ mod tests {
             mode: 0o1777,
             attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV
         }));
-        assert!(ops.iter().any(|op| matches!(op, MountOp::Tmpfs { path, size, .. } if path == Path::new("/dev/shm") && *size == 1 << 19)));
+        assert!(ops
+            .iter()
+            .any(|op| matches!(op, MountOp::Tmpfs { path, size, .. } if path == Path::new("/dev/shm") && *size == 1 << 19)));
     }
 
     #[test]
@@ -825,7 +897,11 @@ mod tests {
         let mut req = request();
         req.output_size = Some(8 << 20);
         let ops = plan(&req);
-        assert!(ops.contains(&MountOp::OutputTmpfs { path: OUTPUT_DIR.into(), size: 8 << 20, inodes: crate::output::MAX_INODES }));
+        assert!(ops.contains(&MountOp::OutputTmpfs {
+            path: OUTPUT_DIR.into(),
+            size: 8 << 20,
+            inodes: crate::output::MAX_INODES
+        }));
         assert!(!ops.iter().any(|op| matches!(op, MountOp::Bind { access: Access::ReadWrite, kind: Kind::Dir, .. })));
     }
 

@@ -9,12 +9,8 @@ use nix::unistd::{Gid, Pid, Uid};
 /// The namespaces the child is cloned into: user, mount, pid, net, ipc, uts.
 /// The cgroup namespace comes later, from the child itself, once the
 /// supervisor has placed it in the run cgroup (child::setup).
-pub const CLONE_FLAGS: libc::c_int = libc::CLONE_NEWUSER
-    | libc::CLONE_NEWNS
-    | libc::CLONE_NEWPID
-    | libc::CLONE_NEWNET
-    | libc::CLONE_NEWIPC
-    | libc::CLONE_NEWUTS;
+pub const CLONE_FLAGS: libc::c_int =
+    libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
 
 /// Every namespace a run gets, as reported in the result.
 pub const NAMES: [&str; 7] = ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"];

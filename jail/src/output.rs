@@ -38,9 +38,9 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use nix::fcntl::AtFlags;
 use nix::sys::stat::{FileStat, Mode, SFlag};
 use nix::sys::time::TimeSpec;
-use nix::fcntl::AtFlags;
 use nix::unistd::{Pid, UnlinkatFlags, Whence};
 
 use crate::artifacts::neutralise::{self, NeutraliseError, Written};
@@ -199,7 +199,14 @@ pub fn copy_in(host: &Path, tmpfs: &OwnedFd, ids: FsIds) -> Result<Inventory, Ou
     Ok(inv)
 }
 
-fn fill(fs: &mut Acting, host: &OwnedFd, tmp: &OwnedFd, rel: &Path, depth: usize, inv: &mut Inventory) -> Result<(), OutputError> {
+fn fill(
+    fs: &mut Acting,
+    host: &OwnedFd,
+    tmp: &OwnedFd,
+    rel: &Path,
+    depth: usize,
+    inv: &mut Inventory,
+) -> Result<(), OutputError> {
     let err = |path: &Path| {
         let path = path.to_path_buf();
         move |source: io::Error| OutputError::CopyIn { path, source }
@@ -213,11 +220,14 @@ fn fill(fs: &mut Acting, host: &OwnedFd, tmp: &OwnedFd, rel: &Path, depth: usize
             // when its writer is dead (killed mid-copy), like a stale cgroup.
             if kind == Kind::File && !pid_alive(pid) {
                 let unlinked = fs.on(As::Host, || {
-                    nix::unistd::unlinkat(Some(host.as_raw_fd()), name.as_os_str(), UnlinkatFlags::NoRemoveDir).map_err(io::Error::from)
+                    nix::unistd::unlinkat(Some(host.as_raw_fd()), name.as_os_str(), UnlinkatFlags::NoRemoveDir)
+                        .map_err(io::Error::from)
                 });
                 match unlinked {
                     Ok(()) => inv.swept += 1,
-                    Err(e) => inv.skipped.push(format!("{}: a stale partial copy that could not be removed: {e}", path.display())),
+                    Err(e) => {
+                        inv.skipped.push(format!("{}: a stale partial copy that could not be removed: {e}", path.display()))
+                    }
                 }
             }
             continue;
@@ -255,9 +265,15 @@ fn fill(fs: &mut Acting, host: &OwnedFd, tmp: &OwnedFd, rel: &Path, depth: usize
                 // Not copied in: the artifact check would have to refuse the
                 // copy for what the host file is, and could not see it.
                 let (reason, why) = if st.st_nlink > 1 {
-                    (RejectReason::HardLink, format!("the file has {} names (hard links); left on the host, never copied in", st.st_nlink))
+                    (
+                        RejectReason::HardLink,
+                        format!("the file has {} names (hard links); left on the host, never copied in", st.st_nlink),
+                    )
                 } else {
-                    (RejectReason::SetId, "the file has the set-user-ID or set-group-ID bit; left on the host, never copied in".into())
+                    (
+                        RejectReason::SetId,
+                        "the file has the set-user-ID or set-group-ID bit; left on the host, never copied in".into(),
+                    )
                 };
                 inv.refused.push((path, reason, why));
                 continue;
@@ -290,7 +306,11 @@ fn fill(fs: &mut Acting, host: &OwnedFd, tmp: &OwnedFd, rel: &Path, depth: usize
             }
             Kind::Fifo => {
                 fs.on(As::Jail, || {
-                    Ok(nix::unistd::mkfifoat(Some(tmp.as_raw_fd()), name.as_os_str(), Mode::from_bits_truncate(permission_bits(&st)))?)
+                    Ok(nix::unistd::mkfifoat(
+                        Some(tmp.as_raw_fd()),
+                        name.as_os_str(),
+                        Mode::from_bits_truncate(permission_bits(&st)),
+                    )?)
                 })
                 .map_err(err(&path))?;
             }
@@ -385,11 +405,16 @@ pub fn copy_out(
     limit: u64,
     deadline: Instant,
 ) -> CopyOut {
-    let mut sync = OutputSync { copied_in: inv.len() as u64, skipped: inv.skipped.clone(), ..OutputSync::default() };
+    let mut sync = OutputSync {
+        copied_in: inv.len() as u64,
+        skipped: inv.skipped.clone(),
+        ..OutputSync::default()
+    };
     let mut fs = match Acting::begin(ids) {
         Ok(fs) => fs,
         Err(e) => {
-            sync.errors.push(format!("{e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()));
+            sync.errors
+                .push(format!("{e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()));
             return CopyOut { sync, delivered: BTreeMap::new() };
         }
     };
@@ -532,12 +557,19 @@ impl Partial {
                 // /proc/self/fd link with AT_SYMLINK_FOLLOW does not (linkat(2)).
                 let partial = partial_name();
                 let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
-                nix::unistd::linkat(None, Path::new(&proc_path), Some(host.as_raw_fd()), Path::new(&partial), AtFlags::AT_SYMLINK_FOLLOW)
-                    .map_err(io::Error::from)?;
+                nix::unistd::linkat(
+                    None,
+                    Path::new(&proc_path),
+                    Some(host.as_raw_fd()),
+                    Path::new(&partial),
+                    AtFlags::AT_SYMLINK_FOLLOW,
+                )
+                .map_err(io::Error::from)?;
                 partial
             }
         };
-        let renamed = nix::fcntl::renameat(Some(host.as_raw_fd()), partial.as_os_str(), Some(host.as_raw_fd()), name).map_err(io::Error::from);
+        let renamed = nix::fcntl::renameat(Some(host.as_raw_fd()), partial.as_os_str(), Some(host.as_raw_fd()), name)
+            .map_err(io::Error::from);
         if renamed.is_err() {
             let _ = nix::unistd::unlinkat(Some(host.as_raw_fd()), partial.as_os_str(), UnlinkatFlags::NoRemoveDir);
         }
@@ -610,7 +642,8 @@ impl Mirror<'_> {
                 }
                 (Kind::Dir, _) => self.mirror_dir(tmp, host, &name, &path, &st, depth),
                 (Kind::File, Some(_)) if self.inv.unread.contains(&path) => {
-                    let why = "not copied to the host: a host file of that name that jail's caller cannot read is there, and stays";
+                    let why =
+                        "not copied to the host: a host file of that name that jail's caller cannot read is there, and stays";
                     self.out.delivered.insert(path, Delivered::Refused(RejectReason::Unreadable, why.into()));
                 }
                 (Kind::File, Some(w)) => {
@@ -649,10 +682,15 @@ impl Mirror<'_> {
         let created = !matches!(existing, Some(e) if kind_of(&e) == Kind::Dir);
         if created {
             if self.budget.room() < DIR_COST {
-                self.out.sync.errors.push(format!("mkdir {}: no room left within filesystem.output_size", path.display()));
+                self.out
+                    .sync
+                    .errors
+                    .push(format!("mkdir {}: no room left within filesystem.output_size", path.display()));
                 return;
             }
-            let made = self.fs.on(As::Host, || Ok(nix::sys::stat::mkdirat(Some(host.as_raw_fd()), name, Mode::from_bits_truncate(0o700))?));
+            let made = self
+                .fs
+                .on(As::Host, || Ok(nix::sys::stat::mkdirat(Some(host.as_raw_fd()), name, Mode::from_bits_truncate(0o700))?));
             if let Err(e) = made {
                 self.out.sync.errors.push(format!("mkdir {}: {e}", path.display()));
                 return;
@@ -688,14 +726,25 @@ impl Mirror<'_> {
 
     /// Write one accepted file into the host folder: into an unnamed file
     /// first, counted against the budget, then linked in under its name.
-    fn place(&mut self, tmp: &OwnedFd, host: &OwnedFd, name: &OsStr, path: &Path, st: &FileStat, w: &Wanted) -> io::Result<Delivered> {
+    fn place(
+        &mut self,
+        tmp: &OwnedFd,
+        host: &OwnedFd,
+        name: &OsStr,
+        path: &Path,
+        st: &FileStat,
+        w: &Wanted,
+    ) -> io::Result<Delivered> {
         if let Ok(existing) = self.fs.on(As::Host, || stat_at(host, name)) {
             if kind_of(&existing) == Kind::Dir && !self.remove(host, name, path) {
                 return Err(io::Error::other("a host folder with entries the script never saw is in the way"));
             }
         }
         if Instant::now() >= self.budget.deadline {
-            return Ok(Delivered::Refused(RejectReason::CopyDeadline, "the run's deadline passed before the copy to the host reached it".into()));
+            return Ok(Delivered::Refused(
+                RejectReason::CopyDeadline,
+                "the run's deadline passed before the copy to the host reached it".into(),
+            ));
         }
         let src = self.fs.on(As::Jail, || {
             if st.st_mode & 0o400 == 0 {
@@ -710,7 +759,12 @@ impl Mirror<'_> {
             Ok(File::from(open_at(tmp, name, libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK, 0)?))
         })?;
         let now = nix::sys::stat::fstat(src.as_raw_fd()).map_err(io::Error::from)?;
-        if kind_of(&now) != Kind::File || now.st_ino != w.ino || ctime_ns(&now) != w.ctime_ns || now.st_size as u64 != w.size || now.st_nlink != 1 {
+        if kind_of(&now) != Kind::File
+            || now.st_ino != w.ino
+            || ctime_ns(&now) != w.ctime_ns
+            || now.st_size as u64 != w.size
+            || now.st_nlink != 1
+        {
             return Ok(Delivered::Refused(RejectReason::Changed, "the file changed after the artifact check".into()));
         }
         // The source is open (reading through a descriptor checks nothing
@@ -722,7 +776,10 @@ impl Mirror<'_> {
 
 impl Budget {
     fn full_detail(&self) -> String {
-        format!("writing it to the host would pass filesystem.output_size ({} bytes; {} already written)", self.limit, self.used)
+        format!(
+            "writing it to the host would pass filesystem.output_size ({} bytes; {} already written)",
+            self.limit, self.used
+        )
     }
 
     /// Write `src`, an accepted file, into the host folder under `name`:
@@ -755,7 +812,11 @@ impl Budget {
             }
             Err(CopyError::Full) => return refuse(partial, RejectReason::OutputFull, self.full_detail()),
             Err(CopyError::Deadline) => {
-                return refuse(partial, RejectReason::CopyDeadline, "the run's deadline passed while it was being copied to the host".into())
+                return refuse(
+                    partial,
+                    RejectReason::CopyDeadline,
+                    "the run's deadline passed while it was being copied to the host".into(),
+                )
             }
         };
         let dst = partial.file();
@@ -763,7 +824,9 @@ impl Budget {
         let (a, m) = times(st);
         nix::sys::stat::futimens(dst.as_raw_fd(), &a, &m).map_err(io::Error::from)?;
         // What `du` will count: the blocks the host filesystem allocated.
-        let cost = nix::sys::stat::fstat(dst.as_raw_fd()).map(|s| s.st_blocks.max(0) as u64 * 512).map_err(io::Error::from)?;
+        let cost = nix::sys::stat::fstat(dst.as_raw_fd())
+            .map(|s| s.st_blocks.max(0) as u64 * 512)
+            .map_err(io::Error::from)?;
         if cost > self.room() {
             return refuse(partial, RejectReason::OutputFull, self.full_detail());
         }
@@ -1036,7 +1099,10 @@ mod tests {
         assert!(m.blocks() * 512 <= 1 << 20, "{} bytes allocated", m.blocks() * 512);
         assert!(out.sync.bytes_written <= 1 << 20, "{:?}", out.sync);
         let mut back = vec![0u8; 18];
-        std::fs::File::open(host.path().join("sparse.bin")).unwrap().read_exact_at(&mut back, 100 << 20).unwrap();
+        std::fs::File::open(host.path().join("sparse.bin"))
+            .unwrap()
+            .read_exact_at(&mut back, 100 << 20)
+            .unwrap();
         assert_eq!(&back, b"data in the middle");
     }
 
@@ -1049,7 +1115,8 @@ mod tests {
         for n in ["a.bin", "b.bin"] {
             std::fs::write(tmp.path().join(n), vec![7u8; 1 << 20]).unwrap();
         }
-        let out = copy_out(&t, host.path(), &inv, ids(), &all_files(tmp.path()), 3 << 19, Instant::now() + Duration::from_secs(30));
+        let out =
+            copy_out(&t, host.path(), &inv, ids(), &all_files(tmp.path()), 3 << 19, Instant::now() + Duration::from_secs(30));
         assert_eq!(out.delivered[Path::new("a.bin")], Delivered::Copied);
         assert!(matches!(out.delivered[Path::new("b.bin")], Delivered::Refused(RejectReason::OutputFull, _)), "{out:?}");
         assert_eq!(tree(host.path()).len(), 1, "{:?}", tree(host.path()));

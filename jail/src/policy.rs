@@ -424,7 +424,9 @@ impl Allowlist {
         self.hosts.iter().any(|p| match p {
             HostPattern::Exact(name) => host == name,
             HostPattern::Subdomains(suffix) => {
-                host.len() > suffix.len() + 1 && host.ends_with(suffix.as_str()) && host[..host.len() - suffix.len()].ends_with('.')
+                host.len() > suffix.len() + 1
+                    && host.ends_with(suffix.as_str())
+                    && host[..host.len() - suffix.len()].ends_with('.')
             }
         })
     }
@@ -508,10 +510,7 @@ fn validate_network(f: &NetworkFile) -> Result<Network, PolicyError> {
             let max_bytes = size_field("network.max_bytes", &f.max_bytes, 64 << 20)?;
             let max_connections = f.max_connections.unwrap_or(64);
             if !(1..=100_000).contains(&max_connections) {
-                return Err(PolicyError::field(
-                    "network.max_connections",
-                    format!("is {max_connections}, must be 1 to 100000"),
-                ));
+                return Err(PolicyError::field("network.max_connections", format!("is {max_connections}, must be 1 to 100000")));
             }
             Ok(Network::Allowlist(Allowlist { hosts: patterns, ports, max_bytes, max_connections }))
         }
@@ -526,8 +525,7 @@ impl Policy {
     /// Read, parse and validate a policy file; relative paths in it are taken
     /// from the file's own folder.
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| PolicyError::Read { path: path.to_path_buf(), source })?;
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read { path: path.to_path_buf(), source })?;
         let base = path.parent().unwrap_or(Path::new("."));
         Policy::from_json(&text, base)
     }
@@ -559,16 +557,18 @@ impl Policy {
                 }
             }
         }
-        let hash = crate::digest::sha256_hex(
-            serde_json::to_string(&file).unwrap_or_default().as_bytes(),
-        );
+        let hash = crate::digest::sha256_hex(serde_json::to_string(&file).unwrap_or_default().as_bytes());
         let python = PathBuf::from(file.python.clone().unwrap_or_else(|| "/usr/bin/python3".into()));
         if !python.is_absolute() {
             return Err(PolicyError::field("python", "must be an absolute path inside the jail"));
         }
         let rootfs = file.rootfs.as_ref().map(|r| {
             let p = PathBuf::from(r);
-            if p.is_absolute() { p } else { base.join(p) }
+            if p.is_absolute() {
+                p
+            } else {
+                base.join(p)
+            }
         });
         let identity = validate_identity(&file.identity)?;
         let environment = validate_environment(&file.environment)?;
@@ -579,10 +579,7 @@ impl Policy {
         };
         let wall = file.limits.wall_time_secs.unwrap_or(15.0);
         if !(wall > 0.0 && wall <= 86_400.0) {
-            return Err(PolicyError::field(
-                "limits.wall_time_secs",
-                format!("is {wall}, must be above 0 and at most 86400"),
-            ));
+            return Err(PolicyError::field("limits.wall_time_secs", format!("is {wall}, must be above 0 and at most 86400")));
         }
         let limits = validate_limits(&file.limits, wall)?;
         let network = validate_network(&file.network)?;
@@ -683,8 +680,7 @@ fn validate_limits(f: &LimitsFile, wall: f64) -> Result<Limits, PolicyError> {
         cpu_time: Enforcement::BestEffort,
     };
     for (name, value) in &f.enforcement {
-        let level = parse_enforcement(value)
-            .map_err(|m| PolicyError::field(&format!("limits.enforcement.{name}"), m))?;
+        let level = parse_enforcement(value).map_err(|m| PolicyError::field(&format!("limits.enforcement.{name}"), m))?;
         match name.as_str() {
             "memory" => enforcement.memory = level,
             "cpus" => enforcement.cpus = level,
@@ -729,7 +725,9 @@ fn parse_enforcement(value: &str) -> Result<Enforcement, String> {
 fn check_cgroup_parent(p: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(p);
     let clean = path.is_absolute()
-        && path.components().all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)));
+        && path
+            .components()
+            .all(|c| matches!(c, std::path::Component::RootDir | std::path::Component::Normal(_)));
     if !clean {
         return Err(format!("`{p}` must be an absolute cgroup path without `.` or `..`, as in /proc/self/cgroup"));
     }
@@ -802,11 +800,10 @@ impl Policy {
         let flag = |name: &str, r: Result<Option<f64>, String>| r.map_err(|m| format!("--{name}: {m}"));
         let text = |v: &str| Some(Amount::Text(v.to_string()));
         if let Some(v) = &o.memory {
-            self.limits.memory = memory_limit("--memory", &Some(Size::Text(v.clone())), None)
-                .map_err(|e| match e {
-                    PolicyError::Field { message, .. } => format!("--memory: {message}"),
-                    other => other.to_string(),
-                })?;
+            self.limits.memory = memory_limit("--memory", &Some(Size::Text(v.clone())), None).map_err(|e| match e {
+                PolicyError::Field { message, .. } => format!("--memory: {message}"),
+                other => other.to_string(),
+            })?;
         }
         if let Some(v) = &o.cpus {
             self.limits.cpus = flag("cpus", amount(&text(v), None, check_cpus))?;
@@ -830,10 +827,7 @@ fn validate_identity(f: &IdentityFile) -> Result<Identity, PolicyError> {
         && hostname.len() <= 64
         && hostname.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
     if !valid_host {
-        return Err(PolicyError::field(
-            "identity.hostname",
-            "must be 1 to 64 letters, digits, dots or dashes",
-        ));
+        return Err(PolicyError::field("identity.hostname", "must be 1 to 64 letters, digits, dots or dashes"));
     }
     if f.root_host_uid.is_some() {
         return Err(PolicyError::field(
@@ -847,7 +841,10 @@ fn validate_identity(f: &IdentityFile) -> Result<Identity, PolicyError> {
         None => crate::hostuid::UidRange { first: crate::hostuid::DEFAULT_FIRST, count: crate::hostuid::DEFAULT_COUNT },
     };
     if let Some(problem) = root_host_uids.problem() {
-        return Err(PolicyError::field("identity.root_host_uids", format!("{problem}: the sandbox never maps to host root or nobody")));
+        return Err(PolicyError::field(
+            "identity.root_host_uids",
+            format!("{problem}: the sandbox never maps to host root or nobody"),
+        ));
     }
     let root_host_gid = f.root_host_gid.unwrap_or(crate::hostuid::DEFAULT_GID);
     if root_host_gid == 0 {
@@ -881,7 +878,10 @@ fn validate_artifacts(f: &ArtifactsFile) -> Result<ArtifactRules, PolicyError> {
         None => Extensions::Only(DEFAULT_EXTENSIONS.iter().map(|e| e.to_string()).collect()),
         Some(list) if list.iter().any(|e| e == "*") => {
             if list.len() != 1 {
-                return Err(PolicyError::field("artifacts.allowed_extensions", "\"*\" admits every extension and must stand alone"));
+                return Err(PolicyError::field(
+                    "artifacts.allowed_extensions",
+                    "\"*\" admits every extension and must stand alone",
+                ));
             }
             Extensions::Any
         }
@@ -932,14 +932,13 @@ fn validate_artifacts(f: &ArtifactsFile) -> Result<ArtifactRules, PolicyError> {
 
 /// Extensions admitted when a policy gives no `artifacts.allowed_extensions`.
 pub const DEFAULT_EXTENSIONS: &[&str] = &[
-    "csv", "tsv", "txt", "md", "json", "jsonl", "xml", "yaml", "yml", "log", "html", "svg", "png", "jpg",
-    "jpeg", "gif", "webp", "pdf", "xlsx", "pptx", "docx", "parquet",
+    "csv", "tsv", "txt", "md", "json", "jsonl", "xml", "yaml", "yml", "log", "html", "svg", "png", "jpg", "jpeg", "gif", "webp",
+    "pdf", "xlsx", "pptx", "docx", "parquet",
 ];
 
 fn valid_env_name(name: &str) -> bool {
     let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 fn validate_environment(f: &EnvironmentFile) -> Result<Environment, PolicyError> {
@@ -965,19 +964,14 @@ mod tests {
 
     #[test]
     fn an_allowlist_policy_sends_inet_sockets_to_the_supervisor_and_refuses_other_families() {
-        let p = Policy::from_json(
-            r#"{"version":1,"network":{"mode":"allowlist","hosts":["api.example.org"]}}"#,
-            Path::new("/"),
-        )
-        .unwrap();
+        let p = Policy::from_json(r#"{"version":1,"network":{"mode":"allowlist","hosts":["api.example.org"]}}"#, Path::new("/"))
+            .unwrap();
         let verdict = |fam: u64, ty: u64| p.seccomp.evaluate_named("socket", [fam, ty, 0, 0, 0, 0]).map(|v| v.action);
         let allow = Some(crate::seccomp::Action::Allow);
         // Counted refusals: the supervisor sees each and lets the TCP ones
         // through (seccomp::Tally::answer).
-        let to_supervisor = Some(crate::seccomp::Action::Errno {
-            errno: libc::EPERM,
-            report: crate::seccomp::model::Report::Counted,
-        });
+        let to_supervisor =
+            Some(crate::seccomp::Action::Errno { errno: libc::EPERM, report: crate::seccomp::model::Report::Counted });
         assert_eq!(verdict(libc::AF_INET as u64, (libc::SOCK_STREAM | libc::SOCK_CLOEXEC) as u64), to_supervisor);
         assert_eq!(verdict(libc::AF_INET6 as u64, libc::SOCK_DGRAM as u64), to_supervisor);
         assert_eq!(verdict(libc::AF_UNIX as u64, libc::SOCK_DGRAM as u64), allow);
@@ -986,7 +980,9 @@ mod tests {
         // The default policy keeps refusing AF_INET altogether.
         let d = Policy::builtin_default().unwrap();
         assert_ne!(
-            d.seccomp.evaluate_named("socket", [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0]).map(|v| v.action),
+            d.seccomp
+                .evaluate_named("socket", [libc::AF_INET as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0])
+                .map(|v| v.action),
             allow
         );
     }
@@ -1015,13 +1011,15 @@ mod tests {
 
     #[test]
     fn root_host_uid_ranges_that_hold_root_are_refused_and_the_old_field_names_the_new() {
-        let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_uids":{"first":0,"count":5}}}"#, Path::new("/")).unwrap_err();
+        let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_uids":{"first":0,"count":5}}}"#, Path::new("/"))
+            .unwrap_err();
         assert!(err.to_string().contains("identity.root_host_uids") && err.to_string().contains("root"), "{err}");
         let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_gid":0}}"#, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("identity.root_host_gid"), "{err}");
         let err = Policy::from_json(r#"{"version":1,"identity":{"root_host_uid":65534}}"#, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("replaced by identity.root_host_uids"), "{err}");
-        let p = Policy::from_json(r#"{"version":1,"identity":{"root_host_uids":{"first":200000,"count":8}}}"#, Path::new("/")).unwrap();
+        let p = Policy::from_json(r#"{"version":1,"identity":{"root_host_uids":{"first":200000,"count":8}}}"#, Path::new("/"))
+            .unwrap();
         assert_eq!(p.identity.root_host_uids, crate::hostuid::UidRange { first: 200_000, count: 8 });
     }
 
@@ -1069,9 +1067,12 @@ mod tests {
         // Absent: the reference recipe's values; CPU time bounded by the wall.
         let d = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap().limits;
         assert_eq!((d.memory, d.cpus, d.pids, d.cpu_time), (Some(512 << 20), Some(1.0), Some(128), None));
-        let u = Policy::from_json(r#"{"version":1,"limits":{"memory":"unlimited","cpus":"unlimited","pids":"unlimited"}}"#, Path::new("/"))
-            .unwrap()
-            .limits;
+        let u = Policy::from_json(
+            r#"{"version":1,"limits":{"memory":"unlimited","cpus":"unlimited","pids":"unlimited"}}"#,
+            Path::new("/"),
+        )
+        .unwrap()
+        .limits;
         assert_eq!((u.memory, u.cpus, u.pids), (None, None, None));
     }
 
@@ -1100,7 +1101,11 @@ mod tests {
     fn accepted_policies_round_trip_and_rejected_ones_are_reported() {
         let base = Path::new("/");
         assert!(check_round_trip(DEFAULT_POLICY_JSON, base).unwrap());
-        assert!(check_round_trip(r#"{"version":1,"limits":{"wall_time_secs":0.1,"stdout_bytes":"64k"},"landlock":{"mode":"required","min_abi":2}}"#, base).unwrap());
+        assert!(check_round_trip(
+            r#"{"version":1,"limits":{"wall_time_secs":0.1,"stdout_bytes":"64k"},"landlock":{"mode":"required","min_abi":2}}"#,
+            base
+        )
+        .unwrap());
         assert!(!check_round_trip(r#"{"version":1,"limits":{"wall_time_secs":0}}"#, base).unwrap());
         assert!(!check_round_trip("\u{0}{", base).unwrap());
         // The corpus the fuzzer starts from must round-trip too.
@@ -1152,13 +1157,16 @@ mod tests {
         assert!(err.to_string().contains("artifacts.formula_cells"), "{err}");
         let err = Policy::from_json(r#"{"version":1,"artifacts":{"max_depth":0}}"#, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("artifacts.max_depth"), "{err}");
-        let err = Policy::from_json(r#"{"version":1,"artifacts":{"allowed_extensions":["csv",".png"]}}"#, Path::new("/")).unwrap_err();
+        let err =
+            Policy::from_json(r#"{"version":1,"artifacts":{"allowed_extensions":["csv",".png"]}}"#, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("artifacts.allowed_extensions[1]"), "{err}");
         let err = Policy::from_json(r#"{"version":1,"artifacts":{"max_files":5,"max_entries":2}}"#, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("artifacts.max_files"), "{err}");
         let err = Policy::from_json(r#"{"version":1,"artifacts":{"max_size":5}}"#, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("unknown field `max_size`"), "{err}");
-        let p = Policy::from_json(r#"{"version":1,"artifacts":{"allowed_extensions":["*"],"formula_cells":"flag"}}"#, Path::new("/")).unwrap();
+        let p =
+            Policy::from_json(r#"{"version":1,"artifacts":{"allowed_extensions":["*"],"formula_cells":"flag"}}"#, Path::new("/"))
+                .unwrap();
         assert_eq!(p.artifacts.allowed_extensions, Extensions::Any);
         assert_eq!(p.artifacts.formula_cells, FormulaCells::Flag);
         let err = Policy::from_json(r#"{"version":1,"artifacts":{"formula_cells":"sanitize"}}"#, Path::new("/")).unwrap_err();
@@ -1239,17 +1247,21 @@ mod tests {
             list.extend(rules.as_array().unwrap().iter().cloned());
             Policy::from_json(&f.to_string(), Path::new("/"))
         };
-        let family = |fam: &str, action: serde_json::Value| {
-            serde_json::json!({"syscalls": ["socket"], "action": action, "when": [{"arg": 0, "op": "eq", "value": fam}], "why": "test"})
-        };
+        let family = |fam: &str, action: serde_json::Value| serde_json::json!({"syscalls": ["socket"], "action": action, "when": [{"arg": 0, "op": "eq", "value": fam}], "why": "test"});
         let counted = serde_json::json!({"errno": "EPERM"});
         let unix = family("AF_UNIX", "allow".into());
         assert!(Policy::from_json(&file.to_string(), Path::new("/")).is_ok());
-        assert!(with_socket_rules(serde_json::json!([unix, family("AF_INET", counted.clone()), family("AF_INET6", counted.clone())])).is_ok());
+        assert!(with_socket_rules(serde_json::json!([
+            unix,
+            family("AF_INET", counted.clone()),
+            family("AF_INET6", counted.clone())
+        ]))
+        .is_ok());
         // Allowing AF_INET outright would let UDP and raw sockets through.
-        let e = with_socket_rules(serde_json::json!([unix, family("AF_INET", "allow".into()), family("AF_INET6", counted.clone())]))
-            .unwrap_err()
-            .to_string();
+        let e =
+            with_socket_rules(serde_json::json!([unix, family("AF_INET", "allow".into()), family("AF_INET6", counted.clone())]))
+                .unwrap_err()
+                .to_string();
         assert!(e.contains("seccomp.rules[") && e.contains("AF_INET"), "{e}");
         // Refusing it without a report would leave the proxy unreachable.
         let silent = serde_json::json!({"errno": "EPERM", "report": false});
@@ -1269,7 +1281,10 @@ mod tests {
         // (Alone: the model refuses a second rule on another argument.)
         list.push(serde_json::json!({"syscalls": ["socket"], "action": "allow",
             "when": [{"arg": 1, "op": "eq", "value": libc::SOCK_DGRAM}], "why": "test"}));
-        for network in [serde_json::json!({"mode": "none"}), serde_json::json!({"mode": "allowlist", "hosts": ["api.example.org"]})] {
+        for network in [
+            serde_json::json!({"mode": "none"}),
+            serde_json::json!({"mode": "allowlist", "hosts": ["api.example.org"]}),
+        ] {
             file["network"] = network;
             let e = Policy::from_json(&file.to_string(), Path::new("/")).unwrap_err().to_string();
             assert!(e.contains("seccomp.rules[") && e.contains("allows socket()"), "{e}");

@@ -12,7 +12,10 @@ pub enum PrivilegeError {
     #[error("open /dev/null")]
     OpenNull(#[source] io::Error),
     #[error("drop capability set {set}")]
-    DropCaps { set: &'static str, source: caps::errors::CapsError },
+    DropCaps {
+        set: &'static str,
+        source: caps::errors::CapsError,
+    },
 }
 
 fn dup_onto(from: i32, to: i32) -> Result<(), PrivilegeError> {

@@ -437,7 +437,10 @@ fn accept_loop(listener: TcpListener, s: Arc<Shared>) {
     let mut arrivals = 0u64;
     loop {
         let ready = {
-            let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN), PollFd::new(s.wake.as_fd(), PollFlags::POLLIN)];
+            let mut fds = [
+                PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+                PollFd::new(s.wake.as_fd(), PollFlags::POLLIN),
+            ];
             readable(&mut fds, PollTimeout::NONE)
         };
         if s.stop.load(Ordering::SeqCst) || ready.get(1).copied().unwrap_or(true) {
@@ -453,7 +456,14 @@ fn accept_loop(listener: TcpListener, s: Arc<Shared>) {
         if s.active.load(Ordering::SeqCst) >= MAX_ACTIVE {
             let mut client = client;
             refuse(&mut client, 503, "busy", &format!("more than {MAX_ACTIVE} connections at once"));
-            s.record(arrival, Connection { reason: "busy".into(), detail: Some(format!("more than {MAX_ACTIVE} at once")), ..Default::default() });
+            s.record(
+                arrival,
+                Connection {
+                    reason: "busy".into(),
+                    detail: Some(format!("more than {MAX_ACTIVE} at once")),
+                    ..Default::default()
+                },
+            );
             continue;
         }
         s.active.fetch_add(1, Ordering::SeqCst);
@@ -539,7 +549,11 @@ fn serve(mut client: TcpStream, s: &Shared) -> Connection {
     rec.host = req.host.clone();
     rec.port = req.port;
     if !valid_host_name(&req.host) || !s.rules.allows_host(&req.host) {
-        let why = if valid_host_name(&req.host) { "is not on network.hosts" } else { "is not a host name (addresses are never on the list)" };
+        let why = if valid_host_name(&req.host) {
+            "is not on network.hosts"
+        } else {
+            "is not a host name (addresses are never on the list)"
+        };
         fail(&mut client, &mut rec, 403, "off_list", format!("{} {why}", req.host));
         return rec;
     }
@@ -548,7 +562,13 @@ fn serve(mut client: TcpStream, s: &Shared) -> Connection {
         return rec;
     }
     if s.connections.fetch_add(1, Ordering::SeqCst) >= s.rules.max_connections {
-        fail(&mut client, &mut rec, 403, "connection_cap", format!("network.max_connections ({}) reached", s.rules.max_connections));
+        fail(
+            &mut client,
+            &mut rec,
+            403,
+            "connection_cap",
+            format!("network.max_connections ({}) reached", s.rules.max_connections),
+        );
         return rec;
     }
     let addrs = match s.resolver.resolve(&req.host, req.port) {
@@ -607,7 +627,14 @@ fn serve(mut client: TcpStream, s: &Shared) -> Connection {
 
 /// Copy bytes both ways until both sides are done, the run ends, or the
 /// byte cap is reached. Returns how it ended.
-fn relay(client: &mut TcpStream, upstream: &mut TcpStream, first_up: &[u8], s: &Shared, up: &mut u64, down: &mut u64) -> &'static str {
+fn relay(
+    client: &mut TcpStream,
+    upstream: &mut TcpStream,
+    first_up: &[u8],
+    s: &Shared,
+    up: &mut u64,
+    down: &mut u64,
+) -> &'static str {
     let cut = |client: &TcpStream, upstream: &TcpStream| {
         let _ = client.shutdown(Shutdown::Both);
         let _ = upstream.shutdown(Shutdown::Both);
@@ -698,15 +725,51 @@ mod tests {
     #[test]
     fn internal_and_special_addresses_are_forbidden_and_public_ones_are_not() {
         for a in [
-            "127.0.0.1", "127.1.2.3", "10.0.0.1", "10.255.255.255", "172.16.0.1", "172.31.255.255", "192.168.1.1",
-            "169.254.169.254", "169.254.1.1", "100.64.0.1", "100.127.255.254", "0.0.0.0", "224.0.0.1", "239.1.1.1",
-            "255.255.255.255", "240.0.0.1", "::", "::1", "fe80::1", "fc00::1", "fd00:ec2::254", "fd12:3456::1",
-            "ff02::1", "::ffff:127.0.0.1", "::ffff:10.0.0.1", "::ffff:169.254.169.254", "::127.0.0.1", "::10.0.0.1",
-            "64:ff9b::a00:1", "2002:a00:1::1", "2001:db8::1", "fec0::1",
+            "127.0.0.1",
+            "127.1.2.3",
+            "10.0.0.1",
+            "10.255.255.255",
+            "172.16.0.1",
+            "172.31.255.255",
+            "192.168.1.1",
+            "169.254.169.254",
+            "169.254.1.1",
+            "100.64.0.1",
+            "100.127.255.254",
+            "0.0.0.0",
+            "224.0.0.1",
+            "239.1.1.1",
+            "255.255.255.255",
+            "240.0.0.1",
+            "::",
+            "::1",
+            "fe80::1",
+            "fc00::1",
+            "fd00:ec2::254",
+            "fd12:3456::1",
+            "ff02::1",
+            "::ffff:127.0.0.1",
+            "::ffff:10.0.0.1",
+            "::ffff:169.254.169.254",
+            "::127.0.0.1",
+            "::10.0.0.1",
+            "64:ff9b::a00:1",
+            "2002:a00:1::1",
+            "2001:db8::1",
+            "fec0::1",
         ] {
             assert!(forbidden_range(v4(a)).is_some(), "{a} should be forbidden");
         }
-        for a in ["1.1.1.1", "8.8.8.8", "172.32.0.1", "100.128.0.1", "169.255.0.1", "2606:4700::1111", "::ffff:1.1.1.1", "64:ff9b::101:101"] {
+        for a in [
+            "1.1.1.1",
+            "8.8.8.8",
+            "172.32.0.1",
+            "100.128.0.1",
+            "169.255.0.1",
+            "2606:4700::1111",
+            "::ffff:1.1.1.1",
+            "64:ff9b::101:101",
+        ] {
             assert_eq!(forbidden_range(v4(a)), None, "{a} should be allowed");
         }
         assert_eq!(forbidden_range(v4("169.254.169.254")), Some("cloud metadata (169.254.169.254)"));

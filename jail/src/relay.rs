@@ -51,27 +51,20 @@ enum Sink {
 impl Sink {
     /// `fd` is a duplicate of the caller's descriptor (same description).
     fn open(fd: OwnedFd) -> Sink {
-        let kind = nix::sys::stat::fstat(fd.as_raw_fd())
-            .map(|st| st.st_mode & libc::S_IFMT)
-            .unwrap_or(0);
+        let kind = nix::sys::stat::fstat(fd.as_raw_fd()).map(|st| st.st_mode & libc::S_IFMT).unwrap_or(0);
         match kind {
             libc::S_IFREG => Sink::Plain(fd),
             libc::S_IFSOCK => Sink::Socket(fd),
             _ => {
                 let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-                let reopened = std::fs::OpenOptions::new()
-                    .append(true)
-                    .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-                    .open(&path);
+                let reopened =
+                    std::fs::OpenOptions::new().append(true).custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY).open(&path);
                 match reopened {
                     Ok(file) => Sink::Reopened(file.into()),
                     Err(_) => match nix::fcntl::fcntl(fd.as_raw_fd(), FcntlArg::F_GETFL) {
                         Ok(bits) => {
                             let before = OFlag::from_bits_truncate(bits);
-                            let _ = nix::fcntl::fcntl(
-                                fd.as_raw_fd(),
-                                FcntlArg::F_SETFL(before | OFlag::O_NONBLOCK),
-                            );
+                            let _ = nix::fcntl::fcntl(fd.as_raw_fd(), FcntlArg::F_SETFL(before | OFlag::O_NONBLOCK));
                             Sink::Shared { fd, flags: before }
                         }
                         // Not even readable flags: write as it is.
@@ -84,9 +77,7 @@ impl Sink {
 
     fn fd(&self) -> Option<BorrowedFd<'_>> {
         match self {
-            Sink::Plain(fd) | Sink::Socket(fd) | Sink::Reopened(fd) | Sink::Shared { fd, .. } => {
-                Some(fd.as_fd())
-            }
+            Sink::Plain(fd) | Sink::Socket(fd) | Sink::Reopened(fd) | Sink::Shared { fd, .. } => Some(fd.as_fd()),
             Sink::Closed => None,
         }
     }
@@ -98,9 +89,7 @@ impl Sink {
                 bytes,
                 nix::sys::socket::MsgFlags::MSG_DONTWAIT | nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
             ),
-            Sink::Plain(fd) | Sink::Reopened(fd) | Sink::Shared { fd, .. } => {
-                nix::unistd::write(fd, bytes)
-            }
+            Sink::Plain(fd) | Sink::Reopened(fd) | Sink::Shared { fd, .. } => nix::unistd::write(fd, bytes),
             Sink::Closed => Err(nix::errno::Errno::EBADF),
         }
     }
@@ -146,10 +135,7 @@ pub struct Relay {
 impl Relay {
     /// A relay to the caller's `fd` (its stdout or stderr).
     pub fn new(fd: BorrowedFd<'_>, cap: u64, field: &'static str) -> Relay {
-        let sink = fd
-            .try_clone_to_owned()
-            .map(Sink::open)
-            .unwrap_or(Sink::Closed);
+        let sink = fd.try_clone_to_owned().map(Sink::open).unwrap_or(Sink::Closed);
         Relay {
             gone: matches!(sink, Sink::Closed),
             sink,
@@ -173,8 +159,10 @@ impl Relay {
         if self.total > self.cap && !self.cut {
             self.cut = true;
             let newline = if self.at_line_start { "" } else { "\n" };
-            let marker =
-                format!("{newline}[jail: the script's output passed limits.{} ({} bytes); the rest is dropped]\n", self.field, self.cap);
+            let marker = format!(
+                "{newline}[jail: the script's output passed limits.{} ({} bytes); the rest is dropped]\n",
+                self.field, self.cap
+            );
             self.queue(marker.as_bytes());
         }
         self.flush();
@@ -237,8 +225,7 @@ impl Relay {
             if left.is_zero() {
                 break;
             }
-            let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1)
-                .unwrap_or(PollTimeout::MAX);
+            let timeout = PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX);
             let Some(fd) = self.sink.fd() else { break };
             let ready = {
                 let mut fds = [PollFd::new(fd, PollFlags::POLLOUT)];
@@ -246,11 +233,7 @@ impl Relay {
             };
             match ready {
                 Ok((0, _)) => break,
-                Ok((_, r))
-                    if r.intersects(
-                        PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL,
-                    ) =>
-                {
+                Ok((_, r)) if r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP | PollFlags::POLLNVAL) => {
                     self.gone = true;
                 }
                 Ok(_) => self.flush(),
@@ -324,14 +307,7 @@ mod tests {
         let mut got = String::new();
         std::io::Read::read_to_string(&mut std::fs::File::from(read), &mut got).unwrap();
         assert_eq!(got, "0123456789\n[jail: the script's output passed limits.stdout_bytes (10 bytes); the rest is dropped]\n");
-        assert_eq!(
-            end,
-            Relayed {
-                bytes: 17,
-                truncated: true,
-                undelivered: 0
-            }
-        );
+        assert_eq!(end, Relayed { bytes: 17, truncated: true, undelivered: 0 });
     }
 
     #[test]

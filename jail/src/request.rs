@@ -150,10 +150,7 @@ fn rootfs_identity(rootfs: &Path) -> Result<Option<String>, InputError> {
 fn resolve_rootfs(req: &RunRequest) -> Result<PathBuf, InputError> {
     let from_env = std::env::var_os("JAIL_ROOTFS").filter(|v| !v.is_empty()).map(PathBuf::from);
     let Some(rootfs) = req.rootfs.clone().or(from_env).or_else(|| req.policy.rootfs.clone()) else {
-        return Err(input_error(
-            "no rootfs given",
-            "pass --rootfs DIR, set JAIL_ROOTFS, or set `rootfs` in the policy",
-        ));
+        return Err(input_error("no rootfs given", "pass --rootfs DIR, set JAIL_ROOTFS, or set `rootfs` in the policy"));
     };
     match std::fs::canonicalize(&rootfs) {
         Ok(p) if p.is_dir() => Ok(p),
@@ -166,7 +163,10 @@ fn resolve_rootfs(req: &RunRequest) -> Result<PathBuf, InputError> {
 
 fn list_rootfs(rootfs: &Path) -> Result<Vec<RootfsEntry>, InputError> {
     let read = std::fs::read_dir(rootfs).map_err(|e| {
-        input_error(format!("cannot list rootfs {}: {e}", rootfs.display()), "check its permissions or rebuild it with `make rootfs`")
+        input_error(
+            format!("cannot list rootfs {}: {e}", rootfs.display()),
+            "check its permissions or rebuild it with `make rootfs`",
+        )
     })?;
     let mut entries = Vec::new();
     for entry in read.flatten() {
@@ -210,9 +210,8 @@ fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(mounts::Code, P
     if !meta.is_file() {
         return Err(input_error(format!("script {} is not a regular file", script.display()), "pass the path of a Python file"));
     }
-    std::fs::File::open(&candidate).map_err(|e| {
-        input_error(format!("script {} cannot be read: {e}", script.display()), "make it readable (chmod a+r)")
-    })?;
+    std::fs::File::open(&candidate)
+        .map_err(|e| input_error(format!("script {} cannot be read: {e}", script.display()), "make it readable (chmod a+r)"))?;
     let full = std::fs::canonicalize(&candidate)
         .map_err(|e| input_error(format!("script {}: {e}", script.display()), "check the path"))?;
     let Some(code_dir) = code_dir else {
@@ -239,7 +238,10 @@ fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(mounts::Code, P
 /// An existing directory that is not a symlink, canonicalized.
 fn existing_dir(dir: &Path, what: &str, flag: &str) -> Result<PathBuf, InputError> {
     let meta = std::fs::symlink_metadata(dir).map_err(|e| {
-        input_error(format!("{what} {} cannot be used: {e}", dir.display()), format!("create it, or pass an existing folder to {flag}"))
+        input_error(
+            format!("{what} {} cannot be used: {e}", dir.display()),
+            format!("create it, or pass an existing folder to {flag}"),
+        )
     })?;
     if meta.file_type().is_symlink() {
         return Err(input_error(
@@ -288,7 +290,11 @@ fn check_readable(dir: &Path, what: &str, who: &Identity) -> Result<(), InputErr
     let meta = std::fs::metadata(dir).map_err(|e| input_error(format!("{what} {}: {e}", dir.display()), "check the path"))?;
     if !mode_allows(&meta, who.host_uid, who.host_gid, Want::Read) {
         return Err(input_error(
-            format!("{what} {} is not readable by the sandbox (host uid {}, used when jail runs as root)", dir.display(), who.host_uid),
+            format!(
+                "{what} {} is not readable by the sandbox (host uid {}, used when jail runs as root)",
+                dir.display(),
+                who.host_uid
+            ),
             format!("chmod o+rx {}, or run jail as an ordinary user", dir.display()),
         ));
     }
@@ -353,14 +359,18 @@ fn fresh_output_dir(who: &Identity, output_size: Option<u64>) -> Result<PathBuf,
 
 /// Variables that size the thread pools of OpenMP, OpenBLAS, MKL, numexpr
 /// and Accelerate.
-pub const THREAD_POOL_VARS: [&str; 5] =
-    ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"];
+pub const THREAD_POOL_VARS: [&str; 5] = [
+    "OMP_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "VECLIB_MAXIMUM_THREADS",
+];
 
 /// The interpreter's argv and its environment, rebuilt from the policy.
 fn build_exec(policy: &Policy, script: &Path, args: &[String], mode: OutputMode, umask: u32) -> Result<Exec, InputError> {
-    let cstr = |s: &[u8], what: &str| {
-        CString::new(s).map_err(|_| input_error(format!("{what} contains a NUL byte"), "remove it"))
-    };
+    let cstr =
+        |s: &[u8], what: &str| CString::new(s).map_err(|_| input_error(format!("{what} contains a NUL byte"), "remove it"));
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     for (k, v) in [
         ("PATH", "/usr/local/bin:/usr/bin:/bin"),

@@ -487,12 +487,21 @@ pub enum Summary {
     Xlsx { sheets: Vec<SheetSummary>, partial: bool },
     /// PPTX: slide count and each slide's title (`null` for an untitled slide;
     /// at most 100).
-    Pptx { slides: u64, titles: Vec<Option<String>>, partial: bool },
+    Pptx {
+        slides: u64,
+        titles: Vec<Option<String>>,
+        partial: bool,
+    },
     /// JSON: the top-level type (`object`, `array`, ...), its member or
     /// element count, and the first 50 keys (sorted). `partial` when the file
     /// was too large to parse (or its scan ran out of time) and only its first
     /// byte was looked at.
-    Json { top_level: String, length: Option<u64>, keys: Vec<String>, partial: bool },
+    Json {
+        top_level: String,
+        length: Option<u64>,
+        keys: Vec<String>,
+        partial: bool,
+    },
     /// Any other text: line count and the first 5 lines.
     Text { lines: u64, first_lines: Vec<String> },
 }
@@ -684,9 +693,9 @@ pub fn parse_python_error(stderr: &str) -> Option<PythonError> {
             matches!(c.next(), Some(f) if f.is_ascii_alphabetic() || f == '_')
                 && c.all(|ch| ch.is_ascii_alphanumeric() || ch == '_')
         });
-    let has_traceback = lines[..last].iter().any(|l| {
-        l.starts_with("Traceback (most recent call last):") || l.trim_start().starts_with("File \"")
-    });
+    let has_traceback = lines[..last]
+        .iter()
+        .any(|l| l.starts_with("Traceback (most recent call last):") || l.trim_start().starts_with("File \""));
     if !looks_like_type || !has_traceback {
         return None;
     }

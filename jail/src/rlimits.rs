@@ -10,7 +10,12 @@ use nix::sys::resource::{getrlimit, setrlimit, Resource};
 #[derive(Debug, thiserror::Error)]
 pub enum RlimitError {
     #[error("setrlimit({resource}, {soft}, {hard})")]
-    Set { resource: &'static str, soft: u64, hard: u64, source: nix::Error },
+    Set {
+        resource: &'static str,
+        soft: u64,
+        hard: u64,
+        source: nix::Error,
+    },
 }
 
 /// The rlimits the jail sets.
@@ -73,8 +78,12 @@ pub fn current_hard(kind: Kind) -> u64 {
 /// Child side: set every limit in the list, in order.
 pub fn apply(list: &[Rlimit]) -> Result<(), RlimitError> {
     for r in list {
-        setrlimit(r.kind.resource(), r.soft, r.hard)
-            .map_err(|source| RlimitError::Set { resource: r.kind.name(), soft: r.soft, hard: r.hard, source })?;
+        setrlimit(r.kind.resource(), r.soft, r.hard).map_err(|source| RlimitError::Set {
+            resource: r.kind.name(),
+            soft: r.soft,
+            hard: r.hard,
+            source,
+        })?;
     }
     Ok(())
 }

@@ -133,8 +133,8 @@ pub fn identity(manifest_bytes: &[u8]) -> String {
 /// The parsed manifest and the identity, or `None` when there is no manifest.
 pub fn load(rootfs: &Path) -> Result<Option<(Manifest, String)>, RootfsError> {
     let Some(bytes) = read_manifest_bytes(rootfs)? else { return Ok(None) };
-    let manifest = serde_json::from_slice(&bytes)
-        .map_err(|source| RootfsError::ParseManifest { rootfs: rootfs.to_path_buf(), source })?;
+    let manifest =
+        serde_json::from_slice(&bytes).map_err(|source| RootfsError::ParseManifest { rootfs: rootfs.to_path_buf(), source })?;
     Ok(Some((manifest, identity(&bytes))))
 }
 

@@ -58,7 +58,11 @@ pub enum SeccompError {
     #[error("set filter attribute {0}")]
     Attribute(&'static str, #[source] libseccomp::error::SeccompError),
     #[error("add the rule for `{syscall}` (seccomp.rules[{rule}]) to the filter")]
-    AddRule { syscall: String, rule: usize, source: libseccomp::error::SeccompError },
+    AddRule {
+        syscall: String,
+        rule: usize,
+        source: libseccomp::error::SeccompError,
+    },
     #[error("export the BPF program")]
     Export(#[source] libseccomp::error::SeccompError),
     #[error("read back the exported BPF program")]
@@ -236,15 +240,16 @@ impl Filter {
     /// notify mode the kernel hands back the listener, which goes to the
     /// supervisor over `to_supervisor` before anything else can be refused.
     pub fn load(&self, to_supervisor: Option<&OwnedFd>) -> Result<(), SeccompError> {
-        let prog: Vec<libc::sock_filter> =
-            self.program.iter().map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k }).collect();
+        let prog: Vec<libc::sock_filter> = self
+            .program
+            .iter()
+            .map(|i| libc::sock_filter { code: i.code, jt: i.jt, jf: i.jf, k: i.k })
+            .collect();
         let listener = match (self.mode, to_supervisor) {
             (Mode::Notify, Some(sock)) => {
                 let listener = match sys::seccomp_set_mode_filter(&prog, FLAG_NEW_LISTENER | FLAG_WAIT_KILLABLE_RECV) {
                     // Kernels before 5.19 do not know the flag.
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                        sys::seccomp_set_mode_filter(&prog, FLAG_NEW_LISTENER)
-                    }
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => sys::seccomp_set_mode_filter(&prog, FLAG_NEW_LISTENER),
                     other => other,
                 }
                 .map_err(SeccompError::Load)?;
@@ -289,16 +294,57 @@ pub fn check_jail_needs(model: &Model) -> Result<(), PolicyError> {
 /// Syscalls no policy may allow in any form: each is kernel attack surface
 /// or a way around another layer, and none is needed by Python.
 pub const ALWAYS_REFUSED: &[&str] = &[
-    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd", "kcmp",
-    "mount", "umount2", "pivot_root", "chroot", "move_mount", "open_tree", "fsopen", "fsconfig", "fsmount", "fspick",
-    "mount_setattr", "unshare", "setns", "clone3",
-    "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
-    "io_uring_setup", "io_uring_enter", "io_uring_register", "kexec_load", "kexec_file_load",
-    "init_module", "finit_module", "delete_module", "acct", "swapon", "swapoff", "reboot", "syslog",
-    "iopl", "ioperm",
+    "ptrace",
+    "process_vm_readv",
+    "process_vm_writev",
+    "pidfd_getfd",
+    "kcmp",
+    "mount",
+    "umount2",
+    "pivot_root",
+    "chroot",
+    "move_mount",
+    "open_tree",
+    "fsopen",
+    "fsconfig",
+    "fsmount",
+    "fspick",
+    "mount_setattr",
+    "unshare",
+    "setns",
+    "clone3",
+    "keyctl",
+    "add_key",
+    "request_key",
+    "bpf",
+    "perf_event_open",
+    "userfaultfd",
+    "io_uring_setup",
+    "io_uring_enter",
+    "io_uring_register",
+    "kexec_load",
+    "kexec_file_load",
+    "init_module",
+    "finit_module",
+    "delete_module",
+    "acct",
+    "swapon",
+    "swapoff",
+    "reboot",
+    "syslog",
+    "iopl",
+    "ioperm",
 ];
 
-const CLONE_NEW_FLAGS: [u64; 7] = [0x0002_0000, 0x0200_0000, 0x0400_0000, 0x0800_0000, 0x1000_0000, 0x2000_0000, 0x4000_0000];
+const CLONE_NEW_FLAGS: [u64; 7] = [
+    0x0002_0000,
+    0x0200_0000,
+    0x0400_0000,
+    0x0800_0000,
+    0x1000_0000,
+    0x2000_0000,
+    0x4000_0000,
+];
 
 /// Policy check: the refusals every run keeps whatever a policy says.
 pub fn check_floor(model: &Model) -> Result<(), PolicyError> {
@@ -314,7 +360,11 @@ pub fn check_floor(model: &Model) -> Result<(), PolicyError> {
     }
     let mut probes: Vec<(&str, [u64; 6], String)> = Vec::new();
     for flag in CLONE_NEW_FLAGS {
-        for extra in [0, libc::SIGCHLD as u64, 0x0001_0f00 /* CLONE_VM|FS|FILES|SIGHAND|THREAD */] {
+        for extra in [
+            0,
+            libc::SIGCHLD as u64,
+            0x0001_0f00, /* CLONE_VM|FS|FILES|SIGHAND|THREAD */
+        ] {
             probes.push(("clone", [flag | extra, 0, 0, 0, 0, 0], format!("clone with namespace flag {flag:#x}")));
         }
     }
@@ -323,7 +373,11 @@ pub fn check_floor(model: &Model) -> Result<(), PolicyError> {
             probes.push(("ioctl", [0, cmd | high, 0, 0, 0, 0], format!("ioctl {cmd:#x} (TIOCSTI/TIOCLINUX)")));
         }
     }
-    for persona in [0x0040000u64 /* ADDR_NO_RANDOMIZE */, 0x0400000 /* READ_IMPLIES_EXEC */, 0x0008 /* PER_LINUX32 */] {
+    for persona in [
+        0x0040000u64, /* ADDR_NO_RANDOMIZE */
+        0x0400000,    /* READ_IMPLIES_EXEC */
+        0x0008,       /* PER_LINUX32 */
+    ] {
         probes.push(("personality", [persona, 0, 0, 0, 0, 0], format!("personality({persona:#x})")));
     }
     for (name, args, what) in probes {
@@ -349,7 +403,13 @@ pub fn check_network_none(model: &Model) -> Result<(), PolicyError> {
 fn check_socket_families(model: &Model, allowed: &[libc::c_int], why: &str) -> Result<(), PolicyError> {
     let allowed: Vec<u64> = allowed.iter().map(|&f| f as u64).collect();
     let families = (0..=64u64).filter(|f| !allowed.contains(f)).chain([1u64 << 32 | 2, u64::MAX]);
-    let types = [libc::SOCK_STREAM, libc::SOCK_DGRAM, libc::SOCK_RAW, libc::SOCK_SEQPACKET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC];
+    let types = [
+        libc::SOCK_STREAM,
+        libc::SOCK_DGRAM,
+        libc::SOCK_RAW,
+        libc::SOCK_SEQPACKET,
+        libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+    ];
     for fam in families {
         for ty in types {
             if let Some(Verdict { action: Action::Allow, cause }) = model.evaluate_named("socket", [fam, ty as u64, 0, 0, 0, 0]) {
@@ -458,11 +518,52 @@ pub fn check_network_allowlist(model: &Model) -> Result<(), PolicyError> {
 
 /// `AF_*` names by number (include/linux/socket.h).
 const FAMILIES: [&str; 46] = [
-    "AF_UNSPEC", "AF_UNIX", "AF_INET", "AF_AX25", "AF_IPX", "AF_APPLETALK", "AF_NETROM", "AF_BRIDGE", "AF_ATMPVC",
-    "AF_X25", "AF_INET6", "AF_ROSE", "AF_DECnet", "AF_NETBEUI", "AF_SECURITY", "AF_KEY", "AF_NETLINK", "AF_PACKET",
-    "AF_ASH", "AF_ECONET", "AF_ATMSVC", "AF_RDS", "AF_SNA", "AF_IRDA", "AF_PPPOX", "AF_WANPIPE", "AF_LLC", "AF_IB",
-    "AF_MPLS", "AF_CAN", "AF_TIPC", "AF_BLUETOOTH", "AF_IUCV", "AF_RXRPC", "AF_ISDN", "AF_PHONET", "AF_IEEE802154",
-    "AF_CAIF", "AF_ALG", "AF_NFC", "AF_VSOCK", "AF_KCM", "AF_QIPCRTR", "AF_SMC", "AF_XDP", "AF_MCTP",
+    "AF_UNSPEC",
+    "AF_UNIX",
+    "AF_INET",
+    "AF_AX25",
+    "AF_IPX",
+    "AF_APPLETALK",
+    "AF_NETROM",
+    "AF_BRIDGE",
+    "AF_ATMPVC",
+    "AF_X25",
+    "AF_INET6",
+    "AF_ROSE",
+    "AF_DECnet",
+    "AF_NETBEUI",
+    "AF_SECURITY",
+    "AF_KEY",
+    "AF_NETLINK",
+    "AF_PACKET",
+    "AF_ASH",
+    "AF_ECONET",
+    "AF_ATMSVC",
+    "AF_RDS",
+    "AF_SNA",
+    "AF_IRDA",
+    "AF_PPPOX",
+    "AF_WANPIPE",
+    "AF_LLC",
+    "AF_IB",
+    "AF_MPLS",
+    "AF_CAN",
+    "AF_TIPC",
+    "AF_BLUETOOTH",
+    "AF_IUCV",
+    "AF_RXRPC",
+    "AF_ISDN",
+    "AF_PHONET",
+    "AF_IEEE802154",
+    "AF_CAIF",
+    "AF_ALG",
+    "AF_NFC",
+    "AF_VSOCK",
+    "AF_KCM",
+    "AF_QIPCRTR",
+    "AF_SMC",
+    "AF_XDP",
+    "AF_MCTP",
 ];
 
 /// An address family's name; the kernel reads the argument as an int.
@@ -655,7 +756,12 @@ mod tests {
     }
 
     fn data(name: &str, args: [u64; 6]) -> SeccompData {
-        SeccompData { nr: model::resolve(name).unwrap(), arch: NATIVE_ARCH, instruction_pointer: 0, args }
+        SeccompData {
+            nr: model::resolve(name).unwrap(),
+            arch: NATIVE_ARCH,
+            instruction_pointer: 0,
+            args,
+        }
     }
 
     #[test]
@@ -671,7 +777,24 @@ mod tests {
     #[test]
     fn the_compiled_default_policy_agrees_with_the_model_on_every_named_syscall() {
         let m = default_model();
-        let probes: Vec<u64> = vec![0, 1, 2, 10, 16, 17, 40, 0x5412, 0x541c, 0x5413, 0x1_0000_5412, 0xffff_ffff, 0x2_0000, 0x1000_0000, 0x1001_1200, u64::MAX];
+        let probes: Vec<u64> = vec![
+            0,
+            1,
+            2,
+            10,
+            16,
+            17,
+            40,
+            0x5412,
+            0x541c,
+            0x5413,
+            0x1_0000_5412,
+            0xffff_ffff,
+            0x2_0000,
+            0x1000_0000,
+            0x1001_1200,
+            u64::MAX,
+        ];
         for mode in [Mode::Notify, Mode::ErrnoOnly] {
             let f = compile(&m, mode).unwrap();
             let nrs: Vec<i32> = m.named_syscalls().chain(0..460).chain([-1, 0x4000_0027, 1 << 30 | 1]).collect();
@@ -681,7 +804,8 @@ mod tests {
                         let mut args = [0u64; 6];
                         args[slot] = a;
                         let call = SeccompData { nr, arch: NATIVE_ARCH, instruction_pointer: 0, args };
-                        check_call(&m, &f, &call).unwrap_or_else(|e| panic!("{mode:?}: {e:#x?}\n{}", bpf::disassemble(&f.program)));
+                        check_call(&m, &f, &call)
+                            .unwrap_or_else(|e| panic!("{mode:?}: {e:#x?}\n{}", bpf::disassemble(&f.program)));
                     }
                 }
             }
@@ -741,7 +865,11 @@ mod tests {
         let (inet, inet6, unix) = (libc::AF_INET as u64, libc::AF_INET6 as u64, libc::AF_UNIX as u64);
         let stream = libc::SOCK_STREAM as u64;
         let flags = (libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) as u64;
-        for args in [[inet, stream, 0, 0, 0, 0], [inet6, stream | flags, 6, 0, 0, 0], [inet | (1 << 40), stream, 0, 0, 0, 0]] {
+        for args in [
+            [inet, stream, 0, 0, 0, 0],
+            [inet6, stream | flags, 6, 0, 0, 0],
+            [inet | (1 << 40), stream, 0, 0, 0, 0],
+        ] {
             assert!(is_tcp_stream(&args), "{args:?}");
         }
         for args in [
@@ -801,14 +929,18 @@ mod tests {
             let rules = v["seccomp"]["rules"].as_array_mut().unwrap();
             rules.retain(|r| {
                 let names = r["syscalls"].as_array().unwrap();
-                !names.iter().any(|n| ["ptrace", "socket", "ioctl", "clone", "personality"].contains(&n.as_str().unwrap()))
+                !names
+                    .iter()
+                    .any(|n| ["ptrace", "socket", "ioctl", "clone", "personality"].contains(&n.as_str().unwrap()))
             });
             rules.push(serde_json::from_str(rule).unwrap());
             rules.push(serde_json::from_str(r#"{"syscalls": ["ioctl"], "action": "allow", "why": "w", "when": [{"arg": 1, "op": "not_in", "mask": "LOW_32_BITS", "values": ["TIOCSTI", "TIOCLINUX"]}]}"#).unwrap());
             Policy::from_json(&v.to_string(), std::path::Path::new("/")).map(|_| ()).map_err(|e| e.to_string())
         };
         assert!(with_rule(r#"{"syscalls": ["getpid"], "action": "allow", "why": "w"}"#).is_ok());
-        let e = with_rule(r#"{"syscalls": ["ptrace"], "action": "allow", "when": [{"arg": 0, "op": "eq", "value": 5}], "why": "w"}"#).unwrap_err();
+        let e =
+            with_rule(r#"{"syscalls": ["ptrace"], "action": "allow", "when": [{"arg": 0, "op": "eq", "value": 5}], "why": "w"}"#)
+                .unwrap_err();
         assert!(e.contains("`ptrace`") && e.contains("always refuses"), "{e}");
         let e = with_rule(r#"{"syscalls": ["clone"], "action": "allow", "why": "w"}"#).unwrap_err();
         assert!(e.contains("namespace flag"), "{e}");
@@ -845,7 +977,11 @@ mod tests {
     fn every_traced_syscall_is_allowed_by_the_default_policy() {
         let m = default_model();
         // The traces of policies/trace, and the data rootfs's own.
-        for file in ["policies/trace/traced.txt", "policies/trace/traced-datascience.txt", "python-rootfs/data-syscalls.txt"] {
+        for file in [
+            "policies/trace/traced.txt",
+            "policies/trace/traced-datascience.txt",
+            "python-rootfs/data-syscalls.txt",
+        ] {
             let names = traced(file);
             assert!(names.len() > 40, "{file} lists {} syscalls", names.len());
             for name in names {

@@ -67,25 +67,29 @@ pub fn run(req: &RunRequest) -> RunResult {
     stages.insert("prepare".to_string(), ms_since(started));
     // The state the step's changes are measured against, taken before the
     // clone and so before the child is released.
-    let mut before = match artifacts::Before::take(&prepared.output_dir, prepared.mount_request.input.as_deref(), &policy.artifacts) {
-        Ok(b) => b,
-        Err(e) => {
-            if req.output.is_none() && std::fs::remove_dir(&prepared.output_dir).is_ok() {
-                result.output_dir = None;
+    let mut before =
+        match artifacts::Before::take(&prepared.output_dir, prepared.mount_request.input.as_deref(), &policy.artifacts) {
+            Ok(b) => b,
+            Err(e) => {
+                if req.output.is_none() && std::fs::remove_dir(&prepared.output_dir).is_ok() {
+                    result.output_dir = None;
+                }
+                return failed(result, "artifacts", &e.to_string(), vec![e.cause()], started);
             }
-            return failed(result, "artifacts", &e.to_string(), vec![e.cause()], started);
-        }
-    };
+        };
     stages.insert("snapshot".to_string(), ms_since(started));
     // Clone, release and watch the child until PID 1 is reaped (launch.rs).
     let model = Rc::clone(&confinement.model);
-    let launched = launch(req, &prepared, &mut before, &resources, confinement, uid_map, gid_map, &mut stages, started, started_ns);
+    let launched =
+        launch(req, &prepared, &mut before, &resources, confinement, uid_map, gid_map, &mut stages, started, started_ns);
     // The tree is dead (PID 1 reaped): read what it used, then remove the
     // cgroup. A failed launch leaves it to RunCgroup's drop.
     let cgroup_usage = remove_cgroup(&mut resources);
     let mut result = match launched {
         // The verdict, then the output dir judged and delivered (verdict.rs).
-        Ok(outcome) => assemble(result, outcome, cgroup_usage, &resources.plan, &prepared, &before, policy, started, stages, &model),
+        Ok(outcome) => {
+            assemble(result, outcome, cgroup_usage, &resources.plan, &prepared, &before, policy, started, stages, &model)
+        }
         Err(e) => failed(result, e.stage(), &e.to_string(), causes_of(&e), started),
     };
     result.supervisor.max_rss_bytes = sys::self_max_rss_bytes();
@@ -102,9 +106,7 @@ pub fn run(req: &RunRequest) -> RunResult {
 /// Lease the sandbox its host uid and plan the id maps. On failure no uid
 /// was taken: the result reports the overflow uid, never one in use.
 #[allow(clippy::type_complexity)]
-fn lease_identity(
-    policy: &Policy,
-) -> Result<(HostIds, IdMap, IdMap, Identity), (Identity, crate::hostuid::HostUidError)> {
+fn lease_identity(policy: &Policy) -> Result<(HostIds, IdMap, IdMap, Identity), (Identity, crate::hostuid::HostUidError)> {
     let caller_uid = nix::unistd::getuid().as_raw();
     let caller_gid = nix::unistd::getgid().as_raw();
     let host = crate::hostuid::for_caller(caller_uid, caller_gid, &policy.identity)
@@ -131,7 +133,10 @@ fn remove_cgroup(resources: &mut Resources) -> Option<CgroupUsage> {
     let usage = resources.cgroup.as_ref().map(RunCgroup::usage);
     if let Some(cg) = resources.cgroup.take() {
         if let Err(e) = cg.remove() {
-            eprintln!("jail: the run cgroup was not removed: {e}: {}", std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default());
+            eprintln!(
+                "jail: the run cgroup was not removed: {e}: {}",
+                std::error::Error::source(&e).map(|s| s.to_string()).unwrap_or_default()
+            );
         }
     }
     usage

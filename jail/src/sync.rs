@@ -154,8 +154,7 @@ pub fn reader_gone(fd: &OwnedFd) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
     let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLOUT)];
-    poll(&mut fds, PollTimeout::ZERO).is_ok()
-        && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLERR))
+    poll(&mut fds, PollTimeout::ZERO).is_ok() && fds[0].revents().is_some_and(|r| r.contains(PollFlags::POLLERR))
 }
 
 /// Let the child go.

@@ -52,8 +52,7 @@ struct MountAttr {
 
 fn path_cstring(path: &Path) -> io::Result<CString> {
     use std::os::unix::ffi::OsStrExt;
-    CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "path contains a NUL byte"))
 }
 
 fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
@@ -84,9 +83,7 @@ fn proc_status_field(name: &str) -> io::Result<String> {
 fn require_single_thread(what: &str) -> io::Result<()> {
     let n = thread_count()?;
     if n != 1 {
-        return Err(io::Error::other(format!(
-            "{what} needs a single-threaded process, this one has {n} threads"
-        )));
+        return Err(io::Error::other(format!("{what} needs a single-threaded process, this one has {n} threads")));
     }
     Ok(())
 }
@@ -183,12 +180,7 @@ pub fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
 }
 
 /// `openat2(dirfd, path, {flags, 0, resolve})`.
-pub fn openat2(
-    dirfd: Option<BorrowedFd<'_>>,
-    path: &Path,
-    flags: libc::c_int,
-    resolve: u64,
-) -> io::Result<OwnedFd> {
+pub fn openat2(dirfd: Option<BorrowedFd<'_>>, path: &Path, flags: libc::c_int, resolve: u64) -> io::Result<OwnedFd> {
     openat2_mode(dirfd, path, flags, 0, resolve)
 }
 
@@ -206,13 +198,7 @@ pub fn openat2_mode(
     // SAFETY: `c_path` is a valid NUL-terminated string and `how` a properly
     // sized open_how that both outlive the call; the kernel copies them.
     let fd = check(unsafe {
-        libc::syscall(
-            libc::SYS_openat2,
-            dir,
-            c_path.as_ptr(),
-            &how as *const OpenHow,
-            std::mem::size_of::<OpenHow>(),
-        )
+        libc::syscall(libc::SYS_openat2, dir, c_path.as_ptr(), &how as *const OpenHow, std::mem::size_of::<OpenHow>())
     })?;
     // SAFETY: `fd` is a fresh descriptor returned by the kernel just above.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
@@ -226,9 +212,7 @@ pub fn open_tree_clone(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | libc::AT_EMPTY_PATH as u32;
     // SAFETY: `fd` is a live descriptor borrowed for the call and `empty` a
     // static NUL-terminated string.
-    let tree = check(unsafe {
-        libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), empty.as_ptr(), flags)
-    })?;
+    let tree = check(unsafe { libc::syscall(libc::SYS_open_tree, fd.as_raw_fd(), empty.as_ptr(), flags) })?;
     // SAFETY: `tree` is a fresh descriptor returned by the kernel just above.
     Ok(unsafe { OwnedFd::from_raw_fd(tree as RawFd) })
 }
@@ -288,9 +272,7 @@ pub fn move_mount(fd: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
 /// flagged with fcntl; if that list cannot be read, the error stands.
 pub fn cloexec_from(first: RawFd) -> io::Result<()> {
     // SAFETY: integer-only syscall; it changes descriptor flags, never memory.
-    let ret = unsafe {
-        libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC)
-    };
+    let ret = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) };
     match check(ret) {
         Ok(_) => Ok(()),
         Err(e) if e.raw_os_error() == Some(libc::EINVAL) => cloexec_listed(first),
@@ -484,9 +466,8 @@ pub fn seccomp_set_mode_filter(program: &[libc::sock_filter], flags: u32) -> io:
     let prog = libc::sock_fprog { len, filter: program.as_ptr() as *mut libc::sock_filter };
     // SAFETY: `prog` points at `program`, which outlives the call; the kernel
     // copies the instructions and does not keep the pointer.
-    let ret = check(unsafe {
-        libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog as *const libc::sock_fprog)
-    })?;
+    let ret =
+        check(unsafe { libc::syscall(libc::SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &prog as *const libc::sock_fprog) })?;
     if flags & SECCOMP_FILTER_FLAG_NEW_LISTENER == 0 {
         return Ok(None);
     }

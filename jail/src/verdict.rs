@@ -79,7 +79,6 @@ pub(crate) fn failed(mut result: RunResult, stage: &str, message: &str, causes: 
     result
 }
 
-
 /// What the prepared request says about the run: its rootfs, output dir,
 /// and the mounts whose host source /proc/self/mountinfo would show.
 pub(crate) fn report_prepared(result: &mut RunResult, prepared: &Prepared) {
@@ -263,7 +262,10 @@ fn finish(
             result.status = Status::SetupFailed;
             result.setup_error = Some(SetupError {
                 stage: "reaper".into(),
-                message: format!("the jail's PID 1 ended without reporting the script's status (wait status {:#x})", o.pid1_status),
+                message: format!(
+                    "the jail's PID 1 ended without reporting the script's status (wait status {:#x})",
+                    o.pid1_status
+                ),
                 causes: vec![],
             });
             return result;
@@ -344,7 +346,12 @@ mod tests {
 
     #[test]
     fn rlimit_cpu_signals_mean_timeout_cpu() {
-        let xcpu = Facts { exit_code: None, signal: Some(libc::SIGXCPU), cpu_rlimit: Some(Duration::from_secs(1)), ..facts() };
+        let xcpu = Facts {
+            exit_code: None,
+            signal: Some(libc::SIGXCPU),
+            cpu_rlimit: Some(Duration::from_secs(1)),
+            ..facts()
+        };
         assert_eq!(status_of(&xcpu), Some(Status::TimeoutCpu));
         let kill = Facts { signal: Some(9), cpu_used: Duration::from_millis(1500), ..xcpu };
         assert_eq!(status_of(&kill), Some(Status::TimeoutCpu));

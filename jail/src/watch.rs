@@ -120,8 +120,12 @@ impl Watch<'_> {
         limits: &Deadlines<'_>,
         cgroup: Option<&RunCgroup>,
     ) -> Ending {
-        let mut open =
-            Open { stdout: Some(pipes.stdout), stderr: Some(pipes.stderr), report: Some(pipes.report), status: Some(pipes.status) };
+        let mut open = Open {
+            stdout: Some(pipes.stdout),
+            stderr: Some(pipes.stderr),
+            report: Some(pipes.report),
+            status: Some(pipes.status),
+        };
         let mut exited = false;
         let mut ending = Ending::Exited;
         let mut buf = vec![0u8; 64 * 1024];

@@ -21,7 +21,11 @@ pub enum Turn {
     Status(u16, String),
     /// Any status, content type and body, no `Retry-After`: garbage, an
     /// HTML page with 200, an empty `choices`.
-    Raw { status: u16, content_type: &'static str, body: String },
+    Raw {
+        status: u16,
+        content_type: &'static str,
+        body: String,
+    },
     /// 503 with this `Retry-After` value (e.g. an HTTP date).
     RetryAfter(String),
     /// Wait this long before serving the turn (a slow model).
@@ -137,10 +141,7 @@ impl MockLlm {
 
     /// Number of 200 replies served (HTTP error turns not counted).
     pub fn served_replies(&self) -> usize {
-        self.served
-            .lock()
-            .map(|s| s.iter().filter(|t| t.reply().is_some()).count())
-            .unwrap_or(0)
+        self.served.lock().map(|s| s.iter().filter(|t| t.reply().is_some()).count()).unwrap_or(0)
     }
 }
 
@@ -155,12 +156,7 @@ impl Drop for MockLlm {
     }
 }
 
-fn serve(
-    stream: TcpStream,
-    turn: Option<Turn>,
-    requests: &Mutex<Vec<(std::time::Instant, Value)>>,
-    served: &Mutex<Vec<Turn>>,
-) {
+fn serve(stream: TcpStream, turn: Option<Turn>, requests: &Mutex<Vec<(std::time::Instant, Value)>>, served: &Mutex<Vec<Turn>>) {
     let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(10)));
     let mut reader = BufReader::new(match stream.try_clone() {
         Ok(s) => s,
@@ -177,11 +173,7 @@ fn serve(
         if first {
             first = false;
             if !line.starts_with("POST ") || !line.contains("/chat/completions") {
-                respond(
-                    &stream,
-                    404,
-                    "{\"error\":{\"message\":\"mock: only POST /v1/chat/completions\"}}",
-                );
+                respond(&stream, 404, "{\"error\":{\"message\":\"mock: only POST /v1/chat/completions\"}}");
                 return;
             }
         }
@@ -204,11 +196,7 @@ fn serve(
         r.push((std::time::Instant::now(), parsed));
     }
     match turn {
-        None => respond(
-            &stream,
-            400,
-            "{\"error\":{\"message\":\"mock: script exhausted\"}}",
-        ),
+        None => respond(&stream, 400, "{\"error\":{\"message\":\"mock: script exhausted\"}}"),
         Some(t) => {
             // Recorded before the reply goes out: once the client has it, a
             // test may already be counting what was served.

@@ -39,35 +39,21 @@ struct Fixture {
 }
 
 fn fixture() -> Fixture {
-    let dir = tempfile::Builder::new()
-        .prefix("jail-agent-test-")
-        .tempdir()
-        .expect("tempdir");
+    let dir = tempfile::Builder::new().prefix("jail-agent-test-").tempdir().expect("tempdir");
     // Root runs map the sandbox to an unprivileged uid that must pass through.
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
     let input = dir.path().join("input");
     let sessions = dir.path().join("sessions");
     std::fs::create_dir(&input).expect("mkdir");
     std::fs::create_dir(&sessions).expect("mkdir");
-    std::fs::copy(
-        repo().join("examples/titanic.csv"),
-        input.join("titanic.csv"),
-    )
-    .expect("copy titanic.csv");
+    std::fs::copy(repo().join("examples/titanic.csv"), input.join("titanic.csv")).expect("copy titanic.csv");
     let export = dir.path().join("export");
-    Fixture {
-        dir,
-        input,
-        sessions,
-        export,
-    }
+    Fixture { dir, input, sessions, export }
 }
 
 fn config(f: &Fixture, mock: &MockLlm, rootfs: PathBuf) -> Config {
     Config {
-        task:
-            "Analyse the Titanic passengers and prepare a short presentation of the main findings."
-                .into(),
+        task: "Analyse the Titanic passengers and prepare a short presentation of the main findings.".into(),
         input: f.input.clone(),
         output: Some(f.export.clone()),
         session_parent: Some(f.sessions.clone()),
@@ -111,10 +97,7 @@ fn plan(items: &[(&str, &[&str])]) -> String {
 }
 
 fn write(path: &str, content: &str) -> (&'static str, String) {
-    call(
-        "write_python_file",
-        json!({"path": path, "content": content}),
-    )
+    call("write_python_file", json!({"path": path, "content": content}))
 }
 
 fn run_file(path: &str) -> (&'static str, String) {
@@ -170,51 +153,26 @@ fn check_accounting(root: &Path, mock: &MockLlm) -> (Vec<trace::Record>, Summary
 /// `check_accounting` against what several servers served in all.
 fn check_served(root: &Path, replies: usize, (tin, tout): (u64, u64)) -> (Vec<trace::Record>, Summary) {
     let records = trace::read(&root.join("trace.jsonl")).expect("trace.jsonl");
-    let saved: Summary = serde_json::from_str(
-        &std::fs::read_to_string(root.join("summary.json")).expect("summary.json"),
-    )
-    .expect("summary.json parses");
+    let saved: Summary = serde_json::from_str(&std::fs::read_to_string(root.join("summary.json")).expect("summary.json"))
+        .expect("summary.json parses");
     let text = std::fs::read_to_string(root.join("summary.txt")).expect("summary.txt");
     let Some(Event::RunEnd { stop, wall_ms }) = records.last().map(|r| r.event.clone()) else {
         panic!("the trace does not end with run_end: {records:?}")
     };
     assert_same_summary(&Summary::from_records(&records, wall_ms, &stop), &saved);
 
-    let model_calls: Vec<_> = records
-        .iter()
-        .filter(|r| matches!(r.event, Event::ModelCall { .. }))
-        .collect();
-    assert_eq!(
-        model_calls.len(),
-        replies,
-        "model calls traced vs replies served"
-    );
-    assert_eq!(
-        (saved.total.tokens_in, saved.total.tokens_out),
-        (tin, tout),
-        "tokens in the summary vs served"
-    );
+    let model_calls: Vec<_> = records.iter().filter(|r| matches!(r.event, Event::ModelCall { .. })).collect();
+    assert_eq!(model_calls.len(), replies, "model calls traced vs replies served");
+    assert_eq!((saved.total.tokens_in, saved.total.tokens_out), (tin, tout), "tokens in the summary vs served");
     assert_eq!(saved.total.model_calls as usize, replies);
 
-    let sum =
-        |f: &dyn Fn(&agent::trace::AgentRow) -> f64| saved.by_agent.iter().map(f).sum::<f64>();
-    assert_eq!(
-        saved.by_agent.iter().map(|a| a.tokens_in).sum::<u64>(),
-        saved.total.tokens_in
-    );
-    assert_eq!(
-        saved.by_agent.iter().map(|a| a.tokens_out).sum::<u64>(),
-        saved.total.tokens_out
-    );
+    let sum = |f: &dyn Fn(&agent::trace::AgentRow) -> f64| saved.by_agent.iter().map(f).sum::<f64>();
+    assert_eq!(saved.by_agent.iter().map(|a| a.tokens_in).sum::<u64>(), saved.total.tokens_in);
+    assert_eq!(saved.by_agent.iter().map(|a| a.tokens_out).sum::<u64>(), saved.total.tokens_out);
     assert!((sum(&|a| a.model_ms) - saved.total.model_ms).abs() < 1e-6);
     assert!((sum(&|a| a.tool_ms) - saved.total.tool_ms).abs() < 1e-6);
-    assert!(
-        (saved.by_tool.iter().map(|t| t.tool_ms).sum::<f64>() - saved.total.tool_ms).abs() < 1e-6
-    );
-    assert_eq!(
-        saved.by_tool.iter().map(|t| t.calls).sum::<u64>(),
-        saved.total.tool_calls
-    );
+    assert!((saved.by_tool.iter().map(|t| t.tool_ms).sum::<f64>() - saved.total.tool_ms).abs() < 1e-6);
+    assert_eq!(saved.by_tool.iter().map(|t| t.calls).sum::<u64>(), saved.total.tool_calls);
     // Every reply's completion tokens are attributed: to its tool calls, or to text.
     assert_eq!(
         saved.by_tool.iter().map(|t| t.tokens_out).sum::<u64>() + saved.text_tokens_out,
@@ -237,10 +195,7 @@ fn check_served(root: &Path, replies: usize, (tin, tout): (u64, u64)) -> (Vec<tr
     );
     let mut last = (0, 0.0);
     for r in &records {
-        assert!(
-            r.seq > last.0 && r.t_ms >= last.1,
-            "trace out of order at {r:?}"
-        );
+        assert!(r.seq > last.0 && r.t_ms >= last.1, "trace out of order at {r:?}");
         last = (r.seq, r.t_ms);
     }
     for a in &saved.by_agent {
@@ -288,11 +243,7 @@ fn zip_text(path: &Path, name: &str) -> String {
 
 /// The full path: a two-item plan; item 1 writes code, hits a Python error,
 /// fixes it and succeeds; item 2 builds a deck; then the final answer.
-fn full_run(
-    rootfs: PathBuf,
-    deck_script: &str,
-    step_timeout: Option<f64>,
-) -> (Fixture, MockLlm, Outcome) {
+fn full_run(rootfs: PathBuf, deck_script: &str, step_timeout: Option<f64>) -> (Fixture, MockLlm, Outcome) {
     let f = fixture();
     let turns = vec![
         tool_turn(
@@ -314,33 +265,12 @@ fn full_run(
             ],
             (700, 200),
         ),
-        tool_turn(
-            &[write("summary.py", SUMMARY_FIXED), run_file("summary.py")],
-            (1500, 260),
-        ),
-        tool_turn(
-            &[call(
-                "complete_todo",
-                json!({"report": "summary.csv: survival by class"}),
-            )],
-            (1900, 30),
-        ),
+        tool_turn(&[write("summary.py", SUMMARY_FIXED), run_file("summary.py")], (1500, 260)),
+        tool_turn(&[call("complete_todo", json!({"report": "summary.csv: survival by class"}))], (1900, 30)),
         tool_turn(&[call("start_next_todo", json!({}))], (1200, 10)),
-        tool_turn(
-            &[write("deck.py", deck_script), run_file("deck.py")],
-            (800, 900),
-        ),
-        tool_turn(
-            &[call(
-                "complete_todo",
-                json!({"report": "deck.pptx: one slide per class"}),
-            )],
-            (1800, 25),
-        ),
-        text_turn(
-            "Survival differed by class; see summary.csv and deck.pptx.",
-            (1400, 40),
-        ),
+        tool_turn(&[write("deck.py", deck_script), run_file("deck.py")], (800, 900)),
+        tool_turn(&[call("complete_todo", json!({"report": "deck.pptx: one slide per class"}))], (1800, 25)),
+        text_turn("Survival differed by class; see summary.csv and deck.pptx.", (1400, 40)),
     ];
     let mock = MockLlm::start(turns);
     let mut cfg = config(&f, &mock, rootfs);
@@ -348,12 +278,8 @@ fn full_run(
         cfg.runner.timeout = Some(t);
         cfg.runner.wall_limit = Duration::from_secs_f64(t);
     }
-    let outcome = run::run(&cfg).unwrap_or_else(|e| {
-        panic!(
-            "run failed: {e}\nthe model saw, request by request:\n{}",
-            requests_seen(&mock)
-        )
-    });
+    let outcome = run::run(&cfg)
+        .unwrap_or_else(|e| panic!("run failed: {e}\nthe model saw, request by request:\n{}", requests_seen(&mock)));
     (f, mock, outcome)
 }
 
@@ -379,15 +305,8 @@ fn a_two_item_plan_goes_from_an_error_through_a_fix_to_a_deck_and_a_final_answer
     assert_eq!(req.len(), 9, "every scripted turn is used once");
 
     assert_eq!(outcome.stop, Stop::Finished);
-    assert_eq!(
-        outcome.answer,
-        "Survival differed by class; see summary.csv and deck.pptx."
-    );
-    assert!(
-        outcome.todo.items.iter().all(|i| i.state == State::Done),
-        "{:?}",
-        outcome.todo.items
-    );
+    assert_eq!(outcome.answer, "Survival differed by class; see summary.csv and deck.pptx.");
+    assert!(outcome.todo.items.iter().all(|i| i.state == State::Done), "{:?}", outcome.todo.items);
 
     // The request carries the model, the tools and the key.
     assert_eq!(req[0]["model"], "scripted");
@@ -397,29 +316,17 @@ fn a_two_item_plan_goes_from_an_error_through_a_fix_to_a_deck_and_a_final_answer
         .iter()
         .map(|t| t["function"]["name"].as_str().unwrap())
         .collect();
+    assert!(tools.contains(&"create_todo_list") && !tools.contains(&"run_python_file"), "{tools:?}");
     assert!(
-        tools.contains(&"create_todo_list") && !tools.contains(&"run_python_file"),
-        "{tools:?}"
-    );
-    assert!(
-        req[0]["messages"][1]["content"]
-            .as_str()
-            .unwrap()
-            .contains("titanic.csv"),
+        req[0]["messages"][1]["content"].as_str().unwrap().contains("titanic.csv"),
         "the input files are listed for planning"
     );
 
     // A sub-agent starts clean: its own system prompt and the item's brief only.
     let sub = req[2]["messages"].as_array().unwrap();
     assert_eq!(sub.len(), 2, "{sub:?}");
-    assert!(sub[0]["content"]
-        .as_str()
-        .unwrap()
-        .starts_with("You are a sub-agent"));
-    assert!(sub[1]["content"]
-        .as_str()
-        .unwrap()
-        .contains("Your item: class-summary"));
+    assert!(sub[0]["content"].as_str().unwrap().starts_with("You are a sub-agent"));
+    assert!(sub[1]["content"].as_str().unwrap().contains("Your item: class-summary"));
     let sub_tools: Vec<&str> = req[2]["tools"]
         .as_array()
         .unwrap()
@@ -432,32 +339,19 @@ fn a_two_item_plan_goes_from_an_error_through_a_fix_to_a_deck_and_a_final_answer
     let tm = tool_messages(&req[3]);
     assert!(tm[0].starts_with("# skill: eda"), "{}", tm[0]);
     let failed = &tm[2];
-    assert!(
-        failed.contains("status: nonzero_exit (exit code 1)"),
-        "{failed}"
-    );
-    assert!(
-        failed.contains("error: NameError: name 'rowz' is not defined"),
-        "{failed}"
-    );
-    assert!(
-        failed.contains("summary.py\", line 5"),
-        "the traceback tail is there: {failed}"
-    );
+    assert!(failed.contains("status: nonzero_exit (exit code 1)"), "{failed}");
+    assert!(failed.contains("error: NameError: name 'rowz' is not defined"), "{failed}");
+    assert!(failed.contains("summary.py\", line 5"), "the traceback tail is there: {failed}");
     let fixed = last_tool(&req[4]);
     assert!(fixed.starts_with("status: ok (exit code 0)"), "{fixed}");
     assert!(fixed.contains("rows 100 survived"), "{fixed}");
     // The jail's own artifact record: type sniffed, change against the snapshot.
-    assert!(
-        fixed.contains("summary.csv (") && fixed.contains("text/csv, created)"),
-        "{fixed}"
-    );
+    assert!(fixed.contains("summary.csv (") && fixed.contains("text/csv, created)"), "{fixed}");
 
     // The orchestrator gets the report back as start_next_todo's result.
     let report = last_tool(&req[5]);
     assert!(
-        report.contains("item 1 `class-summary` is done")
-            && report.contains("summary.csv: survival by class"),
+        report.contains("item 1 `class-summary` is done") && report.contains("summary.csv: survival by class"),
         "{report}"
     );
     let second = req[6]["messages"].as_array().unwrap();
@@ -470,85 +364,47 @@ fn a_two_item_plan_goes_from_an_error_through_a_fix_to_a_deck_and_a_final_answer
     // What the steps computed is what the data says.
     let session = &outcome.session;
     let summary = std::fs::read_to_string(session.output.join("summary.csv")).expect("summary.csv");
-    let expected =
-        survival_by_class(&std::fs::read_to_string(f.input.join("titanic.csv")).unwrap());
-    assert_eq!(
-        summary.lines().next(),
-        Some("Pclass,passengers,survived,rate")
-    );
+    let expected = survival_by_class(&std::fs::read_to_string(f.input.join("titanic.csv")).unwrap());
+    assert_eq!(summary.lines().next(), Some("Pclass,passengers,survived,rate"));
     for (class, (n, s)) in &expected {
-        assert!(
-            summary
-                .lines()
-                .any(|l| l.starts_with(&format!("{class},{n},{s},"))),
-            "{class}: {n}/{s} not in\n{summary}"
-        );
+        assert!(summary.lines().any(|l| l.starts_with(&format!("{class},{n},{s},"))), "{class}: {n}/{s} not in\n{summary}");
     }
 
     // The deck opens: a zip with a presentation, one slide per class plus a title.
     let deck = session.output.join("deck.pptx");
     let pres = zip_text(&deck, "ppt/presentation.xml");
-    assert_eq!(
-        pres.matches("<p:sldId ").count(),
-        expected.len() + 1,
-        "{pres}"
-    );
+    assert_eq!(pres.matches("<p:sldId ").count(), expected.len() + 1, "{pres}");
     assert!(zip_text(&deck, "[Content_Types].xml").contains("presentationml.presentation.main+xml"));
     let (c1, (n1, s1)) = expected.iter().next().unwrap();
-    assert!(zip_text(&deck, "ppt/slides/slide2.xml")
-        .contains(&format!("Class {c1}: {s1} of {n1} survived")));
-    assert!(
-        last_tool(&req[7]).contains("deck.pptx ("),
-        "the deck is listed to the model"
-    );
+    assert!(zip_text(&deck, "ppt/slides/slide2.xml").contains(&format!("Class {c1}: {s1} of {n1} survived")));
+    assert!(last_tool(&req[7]).contains("deck.pptx ("), "the deck is listed to the model");
 
     // Delivered: the answer and the files, exported.
-    assert_eq!(
-        std::fs::read_to_string(session.root.join("answer.md"))
-            .unwrap()
-            .trim(),
-        outcome.answer
-    );
+    assert_eq!(std::fs::read_to_string(session.root.join("answer.md")).unwrap().trim(), outcome.answer);
     let mut exported = outcome.exported.copied.clone();
     exported.sort();
     assert_eq!(exported, ["deck.pptx", "summary.csv"]);
-    assert!(
-        outcome.exported.skipped.is_empty(),
-        "{:?}",
-        outcome.exported.skipped
-    );
+    assert!(outcome.exported.skipped.is_empty(), "{:?}", outcome.exported.skipped);
     assert!(f.export.join("deck.pptx").is_file());
 
     let (records, summary) = check_accounting(&session.root, &mock);
     let runs: Vec<_> = records
         .iter()
         .filter_map(|r| match &r.event {
-            Event::ToolCall {
-                tool,
-                jail: Some(j),
-                ok,
-                ..
-            } if tool == "run_python_file" => Some((j.status.clone(), *ok, j.wall_ms)),
+            Event::ToolCall { tool, jail: Some(j), ok, .. } if tool == "run_python_file" => {
+                Some((j.status.clone(), *ok, j.wall_ms))
+            }
             _ => None,
         })
         .collect();
     let statuses: Vec<&str> = runs.iter().map(|r| r.0.as_str()).collect();
     assert_eq!(statuses, ["nonzero_exit", "ok", "ok"]);
-    assert!(
-        runs.iter().all(|r| r.2 > 0.0),
-        "every step reports the jail's wall time"
-    );
+    assert!(runs.iter().all(|r| r.2 > 0.0), "every step reports the jail's wall time");
     let agents: Vec<&str> = summary.by_agent.iter().map(|a| a.agent.as_str()).collect();
     assert_eq!(agents, ["orchestrator", "subagent-1", "subagent-2"]);
-    let run_tool = summary
-        .by_tool
-        .iter()
-        .find(|t| t.tool == "run_python_file")
-        .unwrap();
+    let run_tool = summary.by_tool.iter().find(|t| t.tool == "run_python_file").unwrap();
     assert_eq!((run_tool.calls, run_tool.errors), (3, 1));
-    assert!(records
-        .iter()
-        .any(|r| r.agent == "subagent-1" && r.todo.as_deref() == Some("class-summary")));
+    assert!(records.iter().any(|r| r.agent == "subagent-1" && r.todo.as_deref() == Some("class-summary")));
 }
 
 #[test]
@@ -556,49 +412,24 @@ fn with_the_data_rootfs_a_python_pptx_deck_opens_in_python_pptx() {
     let data = data_rootfs();
     if skip_unless(
         data.join("usr/bin/python3").exists(),
-        &format!(
-            "no data rootfs at {} (build it: make rootfs-data)",
-            data.display()
-        ),
+        &format!("no data rootfs at {} (build it: make rootfs-data)", data.display()),
     ) {
         return;
     }
     for (name, script) in [("python-pptx", DECK_PPTX), ("zipfile", DECK_STDLIB)] {
         // The data stack imports in a few seconds; leave room on a loaded machine.
         let (_f, mock, outcome) = full_run(data.clone(), script, Some(120.0));
-        assert_eq!(
-            outcome.stop,
-            Stop::Finished,
-            "{name}:\n{}",
-            requests_seen(&mock)
-        );
-        assert!(
-            last_tool(&mock.requests()[7]).starts_with("status: ok"),
-            "{name}: {}",
-            last_tool(&mock.requests()[7])
-        );
+        assert_eq!(outcome.stop, Stop::Finished, "{name}:\n{}", requests_seen(&mock));
+        assert!(last_tool(&mock.requests()[7]).starts_with("status: ok"), "{name}: {}", last_tool(&mock.requests()[7]));
         let mut sb = jail_tests::Sandbox::new();
         sb.rootfs = data.clone();
         sb.extra_args = vec!["--timeout".into(), "120".into()];
-        std::fs::copy(
-            outcome.session.output.join("deck.pptx"),
-            sb.input.join("deck.pptx"),
-        )
-        .unwrap();
-        std::fs::set_permissions(
-            sb.input.join("deck.pptx"),
-            std::fs::Permissions::from_mode(0o644),
-        )
-        .unwrap();
+        std::fs::copy(outcome.session.output.join("deck.pptx"), sb.input.join("deck.pptx")).unwrap();
+        std::fs::set_permissions(sb.input.join("deck.pptx"), std::fs::Permissions::from_mode(0o644)).unwrap();
         let mut cmd = sb.command(OPEN_PPTX);
         cmd.args(["--", "/workspace/input/deck.pptx"]);
         let r = jail_tests::parse(&cmd.output().unwrap());
-        assert_eq!(
-            r.status,
-            jail_tests::Status::Ok,
-            "{name} deck: {}",
-            r.stderr.text
-        );
+        assert_eq!(r.status, jail_tests::Status::Ok, "{name} deck: {}", r.stderr.text);
         let titles: Vec<String> = serde_json::from_str(r.stdout.text.trim()).unwrap();
         assert_eq!(titles.len(), 4, "{name}: {titles:?}");
         assert_eq!(titles[0], "Titanic: survival by class");
@@ -610,10 +441,7 @@ fn with_the_data_rootfs_a_python_pptx_deck_opens_in_python_pptx() {
 fn a_network_call_blocked_by_the_policy_reaches_the_model_in_plain_words() {
     let f = fixture();
     let turns = vec![
-        tool_turn(
-            &[("create_todo_list", plan(&[("download", &[])]))],
-            (100, 20),
-        ),
+        tool_turn(&[("create_todo_list", plan(&[("download", &[])]))], (100, 20)),
         tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
         tool_turn(
             &[
@@ -623,45 +451,24 @@ fn a_network_call_blocked_by_the_policy_reaches_the_model_in_plain_words() {
             ],
             (120, 60),
         ),
-        tool_turn(
-            &[call(
-                "block_todo",
-                json!({"reason": "the sandbox has no network"}),
-            )],
-            (300, 10),
-        ),
-        text_turn(
-            "The data could not be downloaded: the sandbox has no network.",
-            (200, 15),
-        ),
+        tool_turn(&[call("block_todo", json!({"reason": "the sandbox has no network"}))], (300, 10)),
+        text_turn("The data could not be downloaded: the sandbox has no network.", (200, 15)),
     ];
     let mock = MockLlm::start(turns);
     let outcome = run::run(&config(&f, &mock, rootfs())).unwrap_or_else(|e| panic!("{e}"));
     let req = mock.requests();
     let packages = &tool_messages(&req[3])[0];
-    assert!(
-        packages.contains("source: ") && packages.contains("standard library: python3."),
-        "{packages}"
-    );
+    assert!(packages.contains("source: ") && packages.contains("standard library: python3."), "{packages}");
     assert!(
         packages.contains("third-party packages: none"),
         "the minimal rootfs has only the standard library: {packages}"
     );
     let seen = last_tool(&req[3]);
     assert!(seen.contains("status: nonzero_exit"), "{seen}");
-    assert!(
-        seen.contains("explanation: network access is disabled in this sandbox"),
-        "{seen}"
-    );
-    assert!(
-        seen.contains("urlopen error"),
-        "the raw error is kept too: {seen}"
-    );
+    assert!(seen.contains("explanation: network access is disabled in this sandbox"), "{seen}");
+    assert!(seen.contains("urlopen error"), "the raw error is kept too: {seen}");
     assert_eq!(outcome.todo.items[0].state, State::Blocked);
-    assert_eq!(
-        outcome.todo.items[0].report.as_deref(),
-        Some("the sandbox has no network")
-    );
+    assert_eq!(outcome.todo.items[0].report.as_deref(), Some("the sandbox has no network"));
     assert!(last_tool(&req[4]).contains("item 1 `download` is blocked"));
     check_accounting(&outcome.session.root, &mock);
 }
@@ -673,10 +480,7 @@ fn a_step_past_its_wall_clock_limit_is_killed_and_explained() {
         tool_turn(&[("create_todo_list", plan(&[("slow", &[])]))], (100, 20)),
         tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
         tool_turn(&[write("slow.py", SLEEP), run_file("slow.py")], (120, 60)),
-        tool_turn(
-            &[call("block_todo", json!({"reason": "too slow"}))],
-            (300, 10),
-        ),
+        tool_turn(&[call("block_todo", json!({"reason": "too slow"}))], (300, 10)),
         text_turn("The step was too slow.", (200, 15)),
     ];
     let mock = MockLlm::start(turns);
@@ -685,20 +489,11 @@ fn a_step_past_its_wall_clock_limit_is_killed_and_explained() {
     cfg.runner.wall_limit = Duration::from_secs(1);
     let started = std::time::Instant::now();
     let outcome = run::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        started.elapsed() < Duration::from_secs(20),
-        "the run waited for the sleeping script"
-    );
+    assert!(started.elapsed() < Duration::from_secs(20), "the run waited for the sleeping script");
     let seen = last_tool(&mock.requests()[3]);
     assert!(seen.starts_with("status: timeout_wall"), "{seen}");
-    assert!(
-        seen.contains("explanation: the script ran past its 1 s wall-clock limit and was killed"),
-        "{seen}"
-    );
-    assert!(
-        seen.contains("starting a long job"),
-        "output before the kill is kept: {seen}"
-    );
+    assert!(seen.contains("explanation: the script ran past its 1 s wall-clock limit and was killed"), "{seen}");
+    assert!(seen.contains("starting a long job"), "output before the kill is kept: {seen}");
     let (records, _) = check_accounting(&outcome.session.root, &mock);
     let wall = records
         .iter()
@@ -708,32 +503,19 @@ fn a_step_past_its_wall_clock_limit_is_killed_and_explained() {
         })
         .unwrap();
     assert_eq!(wall.0, "timeout_wall");
-    assert!(
-        wall.1 >= 1000.0 && wall.1 < 5000.0,
-        "killed at its deadline: {} ms",
-        wall.1
-    );
+    assert!(wall.1 >= 1000.0 && wall.1 < 5000.0, "killed at its deadline: {} ms", wall.1);
 }
 
 #[test]
 fn a_sub_agent_at_its_step_cap_is_stopped_and_its_item_blocked() {
     let f = fixture();
     let turns = vec![
-        tool_turn(
-            &[("create_todo_list", plan(&[("endless", &[]), ("next", &[])]))],
-            (100, 20),
-        ),
+        tool_turn(&[("create_todo_list", plan(&[("endless", &[]), ("next", &[])]))], (100, 20)),
         tool_turn(&[call("start_next_todo", json!({}))], (110, 5)),
         tool_turn(&[call("list_input_files", json!({}))], (120, 6)),
         tool_turn(&[call("list_input_files", json!({}))], (130, 6)),
         // The cap is 2: the orchestrator is next, and blocks the second item.
-        tool_turn(
-            &[call(
-                "block_todo",
-                json!({"item": "next", "reason": "the first failed"}),
-            )],
-            (140, 7),
-        ),
+        tool_turn(&[call("block_todo", json!({"item": "next", "reason": "the first failed"}))], (140, 7)),
         text_turn("Nothing could be done.", (150, 8)),
     ];
     let mock = MockLlm::start(turns);
@@ -742,17 +524,16 @@ fn a_sub_agent_at_its_step_cap_is_stopped_and_its_item_blocked() {
     let outcome = run::run(&cfg).unwrap_or_else(|e| panic!("{e}"));
     let req = mock.requests();
     assert_eq!(req.len(), 6);
-    assert!(req[4]["messages"][0]["content"]
-        .as_str()
-        .unwrap()
-        .starts_with("You are the orchestrator"));
+    assert!(req[4]["messages"][0]["content"].as_str().unwrap().starts_with("You are the orchestrator"));
     let report = last_tool(&req[4]);
     assert!(report.contains("item 1 `endless` is blocked"), "{report}");
     assert!(report.contains("step cap (2 model calls)"), "{report}");
     assert_eq!(outcome.stop, Stop::Finished);
     assert_eq!(outcome.todo.items[1].state, State::Blocked);
     let (records, _) = check_accounting(&outcome.session.root, &mock);
-    assert!(records.iter().any(|r| matches!(&r.event, Event::AgentEnd { steps: 2, outcome, .. } if outcome.contains("step cap"))));
+    assert!(records
+        .iter()
+        .any(|r| matches!(&r.event, Event::AgentEnd { steps: 2, outcome, .. } if outcome.contains("step cap"))));
 }
 
 #[test]
@@ -777,39 +558,20 @@ fn malformed_and_unknown_tool_calls_get_tool_errors_not_a_crash() {
             ],
             (130, 40),
         ),
-        tool_turn(
-            &[call("block_todo", json!({"reason": "gave up"}))],
-            (140, 10),
-        ),
+        tool_turn(&[call("block_todo", json!({"reason": "gave up"}))], (140, 10)),
         text_turn("Done with errors.", (150, 10)),
     ];
     let mock = MockLlm::start(turns);
     let outcome = run::run(&config(&f, &mock, rootfs())).unwrap_or_else(|e| panic!("{e}"));
     let req = mock.requests();
     let first = tool_messages(&req[1]);
-    assert!(
-        first[0].starts_with("error: the arguments of create_todo_list are not valid JSON"),
-        "{}",
-        first[0]
-    );
-    assert!(
-        first[1].starts_with("error: there is no tool named `delete_everything`"),
-        "{}",
-        first[1]
-    );
+    assert!(first[0].starts_with("error: the arguments of create_todo_list are not valid JSON"), "{}", first[0]);
+    assert!(first[1].starts_with("error: there is no tool named `delete_everything`"), "{}", first[1]);
     let sub = tool_messages(&req[4]);
     assert!(sub[0].contains("missing field `content`"), "{}", sub[0]);
     assert!(sub[1].contains("only plain relative paths"), "{}", sub[1]);
-    assert!(
-        sub[2].contains("outside the sandbox's folders"),
-        "{}",
-        sub[2]
-    );
-    assert!(
-        sub[3].contains("no tool named `start_next_todo`"),
-        "a sub-agent cannot delegate: {}",
-        sub[3]
-    );
+    assert!(sub[2].contains("outside the sandbox's folders"), "{}", sub[2]);
+    assert!(sub[3].contains("no tool named `start_next_todo`"), "a sub-agent cannot delegate: {}", sub[3]);
     assert_eq!(outcome.stop, Stop::Finished);
     let (_, summary) = check_accounting(&outcome.session.root, &mock);
     let errors: u64 = summary.by_tool.iter().map(|t| t.errors).sum();
@@ -825,15 +587,10 @@ fn a_model_that_never_calls_tools_gets_a_clear_error() {
     ]);
     let err = run::run(&config(&f, &mock, rootfs())).expect_err("a run without tool calls fails");
     let msg = err.to_string();
-    assert!(
-        msg.contains("without calling a tool") && msg.contains("tool calling"),
-        "{msg}"
-    );
+    assert!(msg.contains("without calling a tool") && msg.contains("tool calling"), "{msg}");
     let root = err.session.expect("the failed run names its session");
     let records = trace::read(&root.join("trace.jsonl")).unwrap();
-    assert!(
-        matches!(&records.last().unwrap().event, Event::RunEnd { stop, .. } if stop.starts_with("error:"))
-    );
+    assert!(matches!(&records.last().unwrap().event, Event::RunEnd { stop, .. } if stop.starts_with("error:")));
     check_accounting(&root, &mock);
 }
 
@@ -841,11 +598,7 @@ fn a_model_that_never_calls_tools_gets_a_clear_error() {
 fn an_unreachable_endpoint_is_a_clear_one_line_error_from_the_cli() {
     let f = fixture();
     // A port that was free a moment ago: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let out = Command::new(agent_bin())
         .args([
             "run",
@@ -871,16 +624,11 @@ fn an_unreachable_endpoint_is_a_clear_one_line_error_from_the_cli() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains(&format!(
-            "cannot reach the model endpoint http://127.0.0.1:{port}/v1/chat/completions"
-        )) && stderr.contains("check LLM_BASE_URL"),
+        stderr.contains(&format!("cannot reach the model endpoint http://127.0.0.1:{port}/v1/chat/completions"))
+            && stderr.contains("check LLM_BASE_URL"),
         "{stderr}"
     );
-    assert!(
-        out.stdout.is_empty(),
-        "no answer is printed: {}",
-        String::from_utf8_lossy(&out.stdout)
-    );
+    assert!(out.stdout.is_empty(), "no answer is printed: {}", String::from_utf8_lossy(&out.stdout));
 
     let no_url = Command::new(agent_bin())
         .args(["run", "--task", "x", "--input"])
@@ -898,10 +646,7 @@ fn the_cli_retries_a_rate_limited_endpoint_and_stops_cleanly_at_the_run_cap() {
     let mock = MockLlm::start(vec![
         Turn::Status(429, "{\"error\":{\"message\":\"slow down\"}}".into()),
         Turn::Status(503, "{\"error\":{\"message\":\"overloaded\"}}".into()),
-        tool_turn(
-            &[("create_todo_list", plan(&[("a", &[]), ("b", &[])]))],
-            (321, 45),
-        ),
+        tool_turn(&[("create_todo_list", plan(&[("a", &[]), ("b", &[])]))], (321, 45)),
     ]);
     let out = Command::new(agent_bin())
         .args([
@@ -926,49 +671,21 @@ fn the_cli_retries_a_rate_limited_endpoint_and_stops_cleanly_at_the_run_cap() {
         .env("LLM_MODEL", "scripted")
         .output()
         .unwrap();
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "exit 3 at a cap\n{stdout}\n{stderr}"
-    );
-    assert!(
-        stdout.starts_with(
-            "The run stopped before it finished: run step cap reached (1 model calls)"
-        ),
-        "{stdout}"
-    );
-    assert!(
-        stdout.contains("1. a [not done]") && stdout.contains("tokens and time by agent"),
-        "{stdout}"
-    );
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(3), "exit 3 at a cap\n{stdout}\n{stderr}");
+    assert!(stdout.starts_with("The run stopped before it finished: run step cap reached (1 model calls)"), "{stdout}");
+    assert!(stdout.contains("1. a [not done]") && stdout.contains("tokens and time by agent"), "{stdout}");
     assert!(stdout.contains("stopped: run step cap reached"), "{stdout}");
     let root = stderr
         .lines()
-        .find_map(|l| {
-            l.strip_prefix("jail-agent: session ")
-                .and_then(|r| r.split(" (").next())
-        })
+        .find_map(|l| l.strip_prefix("jail-agent: session ").and_then(|r| r.split(" (").next()))
         .map(PathBuf::from)
         .unwrap_or_else(|| panic!("no session line: {stderr}"));
     let (records, summary) = check_accounting(&root, &mock);
-    assert_eq!(
-        (summary.total.tokens_in, summary.total.tokens_out),
-        (321, 45)
-    );
-    assert!(
-        records
-            .iter()
-            .any(|r| matches!(r.event, Event::ModelCall { attempts: 3, .. })),
-        "429 and 503 were retried"
-    );
+    assert_eq!((summary.total.tokens_in, summary.total.tokens_out), (321, 45));
+    assert!(records.iter().any(|r| matches!(r.event, Event::ModelCall { attempts: 3, .. })), "429 and 503 were retried");
     assert_eq!(mock.requests().len(), 3);
-    assert!(std::fs::read_to_string(root.join("summary.txt"))
-        .unwrap()
-        .contains("orchestrator"));
+    assert!(std::fs::read_to_string(root.join("summary.txt")).unwrap().contains("orchestrator"));
 }
 
 #[test]
@@ -982,7 +699,10 @@ fn sessions_are_fresh_and_a_root_run_shares_the_output_with_the_sandbox_group() 
     use std::os::unix::fs::MetadataExt;
     let meta = std::fs::metadata(&a.output).unwrap();
     let uid = if is_root() { 0 } else { jail_tests::sandbox_host_uid() };
-    assert_eq!((meta.uid(), meta.gid(), meta.mode() & 0o070), (uid, jail_tests::sandbox_host_gid(), if is_root() { 0o070 } else { 0 }));
+    assert_eq!(
+        (meta.uid(), meta.gid(), meta.mode() & 0o070),
+        (uid, jail_tests::sandbox_host_gid(), if is_root() { 0o070 } else { 0 })
+    );
     // The 0644 source: the owner's bits, and as root the sandbox group's read.
     let input_mode = std::fs::metadata(a.input.join("titanic.csv")).unwrap().mode() & 0o777;
     assert_eq!(input_mode, if is_root() { 0o640 } else { 0o600 });
@@ -1000,10 +720,8 @@ fn sessions_are_fresh_and_a_root_run_shares_the_output_with_the_sandbox_group() 
 #[test]
 fn the_model_key_never_reaches_a_step_even_when_the_policy_passes_it() {
     let f = fixture();
-    let mut policy: Value = serde_json::from_str(
-        &std::fs::read_to_string(repo().join("policies/default.json")).unwrap(),
-    )
-    .unwrap();
+    let mut policy: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("policies/default.json")).unwrap()).unwrap();
     policy["environment"]["pass"] = json!(["LLM_API_KEY", "SERVICE_TOKEN", "VISIBLE_SETTING"]);
     policy.as_object_mut().unwrap().remove("rootfs");
     let policy_file = f.dir.path().join("pass.json");
@@ -1013,10 +731,7 @@ fn the_model_key_never_reaches_a_step_even_when_the_policy_passes_it() {
         tool_turn(&[("create_todo_list", plan(&[("env", &[])]))], (10, 2)),
         tool_turn(&[call("start_next_todo", json!({}))], (10, 2)),
         tool_turn(&[write("env.py", probe), run_file("env.py")], (10, 2)),
-        tool_turn(
-            &[call("complete_todo", json!({"report": "checked"}))],
-            (10, 2),
-        ),
+        tool_turn(&[call("complete_todo", json!({"report": "checked"}))], (10, 2)),
         text_turn("ok", (10, 2)),
     ]);
     let out = Command::new(agent_bin())
@@ -1038,24 +753,13 @@ fn the_model_key_never_reaches_a_step_even_when_the_policy_passes_it() {
         .env("VISIBLE_SETTING", "passed-through")
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
     let req = mock.requests();
     assert!(!req[0]["messages"].to_string().contains("sk-must-not-leak"));
     let seen = last_tool(&req[3]);
     // The policy's pass list works (a variable gets through), the secrets do not.
-    assert!(
-        seen.contains("'VISIBLE_SETTING': 'passed-through'"),
-        "{seen}"
-    );
-    assert!(
-        seen.contains("'LLM_API_KEY': None") && seen.contains("'SERVICE_TOKEN': None"),
-        "{seen}"
-    );
+    assert!(seen.contains("'VISIBLE_SETTING': 'passed-through'"), "{seen}");
+    assert!(seen.contains("'LLM_API_KEY': None") && seen.contains("'SERVICE_TOKEN': None"), "{seen}");
     assert!(!seen.contains("must-not-leak"), "{seen}");
 }
 
@@ -1088,10 +792,7 @@ const HELLO: &str = "print('hello')\n";
 fn session_from(stderr: &str) -> PathBuf {
     stderr
         .lines()
-        .find_map(|l| {
-            l.strip_prefix("jail-agent: session ")
-                .and_then(|r| r.split(" (").next())
-        })
+        .find_map(|l| l.strip_prefix("jail-agent: session ").and_then(|r| r.split(" (").next()))
         .map(PathBuf::from)
         .unwrap_or_else(|| panic!("no session line: {stderr}"))
 }
@@ -1099,13 +800,7 @@ fn session_from(stderr: &str) -> PathBuf {
 /// `jail-agent run` on the fixture against the mock, progress on stderr.
 fn cli(f: &Fixture, mock: &MockLlm, extra: &[&str]) -> std::process::Output {
     Command::new(agent_bin())
-        .args([
-            "run",
-            "--task",
-            "analyse the passengers",
-            "--retry-base-ms",
-            "1",
-        ])
+        .args(["run", "--task", "analyse the passengers", "--retry-base-ms", "1"])
         .args(extra)
         .arg("--input")
         .arg(&f.input)
@@ -1137,22 +832,14 @@ fn terminal_hazards(text: &str) -> Vec<char> {
 
 fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::MetadataExt;
-    std::fs::symlink_metadata(p)
-        .unwrap_or_else(|e| panic!("{}: {e}", p.display()))
-        .mode()
-        & 0o7777
+    std::fs::symlink_metadata(p).unwrap_or_else(|e| panic!("{}: {e}", p.display())).mode() & 0o7777
 }
 
 #[test]
-fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_terminal_or_flood_the_context(
-) {
+fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_terminal_or_flood_the_context() {
     let f = fixture();
     std::fs::write(f.input.join("secret.csv"), "pin\n4242\n").unwrap();
-    std::fs::set_permissions(
-        f.input.join("secret.csv"),
-        std::fs::Permissions::from_mode(0o600),
-    )
-    .unwrap();
+    std::fs::set_permissions(f.input.join("secret.csv"), std::fs::Permissions::from_mode(0o600)).unwrap();
     let clear = "\u{1b}[2J\u{1b}[H";
     let huge = "A".repeat(5 << 20);
     let mut flood: Vec<(&str, String)> = vec![write("w.py", HOSTILE_OUTPUTS), run_file("w.py")];
@@ -1161,22 +848,13 @@ fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_termin
         // 5, 6: a screen-clearing tool name, a 5 MB path, a plan item named with escapes.
         tool_turn(
             &[
-                (
-                    "create_todo_list",
-                    plan(&[(&format!("{clear}all checks passed"), &[])]),
-                ),
+                ("create_todo_list", plan(&[(&format!("{clear}all checks passed"), &[])])),
                 call(&format!("{clear}all checks passed"), json!({})),
                 call("read_file_content", json!({"path": huge})),
             ],
             (100, 20),
         ),
-        tool_turn(
-            &[(
-                "create_todo_list",
-                plan(&[("exfil", &["/workspace/output/ok.txt"])]),
-            )],
-            (110, 20),
-        ),
+        tool_turn(&[("create_todo_list", plan(&[("exfil", &["/workspace/output/ok.txt"])]))], (110, 20)),
         tool_turn(&[call("start_next_todo", json!({}))], (120, 5)),
         // 4: twelve calls in one reply; 1: refused files in the output.
         tool_turn(&flood, (130, 400)),
@@ -1189,20 +867,11 @@ fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_termin
             )],
             (150, 10),
         ),
-        text_turn(
-            &format!(
-                "{clear}All checks passed.\u{202e}txt.exe\r{}",
-                "B".repeat(1 << 20)
-            ),
-            (160, 40),
-        ),
+        text_turn(&format!("{clear}All checks passed.\u{202e}txt.exe\r{}", "B".repeat(1 << 20)), (160, 40)),
     ];
     let mock = MockLlm::start(turns);
     let out = cli(&f, &mock, &[]);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     let root = session_from(&stderr);
     let req = mock.requests();
@@ -1211,10 +880,7 @@ fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_termin
     let mut exported: Vec<String> = walk_names(&f.export);
     exported.sort();
     assert_eq!(exported, ["ok.txt"], "exported: {exported:?}\n{stderr}");
-    assert_eq!(
-        std::fs::read_to_string(f.export.join("ok.txt")).unwrap(),
-        "the one good file\n"
-    );
+    assert_eq!(std::fs::read_to_string(f.export.join("ok.txt")).unwrap(), "the one good file\n");
     // ... and the refused entries never left the jail: the session's output has none of them.
     assert!(!root.join("output/payload.sh").exists() && !root.join("output/big1.csv").exists());
 
@@ -1228,11 +894,7 @@ fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_termin
     // 4: eight calls run, the other four are refused and say why.
     let replies = tool_messages(&req[4]);
     assert_eq!(replies.len(), 12);
-    assert!(
-        replies[1].contains("secret: pin 4242"),
-        "the sandbox reads a 0600 input: {}",
-        replies[1]
-    );
+    assert!(replies[1].contains("secret: pin 4242"), "the sandbox reads a 0600 input: {}", replies[1]);
     for r in &replies[8..] {
         assert!(r.starts_with("error: not run: this reply asked for 12 tool calls and at most 8 are run per reply"), "{r}");
     }
@@ -1250,43 +912,19 @@ fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_termin
             .map(|m| m.to_string().len())
             .sum();
         let rest = r.to_string().len() - own;
-        assert!(
-            rest < 200_000,
-            "request {i} carries {rest} bytes besides the model's own turns"
-        );
+        assert!(rest < 200_000, "request {i} carries {rest} bytes besides the model's own turns");
     }
 
     // 5: nothing the model chose reaches the terminal or summary.txt raw.
     let summary = std::fs::read_to_string(root.join("summary.txt")).unwrap();
-    for (what, text) in [
-        ("stdout", &*stdout),
-        ("stderr", &*stderr),
-        ("summary.txt", &summary),
-    ] {
-        assert_eq!(
-            terminal_hazards(text),
-            Vec::<char>::new(),
-            "{what} carries raw control/bidi characters:\n{text}"
-        );
+    for (what, text) in [("stdout", &*stdout), ("stderr", &*stderr), ("summary.txt", &summary)] {
+        assert_eq!(terminal_hazards(text), Vec::<char>::new(), "{what} carries raw control/bidi characters:\n{text}");
     }
-    assert!(
-        stdout.contains("\\x1b[2J\\x1b[HAll checks passed.\\u{202e}txt.exe\\r"),
-        "{stdout}"
-    );
-    assert!(
-        stdout.len() < 64 << 10,
-        "the answer preview is cut: {} bytes",
-        stdout.len()
-    );
+    assert!(stdout.contains("\\x1b[2J\\x1b[HAll checks passed.\\u{202e}txt.exe\\r"), "{stdout}");
+    assert!(stdout.len() < 64 << 10, "the answer preview is cut: {} bytes", stdout.len());
     let answer = std::fs::read_to_string(root.join("answer.md")).unwrap();
-    assert!(
-        answer.starts_with(clear) && answer.len() > 1 << 20,
-        "answer.md keeps the whole answer"
-    );
-    assert!(
-        stderr.contains("\\x1b[2J\\x1b[Hall checks passed → error"),
-        "{stderr}"
-    );
+    assert!(answer.starts_with(clear) && answer.len() > 1 << 20, "answer.md keeps the whole answer");
+    assert!(stderr.contains("\\x1b[2J\\x1b[Hall checks passed → error"), "{stderr}");
 
     // Progress, with stderr not a terminal: plain timestamped lines, a line
     // for the running step (whose jail, here, has nothing to say on stderr).
@@ -1305,33 +943,17 @@ fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_termin
     }
     assert_eq!(mode(&root.join("output")) & 0o007, 0, "output is nobody else's");
     assert_eq!(mode(&root.join("input/secret.csv")), secret, "a 0600 input gains at most the sandbox group's read");
-    assert_eq!(
-        mode(&root.join("input/titanic.csv")) & 0o022,
-        0,
-        "no input is group- or world-writable"
-    );
+    assert_eq!(mode(&root.join("input/titanic.csv")) & 0o022, 0, "no input is group- or world-writable");
     assert_eq!(mode(&root.join("code/w.py")), secret);
     for file in ["trace.jsonl", "summary.txt", "summary.json", "answer.md"] {
         assert_eq!(mode(&root.join(file)), 0o600, "{file}");
     }
     if is_root() {
         // Another local user can neither list the session nor read a file in it.
-        for p in [
-            root.clone(),
-            root.join("input/secret.csv"),
-            root.join("trace.jsonl"),
-        ] {
-            let r = Command::new("runuser")
-                .args(["-u", "jailtest", "--", "cat"])
-                .arg(&p)
-                .output()
-                .unwrap();
+        for p in [root.clone(), root.join("input/secret.csv"), root.join("trace.jsonl")] {
+            let r = Command::new("runuser").args(["-u", "jailtest", "--", "cat"]).arg(&p).output().unwrap();
             assert!(!r.status.success(), "jailtest read {}", p.display());
-            let r = Command::new("runuser")
-                .args(["-u", "jailtest", "--", "ls"])
-                .arg(&root)
-                .output()
-                .unwrap();
+            let r = Command::new("runuser").args(["-u", "jailtest", "--", "ls"]).arg(&root).output().unwrap();
             assert!(!r.status.success(), "jailtest listed {}", root.display());
         }
     }
@@ -1358,28 +980,16 @@ fn walk_names(dir: &Path) -> Vec<String> {
 /// One item that leaves `ok.txt`, then the answer.
 fn one_file_turns() -> Vec<Turn> {
     vec![
-        tool_turn(
-            &[(
-                "create_todo_list",
-                plan(&[("one", &["/workspace/output/ok.txt"])]),
-            )],
-            (10, 2),
-        ),
+        tool_turn(&[("create_todo_list", plan(&[("one", &["/workspace/output/ok.txt"])]))], (10, 2)),
         tool_turn(&[call("start_next_todo", json!({}))], (10, 2)),
         tool_turn(
             &[
-                write(
-                    "ok.py",
-                    "open('/workspace/output/ok.txt', 'w').write('new')\n",
-                ),
+                write("ok.py", "open('/workspace/output/ok.txt', 'w').write('new')\n"),
                 run_file("ok.py"),
             ],
             (10, 2),
         ),
-        tool_turn(
-            &[call("complete_todo", json!({"report": "wrote ok.txt"}))],
-            (10, 2),
-        ),
+        tool_turn(&[call("complete_todo", json!({"report": "wrote ok.txt"}))], (10, 2)),
         text_turn("done", (10, 2)),
     ]
 }
@@ -1396,21 +1006,11 @@ fn an_export_never_writes_through_a_link_already_in_the_destination() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains(&format!(
-            "{} in the destination is a symbolic link",
-            f.export.join("ok.txt").display()
-        )),
+        stderr.contains(&format!("{} in the destination is a symbolic link", f.export.join("ok.txt").display())),
         "the error names the link: {stderr}"
     );
-    assert_eq!(
-        std::fs::read_to_string(&victim).unwrap(),
-        "precious\n",
-        "the file outside was not touched"
-    );
-    assert!(std::fs::symlink_metadata(f.export.join("ok.txt"))
-        .unwrap()
-        .file_type()
-        .is_symlink());
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n", "the file outside was not touched");
+    assert!(std::fs::symlink_metadata(f.export.join("ok.txt")).unwrap().file_type().is_symlink());
 }
 
 #[test]
@@ -1419,70 +1019,44 @@ fn the_run_deadline_stops_a_run_and_bounds_the_step_running_at_it() {
     let mock = MockLlm::start(vec![
         tool_turn(&[("create_todo_list", plan(&[("slow", &[])]))], (10, 2)),
         tool_turn(&[call("start_next_todo", json!({}))], (10, 2)),
-        tool_turn(
-            &[
-                write("slow.py", SLEEP),
-                run_file("slow.py"),
-                run_file("slow.py"),
-            ],
-            (10, 2),
-        ),
+        tool_turn(&[write("slow.py", SLEEP), run_file("slow.py"), run_file("slow.py")], (10, 2)),
     ]);
     let started = std::time::Instant::now();
     let out = cli(&f, &mock, &["--quiet", "--deadline", "4s"]);
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr),
-    );
-    assert!(
-        started.elapsed() < Duration::from_secs(12),
-        "the deadline did not bound the run: {:?}",
-        started.elapsed()
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(3),
-        "exit 3 at the deadline\n{stdout}\n{stderr}"
-    );
-    assert!(
-        stdout.starts_with("The run stopped before it finished: run deadline reached (4 s)"),
-        "{stdout}"
-    );
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(started.elapsed() < Duration::from_secs(12), "the deadline did not bound the run: {:?}", started.elapsed());
+    assert_eq!(out.status.code(), Some(3), "exit 3 at the deadline\n{stdout}\n{stderr}");
+    assert!(stdout.starts_with("The run stopped before it finished: run deadline reached (4 s)"), "{stdout}");
     let root = session_from(&stderr);
     let records = trace::read(&root.join("trace.jsonl")).unwrap();
     let runs: Vec<(bool, Option<String>)> = records
         .iter()
         .filter_map(|r| match &r.event {
-            Event::ToolCall {
-                tool,
-                ok,
-                error,
-                jail,
-                ..
-            } if tool == "run_python_file" => Some((
-                *ok,
-                jail.as_ref().map(|j| j.status.clone()).or(error.clone()),
-            )),
+            Event::ToolCall { tool, ok, error, jail, .. } if tool == "run_python_file" => {
+                Some((*ok, jail.as_ref().map(|j| j.status.clone()).or(error.clone())))
+            }
             _ => None,
         })
         .collect();
     assert_eq!(runs.len(), 2, "{runs:?}");
-    assert_eq!(
-        runs[0].1.as_deref(),
-        Some("timeout_wall"),
-        "the step is cut at the deadline: {runs:?}"
-    );
-    assert!(
-        runs[1].1.as_deref().unwrap_or("").contains("deadline"),
-        "the second is not run: {runs:?}"
-    );
+    assert_eq!(runs[0].1.as_deref(), Some("timeout_wall"), "the step is cut at the deadline: {runs:?}");
+    assert!(runs[1].1.as_deref().unwrap_or("").contains("deadline"), "the second is not run: {runs:?}");
 }
 
 // ------------------------------------------------------------ resilience
 
 /// A plan of two items, each leaving one file.
 fn two_files_plan() -> Turn {
-    tool_turn(&[("create_todo_list", plan(&[("first", &["/workspace/output/a.txt"]), ("second", &["/workspace/output/b.txt"])]))], (100, 30))
+    tool_turn(
+        &[(
+            "create_todo_list",
+            plan(&[
+                ("first", &["/workspace/output/a.txt"]),
+                ("second", &["/workspace/output/b.txt"]),
+            ]),
+        )],
+        (100, 30),
+    )
 }
 
 fn writes(name: &str) -> String {
@@ -1514,7 +1088,12 @@ fn resume_cli(root: &Path, mock: &MockLlm) -> std::process::Output {
 /// The todo list saved in a session's state.
 fn saved_todo(root: &Path) -> Vec<(String, String)> {
     let v: Value = serde_json::from_str(&std::fs::read_to_string(root.join("state.json")).unwrap()).unwrap();
-    v["todo"]["items"].as_array().unwrap().iter().map(|i| (i["name"].as_str().unwrap().into(), i["state"].as_str().unwrap().into())).collect()
+    v["todo"]["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["name"].as_str().unwrap().into(), i["state"].as_str().unwrap().into()))
+        .collect()
 }
 
 /// An HTTP date `secs` seconds from now (IMF-fixdate).
@@ -1523,15 +1102,25 @@ fn http_date_in(secs: u64) -> String {
     let (days, rem) = ((t / 86_400) as i64, t % 86_400);
     let (y, m, d) = agent::trace::civil_from_days(days);
     let wd = ["Thu", "Fri", "Sat", "Sun", "Mon", "Tue", "Wed"][(days % 7) as usize];
-    let mon = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"][m as usize - 1];
+    let mon = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ][m as usize - 1];
     format!("{wd}, {d:02} {mon} {y} {:02}:{:02}:{:02} GMT", rem / 3600, rem % 3600 / 60, rem % 60)
 }
 
 #[test]
 fn garbage_replies_are_retried_and_a_run_whose_retries_ran_out_resumes_where_it_stopped() {
     let f = fixture();
-    let html = Turn::Raw { status: 200, content_type: "text/html", body: "<html><body>502 Bad Gateway</body></html>".into() };
-    let empty = Turn::Raw { status: 200, content_type: "application/json", body: r#"{"id":"x","choices":[]}"#.into() };
+    let html = Turn::Raw {
+        status: 200,
+        content_type: "text/html",
+        body: "<html><body>502 Bad Gateway</body></html>".into(),
+    };
+    let empty = Turn::Raw {
+        status: 200,
+        content_type: "application/json",
+        body: r#"{"id":"x","choices":[]}"#.into(),
+    };
     let garbage = Turn::Raw { status: 200, content_type: "application/json", body: "".into() };
     let first = MockLlm::start(vec![
         html.clone(),
@@ -1551,13 +1140,24 @@ fn garbage_replies_are_retried_and_a_run_whose_retries_ran_out_resumes_where_it_
     assert_eq!(out.status.code(), Some(1), "{stderr}");
     assert!(stderr.contains("is not a chat completion") && stderr.contains("gave up after 4 attempts"), "{stderr}");
     let root = PathBuf::from(
-        stderr.lines().find_map(|l| l.strip_prefix("jail-agent: the trace and summary are in ")).unwrap_or_else(|| panic!("{stderr}")),
+        stderr
+            .lines()
+            .find_map(|l| l.strip_prefix("jail-agent: the trace and summary are in "))
+            .unwrap_or_else(|| panic!("{stderr}")),
     );
     assert!(stderr.contains(&format!("continue it with `jail-agent resume {}`", root.display())), "{stderr}");
     let times = first.request_times();
-    assert!(times[3] - times[2] >= Duration::from_millis(900), "the HTTP-date Retry-After was waited for: {:?}", times[3] - times[2]);
+    assert!(
+        times[3] - times[2] >= Duration::from_millis(900),
+        "the HTTP-date Retry-After was waited for: {:?}",
+        times[3] - times[2]
+    );
     let records = trace::read(&root.join("trace.jsonl")).unwrap();
-    assert!(matches!(records[0].event, Event::ModelCall { attempts: 4, .. }), "html, empty and 503 were retried: {:?}", records[0]);
+    assert!(
+        matches!(records[0].event, Event::ModelCall { attempts: 4, .. }),
+        "html, empty and 503 were retried: {:?}",
+        records[0]
+    );
     assert_eq!(saved_todo(&root), [("first".into(), "in_progress".into()), ("second".into(), "pending".into())]);
 
     let second = MockLlm::start(rest_of_two_files());
@@ -1579,7 +1179,11 @@ fn garbage_replies_are_retried_and_a_run_whose_retries_ran_out_resumes_where_it_
     let (tin2, tout2) = second.served_tokens();
     check_served(&root, first.served_replies() + second.served_replies(), (tin1 + tin2, tout1 + tout2));
     let again = resume_cli(&root, &second);
-    assert!(String::from_utf8_lossy(&again.stderr).contains("already finished"), "{}", String::from_utf8_lossy(&again.stderr));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("already finished"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
 }
 
 #[test]
@@ -1674,7 +1278,10 @@ fn on_a_terminal_a_status_line_shows_the_wait_for_the_model_and_the_running_step
     let screen = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{screen}");
     assert!(screen.contains("\r\u{1b}[2K[orchestrator] waiting for the model: 2 s, 0 tokens so far"), "{screen:?}");
-    assert!(screen.contains("\r\u{1b}[2K[subagent-1] waiting for the model: 0 s, 1369 tokens so far"), "tokens so far grow: {screen:?}");
+    assert!(
+        screen.contains("\r\u{1b}[2K[subagent-1] waiting for the model: 0 s, 1369 tokens so far"),
+        "tokens so far grow: {screen:?}"
+    );
     assert!(screen.contains("\r\u{1b}[2K[subagent-1] nap.py: running, 2 s"), "{screen:?}");
     assert!(screen.contains("Slept well."), "{screen:?}");
 }
@@ -1735,7 +1342,10 @@ fn otel_python() -> Option<PathBuf> {
         candidates.push(PathBuf::from(home).join(".cache/jail-agent/otel-venv/bin/python"));
     }
     candidates.into_iter().find(|p| {
-        Command::new(p).args(["-c", "import opentelemetry.proto.collector.trace.v1.trace_service_pb2"]).output().is_ok_and(|o| o.status.success())
+        Command::new(p)
+            .args(["-c", "import opentelemetry.proto.collector.trace.v1.trace_service_pb2"])
+            .output()
+            .is_ok_and(|o| o.status.success())
     })
 }
 
@@ -1777,9 +1387,25 @@ fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
     let f = fixture();
     let rx = start_receiver(&python, f.dir.path());
     let turns = vec![
-        tool_turn(&[("create_todo_list", plan(&[("class-summary", &["/workspace/output/summary.csv"]), ("deck", &["/workspace/output/deck.pptx"])]))], (900, 120)),
+        tool_turn(
+            &[(
+                "create_todo_list",
+                plan(&[
+                    ("class-summary", &["/workspace/output/summary.csv"]),
+                    ("deck", &["/workspace/output/deck.pptx"]),
+                ]),
+            )],
+            (900, 120),
+        ),
         tool_turn(&[call("start_next_todo", json!({}))], (1000, 10)),
-        tool_turn(&[call("read_skill", json!({"name": "eda"})), write("summary.py", SUMMARY_BUG), run_file("summary.py")], (700, 200)),
+        tool_turn(
+            &[
+                call("read_skill", json!({"name": "eda"})),
+                write("summary.py", SUMMARY_BUG),
+                run_file("summary.py"),
+            ],
+            (700, 200),
+        ),
         tool_turn(&[write("summary.py", SUMMARY_FIXED), run_file("summary.py")], (1500, 260)),
         tool_turn(&[call("complete_todo", json!({"report": "summary.csv: survival by class"}))], (1900, 30)),
         tool_turn(&[call("start_next_todo", json!({}))], (1200, 10)),
@@ -1789,7 +1415,12 @@ fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
     ];
     let mock = MockLlm::start(turns);
     let out = Command::new(agent_bin())
-        .args(["run", "--quiet", "--task", "Analyse the Titanic passengers and prepare a short presentation."])
+        .args([
+            "run",
+            "--quiet",
+            "--task",
+            "Analyse the Titanic passengers and prepare a short presentation.",
+        ])
         .arg("--input")
         .arg(&f.input)
         .arg("--session-dir")
@@ -1818,7 +1449,9 @@ fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
     let s = |v: &Value, k: &str| v[k].as_str().unwrap_or_default().to_string();
     let a = |v: &Value, k: &str| v["attributes"][k].clone();
     // Sent as OTLP/HTTP protobuf to /v1/traces, with our service name.
-    assert!(spans.iter().all(|v| s(v, "path") == "/v1/traces" && s(v, "content_type") == "application/x-protobuf"));
+    assert!(spans
+        .iter()
+        .all(|v| s(v, "path") == "/v1/traces" && s(v, "content_type") == "application/x-protobuf"));
     assert_eq!(spans[0]["resource"]["service.name"], "jail-agent-test");
     // One trace, the run's; the ids are the JSONL's.
     assert!(spans.iter().all(|v| s(v, "trace_id") == records[0].run_id));
@@ -1849,7 +1482,11 @@ fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
                 assert!(parent_name(v).unwrap().starts_with("invoke_agent "), "{v}");
             }
             "invoke_agent" if name.starts_with("invoke_agent subagent-") => {
-                assert_eq!(parent_name(v).as_deref(), Some("execute_tool start_next_todo"), "a sub-agent hangs below the call that started it");
+                assert_eq!(
+                    parent_name(v).as_deref(),
+                    Some("execute_tool start_next_todo"),
+                    "a sub-agent hangs below the call that started it"
+                );
             }
             "invoke_agent" => assert_eq!(name, "invoke_agent orchestrator"),
             other => panic!("unexpected operation {other}"),
@@ -1868,7 +1505,9 @@ fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
     let runs: Vec<&Value> = spans.iter().filter(|v| a(v, "gen_ai.tool.name") == "run_python_file").collect();
     let statuses: Vec<String> = runs.iter().map(|v| a(v, "jail.status").as_str().unwrap().to_string()).collect();
     assert_eq!(statuses, ["nonzero_exit", "ok", "ok"]);
-    assert!(runs.iter().all(|v| a(v, "jail.usage.wall_ms").as_f64().is_some() && a(v, "jail.denials").is_array()));
+    assert!(runs
+        .iter()
+        .all(|v| a(v, "jail.usage.wall_ms").as_f64().is_some() && a(v, "jail.denials").is_array()));
     assert_eq!(runs[0]["status"], 2, "a failed step is an error span");
     // Prompts and completions are there (no --no-trace-content).
     assert!(a(chats[0], "gen_ai.input.messages").as_str().unwrap().contains("You are the orchestrator"));

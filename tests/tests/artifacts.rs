@@ -405,9 +405,26 @@ for i in range(4096):
     assert!(out.stdout.len() < 64 << 10, "result is {} bytes", out.stdout.len());
     // Bound: what was refused left the folder for the quarantine beside it.
     let q = r.quarantine_dir.clone().expect("a quarantine folder");
-    assert_eq!(host_entries(&sb.output), ["deep/", "deep/d/", "deep/d/d/", "deep/d/d/d/", "deep/d/d/d/d/", "deep/d/d/d/d/d/",
-        "deep/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/d/d/",
-        "deep/d/d/d/d/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/d/d/d/d/d/", "deep/d/d/d/d/d/d/d/d/d/d/d/d/d/d/"]);
+    assert_eq!(
+        host_entries(&sb.output),
+        [
+            "deep/",
+            "deep/d/",
+            "deep/d/d/",
+            "deep/d/d/d/",
+            "deep/d/d/d/d/",
+            "deep/d/d/d/d/d/",
+            "deep/d/d/d/d/d/d/",
+            "deep/d/d/d/d/d/d/d/",
+            "deep/d/d/d/d/d/d/d/d/",
+            "deep/d/d/d/d/d/d/d/d/d/",
+            "deep/d/d/d/d/d/d/d/d/d/d/",
+            "deep/d/d/d/d/d/d/d/d/d/d/d/",
+            "deep/d/d/d/d/d/d/d/d/d/d/d/d/",
+            "deep/d/d/d/d/d/d/d/d/d/d/d/d/d/",
+            "deep/d/d/d/d/d/d/d/d/d/d/d/d/d/d/"
+        ]
+    );
     // GNU rm walks a 4096-deep tree without running out of descriptors.
     let _ = std::process::Command::new("rm").arg("-rf").arg(sb.output.join("deep")).arg(&q).status();
 }
@@ -415,7 +432,10 @@ for i in range(4096):
 #[test]
 fn counts_and_sizes_past_the_policy_caps_are_refused() {
     let mut sb = Sandbox::new();
-    with_rules(&mut sb, serde_json::json!({"max_entries": 300, "max_dir_entries": 300, "max_files": 20, "max_file_bytes": 1000, "max_total_bytes": 1500}));
+    with_rules(
+        &mut sb,
+        serde_json::json!({"max_entries": 300, "max_dir_entries": 300, "max_files": 20, "max_file_bytes": 1000, "max_total_bytes": 1500}),
+    );
     let (r, _) = run_ok(
         &sb,
         r#"
@@ -435,7 +455,13 @@ open("t1.txt", "w").write("z" * 800)
     assert_eq!(rej.get("m0/019.txt"), Some(&RejectReason::TooManyFiles));
     assert!(r.rejected_artifacts.iter().any(|x| x.reason == RejectReason::TooManyEntries));
     assert_eq!(r.rejected_artifacts.last().unwrap().reason, RejectReason::TooManyRejected);
-    assert_eq!(r.artifacts.len(), 20, "{:?}\n{:?}", r.artifacts.iter().map(|a| &a.path).collect::<Vec<_>>(), r.rejected_artifacts);
+    assert_eq!(
+        r.artifacts.len(),
+        20,
+        "{:?}\n{:?}",
+        r.artifacts.iter().map(|a| &a.path).collect::<Vec<_>>(),
+        r.rejected_artifacts
+    );
     assert_eq!(artifact(&r, "edge.txt").bytes, 1000);
     assert_eq!(artifact(&r, "m0/018.txt").bytes, 1);
 }
@@ -529,7 +555,11 @@ fn xlsx_formulas_and_formula_strings_are_flagged() {
     with_rules(&mut sb, serde_json::json!({"formula_cells": "flag"}));
     let (r, _) = run_ok(&sb, &format!("{PY_FILES}{XLSX_WITH_FORMULAS}"));
     let book = artifact(&r, "book.xlsx");
-    let flag = book.flags.iter().find(|f| f.kind == FlagKind::FormulaInjection).unwrap_or_else(|| panic!("{:?}", book.flags));
+    let flag = book
+        .flags
+        .iter()
+        .find(|f| f.kind == FlagKind::FormulaInjection)
+        .unwrap_or_else(|| panic!("{:?}", book.flags));
     assert_eq!(flag.count, 4, "{flag:?}");
     assert_eq!(flag.locations, ["Data!B1", "Data!A2", "Data!B2", "Data!C2"]);
 }
@@ -595,17 +625,27 @@ open("plot.svg", "w").write('<svg xmlns="http://www.w3.org/2000/svg" width="120"
     );
     let book = artifact(&r, "book.xlsx");
     assert_eq!(book.media_type.as_deref(), Some("application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"));
-    let Some(Summary::Xlsx { sheets, partial: false }) = &book.summary else { panic!("{:?}", book.summary) };
+    let Some(Summary::Xlsx { sheets, partial: false }) = &book.summary else {
+        panic!("{:?}", book.summary)
+    };
     let sheets: Vec<_> = sheets.iter().map(|s| (s.name.as_str(), s.dimension.as_deref(), s.rows, s.columns)).collect();
     assert_eq!(sheets, [("Data", Some("A1:C4"), 4, 3), ("Notes & more", None, 2, 2)]);
     assert!(book.flags.is_empty(), "{:?}", book.flags);
     assert_eq!(
         artifact(&r, "data.json").summary,
-        Some(Summary::Json { top_level: "object".into(), length: Some(2), keys: vec!["a".into(), "b".into()], partial: false })
+        Some(Summary::Json {
+            top_level: "object".into(),
+            length: Some(2),
+            keys: vec!["a".into(), "b".into()],
+            partial: false
+        })
     );
     assert_eq!(
         artifact(&r, "notes.md").summary,
-        Some(Summary::Text { lines: 3, first_lines: vec!["# Title".into(), "second line".into(), "third".into()] })
+        Some(Summary::Text {
+            lines: 3,
+            first_lines: vec!["# Title".into(), "second line".into(), "third".into()]
+        })
     );
     assert_eq!(artifact(&r, "plot.svg").summary, Some(Summary::Svg { width: Some(120.0), height: Some(80.0) }));
     for a in &r.artifacts {
@@ -718,8 +758,7 @@ fn later_run_case(mode: OutputMode) {
     with_policy(&mut sb, mode, serde_json::json!({}));
     let path = sb.dir.path().join("policy.json");
     let pin = |uid: u32| {
-        let mut policy: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        let mut policy: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
         policy["identity"]["root_host_uids"] = serde_json::json!({"first": uid, "count": 1});
         std::fs::write(&path, policy.to_string()).unwrap();
     };
@@ -743,33 +782,17 @@ open("sub/summary.csv", "a").write("2,4\n")
 "#,
     );
     if is_root() {
-        assert_eq!(
-            (a.isolation.host_uid, b.isolation.host_uid),
-            (first, first + 1),
-            "{mode:?}"
-        );
+        assert_eq!((a.isolation.host_uid, b.isolation.host_uid), (first, first + 1), "{mode:?}");
     }
-    assert_eq!(
-        b.stdout.text, "1,3\n",
-        "{mode:?}: the second run did not see the first one's file: {:?}",
-        b.output_sync
-    );
-    assert_eq!(
-        std::fs::read_to_string(sb.output.join("sub/summary.csv")).unwrap(),
-        "class,n\n1,3\n2,4\n",
-        "{mode:?}"
-    );
+    assert_eq!(b.stdout.text, "1,3\n", "{mode:?}: the second run did not see the first one's file: {:?}", b.output_sync);
+    assert_eq!(std::fs::read_to_string(sb.output.join("sub/summary.csv")).unwrap(), "class,n\n1,3\n2,4\n", "{mode:?}");
     let (file, dir) = if is_root() && mode == OutputMode::Bound {
         (0o660, 0o770)
     } else {
         (0o600, 0o700)
     };
     let mode_of = |p: &str| std::fs::symlink_metadata(sb.output.join(p)).unwrap().mode() & 0o7777;
-    assert_eq!(
-        (mode_of("sub/summary.csv"), mode_of("sub")),
-        (file, dir),
-        "{mode:?}"
-    );
+    assert_eq!((mode_of("sub/summary.csv"), mode_of("sub")), (file, dir), "{mode:?}");
 }
 
 #[test]
@@ -872,7 +895,11 @@ except OSError as e:
     assert_eq!((input.files, input.bytes, input.content_hashed, input.complete), (2, 14, true, true));
     // Without --input there is nothing to report.
     let mut cmd = std::process::Command::new(jail_bin());
-    cmd.args(["run", "--json", "--rootfs"]).arg(rootfs()).arg("--output").arg(&sb.output).arg(sb.script("print(1)"));
+    cmd.args(["run", "--json", "--rootfs"])
+        .arg(rootfs())
+        .arg("--output")
+        .arg(&sb.output)
+        .arg(sb.script("print(1)"));
     let r = parse(&cmd.output().unwrap());
     assert_eq!(r.status, Status::Ok);
     assert_eq!(r.input, None);
@@ -1099,7 +1126,10 @@ fn a_jail_killed_mid_copy_leaves_no_partial_file_and_stale_ones_are_swept() {
     let _ = child.wait();
     let target = caught.expect("jail never had a file open in the host folder");
     let left = host_entries(&sb.output);
-    assert!(!left.iter().any(|n| n.starts_with(".jail-partial-") && !n.contains("4194305")), "a partial file was left: {left:?} (it was writing {target:?})");
+    assert!(
+        !left.iter().any(|n| n.starts_with(".jail-partial-") && !n.contains("4194305")),
+        "a partial file was left: {left:?} (it was writing {target:?})"
+    );
     for n in ["big.parquet", "bigger.parquet"] {
         if let Ok(m) = std::fs::metadata(sb.output.join(n)) {
             assert_eq!(m.len(), 95 << 20, "a half-written file has the final name");

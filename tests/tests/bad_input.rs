@@ -69,7 +69,14 @@ fn input_that_is_missing_a_file_or_a_symlink_is_refused() {
     std::os::unix::fs::symlink(&sb.input, &link).unwrap();
     let missing = sb.dir.path().join("missing");
     for (dir, needle) in [(&missing, "create it"), (&file, "not a directory"), (&link, "is a symlink")] {
-        let out = jail(&[os("run"), os("--rootfs"), rootfs().as_os_str(), os("--input"), dir.as_os_str(), script.as_os_str()]);
+        let out = jail(&[
+            os("run"),
+            os("--rootfs"),
+            rootfs().as_os_str(),
+            os("--input"),
+            dir.as_os_str(),
+            script.as_os_str(),
+        ]);
         assert_refused(&out, &["input dir", needle, "--input"]);
     }
 }
@@ -82,7 +89,14 @@ fn output_that_is_missing_or_a_symlink_is_refused() {
     std::os::unix::fs::symlink(&sb.output, &link).unwrap();
     let missing = sb.dir.path().join("missing");
     for dir in [&missing, &link] {
-        let out = jail(&[os("run"), os("--rootfs"), rootfs().as_os_str(), os("--output"), dir.as_os_str(), script.as_os_str()]);
+        let out = jail(&[
+            os("run"),
+            os("--rootfs"),
+            rootfs().as_os_str(),
+            os("--output"),
+            dir.as_os_str(),
+            script.as_os_str(),
+        ]);
         assert_refused(&out, &["output dir", "--output"]);
     }
 }
@@ -97,7 +111,14 @@ fn an_output_dir_the_sandbox_cannot_write_is_refused_with_the_fix() {
     if is_root() {
         // Size-capped, the copy writes it as root without capabilities, by
         // its mode bits, which say no.
-        let out = jail(&[os("run"), os("--rootfs"), rootfs().as_os_str(), os("--output"), locked.as_os_str(), script.as_os_str()]);
+        let out = jail(&[
+            os("run"),
+            os("--rootfs"),
+            rootfs().as_os_str(),
+            os("--output"),
+            locked.as_os_str(),
+            script.as_os_str(),
+        ]);
         assert_refused(&out, &["not writable by root through its mode bits", "chown root", "u+rwx"]);
         // Bound into the jail, the script writes it as its unprivileged host
         // uid of identity.root_host_uids: the fix hands it to their group.
@@ -120,7 +141,14 @@ fn an_output_dir_the_sandbox_cannot_write_is_refused_with_the_fix() {
         ]);
         assert_refused(&out, &["not writable by the sandbox", "chgrp", "g+rwx"]);
     } else {
-        let out = jail(&[os("run"), os("--rootfs"), rootfs().as_os_str(), os("--output"), locked.as_os_str(), script.as_os_str()]);
+        let out = jail(&[
+            os("run"),
+            os("--rootfs"),
+            rootfs().as_os_str(),
+            os("--output"),
+            locked.as_os_str(),
+            script.as_os_str(),
+        ]);
         assert_refused(&out, &["not writable"]);
     }
 }
@@ -139,7 +167,14 @@ fn a_malformed_policy_names_the_field() {
     let script = sb.script("print(1)\n");
     let policy = sb.dir.path().join("bad.json");
     std::fs::write(&policy, r#"{"version": 1, "limits": {"wall_time_secs": "soon"}}"#).unwrap();
-    let out = jail(&[os("run"), os("--policy"), policy.as_os_str(), os("--rootfs"), rootfs().as_os_str(), script.as_os_str()]);
+    let out = jail(&[
+        os("run"),
+        os("--policy"),
+        policy.as_os_str(),
+        os("--rootfs"),
+        rootfs().as_os_str(),
+        script.as_os_str(),
+    ]);
     assert_refused(&out, &["limits.wall_time_secs", "jail check"]);
     let check = jail(&[os("check"), policy.as_os_str()]);
     assert_eq!(check.status.code(), Some(125));
@@ -160,13 +195,26 @@ fn an_unknown_option_exits_125() {
 fn an_out_of_range_timeout_is_refused() {
     let sb = Sandbox::new();
     let script = sb.script("print(1)\n");
-    let out = jail(&[os("run"), os("--timeout"), os("0"), os("--rootfs"), rootfs().as_os_str(), script.as_os_str()]);
+    let out = jail(&[
+        os("run"),
+        os("--timeout"),
+        os("0"),
+        os("--rootfs"),
+        rootfs().as_os_str(),
+        script.as_os_str(),
+    ]);
     assert_refused(&out, &["--timeout"]);
 }
 
 #[test]
 fn json_mode_reports_bad_input_as_a_setup_error() {
-    let out = jail(&[os("run"), os("--json"), os("--rootfs"), rootfs().as_os_str(), os("/nonexistent/s.py")]);
+    let out = jail(&[
+        os("run"),
+        os("--json"),
+        os("--rootfs"),
+        rootfs().as_os_str(),
+        os("/nonexistent/s.py"),
+    ]);
     assert_eq!(out.status.code(), Some(125));
     let r = parse(&out);
     assert_eq!(r.status, Status::SetupFailed);

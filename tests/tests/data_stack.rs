@@ -266,7 +266,12 @@ print(json.dumps({"slides": slides, "size": list(img.size), "mode": img.mode, "b
     assert_eq!(slides[0]["texts"], json!(["Quarterly units", "Made in a jail"]));
     assert_eq!(
         slides[1]["texts"],
-        json!(["Findings", "North leads with 7 units", "South follows with 5", "East trails with 1"])
+        json!([
+            "Findings",
+            "North leads with 7 units",
+            "South follows with 5",
+            "East trails with 1"
+        ])
     );
     assert_eq!(slides[2]["texts"], json!(["Units by region"]));
     // The picture in the deck is byte for byte the PNG matplotlib wrote.
@@ -414,7 +419,12 @@ fn jail_packages_lists_exactly_the_locked_stack() {
     let bytes = std::fs::read(data_rootfs().join(MANIFEST)).unwrap();
     assert_eq!(report.rootfs_id, sha256_hex(&bytes));
 
-    let text = std::process::Command::new(jail_bin()).arg("packages").arg("--rootfs").arg(data_rootfs()).output().unwrap();
+    let text = std::process::Command::new(jail_bin())
+        .arg("packages")
+        .arg("--rootfs")
+        .arg(data_rootfs())
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
     assert!(text.contains("scikit-learn") && text.contains("sklearn"), "{text}");
 }
@@ -471,12 +481,19 @@ fn every_result_names_the_rootfs_by_the_sha256_of_its_manifest() {
 #[test]
 fn minimal_rootfs_has_a_manifest_of_the_standard_library_only() {
     let root = rootfs();
-    if skip_unless(root.join(MANIFEST).is_file(), &format!("the minimal rootfs {} predates manifests: rebuild it (make rootfs)", root.display())) {
+    if skip_unless(
+        root.join(MANIFEST).is_file(),
+        &format!("the minimal rootfs {} predates manifests: rebuild it (make rootfs)", root.display()),
+    ) {
         return;
     }
     let (reported, expected) = reported_and_expected_id(&root);
     assert_eq!(reported, expected);
-    let out = std::process::Command::new(jail_bin()).args(["packages", "--json", "--rootfs"]).arg(&root).output().unwrap();
+    let out = std::process::Command::new(jail_bin())
+        .args(["packages", "--json", "--rootfs"])
+        .arg(&root)
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let report: Report = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(report.manifest.flavour, "minimal");
@@ -487,7 +504,11 @@ fn minimal_rootfs_has_a_manifest_of_the_standard_library_only() {
 #[test]
 fn jail_packages_on_a_rootfs_without_a_manifest_says_how_to_fix_it() {
     let empty = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(jail_bin()).args(["packages", "--rootfs"]).arg(empty.path()).output().unwrap();
+    let out = std::process::Command::new(jail_bin())
+        .args(["packages", "--rootfs"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has no manifest") && err.contains("make rootfs"), "{err}");

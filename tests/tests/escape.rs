@@ -152,46 +152,23 @@ fn every_mount_is_nosuid_and_all_but_the_writable_ones_are_read_only_submounts_i
     } else {
         sb.run(MOUNT_FLAGS)
     };
-    assert_eq!(
-        r.status,
-        Status::Ok,
-        "{:?} {}",
-        r.setup_error,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mounts: serde_json::Map<String, serde_json::Value> =
-        serde_json::from_str(r.stdout.text.trim()).unwrap();
+    assert_eq!(r.status, Status::Ok, "{:?} {}", r.setup_error, String::from_utf8_lossy(&out.stderr));
+    let mounts: serde_json::Map<String, serde_json::Value> = serde_json::from_str(r.stdout.text.trim()).unwrap();
     let writable = ["/tmp", "/dev/shm", "/workspace/output", "/dev", "/proc"];
-    let devices = [
-        "/dev",
-        "/dev/null",
-        "/dev/zero",
-        "/dev/full",
-        "/dev/random",
-        "/dev/urandom",
-    ];
+    let devices = ["/dev", "/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"];
     for (at, opts) in &mounts {
         let opts: Vec<&str> = opts.as_str().unwrap().split(',').collect();
         let is_dev = devices.contains(&at.as_str());
         let rw = writable.contains(&at.as_str()) || is_dev;
         assert!(opts.contains(&"nosuid"), "{at} is not nosuid: {opts:?}");
-        assert!(
-            is_dev || opts.contains(&"nodev"),
-            "{at} is not nodev: {opts:?}"
-        );
-        assert!(
-            rw || opts.contains(&"ro"),
-            "{at} is not read-only: {opts:?}"
-        );
+        assert!(is_dev || opts.contains(&"nodev"), "{at} is not nodev: {opts:?}");
+        assert!(rw || opts.contains(&"ro"), "{at} is not read-only: {opts:?}");
     }
     if is_root() {
         let sub = mounts
             .get("/workspace/input/sub")
             .unwrap_or_else(|| panic!("no input submount in the jail: {mounts:?}"));
-        assert!(
-            sub.as_str().unwrap().split(',').any(|o| o == "ro"),
-            "input submount writable: {sub}"
-        );
+        assert!(sub.as_str().unwrap().split(',').any(|o| o == "ro"), "input submount writable: {sub}");
     }
     for at in ["/", "/usr", "/workspace/input", "/workspace/code"] {
         assert!(mounts.contains_key(at), "no mount at {at}: {mounts:?}");
@@ -382,7 +359,11 @@ print(json.dumps(open("/proc/self/uid_map").read().split()))
     for r in [&first, &second] {
         assert_eq!(r.status, Status::Ok, "{r:?}");
         let map: Vec<String> = serde_json::from_str(r.stdout.text.trim()).unwrap();
-        assert_eq!(map, vec!["1000".to_string(), r.isolation.host_uid.to_string(), "1".into()], "the reported uid is the mapped one");
+        assert_eq!(
+            map,
+            vec!["1000".to_string(), r.isolation.host_uid.to_string(), "1".into()],
+            "the reported uid is the mapped one"
+        );
     }
     let (u1, u2) = (first.isolation.host_uid, second.isolation.host_uid);
     if is_root() {
@@ -556,7 +537,10 @@ print(json.dumps({
     );
     assert_eq!(v["hostname"], "jail");
     assert_eq!(v["null"], serde_json::json!([true, 1, 3]));
-    assert_eq!(v["dev"], serde_json::json!(["fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "urandom", "zero"]));
+    assert_eq!(
+        v["dev"],
+        serde_json::json!(["fd", "full", "null", "random", "shm", "stderr", "stdin", "stdout", "urandom", "zero"])
+    );
     // Whatever of the sensitive files this kernel has reads empty and refuses writes.
     let host_has = ["kcore", "keys", "timer_list", "sysrq-trigger", "kallsyms", "sched_debug"]
         .iter()
@@ -610,7 +594,14 @@ fn script_arguments_reach_the_script() {
 fn a_fresh_output_dir_is_created_and_reported_when_none_is_given() {
     let sb = Sandbox::new();
     let script = sb.script("open('made.txt', 'w').write('hi')\n");
-    let out = Command::new(jail_bin()).arg("run").arg("--json").arg("--rootfs").arg(rootfs()).arg(&script).output().unwrap();
+    let out = Command::new(jail_bin())
+        .arg("run")
+        .arg("--json")
+        .arg("--rootfs")
+        .arg(rootfs())
+        .arg(&script)
+        .output()
+        .unwrap();
     let r = parse(&out);
     assert_eq!(r.status, Status::Ok, "{}", r.stderr.text);
     let dir = std::path::PathBuf::from(r.output_dir.expect("output_dir"));

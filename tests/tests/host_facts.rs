@@ -152,7 +152,10 @@ print(json.dumps({"argv": [a.decode("latin-1") for a in cmdline.split(b"\0") if 
 fn a_secret_beside_the_script_cannot_be_read() {
     // `jail run ~/analysis.py` must not hand over ~/.ssh and ~/.env.
     let sb = Sandbox::new();
-    for (name, text) in [(".env", "OPENAI_API_KEY=sk-canary-beside"), ("id_ed25519", "canary-key-beside")] {
+    for (name, text) in [
+        (".env", "OPENAI_API_KEY=sk-canary-beside"),
+        ("id_ed25519", "canary-key-beside"),
+    ] {
         let p = sb.code.join(name);
         std::fs::write(&p, text).unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();

@@ -127,7 +127,12 @@ fn the_result_reports_the_abi_and_status() {
     };
     assert_eq!(l.status, want);
     assert_eq!(l.missing.is_empty(), want == LayerStatus::Enforced);
-    assert_eq!(r.isolation.degraded.iter().any(|d| d.starts_with("landlock")), want != LayerStatus::Enforced, "{:?}", r.isolation.degraded);
+    assert_eq!(
+        r.isolation.degraded.iter().any(|d| d.starts_with("landlock")),
+        want != LayerStatus::Enforced,
+        "{:?}",
+        r.isolation.degraded
+    );
 }
 
 fn policy_with_landlock(section: &str) -> tempfile::NamedTempFile {
@@ -191,9 +196,10 @@ fn landlock_helper_process() {
     };
     let bind = err(std::net::TcpListener::bind("127.0.0.1:0").map(drop));
     let connect = err(std::net::TcpStream::connect("127.0.0.1:9").map(drop));
-    let abstract_connect = err(<std::os::unix::net::SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name.as_bytes())
-        .and_then(|addr| std::os::unix::net::UnixStream::connect_addr(&addr))
-        .map(drop));
+    let abstract_connect =
+        err(<std::os::unix::net::SocketAddr as std::os::linux::net::SocketAddrExt>::from_abstract_name(name.as_bytes())
+            .and_then(|addr| std::os::unix::net::UnixStream::connect_addr(&addr))
+            .map(drop));
     let signal = err(nix::sys::signal::kill(nix::unistd::Pid::from_raw(outside.id() as i32), None).map_err(Into::into));
     let write = err(std::fs::write(std::env::temp_dir().join(format!("{name}.txt")), "x"));
     println!(
@@ -211,13 +217,20 @@ fn restrict_applies_tcp_and_ipc_scoping() {
         return;
     }
     let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "landlock_helper_process", "--nocapture", "--test-threads=1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "landlock_helper_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let line = stdout.lines().find_map(|l| l.split_once("LANDLOCK_PROBE ").map(|(_, json)| json)).unwrap_or_else(|| {
-        panic!("the helper printed no report: {stdout}\n{}", String::from_utf8_lossy(&out.stderr))
-    });
+    let line = stdout
+        .lines()
+        .find_map(|l| l.split_once("LANDLOCK_PROBE ").map(|(_, json)| json))
+        .unwrap_or_else(|| panic!("the helper printed no report: {stdout}\n{}", String::from_utf8_lossy(&out.stderr)));
     let v: Value = serde_json::from_str(line).unwrap();
     let eacces = format!("Some({})", libc::EACCES);
     let eperm = format!("Some({})", libc::EPERM);

@@ -68,7 +68,12 @@ while True:
     print(len(chunks), flush=True)
 "#,
     );
-    assert_eq!(r.limits["memory"].enforced_by, if is_cgroup(&backend) { backend.as_str() } else { "rlimit" }, "{:?}", r.limits);
+    assert_eq!(
+        r.limits["memory"].enforced_by,
+        if is_cgroup(&backend) { backend.as_str() } else { "rlimit" },
+        "{:?}",
+        r.limits
+    );
     assert_eq!(r.limits["memory"].value, serde_json::json!(64 << 20));
     let reached: u64 = r.stdout.text.lines().last().and_then(|l| l.parse().ok()).unwrap_or(0);
     assert!(reached < 64, "the script held {reached} MiB under a 64 MiB limit");
@@ -312,7 +317,13 @@ fn thread_pools_are_sized_to_the_cpu_limit() {
     );
     assert_eq!(r.status, Status::Ok, "{r:?}");
     let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
-    for var in ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS"] {
+    for var in [
+        "OMP_NUM_THREADS",
+        "OPENBLAS_NUM_THREADS",
+        "MKL_NUM_THREADS",
+        "NUMEXPR_NUM_THREADS",
+        "VECLIB_MAXIMUM_THREADS",
+    ] {
         assert_eq!(v[var], "2", "{var}: {v}");
     }
 }
@@ -361,7 +372,9 @@ fn a_cgroup_left_by_a_killed_jail_is_swept_by_the_next_run() {
     if !is_cgroup(&backend) {
         // Nothing to leave behind: rlimits have no cgroup (asserted by the
         // other tests' leftover checks).
-        covered_elsewhere(&format!("the {backend} backend makes no cgroup to leave behind; root's run, with a cgroup, checks the sweep"));
+        covered_elsewhere(&format!(
+            "the {backend} backend makes no cgroup to leave behind; root's run, with a cgroup, checks the sweep"
+        ));
         return;
     }
     let sb = Sandbox::new();
@@ -583,7 +596,13 @@ fn a_delegated_cgroup_gives_an_ordinary_user_cgroup_limits() {
     // Nothing left inside the delegated folders, then remove them.
     let leftovers: Vec<_> = made
         .iter()
-        .flat_map(|d| std::fs::read_dir(d).unwrap().flatten().filter(|e| e.file_type().unwrap().is_dir()).map(|e| e.path()))
+        .flat_map(|d| {
+            std::fs::read_dir(d)
+                .unwrap()
+                .flatten()
+                .filter(|e| e.file_type().unwrap().is_dir())
+                .map(|e| e.path())
+        })
         .collect();
     for d in created.iter().rev() {
         std::fs::remove_dir(d).unwrap();
@@ -680,8 +699,19 @@ fn without_a_cgroup_each_memory_route_is_refused_bounded_or_named() {
     assert!(sizes <= 64 << 20, "{:?}", r.limits);
     // What nothing here can bound is said, in words.
     let (_, r) = hold_memory(&sb, &no_cgroup, "unix_sockets");
-    let words = r.isolation.degraded.iter().find(|d| d.starts_with("limit memory:")).unwrap_or_else(|| panic!("{:?}", r.isolation.degraded));
-    for part in ["no total for the run", "address space", "unix sockets", "memfd_create", "System V"] {
+    let words = r
+        .isolation
+        .degraded
+        .iter()
+        .find(|d| d.starts_with("limit memory:"))
+        .unwrap_or_else(|| panic!("{:?}", r.isolation.degraded));
+    for part in [
+        "no total for the run",
+        "address space",
+        "unix sockets",
+        "memfd_create",
+        "System V",
+    ] {
         assert!(words.contains(part), "{part}: {words}");
     }
 }
@@ -692,7 +722,9 @@ fn without_a_cgroup_each_memory_route_is_refused_bounded_or_named() {
 fn under_a_memory_cgroup_memfds_and_sysv_shm_are_counted_and_killed() {
     let backend = expected_backend();
     if !is_cgroup(&backend) {
-        eprintln!("not applicable to the {backend} backend: covered by without_a_cgroup_each_memory_route_is_refused_bounded_or_named");
+        eprintln!(
+            "not applicable to the {backend} backend: covered by without_a_cgroup_each_memory_route_is_refused_bounded_or_named"
+        );
         return;
     }
     let sb = Sandbox::new();
@@ -709,11 +741,20 @@ fn a_required_memory_limit_without_a_cgroup_fails_closed_naming_the_fix() {
     let sb = Sandbox::new();
     let p = policy(&sb, "{}", r#"{"memory": "64M", "enforcement": {"memory": "required"}}"#);
     let marker = sb.output.join("ran");
-    let r = run_with(&sb, &["--policy", &p, "--cgroup-parent", "/no-such-cgroup-for-jail"], "open('/workspace/output/ran', 'w').write('x')\n");
+    let r = run_with(
+        &sb,
+        &["--policy", &p, "--cgroup-parent", "/no-such-cgroup-for-jail"],
+        "open('/workspace/output/ran', 'w').write('x')\n",
+    );
     assert_eq!(r.status, Status::SetupFailed, "{r:?}");
     let e = r.setup_error.unwrap();
     assert_eq!(e.stage, "limits");
-    for part in ["memory: only RLIMIT_AS", "not the run's total", "--cgroup-parent", "best_effort"] {
+    for part in [
+        "memory: only RLIMIT_AS",
+        "not the run's total",
+        "--cgroup-parent",
+        "best_effort",
+    ] {
         assert!(e.message.contains(part), "{part}: {}", e.message);
     }
     assert!(!marker.exists(), "the script ran");

@@ -87,7 +87,11 @@ fn allowlist(network: serde_json::Value, overrides: &str) -> (Sandbox, Vec<(Stri
     std::fs::write(&path, policy.to_string()).unwrap();
     std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     sb.extra_args = vec!["--policy".into(), path.display().to_string()];
-    let env = if overrides.is_empty() { vec![] } else { vec![("JAIL_TEST_RESOLVE".to_string(), overrides.to_string())] };
+    let env = if overrides.is_empty() {
+        vec![]
+    } else {
+        vec![("JAIL_TEST_RESOLVE".to_string(), overrides.to_string())]
+    };
     (sb, env)
 }
 
@@ -134,7 +138,8 @@ fn fetch(urls: &[String]) -> String {
 fn an_allowed_name_is_reached_through_the_proxy_over_http_and_connect() {
     let server = TestServer::start();
     let p = server.port;
-    let (sb, env) = allowlist(serde_json::json!({"mode": "allowlist", "hosts": ["api.test"], "ports": [p]}), "api.test=127.0.0.1");
+    let (sb, env) =
+        allowlist(serde_json::json!({"mode": "allowlist", "hosts": ["api.test"], "ports": [p]}), "api.test=127.0.0.1");
     let src = format!(
         r#"
 import http.client, json, os, urllib.request
@@ -174,7 +179,8 @@ print(json.dumps({{"plain": body, "tunnel": tunnel, "proxy": os.environ.get("HTT
 fn requests_reaches_an_allowed_name_when_the_rootfs_has_it() {
     let server = TestServer::start();
     let p = server.port;
-    let (mut sb, env) = allowlist(serde_json::json!({"mode": "allowlist", "hosts": ["api.test"], "ports": [p]}), "api.test=127.0.0.1");
+    let (mut sb, env) =
+        allowlist(serde_json::json!({"mode": "allowlist", "hosts": ["api.test"], "ports": [p]}), "api.test=127.0.0.1");
     if data_rootfs().join("usr/bin/python3").exists() {
         sb.rootfs = data_rootfs();
     }
@@ -194,7 +200,11 @@ else:
         // The data rootfs ships requests (data.in); only the minimal one,
         // a copy of the host's standard library, may lack it.
         assert_ne!(sb.rootfs, data_rootfs(), "the data rootfs has no `requests`: rebuild it (make rootfs-data)");
-        skip(&format!("no data rootfs at {} (build it: make rootfs-data) and {} has no `requests`; urllib is covered above", data_rootfs().display(), sb.rootfs.display()));
+        skip(&format!(
+            "no data rootfs at {} (build it: make rootfs-data) and {} has no `requests`; urllib is covered above",
+            data_rootfs().display(),
+            sb.rootfs.display()
+        ));
         return;
     }
     assert_eq!(v["requests"], "hello /req 0");
@@ -237,7 +247,15 @@ fn names_and_ports_off_the_list_are_refused_and_wildcards_skip_the_apex() {
 fn names_that_resolve_to_internal_addresses_are_refused_before_any_connect() {
     let server = TestServer::start();
     let p = server.port;
-    let hosts = ["localhost", "ten.test", "meta.test", "meta6.test", "mapped.test", "ula.test", "cgnat.test"];
+    let hosts = [
+        "localhost",
+        "ten.test",
+        "meta.test",
+        "meta6.test",
+        "mapped.test",
+        "ula.test",
+        "cgnat.test",
+    ];
     let (sb, env) = allowlist(
         serde_json::json!({"mode": "allowlist", "hosts": hosts, "ports": [p]}),
         // localhost is not overridden: the host's own resolver answers it
@@ -272,7 +290,8 @@ fn names_that_resolve_to_internal_addresses_are_refused_before_any_connect() {
 fn direct_sockets_from_inside_reach_nothing_but_the_proxy() {
     let server = TestServer::start();
     let p = server.port;
-    let (sb, env) = allowlist(serde_json::json!({"mode": "allowlist", "hosts": ["api.test"], "ports": [p]}), "api.test=127.0.0.1");
+    let (sb, env) =
+        allowlist(serde_json::json!({"mode": "allowlist", "hosts": ["api.test"], "ports": [p]}), "api.test=127.0.0.1");
     // The test server listens on the host's 127.0.0.1:p. Reaching it
     // without the proxy would mean the script left its network namespace.
     let src = format!(
@@ -483,7 +502,8 @@ fn a_malformed_resolver_override_is_refused_before_anything_starts() {
 fn past_the_answer_cap_tcp_still_works_and_the_result_says_counting_stopped() {
     let server = TestServer::start();
     let p = server.port;
-    let (sb, env) = allowlist(serde_json::json!({"mode": "allowlist", "hosts": ["api.test"], "ports": [p]}), "api.test=127.0.0.1");
+    let (sb, env) =
+        allowlist(serde_json::json!({"mode": "allowlist", "hosts": ["api.test"], "ports": [p]}), "api.test=127.0.0.1");
     let n = jail::seccomp::MAX_ANSWERED + 20;
     let src = format!(
         r#"

@@ -79,7 +79,10 @@ fn explode_with(name: &str, parser: Parser, rules: serde_json::Value) -> RunResu
 }
 
 fn artifact<'a>(r: &'a RunResult, path: &str) -> &'a Artifact {
-    r.artifacts.iter().find(|a| a.path == path).unwrap_or_else(|| panic!("no artifact {path}: {:?}", r.artifacts))
+    r.artifacts
+        .iter()
+        .find(|a| a.path == path)
+        .unwrap_or_else(|| panic!("no artifact {path}: {:?}", r.artifacts))
 }
 
 fn incomplete(a: &Artifact) -> Option<&str> {
@@ -105,7 +108,9 @@ fn office_parts_that_inflate_or_list_without_end_are_read_to_the_caps() {
     let r = explode_with("zip_many_small", Parser::Office, flag);
     let many = artifact(&r, "many.xlsx");
     assert!(incomplete(many).is_some(), "{:?}", many.flags);
-    let Some(Summary::Xlsx { sheets, partial: true }) = &many.summary else { panic!("{:?}", many.summary) };
+    let Some(Summary::Xlsx { sheets, partial: true }) = &many.summary else {
+        panic!("{:?}", many.summary)
+    };
     assert_eq!(sheets.len(), 64);
 }
 
@@ -150,7 +155,11 @@ fn json_arrays_objects_and_nesting_are_summarised_without_a_value_tree() {
         Some(Summary::Json { length, .. }) => *length,
         other => panic!("{p}: {other:?}"),
     };
-    for (path, n) in [("array.json", 2 * 1048576 - 1), ("array-objects.json", (4 * 1048576 - 2) / 8), ("array-deep.json", 1)] {
+    for (path, n) in [
+        ("array.json", 2 * 1048576 - 1),
+        ("array-objects.json", (4 * 1048576 - 2) / 8),
+        ("array-deep.json", 1),
+    ] {
         // A count, or a time budget said to have stopped it.
         let a = artifact(&r, path);
         assert!(length(path) == Some(n) || incomplete(a).is_some(), "{path}: {:?} {:?}", a.summary, a.flags);

@@ -156,7 +156,13 @@ fn new_namespaces_are_refused_through_unshare_setns_and_clone() {
         // flags | SIGCHLD with no stack: fork(2) semantics plus the flag.
         probes.push(probe(label, "clone", format!("sc(56, {}, 0, 0, 0, 0)", flag | 17), libc::EPERM, Kind::Clone));
     }
-    probes.push(probe("clone_newuser_high_bits", "clone", format!("sc(56, {}, 0, 0, 0, 0)", 0x1000_0011u64 | 1 << 40), libc::EPERM, Kind::Clone));
+    probes.push(probe(
+        "clone_newuser_high_bits",
+        "clone",
+        format!("sc(56, {}, 0, 0, 0, 0)", 0x1000_0011u64 | 1 << 40),
+        libc::EPERM,
+        Kind::Clone,
+    ));
     assert_refused(&probes);
 }
 
@@ -238,11 +244,7 @@ fn privileged_calls_an_unprivileged_process_is_refused_get_eperm_not_enosys() {
         eperm("setgroups", "setgroups", "sc(116, 0, 0)"),
         eperm("clock_settime", "clock_settime", "sc(227, 0, 0)"),
         eperm("settimeofday", "settimeofday", "sc(164, 0, 0)"),
-        eperm(
-            "sched_setscheduler",
-            "sched_setscheduler",
-            "sc(144, 0, 1, 0)",
-        ),
+        eperm("sched_setscheduler", "sched_setscheduler", "sc(144, 0, 1, 0)"),
         eperm("sched_setparam", "sched_setparam", "sc(142, 0, 0)"),
         eperm("sched_setattr", "sched_setattr", "sc(314, 0, 0, 0)"),
         eperm("sethostname", "sethostname", "sc(170, b'x', 1)"),
@@ -290,11 +292,7 @@ print("\n".join(refused))
     let lines: Vec<&str> = r.stdout.text.lines().collect();
     assert_eq!(lines[0], "1000 1000 1000", "{}", r.stdout.text);
     for line in &lines[1..] {
-        assert!(
-            line.ends_with(": PermissionError"),
-            "{line}\n{}",
-            r.stdout.text
-        );
+        assert!(line.ends_with(": PermissionError"), "{line}\n{}", r.stdout.text);
     }
     assert_eq!(lines.len(), 10, "{}", r.stdout.text);
 }
@@ -366,10 +364,25 @@ print(json.dumps(got))
             assert_eq!(got, libc::EPERM, "{k}: {v}");
         }
     }
-    let count = |fam: &str| r.denials.iter().filter(|d| d.what == "socket" && d.family.as_deref() == Some(fam)).map(|d| d.count).sum::<u64>();
+    let count = |fam: &str| {
+        r.denials
+            .iter()
+            .filter(|d| d.what == "socket" && d.family.as_deref() == Some(fam))
+            .map(|d| d.count)
+            .sum::<u64>()
+    };
     // Three types per family, and three connection attempts for AF_INET.
     assert_eq!(count("AF_INET"), 6, "{:?}", r.denials);
-    for fam in ["AF_INET6", "AF_NETLINK", "AF_PACKET", "AF_VSOCK", "AF_BLUETOOTH", "AF_ALG", "AF_XDP", "AF_UNSPEC"] {
+    for fam in [
+        "AF_INET6",
+        "AF_NETLINK",
+        "AF_PACKET",
+        "AF_VSOCK",
+        "AF_BLUETOOTH",
+        "AF_ALG",
+        "AF_XDP",
+        "AF_UNSPEC",
+    ] {
         assert_eq!(count(fam), 3, "{fam}: {:?}", r.denials);
     }
     let inet = r.denials.iter().find(|d| d.family.as_deref() == Some("AF_INET")).unwrap();
@@ -462,7 +475,19 @@ fn the_standard_library_working_set_runs_with_no_denial() {
     let r = parse(&out);
     let sections: Value = serde_json::from_str(r.stdout.text.trim()).unwrap_or(Value::Null);
     assert_eq!(r.status, Status::Ok, "{sections}\n{}", r.stderr.text);
-    for name in ["json_csv_text", "sqlite", "threads", "processes", "subprocesses", "files", "archives", "signals", "clocks_and_randomness", "native_code", "event_loops"] {
+    for name in [
+        "json_csv_text",
+        "sqlite",
+        "threads",
+        "processes",
+        "subprocesses",
+        "files",
+        "archives",
+        "signals",
+        "clocks_and_randomness",
+        "native_code",
+        "event_loops",
+    ] {
         assert_eq!(sections[name], "ok", "{name}: {sections}");
     }
     assert!(r.denials.is_empty(), "the working set hit the filter: {:?}", r.denials);
@@ -487,7 +512,12 @@ fn every_shipped_policy_loads_compiles_and_agrees_with_its_model() {
         for mode in [Mode::Notify, Mode::ErrnoOnly] {
             let f = seccomp::compile(&p.seccomp, mode).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
             for nr in p.seccomp.named_syscalls().chain(0..470) {
-                for args in [[0u64; 6], [1, 2, 3, 4, 5, 6], [u64::MAX; 6], [0x5412, 0x5412, 0x1000_0011, 0, 0, 0]] {
+                for args in [
+                    [0u64; 6],
+                    [1, 2, 3, 4, 5, 6],
+                    [u64::MAX; 6],
+                    [0x5412, 0x5412, 0x1000_0011, 0, 0, 0],
+                ] {
                     let call = SeccompData { nr, arch: NATIVE_ARCH, instruction_pointer: 0, args };
                     if let Err(m) = seccomp::check_call(&p.seccomp, &f, &call) {
                         panic!("{}: the compiled filter disagrees with the policy: {m:?}", path.display());
@@ -516,8 +546,14 @@ fn jail_check_names_unknown_syscalls_and_bad_fields() {
                       {"syscalls": ["sendmsg", "execve", "twiddle"], "action": "allow", "why": "w"}]}}"#,
     );
     assert_eq!(code, Some(125));
-    assert!(err.contains("seccomp.rules[0].syscalls[1]") && err.contains("`frobnicate`") && err.contains("`twiddle`"), "{err}");
-    let (code, err) = check("field.json", r#"{"version": 1, "seccomp": {"default": {"action": {"errno": "ENOSYS"}, "why": "w"}, "rulez": []}}"#);
+    assert!(
+        err.contains("seccomp.rules[0].syscalls[1]") && err.contains("`frobnicate`") && err.contains("`twiddle`"),
+        "{err}"
+    );
+    let (code, err) = check(
+        "field.json",
+        r#"{"version": 1, "seccomp": {"default": {"action": {"errno": "ENOSYS"}, "why": "w"}, "rulez": []}}"#,
+    );
     assert_eq!(code, Some(125));
     assert!(err.contains("seccomp") && err.contains("unknown field `rulez`"), "{err}");
     let (code, err) = check(

@@ -12,11 +12,7 @@ use jail_tests::*;
 fn streaming(sb: &Sandbox, flags: &[&str], source: &str) -> Command {
     let script = sb.script(source);
     let mut cmd = Command::new(jail_bin());
-    cmd.arg("run")
-        .arg("--rootfs")
-        .arg(&sb.rootfs)
-        .arg("--output")
-        .arg(&sb.output);
+    cmd.arg("run").arg("--rootfs").arg(&sb.rootfs).arg("--output").arg(&sb.output);
     cmd.args(flags).arg(script);
     cmd
 }
@@ -60,22 +56,10 @@ sys.stdout.buffer.write(b"END")
     let stdout = out.stdout;
     let stderr = String::from_utf8_lossy(&out.stderr);
     let cap = 1 << 20; // limits.stdout_bytes in the default policy
-    assert!(
-        stdout.len() < cap + 200,
-        "the caller got {} bytes",
-        stdout.len()
-    );
-    assert!(
-        stdout[..cap].iter().all(|&b| b == b'y'),
-        "the first {cap} bytes are the script's"
-    );
+    assert!(stdout.len() < cap + 200, "the caller got {} bytes", stdout.len());
+    assert!(stdout[..cap].iter().all(|&b| b == b'y'), "the first {cap} bytes are the script's");
     let tail = String::from_utf8_lossy(&stdout[cap..]);
-    assert!(
-        tail.starts_with(&format!(
-            "\n{MARKER} (1048576 bytes); the rest is dropped]\n"
-        )),
-        "{tail:?}"
-    );
+    assert!(tail.starts_with(&format!("\n{MARKER} (1048576 bytes); the rest is dropped]\n")), "{tail:?}");
     assert_eq!(tail.matches(MARKER).count(), 1, "{tail:?}");
     assert!(!tail.contains("END"));
     assert!(stderr.contains("(status output_limit)"), "{stderr}");
@@ -106,39 +90,26 @@ time.sleep(60)
     .spawn()
     .unwrap();
     let (took, code) = wait_at_most(&mut child, Duration::from_secs(20));
-    assert_eq!(
-        code,
-        Some(124),
-        "jail did not end by itself at its deadline (ran {took:?})"
-    );
+    assert_eq!(code, Some(124), "jail did not end by itself at its deadline (ran {took:?})");
     // Python's start is inside the 2 s; the rest is the kill and the end.
-    assert!(
-        took < Duration::from_millis(3000),
-        "jail ended {took:?} after it started, for a 2 s limit"
-    );
+    assert!(took < Duration::from_millis(3000), "jail ended {took:?} after it started, for a 2 s limit");
     let mut got = Vec::new();
     child.stdout.take().unwrap().read_to_end(&mut got).unwrap();
-    assert!(
-        !got.is_empty() && got.iter().all(|&b| b == b'o'),
-        "{} bytes",
-        got.len()
-    );
+    assert!(!got.is_empty() && got.iter().all(|&b| b == b'o'), "{} bytes", got.len());
 }
 
 #[test]
 fn a_caller_that_closed_its_end_does_not_stop_the_run() {
     let sb = Sandbox::new();
-    let mut child = streaming(&sb, &[], "import sys\nfor _ in range(1000):\n    print('x' * 1000)\nopen('done.txt', 'w').write('ok')\n")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child =
+        streaming(&sb, &[], "import sys\nfor _ in range(1000):\n    print('x' * 1000)\nopen('done.txt', 'w').write('ok')\n")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
     drop(child.stdout.take());
     let (_, code) = wait_at_most(&mut child, Duration::from_secs(20));
     assert_eq!(code, Some(0));
-    assert_eq!(
-        std::fs::read_to_string(sb.output.join("done.txt")).unwrap(),
-        "ok"
-    );
+    assert_eq!(std::fs::read_to_string(sb.output.join("done.txt")).unwrap(), "ok");
 }

@@ -55,7 +55,14 @@ pub fn csv(bytes: &[u8], delimiter: u8, chunk: usize) -> CsvFound {
     }
     s.finish();
     sanitized.extend(s.take_output());
-    CsvFound { rows: s.rows, columns: s.columns, header: s.header, flagged: s.flagged, examples: s.examples, sanitized }
+    CsvFound {
+        rows: s.rows,
+        columns: s.columns,
+        header: s.header,
+        flagged: s.flagged,
+        examples: s.examples,
+        sanitized,
+    }
 }
 
 /// The HTML/SVG active-content scanner fed in chunks: hits and examples.

@@ -158,7 +158,12 @@ mod tests {
     #[test]
     fn an_svg_root_behind_deep_nesting_or_past_the_deadline_is_not_searched_for() {
         let none = Summary::Svg { width: None, height: None };
-        let deep = [b"<!-- <svg> -->".to_vec(), b"<g>".repeat(MAX_XML_DEPTH + 1), b"<svg width='1'/>".to_vec()].concat();
+        let deep = [
+            b"<!-- <svg> -->".to_vec(),
+            b"<g>".repeat(MAX_XML_DEPTH + 1),
+            b"<svg width='1'/>".to_vec(),
+        ]
+        .concat();
         assert_eq!(svg_size(&deep, Deadline::from_now()), (none.clone(), Some(SvgCut::Depth)));
         let shallow = [b"<g>".repeat(MAX_XML_DEPTH - 1), b"<svg width='1'/>".to_vec()].concat();
         assert_eq!(svg_size(&shallow, Deadline::from_now()).1, None);

@@ -267,7 +267,14 @@ pub fn inspect<R: Read + Seek>(file: &mut R, size: u64, ext: &str, deadline: Dea
             });
         }
     }
-    Ok(Inspection { sha256: hasher.finish_hex(), bytes: total, media_type, flags, summary, csv_delimiter: csv_delim })
+    Ok(Inspection {
+        sha256: hasher.finish_hex(),
+        bytes: total,
+        media_type,
+        flags,
+        summary,
+        csv_delimiter: csv_delim,
+    })
 }
 
 fn read_some<R: Read>(file: &mut R, buf: &mut [u8]) -> io::Result<usize> {

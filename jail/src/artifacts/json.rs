@@ -202,7 +202,9 @@ mod tests {
         let long = "z".repeat(10_000);
         let members: Vec<String> = (0..500).rev().map(|i| format!("\"k{i:03}\": 0")).chain([format!("\"{long}\": 1")]).collect();
         let text = format!("{{{}}}", members.join(","));
-        let Outcome::Summary(Summary::Json { length, keys, .. }) = summary(text.as_bytes()) else { panic!() };
+        let Outcome::Summary(Summary::Json { length, keys, .. }) = summary(text.as_bytes()) else {
+            panic!()
+        };
         assert_eq!(length, Some(501));
         assert_eq!(keys.len(), KEYS);
         assert_eq!(keys[0], "k000");
@@ -210,7 +212,9 @@ mod tests {
         // Long keys alike in their first bytes are still told apart.
         let (a, b) = ("x".repeat(300) + "a", "x".repeat(300) + "b");
         let text = format!("{{\"{a}\": 1, \"{b}\": 2, \"{a}\": 3}}");
-        let Outcome::Summary(Summary::Json { length, keys, .. }) = summary(text.as_bytes()) else { panic!() };
+        let Outcome::Summary(Summary::Json { length, keys, .. }) = summary(text.as_bytes()) else {
+            panic!()
+        };
         assert_eq!((length, keys.len()), (Some(3), 2));
     }
 

@@ -222,10 +222,8 @@ mod tests {
 
     #[test]
     fn plain_markup_and_text_that_mentions_scripts_is_clean() {
-        let s = scan(
-            "<p class=\"online\">turn on = off; a < b; see javascript: the book</p><a href=\"https://x/javascript:\">",
-            4,
-        );
+        let s =
+            scan("<p class=\"online\">turn on = off; a < b; see javascript: the book</p><a href=\"https://x/javascript:\">", 4);
         assert_eq!(s.hits, 0, "{:?}", s.examples);
         let s = scan("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"10\"><rect onclick_x=\"1\"/></svg>", 5);
         assert_eq!(s.hits, 0, "{:?}", s.examples);

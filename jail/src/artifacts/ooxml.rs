@@ -161,8 +161,13 @@ impl<R: Read + Seek> Parts<'_, R> {
             self.cut(Cut::Bytes);
         }
         self.budget -= bytes.len() as u64;
-        let mut xml =
-            Xml { reader: Reader::from_reader(bytes.as_slice()), buf: Vec::new(), depth: 0, ticker: &mut self.ticker, cut: None };
+        let mut xml = Xml {
+            reader: Reader::from_reader(bytes.as_slice()),
+            buf: Vec::new(),
+            depth: 0,
+            ticker: &mut self.ticker,
+            cut: None,
+        };
         let out = f(&mut xml);
         if let Some(why) = xml.cut {
             self.cut(why);
@@ -306,7 +311,10 @@ fn attr<'a>(attrs: &'a [(String, String)], key: &str) -> Option<&'a str> {
 
 /// A namespaced attribute by local name (`r:id`, whatever the prefix).
 fn attr_local<'a>(attrs: &'a [(String, String)], local_name: &str) -> Option<&'a str> {
-    attrs.iter().find(|(k, _)| k.contains(':') && k.rsplit(':').next() == Some(local_name)).map(|(_, v)| v.as_str())
+    attrs
+        .iter()
+        .find(|(k, _)| k.contains(':') && k.rsplit(':').next() == Some(local_name))
+        .map(|(_, v)| v.as_str())
 }
 
 /// The document kind, its main part and whether it is macro-enabled, from
@@ -354,8 +362,11 @@ fn content_types<R: Read + Seek>(parts: &mut Parts<'_, R>) -> Option<(Kind, Stri
 
 /// Without content types, the conventional part names.
 fn by_part_names(names: &[String]) -> Option<(Kind, String)> {
-    for (kind, main) in [(Kind::Xlsx, "xl/workbook.xml"), (Kind::Pptx, "ppt/presentation.xml"), (Kind::Docx, "word/document.xml")]
-    {
+    for (kind, main) in [
+        (Kind::Xlsx, "xl/workbook.xml"),
+        (Kind::Pptx, "ppt/presentation.xml"),
+        (Kind::Docx, "word/document.xml"),
+    ] {
         if names.iter().any(|n| n == main) {
             return Some((kind, main.to_string()));
         }
@@ -399,7 +410,11 @@ fn relationships<R: Read + Seek>(parts: &mut Parts<'_, R>, part: &str) -> BTreeM
 
 /// Resolve a relationship target (`worksheets/sheet1.xml`, `../x`, `/xl/y`).
 fn resolve(base: &str, target: &str) -> String {
-    let mut stack: Vec<&str> = if target.starts_with('/') { vec![] } else { base.split('/').filter(|s| !s.is_empty()).collect() };
+    let mut stack: Vec<&str> = if target.starts_with('/') {
+        vec![]
+    } else {
+        base.split('/').filter(|s| !s.is_empty()).collect()
+    };
     for seg in target.split('/') {
         match seg {
             "" | "." => {}
@@ -579,7 +594,9 @@ fn cell_position(r: &str) -> Option<(u64, u64)> {
     if letters.is_empty() || letters.len() > 3 {
         return None;
     }
-    let col = letters.bytes().try_fold(0u64, |acc, b| b.is_ascii_uppercase().then(|| acc * 26 + u64::from(b - b'A' + 1)))?;
+    let col = letters
+        .bytes()
+        .try_fold(0u64, |acc, b| b.is_ascii_uppercase().then(|| acc * 26 + u64::from(b - b'A' + 1)))?;
     let row = digits.parse().ok()?;
     Some((row, col))
 }

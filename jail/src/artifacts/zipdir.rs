@@ -157,7 +157,9 @@ fn zip64_records<R: Read + Seek>(
     eocd_at: u64,
     (entries32, bytes32, offset32): (u64, u64, u64),
 ) -> Result<(Directory, u64), DirError> {
-    let locator_at = eocd_at.checked_sub(LOCATOR_LEN).ok_or(DirError::Zip64("locator does not fit before the end record"))?;
+    let locator_at = eocd_at
+        .checked_sub(LOCATOR_LEN)
+        .ok_or(DirError::Zip64("locator does not fit before the end record"))?;
     let mut l = [0u8; LOCATOR_LEN as usize];
     read_at(r, locator_at, &mut l)?;
     if &l[..4] != LOCATOR {
@@ -184,7 +186,12 @@ fn zip64_records<R: Read + Seek>(
     if u32_at(&z, 16) != 0 || u32_at(&z, 20) != 0 || u64_at(&z, 24) != u64_at(&z, 32) {
         return Err(DirError::MultiDisk);
     }
-    let dir = Directory { entries: u64_at(&z, 32), bytes: u64_at(&z, 40), offset: u64_at(&z, 48), zip64: true };
+    let dir = Directory {
+        entries: u64_at(&z, 32),
+        bytes: u64_at(&z, 40),
+        offset: u64_at(&z, 48),
+        zip64: true,
+    };
     // A field the zip32 record did not saturate must agree with zip64's.
     let agrees = |v32: u64, sat: u64, v64: u64| v32 == sat || v32 == v64;
     if !agrees(entries32, 0xFFFF, dir.entries)

@@ -72,8 +72,7 @@ impl HostFacts {
     /// or from a recording.
     pub fn read(root: &Path, kernel: String, uid: u32, exe: PathBuf, probes: Probes) -> HostFacts {
         let status = read_text(root, "proc/self/status").unwrap_or_default();
-        let seccomp_mode =
-            status.lines().find_map(|l| l.strip_prefix("Seccomp:")).and_then(|v| v.trim().parse().ok());
+        let seccomp_mode = status.lines().find_map(|l| l.strip_prefix("Seccomp:")).and_then(|v| v.trim().parse().ok());
         let container = [".dockerenv", "run/.containerenv"]
             .into_iter()
             .find(|m| root.join(m).exists())
@@ -85,8 +84,8 @@ impl HostFacts {
                     .find(|k| init.contains(k))
                     .map(|k| format!("PID 1's cgroup names {k}"))
             });
-        let own_cgroup = read_text(root, "proc/self/cgroup")
-            .and_then(|t| t.lines().find_map(|l| l.strip_prefix("0::").map(str::to_owned)));
+        let own_cgroup =
+            read_text(root, "proc/self/cgroup").and_then(|t| t.lines().find_map(|l| l.strip_prefix("0::").map(str::to_owned)));
         HostFacts {
             kernel,
             uid,
@@ -143,9 +142,7 @@ fn finding(name: &str, ok: bool, detail: String, fix: Option<String>) -> Check {
 }
 
 fn sysctl_fix(key: &str, value: &str) -> String {
-    format!(
-        "sudo sysctl -w {key}={value}; to keep it after a reboot: echo {key}={value} | sudo tee /etc/sysctl.d/60-jail.conf"
-    )
+    format!("sudo sysctl -w {key}={value}; to keep it after a reboot: echo {key}={value} | sudo tee /etc/sysctl.d/60-jail.conf")
 }
 
 /// The user-namespace finding: jail needs one for every run, root or not.
@@ -381,7 +378,12 @@ mod tests {
 
     #[test]
     fn a_docker_container_with_the_default_seccomp_profile_is_named() {
-        missing("docker-default-seccomp", "user_namespaces", "container (/.dockerenv exists)", "--security-opt seccomp=unconfined");
+        missing(
+            "docker-default-seccomp",
+            "user_namespaces",
+            "container (/.dockerenv exists)",
+            "--security-opt seccomp=unconfined",
+        );
         let checks = diagnose(&fixture("docker-default-seccomp"));
         assert!(get(&checks, "seccomp").detail.contains("already runs under a seccomp filter"));
     }

@@ -51,12 +51,7 @@ pub(super) fn parse_mountinfo(text: &str) -> Option<Vec<MountInfo>> {
             let _root = f.next()?;
             let mount_point = PathBuf::from(unescape(f.next()?));
             let options = f.next()?.split(',').map(str::to_owned).collect();
-            Some(MountInfo {
-                id,
-                parent,
-                mount_point,
-                options,
-            })
+            Some(MountInfo { id, parent, mount_point, options })
         })
         .collect()
 }
@@ -68,13 +63,8 @@ fn unescape(field: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\'
-            && i + 3 < b.len()
-            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
-        {
-            let v = (b[i + 1] - b'0') as u32 * 64
-                + (b[i + 2] - b'0') as u32 * 8
-                + (b[i + 3] - b'0') as u32;
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
             out.push(v as u8);
             i += 4;
         } else {
@@ -82,9 +72,7 @@ fn unescape(field: &str) -> String {
             i += 1;
         }
     }
-    std::ffi::OsString::from_vec(out)
-        .to_string_lossy()
-        .into_owned()
+    std::ffi::OsString::from_vec(out).to_string_lossy().into_owned()
 }
 
 /// The mount attached last at `at` (the one no other mount at `at` sits
@@ -98,12 +86,7 @@ pub(super) fn subtree(mounts: &[MountInfo], at: &Path) -> Vec<MountInfo> {
     let mut i = 0;
     while i < out.len() {
         let id = out[i].id;
-        out.extend(
-            mounts
-                .iter()
-                .filter(|m| m.parent == id && m.id != id)
-                .cloned(),
-        );
+        out.extend(mounts.iter().filter(|m| m.parent == id && m.id != id).cloned());
         i += 1;
     }
     out
@@ -169,20 +152,16 @@ pub enum RemountError {
         flags: MsFlags,
         source: nix::Error,
     },
-    #[error("mount {id} at {target} still lacks {missing} after remounting (hidden under another mount?): refusing to run with less")]
-    StillLacks {
-        id: u64,
-        target: PathBuf,
-        missing: String,
-    },
+    #[error(
+        "mount {id} at {target} still lacks {missing} after remounting (hidden under another mount?): refusing to run with less"
+    )]
+    StillLacks { id: u64, target: PathBuf, missing: String },
 }
 
 fn read_mountinfo() -> Result<Vec<MountInfo>, RemountError> {
     let file = std::fs::File::open("/proc/self/mountinfo").map_err(RemountError::ReadMountinfo)?;
     let mut text = String::new();
-    file.take(MAX_MOUNTINFO + 1)
-        .read_to_string(&mut text)
-        .map_err(RemountError::ReadMountinfo)?;
+    file.take(MAX_MOUNTINFO + 1).read_to_string(&mut text).map_err(RemountError::ReadMountinfo)?;
     if text.len() as u64 > MAX_MOUNTINFO {
         return Err(RemountError::BadMountinfo);
     }
@@ -198,33 +177,15 @@ pub(super) fn restrict_tree(at: &Path, attrs: u64) -> Result<(), RemountError> {
     }
     for m in &tree {
         let flags = remount_flags(&m.options, attrs);
-        nix::mount::mount(
-            None::<&str>,
-            &m.mount_point,
-            None::<&str>,
-            flags,
-            None::<&str>,
-        )
-        .map_err(|source| RemountError::Remount {
-            target: m.mount_point.clone(),
-            flags,
-            source,
-        })?;
+        nix::mount::mount(None::<&str>, &m.mount_point, None::<&str>, flags, None::<&str>)
+            .map_err(|source| RemountError::Remount { target: m.mount_point.clone(), flags, source })?;
     }
     let now = read_mountinfo()?;
     for m in &tree {
-        let options = now
-            .iter()
-            .find(|n| n.id == m.id)
-            .map(|n| n.options.as_slice())
-            .unwrap_or(&[]);
+        let options = now.iter().find(|n| n.id == m.id).map(|n| n.options.as_slice()).unwrap_or(&[]);
         let lacks = missing(options, attrs);
         if !lacks.is_empty() {
-            return Err(RemountError::StillLacks {
-                id: m.id,
-                target: m.mount_point.clone(),
-                missing: lacks.join(","),
-            });
+            return Err(RemountError::StillLacks { id: m.id, target: m.mount_point.clone(), missing: lacks.join(",") });
         }
     }
     Ok(())
@@ -237,28 +198,18 @@ pub(super) fn restrict_one(at: &Path, attrs: u64) -> Result<(), RemountError> {
         return Err(RemountError::NotMounted(at.to_path_buf()));
     };
     let flags = remount_flags(&top.options, attrs);
-    nix::mount::mount(None::<&str>, at, None::<&str>, flags, None::<&str>).map_err(|source| {
-        RemountError::Remount {
-            target: at.to_path_buf(),
-            flags,
-            source,
-        }
+    nix::mount::mount(None::<&str>, at, None::<&str>, flags, None::<&str>).map_err(|source| RemountError::Remount {
+        target: at.to_path_buf(),
+        flags,
+        source,
     })?;
     let now = read_mountinfo()?;
-    let options = now
-        .iter()
-        .find(|n| n.id == top.id)
-        .map(|n| n.options.as_slice())
-        .unwrap_or(&[]);
+    let options = now.iter().find(|n| n.id == top.id).map(|n| n.options.as_slice()).unwrap_or(&[]);
     let lacks = missing(options, attrs);
     if lacks.is_empty() {
         Ok(())
     } else {
-        Err(RemountError::StillLacks {
-            id: top.id,
-            target: at.to_path_buf(),
-            missing: lacks.join(","),
-        })
+        Err(RemountError::StillLacks { id: top.id, target: at.to_path_buf(), missing: lacks.join(",") })
     }
 }
 
@@ -299,25 +250,16 @@ mod tests {
     fn the_subtree_starts_at_the_topmost_mount_and_takes_every_descendant() {
         let m = parse_mountinfo(INFO).unwrap();
         // 34 is stacked on 31 at the same path: it is what the path reaches.
-        let ids: Vec<u64> = subtree(&m, Path::new("/tmp/st/workspace/input"))
-            .iter()
-            .map(|m| m.id)
-            .collect();
+        let ids: Vec<u64> = subtree(&m, Path::new("/tmp/st/workspace/input")).iter().map(|m| m.id).collect();
         assert_eq!(ids, vec![34]);
-        let ids: Vec<u64> = subtree(&m, Path::new("/tmp/st"))
-            .iter()
-            .map(|m| m.id)
-            .collect();
+        let ids: Vec<u64> = subtree(&m, Path::new("/tmp/st")).iter().map(|m| m.id).collect();
         assert_eq!(ids, vec![30, 31, 33, 32, 34]);
         assert!(subtree(&m, Path::new("/nowhere")).is_empty());
     }
 
     #[test]
     fn remount_flags_add_the_request_and_keep_what_may_be_locked() {
-        let f = remount_flags(
-            &opts("rw,noexec,noatime"),
-            MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
-        );
+        let f = remount_flags(&opts("rw,noexec,noatime"), MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
         assert_eq!(
             f,
             MsFlags::MS_BIND
@@ -330,27 +272,15 @@ mod tests {
         );
         // No atime option shown: strictatime, kept as it is.
         let f = remount_flags(&opts("ro"), MOUNT_ATTR_NOSUID);
-        assert_eq!(
-            f,
-            MsFlags::MS_BIND
-                | MsFlags::MS_REMOUNT
-                | MsFlags::MS_RDONLY
-                | MsFlags::MS_NOSUID
-                | MsFlags::MS_STRICTATIME
-        );
+        assert_eq!(f, MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_STRICTATIME);
         // A writable bind stays writable.
-        assert!(
-            !remount_flags(&opts("rw,relatime"), MOUNT_ATTR_NOSUID).contains(MsFlags::MS_RDONLY)
-        );
+        assert!(!remount_flags(&opts("rw,relatime"), MOUNT_ATTR_NOSUID).contains(MsFlags::MS_RDONLY));
     }
 
     #[test]
     fn a_mount_lacking_a_requested_flag_is_named() {
         let all = MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
-        assert_eq!(
-            missing(&opts("rw,nosuid,relatime"), all),
-            vec!["ro", "nodev"]
-        );
+        assert_eq!(missing(&opts("rw,nosuid,relatime"), all), vec!["ro", "nodev"]);
         assert!(missing(&opts("ro,nosuid,nodev,relatime"), all).is_empty());
     }
 }

@@ -171,8 +171,7 @@ pub fn check(prog: &[Insn]) -> Result<(), BpfError> {
                 let src = c & 0x08;
                 let known = matches!(
                     op,
-                    BPF_ADD | BPF_SUB | BPF_MUL | BPF_DIV | BPF_OR | BPF_AND | BPF_LSH | BPF_RSH | BPF_NEG
-                        | BPF_MOD | BPF_XOR
+                    BPF_ADD | BPF_SUB | BPF_MUL | BPF_DIV | BPF_OR | BPF_AND | BPF_LSH | BPF_RSH | BPF_NEG | BPF_MOD | BPF_XOR
                 );
                 if !known || c & 0x07 != BPF_ALU || (op == BPF_NEG && src != 0) {
                     return Err(BpfError::Opcode { at, code: c });

@@ -77,7 +77,9 @@ fn key(model: &Model, mode: Mode) -> String {
     let exe = std::fs::metadata("/proc/self/exe")
         .map(|m| format!("{}:{}:{}:{}.{}", m.dev(), m.ino(), m.len(), m.mtime(), m.mtime_nsec()))
         .unwrap_or_default();
-    let lib = libseccomp::ScmpVersion::current().map(|v| format!("{}.{}.{}", v.major, v.minor, v.micro)).unwrap_or_default();
+    let lib = libseccomp::ScmpVersion::current()
+        .map(|v| format!("{}.{}.{}", v.major, v.minor, v.micro))
+        .unwrap_or_default();
     let api = libseccomp::get_api();
     let text = format!("jail seccomp cache 1\nexe {exe}\nlibseccomp {lib} api {api}\nmode {mode:?}\n{model:?}");
     crate::digest::sha256_hex(text.as_bytes())
@@ -121,7 +123,10 @@ fn store(dir: &Path, path: &Path, filter: &Filter) {
     bytes.extend_from_slice(MAGIC);
     bytes.extend_from_slice(&crate::digest::sha256_bytes(&program));
     bytes.extend_from_slice(&program);
-    let Ok(mut tmp) = tempfile::Builder::new().prefix(".seccomp-").permissions(std::fs::Permissions::from_mode(0o600)).tempfile_in(dir)
+    let Ok(mut tmp) = tempfile::Builder::new()
+        .prefix(".seccomp-")
+        .permissions(std::fs::Permissions::from_mode(0o600))
+        .tempfile_in(dir)
     else {
         return;
     };
@@ -252,7 +257,8 @@ mod tests {
         }
         std::fs::write(d.path().join("unrelated"), b"x").unwrap();
         compile_in(d.path(), &default_model(), Mode::Notify).unwrap();
-        let names: Vec<String> = entries(d.path()).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
+        let names: Vec<String> =
+            entries(d.path()).iter().map(|p| p.file_name().unwrap().to_string_lossy().into_owned()).collect();
         assert_eq!(names.iter().filter(|n| n.starts_with("seccomp-")).count(), KEEP, "{names:?}");
         assert!(names.contains(&"unrelated".to_string()));
         assert!(names.iter().any(|n| n.starts_with("seccomp-") && n.len() > 70), "the new entry was pruned: {names:?}");

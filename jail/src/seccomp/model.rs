@@ -305,9 +305,15 @@ pub enum Op {
     Le(u64),
     Gt(u64),
     Ge(u64),
-    MaskedEq { mask: u64, value: u64 },
+    MaskedEq {
+        mask: u64,
+        value: u64,
+    },
     /// `arg & mask` is none of `values` (each already within `mask`).
-    NotIn { mask: u64, values: Vec<u64> },
+    NotIn {
+        mask: u64,
+        values: Vec<u64>,
+    },
 }
 
 impl Op {
@@ -515,7 +521,10 @@ fn condition(c: &ConditionFile, path: &str) -> Result<Condition, PolicyError> {
                 return Err(field(format!("{path}.mask"), "is 0, which compares nothing"));
             }
             if v & !mask != 0 {
-                return Err(field(format!("{path}.value"), format!("{v:#x} has bits outside the mask {mask:#x}, so it could never match")));
+                return Err(field(
+                    format!("{path}.value"),
+                    format!("{v:#x} has bits outside the mask {mask:#x}, so it could never match"),
+                ));
             }
             Op::MaskedEq { mask, value: v }
         }
@@ -528,7 +537,10 @@ fn condition(c: &ConditionFile, path: &str) -> Result<Condition, PolicyError> {
             if mask == 0 {
                 return Err(field(format!("{path}.mask"), "is 0, which compares nothing"));
             }
-            let list = c.values.as_ref().ok_or_else(|| field(format!("{path}.values"), "`not_in` needs a list of `values`"))?;
+            let list = c
+                .values
+                .as_ref()
+                .ok_or_else(|| field(format!("{path}.values"), "`not_in` needs a list of `values`"))?;
             if list.is_empty() || list.len() > MAX_NOT_IN_VALUES {
                 return Err(field(format!("{path}.values"), format!("must list 1 to {MAX_NOT_IN_VALUES} values")));
             }
@@ -577,7 +589,12 @@ impl Model {
             .rules
             .iter()
             .enumerate()
-            .flat_map(|(i, r)| r.syscalls.iter().enumerate().map(move |(j, n)| (format!("{prefix}.rules[{i}].syscalls[{j}]"), n.as_str())))
+            .flat_map(|(i, r)| {
+                r.syscalls
+                    .iter()
+                    .enumerate()
+                    .map(move |(j, n)| (format!("{prefix}.rules[{i}].syscalls[{j}]"), n.as_str()))
+            })
             .filter(|(_, n)| resolve(n).is_none())
             .collect();
         if let Some((path, name)) = unknown.first() {
@@ -618,7 +635,10 @@ impl Model {
                 if when.iter().any(|w| w.arg == cond.arg) {
                     return Err(field(
                         format!("{path}.when[{j}].arg"),
-                        format!("argument {} is already compared in this rule; libseccomp compares each argument once per rule", cond.arg),
+                        format!(
+                            "argument {} is already compared in this rule; libseccomp compares each argument once per rule",
+                            cond.arg
+                        ),
                     ));
                 }
                 when.push(cond);
@@ -754,13 +774,23 @@ impl Model {
             .rules
             .iter()
             .filter_map(|r| {
-                let syscalls: Vec<Syscall> = r.syscalls.iter().filter(|s| !nrs.iter().any(|(_, nr)| *nr == s.nr)).cloned().collect();
+                let syscalls: Vec<Syscall> =
+                    r.syscalls.iter().filter(|s| !nrs.iter().any(|(_, nr)| *nr == s.nr)).cloned().collect();
                 (!syscalls.is_empty()).then(|| Rule { syscalls, ..r.clone() })
             })
             .collect();
         for (name, nr) in &nrs {
-            let action = if killed(*nr) { Action::KillProcess } else { Action::Errno { errno: libc::ENOSYS, report: Report::Counted } };
-            rules.push(Rule { syscalls: vec![Syscall { name: name.clone(), nr: *nr }], action, when: vec![], why: why.to_string() });
+            let action = if killed(*nr) {
+                Action::KillProcess
+            } else {
+                Action::Errno { errno: libc::ENOSYS, report: Report::Counted }
+            };
+            rules.push(Rule {
+                syscalls: vec![Syscall { name: name.clone(), nr: *nr }],
+                action,
+                when: vec![],
+                why: why.to_string(),
+            });
         }
         let mut by_nr: BTreeMap<i32, Vec<usize>> = BTreeMap::new();
         for (i, r) in rules.iter().enumerate() {
@@ -883,7 +913,8 @@ mod tests {
 
     #[test]
     fn foreign_architectures_and_x32_are_killed() {
-        let m = model(&format!(r#"{{{DEFAULT}, "rules": [{{"syscalls": ["getpid"], "action": "allow", "why": "x"}}]}}"#)).unwrap();
+        let m =
+            model(&format!(r#"{{{DEFAULT}, "rules": [{{"syscalls": ["getpid"], "action": "allow", "why": "x"}}]}}"#)).unwrap();
         let nr = resolve("getpid").unwrap();
         let v = m.evaluate(&SeccompData { nr, arch: 0x4000_0003, ..Default::default() });
         assert_eq!(v.action, Action::KillProcess);
@@ -924,13 +955,34 @@ mod tests {
             (r#"{"syscalls": ["read"], "action": {"errno": "EWHAT"}, "why": "w"}"#, "seccomp.rules[0].action.errno"),
             (r#"{"syscalls": ["read"], "action": "allow", "why": ""}"#, "seccomp.rules[0].why"),
             (r#"{"syscalls": [], "action": "allow", "why": "w"}"#, "seccomp.rules[0].syscalls"),
-            (r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 6, "op": "eq", "value": 1}]}"#, "seccomp.rules[0].when[0].arg"),
-            (r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "approx", "value": 1}]}"#, "seccomp.rules[0].when[0].op"),
-            (r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "eq", "value": "AF_NOPE"}]}"#, "seccomp.rules[0].when[0].value"),
-            (r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "eq"}]}"#, "seccomp.rules[0].when[0].value"),
-            (r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "masked_eq", "mask": 1, "value": 2}]}"#, "seccomp.rules[0].when[0].value"),
-            (r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "lt", "value": 0}]}"#, "seccomp.rules[0].when[0]"),
-            (r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "eq", "value": 1}, {"arg": 0, "op": "ne", "value": 2}]}"#, "seccomp.rules[0].when[1].arg"),
+            (
+                r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 6, "op": "eq", "value": 1}]}"#,
+                "seccomp.rules[0].when[0].arg",
+            ),
+            (
+                r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "approx", "value": 1}]}"#,
+                "seccomp.rules[0].when[0].op",
+            ),
+            (
+                r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "eq", "value": "AF_NOPE"}]}"#,
+                "seccomp.rules[0].when[0].value",
+            ),
+            (
+                r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "eq"}]}"#,
+                "seccomp.rules[0].when[0].value",
+            ),
+            (
+                r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "masked_eq", "mask": 1, "value": 2}]}"#,
+                "seccomp.rules[0].when[0].value",
+            ),
+            (
+                r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "lt", "value": 0}]}"#,
+                "seccomp.rules[0].when[0]",
+            ),
+            (
+                r#"{"syscalls": ["read"], "action": "allow", "why": "w", "when": [{"arg": 0, "op": "eq", "value": 1}, {"arg": 0, "op": "ne", "value": 2}]}"#,
+                "seccomp.rules[0].when[1].arg",
+            ),
             (r#"{"syscalls": ["read", "read"], "action": "allow", "why": "w"}"#, "seccomp.rules[0].syscalls[1]"),
         ];
         for (rule, want) in cases {
@@ -971,7 +1023,11 @@ mod tests {
         let not_tiocsti = r#"{"arg": 1, "op": "not_in", "mask": "LOW_32_BITS", "values": ["TIOCSTI", "TIOCLINUX"]}"#;
         assert!(rules(not_tiocsti, tiocsti).is_ok());
         assert!(rules(r#"{"arg": 1, "op": "eq", "value": 10}"#, r#"{"arg": 1, "op": "eq", "value": 11}"#).is_ok());
-        assert!(rules(r#"{"arg": 1, "op": "masked_eq", "mask": 3, "value": 1}"#, r#"{"arg": 1, "op": "masked_eq", "mask": 6, "value": 4}"#).is_err());
+        assert!(rules(
+            r#"{"arg": 1, "op": "masked_eq", "mask": 3, "value": 1}"#,
+            r#"{"arg": 1, "op": "masked_eq", "mask": 6, "value": 4}"#
+        )
+        .is_err());
         assert!(rules(r#"{"arg": 1, "op": "ne", "value": 3}"#, r#"{"arg": 1, "op": "ne", "value": 4}"#).is_err());
         // Different arguments prove nothing.
         assert!(rules(r#"{"arg": 0, "op": "eq", "value": 3}"#, r#"{"arg": 1, "op": "eq", "value": 4}"#).is_err());
@@ -988,14 +1044,21 @@ mod tests {
             ))
         };
         assert!(two(r#"{"arg": 0, "op": "eq", "value": 1}"#, r#"{"arg": 0, "op": "masked_eq", "mask": 9, "value": 8}"#).is_ok());
-        let err = two(r#"{"arg": 0, "op": "eq", "value": 1}"#, r#"{"arg": 0, "op": "lt", "value": 9}"#).unwrap_err().to_string();
-        assert!(err.contains("seccomp.rules[1].when") && err.contains("range"), "{err}");
-        let err = two(r#"{"arg": 3, "op": "masked_eq", "mask": 4294967296, "value": 0}"#, r#"{"arg": 0, "op": "eq", "value": 9}"#)
+        let err = two(r#"{"arg": 0, "op": "eq", "value": 1}"#, r#"{"arg": 0, "op": "lt", "value": 9}"#)
             .unwrap_err()
             .to_string();
+        assert!(err.contains("seccomp.rules[1].when") && err.contains("range"), "{err}");
+        let err =
+            two(r#"{"arg": 3, "op": "masked_eq", "mask": 4294967296, "value": 0}"#, r#"{"arg": 0, "op": "eq", "value": 9}"#)
+                .unwrap_err()
+                .to_string();
         assert!(err.contains("seccomp.rules[1].when") && err.contains("same"), "{err}");
         // One rule may compare several arguments, unless a not_in makes it several rules.
-        let one = |when: &str| model(&format!(r#"{{{DEFAULT}, "rules": [{{"syscalls": ["mmap"], "action": "allow", "when": {when}, "why": "w"}}]}}"#));
+        let one = |when: &str| {
+            model(&format!(
+                r#"{{{DEFAULT}, "rules": [{{"syscalls": ["mmap"], "action": "allow", "when": {when}, "why": "w"}}]}}"#
+            ))
+        };
         assert!(one(r#"[{"arg": 0, "op": "eq", "value": 1}, {"arg": 2, "op": "lt", "value": 9}]"#).is_ok());
         assert!(one(r#"[{"arg": 3, "op": "not_in", "mask": 12, "values": [4]}, {"arg": 0, "op": "lt", "value": 9}]"#).is_err());
     }
@@ -1059,7 +1122,12 @@ mod tests {
 
     #[test]
     fn actions_round_trip_through_json() {
-        for text in [r#""allow""#, r#""kill_process""#, r#"{"errno":"EPERM"}"#, r#"{"errno":"ENOSYS","report":false}"#] {
+        for text in [
+            r#""allow""#,
+            r#""kill_process""#,
+            r#"{"errno":"EPERM"}"#,
+            r#"{"errno":"ENOSYS","report":false}"#,
+        ] {
             let a: ActionFile = serde_json::from_str(text).unwrap();
             assert_eq!(serde_json::to_string(&a).unwrap(), text);
         }
