@@ -180,13 +180,8 @@ pub(crate) fn launch(
     let output = match output_ours {
         None => None,
         Some(sock) => {
-            let o = fill_output(sock, &prepared.output_dir, ids, released_at + prepared.wall_time)?;
-            if let Some((dir, _)) = &o {
-                // Changes are judged where the script makes them: on the
-                // tmpfs, as it is before the script is let go.
-                before.retake_output_at(dir, &req.policy.artifacts);
-            }
-            o
+            let snapshot = |dir: &OwnedFd| before.retake_output_at(dir, &req.policy.artifacts);
+            fill_output(sock, &prepared.output_dir, ids, released_at + prepared.wall_time, snapshot)?
         }
     };
     if output.is_some() {
@@ -346,13 +341,15 @@ fn clone_child(spec: ChildSpec, clone_into: Option<OwnedFd>) -> Result<(Pid, boo
 }
 
 /// Take the output tmpfs from the child, copy the host output folder into
-/// it, and let the child go on. `None` when the child ended before handing
-/// it over (its report says why).
+/// it, take the `snapshot` the script's changes are judged against, and
+/// only then let the child go on. `None` when the child ended before
+/// handing it over (its report says why).
 fn fill_output(
     sock: OwnedFd,
     host: &Path,
     ids: output::FsIds,
     deadline: Instant,
+    snapshot: impl FnOnce(&OwnedFd),
 ) -> Result<Option<(OwnedFd, output::Inventory)>, LaunchError> {
     let left = deadline.saturating_duration_since(Instant::now());
     let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
@@ -364,6 +361,9 @@ fn fill_output(
         return Ok(None);
     };
     let inventory = output::copy_in(host, &dir, ids).map_err(LaunchError::Output)?;
+    // Changes are judged where the script makes them, on the tmpfs, against
+    // the state before its script can run: the release comes after.
+    snapshot(&dir);
     sync::release(sock).map_err(LaunchError::ReleaseOutput)?;
     Ok(Some((dir, inventory)))
 }
