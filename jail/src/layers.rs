@@ -18,8 +18,12 @@ pub(crate) struct Confinement {
     pub(crate) landlock: landlock::Plan,
 }
 
-pub(crate) fn confine(policy: &Policy, refuse: &[&str]) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
-    confine_in(policy, seccomp::host_mode(), seccomp::host_can_continue(), refuse)
+pub(crate) fn confine(
+    policy: &Policy,
+    refuse: &[&str],
+    cache_dir: Option<&std::path::Path>,
+) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
+    confine_in(policy, seccomp::host_mode(), seccomp::host_can_continue(), refuse, cache_dir)
 }
 
 fn confine_in(
@@ -27,6 +31,7 @@ fn confine_in(
     mode: seccomp::Mode,
     can_continue: bool,
     refuse: &[&str],
+    cache_dir: Option<&std::path::Path>,
 ) -> Result<Confinement, (&'static str, Box<dyn std::error::Error>)> {
     if matches!(policy.network, Network::Allowlist(_)) && mode == seccomp::Mode::ErrnoOnly {
         // Its TCP sockets are let through by the supervisor answering
@@ -54,7 +59,7 @@ fn confine_in(
         [] => policy.seccomp.clone(),
         names => policy.seccomp.with_refused(names, limits::UNCOUNTED_MEMORY_WHY),
     };
-    let filter = seccomp::cache::compile(&model, mode).map_err(|e| ("seccomp", e.into()))?;
+    let filter = seccomp::cache::compile(&model, mode, cache_dir).map_err(|e| ("seccomp", e.into()))?;
     let landlock = landlock::plan(landlock::kernel_abi(), &policy.landlock).map_err(|e| ("landlock", e.into()))?;
     Ok(Confinement { filter, model: Rc::new(model), landlock })
 }
@@ -99,24 +104,24 @@ mod tests {
     #[test]
     fn an_allowlist_without_seccomp_notification_fails_instead_of_allowing_udp() {
         let policy = Policy::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/allowlist-example.json"))).unwrap();
-        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::ErrnoOnly, true, &[]) else {
+        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::ErrnoOnly, true, &[], None) else {
             panic!("confined without notification")
         };
         assert_eq!(stage, "seccomp");
         assert!(e.to_string().contains("network.mode none"), "{e}");
-        assert!(confine_in(&policy, seccomp::Mode::Notify, true, &[]).is_ok());
-        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::ErrnoOnly, false, &[]).is_ok());
+        assert!(confine_in(&policy, seccomp::Mode::Notify, true, &[], None).is_ok());
+        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::ErrnoOnly, false, &[], None).is_ok());
     }
 
     #[test]
     fn an_allowlist_on_a_kernel_without_notification_continue_fails_with_the_version() {
         let policy = Policy::load(Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../policies/allowlist-example.json"))).unwrap();
-        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::Notify, false, &[]) else {
+        let Err((stage, e)) = confine_in(&policy, seccomp::Mode::Notify, false, &[], None) else {
             panic!("allowlist on Linux 5.0-5.4")
         };
         assert_eq!(stage, "seccomp");
         assert!(e.to_string().contains("Linux 5.5"), "{e}");
         // Network off needs no CONTINUE.
-        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::Notify, false, &[]).is_ok());
+        assert!(confine_in(&Policy::builtin_default().unwrap(), seccomp::Mode::Notify, false, &[], None).is_ok());
     }
 }

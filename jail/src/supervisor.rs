@@ -50,7 +50,7 @@ pub fn run(req: &RunRequest) -> RunResult {
         return failed(result, "limits", &message, vec![], started);
     }
     // Before anything is forked: a policy the kernel cannot honour fails here.
-    let confinement = match confine(policy, &resources.plan.refuse_syscalls) {
+    let confinement = match confine(policy, &resources.plan.refuse_syscalls, req.host.cache_dir.as_deref()) {
         Ok(c) => c,
         Err((stage, e)) => return failed(result, stage, &e.to_string(), causes_of(&*e), started),
     };

@@ -55,6 +55,7 @@ pub(crate) fn base_result(policy: &Policy, who: &Identity) -> RunResult {
     r.isolation = Isolation {
         policy: policy.name.clone(),
         policy_hash: policy.hash.clone(),
+        policy_source: policy.source.clone(),
         rootfs: String::new(),
         rootfs_id: None,
         namespaces: namespaces::NAMES.iter().map(|s| s.to_string()).collect(),
