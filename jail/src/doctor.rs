@@ -220,11 +220,23 @@ pub fn run(ctx: &Context) -> Report {
 fn rootfs_checks(found: &Result<(PathBuf, String), String>) -> Vec<Check> {
     let (root, from) = match found {
         Ok(found) => found,
-        Err(why) => return vec![Check { name: "rootfs".into(), ok: false, detail: "none found".into(), fix: Some(why.clone()) }],
+        Err(why) => {
+            return vec![Check {
+                name: "rootfs".into(),
+                ok: false,
+                detail: "none found".into(),
+                fix: Some(why.clone()),
+            }]
+        }
     };
     let ok = root.join("usr/bin/python3").exists();
     let detail = format!("{} (from {from}){}", root.display(), if ok { "" } else { " has no usr/bin/python3" });
-    let mut checks = vec![check("rootfs", ok, detail, "rebuild it with `jail rootfs build minimal` (or `data`)")];
+    let mut checks = vec![check(
+        "rootfs",
+        ok,
+        detail,
+        "rebuild it with `jail rootfs build minimal` (or `data`)",
+    )];
     let Ok(Some((manifest, _))) = crate::rootfs::load(root) else { return checks };
     if manifest.flavour != "minimal" || manifest.debian_packages.is_empty() {
         return checks;
@@ -232,7 +244,11 @@ fn rootfs_checks(found: &Result<(PathBuf, String), String>) -> Vec<Check> {
     let host = host_package_versions(manifest.debian_packages.keys());
     let stale = stale::stale(&manifest.debian_packages, &host);
     let detail = if stale.is_empty() {
-        format!("python {} matches the host's packages ({})", manifest.python.version, join_versions(&manifest.debian_packages))
+        format!(
+            "python {} matches the host's packages ({})",
+            manifest.python.version,
+            join_versions(&manifest.debian_packages)
+        )
     } else {
         stale
             .iter()

@@ -42,7 +42,12 @@ impl HostEnv {
         let text = |k: &str| var(k).and_then(|v| v.into_string().ok());
         let pass = policy.environment.pass.iter().filter_map(|k| text(k).map(|v| (k.clone(), v))).collect();
         let temp_dir = path_var(var, "TMPDIR").filter(|p| p.is_absolute());
-        HostEnv { pass, resolve_override: text(TEST_RESOLVE_VAR), cache_dir: cache_dir(var), temp_dir }
+        HostEnv {
+            pass,
+            resolve_override: text(TEST_RESOLVE_VAR),
+            cache_dir: cache_dir(var),
+            temp_dir,
+        }
     }
 }
 

@@ -31,14 +31,19 @@ pub enum InstallError {
     Flavour(String),
     #[error("no folder to install into (HOME is not set): pass --dest DIR")]
     NoDest,
-    #[error("{0} exists and is not a rootfs (no usr/share/jail/manifest.json): pass a new folder to --dest, a build replaces it")]
+    #[error(
+        "{0} exists and is not a rootfs (no usr/share/jail/manifest.json): pass a new folder to --dest, a build replaces it"
+    )]
     NotARootfs(PathBuf),
     #[error("unpack the recipes into {path}: {source}")]
     Unpack { path: PathBuf, source: std::io::Error },
     #[error("run build.sh: {0}")]
     Spawn(std::io::Error),
     #[error("building the {flavour} rootfs failed (build.sh exited with {status}); its messages are above")]
-    Failed { flavour: String, status: std::process::ExitStatus },
+    Failed {
+        flavour: String,
+        status: std::process::ExitStatus,
+    },
 }
 
 /// Where `flavour` is installed without `--dest`.

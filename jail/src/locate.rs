@@ -83,7 +83,9 @@ pub fn valid_name(name: &str) -> bool {
 
 /// The user's rootfs folder from `XDG_DATA_HOME` and `HOME` (absolute only).
 pub fn user_dir(xdg_data_home: Option<PathBuf>, home: Option<PathBuf>) -> Option<PathBuf> {
-    let base = xdg_data_home.filter(|p| p.is_absolute()).or_else(|| home.filter(|p| p.is_absolute()).map(|h| h.join(".local/share")))?;
+    let base = xdg_data_home
+        .filter(|p| p.is_absolute())
+        .or_else(|| home.filter(|p| p.is_absolute()).map(|h| h.join(".local/share")))?;
     Some(base.join("jail/rootfs"))
 }
 
@@ -93,7 +95,8 @@ pub fn build_tree(exe: &Path) -> Option<PathBuf> {
     let profile = exe.parent()?;
     let target = profile.parent()?;
     let repo = target.parent()?;
-    let ours = target.file_name()? == "target" && repo.join("python-rootfs/build.sh").is_file() && repo.join("Cargo.toml").is_file();
+    let ours =
+        target.file_name()? == "target" && repo.join("python-rootfs/build.sh").is_file() && repo.join("Cargo.toml").is_file();
     ours.then(|| repo.to_path_buf())
 }
 
@@ -101,7 +104,11 @@ impl Search {
     /// The candidates in order: the first explicit one alone, else the
     /// named folders.
     pub fn candidates(&self) -> Vec<(Source, PathBuf)> {
-        let explicit = [(Source::Flag, &self.flag), (Source::Env, &self.env), (Source::Policy, &self.policy)];
+        let explicit = [
+            (Source::Flag, &self.flag),
+            (Source::Env, &self.env),
+            (Source::Policy, &self.policy),
+        ];
         if let Some((source, Some(path))) = explicit.into_iter().find(|(_, p)| p.is_some()) {
             return vec![(source, path.clone())];
         }
@@ -189,7 +196,12 @@ mod tests {
 
     #[test]
     fn the_flag_wins_over_the_variable_and_the_policy() {
-        let s = Search { flag: Some("/f".into()), env: Some("/e".into()), policy: Some("/p".into()), ..search() };
+        let s = Search {
+            flag: Some("/f".into()),
+            env: Some("/e".into()),
+            policy: Some("/p".into()),
+            ..search()
+        };
         assert_eq!(s.candidates(), vec![(Source::Flag, PathBuf::from("/f"))]);
         let s = Search { env: Some("/e".into()), policy: Some("/p".into()), ..search() };
         assert_eq!(s.candidates(), vec![(Source::Env, PathBuf::from("/e"))]);

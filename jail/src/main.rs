@@ -8,11 +8,11 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
-use jail::policy::{Overrides, Policy};
-use jail::result::{RunResult, SetupError, Status, EXIT_SETUP_FAILED};
 use jail::hostenv::{self, HostEnv};
 use jail::inline::InlineScript;
 use jail::locate::{self, Search};
+use jail::policy::{Overrides, Policy};
+use jail::result::{RunResult, SetupError, Status, EXIT_SETUP_FAILED};
 use jail::supervisor::{OutputMode, RunRequest};
 
 #[derive(Parser)]
@@ -218,7 +218,8 @@ fn run(args: RunArgs) -> ExitCode {
 
 fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<InlineScript>), SetupError> {
     let input_err = |message: String| SetupError { stage: "input".into(), message, causes: vec![] };
-    let (script, inline) = script_source(args.command.as_deref(), args.script.as_deref(), args.code.is_some()).map_err(input_err)?;
+    let (script, inline) =
+        script_source(args.command.as_deref(), args.script.as_deref(), args.code.is_some()).map_err(input_err)?;
     let mut policy = load_policy(args.policy.as_ref()).map_err(|e| SetupError {
         stage: "policy".into(),
         message: format!("{e} (check it with `jail check FILE`)"),
@@ -240,7 +241,9 @@ fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<InlineScript>), 
         cpus: args.cpus,
         pids: args.pids,
         cpu_time: args.cpu_time,
-        cgroup_parent: args.cgroup_parent.or_else(|| env_var(hostenv::CGROUP_PARENT_VAR).and_then(|v| v.into_string().ok()).filter(|v| !v.is_empty())),
+        cgroup_parent: args
+            .cgroup_parent
+            .or_else(|| env_var(hostenv::CGROUP_PARENT_VAR).and_then(|v| v.into_string().ok()).filter(|v| !v.is_empty())),
     };
     policy
         .apply_overrides(&overrides)
@@ -268,17 +271,15 @@ fn env_var(name: &str) -> Option<OsString> {
 }
 
 fn temp_dir() -> PathBuf {
-    hostenv::path_var(&env_var, "TMPDIR").filter(|p| p.is_absolute()).unwrap_or_else(|| PathBuf::from("/tmp"))
+    hostenv::path_var(&env_var, "TMPDIR")
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
 /// The script to run: a file, or `-c CODE` / `-` (stdin) written to a
 /// private temp file that lives as long as the returned guard.
-fn script_source(
-    code: Option<&str>,
-    file: Option<&Path>,
-    code_dir: bool,
-) -> Result<(PathBuf, Option<InlineScript>), String> {
-    let inline = match (code, file) {
+fn script_source(code: Option<&str>, file: Option<&Path>, code_dir: bool) -> Result<(PathBuf, Option<InlineScript>), String> {
+    match (code, file) {
         (Some(_), Some(f)) => {
             return Err(format!(
                 "both -c and the script {} were given: pass one (arguments for -c are not supported)",
@@ -287,13 +288,16 @@ fn script_source(
         }
         (None, None) => return Err("no script given: pass a file, `-` to read it from stdin, or -c CODE".into()),
         (None, Some(f)) if f != Path::new("-") => return Ok((f.to_path_buf(), None)),
-        (Some(c), None) => InlineScript::from_code(c, &temp_dir()),
-        (None, Some(_)) => InlineScript::from_reader(std::io::stdin().lock(), &temp_dir()),
-    };
-    if code_dir {
-        return Err("-c and `-` cannot be combined with --code DIR: put the script in the folder and pass its path".into());
+        _ if code_dir => {
+            return Err("-c and `-` cannot be combined with --code DIR: put the script in the folder and pass its path".into())
+        }
+        _ => {}
     }
-    let inline = inline.map_err(|e| e.to_string())?;
+    let inline = match code {
+        Some(c) => InlineScript::from_code(c, &temp_dir()),
+        None => InlineScript::from_reader(std::io::stdin().lock(), &temp_dir()),
+    }
+    .map_err(|e| e.to_string())?;
     Ok((inline.path(), Some(inline)))
 }
 
@@ -398,7 +402,9 @@ fn doctor(json: bool, rootfs: &RootfsArgs) -> ExitCode {
             .map_err(|e| e.to_string()),
         cgroup_parent: hostenv::path_var(&env_var, hostenv::CGROUP_PARENT_VAR),
         policy: match &policy {
-            Ok(p) => format!("the built-in default (policies/default.json compiled in), sha256 {}; --policy FILE overrides", p.hash),
+            Ok(p) => {
+                format!("the built-in default (policies/default.json compiled in), sha256 {}; --policy FILE overrides", p.hash)
+            }
             Err(e) => format!("the built-in default does not load: {e}"),
         },
     };

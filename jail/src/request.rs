@@ -154,7 +154,10 @@ fn rootfs_identity(rootfs: &Path) -> Result<Option<String>, InputError> {
 /// else the policy's.
 fn resolve_rootfs(req: &RunRequest) -> Result<PathBuf, InputError> {
     let Some(rootfs) = req.rootfs.clone().or_else(|| req.policy.rootfs.clone()) else {
-        return Err(input_error("no rootfs given", "pass --rootfs DIR, set JAIL_ROOTFS, or build one with `jail rootfs build minimal`"));
+        return Err(input_error(
+            "no rootfs given",
+            "pass --rootfs DIR, set JAIL_ROOTFS, or build one with `jail rootfs build minimal`",
+        ));
     };
     match std::fs::canonicalize(&rootfs) {
         Ok(p) if p.is_dir() => Ok(p),
@@ -375,7 +378,11 @@ pub const THREAD_POOL_VARS: [&str; 5] = [
 fn build_exec(
     policy: &Policy,
     pass: &BTreeMap<String, String>,
-    script: &Path, args: &[String], mode: OutputMode, umask: u32) -> Result<Exec, InputError> {
+    script: &Path,
+    args: &[String],
+    mode: OutputMode,
+    umask: u32,
+) -> Result<Exec, InputError> {
     let cstr =
         |s: &[u8], what: &str| CString::new(s).map_err(|_| input_error(format!("{what} contains a NUL byte"), "remove it"));
     let mut env: BTreeMap<String, String> = BTreeMap::new();

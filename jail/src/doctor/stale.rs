@@ -136,7 +136,11 @@ mod tests {
         ]);
         assert_eq!(
             stale(&recorded, &host),
-            vec![Stale { package: "python3.11-minimal".into(), rootfs: "3.11.2-6+deb12u5".into(), host: "3.11.2-6+deb12u9".into() }]
+            vec![Stale {
+                package: "python3.11-minimal".into(),
+                rootfs: "3.11.2-6+deb12u5".into(),
+                host: "3.11.2-6+deb12u9".into()
+            }]
         );
     }
 }
