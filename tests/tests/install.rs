@@ -235,3 +235,55 @@ fn doctor_flags_a_minimal_rootfs_whose_python_is_older_than_the_hosts() {
     assert!(check["fix"].as_str().unwrap().contains("jail rootfs build minimal"), "{check}");
     assert_ne!(out.status.code(), Some(0));
 }
+
+// ------------------------------------------------ the environment, read at the edge
+// main.rs reads these once into the request (jail/src/hostenv.rs); the
+// library reads none. Each fails if the value stopped reaching the run.
+
+fn policy_with_pass(dir: &Path, pass: &[&str]) -> PathBuf {
+    let text = std::fs::read_to_string(jail_tests::repo().join("policies/default.json")).unwrap();
+    let mut p: serde_json::Value = serde_json::from_str(&text).unwrap();
+    p["environment"]["pass"] = serde_json::json!(pass);
+    let path = dir.join("pass.json");
+    std::fs::write(&path, p.to_string()).unwrap();
+    path
+}
+
+#[test]
+fn only_the_policys_pass_through_variables_reach_the_script() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = policy_with_pass(dir.path(), &["JAIL_TEST_PASSED"]);
+    let out = Command::new(jail_bin())
+        .env("JAIL_TEST_PASSED", "yes")
+        .env("JAIL_TEST_NOT_LISTED", "leak")
+        .args(["run", "--json", "--policy"])
+        .arg(&policy)
+        .arg("--rootfs")
+        .arg(jail_tests::rootfs())
+        .args(["-c", "import os; print(os.environ.get('JAIL_TEST_PASSED'), os.environ.get('JAIL_TEST_NOT_LISTED'))"])
+        .output()
+        .unwrap();
+    let r = result(&out);
+    assert_eq!(r.status, Status::Ok, "{:?}", r.setup_error);
+    assert_eq!(r.stdout.text.trim(), "yes None");
+    assert_eq!(Path::new(&r.isolation.policy_source), std::fs::canonicalize(&policy).unwrap());
+}
+
+#[test]
+fn the_seccomp_cache_goes_where_jail_cache_dir_says() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new(jail_bin())
+        .env("JAIL_CACHE_DIR", cache.path())
+        .args(["run", "--json", "--rootfs"])
+        .arg(jail_tests::rootfs())
+        .args(["-c", "print(1)"])
+        .output()
+        .unwrap();
+    assert_eq!(result(&out).status, Status::Ok);
+    let entries: Vec<_> = std::fs::read_dir(cache.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(
+        entries.iter().any(|n| n.to_string_lossy().starts_with("seccomp-")),
+        "no compiled program in {}: {entries:?}",
+        cache.path().display()
+    );
+}
