@@ -260,7 +260,10 @@ fn only_the_policys_pass_through_variables_reach_the_script() {
         .arg(&policy)
         .arg("--rootfs")
         .arg(jail_tests::rootfs())
-        .args(["-c", "import os; print(os.environ.get('JAIL_TEST_PASSED'), os.environ.get('JAIL_TEST_NOT_LISTED'))"])
+        .args([
+            "-c",
+            "import os; print(os.environ.get('JAIL_TEST_PASSED'), os.environ.get('JAIL_TEST_NOT_LISTED'))",
+        ])
         .output()
         .unwrap();
     let r = result(&out);
