@@ -22,8 +22,7 @@ const RECIPES: &[(&str, &str, u32)] = &[
     ("data-site/sitecustomize.py", include_str!("../../python-rootfs/data-site/sitecustomize.py"), 0o644),
 ];
 
-/// The flavours `jail rootfs build` knows.
-pub const FLAVOURS: [&str; 2] = ["minimal", "data"];
+pub use crate::locate::FLAVOURS;
 
 #[derive(Debug, thiserror::Error)]
 pub enum InstallError {

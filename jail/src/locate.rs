@@ -20,6 +20,9 @@ use std::path::{Path, PathBuf};
 /// The rootfs a run uses when nothing names one.
 pub const DEFAULT_NAME: &str = "minimal";
 
+/// The flavours `jail rootfs build` makes (python-rootfs/flavours).
+pub const FLAVOURS: [&str; 2] = ["minimal", "data"];
+
 /// Where root's `jail rootfs build` installs, and every user may read.
 pub const SYSTEM_DIR: &str = "/var/lib/jail/rootfs";
 
@@ -66,8 +69,8 @@ pub struct Search {
 pub enum LocateError {
     #[error("rootfs {path} (from {}) not found: build one with `jail rootfs build {name} --dest {path}`, or pass an existing folder", from.describe())]
     Missing { path: PathBuf, from: Source, name: String },
-    #[error("no rootfs `{name}` found (looked in {looked}): build it with `jail rootfs build {name}`, or pass --rootfs DIR")]
-    NotFound { name: String, looked: String },
+    #[error("no rootfs `{name}` found (looked in {looked}): build it with `{build}`, or pass --rootfs DIR")]
+    NotFound { name: String, looked: String, build: String },
     #[error("rootfs name `{0}` is not a name: use letters, digits, `-`, `_` and `.` (e.g. minimal, data)")]
     BadName(String),
 }
@@ -143,7 +146,17 @@ impl Search {
             }
         }
         let looked = candidates.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(", ");
-        Err(LocateError::NotFound { name: self.name.clone(), looked })
+        Err(LocateError::NotFound { name: self.name.clone(), looked, build: self.build_hint() })
+    }
+
+    /// The command that makes `self.name` findable: a flavour builds under
+    /// its own name; any other name is a folder of that name.
+    fn build_hint(&self) -> String {
+        match (FLAVOURS.contains(&self.name.as_str()), &self.user_dir) {
+            (true, _) => format!("jail rootfs build {}", self.name),
+            (false, Some(dir)) => format!("jail rootfs build minimal --dest {}", dir.join(&self.name).display()),
+            (false, None) => format!("jail rootfs build minimal --dest {}", self.system_dir.join(&self.name).display()),
+        }
     }
 
     /// Where `jail rootfs build NAME` installs without `--dest`: the system
@@ -231,6 +244,13 @@ mod tests {
             assert!(matches!(s.find_with(&only(&[])), Err(LocateError::BadName(_))));
         }
         assert!(valid_name("data") && valid_name("py3.11_x-1"));
+    }
+
+    #[test]
+    fn a_name_that_is_no_flavour_is_built_into_a_folder_of_that_name() {
+        let s = Search { name: "mine".into(), ..search() };
+        let err = s.find_with(&only(&[])).unwrap_err().to_string();
+        assert!(err.contains("`jail rootfs build minimal --dest /home/u/.local/share/jail/rootfs/mine`"), "{err}");
     }
 
     #[test]

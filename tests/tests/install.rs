@@ -12,16 +12,14 @@ use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 
 use jail_tests::{is_root, jail_bin, RunResult, Status};
 
-/// The moved install and the home its rootfs was built into.
+/// The moved install, and a home for it; removed when dropped.
 struct Installed {
     _keep: tempfile::TempDir,
     jail: PathBuf,
     home: PathBuf,
-    rootfs: PathBuf,
 }
 
 /// A folder every uid may traverse (the sandbox of a root run reads the
@@ -31,43 +29,24 @@ fn open_dir(path: &Path) {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
 
-fn installed() -> &'static Installed {
-    static ONCE: OnceLock<Installed> = OnceLock::new();
-    ONCE.get_or_init(|| {
-        let keep = tempfile::tempdir().unwrap();
-        let top = keep.path().to_path_buf();
-        open_dir(&top);
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/install.sh");
-        let first = top.join("prefix");
-        let out = Command::new("bash").arg(&script).arg(jail_bin()).arg(&first).output().unwrap();
-        assert!(out.status.success(), "install.sh: {}", String::from_utf8_lossy(&out.stderr));
-        // Moved away from where it was installed, and nothing beside it.
-        let moved = top.join("moved");
-        std::fs::rename(&first, &moved).unwrap();
-        let jail = moved.join("bin/jail");
-        assert!(jail.is_file() && !jail.starts_with(Path::new(env!("CARGO_MANIFEST_DIR")).parent().unwrap()));
-        let home = top.join("home");
-        open_dir(&home);
-        for d in [".local", ".local/share", ".local/share/jail", ".local/share/jail/rootfs"] {
-            open_dir(&home.join(d));
-        }
-        let rootfs = home.join(".local/share/jail/rootfs/minimal");
-        let mut build = bare(&jail, &home);
-        build.args(["rootfs", "build", "minimal"]);
-        if is_root() {
-            // Root's default is /var/lib/jail/rootfs: the host's, not a test's.
-            build.arg("--dest").arg(&rootfs);
-        }
-        let out = build.output().unwrap();
-        assert!(
-            out.status.success(),
-            "jail rootfs build minimal: {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(rootfs.join("usr/bin/python3").exists(), "the build did not install into {}", rootfs.display());
-        Installed { _keep: keep, jail, home, rootfs: std::fs::canonicalize(rootfs).unwrap() }
-    })
+/// scripts/install.sh (what `make install` runs) into a temp prefix, which
+/// is then moved: nothing of the build tree is beside the binary.
+fn install() -> Installed {
+    let keep = tempfile::tempdir().unwrap();
+    let top = keep.path().to_path_buf();
+    open_dir(&top);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/install.sh");
+    let first = top.join("prefix");
+    let out = Command::new("bash").arg(&script).arg(jail_bin()).arg(&first).output().unwrap();
+    assert!(out.status.success(), "install.sh: {}", String::from_utf8_lossy(&out.stderr));
+    let moved = top.join("moved");
+    std::fs::rename(&first, &moved).unwrap();
+    let jail = moved.join("bin/jail");
+    assert!(jail.is_file());
+    assert!(moved.join("share/jail/policies/default.json").is_file());
+    let home = top.join("home");
+    open_dir(&home);
+    Installed { _keep: keep, jail, home }
 }
 
 /// `env -i` with only PATH and HOME (and the temp dir the tests were
@@ -81,8 +60,7 @@ fn bare(jail: &Path, home: &Path) -> Command {
     cmd
 }
 
-fn run(args: &[&str], stdin: Option<&str>) -> Output {
-    let i = installed();
+fn run(i: &Installed, args: &[&str], stdin: Option<&str>) -> Output {
     let mut cmd = bare(&i.jail, &i.home);
     cmd.arg("run").args(args).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
@@ -111,26 +89,60 @@ fn refused(out: &Output, needles: &[&str]) {
 }
 
 #[test]
-fn an_installed_and_moved_binary_runs_code_with_its_built_in_policy_and_its_own_rootfs() {
-    let i = installed();
-    let out = run(&["--json", "-c", "import sys; print('hello from', sys.version_info[:2])"], None);
+fn an_installed_and_moved_binary_builds_its_rootfs_and_runs_code_from_anywhere() {
+    let i = install();
+    // The rootfs, from the recipes compiled into the binary.
+    let rootfs = i.home.join(".local/share/jail/rootfs/minimal");
+    for d in [".local", ".local/share", ".local/share/jail", ".local/share/jail/rootfs"] {
+        open_dir(&i.home.join(d));
+    }
+    let mut build = bare(&i.jail, &i.home);
+    build.args(["rootfs", "build", "minimal"]);
+    if is_root() {
+        // Root's default is /var/lib/jail/rootfs: the host's, not a test's.
+        build.arg("--dest").arg(&rootfs);
+    }
+    let out = build.output().unwrap();
+    let said = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "jail rootfs build minimal: {said}");
+    assert!(rootfs.join("usr/bin/python3").exists(), "the build did not install into {}: {said}", rootfs.display());
+    let rootfs = std::fs::canonicalize(rootfs).unwrap();
+
+    // A run finds it by name, with the built-in policy, from `/`, env -i.
+    let out = run(&i, &["--json", "-c", "import sys; print('hello from', sys.version_info[:2])"], None);
     let r = result(&out);
     assert_eq!(r.status, Status::Ok, "{:?}", r.setup_error);
     assert!(r.stdout.text.contains("hello from (3,"), "{}", r.stdout.text);
     assert_eq!(r.isolation.policy_source, "built-in");
-    assert_eq!(Path::new(&r.isolation.rootfs), i.rootfs, "found by name in the user's data folder");
+    assert_eq!(Path::new(&r.isolation.rootfs), rootfs, "found by name in the user's data folder");
+
+    // `rootfs list` and `doctor` show it by its canonical path.
+    let list = bare(&i.jail, &i.home).args(["rootfs", "list"]).output().unwrap();
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert!(list.status.success() && text.contains(&rootfs.display().to_string()), "{text}");
+    assert!(text.contains("minimal, python 3."), "{text}");
+    let doctor = bare(&i.jail, &i.home).args(["doctor", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
+    let checks = v["checks"].as_array().unwrap();
+    let find = |name: &str| checks.iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no {name} check: {v}"));
+    let found = find("rootfs");
+    assert_eq!(found["ok"], true, "{found}");
+    assert!(found["detail"].as_str().unwrap().starts_with(&rootfs.display().to_string()), "{found}");
+    assert!(find("policy")["detail"].as_str().unwrap().contains("built-in"));
+    let all = serde_json::to_string(&v).unwrap();
+    assert!(!all.contains("/../") && !all.contains("/./"), "a path in doctor's report is not canonical: {all}");
+    let fresh = checks.iter().find(|c| c["name"] == "rootfs python");
+    assert!(fresh.is_none_or(|c| c["ok"] == true), "the rootfs was just built from the host's Python: {fresh:?}");
 }
 
 #[test]
 fn a_script_on_stdin_runs_and_its_temp_file_is_gone_after() {
     let tmp = tempfile::tempdir().unwrap();
     open_dir(tmp.path());
-    let i = installed();
+    let i = install();
     let mut cmd = bare(&i.jail, &i.home);
-    cmd.env("TMPDIR", tmp.path())
-        .args(["run", "--json", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped());
+    cmd.env("TMPDIR", tmp.path()).args(["run", "--json", "--rootfs"]).arg(jail_tests::rootfs()).arg("-");
+    cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     child.stdin.take().unwrap().write_all(b"import sys\nprint('from stdin', sys.argv[0])\n").unwrap();
     let out = child.wait_with_output().unwrap();
@@ -149,7 +161,7 @@ fn a_script_on_stdin_runs_and_its_temp_file_is_gone_after() {
 #[test]
 fn an_empty_c_is_refused_and_nothing_runs() {
     let tmp = tempfile::tempdir().unwrap();
-    let i = installed();
+    let i = install();
     let out = bare(&i.jail, &i.home).env("TMPDIR", tmp.path()).args(["run", "--json", "-c", ""]).output().unwrap();
     refused(&out, &["-c", "empty"]);
     let r = result(&out);
@@ -159,58 +171,32 @@ fn an_empty_c_is_refused_and_nothing_runs() {
 
 #[test]
 fn c_and_a_script_file_together_are_refused() {
-    let out = run(&["-c", "print(1)", "other.py"], None);
-    refused(&out, &["both -c and the script other.py"]);
+    let i = install();
+    refused(&run(&i, &["-c", "print(1)", "other.py"], None), &["both -c and the script other.py"]);
 }
 
 #[test]
 fn c_with_a_code_dir_is_refused() {
-    let out = run(&["--code", "/", "-c", "print(1)"], None);
-    refused(&out, &["--code"]);
+    let i = install();
+    refused(&run(&i, &["--code", "/", "-c", "print(1)"], None), &["--code"]);
 }
 
 #[test]
 fn without_any_rootfs_the_error_names_the_command_that_builds_it() {
-    let i = installed();
-    let empty_home = tempfile::tempdir().unwrap();
-    let out = bare(&i.jail, empty_home.path()).args(["run", "-c", "print(1)"]).output().unwrap();
+    let i = install();
+    let out = run(&i, &["-c", "print(1)"], None);
     if Path::new("/var/lib/jail/rootfs/minimal").exists() {
         // This host has a system rootfs, which an installed binary finds.
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         return;
     }
     refused(&out, &["no rootfs `minimal` found", "jail rootfs build minimal"]);
-    let named = bare(&i.jail, empty_home.path())
-        .args(["run", "--rootfs-name", "../x", "-c", "print(1)"])
-        .output()
-        .unwrap();
-    refused(&named, &["is not a name"]);
-}
-
-#[test]
-fn rootfs_list_and_doctor_show_the_installed_rootfs_by_its_canonical_path() {
-    let i = installed();
-    let list = bare(&i.jail, &i.home).args(["rootfs", "list"]).output().unwrap();
-    let text = String::from_utf8_lossy(&list.stdout);
-    assert!(list.status.success() && text.contains(&i.rootfs.display().to_string()), "{text}");
-    assert!(text.contains("minimal, python 3."), "{text}");
-    let doctor = bare(&i.jail, &i.home).args(["doctor", "--json"]).output().unwrap();
-    let v: serde_json::Value = serde_json::from_slice(&doctor.stdout).unwrap();
-    let checks = v["checks"].as_array().unwrap();
-    let find = |name: &str| checks.iter().find(|c| c["name"] == name).unwrap_or_else(|| panic!("no {name} check: {v}"));
-    let rootfs = find("rootfs");
-    assert_eq!(rootfs["ok"], true, "{rootfs}");
-    assert!(rootfs["detail"].as_str().unwrap().starts_with(&i.rootfs.display().to_string()), "{rootfs}");
-    assert!(find("policy")["detail"].as_str().unwrap().contains("built-in"));
-    let all = serde_json::to_string(&v).unwrap();
-    assert!(!all.contains("/../") && !all.contains("/./"), "a path in doctor's report is not canonical: {all}");
-    assert_eq!(find("rootfs python")["ok"], true, "the rootfs was just built from the host's Python");
+    refused(&run(&i, &["--rootfs-name", "../x", "-c", "print(1)"], None), &["is not a name"]);
 }
 
 #[test]
 fn doctor_flags_a_minimal_rootfs_whose_python_is_older_than_the_hosts() {
-    let i = installed();
-    let manifest = std::fs::read_to_string(i.rootfs.join("usr/share/jail/manifest.json")).unwrap();
+    let manifest = std::fs::read_to_string(jail_tests::rootfs().join("usr/share/jail/manifest.json")).unwrap();
     let mut m: serde_json::Value = serde_json::from_str(&manifest).unwrap();
     let pkgs = m["debian_packages"].as_object_mut().unwrap();
     if pkgs.is_empty() {
@@ -226,7 +212,7 @@ fn doctor_flags_a_minimal_rootfs_whose_python_is_older_than_the_hosts() {
     std::fs::create_dir_all(old.path().join("usr/share/jail")).unwrap();
     std::fs::write(old.path().join("usr/bin/python3"), "").unwrap();
     std::fs::write(old.path().join("usr/share/jail/manifest.json"), m.to_string()).unwrap();
-    let out = bare(&i.jail, &i.home).args(["doctor", "--json", "--rootfs"]).arg(old.path()).output().unwrap();
+    let out = Command::new(jail_bin()).args(["doctor", "--json", "--rootfs"]).arg(old.path()).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let check = v["checks"].as_array().unwrap().iter().find(|c| c["name"] == "rootfs python").cloned();
     let check = check.unwrap_or_else(|| panic!("no rootfs python check: {v}"));
