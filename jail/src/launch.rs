@@ -4,7 +4,7 @@
 //! the jail: every channel (sync.rs), the clone into fresh namespaces
 //! (born in the run cgroup where the kernel can), the id maps, the cgroup
 //! entry; the child then waits at the release barrier, and nothing of the
-//! script has run. [`Jail::run`] runs one [`Step`] in it: the release, the
+//! script has run. [`Jail::run`] runs one [`Step`] (step.rs) in it: the release, the
 //! hand-overs (the output tmpfs filled, the proxy listener), the watch
 //! (watch.rs, capture.rs) until PID 1 is reaped, the run cgroup removed,
 //! and the verdict and delivery (verdict.rs). `supervisor::run` is the two
@@ -23,7 +23,6 @@
 //! id-map barrier), so a pool that wants them in place ahead needs a
 //! second barrier before exec in child.rs.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -34,20 +33,20 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::artifacts::{self, TreeDead};
+use crate::artifacts::TreeDead;
 use crate::capture::{Capture, Target};
 use crate::cgroup::{self, CgroupUsage, RunCgroup};
 use crate::child::{self, ChildSpec, Confine};
 use crate::host::Held;
 use crate::output;
 use crate::plan::{NetworkPlan, RunPlan};
-use crate::policy::Policy;
 use crate::proxy;
 use crate::result::RunResult;
 use crate::stage::Stage;
-use crate::sync::{self, ms_since, Channels, Pair, Report};
+use crate::step::{Clock, Outcome, Step};
+use crate::sync::{self, Channels, Pair};
 use crate::sys::{self, Forked};
-use crate::watch::{ChildPipes, Deadlines, Ending, Watch};
+use crate::watch::{ChildPipes, Deadlines, Watch};
 use crate::{namespaces, seccomp, verdict};
 
 #[derive(Debug, thiserror::Error)]
@@ -96,60 +95,6 @@ impl LaunchError {
             LaunchError::Pidfd(_) | LaunchError::Wait(_) => Stage::Wait,
         }
     }
-}
-
-/// What the watch loop saw.
-pub(crate) struct Outcome {
-    pub(crate) reports: Vec<Report>,
-    pub(crate) tally: seccomp::Tally,
-    pub(crate) stdout: Capture,
-    pub(crate) stderr: Capture,
-    pub(crate) ending: Ending,
-    pub(crate) deadline: Instant,
-    pub(crate) exec_at: Option<Instant>,
-    pub(crate) released_at: Instant,
-    pub(crate) ended_at: Instant,
-    pub(crate) rusage: libc::rusage,
-    pub(crate) pid1_status: libc::c_int,
-    /// The jail's output tmpfs and what was copied into it, to be judged and
-    /// mirrored (delivery.rs); `None` with a bound output dir.
-    pub(crate) output: Option<(OwnedFd, output::Inventory)>,
-    pub(crate) ids: output::FsIds,
-    pub(crate) tree_dead: TreeDead,
-    pub(crate) network: Option<crate::result::NetworkReport>,
-}
-
-/// The run's clock: when it started (both clocks: the child's stage marks
-/// are CLOCK_MONOTONIC nanoseconds) and each stage's time since then.
-pub(crate) struct Clock {
-    pub(crate) started: Instant,
-    pub(crate) started_ns: u64,
-    pub(crate) stages: BTreeMap<String, f64>,
-}
-
-impl Clock {
-    pub(crate) fn start() -> Clock {
-        Clock {
-            started: Instant::now(),
-            started_ns: sync::monotonic_ns(),
-            stages: BTreeMap::new(),
-        }
-    }
-
-    /// `name` finished now.
-    pub(crate) fn mark(&mut self, name: &str) {
-        self.stages.insert(name.to_string(), ms_since(self.started));
-    }
-}
-
-/// One step run in a jail: what its changes are measured against, the
-/// result so far (the isolation report, from the plan), and its clock.
-pub(crate) struct Step<'a> {
-    /// The artifact rules the snapshot is retaken and the delivery judged by.
-    pub(crate) policy: &'a Policy,
-    pub(crate) before: artifacts::Before,
-    pub(crate) result: RunResult,
-    pub(crate) clock: Clock,
 }
 
 /// The supervisor's ends of the channels, until the step takes them.

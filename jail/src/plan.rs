@@ -133,7 +133,7 @@ impl PlanError {
             PlanError::Limits(_) => Stage::Limits,
             PlanError::NoNotification | PlanError::NoContinue => Stage::Seccomp,
             PlanError::Landlock(_) => Stage::Landlock,
-            PlanError::Exec(_) => Stage::Input,
+            PlanError::Exec(e) => e.stage,
         }
     }
 }

@@ -1,7 +1,7 @@
 //! The request, checked: every path the user gave resolved and its
-//! permissions checked for the uid the sandbox will run as, the rootfs
-//! listed and identified, and the interpreter's argv and environment built
-//! from the policy. Nothing here starts a process.
+//! permissions checked for the uid the sandbox will run as, and the rootfs
+//! listed and identified. What the run becomes is decided from this by
+//! `plan::plan`. Nothing here starts a process.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -41,10 +41,19 @@ pub struct RunRequest {
 pub struct InputError {
     pub problem: String,
     pub fix: String,
+    /// `Input`, or `Output` for a problem with the output dir (`--output`,
+    /// or the one made for the run).
+    pub stage: crate::stage::Stage,
 }
 
 pub(crate) fn input_error(problem: impl Into<String>, fix: impl Into<String>) -> InputError {
-    InputError { problem: problem.into(), fix: fix.into() }
+    InputError { problem: problem.into(), fix: fix.into(), stage: crate::stage::Stage::Input }
+}
+
+impl InputError {
+    fn of_output(self) -> InputError {
+        InputError { stage: crate::stage::Stage::Output, ..self }
+    }
 }
 
 /// Who the sandbox is on the host, and what that means for permissions.
@@ -101,11 +110,11 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
     };
     let output_dir = match &req.output {
         Some(dir) => {
-            let d = existing_dir(dir, "output dir", "--output")?;
-            check_writable(&d, who, policy.filesystem.output_size)?;
+            let d = existing_dir(dir, "output dir", "--output").map_err(InputError::of_output)?;
+            check_writable(&d, who, policy.filesystem.output_size).map_err(InputError::of_output)?;
             d
         }
-        None => fresh_output_dir(who, policy.filesystem.output_size)?,
+        None => fresh_output_dir(who, policy.filesystem.output_size).map_err(InputError::of_output)?,
     };
 
     let resolver = match &policy.network {

@@ -7,12 +7,13 @@
 
 use crate::artifacts;
 use crate::host;
-use crate::launch::{Clock, Jail, Step};
+use crate::launch::Jail;
 use crate::layers;
 use crate::plan;
 use crate::request::{prepare, Identity};
 use crate::result::{RunResult, Status};
 use crate::stage::Stage;
+use crate::step::{Clock, Step};
 use crate::sys;
 use crate::verdict::{base_result, failed, report_plan};
 
@@ -41,7 +42,7 @@ pub fn run(req: &RunRequest) -> RunResult {
     // Every path the user gave, checked for the uid the sandbox runs as.
     let prepared = match prepare(req, &Identity::of(&host)) {
         Ok(p) => p,
-        Err(e) => return failed(result, Stage::Input.error(&e), clock.started),
+        Err(e) => return failed(result, e.stage.error(&e), clock.started),
     };
     clock.mark("prepare");
     let result = match plan_and_make(req, &prepared, host, held, &mut result, &mut clock) {

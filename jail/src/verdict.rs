@@ -10,7 +10,6 @@ use nix::sys::signal::Signal;
 use crate::artifacts::{self, TreeDead};
 use crate::cgroup::CgroupUsage;
 use crate::delivery;
-use crate::launch::{Outcome, Step};
 use crate::mounts;
 use crate::namespaces;
 use crate::output;
@@ -21,6 +20,7 @@ use crate::request::Prepared;
 use crate::result::{Isolation, LandlockReport, LayerStatus, RunResult, SeccompReport, SetupError, Status, Timings, Usage};
 use crate::seccomp;
 use crate::stage::Stage;
+use crate::step::{Clock, Outcome, Step};
 use crate::sync::{ms_since, Report};
 use crate::watch::Ending;
 
@@ -150,7 +150,7 @@ fn collect_artifacts(result: &mut RunResult, output_dir: &std::path::Path, dir: 
 
 /// The verdict from what the watch saw: denials, usage, the child's
 /// reports, the streams, then the status.
-fn finish(mut result: RunResult, o: Outcome, cg: Option<CgroupUsage>, plan: &RunPlan, clock: crate::launch::Clock) -> RunResult {
+fn finish(mut result: RunResult, o: Outcome, cg: Option<CgroupUsage>, plan: &RunPlan, clock: Clock) -> RunResult {
     let model = &plan.seccomp.model;
     result.denials = o.tally.denials(model);
     if o.tally.capped {
@@ -162,7 +162,7 @@ fn finish(mut result: RunResult, o: Outcome, cg: Option<CgroupUsage>, plan: &Run
     }
     let cg = cg.unwrap_or_default();
     result.usage = usage_of(&o, &cg);
-    let crate::launch::Clock { started, started_ns, mut stages } = clock;
+    let Clock { started, started_ns, mut stages } = clock;
     let (failure, exit) = read_reports(&mut result, o.reports, started_ns, &mut stages);
     result.stdout = o.stdout.into_stream();
     result.stderr = o.stderr.into_stream();
