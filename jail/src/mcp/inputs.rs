@@ -90,7 +90,11 @@ impl Allowlist {
             };
             (root.join(parts.as_path()), vec![root])
         };
-        if roots.is_empty() || entry.contains('\0') {
+        // Decided on the words first, so an answer never tells whether a
+        // path outside the folders exists: no `..`, and an absolute path
+        // must already name a place inside one.
+        let lexically_inside = roots.iter().any(|r| candidate.starts_with(r));
+        if !lexically_inside || entry.contains('\0') || path.components().any(|c| c == Component::ParentDir) {
             return Err(outside());
         }
         let canon = candidate.canonicalize().map_err(|e| InputError::Missing {
@@ -181,6 +185,8 @@ mod tests {
             "other/a.csv".into(),
             "../data/a.csv".into(),
             "".into(),
+            "data/../../nowhere".into(),
+            "/nowhere/at/all".into(),
         ] {
             assert!(matches!(list.resolve(&entry), Err(InputError::Outside { .. })), "{entry}: {:?}", list.resolve(&entry));
         }
