@@ -22,16 +22,20 @@ fn mcp_python() -> Option<PathBuf> {
     if let Some(home) = std::env::var_os("HOME") {
         candidates.push(PathBuf::from(home).join(".cache/jail-mcp/venv/bin/python"));
     }
-    candidates.into_iter().find(|p| {
-        Command::new(p).args(["-c", "import mcp.client.stdio"]).output().is_ok_and(|o| o.status.success())
-    })
+    candidates
+        .into_iter()
+        .find(|p| Command::new(p).args(["-c", "import mcp.client.stdio"]).output().is_ok_and(|o| o.status.success()))
 }
 
 /// The JSON block README.md marks as the MCP client config.
 fn readme_config() -> Value {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("read README.md");
     let after = readme.split("<!-- mcp-config").nth(1).expect("README.md has no `<!-- mcp-config` block");
-    let body = after.split("```json\n").nth(1).and_then(|b| b.split("\n```").next()).expect("a ```json block after the marker");
+    let body = after
+        .split("```json\n")
+        .nth(1)
+        .and_then(|b| b.split("\n```").next())
+        .expect("a ```json block after the marker");
     serde_json::from_str(body).unwrap_or_else(|e| panic!("README.md's MCP config is not JSON ({e}):\n{body}"))
 }
 
@@ -47,7 +51,10 @@ fn an_mcp_client_runs_the_readme_config_gets_a_chart_and_is_refused_outside_path
         return;
     };
     let data = data_rootfs();
-    if skip_unless(data.join("usr/bin/python3").exists(), &format!("no data rootfs at {} (build it: make rootfs-data)", data.display())) {
+    if skip_unless(
+        data.join("usr/bin/python3").exists(),
+        &format!("no data rootfs at {} (build it: make rootfs-data)", data.display()),
+    ) {
         return;
     }
     let config = readme_config();
@@ -79,11 +86,19 @@ fn an_mcp_client_runs_the_readme_config_gets_a_chart_and_is_refused_outside_path
         .expect("run the MCP client");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let report: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| {
-        panic!("the client printed no report ({e}); status {}\nstdout: {stdout}\nstderr: {}", out.status, String::from_utf8_lossy(&out.stderr))
+        panic!(
+            "the client printed no report ({e}); status {}\nstdout: {stdout}\nstderr: {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
     });
     let checks = report["checks"].as_object().unwrap();
     let failed: Vec<&String> = checks.iter().filter(|(_, v)| **v != Value::Bool(true)).map(|(k, _)| k).collect();
-    assert!(failed.is_empty() && out.status.success(), "checks failed: {failed:?}\n{report:#}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        failed.is_empty() && out.status.success(),
+        "checks failed: {failed:?}\n{report:#}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert_eq!(report["tools"], serde_json::json!(["run_python"]), "no session_exec until sessions exist (issue 18)");
     assert_eq!(report["image"]["mime"], "image/png");
     assert!(report["refusals"]["outside_path"]["text"].as_str().unwrap().contains("outside the folders"), "{report:#}");
@@ -92,7 +107,10 @@ fn an_mcp_client_runs_the_readme_config_gets_a_chart_and_is_refused_outside_path
 
     // The chart ran once; the refused calls ran nothing (no output folder),
     // and each step's own folder (code, staged input) is gone.
-    let mut left: Vec<String> = std::fs::read_dir(&tmp).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut left: Vec<String> = std::fs::read_dir(&tmp)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
     left.sort();
     assert_eq!(left.len(), 1, "one run, one output folder: {left:?}");
     assert!(left[0].starts_with("jail-output-"), "{left:?}");

@@ -37,7 +37,11 @@ pub fn blocks(result: &RunResult) -> Vec<ContentBlock> {
     let mut out = vec![ContentBlock::text(summary(result))];
     for (name, s) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
         if !s.text.is_empty() {
-            let cut = if s.truncated { format!(" (truncated: {} bytes written in all)", s.bytes) } else { String::new() };
+            let cut = if s.truncated {
+                format!(" (truncated: {} bytes written in all)", s.bytes)
+            } else {
+                String::new()
+            };
             out.push(ContentBlock::text(format!("{name}{cut}:\n{}", s.text)));
         }
     }

@@ -218,8 +218,11 @@ impl Server {
             Err(message) => return Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
         };
         let blocks = content::blocks(&result);
-        let mut reply =
-            if result.status == Status::SetupFailed { CallToolResult::error(blocks) } else { CallToolResult::success(blocks) };
+        let mut reply = if result.status == Status::SetupFailed {
+            CallToolResult::error(blocks)
+        } else {
+            CallToolResult::success(blocks)
+        };
         reply.structured_content = serde_json::to_value(&result).ok();
         Ok(reply)
     }
@@ -237,7 +240,10 @@ impl ServerHandler for Server {
 /// One call: stage the code and input in a private folder, run `jail run
 /// --json` on them, read its result (bounded) and check its version.
 async fn run_step(config: &Config, code: &str, timeout: Duration, staging: &Staging) -> Result<RunResult, String> {
-    let dir = tempfile::Builder::new().prefix("jail-mcp-").tempdir().map_err(|e| format!("cannot make a step folder: {e}"))?;
+    let dir = tempfile::Builder::new()
+        .prefix("jail-mcp-")
+        .tempdir()
+        .map_err(|e| format!("cannot make a step folder: {e}"))?;
     let readable = |path: &std::path::Path, mode: u32| {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
             .map_err(|e| format!("chmod {}: {e}", path.display()))
@@ -298,9 +304,8 @@ async fn run_step(config: &Config, code: &str, timeout: Duration, staging: &Stag
             return Err(format!("the jail did not finish within {} s of its deadline and was killed", HUNG_GRACE.as_secs()));
         }
     };
-    let doc: serde_json::Value = serde_json::from_slice(&out).map_err(|_| {
-        format!("the jail printed no result (exit {status}): {}", String::from_utf8_lossy(&err).trim())
-    })?;
+    let doc: serde_json::Value = serde_json::from_slice(&out)
+        .map_err(|_| format!("the jail printed no result (exit {status}): {}", String::from_utf8_lossy(&err).trim()))?;
     crate::schema::check_version(&doc).map_err(|e| e.to_string())?;
     serde_json::from_value(doc).map_err(|e| format!("the jail's result does not match this server's contract: {e}"))
 }
@@ -321,8 +326,10 @@ fn serve(args: &McpArgs) -> Result<(), McpError> {
     // One thread for the protocol; steps are processes of their own.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(McpError::Runtime)?;
     runtime.block_on(async {
-        let service =
-            Server::new(config).serve(rmcp::transport::stdio()).await.map_err(|e| McpError::Serve(e.to_string()))?;
+        let service = Server::new(config)
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| McpError::Serve(e.to_string()))?;
         service.waiting().await.map_err(|e| McpError::Serve(e.to_string()))?;
         Ok(())
     })
