@@ -25,7 +25,8 @@
 //! - `verdict`: facts → status, and the one place the result is assembled.
 //! - `stage`: the `Stage` names of `setup_error.stage`, and the one error-chain → `SetupError` conversion.
 //! - `delivery`: what passed the judgement, delivered to the host folder.
-//! - `result`: the JSON contract both sides and the agent share.
+//! - `result`: the JSON contract both sides and the agent share; `schema`: its JSON Schema and the version rule.
+//! - `mcp`: `jail mcp`, an MCP server whose tool runs each step as `jail run --json` (feature `mcp`).
 //! - `doctor`: what this host provides, for `jail doctor`.
 //! - `sys`: every `unsafe`.
 
@@ -57,6 +58,7 @@ mod request;
 pub mod result;
 pub mod rlimits;
 pub mod rootfs;
+pub mod schema;
 pub mod seccomp;
 pub mod stage;
 mod step;
@@ -64,4 +66,7 @@ pub mod supervisor;
 pub mod sync;
 pub mod sys;
 mod verdict;
+// `jail mcp`: the MCP server (rmcp, tokio), only in builds with the `mcp` feature.
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod watch;
