@@ -55,6 +55,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the JSON Schema of the `jail run --json` result (schema/result.schema.json).
+    Schema,
+    /// Serve MCP over stdio: a `run_python` tool that runs each step in a fresh jail.
+    #[cfg(feature = "mcp")]
+    Mcp(jail::mcp::McpArgs),
 }
 
 /// Which rootfs: the lookup in jail/src/locate.rs.
@@ -155,6 +160,12 @@ fn main() -> ExitCode {
         Command::Packages { rootfs, json } => packages(&rootfs, json),
         Command::Rootfs(RootfsCommand::Build { flavour, dest }) => rootfs_build(&flavour, dest),
         Command::Rootfs(RootfsCommand::List { json }) => rootfs_list(json),
+        Command::Schema => {
+            print!("{}", jail::schema::result_schema_text());
+            ExitCode::SUCCESS
+        }
+        #[cfg(feature = "mcp")]
+        Command::Mcp(args) => jail::mcp::main(args),
     }
 }
 
