@@ -70,7 +70,11 @@ const KINDS: [Kind; 7] = [
 /// uid (root only), read the kernel's features, and create the run cgroup
 /// where the host offers one. Only the lease can fail; a cgroup that
 /// cannot be made leaves the run to rlimits, with the reason kept.
-pub(crate) fn gather(policy: &Policy, wall: Duration) -> Result<(Host, Held), HostUidError> {
+pub(crate) fn gather(
+    policy: &Policy,
+    wall: Duration,
+    pass: &std::collections::BTreeMap<String, String>,
+) -> Result<(Host, Held), HostUidError> {
     let (caller_uid, caller_gid) = caller();
     let ids = hostuid::for_caller(caller_uid, caller_gid, &policy.identity)?;
     let rlimit_hard: Vec<(Kind, u64)> = KINDS.iter().map(|&k| (k, rlimits::current_hard(k))).collect();
@@ -78,7 +82,8 @@ pub(crate) fn gather(policy: &Policy, wall: Duration) -> Result<(Host, Held), Ho
         .environment
         .pass
         .iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+        // The caller read them (hostenv.rs): the library reads no variable.
+        .filter_map(|k| pass.get(k).map(|v| (k.clone(), v.clone())))
         .collect();
     let mut host = Host {
         caller_uid,

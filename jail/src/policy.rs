@@ -18,6 +18,9 @@ pub const DEFAULT_POLICY_JSON: &str = include_str!("../../policies/default.json"
 /// Where relative paths in the built-in default policy are resolved from.
 pub const DEFAULT_POLICY_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../policies");
 
+/// [`Policy::source`] of the built-in default.
+pub const BUILTIN_SOURCE: &str = "built-in";
+
 /// The only policy format version this build understands.
 pub const POLICY_VERSION: u32 = 1;
 
@@ -249,6 +252,9 @@ pub struct Policy {
     pub landlock: crate::landlock::Settings,
     /// sha256 of the policy's canonical JSON form, reported in every result.
     pub hash: String,
+    /// Where it came from, for the result and `jail doctor`: `built-in`
+    /// (policies/default.json, compiled in), the file's path, or `inline`.
+    pub source: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -527,12 +533,16 @@ impl Policy {
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
         let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read { path: path.to_path_buf(), source })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Policy::from_json(&text, base)
+        let mut policy = Policy::from_json(&text, base)?;
+        policy.source = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).display().to_string();
+        Ok(policy)
     }
 
     /// The built-in default policy.
     pub fn builtin_default() -> Result<Policy, PolicyError> {
-        Policy::from_json(DEFAULT_POLICY_JSON, Path::new(DEFAULT_POLICY_DIR))
+        let mut policy = Policy::from_json(DEFAULT_POLICY_JSON, Path::new(DEFAULT_POLICY_DIR))?;
+        policy.source = BUILTIN_SOURCE.into();
+        Ok(policy)
     }
 
     /// Parse and validate policy JSON; `base` resolves relative paths.
@@ -608,6 +618,7 @@ impl Policy {
             seccomp,
             landlock,
             hash,
+            source: "inline".into(),
         })
     }
 }
@@ -992,7 +1003,9 @@ mod tests {
         let p = Policy::builtin_default().unwrap();
         assert_eq!(p.identity.uid, 1000);
         assert_eq!(p.network, Network::None);
-        assert!(p.rootfs.is_some());
+        // No rootfs path: an installed binary looks it up (locate.rs).
+        assert!(p.rootfs.is_none());
+        assert_eq!(p.source, BUILTIN_SOURCE);
     }
 
     #[test]

@@ -33,6 +33,7 @@ pub(crate) fn base_result(policy: &Policy, host_uid: u32, host_gid: u32) -> RunR
     r.isolation = Isolation {
         policy: policy.name.clone(),
         policy_hash: policy.hash.clone(),
+        policy_source: policy.source.clone(),
         rootfs: String::new(),
         rootfs_id: None,
         namespaces: namespaces::NAMES.iter().map(|s| s.to_string()).collect(),

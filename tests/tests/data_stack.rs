@@ -511,6 +511,6 @@ fn jail_packages_on_a_rootfs_without_a_manifest_says_how_to_fix_it() {
         .unwrap();
     assert_eq!(out.status.code(), Some(125));
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("has no manifest") && err.contains("make rootfs"), "{err}");
+    assert!(err.contains("has no manifest") && err.contains("jail rootfs build minimal"), "{err}");
     assert!(out.stdout.is_empty());
 }

@@ -28,6 +28,7 @@ fn request(policy: Policy) -> RunRequest {
         rootfs: None,
         timeout: None,
         mode: OutputMode::Capture,
+        host: Default::default(),
     }
 }
 
