@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::cgroup::{self, RunCgroup};
 use crate::policy::{Network, Policy};
-use crate::{landlock, limits, rlimits, seccomp};
+use crate::{delegate, landlock, limits, rlimits, seccomp};
 
 /// The seccomp program, the model it was compiled from (the policy's, or
 /// that with `refuse` added), and the landlock plan for this run.
@@ -72,10 +72,14 @@ pub(crate) fn setup_resources(policy: &Policy, wall: Duration) -> Resources {
     let l = &policy.limits;
     let wanted = cgroup::Settings { memory: l.memory, cpus: l.cpus, pids: l.pids, cpu_time: l.cpu_time.is_some() };
     let (_, choice) = cgroup::choose_here(l.cgroup_parent.as_deref(), &wanted);
+    let (choice, scope) = delegate::fill_in(choice, l.systemd_delegation, l.cgroup_parent.is_some(), &wanted);
     let mut why_not = choice.notes.join("; ");
     if let Some(candidate) = &choice.candidate {
         cgroup::sweep(candidate);
-        let plan = limits::plan(policy, wall, Some(candidate), "", &rlimits::current_hard);
+        let mut plan = limits::plan(policy, wall, Some(candidate), "", &rlimits::current_hard);
+        if let Some(scope) = &scope {
+            delegate::annotate(&mut plan, scope);
+        }
         match RunCgroup::create(candidate, &cgroup::run_name(), &plan.settings) {
             Ok(cg) => return Resources { cgroup: Some(cg), plan },
             Err(e) => {

@@ -28,6 +28,7 @@
 pub mod artifacts;
 mod capture;
 pub mod cgroup;
+pub mod delegate;
 pub mod child;
 pub mod conceal;
 pub mod delivery;
