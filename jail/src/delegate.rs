@@ -46,9 +46,9 @@ pub enum DelegateError {
     #[error("cannot connect to the user bus at {path}")]
     Connect { path: PathBuf, source: std::io::Error },
     #[error("D-Bus {what}")]
-    Bus { what: &'static str, source: zbus::Error },
+    Bus { what: &'static str, source: Box<zbus::Error> },
     #[error("systemd refused to start {unit}")]
-    Start { unit: String, source: zbus::Error },
+    Start { unit: String, source: Box<zbus::Error> },
     #[error("systemd's job starting {unit} ended \"{result}\", not \"done\"")]
     Job { unit: String, result: String },
     #[error("systemd did not finish starting {unit} within {} s", TIMEOUT.as_secs())]
@@ -111,6 +111,20 @@ fn v2_has_controllers() -> bool {
     text.split_whitespace().any(|c| cgroup::V2_CONTROLLERS.contains(&c))
 }
 
+/// Whether a run here could ask for a scope, without asking (for doctor):
+/// the bus it would use, or why it would not try.
+pub fn availability() -> Result<PathBuf, String> {
+    let uid = nix::unistd::getuid().as_raw();
+    let path = bus_path(uid);
+    if !v2_has_controllers() {
+        return Err("cgroup v2 offers no memory, pids or cpu controller on this host".into());
+    }
+    if !path.exists() {
+        return Err(DelegateError::NoBus { path, uid }.to_string());
+    }
+    Ok(path)
+}
+
 /// Ask systemd for a delegated scope holding this process and move into
 /// its leaf. Blocking, bounded by [`TIMEOUT`].
 pub fn obtain() -> Result<Scope, DelegateError> {
@@ -121,7 +135,7 @@ pub fn obtain() -> Result<Scope, DelegateError> {
     }
     // A socket nobody listens on fails here, plainly.
     UnixStream::connect(&path).map_err(|source| DelegateError::Connect { path: path.clone(), source })?;
-    let bus = |what| move |source| DelegateError::Bus { what, source };
+    let bus = |what| move |source| DelegateError::Bus { what, source: Box::new(source) };
     let conn = zbus::blocking::connection::Builder::address(format!("unix:path={}", path.display()).as_str())
         .map_err(bus("user bus address"))?
         .method_timeout(TIMEOUT)
@@ -142,11 +156,14 @@ pub fn obtain() -> Result<Scope, DelegateError> {
         }
     });
     let pid = std::process::id();
-    let nonce = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
     let unit = unit_name(pid, nonce);
     let started: Result<OwnedObjectPath, _> = proxy.call("StartTransientUnit", &start_body(&unit, pid));
     let outcome = match started {
-        Err(source) => Err(DelegateError::Start { unit: unit.clone(), source }),
+        Err(source) => Err(DelegateError::Start { unit: unit.clone(), source: Box::new(source) }),
         Ok(job) => wait_for(&rx, &job, &unit),
     };
     // Closing the connection ends the signal stream and its thread.
@@ -155,7 +172,11 @@ pub fn obtain() -> Result<Scope, DelegateError> {
     enter_leaf(&unit)
 }
 
-fn wait_for(rx: &mpsc::Receiver<(OwnedObjectPath, String, String)>, job: &OwnedObjectPath, unit: &str) -> Result<(), DelegateError> {
+fn wait_for(
+    rx: &mpsc::Receiver<(OwnedObjectPath, String, String)>,
+    job: &OwnedObjectPath,
+    unit: &str,
+) -> Result<(), DelegateError> {
     let deadline = std::time::Instant::now() + TIMEOUT;
     loop {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
@@ -199,14 +220,18 @@ pub fn fill_in(choice: Choice, enabled: bool, explicit_parent: bool, wanted: &Se
     }
     let mut choice = choice;
     if !enabled {
-        choice.notes.push("systemd delegation is off (limits.systemd_delegation \"off\" or --no-systemd-delegation)".into());
+        choice
+            .notes
+            .push("systemd delegation is off (limits.systemd_delegation \"off\" or --no-systemd-delegation)".into());
         return (choice, None);
     }
     let mut held = SCOPE.lock().unwrap_or_else(|e| e.into_inner());
     let scope = match held.clone() {
         Some(s) => s,
         None if !v2_has_controllers() => {
-            choice.notes.push("systemd delegation: cgroup v2 offers no memory, pids or cpu controller on this host".into());
+            choice
+                .notes
+                .push("systemd delegation: cgroup v2 offers no memory, pids or cpu controller on this host".into());
             return (choice, None);
         }
         None => match obtain() {
@@ -254,7 +279,9 @@ pub fn current() -> Option<Scope> {
 
 /// Whether `path` names a jail scope's cgroup.
 pub fn is_scope_cgroup(path: &Path) -> bool {
-    path.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with("jail-run-") && n.ends_with(".scope"))
+    path.file_name()
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("jail-run-") && n.ends_with(".scope"))
 }
 
 #[cfg(test)]
@@ -277,8 +304,12 @@ mod tests {
         let body = msg.body();
         // zvariant shows the body (the arguments, ssa(sv)a(sa(sv))) as one struct.
         assert_eq!(msg.header().signature().to_string(), "(ssa(sv)a(sa(sv)))");
-        let (name, mode, props, aux): (String, String, Vec<(String, zbus::zvariant::OwnedValue)>, Vec<(String, Vec<(String, zbus::zvariant::OwnedValue)>)>) =
-            body.deserialize().unwrap();
+        let (name, mode, props, aux): (
+            String,
+            String,
+            Vec<(String, zbus::zvariant::OwnedValue)>,
+            Vec<(String, Vec<(String, zbus::zvariant::OwnedValue)>)>,
+        ) = body.deserialize().unwrap();
         assert_eq!((name.as_str(), mode.as_str()), ("jail-run-4242-7.scope", "fail"));
         assert!(aux.is_empty());
         let get = |k: &str| props.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap();

@@ -28,9 +28,9 @@
 pub mod artifacts;
 mod capture;
 pub mod cgroup;
-pub mod delegate;
 pub mod child;
 pub mod conceal;
+pub mod delegate;
 pub mod delivery;
 pub mod digest;
 pub mod doctor;

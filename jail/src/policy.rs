@@ -710,7 +710,10 @@ fn validate_limits(f: &LimitsFile, wall: f64) -> Result<Limits, PolicyError> {
         None | Some("auto") => true,
         Some("off") => false,
         Some(other) => {
-            return Err(PolicyError::field("limits.systemd_delegation", format!("`{other}` is not a choice (use \"auto\" or \"off\")")))
+            return Err(PolicyError::field(
+                "limits.systemd_delegation",
+                format!("`{other}` is not a choice (use \"auto\" or \"off\")"),
+            ))
         }
     };
     Ok(Limits {

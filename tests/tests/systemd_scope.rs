@@ -93,7 +93,11 @@ fn an_ordinary_user_without_a_writable_cgroup_gets_a_systemd_scope_whose_cgroup_
         // No user manager here: the fallback, with the reason it fell back.
         assert_eq!(mem.enforced_by, "rlimit", "{:?}", r.limits);
         let why = r.isolation.degraded.iter().find(|d| d.starts_with("limit memory: ")).cloned().unwrap_or_default();
-        assert!(why.contains("systemd delegation: "), "the fallback does not say why systemd gave no scope: {:?}", r.isolation.degraded);
+        assert!(
+            why.contains("systemd delegation: "),
+            "the fallback does not say why systemd gave no scope: {:?}",
+            r.isolation.degraded
+        );
         assert_eq!(r.status, Status::NonzeroExit, "{r:?}");
         assert_eq!(r.error.as_ref().map(|e| e.kind.as_str()), Some("MemoryError"), "{}", r.stderr.text);
     }
