@@ -13,6 +13,7 @@
 //! no, the run falls back exactly as without delegation (rlimits, or refused
 //! per `limits.enforcement`) and the reason is in the result.
 
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc;
@@ -23,6 +24,7 @@ use zbus::zvariant::{OwnedObjectPath, Value};
 
 use crate::cgroup::{self, Choice, Settings};
 use crate::limits;
+use crate::sys::{self, Forked};
 
 const DESTINATION: &str = "org.freedesktop.systemd1";
 const PATH: &str = "/org/freedesktop/systemd1";
@@ -55,6 +57,10 @@ pub enum DelegateError {
     Timeout { unit: String },
     #[error("after {unit} started this process is in cgroup {found}, not in the scope")]
     NotMoved { unit: String, found: String },
+    #[error("the helper that asks systemd could not start")]
+    Helper { source: std::io::Error },
+    #[error("{message}")]
+    Asked { message: String },
     #[error("moving the supervisor into {path}")]
     Leaf { path: PathBuf, source: std::io::Error },
 }
@@ -127,14 +133,88 @@ pub fn availability() -> Result<PathBuf, String> {
 
 /// Ask systemd for a delegated scope holding this process and move into
 /// its leaf. Blocking, bounded by [`TIMEOUT`].
+///
+/// The D-Bus exchange runs in a forked helper: zbus starts threads, and the
+/// supervisor must stay single-threaded until it clones the run's child.
+/// The helper asks for the scope with the supervisor's pid in it, waits for
+/// the job, reports one line through a pipe and exits.
 pub fn obtain() -> Result<Scope, DelegateError> {
     let uid = nix::unistd::getuid().as_raw();
     let path = bus_path(uid);
     if !path.exists() {
         return Err(DelegateError::NoBus { path, uid });
     }
+    let supervisor = std::process::id();
+    let nonce = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let unit = unit_name(supervisor, nonce);
+    let helper = |source: std::io::Error| DelegateError::Helper { source };
+    let (rx, tx) = nix::unistd::pipe().map_err(|e| helper(e.into()))?;
+    match sys::fork_process().map_err(helper)? {
+        Forked::Child => {
+            drop(rx);
+            let line = match ask(&path, &unit, supervisor) {
+                Ok(()) => "ok".to_string(),
+                Err(e) => {
+                    let cause = std::error::Error::source(&e).map(|s| format!(": {s}")).unwrap_or_default();
+                    format!("{e}{cause}")
+                }
+            };
+            let _ = nix::unistd::write(&tx, line.as_bytes());
+            sys::exit_now(0)
+        }
+        Forked::Parent(pid) => {
+            drop(tx);
+            let answer = read_answer(&rx, TIMEOUT + Duration::from_secs(2));
+            // The helper is done or is stopped now; either way it is reaped.
+            let _ = nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL);
+            let _ = nix::sys::wait::waitpid(pid, None);
+            match answer {
+                Some(a) if a == "ok" => enter_leaf(&unit),
+                Some(a) if !a.is_empty() => Err(DelegateError::Asked { message: a }),
+                _ => Err(DelegateError::Timeout { unit }),
+            }
+        }
+    }
+}
+
+/// The helper's one line, at most 4 KiB, within `limit`.
+fn read_answer(rx: &OwnedFd, limit: Duration) -> Option<String> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let deadline = std::time::Instant::now() + limit;
+    let mut buf = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let mut fds = [PollFd::new(rx.as_fd(), PollFlags::POLLIN)];
+        let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX);
+        match poll(&mut fds, PollTimeout::from(ms)) {
+            Ok(0) | Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return None,
+            Ok(_) => {}
+        }
+        let mut chunk = [0u8; 1024];
+        match nix::unistd::read(rx.as_raw_fd(), &mut chunk) {
+            Ok(0) => return Some(String::from_utf8_lossy(&buf).into_owned()),
+            Ok(n) => {
+                buf.extend_from_slice(&chunk[..n]);
+                buf.truncate(4096);
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+/// The helper's side: StartTransientUnit for a scope holding `pid`, then
+/// the job's JobRemoved.
+fn ask(path: &Path, unit: &str, pid: u32) -> Result<(), DelegateError> {
     // A socket nobody listens on fails here, plainly.
-    UnixStream::connect(&path).map_err(|source| DelegateError::Connect { path: path.clone(), source })?;
+    UnixStream::connect(path).map_err(|source| DelegateError::Connect { path: path.to_path_buf(), source })?;
     let bus = |what| move |source| DelegateError::Bus { what, source: Box::new(source) };
     let conn = zbus::blocking::connection::Builder::address(format!("unix:path={}", path.display()).as_str())
         .map_err(bus("user bus address"))?
@@ -155,21 +235,11 @@ pub fn obtain() -> Result<Scope, DelegateError> {
             }
         }
     });
-    let pid = std::process::id();
-    let nonce = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos())
-        .unwrap_or(0);
-    let unit = unit_name(pid, nonce);
-    let started: Result<OwnedObjectPath, _> = proxy.call("StartTransientUnit", &start_body(&unit, pid));
-    let outcome = match started {
-        Err(source) => Err(DelegateError::Start { unit: unit.clone(), source: Box::new(source) }),
-        Ok(job) => wait_for(&rx, &job, &unit),
-    };
-    // Closing the connection ends the signal stream and its thread.
-    let _ = conn.close();
-    outcome?;
-    enter_leaf(&unit)
+    let started: Result<OwnedObjectPath, _> = proxy.call("StartTransientUnit", &start_body(unit, pid));
+    match started {
+        Err(source) => Err(DelegateError::Start { unit: unit.to_string(), source: Box::new(source) }),
+        Ok(job) => wait_for(&rx, &job, unit),
+    }
 }
 
 fn wait_for(
