@@ -82,8 +82,10 @@ fn an_ordinary_user_without_a_writable_cgroup_gets_a_systemd_scope_whose_cgroup_
         }
         assert!(!dir.exists(), "the scope's cgroup {} outlived the jail", dir.display());
         let parent = dir.parent().unwrap();
+        // systemd may have collected the emptied slice too.
         let left: Vec<_> = std::fs::read_dir(parent)
-            .unwrap()
+            .into_iter()
+            .flatten()
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().starts_with(&format!("jail-run-{pid}-")))
             .map(|e| e.path())

@@ -101,6 +101,9 @@ if [ "${1:-}" = scope ]; then
     owner=$(stat -c %U "/sys/fs/cgroup$cg")
     say "user-manager part as $me (uid $(id -u)) in cgroup $cg, owned by $owner"
     [ "$owner" != "$me" ] || { say "FAIL: cgroup $cg belongs to $me: this part must run without a writable cgroup"; exit 1; }
+    # The root part's parent is not ours, and an explicit parent turns
+    # delegation off: this part has none.
+    unset JAIL_CGROUP_PARENT
     export JAIL_EXPECT_SYSTEMD_SCOPE=1 XDG_RUNTIME_DIR=/run/user/$(id -u)
     export DBUS_SESSION_BUS_ADDRESS=unix:path=$XDG_RUNTIME_DIR/bus
     doctor "$me, user manager, no writable cgroup"
