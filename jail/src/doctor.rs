@@ -114,6 +114,16 @@ fn limits_check(kernel: &str, parent: Option<&Path>) -> (Check, CgroupLayout) {
     if !choice.notes.is_empty() {
         detail.push_str(&format!(" [{}]", choice.notes.join("; ")));
     }
+    if choice.candidate.is_none() && parent.is_none() {
+        match crate::delegate::availability() {
+            Ok(bus) => detail.push_str(&format!(
+                " [systemd delegation: a user manager listens on {}: runs ask it for a delegated scope \
+                 (StartTransientUnit, Delegate=yes) and get cgroup_v2 limits; --no-systemd-delegation turns that off]",
+                bus.display()
+            )),
+            Err(why) => detail.push_str(&format!(" [systemd delegation: {why}]")),
+        }
+    }
     if choice.candidate.is_none() && kernel_version(kernel).is_some_and(|v| v < (5, 14)) {
         detail.push_str(" [before Linux 5.14 RLIMIT_NPROC counts every process of the host uid, not only the run's]");
     }
@@ -121,8 +131,9 @@ fn limits_check(kernel: &str, parent: Option<&Path>) -> (Check, CgroupLayout) {
         "limits",
         full,
         detail,
-        "give jail a cgroup it may write: run it as root; or delegate one and pass its path as --cgroup-parent \
-         or JAIL_CGROUP_PARENT. cgroup v2: `systemd-run --user --scope -p Delegate=yes $SHELL`, move that shell \
+        "give jail a cgroup it may write: run it as root; on a cgroup v2 host with systemd, run a user manager \
+         (`loginctl enable-linger $USER`) and jail asks it for a delegated scope by itself; or delegate one and pass \
+         its path as --cgroup-parent or JAIL_CGROUP_PARENT. cgroup v2: `systemd-run --user --scope -p Delegate=yes $SHELL`, move that shell \
          into a leaf (mkdir /sys/fs/cgroup$CG/leaf; echo $$ > /sys/fs/cgroup$CG/leaf/cgroup.procs, CG from \
          /proc/self/cgroup) and pass $CG. cgroup v1: as root, create the same path in each of memory, pids, cpu, \
          cpuacct and freezer and chown it, its cgroup.procs and its tasks to the user",

@@ -32,6 +32,9 @@ pub(crate) struct Host {
     /// Where the run cgroup was created, or `None` with `cgroup_why_not`.
     pub(crate) cgroup: Option<Candidate>,
     pub(crate) cgroup_why_not: String,
+    /// The systemd scope the run cgroup lies in, when the jail asked the
+    /// user manager for one (delegate.rs).
+    pub(crate) systemd_scope: Option<crate::delegate::Scope>,
     /// The values of the policy's `environment.pass` variables that are set.
     pub(crate) env: BTreeMap<String, String>,
 }
@@ -96,6 +99,7 @@ pub(crate) fn gather(
         rlimit_hard,
         cgroup: None,
         cgroup_why_not: String::new(),
+        systemd_scope: None,
         env,
     };
     let cgroup = run_cgroup(policy, wall, &mut host);
@@ -109,6 +113,7 @@ fn run_cgroup(policy: &Policy, wall: Duration, host: &mut Host) -> Option<RunCgr
     let l = &policy.limits;
     let wanted = cgroup::Settings { memory: l.memory, cpus: l.cpus, pids: l.pids, cpu_time: l.cpu_time.is_some() };
     let (_, choice) = cgroup::choose_here(l.cgroup_parent.as_deref(), &wanted);
+    let (choice, scope) = crate::delegate::fill_in(choice, l.systemd_delegation, l.cgroup_parent.is_some(), &wanted);
     host.cgroup_why_not = choice.notes.join("; ");
     let candidate = choice.candidate?;
     cgroup::sweep(&candidate);
@@ -117,6 +122,7 @@ fn run_cgroup(policy: &Policy, wall: Duration, host: &mut Host) -> Option<RunCgr
     match RunCgroup::create(&candidate, &cgroup::run_name(), &settings) {
         Ok(cg) => {
             host.cgroup = Some(candidate);
+            host.systemd_scope = scope;
             Some(cg)
         }
         Err(e) => {

@@ -38,6 +38,7 @@ mod capture;
 pub mod cgroup;
 pub mod child;
 pub mod conceal;
+pub mod delegate;
 pub mod delivery;
 pub mod digest;
 pub mod doctor;

@@ -134,6 +134,10 @@ struct RunArgs {
     /// then jail's own cgroup).
     #[arg(long = "cgroup-parent", value_name = "CGROUP")]
     cgroup_parent: Option<String>,
+    /// With no writable cgroup, do not ask the systemd user manager for a
+    /// delegated scope (the policy's limits.systemd_delegation "off").
+    #[arg(long = "no-systemd-delegation")]
+    no_systemd_delegation: bool,
     /// Capture the output and print one JSON result document on stdout.
     #[arg(long)]
     json: bool,
@@ -255,6 +259,7 @@ fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<InlineScript>), 
         cgroup_parent: args
             .cgroup_parent
             .or_else(|| env_var(hostenv::CGROUP_PARENT_VAR).and_then(|v| v.into_string().ok()).filter(|v| !v.is_empty())),
+        no_systemd_delegation: args.no_systemd_delegation,
     };
     policy
         .apply_overrides(&overrides)

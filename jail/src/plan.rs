@@ -151,7 +151,10 @@ pub(crate) struct Refused {
 pub(crate) fn plan(req: &RunRequest, prepared: &Prepared, host: &Host) -> Result<RunPlan, Refused> {
     let policy = &req.policy;
     let wall_time = req.timeout.unwrap_or(policy.limits.wall_time);
-    let limits = limits::plan(policy, wall_time, host.cgroup.as_ref(), &host.cgroup_why_not, &|k| host.hard(k));
+    let mut limits = limits::plan(policy, wall_time, host.cgroup.as_ref(), &host.cgroup_why_not, &|k| host.hard(k));
+    if let Some(scope) = &host.systemd_scope {
+        crate::delegate::annotate(&mut limits, scope);
+    }
     match plan_with(req, prepared, host, &limits, wall_time) {
         Ok(plan) => Ok(plan),
         Err(error) => Err(Refused { error, limits: limits.reports }),

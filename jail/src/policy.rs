@@ -142,6 +142,9 @@ pub struct LimitsFile {
     /// The cgroup the run's cgroup is created beneath, as a path in the
     /// cgroup hierarchy (`/jail.slice`); default: the jail's own cgroup.
     pub cgroup_parent: Option<String>,
+    /// `auto` (the default): with no writable cgroup, ask the systemd user
+    /// manager for a delegated scope; `off`: never ask.
+    pub systemd_delegation: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -296,6 +299,9 @@ pub struct Limits {
     pub enforcement: Enforcements,
     /// A cgroup path (as in /proc/self/cgroup) to create run cgroups beneath.
     pub cgroup_parent: Option<PathBuf>,
+    /// Whether a run with no writable cgroup asks systemd for a delegated
+    /// scope (`limits.systemd_delegation`, delegate.rs).
+    pub systemd_delegation: bool,
 }
 
 /// What happens when the host cannot enforce a limit.
@@ -329,6 +335,8 @@ pub struct Overrides {
     pub pids: Option<String>,
     pub cpu_time: Option<String>,
     pub cgroup_parent: Option<String>,
+    /// `--no-systemd-delegation`.
+    pub no_systemd_delegation: bool,
 }
 
 /// The rules the supervisor applies to the output dir after a run.
@@ -709,6 +717,16 @@ fn validate_limits(f: &LimitsFile, wall: f64) -> Result<Limits, PolicyError> {
         None => None,
         Some(p) => Some(check_cgroup_parent(p).map_err(|m| PolicyError::field("limits.cgroup_parent", m))?),
     };
+    let systemd_delegation = match f.systemd_delegation.as_deref() {
+        None | Some("auto") => true,
+        Some("off") => false,
+        Some(other) => {
+            return Err(PolicyError::field(
+                "limits.systemd_delegation",
+                format!("`{other}` is not a choice (use \"auto\" or \"off\")"),
+            ))
+        }
+    };
     Ok(Limits {
         wall_time: Duration::from_secs_f64(wall),
         cpu_time: cpu_time.map(Duration::from_secs_f64),
@@ -721,6 +739,7 @@ fn validate_limits(f: &LimitsFile, wall: f64) -> Result<Limits, PolicyError> {
         stderr_bytes: size_field("limits.stderr_bytes", &f.stderr_bytes, 1 << 20)?,
         enforcement,
         cgroup_parent,
+        systemd_delegation,
     })
 }
 
@@ -827,6 +846,9 @@ impl Policy {
         }
         if let Some(v) = &o.cgroup_parent {
             self.limits.cgroup_parent = Some(check_cgroup_parent(v).map_err(|m| format!("--cgroup-parent: {m}"))?);
+        }
+        if o.no_systemd_delegation {
+            self.limits.systemd_delegation = false;
         }
         Ok(())
     }
@@ -1103,6 +1125,7 @@ mod tests {
             (r#"{"enforcement":{"memory":"always"}}"#, "limits.enforcement.memory"),
             (r#"{"enforcement":{"wall_time":"required"}}"#, "limits.enforcement.wall_time"),
             (r#"{"cgroup_parent":"../x"}"#, "limits.cgroup_parent"),
+            (r#"{"systemd_delegation":"yes"}"#, "limits.systemd_delegation"),
             (r#"{"swap":0}"#, "limits"),
         ] {
             let err = Policy::from_json(&format!(r#"{{"version":1,"limits":{json}}}"#), Path::new("/")).unwrap_err();
@@ -1140,8 +1163,11 @@ mod tests {
             pids: Some("64".into()),
             cpu_time: Some("3".into()),
             cgroup_parent: Some("/x".into()),
+            no_systemd_delegation: true,
         };
+        assert!(p.limits.systemd_delegation, "on by default");
         p.apply_overrides(&o).unwrap();
+        assert!(!p.limits.systemd_delegation);
         assert_eq!(p.limits.memory, Some(1 << 30));
         assert_eq!(p.limits.cpus, None);
         assert_eq!(p.limits.pids, Some(64));

@@ -77,6 +77,7 @@ fn root_v1() -> Host {
             parents: vec![parent("memory"), parent("cpu"), parent("pids")],
         }),
         cgroup_why_not: "cgroup v2: no controllers delegated".into(),
+        systemd_scope: None,
         env: BTreeMap::new(),
     }
 }
