@@ -33,6 +33,7 @@ pub mod conceal;
 pub mod delivery;
 pub mod digest;
 pub mod doctor;
+pub mod field;
 pub mod fsid;
 pub mod hostuid;
 pub mod landlock;

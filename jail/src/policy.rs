@@ -29,6 +29,14 @@ pub enum PolicyError {
     Field { field: String, message: String },
 }
 
+/// A facility's validator (`seccomp`, `landlock`) names the field; the
+/// policy's error says it the same way as its own.
+impl From<crate::field::FieldError> for PolicyError {
+    fn from(e: crate::field::FieldError) -> PolicyError {
+        PolicyError::Field { field: e.field, message: e.message }
+    }
+}
+
 impl PolicyError {
     fn field(field: &str, message: impl Into<String>) -> Self {
         PolicyError::Field { field: field.to_string(), message: message.into() }

@@ -24,7 +24,7 @@ use libseccomp::{ScmpAction, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext, S
 
 pub use model::{Action, Cause, Model, Report, SeccompFile, Verdict};
 
-use crate::policy::PolicyError;
+use crate::field::FieldError;
 use crate::result::Denial;
 use crate::sys;
 use bpf::{Insn, SeccompData};
@@ -275,12 +275,12 @@ impl Filter {
 pub const JAIL_NEEDS: [&str; 2] = ["sendmsg", "execve"];
 
 /// Policy check: `JAIL_NEEDS` are allowed without conditions.
-pub fn check_jail_needs(model: &Model) -> Result<(), PolicyError> {
+pub fn check_jail_needs(model: &Model) -> Result<(), FieldError> {
     for name in JAIL_NEEDS {
         let ok = model::resolve(name)
             .is_some_and(|nr| model.rules_for(nr).any(|(_, r)| r.action == Action::Allow && r.when.is_empty()));
         if !ok {
-            return Err(PolicyError::Field {
+            return Err(FieldError {
                 field: "seccomp.rules".into(),
                 message: format!(
                     "`{name}` must be allowed without conditions: the jail itself calls it after loading the filter"
@@ -347,8 +347,8 @@ const CLONE_NEW_FLAGS: [u64; 7] = [
 ];
 
 /// Policy check: the refusals every run keeps whatever a policy says.
-pub fn check_floor(model: &Model) -> Result<(), PolicyError> {
-    let refuse = |i: usize, what: &str| PolicyError::Field {
+pub fn check_floor(model: &Model) -> Result<(), FieldError> {
+    let refuse = |i: usize, what: &str| FieldError {
         field: format!("seccomp.rules[{i}]"),
         message: format!("allows {what}, which this jail always refuses (policies/README.md, \"Always refused\")"),
     };
@@ -392,7 +392,7 @@ pub fn check_floor(model: &Model) -> Result<(), PolicyError> {
 
 /// Policy check for `network.mode: none`: socket() is refused for every
 /// address family but AF_UNIX.
-pub fn check_network_none(model: &Model) -> Result<(), PolicyError> {
+pub fn check_network_none(model: &Model) -> Result<(), FieldError> {
     check_socket_families(model, &[libc::AF_UNIX], "none: only AF_UNIX sockets may be created")
 }
 
@@ -400,7 +400,7 @@ pub fn check_network_none(model: &Model) -> Result<(), PolicyError> {
 /// (probed over every family number, and with high bits set, since the
 /// kernel reads the argument as an int), whatever the socket type: a rule
 /// that allows by type alone (`arg 1 eq SOCK_DGRAM`) allows every family.
-fn check_socket_families(model: &Model, allowed: &[libc::c_int], why: &str) -> Result<(), PolicyError> {
+fn check_socket_families(model: &Model, allowed: &[libc::c_int], why: &str) -> Result<(), FieldError> {
     let allowed: Vec<u64> = allowed.iter().map(|&f| f as u64).collect();
     let families = (0..=64u64).filter(|f| !allowed.contains(f)).chain([1u64 << 32 | 2, u64::MAX]);
     let types = [
@@ -417,7 +417,7 @@ fn check_socket_families(model: &Model, allowed: &[libc::c_int], why: &str) -> R
                     Cause::Rule(i) => format!("seccomp.rules[{i}]"),
                     _ => "seccomp".into(),
                 };
-                return Err(PolicyError::Field {
+                return Err(FieldError {
                     field,
                     message: format!("allows socket() for {}, but network.mode is {why}", family_name(fam)),
                 });
@@ -492,7 +492,7 @@ pub fn adapt_for_allowlist(section: &mut SeccompFile) {
 /// counted refusals (`report: true`), which is what sends them to the
 /// supervisor to let the TCP stream ones through (`Tally::answer`). A rule
 /// that allowed them outright would let UDP and raw sockets through too.
-pub fn check_network_allowlist(model: &Model) -> Result<(), PolicyError> {
+pub fn check_network_allowlist(model: &Model) -> Result<(), FieldError> {
     check_socket_families(
         model,
         &[libc::AF_UNIX],
@@ -502,7 +502,7 @@ pub fn check_network_allowlist(model: &Model) -> Result<(), PolicyError> {
     for fam in [libc::AF_INET, libc::AF_INET6] {
         let verdict = model.evaluate_named("socket", [fam as u64, libc::SOCK_STREAM as u64, 0, 0, 0, 0]);
         if !matches!(verdict, Some(Verdict { action: Action::Errno { report: Report::Counted, .. }, .. })) {
-            return Err(PolicyError::Field {
+            return Err(FieldError {
                 field: "seccomp".into(),
                 message: format!(
                     "does not send socket({}, SOCK_STREAM) to the supervisor (a plain or silent refusal, or a kill), so the script could not reach the proxy; \
