@@ -30,11 +30,12 @@ mod notify;
 
 use std::io;
 
-pub use allowlist::adapt_for_allowlist;
-pub use compile::{check_call, compile, conjunctions, host_mode, ret_value, Filter, Mismatch, Mode};
-pub use invariants::{check_floor, check_jail_needs, check_network_allowlist, check_network_none, ALWAYS_REFUSED, JAIL_NEEDS};
+pub(crate) use allowlist::adapt_for_allowlist;
+pub use compile::{check_call, compile, host_mode, Filter, Mismatch, Mode};
+pub(crate) use invariants::{check_floor, check_jail_needs, check_network_allowlist, check_network_none};
 pub use model::{Action, Cause, Model, Report, SeccompFile, Verdict};
-pub use notify::{can_continue, family_name, host_can_continue, is_tcp_stream, Next, Tally, MAX_ANSWERED, PAST_CAP_PACE};
+pub use notify::MAX_ANSWERED;
+pub(crate) use notify::{host_can_continue, Next, Tally, PAST_CAP_PACE};
 
 #[derive(Debug, thiserror::Error)]
 pub enum SeccompError {
