@@ -30,7 +30,7 @@ mod image;
 mod inspect;
 mod json;
 mod markup;
-pub mod neutralise;
+pub(crate) mod neutralise;
 mod ooxml;
 mod zipdir;
 

@@ -21,7 +21,7 @@
 
 mod allowlist;
 pub mod bpf;
-pub mod cache;
+pub(crate) mod cache;
 mod compile;
 mod invariants;
 mod load;
