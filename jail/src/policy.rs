@@ -274,6 +274,13 @@ pub struct Identity {
     pub root_host_gid: u32,
 }
 
+/// The host ids of a run started by root (`hostuid::for_caller`).
+impl From<&Identity> for crate::hostuid::RootIds {
+    fn from(identity: &Identity) -> crate::hostuid::RootIds {
+        crate::hostuid::RootIds { uids: identity.root_host_uids, gid: identity.root_host_gid }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Environment {
     pub set: BTreeMap<String, String>,
