@@ -198,6 +198,22 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_ordinary_caller_keeps_its_own_ids_and_leases_nothing() {
+        let p = crate::policy::Policy::builtin_default().unwrap();
+        let host = for_caller(1234, 1235, &p.identity).unwrap();
+        assert_eq!((host.uid, host.gid), (1234, 1235));
+        assert!(host.lease.is_none());
+    }
+
+    #[test]
+    fn the_default_policy_leases_root_runs_from_the_default_range() {
+        let p = crate::policy::Policy::builtin_default().unwrap();
+        let root = RootIds::from(&p.identity);
+        assert_eq!(root, RootIds { uids: UidRange { first: DEFAULT_FIRST, count: DEFAULT_COUNT }, gid: DEFAULT_GID });
+        assert_eq!(root.uids, UidRange { first: 0x7000_0000, count: 65536 });
+    }
+
+    #[test]
     fn concurrent_leases_get_different_uids_and_a_released_one_comes_back() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("uids");
