@@ -315,6 +315,7 @@ fn child_spec(
         },
         proxy: theirs.proxy,
         cgroup_tasks,
+        cpus: prepared.cpus.clone(),
     }
 }
 

@@ -35,6 +35,7 @@ pub mod digest;
 pub mod doctor;
 pub mod fsid;
 pub mod hostuid;
+pub mod inside;
 pub mod landlock;
 mod launch;
 mod layers;

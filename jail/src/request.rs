@@ -68,6 +68,8 @@ pub(crate) struct Prepared {
     pub(crate) wall_time: Duration,
     /// With `network.mode: allowlist`: how the proxy resolves names.
     pub(crate) resolver: Option<proxy::Resolver>,
+    /// The CPUs PID 1 pins the run to (inside.rs).
+    pub(crate) cpus: Option<Vec<usize>>,
 }
 
 /// Check every path the user gave and resolve what the child will need.
@@ -115,6 +117,8 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
             input_error(e.to_string(), format!("write {}=name=address,... or unset it", proxy::TEST_RESOLVE_VAR))
         })?),
     };
+    // The run's limits where programs inside read them (inside.rs).
+    let view = crate::inside::view(policy);
     Ok(Prepared {
         mount_request: mounts::Request {
             rootfs: rootfs.clone(),
@@ -125,6 +129,8 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
             tmp_size: policy.filesystem.tmp_size,
             shm_size: policy.filesystem.shm_size,
             output_size: policy.filesystem.output_size,
+            meminfo: view.meminfo.clone(),
+            sys_files: view.sys_files.clone(),
         },
         exec,
         output_dir,
@@ -132,6 +138,7 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
         rootfs_id,
         wall_time,
         resolver,
+        cpus: view.cpus,
     })
 }
 
@@ -396,6 +403,9 @@ fn build_exec(policy: &Policy, script: &Path, args: &[String], mode: OutputMode,
         for var in THREAD_POOL_VARS {
             env.entry(var.to_string()).or_insert_with(|| n.clone());
         }
+    }
+    for (k, v) in crate::inside::env(policy) {
+        env.entry(k).or_insert(v);
     }
     if let Network::Allowlist(_) = policy.network {
         // After the policy's own values: the proxy is the only way out, and
