@@ -208,6 +208,29 @@ pub fn env(policy: &Policy) -> Vec<(String, String)> {
     }
 }
 
+/// `limits.memory.detail` of an `oom_killed` run: who the kernel's OOM
+/// killer took (the script itself when it died of SIGKILL, else processes
+/// it started) and the run's peak usage. Pure.
+pub fn oom_words(signal: Option<i32>, exit_code: Option<i32>, kills: u64, peak: Option<u64>) -> String {
+    let who = match (signal, exit_code) {
+        (Some(9), _) => format!("the script (killed by SIGKILL) and {} in all", processes(kills)),
+        (_, Some(code)) => format!("{} the script started (the script itself exited with {code})", processes(kills)),
+        _ => processes(kills),
+    };
+    let at = match peak {
+        Some(bytes) => format!("at a peak of {} MiB", bytes >> 20),
+        None => "at a peak this kernel does not report".into(),
+    };
+    format!("oom_killed: the kernel's OOM killer took {who}, {at}")
+}
+
+fn processes(n: u64) -> String {
+    match n {
+        1 => "1 process".into(),
+        n => format!("{n} processes"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -265,6 +288,19 @@ VmallocTotal:   34359738367 kB\nHugePages_Total:       0\nHugepagesize:       20
         assert_eq!(all.sys_files[0].1, "0-1\n");
         let none = view_of(&policy(r#"{"memory":"unlimited","cpus":"unlimited"}"#), HOST, &[0, 1], 1);
         assert_eq!(none, View::default());
+    }
+
+    #[test]
+    fn an_oom_kill_names_who_was_killed_and_the_peak() {
+        assert_eq!(
+            oom_words(Some(9), None, 1, Some(1 << 30)),
+            "oom_killed: the kernel's OOM killer took the script (killed by SIGKILL) and 1 process in all, at a peak of 1024 MiB"
+        );
+        assert_eq!(
+            oom_words(None, Some(1), 2, None),
+            "oom_killed: the kernel's OOM killer took 2 processes the script started (the script itself exited with 1), at a \
+             peak this kernel does not report"
+        );
     }
 
     #[test]

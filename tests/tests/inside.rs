@@ -164,3 +164,20 @@ fn an_oversize_numpy_allocation_raises_memory_error() {
     );
     assert_eq!(r.status, Status::Ok, "{}\n{}", r.stderr.text, String::from_utf8_lossy(&out.stderr));
 }
+
+#[test]
+fn an_oom_kill_says_what_was_killed_and_at_what_usage() {
+    if !expected_backend().starts_with("cgroup_") {
+        covered_elsewhere("no memory cgroup here (the rlimit backend has no OOM killer of its own); the root run covers it");
+        return;
+    }
+    let sb = sandbox(&["--memory", "128M"]);
+    // Below RLIMIT_AS (640M) in steps, so the cgroup's limit is what stops it.
+    let (r, _) = sb.run("chunks = []\nwhile True:\n    chunks.append(b'x' * (8 << 20))\n");
+    assert_eq!(r.status, Status::OomKilled, "{:?} {}", r.status, r.stderr.text);
+    let detail = r.limits["memory"].detail.clone().unwrap_or_default();
+    assert!(detail.starts_with("oom_killed: the kernel's OOM killer took the script (killed by SIGKILL)"), "{detail}");
+    if kernel_has_memory_peak() || expected_backend() == "cgroup_v1" {
+        assert!(detail.contains("at a peak of 12"), "{detail}");
+    }
+}
