@@ -67,17 +67,9 @@ print(json.dumps({{'before': before, 'after': meminfo(), 'wrote': wrote, 'umount
 fn without_a_memory_limit_meminfo_is_the_kernels() {
     let sb = sandbox(&["--memory", "unlimited"]);
     let v = sb.probe(&format!("{LIBC}\nprint(json.dumps(meminfo()))"));
-    let host: u64 = std::fs::read_to_string("/proc/meminfo")
-        .unwrap()
-        .lines()
-        .next()
-        .unwrap()
-        .split_whitespace()
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    assert_eq!(v["MemTotal"].as_u64(), Some(host), "{v}");
+    let text = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
+    let host = text.lines().next().and_then(|l| l.split_whitespace().nth(1)).and_then(|n| n.parse::<u64>().ok());
+    assert_eq!(v["MemTotal"].as_u64(), host, "{v}");
 }
 
 #[test]
