@@ -37,16 +37,38 @@ pub const MEMINFO: &str = "/proc/meminfo";
 /// The jail's `/sys`: a read-only tmpfs holding [`View::sys_files`] only.
 pub const SYS_DIR: &str = "/sys";
 
-/// The view for a policy on this host.
-pub fn view(policy: &Policy) -> View {
-    let host_meminfo = std::fs::read_to_string("/proc/meminfo").unwrap_or_default();
-    let allowed = allowed_cpus();
-    view_of(policy, &host_meminfo, &allowed, std::process::id() as usize)
+impl View {
+    /// Put the files into the mount request.
+    pub fn apply(&self, req: &mut crate::mounts::Request) {
+        req.meminfo = self.meminfo.clone();
+        req.sys_files = self.sys_files.clone();
+    }
 }
 
-/// [`view`] from the host's facts. `seed` spreads concurrent runs over the
-/// host's CPUs (the supervisor's pid).
-pub fn view_of(policy: &Policy, host_meminfo: &str, allowed: &[usize], seed: usize) -> View {
+/// What the view is made from, read from the host once (host.rs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostFacts {
+    /// The host's `/proc/meminfo` (its field names and order are kept).
+    pub meminfo: String,
+    /// The supervisor's own CPUs, ascending.
+    pub cpus: Vec<usize>,
+    /// Spreads concurrent runs over the CPUs: the supervisor's pid.
+    pub seed: usize,
+}
+
+impl HostFacts {
+    pub fn read() -> HostFacts {
+        HostFacts {
+            meminfo: std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
+            cpus: allowed_cpus(),
+            seed: std::process::id() as usize,
+        }
+    }
+}
+
+/// The view for a policy on a host. Pure.
+pub fn view_of(policy: &Policy, host: &HostFacts) -> View {
+    let (host_meminfo, allowed, seed) = (host.meminfo.as_str(), host.cpus.as_slice(), host.seed);
     let meminfo = policy.limits.memory.map(|limit| meminfo(host_meminfo, limit));
     let chosen = policy.limits.cpus.map(|c| choose_cpus(allowed, c, seed)).filter(|c| !c.is_empty());
     let sys_files = match &chosen {
@@ -279,14 +301,15 @@ VmallocTotal:   34359738367 kB\nHugePages_Total:       0\nHugepagesize:       20
 
     #[test]
     fn the_view_follows_the_policy_and_pins_only_when_it_leaves_cpus_out() {
-        let v = view_of(&policy(r#"{"memory":"1G","cpus":1}"#), HOST, &[0, 1], 1);
+        let facts = |seed| HostFacts { meminfo: HOST.into(), cpus: vec![0, 1], seed };
+        let v = view_of(&policy(r#"{"memory":"1G","cpus":1}"#), &facts(1));
         assert!(v.meminfo.as_deref().unwrap().starts_with("MemTotal:        1048576 kB\n"));
         assert_eq!(v.cpus, Some(vec![1]));
         assert_eq!(v.sys_files[0], (PathBuf::from("devices/system/cpu/online"), "1\n".to_string()));
-        let all = view_of(&policy(r#"{"cpus":2}"#), HOST, &[0, 1], 1);
+        let all = view_of(&policy(r#"{"cpus":2}"#), &facts(1));
         assert_eq!(all.cpus, None);
         assert_eq!(all.sys_files[0].1, "0-1\n");
-        let none = view_of(&policy(r#"{"memory":"unlimited","cpus":"unlimited"}"#), HOST, &[0, 1], 1);
+        let none = view_of(&policy(r#"{"memory":"unlimited","cpus":"unlimited"}"#), &facts(1));
         assert_eq!(none, View::default());
     }
 
