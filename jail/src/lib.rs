@@ -47,6 +47,7 @@ mod host;
 pub mod hostenv;
 pub mod hostuid;
 pub mod inline;
+pub mod inside;
 pub mod install;
 pub mod landlock;
 mod launch;

@@ -278,11 +278,24 @@ pub struct Environment {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Filesystem {
+    /// The size of `/tmp`: the policy's, or with [`Sizing::Auto`] the one
+    /// [`crate::inside::auto_tmp_size`] gives for the memory limit.
     pub tmp_size: u64,
+    pub tmp_sizing: Sizing,
     pub shm_size: u64,
     /// `None`: the output dir is the host folder itself, with no size cap.
     pub output_size: Option<u64>,
 }
+
+/// Whether a size was given or follows the memory limit (`"auto"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizing {
+    Auto,
+    Fixed,
+}
+
+/// The word that sizes `/tmp` from the memory limit.
+pub const AUTO: &str = "auto";
 
 /// Resource limits; `None` means unlimited.
 #[derive(Debug, Clone, PartialEq)]
@@ -590,16 +603,25 @@ impl Policy {
         });
         let identity = validate_identity(&file.identity)?;
         let environment = validate_environment(&file.environment)?;
-        let filesystem = Filesystem {
-            tmp_size: size_field("filesystem.tmp_size", &file.filesystem.tmp_size, 64 << 20)?,
-            shm_size: size_field("filesystem.shm_size", &file.filesystem.shm_size, 16 << 20)?,
-            output_size: limit_size("filesystem.output_size", &file.filesystem.output_size, Some(256 << 20))?,
-        };
         let wall = file.limits.wall_time_secs.unwrap_or(15.0);
         if !(wall > 0.0 && wall <= 86_400.0) {
             return Err(PolicyError::field("limits.wall_time_secs", format!("is {wall}, must be above 0 and at most 86400")));
         }
         let limits = validate_limits(&file.limits, wall)?;
+        let tmp_sizing = match &file.filesystem.tmp_size {
+            None => Sizing::Auto,
+            Some(Size::Text(t)) if t.trim() == AUTO => Sizing::Auto,
+            Some(_) => Sizing::Fixed,
+        };
+        let filesystem = Filesystem {
+            tmp_size: match tmp_sizing {
+                Sizing::Auto => crate::inside::auto_tmp_size(limits.memory),
+                Sizing::Fixed => size_field("filesystem.tmp_size", &file.filesystem.tmp_size, 0)?,
+            },
+            tmp_sizing,
+            shm_size: size_field("filesystem.shm_size", &file.filesystem.shm_size, 16 << 20)?,
+            output_size: limit_size("filesystem.output_size", &file.filesystem.output_size, Some(256 << 20))?,
+        };
         let network = validate_network(&file.network)?;
         let artifacts = validate_artifacts(&file.artifacts)?;
         let seccomp = match &file.seccomp {
@@ -834,6 +856,9 @@ impl Policy {
                 PolicyError::Field { message, .. } => format!("--memory: {message}"),
                 other => other.to_string(),
             })?;
+            if self.filesystem.tmp_sizing == Sizing::Auto {
+                self.filesystem.tmp_size = crate::inside::auto_tmp_size(self.limits.memory);
+            }
         }
         if let Some(v) = &o.cpus {
             self.limits.cpus = flag("cpus", amount(&text(v), None, check_cpus))?;

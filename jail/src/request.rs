@@ -138,6 +138,9 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
             tmp_size: policy.filesystem.tmp_size,
             shm_size: policy.filesystem.shm_size,
             output_size: policy.filesystem.output_size,
+            // Set by the plan from the host's facts (inside.rs).
+            meminfo: None,
+            sys_files: Vec::new(),
         },
         script: Path::new(mounts::CODE_DIR).join(&script_rel),
         output_dir,

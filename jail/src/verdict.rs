@@ -206,6 +206,13 @@ fn finish(mut result: RunResult, o: Outcome, cg: Option<CgroupUsage>, plan: &Run
         return failed(result, Stage::Reaper.message(message), started);
     };
     result.status = status;
+    if result.status == Status::OomKilled {
+        // What the OOM killer took, and at what usage (inside.rs).
+        let words = crate::inside::oom_words(result.signal, result.exit_code, facts.oom_kills, cg.memory_peak);
+        if let Some(m) = result.limits.get_mut("memory") {
+            m.detail = Some(format!("{words}; {}", m.detail.take().unwrap_or_default()));
+        }
+    }
     if !result.stderr.streamed {
         result.error = crate::result::parse_python_error(&result.stderr.text);
     }
