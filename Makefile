@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup build release rootfs test test-deps test-user test-harness demo doctor check-policies bench bench-quick clean
+.PHONY: help setup build release install rootfs test test-deps test-user test-harness demo doctor check-policies bench bench-quick clean
 
 help: ## list every target
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -22,6 +22,12 @@ build: ## build the workspace (debug)
 
 release: ## build the release binary target/release/jail
 	$(CARGO) build --release -p jail
+
+# `make install PREFIX=...`: the binary alone works anywhere (policy and
+# rootfs recipes compiled in); DESTDIR is honoured for packaging.
+PREFIX ?= /usr/local
+install: release ## install jail into PREFIX/bin (default /usr/local); then `jail rootfs build minimal`
+	scripts/install.sh $(JAIL) $(DESTDIR)$(PREFIX)
 
 include python-rootfs/rootfs.mk
 include agent/agent.mk

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# Build a Python root filesystem for the jail: python-rootfs/build.sh FLAVOUR
+# Build a Python root filesystem for the jail: python-rootfs/build.sh FLAVOUR [DEST]
 #
 # Each flavour is a script in flavours/ that fills the folder it is given.
-# The build goes into out/FLAVOUR.new and is renamed to out/FLAVOUR only when
-# complete, so a failed or interrupted build never leaves a half rootfs where
-# the jail would use it.
+# The build goes into DEST.new (DEST defaults to out/FLAVOUR) and is renamed
+# to DEST only when complete, so a failed or interrupted build never leaves
+# a half rootfs where the jail would use it. `jail rootfs build` runs a copy
+# of these recipes embedded in the binary, with DEST its install folder.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 flavour=${1:-minimal}
 recipe="$here/flavours/$flavour.sh"
 [ -f "$recipe" ] || { echo "build.sh: no flavour '$flavour' (have: $(ls "$here/flavours" | sed 's/\.sh$//' | tr '\n' ' '))" >&2; exit 2; }
-out="$here/out/$flavour"
+out=${2:-"$here/out/$flavour"}
+case "$out" in /*) ;; *) out="$PWD/$out" ;; esac
 work="$out.new"
+mkdir -p "$(dirname "$out")"
 rm -rf "$work"
 mkdir -p "$work"
 start=$(date +%s%N)

@@ -206,7 +206,8 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
     }
     .map_err(|e| anyhow::anyhow!("policy: {e} (check it with `jail check FILE`)"))?;
     let owner = run::owner_for(a.policy.as_deref()).map_err(anyhow::Error::msg)?;
-    let rootfs = a.rootfs.clone().or_else(|| policy.rootfs.clone());
+    let jail_bin = runner::find_jail(a.jail.as_deref());
+    let rootfs = a.rootfs.clone().or_else(|| packages_rootfs(&policy, &jail_bin));
     if let Some(t) = a.step_timeout {
         if !(t > 0.0 && t <= 86_400.0) {
             bail!("--step-timeout {t} is out of range: give seconds above 0 and at most 86400");
@@ -231,7 +232,7 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
         session_parent: a.session_dir,
         llm,
         runner: Runner {
-            jail: runner::find_jail(a.jail.as_deref()),
+            jail: jail_bin,
             policy: a.policy,
             rootfs: a.rootfs,
             timeout: a.step_timeout,
@@ -333,4 +334,22 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         return Err(format!("`{s}` is out of range: give more than 0 and at most a week"));
     }
     Ok(Duration::from_secs_f64(secs))
+}
+
+/// The rootfs the steps run on when --rootfs is not given, found the way
+/// `jail` finds it (jail/src/locate.rs), for `list_available_packages`.
+fn packages_rootfs(policy: &jail::policy::Policy, jail_bin: &std::path::Path) -> Option<PathBuf> {
+    use jail::locate;
+    let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
+    let exe = std::fs::canonicalize(jail_bin).ok();
+    let search = locate::Search {
+        flag: None,
+        env: var("JAIL_ROOTFS"),
+        policy: policy.rootfs.clone(),
+        name: locate::DEFAULT_NAME.into(),
+        user_dir: locate::user_dir(var("XDG_DATA_HOME"), var("HOME")),
+        system_dir: PathBuf::from(locate::SYSTEM_DIR),
+        build_tree: exe.as_deref().and_then(locate::build_tree),
+    };
+    search.find().ok().map(|(_, p)| p)
 }

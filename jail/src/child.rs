@@ -51,6 +51,8 @@ pub struct ChildSpec {
     /// On cgroup v1: the run leaf's `tasks` file in each hierarchy, which
     /// PID 1 writes itself into first (cgroup.rs, `RunCgroup::entry`).
     pub cgroup_tasks: Vec<OwnedFd>,
+    /// The CPUs the run is pinned to (inside.rs); `None`: the supervisor's.
+    pub cpus: Option<Vec<usize>>,
 }
 
 /// The last restrictions, planned and compiled by the supervisor.
@@ -130,6 +132,7 @@ pub fn run(spec: ChildSpec) -> ! {
         confine,
         proxy,
         cgroup_tasks,
+        cpus,
     } = spec;
     // The supervisor writes our id maps, then releases us; until then we have
     // no identity in the new user namespace.
@@ -163,6 +166,13 @@ pub fn run(spec: ChildSpec) -> ! {
             sys::exit_now(EXIT_SETUP_FAILED);
         }
         marks.mark("output_filled");
+    }
+    if let Some(ids) = &cpus {
+        // Before the worker is forked, which inherits the mask: the CPU
+        // count programs see (sched_getaffinity, nproc) follows `cpus`.
+        if let Err(e) = crate::inside::pin(ids).stage(Stage::CpuAffinity) {
+            fail(&report, e);
+        }
     }
     // Block the signals PID 1 handles before forking, so none is lost between
     // the fork and the reaper's first sigwait.

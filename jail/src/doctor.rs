@@ -4,6 +4,7 @@
 //! runs the live probes and adds what a run would use for its limits.
 
 mod host;
+pub mod stale;
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
@@ -69,11 +70,23 @@ pub(crate) fn kernel_version(release: &str) -> Option<(u32, u32)> {
     Some((it.next()?.parse().ok()?, it.next()?.parse().ok()?))
 }
 
+/// What `jail doctor` is asked about beyond the host itself; the caller
+/// (main.rs) found these (locate.rs, hostenv.rs).
+#[derive(Debug, Clone)]
+pub struct Context {
+    /// The rootfs a run would use, canonical, and where it was found; or
+    /// why there is none and how to build one.
+    pub rootfs: Result<(PathBuf, String), String>,
+    /// `--cgroup-parent` or `$JAIL_CGROUP_PARENT`.
+    pub cgroup_parent: Option<PathBuf>,
+    /// Which policy a run would use (the built-in default or a file), and its hash.
+    pub policy: String,
+}
+
 /// What the jail will use for resource limits, for this user, and why.
-fn limits_check(kernel: &str) -> (Check, CgroupLayout) {
-    let parent = std::env::var("JAIL_CGROUP_PARENT").ok().filter(|v| !v.is_empty()).map(PathBuf::from);
+fn limits_check(kernel: &str, parent: Option<&Path>) -> (Check, CgroupLayout) {
     let settings = cgroup::Settings { memory: Some(1), cpus: Some(1.0), pids: Some(1), cpu_time: true };
-    let (_, choice) = cgroup::choose_here(parent.as_deref(), &settings);
+    let (_, choice) = cgroup::choose_here(parent, &settings);
     let layout = cgroup::parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
     let mode = cgroup_mode(&layout).to_string();
     let (backend, parents) = match &choice.candidate {
@@ -101,6 +114,16 @@ fn limits_check(kernel: &str) -> (Check, CgroupLayout) {
     if !choice.notes.is_empty() {
         detail.push_str(&format!(" [{}]", choice.notes.join("; ")));
     }
+    if choice.candidate.is_none() && parent.is_none() {
+        match crate::delegate::availability() {
+            Ok(bus) => detail.push_str(&format!(
+                " [systemd delegation: a user manager listens on {}: runs ask it for a delegated scope \
+                 (StartTransientUnit, Delegate=yes) and get cgroup_v2 limits; --no-systemd-delegation turns that off]",
+                bus.display()
+            )),
+            Err(why) => detail.push_str(&format!(" [systemd delegation: {why}]")),
+        }
+    }
     if choice.candidate.is_none() && kernel_version(kernel).is_some_and(|v| v < (5, 14)) {
         detail.push_str(" [before Linux 5.14 RLIMIT_NPROC counts every process of the host uid, not only the run's]");
     }
@@ -108,8 +131,9 @@ fn limits_check(kernel: &str) -> (Check, CgroupLayout) {
         "limits",
         full,
         detail,
-        "give jail a cgroup it may write: run it as root; or delegate one and pass its path as --cgroup-parent \
-         or JAIL_CGROUP_PARENT. cgroup v2: `systemd-run --user --scope -p Delegate=yes $SHELL`, move that shell \
+        "give jail a cgroup it may write: run it as root; on a cgroup v2 host with systemd, run a user manager \
+         (`loginctl enable-linger $USER`) and jail asks it for a delegated scope by itself; or delegate one and pass \
+         its path as --cgroup-parent or JAIL_CGROUP_PARENT. cgroup v2: `systemd-run --user --scope -p Delegate=yes $SHELL`, move that shell \
          into a leaf (mkdir /sys/fs/cgroup$CG/leaf; echo $$ > /sys/fs/cgroup$CG/leaf/cgroup.procs, CG from \
          /proc/self/cgroup) and pass $CG. cgroup v1: as root, create the same path in each of memory, pids, cpu, \
          cpuacct and freezer and chown it, its cgroup.procs and its tasks to the user",
@@ -179,7 +203,7 @@ fn probe_user_namespace() -> Result<(), (String, i32)> {
     }
 }
 
-pub fn run(rootfs: Option<&Path>) -> Report {
+pub fn run(ctx: &Context) -> Report {
     let kernel = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
     let uid = nix::unistd::getuid().as_raw();
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("jail"));
@@ -195,18 +219,89 @@ pub fn run(rootfs: Option<&Path>) -> Report {
     .own_cgroup;
     let facts = HostFacts::read(root, kernel.clone(), uid, exe, Probes::live(own.as_deref()));
     let mut checks = host::diagnose(&facts);
-    let (limits, cgroup) = limits_check(&kernel);
+    let (limits, cgroup) = limits_check(&kernel, ctx.cgroup_parent.as_deref());
     checks.push(limits);
-    if let Some(root) = rootfs {
-        let ok = root.join("usr/bin/python3").exists();
-        checks.push(check(
-            "rootfs",
-            ok,
-            format!("{}{}", root.display(), if ok { "" } else { " has no usr/bin/python3" }),
-            "build it with `make rootfs`",
-        ));
-    }
+    checks.push(check("policy", true, ctx.policy.clone(), ""));
+    checks.extend(rootfs_checks(&ctx.rootfs));
     Report { kernel, uid, checks, cgroup }
+}
+
+/// The rootfs a run would use, and, for a minimal rootfs (a copy of the
+/// host's Python), whether the host has updated that Python since.
+fn rootfs_checks(found: &Result<(PathBuf, String), String>) -> Vec<Check> {
+    let (root, from) = match found {
+        Ok(found) => found,
+        Err(why) => {
+            return vec![Check {
+                name: "rootfs".into(),
+                ok: false,
+                detail: "none found".into(),
+                fix: Some(why.clone()),
+            }]
+        }
+    };
+    let ok = root.join("usr/bin/python3").exists();
+    let detail = format!("{} (from {from}){}", root.display(), if ok { "" } else { " has no usr/bin/python3" });
+    let mut checks = vec![check(
+        "rootfs",
+        ok,
+        detail,
+        "rebuild it with `jail rootfs build minimal` (or `data`)",
+    )];
+    let Ok(Some((manifest, _))) = crate::rootfs::load(root) else { return checks };
+    if manifest.flavour != "minimal" || manifest.debian_packages.is_empty() {
+        return checks;
+    }
+    let host = host_package_versions(manifest.debian_packages.keys());
+    let stale = stale::stale(&manifest.debian_packages, &host);
+    let detail = if stale.is_empty() {
+        format!(
+            "python {} matches the host's packages ({})",
+            manifest.python.version,
+            join_versions(&manifest.debian_packages)
+        )
+    } else {
+        stale
+            .iter()
+            .map(|s| format!("{} {} in the rootfs, {} on the host", s.package, s.rootfs, s.host))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    checks.push(check(
+        "rootfs python",
+        stale.is_empty(),
+        detail,
+        "the host's Python was updated after the rootfs copied it: rebuild it with `jail rootfs build minimal` (or `make rootfs`)",
+    ));
+    checks
+}
+
+fn join_versions(pkgs: &std::collections::BTreeMap<String, String>) -> String {
+    pkgs.iter().map(|(k, v)| format!("{k} {v}")).collect::<Vec<_>>().join(", ")
+}
+
+/// The host's installed version of each package, from dpkg; a package
+/// dpkg does not know is left out.
+fn host_package_versions<'a>(names: impl Iterator<Item = &'a String>) -> std::collections::BTreeMap<String, String> {
+    let names: Vec<&String> = names.filter(|n| n.chars().all(|c| c.is_ascii_alphanumeric() || "+-.:".contains(c))).collect();
+    let Ok(out) = std::process::Command::new("dpkg-query")
+        .args(["-W", "-f", "${db:Status-Abbrev}\t${Package}\t${Version}\n", "--"])
+        .args(&names)
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+    else {
+        return Default::default();
+    };
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            let (status, name, version) = (f.next()?, f.next()?, f.next()?);
+            // `ii `: installed; a removed package keeps only its config.
+            (status.starts_with("ii") && !version.is_empty()).then(|| (name.to_string(), version.to_string()))
+        })
+        .collect()
 }
 
 #[cfg(test)]

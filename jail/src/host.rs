@@ -32,8 +32,13 @@ pub(crate) struct Host {
     /// Where the run cgroup was created, or `None` with `cgroup_why_not`.
     pub(crate) cgroup: Option<Candidate>,
     pub(crate) cgroup_why_not: String,
+    /// The systemd scope the run cgroup lies in, when the jail asked the
+    /// user manager for one (delegate.rs).
+    pub(crate) systemd_scope: Option<crate::delegate::Scope>,
     /// The values of the policy's `environment.pass` variables that are set.
     pub(crate) env: BTreeMap<String, String>,
+    /// What the run's view of its limits is made from (inside.rs).
+    pub(crate) inside: crate::inside::HostFacts,
 }
 
 impl Host {
@@ -70,7 +75,11 @@ const KINDS: [Kind; 7] = [
 /// uid (root only), read the kernel's features, and create the run cgroup
 /// where the host offers one. Only the lease can fail; a cgroup that
 /// cannot be made leaves the run to rlimits, with the reason kept.
-pub(crate) fn gather(policy: &Policy, wall: Duration) -> Result<(Host, Held), HostUidError> {
+pub(crate) fn gather(
+    policy: &Policy,
+    wall: Duration,
+    pass: &std::collections::BTreeMap<String, String>,
+) -> Result<(Host, Held), HostUidError> {
     let (caller_uid, caller_gid) = caller();
     let ids = hostuid::for_caller(caller_uid, caller_gid, &policy.identity)?;
     let rlimit_hard: Vec<(Kind, u64)> = KINDS.iter().map(|&k| (k, rlimits::current_hard(k))).collect();
@@ -78,7 +87,8 @@ pub(crate) fn gather(policy: &Policy, wall: Duration) -> Result<(Host, Held), Ho
         .environment
         .pass
         .iter()
-        .filter_map(|k| std::env::var(k).ok().map(|v| (k.clone(), v)))
+        // The caller read them (hostenv.rs): the library reads no variable.
+        .filter_map(|k| pass.get(k).map(|v| (k.clone(), v.clone())))
         .collect();
     let mut host = Host {
         caller_uid,
@@ -91,7 +101,9 @@ pub(crate) fn gather(policy: &Policy, wall: Duration) -> Result<(Host, Held), Ho
         rlimit_hard,
         cgroup: None,
         cgroup_why_not: String::new(),
+        systemd_scope: None,
         env,
+        inside: crate::inside::HostFacts::read(),
     };
     let cgroup = run_cgroup(policy, wall, &mut host);
     Ok((host, Held { _lease: ids.lease, cgroup }))
@@ -104,6 +116,7 @@ fn run_cgroup(policy: &Policy, wall: Duration, host: &mut Host) -> Option<RunCgr
     let l = &policy.limits;
     let wanted = cgroup::Settings { memory: l.memory, cpus: l.cpus, pids: l.pids, cpu_time: l.cpu_time.is_some() };
     let (_, choice) = cgroup::choose_here(l.cgroup_parent.as_deref(), &wanted);
+    let (choice, scope) = crate::delegate::fill_in(choice, l.systemd_delegation, l.cgroup_parent.is_some(), &wanted);
     host.cgroup_why_not = choice.notes.join("; ");
     let candidate = choice.candidate?;
     cgroup::sweep(&candidate);
@@ -112,6 +125,7 @@ fn run_cgroup(policy: &Policy, wall: Duration, host: &mut Host) -> Option<RunCgr
     match RunCgroup::create(&candidate, &cgroup::run_name(), &settings) {
         Ok(cg) => {
             host.cgroup = Some(candidate);
+            host.systemd_scope = scope;
             Some(cg)
         }
         Err(e) => {

@@ -352,6 +352,7 @@ fn child_spec(plan: &RunPlan, filter: seccomp::Filter, theirs: ChildEnds, cgroup
         },
         proxy: theirs.proxy,
         cgroup_tasks,
+        cpus: plan.cpus.clone(),
     }
 }
 

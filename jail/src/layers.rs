@@ -7,6 +7,6 @@ use crate::plan::SeccompRef;
 use crate::seccomp;
 
 /// The filter the plan names, compiled for the plan's mode.
-pub(crate) fn compile(r: &SeccompRef) -> Result<seccomp::Filter, seccomp::SeccompError> {
-    seccomp::cache::compile(&r.model, r.mode)
+pub(crate) fn compile(r: &SeccompRef, cache_dir: Option<&std::path::Path>) -> Result<seccomp::Filter, seccomp::SeccompError> {
+    seccomp::cache::compile(&r.model, r.mode, cache_dir)
 }

@@ -2,6 +2,8 @@
 //! root filesystem, and report what happened as one JSON document.
 //!
 //! The map, in the order one run uses the modules (DESIGN.md §6):
+//! - `hostenv`, `locate`, `inline`: what the caller's environment gives a run (read once by main.rs),
+//!   which rootfs it uses, and a script given as `-c CODE` or on stdin.
 //! - `policy`: the policy file, validated (with `digest` for its hash; `field` is the leaf error the facility validators return).
 //! - `supervisor`: one run's steps, in order; each step is one of the rooms below.
 //! - `host`: the machine read once: caller, leased host uid (`hostuid`), kernel features, rlimits, the run cgroup.
@@ -28,6 +30,7 @@
 //! - `result`: the JSON contract both sides and the agent share; `schema`: its JSON Schema and the version rule.
 //! - `mcp`: `jail mcp`, an MCP server whose tool runs each step as `jail run --json` (feature `mcp`).
 //! - `doctor`: what this host provides, for `jail doctor`.
+//! - `install`: the embedded rootfs recipes, for `jail rootfs build|list`.
 //! - `sys`: every `unsafe`.
 
 // Every `unsafe` block lives in `sys`, each with its `// SAFETY:` line
@@ -39,17 +42,23 @@ mod capture;
 pub mod cgroup;
 mod child;
 mod conceal;
+pub mod delegate;
 mod delivery;
 pub mod digest;
 pub mod doctor;
 pub mod field;
 mod fsid;
 mod host;
+pub mod hostenv;
 pub mod hostuid;
+pub mod inline;
+pub mod inside;
+pub mod install;
 pub mod landlock;
 mod launch;
 mod layers;
 mod limits;
+pub mod locate;
 mod mounts;
 mod namespaces;
 mod network;

@@ -1,12 +1,16 @@
 //! The `jail` command line: parse arguments, hand off to the library, print
 //! the result, exit with the script's status (124 timeout, 125 setup).
 
+use std::ffi::OsString;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand};
+use jail::hostenv::{self, HostEnv};
+use jail::inline::InlineScript;
+use jail::locate::{self, Search};
 use jail::policy::{Overrides, Policy};
 use jail::result::{RunResult, SetupError, Status, EXIT_SETUP_FAILED};
 use jail::supervisor::{OutputMode, RunRequest};
@@ -37,12 +41,16 @@ enum Command {
         /// Print the report as JSON.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        rootfs: RootfsArgs,
     },
+    /// Build or list the Python root filesystems runs use.
+    #[command(subcommand)]
+    Rootfs(RootfsCommand),
     /// List the Python packages a rootfs provides, from its manifest.
     Packages {
-        /// Root filesystem folder (default: JAIL_ROOTFS, then the default policy's).
-        #[arg(long, value_name = "DIR")]
-        rootfs: Option<PathBuf>,
+        #[command(flatten)]
+        rootfs: RootfsArgs,
         /// Print the rootfs, its id and its whole manifest as JSON.
         #[arg(long)]
         json: bool,
@@ -52,6 +60,39 @@ enum Command {
     /// Serve MCP over stdio: a `run_python` tool that runs each step in a fresh jail.
     #[cfg(feature = "mcp")]
     Mcp(jail::mcp::McpArgs),
+}
+
+/// Which rootfs: the lookup in jail/src/locate.rs.
+#[derive(clap::Args, Clone)]
+struct RootfsArgs {
+    /// Root filesystem folder (default: JAIL_ROOTFS, the policy's, then the
+    /// rootfs named by --rootfs-name in ~/.local/share/jail/rootfs,
+    /// /var/lib/jail/rootfs, or the build tree).
+    #[arg(long, value_name = "DIR")]
+    rootfs: Option<PathBuf>,
+    /// The rootfs to look up by name when no folder is given: `minimal`, `data`.
+    #[arg(long = "rootfs-name", value_name = "NAME", default_value = locate::DEFAULT_NAME)]
+    rootfs_name: String,
+}
+
+#[derive(Subcommand)]
+enum RootfsCommand {
+    /// Build a rootfs from the recipes built into this binary and install it
+    /// (as root into /var/lib/jail/rootfs/NAME, else ~/.local/share/jail/rootfs/NAME).
+    Build {
+        /// `minimal` (the host's Python, seconds) or `data` (Debian and the
+        /// data-science stack; root and the network).
+        flavour: String,
+        /// Install into this folder instead (it is replaced).
+        #[arg(long, value_name = "DIR")]
+        dest: Option<PathBuf>,
+    },
+    /// List the installed rootfs folders, in lookup order.
+    List {
+        /// Print the list as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -68,9 +109,11 @@ struct RunArgs {
     /// Folder granted read-only at /workspace/code (default: the script alone, copied in).
     #[arg(long, value_name = "DIR")]
     code: Option<PathBuf>,
-    /// Root filesystem folder (default: JAIL_ROOTFS, then the policy's).
-    #[arg(long, value_name = "DIR")]
-    rootfs: Option<PathBuf>,
+    #[command(flatten)]
+    rootfs: RootfsArgs,
+    /// Run this code instead of a script file (as `python3 -c`).
+    #[arg(short = 'c', value_name = "CODE")]
+    command: Option<String>,
     /// Wall-clock limit in seconds (overrides the policy).
     #[arg(long, value_name = "SECS")]
     timeout: Option<f64>,
@@ -91,11 +134,15 @@ struct RunArgs {
     /// then jail's own cgroup).
     #[arg(long = "cgroup-parent", value_name = "CGROUP")]
     cgroup_parent: Option<String>,
+    /// With no writable cgroup, do not ask the systemd user manager for a
+    /// delegated scope (the policy's limits.systemd_delegation "off").
+    #[arg(long = "no-systemd-delegation")]
+    no_systemd_delegation: bool,
     /// Capture the output and print one JSON result document on stdout.
     #[arg(long)]
     json: bool,
-    /// The Python script to run.
-    script: PathBuf,
+    /// The Python script to run; `-` reads it from stdin.
+    script: Option<PathBuf>,
     /// Arguments passed to the script.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
@@ -113,8 +160,10 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Run(args) => run(args),
         Command::Check { policy, bpf } => check(&policy, bpf),
-        Command::Doctor { json } => doctor(json),
-        Command::Packages { rootfs, json } => packages(rootfs, json),
+        Command::Doctor { json, rootfs } => doctor(json, &rootfs),
+        Command::Packages { rootfs, json } => packages(&rootfs, json),
+        Command::Rootfs(RootfsCommand::Build { flavour, dest }) => rootfs_build(&flavour, dest),
+        Command::Rootfs(RootfsCommand::List { json }) => rootfs_list(json),
         Command::Schema => {
             print!("{}", jail::schema::result_schema_text());
             ExitCode::SUCCESS
@@ -133,8 +182,9 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy, jail::policy::PolicyErr
 
 fn run(args: RunArgs) -> ExitCode {
     let json = args.json;
+    // `_script` (from -c or stdin) is removed when it drops, after the run.
     let mut result = match prepare_request(args) {
-        Ok(req) => jail::supervisor::run(&req),
+        Ok((req, _script)) => jail::supervisor::run(&req),
         Err(e) => RunResult::setup_failed(e),
     };
     if result.supervisor.max_rss_bytes == 0 {
@@ -181,7 +231,10 @@ fn run(args: RunArgs) -> ExitCode {
     ExitCode::from(result.jail_exit_code().clamp(0, 255) as u8)
 }
 
-fn prepare_request(args: RunArgs) -> Result<RunRequest, SetupError> {
+fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<InlineScript>), SetupError> {
+    let input_err = |message: String| SetupError { stage: "input".into(), message, causes: vec![] };
+    let (script, inline) =
+        script_source(args.command.as_deref(), args.script.as_deref(), args.code.is_some()).map_err(input_err)?;
     let mut policy = load_policy(args.policy.as_ref()).map_err(|e| SetupError {
         stage: "policy".into(),
         message: format!("{e} (check it with `jail check FILE`)"),
@@ -203,22 +256,121 @@ fn prepare_request(args: RunArgs) -> Result<RunRequest, SetupError> {
         cpus: args.cpus,
         pids: args.pids,
         cpu_time: args.cpu_time,
-        cgroup_parent: args.cgroup_parent.or_else(|| std::env::var("JAIL_CGROUP_PARENT").ok().filter(|v| !v.is_empty())),
+        cgroup_parent: args
+            .cgroup_parent
+            .or_else(|| env_var(hostenv::CGROUP_PARENT_VAR).and_then(|v| v.into_string().ok()).filter(|v| !v.is_empty())),
+        no_systemd_delegation: args.no_systemd_delegation,
     };
     policy
         .apply_overrides(&overrides)
         .map_err(|m| SetupError { stage: "input".into(), message: m, causes: vec![] })?;
-    Ok(RunRequest {
+    let (_, rootfs) = rootfs_search(&args.rootfs, Some(&policy)).find().map_err(|e| input_err(e.to_string()))?;
+    let host = HostEnv::read(&policy, &env_var);
+    let req = RunRequest {
         policy,
-        script: args.script,
+        script,
         args: args.args,
         input: args.input,
         output: args.output,
         code: args.code,
-        rootfs: args.rootfs,
+        rootfs: Some(rootfs),
         timeout,
         mode: if args.json { OutputMode::Capture } else { OutputMode::Stream },
-    })
+        host,
+    };
+    Ok((req, inline))
+}
+
+/// The process environment: the one place `jail` reads it (hostenv.rs).
+fn env_var(name: &str) -> Option<OsString> {
+    std::env::var_os(name)
+}
+
+fn temp_dir() -> PathBuf {
+    hostenv::path_var(&env_var, "TMPDIR")
+        .filter(|p| p.is_absolute())
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// The script to run: a file, or `-c CODE` / `-` (stdin) written to a
+/// private temp file that lives as long as the returned guard.
+fn script_source(code: Option<&str>, file: Option<&Path>, code_dir: bool) -> Result<(PathBuf, Option<InlineScript>), String> {
+    match (code, file) {
+        (Some(_), Some(f)) => {
+            return Err(format!(
+                "both -c and the script {} were given: pass one (arguments for -c are not supported)",
+                f.display()
+            ))
+        }
+        (None, None) => return Err("no script given: pass a file, `-` to read it from stdin, or -c CODE".into()),
+        (None, Some(f)) if f != Path::new("-") => return Ok((f.to_path_buf(), None)),
+        _ if code_dir => {
+            return Err("-c and `-` cannot be combined with --code DIR: put the script in the folder and pass its path".into())
+        }
+        _ => {}
+    }
+    let inline = match code {
+        Some(c) => InlineScript::from_code(c, &temp_dir()),
+        None => InlineScript::from_reader(std::io::stdin().lock(), &temp_dir()),
+    }
+    .map_err(|e| e.to_string())?;
+    Ok((inline.path(), Some(inline)))
+}
+
+/// The rootfs lookup for these flags and this policy, from the environment.
+fn rootfs_search(args: &RootfsArgs, policy: Option<&Policy>) -> Search {
+    let exe = std::env::current_exe().ok().and_then(|e| std::fs::canonicalize(e).ok());
+    Search {
+        flag: args.rootfs.clone(),
+        env: hostenv::path_var(&env_var, hostenv::ROOTFS_VAR),
+        policy: policy.and_then(|p| p.rootfs.clone()),
+        name: args.rootfs_name.clone(),
+        user_dir: locate::user_dir(hostenv::path_var(&env_var, "XDG_DATA_HOME"), hostenv::path_var(&env_var, "HOME")),
+        system_dir: PathBuf::from(locate::SYSTEM_DIR),
+        build_tree: exe.as_deref().and_then(locate::build_tree),
+    }
+}
+
+fn rootfs_build(flavour: &str, dest: Option<PathBuf>) -> ExitCode {
+    let search = rootfs_search(&RootfsArgs { rootfs: None, rootfs_name: flavour.to_string() }, None);
+    let dest = match dest {
+        Some(d) => Ok(d),
+        None => jail::install::default_dest(&search, flavour, nix::unistd::geteuid().is_root()),
+    };
+    match dest.and_then(|d| jail::install::build(flavour, &d, &temp_dir()).map(|()| d)) {
+        Ok(d) => {
+            println!("installed the {flavour} rootfs at {}", d.display());
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("jail: {e}");
+            ExitCode::from(EXIT_SETUP_FAILED as u8)
+        }
+    }
+}
+
+fn rootfs_list(json: bool) -> ExitCode {
+    let search = rootfs_search(&RootfsArgs { rootfs: None, rootfs_name: locate::DEFAULT_NAME.into() }, None);
+    let listed = jail::install::list(&search);
+    if json {
+        println!("{}", serde_json::to_string_pretty(&listed).unwrap_or_default());
+        return ExitCode::SUCCESS;
+    }
+    if let Some(env) = &search.env {
+        println!("$JAIL_ROOTFS is set: runs use {} unless --rootfs names another", env.display());
+    }
+    if listed.is_empty() {
+        println!("no rootfs installed: build one with `jail rootfs build minimal`");
+    }
+    for l in &listed {
+        let what = match (&l.flavour, &l.python) {
+            (Some(f), Some(p)) => format!("{f}, python {p}"),
+            _ => "no manifest".into(),
+        };
+        let shadow = if l.default_for_name { "" } else { " (shadowed by the one above)" };
+        println!("{:<10} {:<10} {} ({what}){shadow}", l.name, l.location, l.path.display());
+    }
+    ExitCode::SUCCESS
 }
 
 fn check(path: &std::path::Path, bpf: bool) -> ExitCode {
@@ -257,11 +409,22 @@ fn check(path: &std::path::Path, bpf: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
-fn doctor(json: bool) -> ExitCode {
-    let rootfs = std::env::var_os("JAIL_ROOTFS")
-        .map(PathBuf::from)
-        .or_else(|| Policy::builtin_default().ok().and_then(|p| p.rootfs));
-    let report = jail::doctor::run(rootfs.as_deref());
+fn doctor(json: bool, rootfs: &RootfsArgs) -> ExitCode {
+    let policy = Policy::builtin_default();
+    let ctx = jail::doctor::Context {
+        rootfs: rootfs_search(rootfs, policy.as_ref().ok())
+            .find()
+            .map(|(source, path)| (path, source.describe().to_string()))
+            .map_err(|e| e.to_string()),
+        cgroup_parent: hostenv::path_var(&env_var, hostenv::CGROUP_PARENT_VAR),
+        policy: match &policy {
+            Ok(p) => {
+                format!("the built-in default (policies/default.json compiled in), sha256 {}; --policy FILE overrides", p.hash)
+            }
+            Err(e) => format!("the built-in default does not load: {e}"),
+        },
+    };
+    let report = jail::doctor::run(&ctx);
     if json {
         println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
     } else {
@@ -280,25 +443,29 @@ fn doctor(json: bool) -> ExitCode {
     }
 }
 
-fn packages(rootfs: Option<PathBuf>, json: bool) -> ExitCode {
+fn packages(args: &RootfsArgs, json: bool) -> ExitCode {
     let fail = |problem: String, fix: &str| {
         eprintln!("jail: {problem}: {fix}");
         ExitCode::from(EXIT_SETUP_FAILED as u8)
     };
-    let Some(rootfs) = rootfs.or_else(default_rootfs) else {
-        return fail("no rootfs given".into(), "pass --rootfs DIR or set JAIL_ROOTFS");
+    let rootfs = match rootfs_search(args, Policy::builtin_default().ok().as_ref()).find() {
+        Ok((_, rootfs)) => rootfs,
+        Err(e) => {
+            eprintln!("jail: {e}");
+            return ExitCode::from(EXIT_SETUP_FAILED as u8);
+        }
     };
     let (manifest, rootfs_id) = match jail::rootfs::load(&rootfs) {
         Ok(Some(found)) => found,
         Ok(None) => {
             return fail(
                 format!("rootfs {} has no manifest ({})", rootfs.display(), jail::rootfs::MANIFEST_PATH),
-                "rebuild it with `make rootfs` or `make rootfs-data`",
+                "rebuild it with `jail rootfs build minimal` (or `data`)",
             )
         }
         Err(e) => {
             let cause = std::error::Error::source(&e).map(|c| format!(": {c}")).unwrap_or_default();
-            return fail(format!("{e}{cause}"), "rebuild it with `make rootfs` or `make rootfs-data`");
+            return fail(format!("{e}{cause}"), "rebuild it with `jail rootfs build minimal` (or `data`)");
         }
     };
     if json {
@@ -321,13 +488,4 @@ fn packages(rootfs: Option<PathBuf>, json: bool) -> ExitCode {
         }
     }
     ExitCode::SUCCESS
-}
-
-/// The rootfs a command without `--rootfs` looks at: JAIL_ROOTFS, then the
-/// built-in default policy's.
-fn default_rootfs() -> Option<PathBuf> {
-    std::env::var_os("JAIL_ROOTFS")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .or_else(|| Policy::builtin_default().ok().and_then(|p| p.rootfs))
 }

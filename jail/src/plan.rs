@@ -45,6 +45,8 @@ pub(crate) struct RunPlan {
     /// The optional channels the launch makes (sync.rs).
     pub(crate) channels: sync::Wanted,
     pub(crate) wall_time: Duration,
+    /// The CPUs PID 1 pins the run to (inside.rs); `None`: left alone.
+    pub(crate) cpus: Option<Vec<usize>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -151,7 +153,10 @@ pub(crate) struct Refused {
 pub(crate) fn plan(req: &RunRequest, prepared: &Prepared, host: &Host) -> Result<RunPlan, Refused> {
     let policy = &req.policy;
     let wall_time = req.timeout.unwrap_or(policy.limits.wall_time);
-    let limits = limits::plan(policy, wall_time, host.cgroup.as_ref(), &host.cgroup_why_not, &|k| host.hard(k));
+    let mut limits = limits::plan(policy, wall_time, host.cgroup.as_ref(), &host.cgroup_why_not, &|k| host.hard(k));
+    if let Some(scope) = &host.systemd_scope {
+        crate::delegate::annotate(&mut limits, scope);
+    }
     match plan_with(req, prepared, host, &limits, wall_time) {
         Ok(plan) => Ok(plan),
         Err(error) => Err(Refused { error, limits: limits.reports }),
@@ -175,6 +180,9 @@ fn plan_with(
     let landlock = landlock::plan(host.landlock_abi, &policy.landlock).map_err(PlanError::Landlock)?;
     let mut mount_request = prepared.mount_request.clone();
     limits.tmpfs.apply(&mut mount_request);
+    // The run's limits where programs inside read them (inside.rs).
+    let view = crate::inside::view_of(policy, &host.inside);
+    view.apply(&mut mount_request);
     let mounts = mounts::plan(&mount_request);
     let landlock_rules = landlock::rules(&mounts);
     // Root's sandbox writes a bound output folder as its leased uid, and the
@@ -222,6 +230,7 @@ fn plan_with(
         output,
         channels,
         wall_time,
+        cpus: view.cpus,
     })
 }
 
@@ -295,6 +304,9 @@ fn build_exec(
         for var in THREAD_POOL_VARS {
             env.entry(var.to_string()).or_insert_with(|| n.clone());
         }
+    }
+    for (k, v) in crate::inside::env(policy) {
+        env.entry(k).or_insert(v);
     }
     if let Network::Allowlist(_) = policy.network {
         // After the policy's own values: the proxy is the only way out, and

@@ -23,6 +23,9 @@ pub const DEFAULT_POLICY_JSON: &str = include_str!("../../policies/default.json"
 /// Where relative paths in the built-in default policy are resolved from.
 pub const DEFAULT_POLICY_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../policies");
 
+/// [`Policy::source`] of the built-in default.
+pub const BUILTIN_SOURCE: &str = "built-in";
+
 /// The only policy format version this build understands.
 pub const POLICY_VERSION: u32 = 1;
 
@@ -152,6 +155,9 @@ pub struct LimitsFile {
     /// The cgroup the run's cgroup is created beneath, as a path in the
     /// cgroup hierarchy (`/jail.slice`); default: the jail's own cgroup.
     pub cgroup_parent: Option<String>,
+    /// `auto` (the default): with no writable cgroup, ask the systemd user
+    /// manager for a delegated scope; `off`: never ask.
+    pub systemd_delegation: Option<String>,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -262,6 +268,9 @@ pub struct Policy {
     pub landlock: crate::landlock::Settings,
     /// sha256 of the policy's canonical JSON form, reported in every result.
     pub hash: String,
+    /// Where it came from, for the result and `jail doctor`: `built-in`
+    /// (policies/default.json, compiled in), the file's path, or `inline`.
+    pub source: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -289,11 +298,24 @@ pub struct Environment {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Filesystem {
+    /// The size of `/tmp`: the policy's, or with [`Sizing::Auto`] the one
+    /// [`crate::inside::auto_tmp_size`] gives for the memory limit.
     pub tmp_size: u64,
+    pub tmp_sizing: Sizing,
     pub shm_size: u64,
     /// `None`: the output dir is the host folder itself, with no size cap.
     pub output_size: Option<u64>,
 }
+
+/// Whether a size was given or follows the memory limit (`"auto"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizing {
+    Auto,
+    Fixed,
+}
+
+/// The word that sizes `/tmp` from the memory limit.
+pub const AUTO: &str = "auto";
 
 /// Resource limits; `None` means unlimited.
 #[derive(Debug, Clone, PartialEq)]
@@ -310,6 +332,9 @@ pub struct Limits {
     pub enforcement: Enforcements,
     /// A cgroup path (as in /proc/self/cgroup) to create run cgroups beneath.
     pub cgroup_parent: Option<PathBuf>,
+    /// Whether a run with no writable cgroup asks systemd for a delegated
+    /// scope (`limits.systemd_delegation`, delegate.rs).
+    pub systemd_delegation: bool,
 }
 
 /// What happens when the host cannot enforce a limit.
@@ -343,6 +368,8 @@ pub struct Overrides {
     pub pids: Option<String>,
     pub cpu_time: Option<String>,
     pub cgroup_parent: Option<String>,
+    /// `--no-systemd-delegation`.
+    pub no_systemd_delegation: bool,
 }
 
 /// Network mode.
@@ -493,12 +520,16 @@ impl Policy {
     pub fn load(path: &Path) -> Result<Policy, PolicyError> {
         let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read { path: path.to_path_buf(), source })?;
         let base = path.parent().unwrap_or(Path::new("."));
-        Policy::from_json(&text, base)
+        let mut policy = Policy::from_json(&text, base)?;
+        policy.source = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()).display().to_string();
+        Ok(policy)
     }
 
     /// The built-in default policy.
     pub fn builtin_default() -> Result<Policy, PolicyError> {
-        Policy::from_json(DEFAULT_POLICY_JSON, Path::new(DEFAULT_POLICY_DIR))
+        let mut policy = Policy::from_json(DEFAULT_POLICY_JSON, Path::new(DEFAULT_POLICY_DIR))?;
+        policy.source = BUILTIN_SOURCE.into();
+        Ok(policy)
     }
 
     /// Parse and validate policy JSON; `base` resolves relative paths.
@@ -538,16 +569,25 @@ impl Policy {
         });
         let identity = validate_identity(&file.identity)?;
         let environment = validate_environment(&file.environment)?;
-        let filesystem = Filesystem {
-            tmp_size: size_field("filesystem.tmp_size", &file.filesystem.tmp_size, 64 << 20)?,
-            shm_size: size_field("filesystem.shm_size", &file.filesystem.shm_size, 16 << 20)?,
-            output_size: limit_size("filesystem.output_size", &file.filesystem.output_size, Some(256 << 20))?,
-        };
         let wall = file.limits.wall_time_secs.unwrap_or(15.0);
         if !(wall > 0.0 && wall <= 86_400.0) {
             return Err(PolicyError::field("limits.wall_time_secs", format!("is {wall}, must be above 0 and at most 86400")));
         }
         let limits = validate_limits(&file.limits, wall)?;
+        let tmp_sizing = match &file.filesystem.tmp_size {
+            None => Sizing::Auto,
+            Some(Size::Text(t)) if t.trim() == AUTO => Sizing::Auto,
+            Some(_) => Sizing::Fixed,
+        };
+        let filesystem = Filesystem {
+            tmp_size: match tmp_sizing {
+                Sizing::Auto => crate::inside::auto_tmp_size(limits.memory),
+                Sizing::Fixed => size_field("filesystem.tmp_size", &file.filesystem.tmp_size, 0)?,
+            },
+            tmp_sizing,
+            shm_size: size_field("filesystem.shm_size", &file.filesystem.shm_size, 16 << 20)?,
+            output_size: limit_size("filesystem.output_size", &file.filesystem.output_size, Some(256 << 20))?,
+        };
         let network = validate_network(&file.network)?;
         let artifacts = validate_artifacts(&file.artifacts)?;
         let seccomp = match &file.seccomp {
@@ -574,6 +614,7 @@ impl Policy {
             seccomp,
             landlock,
             hash,
+            source: "inline".into(),
         })
     }
 }
@@ -664,6 +705,16 @@ fn validate_limits(f: &LimitsFile, wall: f64) -> Result<Limits, PolicyError> {
         None => None,
         Some(p) => Some(check_cgroup_parent(p).map_err(|m| PolicyError::field("limits.cgroup_parent", m))?),
     };
+    let systemd_delegation = match f.systemd_delegation.as_deref() {
+        None | Some("auto") => true,
+        Some("off") => false,
+        Some(other) => {
+            return Err(PolicyError::field(
+                "limits.systemd_delegation",
+                format!("`{other}` is not a choice (use \"auto\" or \"off\")"),
+            ))
+        }
+    };
     Ok(Limits {
         wall_time: Duration::from_secs_f64(wall),
         cpu_time: cpu_time.map(Duration::from_secs_f64),
@@ -676,6 +727,7 @@ fn validate_limits(f: &LimitsFile, wall: f64) -> Result<Limits, PolicyError> {
         stderr_bytes: size_field("limits.stderr_bytes", &f.stderr_bytes, 1 << 20)?,
         enforcement,
         cgroup_parent,
+        systemd_delegation,
     })
 }
 
@@ -770,6 +822,9 @@ impl Policy {
                 PolicyError::Field { message, .. } => format!("--memory: {message}"),
                 other => other.to_string(),
             })?;
+            if self.filesystem.tmp_sizing == Sizing::Auto {
+                self.filesystem.tmp_size = crate::inside::auto_tmp_size(self.limits.memory);
+            }
         }
         if let Some(v) = &o.cpus {
             self.limits.cpus = flag("cpus", amount(&text(v), None, check_cpus))?;
@@ -782,6 +837,9 @@ impl Policy {
         }
         if let Some(v) = &o.cgroup_parent {
             self.limits.cgroup_parent = Some(check_cgroup_parent(v).map_err(|m| format!("--cgroup-parent: {m}"))?);
+        }
+        if o.no_systemd_delegation {
+            self.limits.systemd_delegation = false;
         }
         Ok(())
     }
@@ -958,7 +1016,9 @@ mod tests {
         let p = Policy::builtin_default().unwrap();
         assert_eq!(p.identity.uid, 1000);
         assert_eq!(p.network, Network::None);
-        assert!(p.rootfs.is_some());
+        // No rootfs path: an installed binary looks it up (locate.rs).
+        assert!(p.rootfs.is_none());
+        assert_eq!(p.source, BUILTIN_SOURCE);
     }
 
     #[test]
@@ -1056,6 +1116,7 @@ mod tests {
             (r#"{"enforcement":{"memory":"always"}}"#, "limits.enforcement.memory"),
             (r#"{"enforcement":{"wall_time":"required"}}"#, "limits.enforcement.wall_time"),
             (r#"{"cgroup_parent":"../x"}"#, "limits.cgroup_parent"),
+            (r#"{"systemd_delegation":"yes"}"#, "limits.systemd_delegation"),
             (r#"{"swap":0}"#, "limits"),
         ] {
             let err = Policy::from_json(&format!(r#"{{"version":1,"limits":{json}}}"#), Path::new("/")).unwrap_err();
@@ -1093,8 +1154,11 @@ mod tests {
             pids: Some("64".into()),
             cpu_time: Some("3".into()),
             cgroup_parent: Some("/x".into()),
+            no_systemd_delegation: true,
         };
+        assert!(p.limits.systemd_delegation, "on by default");
         p.apply_overrides(&o).unwrap();
+        assert!(!p.limits.systemd_delegation);
         assert_eq!(p.limits.memory, Some(1 << 30));
         assert_eq!(p.limits.cpus, None);
         assert_eq!(p.limits.pids, Some(64));

@@ -88,11 +88,11 @@ impl Resolver {
     }
 
     /// The resolver for this run: overrides from [`TEST_RESOLVE_VAR`] when
-    /// the caller set it.
-    pub fn from_env() -> Result<Resolver, ProxyError> {
-        match std::env::var(TEST_RESOLVE_VAR) {
-            Ok(text) => Resolver::parse_overrides(&text),
-            Err(_) => Ok(Resolver::default()),
+    /// the caller set it (read by the caller: hostenv.rs).
+    pub fn from_override(text: Option<&str>) -> Result<Resolver, ProxyError> {
+        match text {
+            Some(text) => Resolver::parse_overrides(text),
+            None => Ok(Resolver::default()),
         }
     }
 

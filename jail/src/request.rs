@@ -32,6 +32,9 @@ pub struct RunRequest {
     pub rootfs: Option<PathBuf>,
     pub timeout: Option<Duration>,
     pub mode: OutputMode,
+    /// What the caller's environment gives the run, read once by the caller
+    /// (hostenv.rs): the library reads no environment variable.
+    pub host: crate::hostenv::HostEnv,
 }
 
 /// A request that failed before anything was started: what is wrong and how
@@ -114,12 +117,14 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
             check_writable(&d, who, policy.filesystem.output_size).map_err(InputError::of_output)?;
             d
         }
-        None => fresh_output_dir(who, policy.filesystem.output_size).map_err(InputError::of_output)?,
+        None => {
+            fresh_output_dir(req.host.temp_dir.as_deref(), who, policy.filesystem.output_size).map_err(InputError::of_output)?
+        }
     };
 
     let resolver = match &policy.network {
         Network::None => None,
-        Network::Allowlist(_) => Some(proxy::Resolver::from_env().map_err(|e| {
+        Network::Allowlist(_) => Some(proxy::Resolver::from_override(req.host.resolve_override.as_deref()).map_err(|e| {
             input_error(e.to_string(), format!("write {}=name=address,... or unset it", proxy::TEST_RESOLVE_VAR))
         })?),
     };
@@ -133,6 +138,9 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
             tmp_size: policy.filesystem.tmp_size,
             shm_size: policy.filesystem.shm_size,
             output_size: policy.filesystem.output_size,
+            // Set by the plan from the host's facts (inside.rs).
+            meminfo: None,
+            sys_files: Vec::new(),
         },
         script: Path::new(mounts::CODE_DIR).join(&script_rel),
         output_dir,
@@ -154,16 +162,20 @@ fn rootfs_identity(rootfs: &Path) -> Result<Option<String>, InputError> {
     }
 }
 
+/// `--rootfs` as the caller resolved it (main.rs looks it up: locate.rs),
+/// else the policy's.
 fn resolve_rootfs(req: &RunRequest) -> Result<PathBuf, InputError> {
-    let from_env = std::env::var_os("JAIL_ROOTFS").filter(|v| !v.is_empty()).map(PathBuf::from);
-    let Some(rootfs) = req.rootfs.clone().or(from_env).or_else(|| req.policy.rootfs.clone()) else {
-        return Err(input_error("no rootfs given", "pass --rootfs DIR, set JAIL_ROOTFS, or set `rootfs` in the policy"));
+    let Some(rootfs) = req.rootfs.clone().or_else(|| req.policy.rootfs.clone()) else {
+        return Err(input_error(
+            "no rootfs given",
+            "pass --rootfs DIR, set JAIL_ROOTFS, or build one with `jail rootfs build minimal`",
+        ));
     };
     match std::fs::canonicalize(&rootfs) {
         Ok(p) if p.is_dir() => Ok(p),
         _ => Err(input_error(
             format!("rootfs {} not found", rootfs.display()),
-            "build it with `make rootfs` (or pass --rootfs DIR)",
+            "build it with `jail rootfs build minimal` (or pass --rootfs DIR)",
         )),
     }
 }
@@ -349,10 +361,10 @@ fn check_writable(dir: &Path, who: &Identity, output_size: Option<u64>) -> Resul
 
 /// A new, empty output dir under the temp dir: the caller's, or, bound into
 /// the jail (`output_size` `None`), the sandbox's.
-fn fresh_output_dir(who: &Identity, output_size: Option<u64>) -> Result<PathBuf, InputError> {
+fn fresh_output_dir(temp: Option<&Path>, who: &Identity, output_size: Option<u64>) -> Result<PathBuf, InputError> {
     let dir = tempfile::Builder::new()
         .prefix("jail-output-")
-        .tempdir()
+        .tempdir_in(temp.unwrap_or(Path::new("/tmp")))
         .map_err(|e| input_error(format!("cannot create an output dir: {e}"), "pass --output DIR, or check TMPDIR"))?
         .keep();
     if who.caller_uid == 0 && output_size.is_none() {

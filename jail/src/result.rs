@@ -270,6 +270,10 @@ pub struct LimitReport {
 pub struct Isolation {
     pub policy: String,
     pub policy_hash: String,
+    /// Which policy the run used: `built-in` (policies/default.json,
+    /// compiled into the binary) or the canonical path of `--policy FILE`.
+    #[serde(default)]
+    pub policy_source: String,
     pub rootfs: String,
     /// The rootfs's identity: the sha256 of its `/usr/share/jail/manifest.json`,
     /// which names every Python package and version in it, its Debian

@@ -30,7 +30,7 @@ pub fn run(req: &RunRequest) -> RunResult {
     // features, and the run cgroup, made before the seccomp filter (which
     // refuses more when no cgroup counts memory) and before the clone (the
     // child is placed in it before it is released).
-    let (host, held) = match host::gather(policy, req.timeout.unwrap_or(policy.limits.wall_time)) {
+    let (host, held) = match host::gather(policy, req.timeout.unwrap_or(policy.limits.wall_time), &req.host.pass) {
         Ok(gathered) => gathered,
         Err(e) => {
             // No uid was taken: the result reports the overflow uid, never one in use.
@@ -70,7 +70,7 @@ fn plan_and_make(
         refused.error.stage().error(&refused.error)
     })?;
     // Before anything is forked: the filter the plan names.
-    let filter = layers::compile(&plan.seccomp).map_err(|e| Stage::Seccomp.error(&e))?;
+    let filter = layers::compile(&plan.seccomp, req.host.cache_dir.as_deref()).map_err(|e| Stage::Seccomp.error(&e))?;
     report_plan(result, &plan, &filter, prepared);
     clock.mark("confine");
     // The state the step's changes are measured against, taken before the

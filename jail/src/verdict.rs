@@ -33,6 +33,7 @@ pub(crate) fn base_result(policy: &Policy, host_uid: u32, host_gid: u32) -> RunR
     r.isolation = Isolation {
         policy: policy.name.clone(),
         policy_hash: policy.hash.clone(),
+        policy_source: policy.source.clone(),
         rootfs: String::new(),
         rootfs_id: None,
         namespaces: namespaces::NAMES.iter().map(|s| s.to_string()).collect(),
@@ -205,6 +206,13 @@ fn finish(mut result: RunResult, o: Outcome, cg: Option<CgroupUsage>, plan: &Run
         return failed(result, Stage::Reaper.message(message), started);
     };
     result.status = status;
+    if result.status == Status::OomKilled {
+        // What the OOM killer took, and at what usage (inside.rs).
+        let words = crate::inside::oom_words(result.signal, result.exit_code, facts.oom_kills, cg.memory_peak);
+        if let Some(m) = result.limits.get_mut("memory") {
+            m.detail = Some(format!("{words}; {}", m.detail.take().unwrap_or_default()));
+        }
+    }
     if !result.stderr.streamed {
         result.error = crate::result::parse_python_error(&result.stderr.text);
     }

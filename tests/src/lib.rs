@@ -434,8 +434,9 @@ pub fn run_tracked(cmd: &mut Command) -> (RunResult, Output, u32) {
 /// The backend a run by this user on this host must report for its cgroup
 /// limits: `JAIL_EXPECT_BACKEND` when set (CI sets it per user), else root
 /// gets v2 where the unified hierarchy has the memory controller, v1 where
-/// memory is on a v1 hierarchy; an ordinary user without a delegated parent
-/// (`JAIL_CGROUP_PARENT`) gets rlimits.
+/// memory is on a v1 hierarchy; an ordinary user gets v2 with a delegated
+/// parent (`JAIL_CGROUP_PARENT`) or a systemd user bus on a v2 host (the
+/// jail asks for a scope), else rlimits.
 pub fn expected_backend() -> String {
     if let Some(b) = std::env::var("JAIL_EXPECT_BACKEND").ok().filter(|b| !b.is_empty()) {
         return b;
@@ -447,7 +448,10 @@ pub fn expected_backend() -> String {
         .and_then(|(m, _)| std::fs::read_to_string(m.join("cgroup.controllers")).ok())
         .is_some_and(|c| c.split_whitespace().any(|w| w == "memory"));
     let v1_memory = layout.v1.iter().any(|h| h.controllers.iter().any(|c| c == "memory"));
-    let delegated = std::env::var_os("JAIL_CGROUP_PARENT").is_some_and(|v| !v.is_empty());
+    let delegated = std::env::var_os("JAIL_CGROUP_PARENT").is_some_and(|v| !v.is_empty())
+        // With a user manager on a v2 host the jail asks systemd for a
+        // delegated scope (jail/src/delegate.rs).
+        || (v2_memory && jail::delegate::bus_path(nix::unistd::getuid().as_raw()).exists());
     match (is_root() || delegated, v2_memory, v1_memory) {
         (true, true, _) => "cgroup_v2".into(),
         (true, false, true) => "cgroup_v1".into(),

@@ -154,11 +154,11 @@ fn an_output_dir_the_sandbox_cannot_write_is_refused_with_the_fix() {
 }
 
 #[test]
-fn a_missing_rootfs_says_to_run_make_rootfs() {
+fn a_missing_rootfs_names_the_command_that_builds_it() {
     let sb = Sandbox::new();
     let script = sb.script("print(1)\n");
     let out = jail(&[os("run"), os("--rootfs"), os("/nonexistent/rootfs"), script.as_os_str()]);
-    assert_refused(&out, &["/nonexistent/rootfs", "make rootfs"]);
+    assert_refused(&out, &["/nonexistent/rootfs", "jail rootfs build minimal"]);
 }
 
 #[test]

@@ -31,10 +31,11 @@ has_controllers() { # FILE: does it list every controller in $want_controllers?
     done
 }
 
-# Run every line of the test list, each binary with the same environment as
-# root and as the user (stdin is the list: keep it from the tests).
-run_tests() { # LABEL
-    local label=$1 name args count status=0 t0 t1
+# Run every line of the test list (default: this entry's), each binary with
+# the same environment as root and as the user (stdin is the list: keep it
+# from the tests).
+run_tests() { # LABEL [LIST]
+    local label=$1 list=${2:-$share/tests} name args count status=0 t0 t1
     while read -r name args; do
         [ -n "$name" ] || continue
         t0=$(uptime_s)
@@ -51,10 +52,13 @@ run_tests() { # LABEL
         (cd /tmp && env -i PATH=/usr/sbin:/usr/bin:/sbin:/bin HOME="${HOME:-/tmp}" \
             JAIL_BIN=$opt/bin/jail JAIL_ROOTFS=$opt/rootfs JAIL_REPO=$opt/repo \
             JAIL_MUST_WORK=1 RUST_BACKTRACE=1 JAIL_CGROUP_PARENT="${JAIL_CGROUP_PARENT:-}" \
+            JAIL_EXPECT_SYSTEMD_SCOPE="${JAIL_EXPECT_SYSTEMD_SCOPE:-}" \
+            ${XDG_RUNTIME_DIR:+XDG_RUNTIME_DIR=$XDG_RUNTIME_DIR} \
+            ${DBUS_SESSION_BUS_ADDRESS:+DBUS_SESSION_BUS_ADDRESS=$DBUS_SESSION_BUS_ADDRESS} \
             "$opt/bin/$name" --test-threads=2 $args </dev/null) || { status=1; fail "$label: $name${args:+ $args}"; }
         t1=$(uptime_s)
         say "$label: $name took $(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}') s (guest clock)"
-    done <"$share/tests"
+    done <"$list"
     return $status
 }
 
@@ -87,6 +91,26 @@ doctor() { # LABEL
     JAIL_ROOTFS=$opt/rootfs "$opt/bin/jail" doctor
     say "jail doctor ($1) exited $?"
 }
+
+if [ "${1:-}" = scope ]; then
+    # The user-manager part: jailtest with no cgroup of its own (we are in
+    # root's cgroup) but a lingering user manager. The jail must ask systemd
+    # for a delegated scope itself (jail/src/delegate.rs).
+    me=$(id -un)
+    cg=$(sed -n 's/^0:://p' /proc/self/cgroup)
+    owner=$(stat -c %U "/sys/fs/cgroup$cg")
+    say "user-manager part as $me (uid $(id -u)) in cgroup $cg, owned by $owner"
+    [ "$owner" != "$me" ] || { say "FAIL: cgroup $cg belongs to $me: this part must run without a writable cgroup"; exit 1; }
+    # The root part's parent is not ours, and an explicit parent turns
+    # delegation off: this part has none.
+    unset JAIL_CGROUP_PARENT
+    export JAIL_EXPECT_SYSTEMD_SCOPE=1 XDG_RUNTIME_DIR=/run/user/$(id -u)
+    export DBUS_SESSION_BUS_ADDRESS=unix:path=$XDG_RUNTIME_DIR/bus
+    doctor "$me, user manager, no writable cgroup"
+    echo systemd_scope >/tmp/scope-tests
+    run_tests "as $me (systemd user manager)" /tmp/scope-tests
+    exit $?
+fi
 
 if [ "${1:-}" = user ]; then
     # The user part: systemd gave this unit a cgroup of its own (Delegate=yes);
@@ -167,6 +191,29 @@ TimeoutStartSec=infinity
 UNIT
     systemctl daemon-reload && systemctl start jail-vm-user.service \
         || fail "the user part (as $user, delegated cgroup) failed"
+    # 5. As the user again, from root's cgroup (which the user cannot
+    #    write, as from a login session's scope), with a user manager
+    #    running through lingering: the jail asks it for a delegated scope
+    #    over the user bus. The guest boots no bus or logind by default.
+    say "== starting the system bus, logind and $user's user manager (loginctl enable-linger)"
+    t0=$(uptime_s)
+    uid=$(id -u "$user")
+    if systemctl start dbus.service systemd-logind.service && loginctl enable-linger "$user"; then
+        for _ in $(seq 300); do
+            [ -S "/run/user/$uid/bus" ] && systemctl is-active -q "user@$uid.service" && break
+            sleep 0.2
+        done
+    fi
+    if [ -S "/run/user/$uid/bus" ]; then
+        say "user manager of $user up in $(awk -v a="$t0" -v b="$(uptime_s)" 'BEGIN{printf "%.1f", b-a}') s: $(systemctl is-active "user@$uid.service"), bus /run/user/$uid/bus"
+        setpriv --reuid="$uid" --regid="$(id -g "$user")" --init-groups \
+            env HOME="/home/$user" /bin/bash "$opt/guest.sh" scope </dev/null \
+            || fail "the user-manager part (as $user, a scope from systemd) failed"
+        left=$(find /sys/fs/cgroup -name 'jail-run-*.scope' 2>/dev/null)
+        [ -z "$left" ] || fail "jail scopes left behind: $left"
+    else
+        fail "no user manager for $user (user@$uid.service: $(systemctl is-active "user@$uid.service"))"
+    fi
 fi
 
 if [ ${#failures[@]} -eq 0 ]; then

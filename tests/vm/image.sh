@@ -19,8 +19,10 @@ work=$(mktemp -d "$(dirname "$out")/image.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 root=$work/root
 
-# systemd as init; libseccomp2 for the jail; nothing from Recommends.
-debootstrap --variant=minbase --include=systemd,systemd-sysv,libseccomp2 \
+# systemd as init; libseccomp2 for the jail; the system and user buses and
+# logind, so that a lingering user gets a user manager the jail can ask for
+# a delegated scope (delegate.rs); nothing from Recommends.
+debootstrap --variant=minbase --include=systemd,systemd-sysv,libseccomp2,dbus,dbus-user-session,libpam-systemd \
     "$suite" "$root" "$mirror" >"$work/debootstrap.log" 2>&1 \
     || { tail -n 30 "$work/debootstrap.log" >&2; echo "image.sh: debootstrap $suite from $mirror failed" >&2; exit 1; }
 

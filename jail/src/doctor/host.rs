@@ -291,8 +291,9 @@ fn cgroups(f: &HostFacts) -> Check {
                 "cgroup {mode} with no delegation: this user may not create cgroups in its cgroup {}",
                 f.own_cgroup.as_deref().unwrap_or("(unknown)")
             ),
-            "ask systemd for a delegated cgroup: `systemd-run --user --scope -p Delegate=yes $SHELL` (needs a user \
-             manager: `loginctl enable-linger $USER` for one without a login session), move that shell into a leaf \
+            "on cgroup v2 with a systemd user manager (`loginctl enable-linger $USER` starts one without a login \
+             session) jail asks it for a delegated scope by itself (limits.systemd_delegation \"auto\"); by hand: \
+             `systemd-run --user --scope -p Delegate=yes $SHELL`, move that shell into a leaf \
              (mkdir /sys/fs/cgroup$CG/leaf; echo $$ > /sys/fs/cgroup$CG/leaf/cgroup.procs, CG from /proc/self/cgroup) \
              and pass $CG as --cgroup-parent or JAIL_CGROUP_PARENT"
                 .into(),

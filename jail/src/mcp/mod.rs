@@ -110,6 +110,7 @@ impl Config {
             pids: args.pids.clone(),
             cpu_time: args.cpu_time.clone(),
             cgroup_parent: None,
+            no_systemd_delegation: false,
         };
         // Refuse bad limits now, not on every call.
         policy.apply_overrides(&overrides).map_err(McpError::Override)?;

@@ -16,7 +16,8 @@
 //! only means compiling afresh.
 //!
 //! Where: `$JAIL_CACHE_DIR` (empty turns the cache off), else
-//! `$XDG_CACHE_HOME/jail`, else `$HOME/.cache/jail`.
+//! `$XDG_CACHE_HOME/jail`, else `$HOME/.cache/jail`; the caller reads those
+//! (`hostenv::cache_dir`) and passes the folder in.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
@@ -31,8 +32,8 @@ const MAGIC: &[u8; 8] = b"JAILBPF1";
 const MAX_ENTRY: u64 = (MAGIC.len() + 32 + bpf::MAX_INSNS * 8) as u64;
 
 /// `compile`, through the cache when there is one.
-pub fn compile(model: &Model, mode: Mode) -> Result<Filter, SeccompError> {
-    match dir() {
+pub fn compile(model: &Model, mode: Mode, dir: Option<&Path>) -> Result<Filter, SeccompError> {
+    match dir.and_then(prepare_dir) {
         Some(dir) => compile_in(&dir, model, mode),
         None => super::compile(model, mode),
     }
@@ -55,14 +56,10 @@ pub fn compile_in(dir: &Path, model: &Model, mode: Mode) -> Result<Filter, Secco
     Ok(filter)
 }
 
-/// The cache folder, created (0700) if missing; `None` when there is none.
-pub fn dir() -> Option<PathBuf> {
-    let env = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
-    let dir = match std::env::var_os("JAIL_CACHE_DIR") {
-        Some(v) if v.is_empty() => return None,
-        Some(v) => PathBuf::from(v),
-        None => env("XDG_CACHE_HOME").or_else(|| env("HOME").map(|h| h.join(".cache")))?.join("jail"),
-    };
+/// The cache folder (`hostenv::cache_dir` chose it), created (0700) if
+/// missing; `None` when it is not absolute.
+fn prepare_dir(dir: &Path) -> Option<PathBuf> {
+    let dir = dir.to_path_buf();
     if !dir.is_absolute() {
         return None;
     }

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install a built `jail` into PREFIX: scripts/install.sh BINARY PREFIX
+#
+# The binary needs nothing beside it: the default policy and the rootfs
+# recipes are compiled in. Installed: PREFIX/bin/jail, and for reading,
+# PREFIX/share/jail/policies (example policies for --policy) and
+# PREFIX/share/doc/jail (README.md, policies/README.md). A rootfs is built
+# afterwards by the user: `jail rootfs build minimal` (root: into
+# /var/lib/jail/rootfs; others: into ~/.local/share/jail/rootfs).
+set -euo pipefail
+bin=${1:?usage: scripts/install.sh BINARY PREFIX}
+prefix=${2:?usage: scripts/install.sh BINARY PREFIX}
+here=$(cd "$(dirname "$0")/.." && pwd)
+[ -x "$bin" ] || { echo "install.sh: $bin is not an executable; build it first (make release)" >&2; exit 2; }
+install -D -m 0755 "$bin" "$prefix/bin/jail"
+install -d -m 0755 "$prefix/share/jail/policies" "$prefix/share/doc/jail"
+install -m 0644 "$here"/policies/*.json "$prefix/share/jail/policies/"
+install -m 0644 "$here/README.md" "$prefix/share/doc/jail/README.md"
+install -m 0644 "$here/policies/README.md" "$prefix/share/doc/jail/policies.md"
+echo "installed $prefix/bin/jail; build a rootfs with: $prefix/bin/jail rootfs build minimal"
