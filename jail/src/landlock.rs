@@ -23,8 +23,8 @@ use landlock::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::field::FieldError;
 use crate::mounts::{self, Kind, MountOp};
-use crate::policy::PolicyError;
 use crate::result::{LandlockReport, LayerStatus};
 
 /// The ABI whose features these rules use; newer ABIs add nothing we use
@@ -79,8 +79,8 @@ pub struct Settings {
 }
 
 /// Validate the `landlock` section of a policy.
-pub fn validate(f: &LandlockFile) -> Result<Settings, PolicyError> {
-    let field = |name: &str, message: String| PolicyError::Field { field: format!("landlock.{name}"), message };
+pub fn validate(f: &LandlockFile) -> Result<Settings, FieldError> {
+    let field = |name: &str, message: String| FieldError::new(format!("landlock.{name}"), message);
     let enforcement = match f.mode.as_deref().unwrap_or("best_effort") {
         "best_effort" => Enforcement::BestEffort,
         "required" => Enforcement::Required,

@@ -4,7 +4,7 @@
 //! The map, in the order one run uses the modules (DESIGN.md §6):
 //! - `hostenv`, `locate`, `inline`: what the caller's environment gives a run (read once by main.rs),
 //!   which rootfs it uses, and a script given as `-c CODE` or on stdin.
-//! - `policy`: the policy file, validated (with `digest` for its hash).
+//! - `policy`: the policy file, validated (with `digest` for its hash; `field` is the leaf error the facility validators return).
 //! - `supervisor`: one run's steps, in order; each step is one of the rooms below.
 //! - `host`: the machine read once: caller, leased host uid (`hostuid`), kernel features, rlimits, the run cgroup.
 //! - `cgroup`, `limits`, `rlimits`: the run cgroup, and what enforces each limit.
@@ -33,16 +33,21 @@
 //! - `install`: the embedded rootfs recipes, for `jail rootfs build|list`.
 //! - `sys`: every `unsafe`.
 
+// Every `unsafe` block lives in `sys`, each with its `// SAFETY:` line
+// (clippy::undocumented_unsafe_blocks): anywhere else it does not compile.
+#![deny(unsafe_code)]
+
 pub mod artifacts;
 mod capture;
 pub mod cgroup;
-pub mod child;
-pub mod conceal;
+mod child;
+mod conceal;
 pub mod delegate;
-pub mod delivery;
+mod delivery;
 pub mod digest;
 pub mod doctor;
-pub mod fsid;
+pub mod field;
+mod fsid;
 mod host;
 pub mod hostenv;
 pub mod hostuid;
@@ -52,27 +57,28 @@ pub mod install;
 pub mod landlock;
 mod launch;
 mod layers;
-pub mod limits;
+mod limits;
 pub mod locate;
-pub mod mounts;
-pub mod namespaces;
-pub mod network;
-pub mod output;
+mod mounts;
+mod namespaces;
+mod network;
+mod output;
 mod plan;
 pub mod policy;
-pub mod privileges;
-pub mod proxy;
+mod privileges;
+mod proxy;
 pub mod relay;
 mod request;
 pub mod result;
-pub mod rlimits;
+mod rlimits;
 pub mod rootfs;
 pub mod schema;
 pub mod seccomp;
 pub mod stage;
 mod step;
 pub mod supervisor;
-pub mod sync;
+mod sync;
+#[allow(unsafe_code)]
 pub mod sys;
 mod verdict;
 // `jail mcp`: the MCP server (rmcp, tokio), only in builds with the `mcp` feature.

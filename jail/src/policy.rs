@@ -11,6 +11,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+// The validated `artifacts` section is the artifacts module's own type, as
+// `seccomp::Model` and `landlock::Settings` are theirs: the judgement never
+// imports the policy.
+pub use crate::artifacts::{ArtifactRules, Extensions, FormulaCells};
+
 /// The default policy shipped in `policies/default.json`, built in so the
 /// binary works without `--policy`.
 pub const DEFAULT_POLICY_JSON: &str = include_str!("../../policies/default.json");
@@ -30,6 +35,14 @@ pub enum PolicyError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("policy field `{field}`: {message}")]
     Field { field: String, message: String },
+}
+
+/// A facility's validator (`seccomp`, `landlock`) names the field; the
+/// policy's error says it the same way as its own.
+impl From<crate::field::FieldError> for PolicyError {
+    fn from(e: crate::field::FieldError) -> PolicyError {
+        PolicyError::Field { field: e.field, message: e.message }
+    }
 }
 
 impl PolicyError {
@@ -270,6 +283,13 @@ pub struct Identity {
     pub root_host_gid: u32,
 }
 
+/// The host ids of a run started by root (`hostuid::for_caller`).
+impl From<&Identity> for crate::hostuid::RootIds {
+    fn from(identity: &Identity) -> crate::hostuid::RootIds {
+        crate::hostuid::RootIds { uids: identity.root_host_uids, gid: identity.root_host_gid }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Environment {
     pub set: BTreeMap<String, String>,
@@ -350,60 +370,6 @@ pub struct Overrides {
     pub cgroup_parent: Option<String>,
     /// `--no-systemd-delegation`.
     pub no_systemd_delegation: bool,
-}
-
-/// The rules the supervisor applies to the output dir after a run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ArtifactRules {
-    /// A regular file larger than this is refused, unread.
-    pub max_file_bytes: u64,
-    /// Accepted files are hashed and inspected up to this many bytes in all.
-    pub max_total_bytes: u64,
-    /// Accepted files, at most.
-    pub max_files: u64,
-    /// Entries of every kind the walk looks at before it stops.
-    pub max_entries: u64,
-    /// Entries one folder may hold; a wider folder is refused whole.
-    pub max_dir_entries: u64,
-    /// Path components of an artifact, at most (`a/b.txt` is 2).
-    pub max_depth: u32,
-    /// Bytes in one name.
-    pub max_name_bytes: u32,
-    pub allowed_extensions: Extensions,
-    pub formula_cells: FormulaCells,
-    /// Input dirs up to this total size are digested by content, larger ones
-    /// by metadata.
-    pub input_hash_max_bytes: u64,
-}
-
-/// Which file extensions may leave the output dir.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Extensions {
-    /// `["*"]`: any.
-    Any,
-    /// Lowercase extensions without the dot; `""` admits names without one.
-    Only(std::collections::BTreeSet<String>),
-}
-
-impl Extensions {
-    /// Whether a file whose (lowercased) extension is `ext` may leave.
-    pub fn allows(&self, ext: &str) -> bool {
-        match self {
-            Extensions::Any => true,
-            Extensions::Only(set) => set.contains(ext),
-        }
-    }
-}
-
-/// What to do with spreadsheet cells that would start a formula.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FormulaCells {
-    /// Flag the file (`formula_injection`) and deliver it as the script
-    /// wrote it.
-    Flag,
-    /// Flag it, and deliver a flagged CSV/TSV with a `'` before each such
-    /// cell; refuse a flagged XLSX (`formula_cells`), which is not rewritten.
-    Neutralise,
 }
 
 /// Network mode.

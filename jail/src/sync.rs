@@ -8,7 +8,7 @@
 //! | `stdout`  | pipe             | script → supervisor  | the script's stdout (capture.rs) |
 //! | `stderr`  | pipe             | script → supervisor  | the script's stderr (capture.rs) |
 //! | `output`  | seqpacket pair   | both ways            | with `output_size`: PID 1 sends the output tmpfs's fd, the supervisor fills it and answers one byte (output.rs) |
-//! | `notify`  | seqpacket pair   | worker → supervisor  | in notify mode: the seccomp user-notification listener (seccomp.rs) |
+//! | `notify`  | seqpacket pair   | worker → supervisor  | in notify mode: the seccomp user-notification listener (seccomp/notify.rs) |
 //! | `proxy`   | seqpacket pair   | PID 1 → supervisor   | with `network.mode: allowlist`: the proxy's listening socket (network.rs) |
 //!
 //! All are close-on-exec.

@@ -239,7 +239,7 @@ impl Watch<'_> {
             fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
             which.push(Slot::Pidfd);
         }
-        // Past the answer cap the listener is read at a pace (seccomp.rs,
+        // Past the answer cap the listener is read at a pace (seccomp/notify.rs,
         // PAST_CAP_PACE): left out of the poll until its time comes.
         let now = Instant::now();
         let resting = self.listener_rest.filter(|&t| t > now);

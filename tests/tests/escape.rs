@@ -112,7 +112,7 @@ print(json.dumps(res))
     assert_eq!(v["output"], "written");
     assert_eq!(v["tmp"], "written");
     assert_eq!(v["root_ro"], true);
-    assert_eq!(v["usr_flags"].as_u64().unwrap(), (libc::ST_RDONLY | libc::ST_NOSUID | libc::ST_NODEV) as u64);
+    assert_eq!(v["usr_flags"].as_u64().unwrap(), libc::ST_RDONLY | libc::ST_NOSUID | libc::ST_NODEV);
     assert_eq!(std::fs::read(sb.input.join("data.csv")).unwrap(), b"a,b\n1,2\n");
     assert_eq!(std::fs::read_to_string(sb.output.join("ok.txt")).unwrap(), "x");
 }
