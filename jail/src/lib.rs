@@ -18,7 +18,7 @@
 //! - `output`, `fsid`: the output tmpfs filled and copied, and who the copy acts as.
 //! - `proxy`: the allowlist's HTTP CONNECT proxy, run by the supervisor.
 //! - `watch`: the poll loop over the pipes, the pidfd, the seccomp listener and the relays; deadlines.
-//! - `capture`, `relay`: the script's stdout and stderr, captured or streamed.
+//! - `capture`, `relay`, `events`: the script's stdout and stderr, captured, streamed, or sent as `--events` NDJSON.
 //! - `verdict`: facts → status, and the one place the result is assembled.
 //! - `delivery`: what passed the judgement, delivered to the host folder.
 //! - `result`: the JSON contract both sides and the agent share.
@@ -33,6 +33,7 @@ pub mod conceal;
 pub mod delivery;
 pub mod digest;
 pub mod doctor;
+pub mod events;
 pub mod fsid;
 pub mod hostuid;
 pub mod landlock;

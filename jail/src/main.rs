@@ -87,8 +87,12 @@ struct RunArgs {
     #[arg(long = "cgroup-parent", value_name = "CGROUP")]
     cgroup_parent: Option<String>,
     /// Capture the output and print one JSON result document on stdout.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "events")]
     json: bool,
+    /// Print NDJSON events on stdout as the step runs: stdout/stderr chunks,
+    /// each artifact, then the result document (see README "Live events").
+    #[arg(long)]
+    events: bool,
     /// The Python script to run.
     script: PathBuf,
     /// Arguments passed to the script.
@@ -122,6 +126,8 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy, jail::policy::PolicyErr
 
 fn run(args: RunArgs) -> ExitCode {
     let json = args.json;
+    // Opened before the run: the captures write the chunk events to it.
+    let events = args.events.then(jail::events::open);
     let mut result = match prepare_request(args) {
         Ok(req) => jail::supervisor::run(&req),
         Err(e) => RunResult::setup_failed(e),
@@ -139,7 +145,7 @@ fn run(args: RunArgs) -> ExitCode {
             format!(": {}", e.causes.join(": "))
         };
         eprintln!("jail: {} ({}){causes}", e.message, e.stage);
-    } else if !json {
+    } else if !json && events.is_none() {
         // Never a blocking write here: a caller that stopped reading our
         // stderr must not keep `jail` from exiting (relay.rs).
         let mut lines = String::new();
@@ -161,7 +167,9 @@ fn run(args: RunArgs) -> ExitCode {
         }
         jail::relay::tell_stderr(&lines);
     }
-    if json {
+    if let Some(events) = events {
+        events.finish(&result);
+    } else if json {
         // One write: stdout is line-buffered, and a result is ~200 lines.
         let mut text = serde_json::to_vec_pretty(&result).unwrap_or_default();
         text.push(b'\n');
@@ -206,7 +214,11 @@ fn prepare_request(args: RunArgs) -> Result<RunRequest, SetupError> {
         code: args.code,
         rootfs: args.rootfs,
         timeout,
-        mode: if args.json { OutputMode::Capture } else { OutputMode::Stream },
+        mode: match (args.json, args.events) {
+            (_, true) => OutputMode::Events,
+            (true, false) => OutputMode::Capture,
+            (false, false) => OutputMode::Stream,
+        },
     })
 }
 

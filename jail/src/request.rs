@@ -22,6 +22,9 @@ pub enum OutputMode {
     Capture,
     /// Copied live to our own stdout and stderr.
     Stream,
+    /// Captured as with `Capture`, and sent live as NDJSON events on our
+    /// stdout (`--events`, events.rs).
+    Events,
 }
 
 /// One `jail run`.
@@ -402,7 +405,7 @@ fn build_exec(policy: &Policy, script: &Path, args: &[String], mode: OutputMode,
         // a policy cannot point the script anywhere else.
         env.extend(crate::network::proxy_env());
     }
-    if mode == OutputMode::Stream {
+    if matches!(mode, OutputMode::Stream | OutputMode::Events) {
         // Streaming is only live if Python does not hold output in its buffers.
         env.insert("PYTHONUNBUFFERED".into(), "1".into());
     }
