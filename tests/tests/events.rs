@@ -176,7 +176,7 @@ fn each_stream_is_cut_at_its_cap_with_one_marker() {
 fn a_flood_read_live_arrives_whole_and_in_order() {
     let sb = Sandbox::new();
     // 200 000 numbered lines (~1.3 MB over both streams, each under its cap),
-    // read as they come.
+    // read as they come once the reader starts.
     let mut child = events_cmd(
         &sb,
         &[],
@@ -186,6 +186,9 @@ fn a_flood_read_live_arrives_whole_and_in_order() {
     .stderr(Stdio::null())
     .spawn()
     .unwrap();
+    // A slow start: the pipe and the relay's buffer fill, the script waits,
+    // and the run goes on once the reader takes what is queued.
+    std::thread::sleep(Duration::from_secs(1));
     let reader = BufReader::new(child.stdout.take().unwrap());
     let mut events = Vec::new();
     let mut first_at = None;
