@@ -52,7 +52,18 @@ impl Capture {
             Target::Stdout => events.as_ref().and_then(|ev| ev.borrow().poll_fd()),
             Target::Stderr => None,
         };
-        Capture { cap, mode, head: Vec::new(), tail: Vec::new(), total: 0, relay, relayed: None, events, events_fd, target }
+        Capture {
+            cap,
+            mode,
+            head: Vec::new(),
+            tail: Vec::new(),
+            total: 0,
+            relay,
+            relayed: None,
+            events,
+            events_fd,
+            target,
+        }
     }
 
     pub(crate) fn push(&mut self, chunk: &[u8]) {

@@ -191,9 +191,7 @@ impl Events {
         }
         let (data, base64) = match std::str::from_utf8(bytes) {
             Ok(text) => (std::borrow::Cow::Borrowed(text), None),
-            Err(_) => {
-                (String::from_utf8_lossy(bytes), Some(base64::engine::general_purpose::STANDARD.encode(bytes)))
-            }
+            Err(_) => (String::from_utf8_lossy(bytes), Some(base64::engine::general_purpose::STANDARD.encode(bytes))),
         };
         let event = match t {
             Target::Stdout => Event::Stdout { data: &data, base64 },
@@ -343,7 +341,13 @@ mod tests {
         ev.push(Target::Stdout, &snow[1..]);
         drop(write);
         let got = lines(ev, read);
-        assert_eq!(got, vec![serde_json::json!({"type":"stdout","data":"a"}), serde_json::json!({"type":"stdout","data":"☃"})]);
+        assert_eq!(
+            got,
+            vec![
+                serde_json::json!({"type":"stdout","data":"a"}),
+                serde_json::json!({"type":"stdout","data":"☃"})
+            ]
+        );
     }
 
     #[test]

@@ -116,7 +116,12 @@ fn events_come_in_order_and_end_with_the_json_result() {
     }
     let first: Vec<(String, String)> = chunks.iter().take(10).cloned().collect();
     let want: Vec<(String, String)> = (0..5)
-        .flat_map(|i| [("stdout".to_string(), format!("out {i}\n")), ("stderr".to_string(), format!("err {i}\n"))])
+        .flat_map(|i| {
+            [
+                ("stdout".to_string(), format!("out {i}\n")),
+                ("stderr".to_string(), format!("err {i}\n")),
+            ]
+        })
         .collect();
     assert_eq!(first, want);
     // Bytes that are not UTF-8 come exactly, in base64.
@@ -177,15 +182,11 @@ fn a_flood_read_live_arrives_whole_and_in_order() {
     let sb = Sandbox::new();
     // 200 000 numbered lines (~1.3 MB over both streams, each under its cap),
     // read as they come once the reader starts.
-    let mut child = events_cmd(
-        &sb,
-        &[],
-        "import sys\nfor i in range(100000):\n    print(i)\n    print(-i, file=sys.stderr)\n",
-    )
-    .stdout(Stdio::piped())
-    .stderr(Stdio::null())
-    .spawn()
-    .unwrap();
+    let mut child = events_cmd(&sb, &[], "import sys\nfor i in range(100000):\n    print(i)\n    print(-i, file=sys.stderr)\n")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
     // A slow start: the pipe and the relay's buffer fill, the script waits,
     // and the run goes on once the reader takes what is queued.
     std::thread::sleep(Duration::from_secs(1));
