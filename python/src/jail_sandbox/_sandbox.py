@@ -180,7 +180,7 @@ class Execution:
 def find_jail() -> Path:
     """The ``jail`` binary this package ships: the wheel's own copy beside
     the package (``jail_sandbox.scripts/jail``, where maturin puts it when it
-    bundles libseccomp), else the one the wheel installed into this
+    bundles shared libraries), else the one the wheel installed into this
     environment's scripts folder (``sys.prefix/bin``, or the user scheme's for
     ``pip install --user``), else ``jail`` on ``PATH``."""
     bundled = Path(__file__).resolve().parent.parent / "jail_sandbox.scripts" / "jail"
