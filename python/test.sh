@@ -34,8 +34,20 @@ else
     as=(setpriv --reuid="$uid" --regid="$uid" --clear-groups --)
     label="uid $uid (no account)"
 fi
+# The user reads the suite, README.md and the examples from a staging
+# folder (a checkout under /root is not theirs to read), which is also their
+# HOME and TMPDIR; the rootfs too, when they cannot reach it where it is.
 stage=$(mktemp -d /tmp/jail-python-tests.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
-chmod 777 "$stage"
+mkdir -p "$stage/repo/python" "$stage/home"
+cp -r python/tests "$stage/repo/python/"
+cp -r README.md examples "$stage/repo/"
+chmod -R a+rX "$stage" && chmod 777 "$stage/home"
+if ! "${as[@]}" test -r "$rootfs/usr/bin/python3"; then
+    cp -a "$rootfs" "$stage/rootfs"
+    chmod a+rx "$stage/rootfs"
+    rootfs="$stage/rootfs"
+fi
 echo "== the Python package's suite again as $label"
-run_suite "${as[@]}" env -i PATH=/usr/bin:/bin HOME="$stage" TMPDIR="$stage"
+cd "$stage/repo"
+run_suite "${as[@]}" env -i PATH=/usr/bin:/bin HOME="$stage/home" TMPDIR="$stage/home"
