@@ -255,3 +255,25 @@ fn a_setup_failure_is_one_result_event_and_exit_125() {
     assert_eq!(events[0]["result"]["status"], "setup_failed");
     assert_eq!(events[0]["result"]["setup_error"]["stage"], "input");
 }
+
+#[test]
+fn output_comes_while_the_script_runs_without_it_flushing() {
+    let sb = Sandbox::new();
+    // No flush: only an unbuffered interpreter (PYTHONUNBUFFERED, set for
+    // --events) writes this before the sleep ends.
+    let mut child = events_cmd(&sb, &[], "import time\nprint('early')\ntime.sleep(2)\nprint('late')\n")
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(child.stdout.take().unwrap());
+    let start = Instant::now();
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    let first_at = start.elapsed();
+    let mut rest = String::new();
+    reader.read_to_string(&mut rest).unwrap();
+    let ended = start.elapsed();
+    child.wait().unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&first).unwrap(), serde_json::json!({"type":"stdout","data":"early"}));
+    assert!(ended - first_at > Duration::from_millis(1500), "the first event came {first_at:?} in, the end {ended:?}");
+}
