@@ -27,6 +27,10 @@ fn parse_lines(stdout: &[u8]) -> Vec<Value> {
         .map(|l| {
             let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event ({e}): {l:?}"));
             assert!(v["type"].is_string(), "an event without a type: {l}");
+            // The result event carries the document --json prints: the schema holds it.
+            if v["type"] == "result" {
+                validate_result(&v["result"]).unwrap_or_else(|e| panic!("the result event breaks the schema: {e}"));
+            }
             v
         })
         .collect()
