@@ -23,7 +23,7 @@
 //! - `output`, `fsid`: the output tmpfs filled and copied, and who the copy acts as.
 //! - `proxy`: the allowlist's HTTP CONNECT proxy, run by the supervisor.
 //! - `watch`: the poll loop over the pipes, the pidfd, the seccomp listener and the relays; deadlines.
-//! - `capture`, `relay`: the script's stdout and stderr, captured or streamed.
+//! - `capture`, `relay`, `events`: the script's stdout and stderr, captured, streamed, or sent as `--events` NDJSON.
 //! - `verdict`: facts → status, and the one place the result is assembled.
 //! - `stage`: the `Stage` names of `setup_error.stage`, and the one error-chain → `SetupError` conversion.
 //! - `delivery`: what passed the judgement, delivered to the host folder.
@@ -46,6 +46,7 @@ pub mod delegate;
 mod delivery;
 pub mod digest;
 pub mod doctor;
+pub mod events;
 pub mod field;
 mod fsid;
 mod host;

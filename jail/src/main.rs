@@ -139,8 +139,12 @@ struct RunArgs {
     #[arg(long = "no-systemd-delegation")]
     no_systemd_delegation: bool,
     /// Capture the output and print one JSON result document on stdout.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "events")]
     json: bool,
+    /// Print NDJSON events on stdout as the step runs: stdout/stderr chunks,
+    /// each artifact, then the result document (see README "Live events").
+    #[arg(long)]
+    events: bool,
     /// The Python script to run; `-` reads it from stdin.
     script: Option<PathBuf>,
     /// Arguments passed to the script.
@@ -183,6 +187,8 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy, jail::policy::PolicyErr
 fn run(args: RunArgs) -> ExitCode {
     let json = args.json;
     // `_script` (from -c or stdin) is removed when it drops, after the run.
+    // Opened before the run: the captures write the chunk events to it.
+    let events = args.events.then(jail::events::open);
     let mut result = match prepare_request(args) {
         Ok((req, _script)) => jail::supervisor::run(&req),
         Err(e) => RunResult::setup_failed(e),
@@ -200,7 +206,7 @@ fn run(args: RunArgs) -> ExitCode {
             format!(": {}", e.causes.join(": "))
         };
         eprintln!("jail: {} ({}){causes}", e.message, e.stage);
-    } else if !json {
+    } else if !json && events.is_none() {
         // Never a blocking write here: a caller that stopped reading our
         // stderr must not keep `jail` from exiting (relay.rs).
         let mut lines = String::new();
@@ -222,7 +228,9 @@ fn run(args: RunArgs) -> ExitCode {
         }
         jail::relay::tell_stderr(&lines);
     }
-    if json {
+    if let Some(events) = events {
+        events.finish(&result);
+    } else if json {
         // One write: stdout is line-buffered, and a result is ~200 lines.
         let mut text = serde_json::to_vec_pretty(&result).unwrap_or_default();
         text.push(b'\n');
@@ -275,7 +283,11 @@ fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<InlineScript>), 
         code: args.code,
         rootfs: Some(rootfs),
         timeout,
-        mode: if args.json { OutputMode::Capture } else { OutputMode::Stream },
+        mode: match (args.json, args.events) {
+            (_, true) => OutputMode::Events,
+            (true, false) => OutputMode::Capture,
+            (false, false) => OutputMode::Stream,
+        },
         host,
     };
     Ok((req, inline))

@@ -313,7 +313,7 @@ fn build_exec(
         // a policy cannot point the script anywhere else.
         env.extend(crate::network::proxy_env());
     }
-    if mode == OutputMode::Stream {
+    if matches!(mode, OutputMode::Stream | OutputMode::Events) {
         // Streaming is only live if Python does not hold output in its buffers.
         env.insert("PYTHONUNBUFFERED".into(), "1".into());
     }

@@ -18,6 +18,9 @@ pub enum OutputMode {
     Capture,
     /// Copied live to our own stdout and stderr.
     Stream,
+    /// Captured as with `Capture`, and sent live as NDJSON events on our
+    /// stdout (`--events`, events.rs).
+    Events,
 }
 
 /// One `jail run`.
