@@ -32,10 +32,7 @@ pub struct View {
     pub sys_files: Vec<(PathBuf, String)>,
 }
 
-/// Where the generated meminfo goes.
-pub const MEMINFO: &str = "/proc/meminfo";
-/// The jail's `/sys`: a read-only tmpfs holding [`View::sys_files`] only.
-pub const SYS_DIR: &str = "/sys";
+pub use crate::mounts::{MEMINFO, SYS_DIR};
 
 impl View {
     /// Put the files into the mount request.
@@ -187,18 +184,7 @@ pub fn meminfo(host: &str, limit: u64) -> String {
     out
 }
 
-/// `/tmp` with `filesystem.tmp_size: "auto"` (the default): half the
-/// memory limit, at least 64 MiB; 1 GiB without a memory limit. Its pages
-/// count against the run's memory (a memory cgroup counts tmpfs pages;
-/// without one, limits.rs shrinks the tmpfs mounts to fit), so data work
-/// can spill a file the size of half its memory (numpy's own tests write
-/// 32-64 MiB temp files). Pure.
-pub fn auto_tmp_size(memory: Option<u64>) -> u64 {
-    match memory {
-        Some(m) => (m / 2 / 4096 * 4096).max(64 << 20),
-        None => 1 << 30,
-    }
-}
+pub use crate::policy::auto_tmp_size;
 
 /// Per-process address space with a memory cgroup: the limit plus as much
 /// again (at least 512 MiB) for what is reserved but never touched (thread

@@ -34,6 +34,11 @@ use crate::sys::{
 };
 
 /// Where the workspace lives inside the jail.
+/// Where the generated meminfo goes (inside.rs writes it).
+pub const MEMINFO: &str = "/proc/meminfo";
+/// The jail's `/sys`: a read-only tmpfs holding only inside.rs's CPU lists.
+pub const SYS_DIR: &str = "/sys";
+
 pub const WORKSPACE: &str = "/workspace";
 pub const INPUT_DIR: &str = "/workspace/input";
 pub const CODE_DIR: &str = "/workspace/code";
@@ -265,11 +270,11 @@ pub fn plan(req: &Request) -> Vec<MountOp> {
     }
     // The run's limits where programs read them (inside.rs).
     if let Some(content) = &req.meminfo {
-        ops.push(MountOp::FileOver { path: p(crate::inside::MEMINFO), content: content.clone() });
+        ops.push(MountOp::FileOver { path: p(MEMINFO), content: content.clone() });
     }
     if !req.sys_files.is_empty() {
-        ops.push(MountOp::Dir { path: p(crate::inside::SYS_DIR), mode: 0o555 });
-        ops.push(MountOp::Files { dir: p(crate::inside::SYS_DIR), files: req.sys_files.clone() });
+        ops.push(MountOp::Dir { path: p(SYS_DIR), mode: 0o555 });
+        ops.push(MountOp::Files { dir: p(SYS_DIR), files: req.sys_files.clone() });
     }
     ops.push(MountOp::Dir { path: p("/tmp"), mode: 0o1777 });
     ops.push(MountOp::Tmpfs {

@@ -299,7 +299,7 @@ pub struct Environment {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Filesystem {
     /// The size of `/tmp`: the policy's, or with [`Sizing::Auto`] the one
-    /// [`crate::inside::auto_tmp_size`] gives for the memory limit.
+    /// [`auto_tmp_size`] gives for the memory limit.
     pub tmp_size: u64,
     pub tmp_sizing: Sizing,
     pub shm_size: u64,
@@ -581,7 +581,7 @@ impl Policy {
         };
         let filesystem = Filesystem {
             tmp_size: match tmp_sizing {
-                Sizing::Auto => crate::inside::auto_tmp_size(limits.memory),
+                Sizing::Auto => auto_tmp_size(limits.memory),
                 Sizing::Fixed => size_field("filesystem.tmp_size", &file.filesystem.tmp_size, 0)?,
             },
             tmp_sizing,
@@ -823,7 +823,7 @@ impl Policy {
                 other => other.to_string(),
             })?;
             if self.filesystem.tmp_sizing == Sizing::Auto {
-                self.filesystem.tmp_size = crate::inside::auto_tmp_size(self.limits.memory);
+                self.filesystem.tmp_size = auto_tmp_size(self.limits.memory);
             }
         }
         if let Some(v) = &o.cpus {
@@ -980,6 +980,19 @@ fn validate_environment(f: &EnvironmentFile) -> Result<Environment, PolicyError>
         }
     }
     Ok(Environment { set: f.set.clone(), pass: f.pass.clone() })
+}
+
+/// `/tmp` with `filesystem.tmp_size: "auto"` (the default): half the
+/// memory limit, at least 64 MiB; 1 GiB without a memory limit. Its pages
+/// count against the run's memory (a memory cgroup counts tmpfs pages;
+/// without one, limits.rs shrinks the tmpfs mounts to fit), so data work
+/// can spill a file the size of half its memory (numpy's own tests write
+/// 32-64 MiB temp files). Pure.
+pub fn auto_tmp_size(memory: Option<u64>) -> u64 {
+    match memory {
+        Some(m) => (m / 2 / 4096 * 4096).max(64 << 20),
+        None => 1 << 30,
+    }
 }
 
 #[cfg(test)]
