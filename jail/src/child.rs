@@ -50,6 +50,9 @@ pub struct ChildSpec {
     /// On cgroup v1: the run leaf's `tasks` file in each hierarchy, which
     /// PID 1 writes itself into first (cgroup.rs, `RunCgroup::entry`).
     pub cgroup_tasks: Vec<OwnedFd>,
+    /// `jail session`: the control socket the cell driver reads on fd 0
+    /// (sync.rs); `None` leaves stdin on /dev/null.
+    pub stdin: Option<OwnedFd>,
 }
 
 /// The last restrictions, planned and compiled by the supervisor.
@@ -134,6 +137,7 @@ pub fn run(spec: ChildSpec) -> ! {
         confine,
         proxy,
         cgroup_tasks,
+        stdin,
     } = spec;
     // The supervisor writes our id maps, then releases us; until then we have
     // no identity in the new user namespace.
@@ -182,8 +186,17 @@ pub fn run(spec: ChildSpec) -> ! {
     }
     match sys::fork_process() {
         Err(e) => fail(&report, StageError { stage: "fork_worker", error: Box::new(e) }),
-        Ok(Forked::Child) => worker(marks, report, exec, &rlimits, confine),
+        Ok(Forked::Child) => {
+            // A session's driver reads its cells on fd 0; PID 1 keeps no copy.
+            if let Some(control) = stdin {
+                if let Err(e) = privileges::stdin_onto(&control).stage("stdin") {
+                    fail(&report, e);
+                }
+            }
+            worker(marks, report, exec, &rlimits, confine)
+        }
         Ok(Forked::Parent(worker_pid)) => {
+            drop(stdin);
             // Our copy of the report pipe must go, or the supervisor would
             // never see the end-of-file that means "exec happened".
             drop(report);

@@ -121,18 +121,31 @@ pub(crate) fn launch(
         (Network::Allowlist(rules), Some(resolver)) => Some((rules.clone(), resolver.clone())),
         _ => None,
     };
-    let Channels { release, report, status, stdout: out, stderr: err, output, notify, proxy } = Channels::new(Wanted {
+    let Channels {
+        release,
+        report,
+        status,
+        stdout: out,
+        stderr: err,
+        output,
+        notify,
+        proxy,
+        control,
+    } = Channels::new(Wanted {
         // A size-capped output dir comes back to us as a descriptor (output.rs).
         output: prepared.mount_request.output_size.is_some(),
         // The worker sends the seccomp notification listener over this.
         notify: confinement.filter.mode == seccomp::Mode::Notify,
         // With the allowlist, PID 1 hands us the proxy's listener (network.rs).
         proxy: proxy_route.is_some(),
+        // A session's cell driver reads its cells from this (session.rs).
+        control: req.session.is_some(),
     })
     .map_err(LaunchError::Channel)?;
     let (output_ours, output_theirs) = split(output);
     let (notify_ours, notify_theirs) = split(notify);
     let (proxy_sock, proxy_theirs) = split(proxy);
+    let (control_ours, control_theirs) = split(control);
     let proxy_ours = proxy_sock.zip(proxy_route).map(|(sock, (rules, resolver))| (sock, rules, resolver));
     if nix::unistd::getuid().is_root() {
         // The child can never call setgroups (it is denied in its user
@@ -157,6 +170,7 @@ pub(crate) fn launch(
         output: output_theirs,
         notify: notify_theirs,
         proxy: proxy_theirs,
+        control: control_theirs,
     };
     let spec = child_spec(req, prepared, resources, confinement, theirs, self_join);
     stages.insert("plan".into(), ms_since(started));
@@ -223,7 +237,14 @@ pub(crate) fn launch(
         },
     };
     let pipes = ChildPipes { stdout: out.read, stderr: err.read, report: report.read, status: status.read };
-    let ending = watch.run(pid, &pidfd, pipes, &limits, resources.cgroup.as_ref());
+    let ending = match (&req.session, control_ours) {
+        // A session serves its cells over the control channel instead of
+        // waiting for one script (session/serve.rs).
+        (Some(session), Some(control)) => {
+            crate::session::serve::serve(session, &mut watch, pid, &pidfd, pipes, control, &limits, resources.cgroup.as_ref())
+        }
+        _ => watch.run(pid, &pidfd, pipes, &limits, resources.cgroup.as_ref()),
+    };
     // Streaming: the caller gets until the deadline to take what is queued,
     // never longer (a reader that stopped reading cannot hold the run).
     watch.stdout.end(deadline);
@@ -269,6 +290,7 @@ struct ChildEnds {
     output: Option<OwnedFd>,
     notify: Option<OwnedFd>,
     proxy: Option<OwnedFd>,
+    control: Option<OwnedFd>,
 }
 
 /// Everything the child side needs, with its ends of the channels.
@@ -315,6 +337,7 @@ fn child_spec(
         },
         proxy: theirs.proxy,
         cgroup_tasks,
+        stdin: theirs.control,
     }
 }
 

@@ -22,6 +22,7 @@
 //! - `verdict`: facts → status, and the one place the result is assembled.
 //! - `delivery`: what passed the judgement, delivered to the host folder.
 //! - `result`: the JSON contract both sides and the agent share.
+//! - `session`: `jail session`, one jail serving many cells to a driver over a control channel.
 //! - `doctor`: what this host provides, for `jail doctor`.
 //! - `sys`: every `unsafe`.
 
@@ -52,6 +53,7 @@ pub mod result;
 pub mod rlimits;
 pub mod rootfs;
 pub mod seccomp;
+pub mod session;
 pub mod supervisor;
 pub mod sync;
 pub mod sys;

@@ -69,6 +69,28 @@ pub struct PolicyFile {
     pub seccomp: Option<crate::seccomp::SeccompFile>,
     #[serde(default)]
     pub landlock: crate::landlock::LandlockFile,
+    /// `jail session`: the interrupt grace, idle timeout and lifetime.
+    #[serde(default, skip_serializing_if = "SessionFile::is_unset")]
+    pub session: SessionFile,
+}
+
+/// The `session` section (`jail session`, session.rs).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SessionFile {
+    /// Seconds a cell past its time limit gets to stop after SIGINT
+    /// (KeyboardInterrupt) before the tree is killed and the session ends.
+    pub interrupt_grace_secs: Option<f64>,
+    /// Seconds without a cell after which the session is destroyed.
+    pub idle_timeout_secs: Option<f64>,
+    /// Seconds after its start at which the session is destroyed.
+    pub max_lifetime_secs: Option<f64>,
+}
+
+impl SessionFile {
+    fn is_unset(&self) -> bool {
+        *self == SessionFile::default()
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -247,8 +269,17 @@ pub struct Policy {
     pub artifacts: ArtifactRules,
     pub seccomp: crate::seccomp::Model,
     pub landlock: crate::landlock::Settings,
+    pub session: Session,
     /// sha256 of the policy's canonical JSON form, reported in every result.
     pub hash: String,
+}
+
+/// A session's times (`jail session`), validated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Session {
+    pub interrupt_grace: Duration,
+    pub idle_timeout: Duration,
+    pub max_lifetime: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -595,6 +626,7 @@ impl Policy {
             Network::Allowlist(_) => crate::seccomp::check_network_allowlist(&seccomp)?,
         }
         let landlock = crate::landlock::validate(&file.landlock)?;
+        let session = validate_session(&file.session)?;
         Ok(Policy {
             name: file.name.clone().unwrap_or_else(|| "unnamed".into()),
             rootfs,
@@ -607,9 +639,26 @@ impl Policy {
             artifacts,
             seccomp,
             landlock,
+            session,
             hash,
         })
     }
+}
+
+fn validate_session(f: &SessionFile) -> Result<Session, PolicyError> {
+    let secs = |name: &str, value: Option<f64>, default: f64, most: f64| match value.unwrap_or(default) {
+        v if v > 0.0 && v <= most => Ok(Duration::from_secs_f64(v)),
+        v => Err(PolicyError::field(&format!("session.{name}"), format!("is {v}, must be above 0 and at most {most}"))),
+    };
+    let session = Session {
+        interrupt_grace: secs("interrupt_grace_secs", f.interrupt_grace_secs, 2.0, 60.0)?,
+        idle_timeout: secs("idle_timeout_secs", f.idle_timeout_secs, 600.0, 86_400.0)?,
+        max_lifetime: secs("max_lifetime_secs", f.max_lifetime_secs, 3_600.0, 86_400.0)?,
+    };
+    if session.idle_timeout > session.max_lifetime {
+        return Err(PolicyError::field("session.idle_timeout_secs", "is longer than session.max_lifetime_secs: lower it"));
+    }
+    Ok(session)
 }
 
 /// What [`check_round_trip`] found wrong.

@@ -36,6 +36,9 @@ pub struct RunRequest {
     pub rootfs: Option<PathBuf>,
     pub timeout: Option<Duration>,
     pub mode: OutputMode,
+    /// `jail session`: serve cells to a driver instead of running one
+    /// script to its end (session.rs); `None` for `jail run`.
+    pub session: Option<std::rc::Rc<crate::session::Serve>>,
 }
 
 /// A request that failed before anything was started: what is wrong and how

@@ -78,6 +78,10 @@ pub fn run(req: &RunRequest) -> RunResult {
             }
         };
     stages.insert("snapshot".to_string(), ms_since(started));
+    if let Some(session) = &req.session {
+        // Each cell's result starts from this run's isolation and limits.
+        session.set_template(&result);
+    }
     // Clone, release and watch the child until PID 1 is reaped (launch.rs).
     let model = Rc::clone(&confinement.model);
     let launched =
