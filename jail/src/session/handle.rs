@@ -137,6 +137,16 @@ pub fn answer(mut stream: &UnixStream, answer: &Answer) {
     let _ = stream.write_all(&line);
 }
 
+/// Refuse a client: the answer, then its request read and dropped (a
+/// unix socket closed with unread bytes resets the connection, and the
+/// client would lose the answer), bounded in bytes and time.
+pub fn refuse(stream: &UnixStream, error: String) {
+    answer(stream, &Answer { result: None, error: Some(error) });
+    let _ = stream.shutdown(std::net::Shutdown::Write);
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(1)));
+    let _ = io::copy(&mut stream.take(MAX_CELL as u64 * 2 + 1024), &mut io::sink());
+}
+
 /// What a client could not do.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {

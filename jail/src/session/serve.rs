@@ -357,11 +357,8 @@ impl Loop<'_, '_, '_> {
         let me = nix::unistd::geteuid().as_raw();
         match handle::peer_uid(&stream) {
             Ok(uid) if uid == me => {}
-            Ok(uid) => {
-                let error = format!("uid {uid} is not this session's owner (uid {me})");
-                return handle::answer(&stream, &Answer { result: None, error: Some(error) });
-            }
-            Err(e) => return handle::answer(&stream, &Answer { result: None, error: Some(format!("SO_PEERCRED: {e}")) }),
+            Ok(uid) => return handle::refuse(&stream, format!("uid {uid} is not this session's owner (uid {me})")),
+            Err(e) => return handle::refuse(&stream, format!("SO_PEERCRED: {e}")),
         }
         match handle::read_request(&stream) {
             Err(error) => handle::answer(&stream, &Answer { result: None, error: Some(error) }),
