@@ -53,6 +53,8 @@ enum Command {
 }
 
 #[derive(Subcommand)]
+// Parsed once per process, like `Command`.
+#[allow(clippy::large_enum_variant)]
 enum SessionCommand {
     /// Make the jail and start its interpreter; print the handle once it is ready.
     Start(SessionStartArgs),

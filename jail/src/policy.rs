@@ -1012,6 +1012,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn session_times_default_and_are_checked() {
+        let p = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap();
+        assert_eq!(p.session.interrupt_grace, Duration::from_secs(2));
+        assert_eq!(p.session.idle_timeout, Duration::from_secs(600));
+        assert_eq!(p.session.max_lifetime, Duration::from_secs(3600));
+        for (json, field) in [
+            (r#"{"interrupt_grace_secs":0}"#, "session.interrupt_grace_secs"),
+            (r#"{"idle_timeout_secs":-1}"#, "session.idle_timeout_secs"),
+            (r#"{"max_lifetime_secs":100000}"#, "session.max_lifetime_secs"),
+            (r#"{"idle_timeout_secs":20,"max_lifetime_secs":10}"#, "session.idle_timeout_secs"),
+        ] {
+            let err = Policy::from_json(&format!(r#"{{"version":1,"session":{json}}}"#), Path::new("/")).unwrap_err();
+            assert!(err.to_string().contains(field), "{json}: {err}");
+        }
+        // An absent section leaves the policy's hash as it was.
+        let a = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap();
+        let b = Policy::from_json(r#"{"version":1,"session":{}}"#, Path::new("/")).unwrap();
+        assert_eq!(a.hash, b.hash);
+    }
+
+    #[test]
     fn an_allowlist_policy_sends_inet_sockets_to_the_supervisor_and_refuses_other_families() {
         let p = Policy::from_json(r#"{"version":1,"network":{"mode":"allowlist","hosts":["api.example.org"]}}"#, Path::new("/"))
             .unwrap();

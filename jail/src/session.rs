@@ -186,6 +186,9 @@ impl Serve {
             "ended": ended.is_some(),
             "why": ended.map(Why::code),
             "detail": ended.map(|w| w.describe(&self.session)),
+            // A cell's `artifacts` are empty: the output dir is judged and
+            // delivered once, when the whole tree is dead (artifacts.rs).
+            "artifacts": "judged and delivered when the session ends (jail session stop)",
         })
     }
 }
