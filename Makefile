@@ -45,8 +45,9 @@ doctor: release ## show what this host provides to the jail
 test: build rootfs test-deps ## run every test; as root, the jail tests again as an ordinary user (TEST_USER, else a spare uid); then list every skip
 	TEST_USER=$(TEST_USER) tests/run.sh $(TEST_FILTER)
 
-test-deps: ## what the tests need beyond the build: the agent's OTLP receiver venv (agent/otel-test-setup.sh)
+test-deps: ## what the tests need beyond the build: the agent's OTLP receiver venv, the MCP Python SDK venv
 	@agent/otel-test-setup.sh >/dev/null || echo "note: no OTLP receiver venv; the agent's trace-export test will skip (see agent/otel-test-setup.sh)"
+	@tests/mcp/setup.sh >/dev/null || echo "note: no MCP SDK venv; tests/tests/mcp.rs will skip (see tests/mcp/setup.sh)"
 
 test-user: build rootfs ## run the jail tests as TEST_USER, an account or a bare uid (root only)
 	tests/run-as-user.sh $(TEST_USER) $(TEST_FILTER)

@@ -64,6 +64,11 @@ cp "$repo/target/debug/jail" "$stage/bin/jail"
 for b in "${bins[@]}"; do cp "$b" "$stage/bin/"; done
 cp -r "$repo/policies" "$stage/repo/"
 [ -d "$repo/examples" ] && cp -r "$repo/examples" "$stage/repo/"
+# The committed result schema every result is validated against, and the
+# MCP client test's README snippet and client script.
+cp -r "$repo/schema" "$stage/repo/"
+cp "$repo/README.md" "$stage/repo/"
+mkdir -p "$stage/repo/tests" && cp -r "$repo/tests/mcp" "$stage/repo/tests/"
 chmod -R a+rX "$stage"
 # The user's own corners: its temporary files and its skip log.
 touch "$stage/skips.tsv"

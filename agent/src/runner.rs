@@ -165,6 +165,9 @@ impl Runner {
             status: status.to_string(),
             stderr: crate::llm::excerpt(&String::from_utf8_lossy(&err), 400),
         })?;
+        // A document of another schema version is refused before it is read
+        // (jail/src/schema.rs): its fields may not mean what ours do.
+        jail::schema::check_version(&value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
         let result: RunResult = serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
         Ok(Step { result, duration: started.elapsed() })
     }

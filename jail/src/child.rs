@@ -19,6 +19,7 @@ use nix::unistd::Pid;
 use crate::mounts::{self, MountOp};
 use crate::result::{SetupError, EXIT_SETUP_FAILED};
 use crate::rlimits::Rlimit;
+use crate::stage::Stage;
 use crate::sync::{self, Report};
 use crate::sys::{self, Forked};
 use crate::{landlock, privileges, rlimits, seccomp};
@@ -67,6 +68,7 @@ pub struct Confine {
 }
 
 /// The interpreter's exec: path, argv and the rebuilt environment.
+#[derive(Debug, Clone)]
 pub struct Exec {
     pub path: CString,
     pub argv: Vec<CString>,
@@ -78,29 +80,23 @@ pub struct Exec {
 
 /// A failed step: which stage, and the error chain.
 struct StageError {
-    stage: &'static str,
+    stage: Stage,
     error: Box<dyn Error>,
 }
 
-trait Stage<T> {
-    fn stage(self, stage: &'static str) -> Result<T, StageError>;
+trait AtStage<T> {
+    fn stage(self, stage: Stage) -> Result<T, StageError>;
 }
 
-impl<T, E: Error + 'static> Stage<T> for Result<T, E> {
-    fn stage(self, stage: &'static str) -> Result<T, StageError> {
+impl<T, E: Error + 'static> AtStage<T> for Result<T, E> {
+    fn stage(self, stage: Stage) -> Result<T, StageError> {
         self.map_err(|e| StageError { stage, error: Box::new(e) })
     }
 }
 
 impl StageError {
     fn into_setup_error(self) -> SetupError {
-        let mut causes = Vec::new();
-        let mut source = self.error.source();
-        while let Some(s) = source {
-            causes.push(s.to_string());
-            source = s.source();
-        }
-        SetupError { stage: self.stage.to_string(), message: self.error.to_string(), causes }
+        self.stage.error(&*self.error)
     }
 }
 
@@ -149,14 +145,14 @@ pub fn run(spec: ChildSpec) -> ! {
     // Before anything of ours can be seen from inside: we are a fork of the
     // supervisor, whose command line and environment name host paths.
     if let Err(e) = crate::conceal::scrub_pid1() {
-        fail(&report, StageError { stage: "conceal", error: Box::new(e) });
+        fail(&report, StageError { stage: Stage::Conceal, error: Box::new(e) });
     }
     if !cgroup_tasks.is_empty() {
         // First, while only our code runs and we are one thread: into the
         // run cgroup, before the cgroup namespace is made and before the
         // worker (which inherits it) is forked.
         if let Err(e) = crate::cgroup::enter_self(cgroup_tasks) {
-            fail(&report, StageError { stage: "cgroup_join", error: Box::new(e) });
+            fail(&report, StageError { stage: Stage::CgroupJoin, error: Box::new(e) });
         }
         marks.mark("cgroup_join");
     }
@@ -175,21 +171,21 @@ pub fn run(spec: ChildSpec) -> ! {
     // Block the signals PID 1 handles before forking, so none is lost between
     // the fork and the reaper's first sigwait.
     let handled = reaper_signals();
-    if let Err(e) = handled.thread_block().stage("block_signals") {
+    if let Err(e) = handled.thread_block().stage(Stage::BlockSignals) {
         fail(&report, e);
     }
     // Non-dumpable before the fork, so the script, which runs as our uid,
     // can never open /proc/1/* or ptrace us, however the two are scheduled
     // (runc CVE-2019-5736). The worker inherits it until its exec resets it.
-    if let Err(e) = nix::sys::prctl::set_dumpable(false).stage("dumpable") {
+    if let Err(e) = nix::sys::prctl::set_dumpable(false).stage(Stage::Dumpable) {
         fail(&report, e);
     }
     match sys::fork_process() {
-        Err(e) => fail(&report, StageError { stage: "fork_worker", error: Box::new(e) }),
+        Err(e) => fail(&report, StageError { stage: Stage::ForkWorker, error: Box::new(e) }),
         Ok(Forked::Child) => {
             // A session's driver reads its cells on fd 0; PID 1 keeps no copy.
             if let Some(control) = stdin {
-                if let Err(e) = privileges::stdin_onto(&control).stage("stdin") {
+                if let Err(e) = privileges::stdin_onto(&control).stage(Stage::Stdio) {
                     fail(&report, e);
                 }
             }
@@ -224,26 +220,26 @@ fn setup(
     // Our cgroup namespace is made only now, after the supervisor moved us
     // into the run cgroup's leaf: its root is that leaf, so nothing above it
     // (the files holding the run's limits) is ever visible from inside.
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).stage("cgroup_namespace")?;
+    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).stage(Stage::CgroupNamespace)?;
     // stdio goes to the supervisor's pipes; stdin is /dev/null, never a tty
     // (TIOCSTI, bwrap CVE-2017-5226).
-    privileges::stdio_onto(&stdout, &stderr).stage("stdio")?;
+    privileges::stdio_onto(&stdout, &stderr).stage(Stage::Stdio)?;
     drop((stdout, stderr));
     marks.mark("stdio");
     // Nothing we mount may propagate back to the host.
-    mounts::make_private().stage("mounts")?;
+    mounts::make_private().stage(Stage::Mounts)?;
     // Sources are opened with our original credentials (a root caller can
     // still traverse 0700 folders), before the staging tmpfs hides anything.
-    let sources = mounts::open_sources(plan, staging).stage("mounts")?;
-    crate::namespaces::become_sandbox_ids(uid, gid).stage("identity")?;
+    let sources = mounts::open_sources(plan, staging).stage(Stage::Mounts)?;
+    crate::namespaces::become_sandbox_ids(uid, gid).stage(Stage::Identity)?;
     // If the supervisor dies, so does the whole jail (PID 1's death ends the
     // pid namespace). Set only now: every uid change clears it
     // (commit_creds), and checked once, in case the supervisor died before.
-    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).stage("die_with_supervisor")?;
+    nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).stage(Stage::DieWithSupervisor)?;
     if sync::reader_gone(report) {
         sys::exit_now(EXIT_SETUP_FAILED);
     }
-    let applied = mounts::apply(plan, sources, staging).stage("mounts")?;
+    let applied = mounts::apply(plan, sources, staging).stage(Stage::Mounts)?;
     if !applied.degraded.is_empty() {
         let _ = sync::send(report, &Report::Degraded(applied.degraded));
     }
@@ -251,16 +247,16 @@ fn setup(
     if let Some(sock) = output {
         // The supervisor keeps this descriptor of the output tmpfs past the
         // jail's end, to mirror it back once the tree is dead.
-        let dir = mounts::open_output(staging).stage("output")?;
-        sys::send_fd(sock.as_fd(), dir.as_fd()).stage("output")?;
+        let dir = mounts::open_output(staging).stage(Stage::Output)?;
+        sys::send_fd(sock.as_fd(), dir.as_fd()).stage(Stage::Output)?;
     }
-    mounts::pivot_root(staging).stage("pivot_root")?;
+    mounts::pivot_root(staging).stage(Stage::PivotRoot)?;
     marks.mark("pivot_root");
-    nix::unistd::sethostname(hostname).stage("hostname")?;
+    nix::unistd::sethostname(hostname).stage(Stage::Hostname)?;
     if let Some(sock) = proxy {
         // While we still hold CAP_NET_ADMIN in our namespaces (lo up) and
         // before the worker exists: the script never sees the listener.
-        crate::network::hand_over_listener(sock.as_fd()).stage("network")?;
+        crate::network::hand_over_listener(sock.as_fd()).stage(Stage::Network)?;
         marks.mark("network");
     }
     Ok(())
@@ -274,13 +270,13 @@ fn worker(mut marks: Marks, report: OwnedFd, exec: Exec, limits: &[Rlimit], conf
     }
     // Seccomp last: from here on every syscall passes the filter, and in
     // notify mode the listener reaches the supervisor before any other call.
-    if let Err(e) = confine.seccomp.load(confine.notify.as_ref()).stage("seccomp") {
+    if let Err(e) = confine.seccomp.load(confine.notify.as_ref()).stage(Stage::Seccomp) {
         fail(&report, e);
     }
     marks.mark("seccomp");
     let _ = sync::send(&report, &Report::Stages(std::mem::take(&mut marks.0)));
     let err = nix::unistd::execve(&exec.path, &exec.argv, &exec.envp).unwrap_err();
-    fail(&report, StageError { stage: "exec", error: Box::new(ExecError(exec.path.clone(), err)) })
+    fail(&report, StageError { stage: Stage::Exec, error: Box::new(ExecError(exec.path.clone(), err)) })
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -298,30 +294,30 @@ fn worker_setup(
     // SIGXFSZ at their defaults (the Rust runtime ignores SIGPIPE). CPython
     // ignores SIGXFSZ itself, so a Python write past RLIMIT_FSIZE fails with
     // EFBIG (OSError errno 27); other programs it starts die of SIGXFSZ.
-    SigSet::empty().thread_set_mask().stage("signals")?;
-    sys::set_default_signal(Signal::SIGPIPE).stage("signals")?;
-    sys::set_default_signal(Signal::SIGXFSZ).stage("signals")?;
+    SigSet::empty().thread_set_mask().stage(Stage::Signals)?;
+    sys::set_default_signal(Signal::SIGPIPE).stage(Stage::Signals)?;
+    sys::set_default_signal(Signal::SIGXFSZ).stage(Stage::Signals)?;
     // Every descriptor but stdio, the report pipe and the listener's way
     // out closes now; those two are close-on-exec (runc CVE-2024-21626).
     let mut keep = vec![report.as_raw_fd()];
     keep.extend(confine.notify.as_ref().map(|fd| fd.as_raw_fd()));
-    sys::close_from_except(3, &keep).stage("close_fds")?;
-    sys::cloexec_from(3).stage("close_fds")?;
+    sys::close_from_except(3, &keep).stage(Stage::CloseFds)?;
+    sys::cloexec_from(3).stage(Stage::CloseFds)?;
     // A new session: no controlling terminal to inject keystrokes into.
-    nix::unistd::setsid().stage("setsid")?;
+    nix::unistd::setsid().stage(Stage::Setsid)?;
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(exec.umask));
-    nix::unistd::chdir(&exec.cwd).stage("chdir")?;
+    nix::unistd::chdir(&exec.cwd).stage(Stage::Chdir)?;
     // Before the capabilities go: they are not needed to lower limits, but
     // the order keeps every restriction after the last privileged step.
-    rlimits::apply(limits).stage("rlimits")?;
+    rlimits::apply(limits).stage(Stage::Rlimits)?;
     marks.mark("rlimits");
     // Capabilities go before no_new_privs and the LSM layers: nothing the
     // script runs can regain them.
-    privileges::drop_all_capabilities().stage("drop_capabilities")?;
-    nix::sys::prctl::set_no_new_privs().stage("no_new_privs")?;
+    privileges::drop_all_capabilities().stage(Stage::DropCapabilities)?;
+    nix::sys::prctl::set_no_new_privs().stage(Stage::NoNewPrivs)?;
     marks.mark("drop_privileges");
     // Landlock needs no_new_privs (or CAP_SYS_ADMIN, which is gone).
-    landlock::restrict(&confine.landlock, &confine.landlock_rules, &confine.tcp_connect).stage("landlock")?;
+    landlock::restrict(&confine.landlock, &confine.landlock_rules, &confine.tcp_connect).stage(Stage::Landlock)?;
     marks.mark("landlock");
     Ok(())
 }

@@ -1,9 +1,28 @@
-//! The launch: make the channels, clone the child into its namespaces,
-//! write its id maps, place it in the run cgroup, release it, hand the
-//! output tmpfs and the proxy listener across, and watch it until PID 1 is
-//! reaped. A [`Child`] guard kills and reaps on every early return.
+//! The seam between making a jail and running one step in it.
+//!
+//! [`Jail::make`] takes a [`RunPlan`] and the compiled filter and makes
+//! the jail: every channel (sync.rs), the clone into fresh namespaces
+//! (born in the run cgroup where the kernel can), the id maps, the cgroup
+//! entry; the child then waits at the release barrier, and nothing of the
+//! script has run. [`Jail::run`] runs one [`Step`] (step.rs) in it: the release, the
+//! hand-overs (the output tmpfs filled, the proxy listener), the watch
+//! (watch.rs, capture.rs) until PID 1 is reaped, the run cgroup removed,
+//! and the verdict and delivery (verdict.rs). `supervisor::run` is the two
+//! in a row. A [`Child`] guard kills and reaps on every early return.
+//!
+//! How a session or a warm pool (issue 18) would use it: make jails ahead
+//! with `Jail::make` from a plan whose `exec` is a trusted driver instead
+//! of the script (the plan is a value: replace `plan.exec`), hold them
+//! (the lease and the cgroup travel in [`Held`]), and run each step with
+//! its own [`Step`] (its own snapshot, seed result and clock). Keeping one
+//! jail across several steps needs a `&mut self` step that talks to the
+//! driver and leaves the tree alive, with per-step capture and verdict
+//! from `verdict::assemble`; today's `run` consumes the jail because a
+//! one-shot step ends when PID 1 does. In this protocol the child builds
+//! its mounts and confinement after the release (the release is the
+//! id-map barrier), so a pool that wants them in place ahead needs a
+//! second barrier before exec in child.rs.
 
-use std::collections::BTreeMap;
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -14,20 +33,21 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
-use crate::artifacts::{self, TreeDead};
+use crate::artifacts::TreeDead;
 use crate::capture::{Capture, Target};
-use crate::cgroup::{self, RunCgroup};
-use crate::child::{self, ChildSpec, Confine, Exec};
-use crate::layers::{Confinement, Resources};
-use crate::mounts;
+use crate::cgroup::{self, CgroupUsage, RunCgroup};
+use crate::child::{self, ChildSpec, Confine};
+use crate::host::Held;
 use crate::output;
-use crate::policy::Network;
+use crate::plan::{NetworkPlan, RunPlan};
 use crate::proxy;
-use crate::request::{Prepared, RunRequest};
-use crate::sync::{self, ms_since, Channels, Pair, Report, Wanted};
+use crate::result::RunResult;
+use crate::stage::Stage;
+use crate::step::{Clock, Outcome, Step};
+use crate::sync::{self, Channels, Pair};
 use crate::sys::{self, Forked};
-use crate::watch::{ChildPipes, Deadlines, Ending, Watch};
-use crate::{landlock, namespaces, seccomp};
+use crate::watch::{ChildPipes, Deadlines, Watch};
+use crate::{namespaces, seccomp, verdict};
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum LaunchError {
@@ -45,7 +65,7 @@ pub(crate) enum LaunchError {
     Output(#[source] output::OutputError),
     #[error("start the network proxy")]
     Proxy(#[source] proxy::ProxyError),
-    #[error("release the child")]
+    #[error("release the child (the release pipe)")]
     Release(#[source] io::Error),
     #[error("receive the output tmpfs from PID 1")]
     ReceiveOutput(#[source] io::Error),
@@ -60,224 +80,261 @@ pub(crate) enum LaunchError {
 }
 
 impl LaunchError {
-    pub(crate) fn stage(&self) -> &'static str {
+    pub(crate) fn stage(&self) -> Stage {
         match self {
-            LaunchError::Channel(_) => "pipes",
-            LaunchError::DropGroups(_) | LaunchError::Clone(_) => "clone",
-            LaunchError::IdMaps(_) => "id_maps",
-            LaunchError::JoinCgroup(_) => "cgroup",
-            LaunchError::Output(_) => "output",
-            LaunchError::Proxy(_) => "network",
+            LaunchError::Channel(_) => Stage::Pipes,
+            LaunchError::DropGroups(_) | LaunchError::Clone(_) => Stage::Clone,
+            LaunchError::IdMaps(_) => Stage::IdMaps,
+            LaunchError::JoinCgroup(_) => Stage::Cgroup,
+            LaunchError::Output(_) => Stage::Output,
+            LaunchError::Proxy(_) => Stage::Network,
             LaunchError::Release(_)
             | LaunchError::ReceiveOutput(_)
             | LaunchError::ReleaseOutput(_)
-            | LaunchError::ReceiveListener(_) => "release",
-            LaunchError::Pidfd(_) | LaunchError::Wait(_) => "wait",
+            | LaunchError::ReceiveListener(_) => Stage::Release,
+            LaunchError::Pidfd(_) | LaunchError::Wait(_) => Stage::Wait,
         }
     }
 }
 
-/// What the watch loop saw.
-pub(crate) struct Outcome {
-    pub(crate) reports: Vec<Report>,
-    pub(crate) tally: seccomp::Tally,
-    pub(crate) stdout: Capture,
-    pub(crate) stderr: Capture,
-    pub(crate) ending: Ending,
-    pub(crate) deadline: Instant,
-    pub(crate) exec_at: Option<Instant>,
-    pub(crate) released_at: Instant,
-    pub(crate) ended_at: Instant,
-    pub(crate) rusage: libc::rusage,
-    pub(crate) pid1_status: libc::c_int,
-    pub(crate) started_ns: u64,
-    /// The jail's output tmpfs and what was copied into it, to be judged and
-    /// mirrored (delivery.rs); `None` with a bound output dir.
-    pub(crate) output: Option<(OwnedFd, output::Inventory)>,
-    pub(crate) ids: output::FsIds,
-    pub(crate) tree_dead: TreeDead,
-    pub(crate) network: Option<crate::result::NetworkReport>,
+/// The supervisor's ends of the channels, until the step takes them.
+struct Ours {
+    release: OwnedFd,
+    pipes: ChildPipes,
+    output: Option<OwnedFd>,
+    notify: Option<OwnedFd>,
+    proxy: Option<OwnedFd>,
+    control: Option<OwnedFd>,
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn launch(
-    req: &RunRequest,
-    prepared: &Prepared,
-    before: &mut artifacts::Before,
-    resources: &Resources,
-    confinement: Confinement,
-    uid_map: namespaces::IdMap,
-    gid_map: namespaces::IdMap,
-    stages: &mut BTreeMap<String, f64>,
-    started: Instant,
-    started_ns: u64,
-) -> Result<Outcome, LaunchError> {
-    // The model the filter was compiled from: the supervisor answers the
-    // refusals it reports by it.
-    let model = Rc::clone(&confinement.model);
-    // Every channel between us and the child, from what this run needs
-    // (sync.rs has the table).
-    let proxy_route = match (&req.policy.network, &prepared.resolver) {
-        (Network::Allowlist(rules), Some(resolver)) => Some((rules.clone(), resolver.clone())),
-        _ => None,
-    };
-    let Channels {
-        release,
-        report,
-        status,
-        stdout: out,
-        stderr: err,
-        output,
-        notify,
-        proxy,
-        control,
-    } = Channels::new(Wanted {
-        // A size-capped output dir comes back to us as a descriptor (output.rs).
-        output: prepared.mount_request.output_size.is_some(),
-        // The worker sends the seccomp notification listener over this.
-        notify: confinement.filter.mode == seccomp::Mode::Notify,
-        // With the allowlist, PID 1 hands us the proxy's listener (network.rs).
-        proxy: proxy_route.is_some(),
-        // A session's cell driver reads its cells from this (session.rs).
-        control: req.session.is_some(),
-    })
-    .map_err(LaunchError::Channel)?;
-    let (output_ours, output_theirs) = split(output);
-    let (notify_ours, notify_theirs) = split(notify);
-    let (proxy_sock, proxy_theirs) = split(proxy);
-    let (control_ours, control_theirs) = split(control);
-    let proxy_ours = proxy_sock.zip(proxy_route).map(|(sock, (rules, resolver))| (sock, rules, resolver));
-    if nix::unistd::getuid().is_root() {
-        // The child can never call setgroups (it is denied in its user
-        // namespace), so root's supplementary groups must go before the clone.
-        nix::unistd::setgroups(&[]).map_err(LaunchError::DropGroups)?;
-    }
-    // How the child enters the run cgroup: born in it (v2), or moving
-    // itself (v1) before it runs anything else (cgroup.rs, `entry`).
-    let (clone_into, self_join) = match resources.cgroup.as_ref().map(RunCgroup::entry).transpose() {
-        Ok(Some(cgroup::Entry::CloneInto(dir))) => (Some(dir), Vec::new()),
-        Ok(Some(cgroup::Entry::SelfJoin(tasks))) => (None, tasks),
-        Ok(None) => (None, Vec::new()),
-        Err(e) => return Err(LaunchError::JoinCgroup(e)),
-    };
-    let self_joins = !self_join.is_empty();
-    let theirs = ChildEnds {
-        release: release.read,
-        report: report.write,
-        status: status.write,
-        stdout: out.write,
-        stderr: err.write,
-        output: output_theirs,
-        notify: notify_theirs,
-        proxy: proxy_theirs,
-        control: control_theirs,
-    };
-    let spec = child_spec(req, prepared, resources, confinement, theirs, self_join);
-    stages.insert("plan".into(), ms_since(started));
-    let (pid, born_in_cgroup) = clone_child(spec, clone_into)?;
-    let joined = born_in_cgroup || self_joins;
-    stages.insert("clone".into(), ms_since(started));
-    // From here every early return kills and reaps it (Child's drop).
-    let jail = Child { pid: Some(pid) };
-    namespaces::write_id_maps(pid, uid_map, gid_map).map_err(LaunchError::IdMaps)?;
-    stages.insert("id_maps".into(), ms_since(started));
-    if let (Some(cg), false) = (&resources.cgroup, joined) {
-        // The slow way, on a kernel without CLONE_INTO_CGROUP; before the
-        // release, so none of the child's code runs outside.
-        cg.join(pid.as_raw() as u32).map_err(LaunchError::JoinCgroup)?;
-        stages.insert("cgroup_join".into(), ms_since(started));
-    }
-    let pidfd = sys::pidfd_open(pid).map_err(LaunchError::Pidfd)?;
-    sync::release(release.write).map_err(LaunchError::Release)?;
-    let released_at = Instant::now();
-    let ids = output::FsIds { uid: uid_map.outside, gid: gid_map.outside };
-    let output = match output_ours {
-        None => None,
-        Some(sock) => {
-            let snapshot = |dir: &OwnedFd| before.retake_output_at(dir, &req.policy.artifacts);
-            fill_output(sock, &prepared.output_dir, ids, released_at + prepared.wall_time, snapshot)?
+/// A made jail: its child cloned, mapped and in its cgroup, waiting at the
+/// release barrier. Dropped unrun, the child is killed and reaped before
+/// the lease and the cgroup go (fields drop in order).
+pub(crate) struct Jail {
+    child: Child,
+    pid: Pid,
+    pidfd: OwnedFd,
+    ours: Option<Ours>,
+    plan: RunPlan,
+    held: Held,
+}
+
+impl Jail {
+    /// Make the jail `plan` describes, confined by `filter` (compiled from
+    /// `plan.seccomp`), with what `held` holds on the host.
+    pub(crate) fn make(plan: RunPlan, filter: seccomp::Filter, held: Held, clock: &mut Clock) -> Result<Jail, LaunchError> {
+        // Every channel between us and the child, from what this run needs
+        // (sync.rs has the table).
+        let Channels { release, report, status, stdout, stderr, output, notify, proxy, control } =
+            Channels::new(plan.channels).map_err(LaunchError::Channel)?;
+        let (output_ours, output_theirs) = split(output);
+        let (notify_ours, notify_theirs) = split(notify);
+        let (proxy_ours, proxy_theirs) = split(proxy);
+        let (control_ours, control_theirs) = split(control);
+        if nix::unistd::getuid().is_root() {
+            // The child can never call setgroups (it is denied in its user
+            // namespace), so root's supplementary groups must go before the clone.
+            nix::unistd::setgroups(&[]).map_err(LaunchError::DropGroups)?;
         }
-    };
-    if output.is_some() {
-        stages.insert("output_copy_in".into(), ms_since(started));
+        // How the child enters the run cgroup: born in it (v2), or moving
+        // itself (v1) before it runs anything else (cgroup.rs, `entry`).
+        let (clone_into, self_join) = match held.cgroup.as_ref().map(RunCgroup::entry).transpose() {
+            Ok(Some(cgroup::Entry::CloneInto(dir))) => (Some(dir), Vec::new()),
+            Ok(Some(cgroup::Entry::SelfJoin(tasks))) => (None, tasks),
+            Ok(None) => (None, Vec::new()),
+            Err(e) => return Err(LaunchError::JoinCgroup(e)),
+        };
+        let self_joins = !self_join.is_empty();
+        let theirs = ChildEnds {
+            release: release.read,
+            report: report.write,
+            status: status.write,
+            stdout: stdout.write,
+            stderr: stderr.write,
+            output: output_theirs,
+            notify: notify_theirs,
+            proxy: proxy_theirs,
+            control: control_theirs,
+        };
+        let spec = child_spec(&plan, filter, theirs, self_join);
+        clock.mark("plan");
+        let (pid, born_in_cgroup) = clone_child(spec, clone_into)?;
+        clock.mark("clone");
+        // From here every early return kills and reaps it (Child's drop),
+        // before `held` goes.
+        let child = Child { pid: Some(pid) };
+        namespaces::write_id_maps(pid, plan.uid_map, plan.gid_map).map_err(LaunchError::IdMaps)?;
+        clock.mark("id_maps");
+        if let (Some(cg), false) = (&held.cgroup, born_in_cgroup || self_joins) {
+            // The slow way, on a kernel without CLONE_INTO_CGROUP; before the
+            // release, so none of the child's code runs outside.
+            cg.join(pid.as_raw() as u32).map_err(LaunchError::JoinCgroup)?;
+            clock.mark("cgroup_join");
+        }
+        let pidfd = sys::pidfd_open(pid).map_err(LaunchError::Pidfd)?;
+        let pipes = ChildPipes {
+            stdout: stdout.read,
+            stderr: stderr.read,
+            report: report.read,
+            status: status.read,
+        };
+        let ours = Ours {
+            release: release.write,
+            pipes,
+            output: output_ours,
+            notify: notify_ours,
+            proxy: proxy_ours,
+            control: control_ours,
+        };
+        Ok(Jail { child, pid, pidfd, ours: Some(ours), plan, held })
     }
-    // Threads may start now: the clone, which needs a single-threaded
-    // process, is behind us.
-    let proxy = match proxy_ours {
-        None => None,
-        Some((sock, rules, resolver)) => match receive_listener(sock, released_at + prepared.wall_time)? {
+
+    /// Run one step: release the child, watch it until PID 1 is reaped,
+    /// remove the run cgroup, and build the result. Consumes the jail: a
+    /// one-shot step ends with its PID 1.
+    pub(crate) fn run(mut self, mut step: Step<'_>) -> RunResult {
+        let launched = self.release_and_watch(&mut step);
+        if launched.is_err() {
+            // Whatever failed, the tree dies before its cgroup is removed.
+            self.child.kill();
+        }
+        // The tree is dead (PID 1 reaped): read what it used, then remove
+        // the cgroup.
+        let cgroup_usage = self.remove_cgroup();
+        match launched {
+            // The verdict, then the output dir judged and delivered (verdict.rs).
+            Ok(outcome) => verdict::assemble(step, outcome, cgroup_usage, &self.plan),
+            Err(e) => verdict::failed(step.result, e.stage().error(&e), step.clock.started),
+        }
+    }
+
+    /// Release the child, hand it what it asks for after the release, and
+    /// watch until PID 1 is reaped.
+    fn release_and_watch(&mut self, step: &mut Step<'_>) -> Result<Outcome, LaunchError> {
+        let ours = self
+            .ours
+            .take()
+            .ok_or_else(|| LaunchError::Release(io::Error::other("the jail already ran a step")))?;
+        sync::release(ours.release).map_err(LaunchError::Release)?;
+        let released_at = Instant::now();
+        let ids = output::FsIds { uid: self.plan.uid_map.outside, gid: self.plan.gid_map.outside };
+        let handover_by = released_at + self.plan.wall_time;
+        let output = match ours.output {
             None => None,
-            Some(listener) => Some(proxy::start(listener, rules, resolver).map_err(LaunchError::Proxy)?),
-        },
-    };
-    if proxy.is_some() {
-        stages.insert("proxy".into(), ms_since(started));
-    }
-    let deadline = Instant::now() + prepared.wall_time;
-    let mut watch = Watch {
-        stdout: Capture::new(req.policy.limits.stdout_bytes, req.mode, Target::Stdout),
-        stderr: Capture::new(req.policy.limits.stderr_bytes, req.mode, Target::Stderr),
-        report_buf: Vec::new(),
-        status_buf: Vec::new(),
-        exec_at: None,
-        notify: notify_ours,
-        listener: None,
-        listener_rest: None,
-        tally: match req.policy.network {
-            Network::Allowlist(_) => seccomp::Tally::new().tcp_only(),
-            Network::None => seccomp::Tally::new(),
-        },
-        model: &model,
-    };
-    let limits = Deadlines {
-        wall: deadline,
-        cpu: match (&resources.cgroup, resources.plan.cpu_watch) {
-            (Some(cg), Some(limit)) => Some((cg, limit.as_nanos() as u64)),
-            _ => None,
-        },
-    };
-    let pipes = ChildPipes { stdout: out.read, stderr: err.read, report: report.read, status: status.read };
-    let ending = match (&req.session, control_ours) {
-        // A session serves its cells over the control channel instead of
-        // waiting for one script (session/serve.rs).
-        (Some(session), Some(control)) => {
-            crate::session::serve::serve(session, &mut watch, pid, &pidfd, pipes, control, &limits, resources.cgroup.as_ref())
+            Some(sock) => {
+                let snapshot = |dir: &OwnedFd| step.before.retake_output_at(dir, &step.policy.artifacts);
+                fill_output(sock, &self.plan.output.host_dir, ids, handover_by, snapshot)?
+            }
+        };
+        if output.is_some() {
+            step.clock.mark("output_copy_in");
         }
-        _ => watch.run(pid, &pidfd, pipes, &limits, resources.cgroup.as_ref()),
-    };
-    // Streaming: the caller gets until the deadline to take what is queued,
-    // never longer (a reader that stopped reading cannot hold the run).
-    watch.stdout.end(deadline);
-    watch.stderr.end(deadline);
-    let (pid1_status, rusage) = jail.reap().map_err(LaunchError::Wait)?;
-    let ended_at = Instant::now();
-    stages.insert("reaped".into(), ms_since(started));
-    // The tree is dead: every client socket is closed, so every relay ends.
-    let network = proxy.map(proxy::Proxy::finish);
-    // PID 1 is reaped only once its pid namespace is empty: nothing can
-    // change the output tmpfs under the mirror now, nor the output dir
-    // under the artifact walk.
-    let tree_dead = TreeDead::after_reaping_pid1();
-    let mut reports = sync::parse_reports(&watch.report_buf);
-    reports.extend(sync::parse_reports(&watch.status_buf));
-    Ok(Outcome {
-        reports,
-        tally: watch.tally,
-        stdout: watch.stdout,
-        stderr: watch.stderr,
-        ending,
-        deadline,
-        exec_at: watch.exec_at,
-        released_at,
-        ended_at,
-        rusage,
-        pid1_status,
-        started_ns,
-        output,
-        ids,
-        tree_dead,
-        network,
-    })
+        // Threads may start now: the clone, which needs a single-threaded
+        // process, is behind us.
+        let proxy = match (ours.proxy, &self.plan.network) {
+            (Some(sock), NetworkPlan::Allowlist { rules, resolver, .. }) => match receive_listener(sock, handover_by)? {
+                None => None,
+                Some(listener) => Some(proxy::start(listener, rules.clone(), resolver.clone()).map_err(LaunchError::Proxy)?),
+            },
+            _ => None,
+        };
+        if proxy.is_some() {
+            step.clock.mark("proxy");
+        }
+        if let Some(session) = step.session {
+            // Each cell's result starts from this step's seed: its isolation and limits.
+            session.set_template(&step.result);
+        }
+        let seen = self.watch(ours.pipes, ours.notify, step.session.zip(ours.control))?;
+        step.clock.mark("reaped");
+        // The tree is dead: every client socket is closed, so every relay ends.
+        let network = proxy.map(proxy::Proxy::finish);
+        Ok(Outcome { released_at, output, network, ..seen })
+    }
+
+    /// The watch loop until PID 1 is gone and the pipes drained, then the
+    /// reaping.
+    fn watch(
+        &mut self,
+        pipes: ChildPipes,
+        notify: Option<OwnedFd>,
+        session: Option<(&crate::session::Serve, OwnedFd)>,
+    ) -> Result<Outcome, LaunchError> {
+        let plan = &self.plan;
+        let deadline = Instant::now() + plan.wall_time;
+        let model = Rc::clone(&plan.seccomp.model);
+        let mut watch = Watch::new(
+            Capture::new(plan.output.stdout_cap, plan.output.streams, Target::Stdout),
+            Capture::new(plan.output.stderr_cap, plan.output.streams, Target::Stderr),
+            notify,
+            match plan.network {
+                NetworkPlan::Allowlist { .. } => seccomp::Tally::new().tcp_only(),
+                NetworkPlan::None => seccomp::Tally::new(),
+            },
+            &model,
+        );
+        let limits = Deadlines {
+            wall: deadline,
+            cpu: match (&self.held.cgroup, plan.limits.cpu_watch) {
+                (Some(cg), Some(limit)) => Some((cg, limit.as_nanos() as u64)),
+                _ => None,
+            },
+        };
+        let ending = match session {
+            // A session serves its cells over the control channel instead of
+            // waiting for one script (session/serve.rs).
+            Some((s, control)) => crate::session::serve::serve(
+                s,
+                &mut watch,
+                self.pid,
+                &self.pidfd,
+                pipes,
+                control,
+                &limits,
+                self.held.cgroup.as_ref(),
+            ),
+            None => watch.run(self.pid, &self.pidfd, pipes, &limits, self.held.cgroup.as_ref()),
+        };
+        // Streaming: the caller gets until the deadline to take what is queued,
+        // never longer (a reader that stopped reading cannot hold the run).
+        watch.stdout.end(deadline);
+        watch.stderr.end(deadline);
+        let (pid1_status, rusage) = self.child.reap().map_err(LaunchError::Wait)?;
+        let ended_at = Instant::now();
+        // PID 1 is reaped only once its pid namespace is empty: nothing can
+        // change the output tmpfs under the mirror now, nor the output dir
+        // under the artifact walk.
+        let tree_dead = TreeDead::after_reaping_pid1();
+        let mut reports = sync::parse_reports(&watch.report_buf);
+        reports.extend(sync::parse_reports(&watch.status_buf));
+        Ok(Outcome {
+            reports,
+            tally: watch.tally,
+            stdout: watch.stdout,
+            stderr: watch.stderr,
+            ending,
+            deadline,
+            exec_at: watch.exec_at,
+            released_at: Instant::now(),
+            ended_at,
+            rusage,
+            pid1_status,
+            output: None,
+            ids: output::FsIds { uid: plan.uid_map.outside, gid: plan.gid_map.outside },
+            tree_dead,
+            network: None,
+        })
+    }
+
+    /// Read what the dead tree used, then remove the run cgroup.
+    fn remove_cgroup(&mut self) -> Option<CgroupUsage> {
+        let cg = self.held.cgroup.take()?;
+        let usage = cg.usage();
+        if let Err(e) = cg.remove() {
+            eprintln!("jail: the run cgroup was not removed: {}", crate::stage::chain_line(&e));
+        }
+        Some(usage)
+    }
 }
 
 /// The child's ends of its channels (sync.rs), moved into its spec.
@@ -293,46 +350,32 @@ struct ChildEnds {
     control: Option<OwnedFd>,
 }
 
-/// Everything the child side needs, with its ends of the channels.
-fn child_spec(
-    req: &RunRequest,
-    prepared: &Prepared,
-    resources: &Resources,
-    confinement: Confinement,
-    theirs: ChildEnds,
-    cgroup_tasks: Vec<OwnedFd>,
-) -> ChildSpec {
-    let mount_ops = mounts::plan(&prepared.mount_request);
-    let landlock_rules = landlock::rules(&mount_ops);
+/// Everything the child side needs, from the plan, with its ends of the
+/// channels.
+fn child_spec(plan: &RunPlan, filter: seccomp::Filter, theirs: ChildEnds, cgroup_tasks: Vec<OwnedFd>) -> ChildSpec {
     ChildSpec {
         release: theirs.release,
         report: theirs.report,
         status: theirs.status,
         stdout: theirs.stdout,
         stderr: theirs.stderr,
-        mounts: mount_ops,
+        mounts: plan.mounts.clone(),
         // A private tmpfs over /tmp, in the child's own mount namespace only.
         staging: PathBuf::from("/tmp"),
-        uid: req.policy.identity.uid,
-        gid: req.policy.identity.gid,
-        hostname: req.policy.identity.hostname.clone(),
-        exec: Exec {
-            path: prepared.exec.path.clone(),
-            argv: prepared.exec.argv.clone(),
-            envp: prepared.exec.envp.clone(),
-            cwd: prepared.exec.cwd.clone(),
-            umask: prepared.exec.umask,
-        },
-        rlimits: resources.plan.rlimits.clone(),
+        uid: plan.sandbox.uid,
+        gid: plan.sandbox.gid,
+        hostname: plan.sandbox.hostname.clone(),
+        exec: plan.exec.clone(),
+        rlimits: plan.limits.rlimits.clone(),
         output: theirs.output,
         confine: Confine {
-            landlock: confinement.landlock,
-            landlock_rules,
-            seccomp: confinement.filter,
+            landlock: plan.landlock.clone(),
+            landlock_rules: plan.landlock_rules.clone(),
+            seccomp: filter,
             notify: theirs.notify,
-            tcp_connect: match req.policy.network {
-                Network::Allowlist(_) => vec![crate::network::PROXY_PORT],
-                _ => vec![],
+            tcp_connect: match &plan.network {
+                NetworkPlan::Allowlist { tcp_connect, .. } => tcp_connect.clone(),
+                NetworkPlan::None => vec![],
             },
         },
         proxy: theirs.proxy,
@@ -419,19 +462,24 @@ struct Child {
 
 impl Child {
     /// Wait for PID 1 (and so for its whole pid namespace) to end.
-    fn reap(mut self) -> io::Result<(libc::c_int, libc::rusage)> {
+    fn reap(&mut self) -> io::Result<(libc::c_int, libc::rusage)> {
         match self.pid.take() {
             Some(pid) => sys::wait4(pid),
             None => Err(io::Error::other("the child was already reaped")),
+        }
+    }
+
+    /// Kill the tree (PID 1 takes its namespace with it) and reap it.
+    fn kill(&mut self) {
+        if let Some(pid) = self.pid.take() {
+            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+            let _ = sys::wait4(pid);
         }
     }
 }
 
 impl Drop for Child {
     fn drop(&mut self) {
-        if let Some(pid) = self.pid.take() {
-            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-            let _ = sys::wait4(pid);
-        }
+        self.kill();
     }
 }

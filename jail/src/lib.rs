@@ -4,14 +4,17 @@
 //! The map, in the order one run uses the modules (DESIGN.md §6):
 //! - `policy`: the policy file, validated (with `digest` for its hash).
 //! - `supervisor`: one run's steps, in order; each step is one of the rooms below.
-//! - `hostuid`: leases a run started by root its own host uid.
+//! - `host`: the machine read once: caller, leased host uid (`hostuid`), kernel features, rlimits, the run cgroup.
 //! - `cgroup`, `limits`, `rlimits`: the run cgroup, and what enforces each limit.
-//! - `layers`: the run cgroup and limit plan, the seccomp filter and the landlock plan, made before the clone.
+//! - `request`: every path the user gave, checked; the rootfs listed and identified (`rootfs`).
+//! - `plan`: pure `plan(request, checked paths, host) -> RunPlan`: id maps, mounts, landlock rules, seccomp model, exec, limits, network, output, channels.
+//! - `layers`: the seccomp filter the plan names, compiled (through its cache).
 //! - `seccomp`, `landlock`: the filter and the ruleset, compiled from the policy.
-//! - `request`: every path the user gave, checked; the interpreter's argv and environment.
-//! - `rootfs`: the rootfs's manifest and identity.
 //! - `artifacts`: the snapshot the step's changes are measured against, and their judgement.
-//! - `launch`: channels, clone, id maps, cgroup entry, release, hand-overs; a guard kills and reaps.
+//! - `launch`: THE SEAM: `Jail::make(plan, filter, held)` makes a jail waiting at its release barrier,
+//!   `Jail::run(step)` runs one step in it (release, hand-overs, watch, reap, verdict); a `Child` guard kills and reaps.
+//!   A session or a warm pool (issue 18) makes jails ahead and runs steps in them: see launch.rs's doc.
+//! - `step`: one step's inputs (`Step`, `Clock`) and what the launch saw of it (`Outcome`).
 //! - `sync`: every supervisor↔child channel, in one table, and the reports sent over them.
 //! - `namespaces`: the clone flags and the id maps.
 //! - `child`: the jail side's steps (`mounts`, `conceal`, `privileges`, `network`, then `landlock` and `seccomp` last) and exec.
@@ -20,8 +23,10 @@
 //! - `watch`: the poll loop over the pipes, the pidfd, the seccomp listener and the relays; deadlines.
 //! - `capture`, `relay`: the script's stdout and stderr, captured or streamed.
 //! - `verdict`: facts → status, and the one place the result is assembled.
+//! - `stage`: the `Stage` names of `setup_error.stage`, and the one error-chain → `SetupError` conversion.
 //! - `delivery`: what passed the judgement, delivered to the host folder.
-//! - `result`: the JSON contract both sides and the agent share.
+//! - `result`: the JSON contract both sides and the agent share; `schema`: its JSON Schema and the version rule.
+//! - `mcp`: `jail mcp`, an MCP server whose tool runs each step as `jail run --json` (feature `mcp`).
 //! - `session`: `jail session`, one jail serving many cells to a driver over a control channel.
 //! - `doctor`: what this host provides, for `jail doctor`.
 //! - `sys`: every `unsafe`.
@@ -35,6 +40,7 @@ pub mod delivery;
 pub mod digest;
 pub mod doctor;
 pub mod fsid;
+mod host;
 pub mod hostuid;
 pub mod landlock;
 mod launch;
@@ -44,6 +50,7 @@ pub mod mounts;
 pub mod namespaces;
 pub mod network;
 pub mod output;
+mod plan;
 pub mod policy;
 pub mod privileges;
 pub mod proxy;
@@ -52,10 +59,16 @@ mod request;
 pub mod result;
 pub mod rlimits;
 pub mod rootfs;
+pub mod schema;
 pub mod seccomp;
 pub mod session;
+pub mod stage;
+mod step;
 pub mod supervisor;
 pub mod sync;
 pub mod sys;
 mod verdict;
+// `jail mcp`: the MCP server (rmcp, tokio), only in builds with the `mcp` feature.
+#[cfg(feature = "mcp")]
+pub mod mcp;
 mod watch;

@@ -50,6 +50,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Print the JSON Schema of the `jail run --json` result (schema/result.schema.json).
+    Schema,
+    /// Serve MCP over stdio: a `run_python` tool that runs each step in a fresh jail.
+    #[cfg(feature = "mcp")]
+    Mcp(jail::mcp::McpArgs),
 }
 
 #[derive(Subcommand)]
@@ -175,6 +180,12 @@ fn main() -> ExitCode {
         Command::Doctor { json } => doctor(json),
         Command::Packages { rootfs, json } => packages(rootfs, json),
         Command::Session(command) => session(command),
+        Command::Schema => {
+            print!("{}", jail::schema::result_schema_text());
+            ExitCode::SUCCESS
+        }
+        #[cfg(feature = "mcp")]
+        Command::Mcp(args) => jail::mcp::main(args),
     }
 }
 

@@ -1,16 +1,12 @@
 //! The request, checked: every path the user gave resolved and its
-//! permissions checked for the uid the sandbox will run as, the rootfs
-//! listed and identified, and the interpreter's argv and environment built
-//! from the policy. Nothing here starts a process.
+//! permissions checked for the uid the sandbox will run as, and the rootfs
+//! listed and identified. What the run becomes is decided from this by
+//! `plan::plan`. Nothing here starts a process.
 
-use std::collections::BTreeMap;
-use std::ffi::CString;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::child::Exec;
 use crate::mounts::{self, RootfsEntry};
 use crate::policy::{Network, Policy};
 use crate::proxy;
@@ -48,10 +44,19 @@ pub struct RunRequest {
 pub struct InputError {
     pub problem: String,
     pub fix: String,
+    /// `Input`, or `Output` for a problem with the output dir (`--output`,
+    /// or the one made for the run).
+    pub stage: crate::stage::Stage,
 }
 
 pub(crate) fn input_error(problem: impl Into<String>, fix: impl Into<String>) -> InputError {
-    InputError { problem: problem.into(), fix: fix.into() }
+    InputError { problem: problem.into(), fix: fix.into(), stage: crate::stage::Stage::Input }
+}
+
+impl InputError {
+    fn of_output(self) -> InputError {
+        InputError { stage: crate::stage::Stage::Output, ..self }
+    }
 }
 
 /// Who the sandbox is on the host, and what that means for permissions.
@@ -61,14 +66,21 @@ pub(crate) struct Identity {
     pub(crate) host_gid: u32,
 }
 
-/// Everything prepared before the clone.
+impl Identity {
+    pub(crate) fn of(host: &crate::host::Host) -> Identity {
+        Identity { caller_uid: host.caller_uid, host_uid: host.host_uid, host_gid: host.host_gid }
+    }
+}
+
+/// The request checked against the filesystem: what `plan::plan` reads
+/// besides the policy and the host.
 pub(crate) struct Prepared {
     pub(crate) mount_request: mounts::Request,
-    pub(crate) exec: Exec,
+    /// The script's path inside the jail.
+    pub(crate) script: PathBuf,
     pub(crate) output_dir: PathBuf,
     pub(crate) rootfs: PathBuf,
     pub(crate) rootfs_id: Option<String>,
-    pub(crate) wall_time: Duration,
     /// With `network.mode: allowlist`: how the proxy resolves names.
     pub(crate) resolver: Option<proxy::Resolver>,
 }
@@ -101,17 +113,13 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
     };
     let output_dir = match &req.output {
         Some(dir) => {
-            let d = existing_dir(dir, "output dir", "--output")?;
-            check_writable(&d, who, policy.filesystem.output_size)?;
+            let d = existing_dir(dir, "output dir", "--output").map_err(InputError::of_output)?;
+            check_writable(&d, who, policy.filesystem.output_size).map_err(InputError::of_output)?;
             d
         }
-        None => fresh_output_dir(who, policy.filesystem.output_size)?,
+        None => fresh_output_dir(who, policy.filesystem.output_size).map_err(InputError::of_output)?,
     };
 
-    let wall_time = req.timeout.unwrap_or(policy.limits.wall_time);
-    let script_in_jail = Path::new(mounts::CODE_DIR).join(&script_rel);
-    let umask = crate::hostuid::sandbox_umask(who.caller_uid == 0, policy.filesystem.output_size.is_none());
-    let exec = build_exec(policy, &script_in_jail, &req.args, req.mode, umask)?;
     let resolver = match &policy.network {
         Network::None => None,
         Network::Allowlist(_) => Some(proxy::Resolver::from_env().map_err(|e| {
@@ -129,11 +137,10 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
             shm_size: policy.filesystem.shm_size,
             output_size: policy.filesystem.output_size,
         },
-        exec,
+        script: Path::new(mounts::CODE_DIR).join(&script_rel),
         output_dir,
         rootfs,
         rootfs_id,
-        wall_time,
         resolver,
     })
 }
@@ -358,65 +365,4 @@ fn fresh_output_dir(who: &Identity, output_size: Option<u64>) -> Result<PathBuf,
         })?;
     }
     Ok(dir)
-}
-
-/// Variables that size the thread pools of OpenMP, OpenBLAS, MKL, numexpr
-/// and Accelerate.
-pub const THREAD_POOL_VARS: [&str; 5] = [
-    "OMP_NUM_THREADS",
-    "OPENBLAS_NUM_THREADS",
-    "MKL_NUM_THREADS",
-    "NUMEXPR_NUM_THREADS",
-    "VECLIB_MAXIMUM_THREADS",
-];
-
-/// The interpreter's argv and its environment, rebuilt from the policy.
-fn build_exec(policy: &Policy, script: &Path, args: &[String], mode: OutputMode, umask: u32) -> Result<Exec, InputError> {
-    let cstr =
-        |s: &[u8], what: &str| CString::new(s).map_err(|_| input_error(format!("{what} contains a NUL byte"), "remove it"));
-    let mut env: BTreeMap<String, String> = BTreeMap::new();
-    for (k, v) in [
-        ("PATH", "/usr/local/bin:/usr/bin:/bin"),
-        ("HOME", "/tmp"),
-        ("TMPDIR", "/tmp"),
-        ("LANG", "C.UTF-8"),
-    ] {
-        env.insert(k.into(), v.into());
-    }
-    for (k, v) in &policy.environment.set {
-        env.insert(k.clone(), v.clone());
-    }
-    for k in &policy.environment.pass {
-        if let Ok(v) = std::env::var(k) {
-            env.insert(k.clone(), v);
-        }
-    }
-    // Thread pools follow the CPU limit: a BLAS or OpenMP pool sized to the
-    // host's cores under a one-core quota only thrashes. A value the policy
-    // sets itself wins.
-    if let Some(cpus) = policy.limits.cpus {
-        let n = (cpus.ceil() as u64).max(1).to_string();
-        for var in THREAD_POOL_VARS {
-            env.entry(var.to_string()).or_insert_with(|| n.clone());
-        }
-    }
-    if let Network::Allowlist(_) = policy.network {
-        // After the policy's own values: the proxy is the only way out, and
-        // a policy cannot point the script anywhere else.
-        env.extend(crate::network::proxy_env());
-    }
-    if mode == OutputMode::Stream {
-        // Streaming is only live if Python does not hold output in its buffers.
-        env.insert("PYTHONUNBUFFERED".into(), "1".into());
-    }
-    let envp = env
-        .iter()
-        .map(|(k, v)| cstr(format!("{k}={v}").as_bytes(), "an environment value"))
-        .collect::<Result<Vec<_>, _>>()?;
-    let path = cstr(policy.python.as_os_str().as_bytes(), "the python path")?;
-    let mut argv = vec![path.clone(), cstr(script.as_os_str().as_bytes(), "the script path")?];
-    for a in args {
-        argv.push(cstr(a.as_bytes(), "an argument")?);
-    }
-    Ok(Exec { path, argv, envp, cwd: PathBuf::from(mounts::OUTPUT_DIR), umask })
 }

@@ -6,6 +6,7 @@
 
 use std::collections::BTreeMap;
 
+use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change to this document.
@@ -16,7 +17,7 @@ pub const EXIT_TIMEOUT: i32 = 124;
 /// Exit status of `jail` when the jail itself failed to set up.
 pub const EXIT_SETUP_FAILED: i32 = 125;
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct RunResult {
     pub schema_version: u32,
     pub status: Status,
@@ -70,10 +71,33 @@ pub struct RunResult {
     pub setup_error: Option<SetupError>,
     /// The supervisor's own costs, for the bench and for anyone sizing hosts.
     pub supervisor: SupervisorStats,
+    /// `jail session` only: the session and cell this result is of; absent
+    /// from a `jail run` result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionInfo>,
+}
+
+/// Where a `jail session` result belongs (session.rs).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct SessionInfo {
+    /// The session's id (its handle is `ID.sock`).
+    pub id: String,
+    /// This cell's number, from 1; 0 in the closing result of `jail session stop`.
+    pub cell: u64,
+    /// Whether the session is over: no later cell will run.
+    pub ended: bool,
+    /// Why it ended: `stopped`, `idle_timeout`, `max_lifetime`,
+    /// `cell_killed`, `interpreter_died`, `driver_deaf` or `setup_failed`.
+    pub why: Option<String>,
+    /// The same, in words.
+    pub detail: Option<String>,
+    /// Where this session's files go: judged and delivered to the output
+    /// folder once, when the session ends; a cell's `artifacts` are empty.
+    pub artifacts: String,
 }
 
 /// What the supervisor process itself cost.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct SupervisorStats {
     /// Peak resident set of the `jail` process itself (VmHWM: this image
     /// only, not the process it was exec'd from), measured after the run.
@@ -86,7 +110,7 @@ pub struct SupervisorStats {
 /// How the run ended. When several apply, the first in this order wins:
 /// `setup_failed`, `timeout_wall`, `timeout_cpu`, `oom_killed`,
 /// `output_limit`, then what the script's own exit says.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Status {
     /// The script exited 0.
@@ -112,7 +136,7 @@ pub enum Status {
 }
 
 /// One captured output stream.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct Stream {
     /// The text kept: all of it, or the head and tail around a marker when it
     /// was over the cap. Invalid UTF-8 is replaced. Empty in streaming mode.
@@ -131,7 +155,7 @@ pub struct Stream {
     pub undelivered_bytes: u64,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct PythonError {
     /// Exception type, e.g. `ZeroDivisionError`.
     #[serde(rename = "type")]
@@ -143,7 +167,7 @@ pub struct PythonError {
 
 /// What the run used. `null` means this host did not measure it; nothing
 /// here is ever estimated.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct Usage {
     /// From the release of the jail's PID 1 to its end.
     pub wall_ms: f64,
@@ -169,7 +193,7 @@ pub struct Usage {
 }
 
 /// The mirror of a size-capped output dir (see `output.rs`).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct OutputSync {
     /// Entries copied from the host folder into the jail before the run.
     pub copied_in: u64,
@@ -198,7 +222,7 @@ pub struct OutputSync {
 
 /// The run's network: its mode and, with `allowlist`, what the supervisor's
 /// proxy saw (see proxy.rs and policies/README.md).
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct NetworkReport {
     /// `none` or `allowlist`, from the policy.
     pub mode: String,
@@ -224,7 +248,7 @@ pub struct NetworkReport {
 }
 
 /// One request to the proxy.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct Connection {
     /// `CONNECT` (a tunnel, for https) or the plain-http method (`GET`, ...).
     pub method: String,
@@ -252,7 +276,7 @@ pub struct Connection {
 }
 
 /// One limit of the run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct LimitReport {
     /// The value in force (bytes, seconds, cores or a count), `null` when
     /// unlimited.
@@ -265,7 +289,7 @@ pub struct LimitReport {
     pub detail: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct Isolation {
     pub policy: String,
     pub policy_hash: String,
@@ -293,7 +317,7 @@ pub struct Isolation {
 }
 
 /// How much of a layer this run got.
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum LayerStatus {
     /// Every rule of the layer is in force.
@@ -306,7 +330,7 @@ pub enum LayerStatus {
 }
 
 /// `isolation.landlock`: the filesystem, TCP and IPC rules.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct LandlockReport {
     pub status: LayerStatus,
     /// The policy's `landlock.mode`: `required` or `best_effort`.
@@ -321,7 +345,7 @@ pub struct LandlockReport {
 }
 
 /// `isolation.seccomp`: the syscall allowlist.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct SeccompReport {
     pub status: LayerStatus,
     /// What a syscall outside the allowlist gets, e.g. `errno ENOSYS`.
@@ -348,7 +372,7 @@ pub struct SeccompReport {
 }
 
 /// One kind of refused call, counted.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct Denial {
     /// The layer that refused it: `seccomp`.
     pub layer: String,
@@ -365,7 +389,7 @@ pub struct Denial {
     pub detail: Option<String>,
 }
 
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct Timings {
     /// Wall time from the start of `jail run` to the result.
     pub total_ms: f64,
@@ -378,7 +402,7 @@ pub struct Timings {
 /// One file of the output dir that the supervisor accepted (or that the step
 /// deleted). Collected from outside the jail once its process tree is dead,
 /// opened beneath the output dir without following any link.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct Artifact {
     /// Path relative to the output dir, `/`-separated. Always printable UTF-8:
     /// names with control characters, `..`, a leading `-` or invalid UTF-8
@@ -410,7 +434,7 @@ pub struct Artifact {
 }
 
 /// What neutralising a CSV/TSV changed.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct Neutralised {
     /// Cells that would start a formula, each now prefixed with `'`.
     pub cells: u64,
@@ -421,7 +445,7 @@ pub struct Neutralised {
 }
 
 /// What a step did to one file of the output dir.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Change {
     /// Not there before the run.
@@ -437,7 +461,7 @@ pub enum Change {
 }
 
 /// Something in a file a user should not open blindly.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct ContentFlag {
     pub kind: FlagKind,
     /// How many cells, tags or parts matched.
@@ -449,7 +473,7 @@ pub struct ContentFlag {
     pub locations: Vec<String>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum FlagKind {
     /// CSV/TSV cells or XLSX strings that begin with `=`, `+`, `-`, `@`, tab
@@ -472,7 +496,7 @@ pub enum FlagKind {
 
 /// A short, bounded description of a file's content. Every string in it is
 /// cut to a fixed length and has its control characters escaped.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Summary {
     /// CSV/TSV: records (blank lines not counted), cells in the first record,
@@ -506,7 +530,7 @@ pub enum Summary {
     Text { lines: u64, first_lines: Vec<String> },
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct SheetSummary {
     pub name: String,
     /// The sheet's own `dimension` (`A1:C10`), when it has one.
@@ -517,7 +541,7 @@ pub struct SheetSummary {
 }
 
 /// One refused entry of the output dir.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct RejectedArtifact {
     /// Path relative to the output dir, with every byte that is not printable
     /// UTF-8 escaped (`\xNN`, `\u{202e}`), so it is safe to print or show.
@@ -536,7 +560,7 @@ pub struct RejectedArtifact {
 
 /// What became of a refused entry (see policies/README.md, "What the host
 /// folder receives").
-#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Disposition {
     /// It stayed in the jail's output tmpfs, which went with the jail: the
@@ -556,7 +580,7 @@ pub enum Disposition {
     LeftInPlace,
 }
 
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum RejectReason {
     Symlink,
@@ -607,7 +631,7 @@ pub enum RejectReason {
 
 /// The input dir before and after the run. It is bound read-only, so
 /// `unchanged: false` means the host changed it during the run.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct InputReport {
     /// sha256 over every entry's path, type, mode and content (or, when
     /// `content_hashed` is false, size, mtime, ctime and inode instead).
@@ -627,7 +651,7 @@ pub struct InputReport {
 }
 
 /// Where and why the jail itself failed.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
 pub struct SetupError {
     pub stage: String,
     pub message: String,
@@ -673,6 +697,7 @@ impl RunResult {
             timings: Timings::default(),
             setup_error: Some(error),
             supervisor: SupervisorStats::default(),
+            session: None,
         }
     }
 }

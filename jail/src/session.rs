@@ -35,7 +35,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use crate::policy;
 use crate::request::{OutputMode, RunRequest};
-use crate::result::RunResult;
+use crate::result::{RunResult, SessionInfo};
 use crate::sync::Pipe;
 use crate::sys::{self, Forked};
 
@@ -179,17 +179,17 @@ impl Serve {
     }
 
     /// The `session` object of a result.
-    pub(crate) fn info(&self, cell: u64, ended: Option<&Why>) -> serde_json::Value {
-        serde_json::json!({
-            "id": self.id,
-            "cell": cell,
-            "ended": ended.is_some(),
-            "why": ended.map(Why::code),
-            "detail": ended.map(|w| w.describe(&self.session)),
+    pub(crate) fn info(&self, cell: u64, ended: Option<&Why>) -> SessionInfo {
+        SessionInfo {
+            id: self.id.clone(),
+            cell,
+            ended: ended.is_some(),
+            why: ended.map(|w| w.code().to_string()),
+            detail: ended.map(|w| w.describe(&self.session)),
             // A cell's `artifacts` are empty: the output dir is judged and
             // delivered once, when the whole tree is dead (artifacts.rs).
-            "artifacts": "judged and delivered when the session ends (jail session stop)",
-        })
+            artifacts: "judged and delivered when the session ends (jail session stop)".into(),
+        }
     }
 }
 
@@ -373,11 +373,9 @@ fn supervise(req: RunRequest, hook: Rc<Serve>, paths: Leftovers) -> ! {
     paths.bury(&why.describe(&hook.session));
     paths.remove();
     if let Some(stopper) = hook.stopper.borrow_mut().take() {
-        let mut value = serde_json::to_value(&result).unwrap_or_default();
-        if let serde_json::Value::Object(map) = &mut value {
-            map.insert("session".into(), hook.info(0, Some(&why)));
-        }
-        handle::answer(&stopper, &handle::Answer { result: Some(value), error: None });
+        let mut result = result;
+        result.session = Some(hook.info(0, Some(&why)));
+        handle::answer(&stopper, &handle::Answer { result: serde_json::to_value(&result).ok(), error: None });
     }
     sys::exit_now(0)
 }

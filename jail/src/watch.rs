@@ -107,6 +107,44 @@ impl Open {
     }
 }
 
+/// Where the loop stands.
+struct Progress {
+    /// PID 1 has exited (its pidfd was readable).
+    exited: bool,
+    ending: Ending,
+    next_cpu_check: Instant,
+}
+
+impl Progress {
+    /// The tree is dead or dying: only the pipes are left to drain.
+    fn dying(&self) -> bool {
+        self.exited || self.ending != Ending::Exited
+    }
+}
+
+impl<'m> Watch<'m> {
+    pub(crate) fn new(
+        stdout: Capture,
+        stderr: Capture,
+        notify: Option<OwnedFd>,
+        tally: seccomp::Tally,
+        model: &'m seccomp::Model,
+    ) -> Watch<'m> {
+        Watch {
+            stdout,
+            stderr,
+            report_buf: Vec::new(),
+            status_buf: Vec::new(),
+            exec_at: None,
+            notify,
+            listener: None,
+            listener_rest: None,
+            tally,
+            model,
+        }
+    }
+}
+
 impl Watch<'_> {
     /// Poll every pipe and the child's pidfd until the child is gone and the
     /// pipes are drained; kill the whole tree at the wall deadline, or once
@@ -126,21 +164,10 @@ impl Watch<'_> {
             report: Some(pipes.report),
             status: Some(pipes.status),
         };
-        let mut exited = false;
-        let mut ending = Ending::Exited;
+        let mut at = Progress { exited: false, ending: Ending::Exited, next_cpu_check: Instant::now() };
         let mut buf = vec![0u8; 64 * 1024];
-        let mut next_cpu_check = Instant::now();
-        let kill_tree = || {
-            // PID 1's death takes every process of the namespace with it;
-            // the cgroup kill is the belt to that.
-            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-            if let Some(cg) = cgroup {
-                cg.kill();
-            }
-        };
-        while !exited || open.any() {
-            let killed = ending != Ending::Exited;
-            if (exited || killed) && Instant::now() >= limits.wall {
+        while !at.exited || open.any() {
+            if at.dying() && Instant::now() >= limits.wall {
                 // Past the deadline a caller that is not reading gets nothing
                 // more: stop waiting on the streams it holds up.
                 if !self.stdout.wants_input() {
@@ -150,117 +177,119 @@ impl Watch<'_> {
                     open.stderr = None;
                 }
             }
-            let timeout = if exited || killed {
-                // The tree is dead or dying; the pipes close as soon as it is.
-                PollTimeout::from(200u16)
-            } else {
-                let mut left = limits.wall.saturating_duration_since(Instant::now());
-                if limits.cpu.is_some() {
-                    left = left.min(next_cpu_check.saturating_duration_since(Instant::now()));
-                }
-                PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
-            };
-            let mut fds: Vec<PollFd> = Vec::with_capacity(9);
-            let mut which: Vec<Slot> = Vec::with_capacity(9);
-            // A stream whose caller has a full buffer to take is not read
-            // until it catches up: the script waits, we do not.
-            for (from, fd, wanted) in [
-                (From::Stdout, &open.stdout, self.stdout.wants_input()),
-                (From::Stderr, &open.stderr, self.stderr.wants_input()),
-                (From::Report, &open.report, true),
-                (From::Status, &open.status, true),
-            ] {
-                if let (Some(fd), true) = (fd, wanted) {
-                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-                    which.push(Slot::Pipe(from));
-                }
-            }
-            for (slot, capture) in [(Slot::RelayOut, &self.stdout), (Slot::RelayErr, &self.stderr)] {
-                if let Some(fd) = capture.relay.as_ref().filter(|r| r.pending()).and_then(relay::Relay::fd) {
-                    fds.push(PollFd::new(fd, PollFlags::POLLOUT));
-                    which.push(slot);
-                }
-            }
-            if !exited {
-                fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
-                which.push(Slot::Pidfd);
-            }
-            // Past the answer cap the listener is read at a pace (seccomp.rs,
-            // PAST_CAP_PACE): left out of the poll until its time comes.
-            let now = Instant::now();
-            let resting = self.listener_rest.filter(|&t| t > now);
-            let timeout = match resting {
-                Some(t) => timeout.min(PollTimeout::try_from((t - now).as_millis() as u64 + 1).unwrap_or(PollTimeout::MAX)),
-                None => timeout,
-            };
-            let listener = if resting.is_some() { &None } else { &self.listener };
-            for (slot, fd) in [(Slot::Notify, &self.notify), (Slot::Listener, listener)] {
-                if let Some(fd) = fd {
-                    fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-                    which.push(slot);
-                }
-            }
-            let ready = poll(&mut fds, timeout);
-            let revents: Vec<(Slot, PollFlags)> =
-                fds.iter().zip(&which).map(|(f, &s)| (s, f.revents().unwrap_or(PollFlags::empty()))).collect();
-            drop(fds);
-            if matches!(ready, Ok(0)) && exited {
+            let (ready, revents) = self.poll_once(&open, pidfd, &at, limits);
+            if matches!(ready, Ok(0)) && at.exited {
                 // Exited but a pipe did not close: a descriptor escaped the
                 // tree somehow. Never hang on it.
                 break;
             }
             for (slot, flags) in revents {
-                if flags.is_empty() {
-                    continue;
-                }
-                match slot {
-                    Slot::Pidfd => exited = true,
-                    Slot::RelayOut | Slot::RelayErr => {
-                        let capture = if slot == Slot::RelayOut { &mut self.stdout } else { &mut self.stderr };
-                        if let Some(r) = capture.relay() {
-                            r.flush();
-                        }
-                    }
-                    Slot::Notify => {
-                        // One message: the listener, or end-of-file when the
-                        // worker failed before loading the filter.
-                        if let Some(sock) = self.notify.take() {
-                            self.listener = sys::recv_fd(sock.as_fd()).ok().flatten();
-                        }
-                    }
-                    Slot::Listener => {
-                        let Some(listener) = &self.listener else { continue };
-                        if flags.contains(PollFlags::POLLIN) {
-                            self.listener_rest = match self.tally.answer(self.model, listener) {
-                                seccomp::Next::Now => None,
-                                seccomp::Next::After(pause) => Some(Instant::now() + pause),
-                            };
-                        } else {
-                            // Every process under the filter is gone.
-                            self.listener = None;
-                        }
-                    }
-                    Slot::Pipe(from) => self.read_pipe(open.get(from), from, &mut buf),
+                if !flags.is_empty() {
+                    self.on_ready(slot, flags, &mut open, &mut at, &mut buf);
                 }
             }
-            if exited || ending != Ending::Exited {
-                continue;
-            }
-            let now = Instant::now();
-            if now >= limits.wall {
-                kill_tree();
-                ending = Ending::WallTimeout;
-            } else if let Some((cg, limit_ns)) = limits.cpu {
-                if now >= next_cpu_check {
-                    next_cpu_check = now + limits::CPU_POLL;
-                    if cg.cpu_ns().is_some_and(|used| used >= limit_ns) {
-                        kill_tree();
-                        ending = Ending::CpuTimeout;
-                    }
-                }
+            if !at.dying() {
+                enforce(&mut at, limits, pid, cgroup);
             }
         }
-        ending
+        at.ending
+    }
+
+    /// One poll(2) over everything that may be ready now; what each entry
+    /// reported, by slot.
+    fn poll_once(
+        &self,
+        open: &Open,
+        pidfd: &OwnedFd,
+        at: &Progress,
+        limits: &Deadlines<'_>,
+    ) -> (nix::Result<i32>, Vec<(Slot, PollFlags)>) {
+        let timeout = if at.dying() {
+            // The tree is dead or dying; the pipes close as soon as it is.
+            PollTimeout::from(200u16)
+        } else {
+            let mut left = limits.wall.saturating_duration_since(Instant::now());
+            if limits.cpu.is_some() {
+                left = left.min(at.next_cpu_check.saturating_duration_since(Instant::now()));
+            }
+            PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
+        };
+        let mut fds: Vec<PollFd> = Vec::with_capacity(9);
+        let mut which: Vec<Slot> = Vec::with_capacity(9);
+        // A stream whose caller has a full buffer to take is not read
+        // until it catches up: the script waits, we do not.
+        for (from, fd, wanted) in [
+            (From::Stdout, &open.stdout, self.stdout.wants_input()),
+            (From::Stderr, &open.stderr, self.stderr.wants_input()),
+            (From::Report, &open.report, true),
+            (From::Status, &open.status, true),
+        ] {
+            if let (Some(fd), true) = (fd, wanted) {
+                fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                which.push(Slot::Pipe(from));
+            }
+        }
+        for (slot, capture) in [(Slot::RelayOut, &self.stdout), (Slot::RelayErr, &self.stderr)] {
+            if let Some(fd) = capture.relay.as_ref().filter(|r| r.pending()).and_then(relay::Relay::fd) {
+                fds.push(PollFd::new(fd, PollFlags::POLLOUT));
+                which.push(slot);
+            }
+        }
+        if !at.exited {
+            fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
+            which.push(Slot::Pidfd);
+        }
+        // Past the answer cap the listener is read at a pace (seccomp.rs,
+        // PAST_CAP_PACE): left out of the poll until its time comes.
+        let now = Instant::now();
+        let resting = self.listener_rest.filter(|&t| t > now);
+        let timeout = match resting {
+            Some(t) => timeout.min(PollTimeout::try_from((t - now).as_millis() as u64 + 1).unwrap_or(PollTimeout::MAX)),
+            None => timeout,
+        };
+        let listener = if resting.is_some() { &None } else { &self.listener };
+        for (slot, fd) in [(Slot::Notify, &self.notify), (Slot::Listener, listener)] {
+            if let Some(fd) = fd {
+                fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+                which.push(slot);
+            }
+        }
+        let ready = poll(&mut fds, timeout);
+        let revents = fds.iter().zip(&which).map(|(f, &s)| (s, f.revents().unwrap_or(PollFlags::empty()))).collect();
+        (ready, revents)
+    }
+
+    /// Act on one ready entry of the poll set.
+    fn on_ready(&mut self, slot: Slot, flags: PollFlags, open: &mut Open, at: &mut Progress, buf: &mut [u8]) {
+        match slot {
+            Slot::Pidfd => at.exited = true,
+            Slot::RelayOut | Slot::RelayErr => {
+                let capture = if slot == Slot::RelayOut { &mut self.stdout } else { &mut self.stderr };
+                if let Some(r) = capture.relay() {
+                    r.flush();
+                }
+            }
+            Slot::Notify => {
+                // One message: the listener, or end-of-file when the
+                // worker failed before loading the filter.
+                if let Some(sock) = self.notify.take() {
+                    self.listener = sys::recv_fd(sock.as_fd()).ok().flatten();
+                }
+            }
+            Slot::Listener => {
+                let Some(listener) = &self.listener else { return };
+                if flags.contains(PollFlags::POLLIN) {
+                    self.listener_rest = match self.tally.answer(self.model, listener) {
+                        seccomp::Next::Now => None,
+                        seccomp::Next::After(pause) => Some(Instant::now() + pause),
+                    };
+                } else {
+                    // Every process under the filter is gone.
+                    self.listener = None;
+                }
+            }
+            Slot::Pipe(from) => self.read_pipe(open.get(from), from, buf),
+        }
     }
 
     /// One read from a ready pipe: its bytes to where they belong, or, at
@@ -281,6 +310,32 @@ impl Watch<'_> {
             From::Stderr => self.stderr.push(chunk),
             From::Report => self.report_buf.extend_from_slice(chunk),
             From::Status => self.status_buf.extend_from_slice(chunk),
+        }
+    }
+}
+
+/// The deadlines, checked while the tree lives: past the wall deadline, or
+/// once the run's CPU time reaches its limit, the whole tree is killed.
+fn enforce(at: &mut Progress, limits: &Deadlines<'_>, pid: Pid, cgroup: Option<&RunCgroup>) {
+    let kill_tree = || {
+        // PID 1's death takes every process of the namespace with it;
+        // the cgroup kill is the belt to that.
+        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+        if let Some(cg) = cgroup {
+            cg.kill();
+        }
+    };
+    let now = Instant::now();
+    if now >= limits.wall {
+        kill_tree();
+        at.ending = Ending::WallTimeout;
+    } else if let Some((cg, limit_ns)) = limits.cpu {
+        if now >= at.next_cpu_check {
+            at.next_cpu_check = now + limits::CPU_POLL;
+            if cg.cpu_ns().is_some_and(|used| used >= limit_ns) {
+                kill_tree();
+                at.ending = Ending::CpuTimeout;
+            }
         }
     }
 }

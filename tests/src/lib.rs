@@ -443,15 +443,65 @@ impl Session {
 }
 
 /// Parse `jail --json` output, with the process's stderr in any panic.
+/// Every result is first validated against the committed schema
+/// (schema/result.schema.json), so each e2e test checks the contract
+/// clients are given on every result it gets.
 pub fn parse(out: &Output) -> RunResult {
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+    let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(
             "jail printed no result ({e}); status {:?}\nstdout: {}\nstderr: {}",
             out.status,
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         )
-    })
+    });
+    if let Err(problems) = validate_result(&doc) {
+        panic!("the result does not match {}:\n{problems}\nresult: {doc:#}", jail::schema::SCHEMA_PATH);
+    }
+    serde_json::from_value(doc).unwrap_or_else(|e| panic!("the result does not deserialize ({e})"))
+}
+
+/// The committed result schema, made strict for the tests: every object
+/// that lists its properties gets `additionalProperties: false`, so a field
+/// the binary prints but the schema lacks fails here (clients get the open
+/// schema, where unknown fields are ignored; see jail/src/schema.rs).
+pub fn strict_result_schema() -> serde_json::Value {
+    fn close(v: &mut serde_json::Value) {
+        match v {
+            serde_json::Value::Object(map) => {
+                if map.contains_key("properties") && !map.contains_key("additionalProperties") {
+                    map.insert("additionalProperties".into(), serde_json::Value::Bool(false));
+                }
+                map.values_mut().for_each(close);
+            }
+            serde_json::Value::Array(items) => items.iter_mut().for_each(close),
+            _ => {}
+        }
+    }
+    let path = repo().join(jail::schema::SCHEMA_PATH);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let mut schema: serde_json::Value =
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("{} is not JSON: {e}", path.display()));
+    close(&mut schema);
+    schema
+}
+
+/// Validate one result document against [`strict_result_schema`]; the
+/// error lists every problem with its JSON pointer.
+pub fn validate_result(doc: &serde_json::Value) -> Result<(), String> {
+    static VALIDATOR: std::sync::OnceLock<jsonschema::Validator> = std::sync::OnceLock::new();
+    let validator = VALIDATOR.get_or_init(|| {
+        jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft202012)
+            .build(&strict_result_schema())
+            .unwrap_or_else(|e| panic!("{} is not a valid JSON Schema: {e}", jail::schema::SCHEMA_PATH))
+    });
+    let problems: Vec<String> = validator.iter_errors(doc).map(|e| format!("  at {}: {e}", e.instance_path())).collect();
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
 }
 
 /// The Python preamble escape probes share: ctypes access to raw syscalls.

@@ -207,6 +207,26 @@ fn an_out_of_range_timeout_is_refused() {
 }
 
 #[test]
+fn a_bad_output_dir_is_reported_at_the_output_stage_not_input() {
+    let sb = Sandbox::new();
+    let script = sb.script("print(1)\n");
+    let missing = sb.dir.path().join("missing");
+    let out = jail(&[
+        os("run"),
+        os("--json"),
+        os("--rootfs"),
+        rootfs().as_os_str(),
+        os("--output"),
+        missing.as_os_str(),
+        script.as_os_str(),
+    ]);
+    assert_eq!(out.status.code(), Some(125));
+    let e = parse(&out).setup_error.unwrap();
+    assert_eq!(e.stage, "output", "{e:?}");
+    assert!(e.message.contains("--output"), "{e:?}");
+}
+
+#[test]
 fn json_mode_reports_bad_input_as_a_setup_error() {
     let out = jail(&[
         os("run"),

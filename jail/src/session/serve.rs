@@ -575,12 +575,8 @@ impl Loop<'_, '_, '_> {
         let denials_now = self.watch.tally.denials(self.watch.model);
         result.denials = cell::denials_since(&c.denials_start, &denials_now);
         result.timings = Timings { total_ms: wall_ms, setup_ms: None, stages: Default::default() };
-        let ended = self.s.end_why();
-        let mut value = serde_json::to_value(&result).unwrap_or_default();
-        if let serde_json::Value::Object(map) = &mut value {
-            map.insert("session".into(), self.s.info(c.id, ended.as_ref()));
-        }
-        handle::answer(&c.client, &Answer { result: Some(value), error: None });
+        result.session = Some(self.s.info(c.id, self.s.end_why().as_ref()));
+        handle::answer(&c.client, &Answer { result: serde_json::to_value(&result).ok(), error: None });
     }
 }
 

@@ -1,0 +1,215 @@
+//! Which host files a `run_python` call may hand to the jail: the folders
+//! allowlisted when `jail mcp` started (`--input-dir`), and nothing else.
+//! A request names a file or folder by absolute path, or as `NAME/rel`
+//! where NAME is an allowlisted folder's own name; either way the path is
+//! resolved on the host (links followed) and must still lie inside that
+//! folder, so neither `..` nor a link leads out of it.
+
+use std::path::{Component, Path, PathBuf};
+
+/// How many entries one call may name.
+pub const MAX_ENTRIES: usize = 64;
+/// Bytes of input files one call may have copied into the jail.
+pub const MAX_COPY_BYTES: u64 = 256 << 20;
+
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum InputError {
+    #[error("--input-dir {path}: {cause}: give an existing folder")]
+    NotAFolder { path: PathBuf, cause: String },
+    #[error("--input-dir {a} and {b} have the same name `{name}`: give folders with different names")]
+    SameName { name: String, a: PathBuf, b: PathBuf },
+    #[error("input `{entry}` is outside the folders this server allows ({allowed}): name a file inside one of them")]
+    Outside { entry: String, allowed: String },
+    #[error("input `{entry}`: {cause}: name an existing file or folder inside {allowed}")]
+    Missing { entry: String, cause: String, allowed: String },
+    #[error("input `{entry}` is neither a regular file nor a folder: name a file or a folder")]
+    NotAFile { entry: String },
+    #[error("input names a folder (`{entry}`) among other entries: give one folder alone, or only files")]
+    FolderAmongOthers { entry: String },
+    #[error("inputs `{a}` and `{b}` are both called `{name}` in /workspace/input: name files with different names")]
+    Duplicate { name: String, a: String, b: String },
+    #[error("{count} inputs named, at most {MAX_ENTRIES} allowed: name fewer files, or their folder")]
+    TooMany { count: usize },
+    #[error("the input files total {bytes} bytes, above {MAX_COPY_BYTES}: name their folder instead (bound, not copied)")]
+    TooLarge { bytes: u64 },
+}
+
+/// The folders allowlisted at start, each by its name and canonical path.
+#[derive(Debug, Clone, Default)]
+pub struct Allowlist {
+    dirs: Vec<(String, PathBuf)>,
+}
+
+/// What one call's input becomes: nothing, one folder bound as
+/// /workspace/input, or files copied into a fresh folder under their names.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Staging {
+    None,
+    Folder(PathBuf),
+    Files(Vec<(String, PathBuf)>),
+}
+
+impl Allowlist {
+    pub fn new(dirs: &[PathBuf]) -> Result<Allowlist, InputError> {
+        let mut list: Vec<(String, PathBuf)> = Vec::new();
+        for d in dirs {
+            let not_a_folder = |cause: String| InputError::NotAFolder { path: d.clone(), cause };
+            let canon = d.canonicalize().map_err(|e| not_a_folder(e.to_string()))?;
+            if !canon.is_dir() {
+                return Err(not_a_folder("not a folder".into()));
+            }
+            let name = canon.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "/".into());
+            if let Some((_, other)) = list.iter().find(|(n, _)| *n == name) {
+                return Err(InputError::SameName { name, a: other.clone(), b: canon });
+            }
+            list.push((name, canon));
+        }
+        Ok(Allowlist { dirs: list })
+    }
+
+    /// The folders, as a client is told them: `name (path)`.
+    pub fn describe(&self) -> String {
+        if self.dirs.is_empty() {
+            return "none".into();
+        }
+        self.dirs.iter().map(|(n, p)| format!("{n} ({})", p.display())).collect::<Vec<_>>().join(", ")
+    }
+
+    /// The canonical host path of one entry, checked to lie inside the
+    /// folder it names (or, absolute, inside any allowlisted folder).
+    pub fn resolve(&self, entry: &str) -> Result<PathBuf, InputError> {
+        let outside = || InputError::Outside { entry: entry.to_string(), allowed: self.describe() };
+        let path = Path::new(entry);
+        let (candidate, roots): (PathBuf, Vec<&PathBuf>) = if path.is_absolute() {
+            (path.to_path_buf(), self.dirs.iter().map(|(_, p)| p).collect())
+        } else {
+            let mut parts = path.components();
+            let Some(Component::Normal(first)) = parts.next() else { return Err(outside()) };
+            let Some((_, root)) = self.dirs.iter().find(|(n, _)| n.as_str() == first.to_string_lossy()) else {
+                return Err(outside());
+            };
+            (root.join(parts.as_path()), vec![root])
+        };
+        // Decided on the words first, so an answer never tells whether a
+        // path outside the folders exists: no `..`, and an absolute path
+        // must already name a place inside one.
+        let lexically_inside = roots.iter().any(|r| candidate.starts_with(r));
+        if !lexically_inside || entry.contains('\0') || path.components().any(|c| c == Component::ParentDir) {
+            return Err(outside());
+        }
+        let canon = candidate.canonicalize().map_err(|e| InputError::Missing {
+            entry: entry.to_string(),
+            cause: e.to_string(),
+            allowed: self.describe(),
+        })?;
+        if roots.iter().any(|r| canon.starts_with(r)) {
+            Ok(canon)
+        } else {
+            Err(outside())
+        }
+    }
+
+    /// Resolve every entry of a call and decide how it reaches the jail.
+    pub fn stage(&self, entries: &[String]) -> Result<Staging, InputError> {
+        if entries.len() > MAX_ENTRIES {
+            return Err(InputError::TooMany { count: entries.len() });
+        }
+        let mut files: Vec<(String, PathBuf)> = Vec::new();
+        let mut origin: Vec<&str> = Vec::new();
+        let mut total = 0u64;
+        for entry in entries {
+            let canon = self.resolve(entry)?;
+            let meta = std::fs::metadata(&canon).map_err(|e| InputError::Missing {
+                entry: entry.clone(),
+                cause: e.to_string(),
+                allowed: self.describe(),
+            })?;
+            if meta.is_dir() {
+                if entries.len() > 1 {
+                    return Err(InputError::FolderAmongOthers { entry: entry.clone() });
+                }
+                return Ok(Staging::Folder(canon));
+            }
+            if !meta.is_file() {
+                return Err(InputError::NotAFile { entry: entry.clone() });
+            }
+            let name = canon.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            if let Some(i) = files.iter().position(|(n, _)| *n == name) {
+                return Err(InputError::Duplicate { name, a: origin[i].to_string(), b: entry.clone() });
+            }
+            total = total.saturating_add(meta.len());
+            if total > MAX_COPY_BYTES {
+                return Err(InputError::TooLarge { bytes: total });
+            }
+            files.push((name, canon));
+            origin.push(entry);
+        }
+        Ok(if files.is_empty() { Staging::None } else { Staging::Files(files) })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tree() -> (tempfile::TempDir, Allowlist) {
+        let t = tempfile::tempdir().unwrap();
+        let data = t.path().join("data");
+        std::fs::create_dir_all(data.join("sub")).unwrap();
+        std::fs::write(data.join("a.csv"), "x\n1\n").unwrap();
+        std::fs::write(data.join("sub/a.csv"), "y\n").unwrap();
+        std::fs::write(t.path().join("secret"), "no").unwrap();
+        std::os::unix::fs::symlink(t.path().join("secret"), data.join("link")).unwrap();
+        let list = Allowlist::new(&[data]).unwrap();
+        (t, list)
+    }
+
+    #[test]
+    fn files_are_named_by_folder_name_or_absolute_path() {
+        let (t, list) = tree();
+        let data = t.path().join("data").canonicalize().unwrap();
+        assert_eq!(list.resolve("data/a.csv").unwrap(), data.join("a.csv"));
+        assert_eq!(list.resolve(&data.join("sub/a.csv").display().to_string()).unwrap(), data.join("sub/a.csv"));
+        assert_eq!(list.stage(&["data".into()]).unwrap(), Staging::Folder(data.clone()));
+        assert_eq!(list.stage(&[]).unwrap(), Staging::None);
+    }
+
+    #[test]
+    fn nothing_outside_the_allowlisted_folders_is_reachable() {
+        let (t, list) = tree();
+        for entry in [
+            "data/../secret".to_string(),
+            "data/link".into(),
+            t.path().join("secret").display().to_string(),
+            "/etc/passwd".into(),
+            "other/a.csv".into(),
+            "../data/a.csv".into(),
+            "".into(),
+            "data/../../nowhere".into(),
+            "/nowhere/at/all".into(),
+        ] {
+            assert!(matches!(list.resolve(&entry), Err(InputError::Outside { .. })), "{entry}: {:?}", list.resolve(&entry));
+        }
+        assert!(matches!(Allowlist::default().resolve("/etc/passwd"), Err(InputError::Outside { .. })));
+    }
+
+    #[test]
+    fn staging_refuses_mixtures_duplicates_and_missing_files() {
+        let (_t, list) = tree();
+        assert!(matches!(list.stage(&["data".into(), "data/a.csv".into()]), Err(InputError::FolderAmongOthers { .. })));
+        assert!(matches!(list.stage(&["data/a.csv".into(), "data/sub/a.csv".into()]), Err(InputError::Duplicate { .. })));
+        assert!(matches!(list.stage(&["data/nope.csv".into()]), Err(InputError::Missing { .. })));
+        let Staging::Files(files) = list.stage(&["data/a.csv".into()]).unwrap() else { panic!() };
+        assert_eq!(files[0].0, "a.csv");
+    }
+
+    #[test]
+    fn allowlisted_folders_must_exist_and_have_distinct_names() {
+        let t = tempfile::tempdir().unwrap();
+        assert!(matches!(Allowlist::new(&[t.path().join("none")]), Err(InputError::NotAFolder { .. })));
+        std::fs::create_dir_all(t.path().join("x/data")).unwrap();
+        std::fs::create_dir_all(t.path().join("y/data")).unwrap();
+        let r = Allowlist::new(&[t.path().join("x/data"), t.path().join("y/data")]);
+        assert!(matches!(r, Err(InputError::SameName { .. })));
+    }
+}

@@ -1,0 +1,336 @@
+//! `jail mcp`: a Model Context Protocol server over stdio (rmcp) with one
+//! tool, `run_python`. Each call runs as its own `jail run --json` process
+//! (this same binary): the jail must fork from a single-threaded process,
+//! and this one runs a tokio runtime, so it never calls the supervisor
+//! in-process. What a call may touch on the host is fixed when the server
+//! starts: the policy and its limits, and the folders given with
+//! `--input-dir` (see `inputs.rs`). `session_exec` waits for sessions
+//! (issue 18).
+
+mod content;
+mod inputs;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rmcp::handler::server::router::tool::ToolRouter;
+use rmcp::handler::server::wrapper::Parameters;
+use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
+use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
+use serde::Deserialize;
+use tokio::io::AsyncReadExt;
+
+use crate::policy::{Overrides, Policy};
+use crate::result::{RunResult, Status, EXIT_SETUP_FAILED};
+pub use inputs::{Allowlist, InputError, Staging};
+
+/// Bytes of Python source one call may send.
+pub const MAX_CODE_BYTES: usize = 1 << 20;
+/// Bytes of `jail run --json` output read back (a result is ~10 KiB plus
+/// the captured streams, which the policy caps).
+const MAX_RESULT_BYTES: u64 = 64 << 20;
+const MAX_JAIL_STDERR_BYTES: u64 = 64 << 10;
+/// How long past a call's own deadline the jail may take before it is
+/// deemed hung and killed (it kills its own tree at the deadline).
+const HUNG_GRACE: Duration = Duration::from_secs(60);
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct McpArgs {
+    /// A host folder `run_python` may take input from (repeatable). Nothing
+    /// else on the host can be named.
+    #[arg(long = "input-dir", value_name = "DIR")]
+    pub input_dirs: Vec<PathBuf>,
+    /// Policy file (default: the built-in policies/default.json).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Root filesystem folder (default: JAIL_ROOTFS, then the policy's).
+    #[arg(long, value_name = "DIR")]
+    pub rootfs: Option<PathBuf>,
+    /// Wall-clock limit of a call in seconds, and the most a call may ask
+    /// for (default: the policy's `limits.wall_time_secs`).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<f64>,
+    /// Memory of each run, swap 0: `512M`, `1G` or `unlimited`.
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// CPU quota of each run in cores.
+    #[arg(long, value_name = "CORES")]
+    pub cpus: Option<String>,
+    /// Processes and threads of each run.
+    #[arg(long, value_name = "N")]
+    pub pids: Option<String>,
+    /// CPU seconds of each run, or `unlimited`.
+    #[arg(long = "cpu-time", value_name = "SECS")]
+    pub cpu_time: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("{0}")]
+    Input(#[from] InputError),
+    #[error("policy: {0} (check it with `jail check FILE`)")]
+    Policy(#[from] crate::policy::PolicyError),
+    #[error("{0}")]
+    Override(String),
+    #[error("--timeout {0} is out of range: give seconds above 0 and at most 86400")]
+    Timeout(f64),
+    #[error("cannot find this binary to run steps with: {0}")]
+    SelfExe(std::io::Error),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("serving stdio: {0}")]
+    Serve(String),
+}
+
+/// What every call shares, fixed at start.
+#[derive(Debug)]
+struct Config {
+    jail: PathBuf,
+    allowlist: Allowlist,
+    /// The call's default wall-clock limit, and the most it may ask.
+    ceiling: Duration,
+    /// `jail run` flags every call passes (policy, rootfs, limits).
+    run_flags: Vec<std::ffi::OsString>,
+    policy_name: String,
+}
+
+impl Config {
+    fn new(args: &McpArgs) -> Result<Config, McpError> {
+        let allowlist = Allowlist::new(&args.input_dirs)?;
+        let mut policy = match &args.policy {
+            Some(p) => Policy::load(p)?,
+            None => Policy::builtin_default()?,
+        };
+        let overrides = Overrides {
+            memory: args.memory.clone(),
+            cpus: args.cpus.clone(),
+            pids: args.pids.clone(),
+            cpu_time: args.cpu_time.clone(),
+            cgroup_parent: None,
+        };
+        // Refuse bad limits now, not on every call.
+        policy.apply_overrides(&overrides).map_err(McpError::Override)?;
+        let ceiling = match args.timeout {
+            None => policy.limits.wall_time,
+            Some(t) if t > 0.0 && t <= 86_400.0 => Duration::from_secs_f64(t),
+            Some(t) => return Err(McpError::Timeout(t)),
+        };
+        let mut run_flags = Vec::new();
+        let mut flag = |name: &str, value: Option<std::ffi::OsString>| {
+            if let Some(v) = value {
+                run_flags.push(name.into());
+                run_flags.push(v);
+            }
+        };
+        flag("--policy", args.policy.clone().map(Into::into));
+        flag("--rootfs", args.rootfs.clone().map(Into::into));
+        flag("--memory", args.memory.clone().map(Into::into));
+        flag("--cpus", args.cpus.clone().map(Into::into));
+        flag("--pids", args.pids.clone().map(Into::into));
+        flag("--cpu-time", args.cpu_time.clone().map(Into::into));
+        let jail = std::env::current_exe().map_err(McpError::SelfExe)?;
+        Ok(Config { jail, allowlist, ceiling, run_flags, policy_name: policy.name })
+    }
+
+    /// Check one call's arguments; nothing runs unless they pass.
+    fn check(&self, req: &RunPython) -> Result<(Duration, Staging), String> {
+        if req.code.trim().is_empty() {
+            return Err("`code` is empty: pass the Python source to run".into());
+        }
+        if req.code.len() > MAX_CODE_BYTES {
+            return Err(format!(
+                "`code` is {} bytes, above {MAX_CODE_BYTES}: send a shorter script, or put data in an input folder",
+                req.code.len()
+            ));
+        }
+        let max = self.ceiling.as_secs_f64();
+        let timeout = match req.timeout_seconds {
+            None => self.ceiling,
+            Some(t) if t > 0.0 && t <= max => Duration::from_secs_f64(t),
+            Some(t) => {
+                return Err(format!(
+                    "`timeout_seconds` {t} is out of range: give seconds above 0 and at most {max} (this server's limit; \
+                     its operator raises it with `jail mcp --timeout SECS`)"
+                ))
+            }
+        };
+        let staging = self.allowlist.stage(&req.input).map_err(|e| e.to_string())?;
+        Ok((timeout, staging))
+    }
+
+    fn instructions(&self) -> String {
+        format!(
+            "run_python runs Python 3 code in a fresh Linux jail per call: no network, a read-only system, \
+             nothing kept between calls (policy `{}`, at most {} s per call). Input folders the code may be given \
+             (the `input` argument): {}. Write files to /workspace/output: they are checked and listed, and PNG \
+             images come back as images.",
+            self.policy_name,
+            self.ceiling.as_secs_f64(),
+            self.allowlist.describe()
+        )
+    }
+}
+
+/// The arguments of `run_python`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunPython {
+    /// Python source, run as one script in a fresh jail (the current folder
+    /// is /workspace/output; nothing persists between calls).
+    pub code: String,
+    /// Host files to copy to /workspace/input/<file name>, or one folder to
+    /// mount read-only at /workspace/input. Each is an absolute path inside
+    /// a folder this server allows, or `NAME/relative/path` where NAME is
+    /// that folder's name (the server's instructions list them).
+    #[serde(default)]
+    pub input: Vec<String>,
+    /// Wall-clock limit in seconds, at most the server's (its default).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+}
+
+#[derive(Clone)]
+pub struct Server {
+    config: Arc<Config>,
+    tool_router: ToolRouter<Server>,
+}
+
+#[tool_router]
+impl Server {
+    fn new(config: Config) -> Server {
+        Server { config: Arc::new(config), tool_router: Self::tool_router() }
+    }
+
+    #[tool(
+        description = "Run Python 3 code in a fresh, network-less Linux jail and return its stdout, stderr, \
+                       Python error, status and the files it wrote to /workspace/output (PNG images inline)."
+    )]
+    async fn run_python(&self, Parameters(req): Parameters<RunPython>) -> Result<CallToolResult, ErrorData> {
+        let (timeout, staging) = match self.config.check(&req) {
+            Ok(ok) => ok,
+            Err(message) => return Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
+        };
+        let result = match run_step(&self.config, &req.code, timeout, &staging).await {
+            Ok(r) => r,
+            Err(message) => return Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
+        };
+        let blocks = content::blocks(&result);
+        let mut reply = if result.status == Status::SetupFailed {
+            CallToolResult::error(blocks)
+        } else {
+            CallToolResult::success(blocks)
+        };
+        reply.structured_content = serde_json::to_value(&result).ok();
+        Ok(reply)
+    }
+}
+
+#[tool_handler(router = self.tool_router)]
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("jail", env!("CARGO_PKG_VERSION")))
+            .with_instructions(self.config.instructions())
+    }
+}
+
+/// One call: stage the code and input in a private folder, run `jail run
+/// --json` on them, read its result (bounded) and check its version.
+async fn run_step(config: &Config, code: &str, timeout: Duration, staging: &Staging) -> Result<RunResult, String> {
+    let dir = tempfile::Builder::new()
+        .prefix("jail-mcp-")
+        .tempdir()
+        .map_err(|e| format!("cannot make a step folder: {e}"))?;
+    let readable = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("chmod {}: {e}", path.display()))
+    };
+    // A run started by root reads its input as an unprivileged uid.
+    readable(dir.path(), 0o755)?;
+    let script = dir.path().join("main.py");
+    std::fs::write(&script, code).map_err(|e| format!("write {}: {e}", script.display()))?;
+    readable(&script, 0o644)?;
+    let input = match staging {
+        Staging::None => None,
+        Staging::Folder(path) => Some(path.clone()),
+        Staging::Files(files) => {
+            let to = dir.path().join("input");
+            std::fs::create_dir(&to).map_err(|e| format!("mkdir {}: {e}", to.display()))?;
+            readable(&to, 0o755)?;
+            for (name, from) in files {
+                let dest = to.join(name);
+                std::fs::copy(from, &dest).map_err(|e| format!("copy {} to the jail's input: {e}", from.display()))?;
+                readable(&dest, 0o644)?;
+            }
+            Some(to)
+        }
+    };
+    let mut cmd = tokio::process::Command::new(&config.jail);
+    cmd.arg("run").arg("--json").args(&config.run_flags);
+    cmd.arg("--timeout").arg(timeout.as_secs_f64().to_string());
+    if let Some(input) = &input {
+        cmd.arg("--input").arg(input);
+    }
+    cmd.arg(&script);
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
+    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", config.jail.display()))?;
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+    let read = async {
+        if let Some(s) = stdout {
+            let _ = s.take(MAX_RESULT_BYTES).read_to_end(&mut out).await;
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let read_err = async {
+        if let Some(s) = stderr {
+            let _ = s.take(MAX_JAIL_STDERR_BYTES).read_to_end(&mut err).await;
+        }
+        Ok::<_, std::io::Error>(())
+    };
+    let waited = tokio::time::timeout(timeout + HUNG_GRACE, async {
+        let _ = tokio::try_join!(read, read_err);
+        child.wait().await
+    })
+    .await;
+    let status = match waited {
+        Ok(Ok(status)) => status,
+        Ok(Err(e)) => return Err(format!("waiting for the jail: {e}")),
+        Err(_) => {
+            let _ = child.kill().await;
+            return Err(format!("the jail did not finish within {} s of its deadline and was killed", HUNG_GRACE.as_secs()));
+        }
+    };
+    let doc: serde_json::Value = serde_json::from_slice(&out)
+        .map_err(|_| format!("the jail printed no result (exit {status}): {}", String::from_utf8_lossy(&err).trim()))?;
+    crate::schema::check_version(&doc).map_err(|e| e.to_string())?;
+    serde_json::from_value(doc).map_err(|e| format!("the jail's result does not match this server's contract: {e}"))
+}
+
+/// `jail mcp`: check the configuration, then serve until the client closes stdin.
+pub fn main(args: McpArgs) -> ExitCode {
+    match serve(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("jail mcp: {e}");
+            ExitCode::from(EXIT_SETUP_FAILED as u8)
+        }
+    }
+}
+
+fn serve(args: &McpArgs) -> Result<(), McpError> {
+    let config = Config::new(args)?;
+    // One thread for the protocol; steps are processes of their own.
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(McpError::Runtime)?;
+    runtime.block_on(async {
+        let service = Server::new(config)
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| McpError::Serve(e.to_string()))?;
+        service.waiting().await.map_err(|e| McpError::Serve(e.to_string()))?;
+        Ok(())
+    })
+}

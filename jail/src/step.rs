@@ -1,0 +1,74 @@
+//! One step in a jail, as values: its inputs ([`Step`]: the snapshot, the
+//! result so far, the [`Clock`]) and what the launch saw of it
+//! ([`Outcome`]), which `verdict::assemble` turns into the result. Here so
+//! that launch.rs and verdict.rs both use them without importing each other.
+
+use std::collections::BTreeMap;
+use std::os::fd::OwnedFd;
+use std::time::Instant;
+
+use crate::artifacts::{self, TreeDead};
+use crate::capture::Capture;
+use crate::output;
+use crate::policy::Policy;
+use crate::result::RunResult;
+use crate::seccomp;
+use crate::sync::{self, ms_since, Report};
+use crate::watch::Ending;
+
+/// What the watch loop saw.
+pub(crate) struct Outcome {
+    pub(crate) reports: Vec<Report>,
+    pub(crate) tally: seccomp::Tally,
+    pub(crate) stdout: Capture,
+    pub(crate) stderr: Capture,
+    pub(crate) ending: Ending,
+    pub(crate) deadline: Instant,
+    pub(crate) exec_at: Option<Instant>,
+    pub(crate) released_at: Instant,
+    pub(crate) ended_at: Instant,
+    pub(crate) rusage: libc::rusage,
+    pub(crate) pid1_status: libc::c_int,
+    /// The jail's output tmpfs and what was copied into it, to be judged and
+    /// mirrored (delivery.rs); `None` with a bound output dir.
+    pub(crate) output: Option<(OwnedFd, output::Inventory)>,
+    pub(crate) ids: output::FsIds,
+    pub(crate) tree_dead: TreeDead,
+    pub(crate) network: Option<crate::result::NetworkReport>,
+}
+
+/// The run's clock: when it started (both clocks: the child's stage marks
+/// are CLOCK_MONOTONIC nanoseconds) and each stage's time since then.
+pub(crate) struct Clock {
+    pub(crate) started: Instant,
+    pub(crate) started_ns: u64,
+    pub(crate) stages: BTreeMap<String, f64>,
+}
+
+impl Clock {
+    pub(crate) fn start() -> Clock {
+        Clock {
+            started: Instant::now(),
+            started_ns: sync::monotonic_ns(),
+            stages: BTreeMap::new(),
+        }
+    }
+
+    /// `name` finished now.
+    pub(crate) fn mark(&mut self, name: &str) {
+        self.stages.insert(name.to_string(), ms_since(self.started));
+    }
+}
+
+/// One step run in a jail: what its changes are measured against, the
+/// result so far (the isolation report, from the plan), and its clock.
+pub(crate) struct Step<'a> {
+    /// `jail session`: serve cells instead of watching one script
+    /// (session/serve.rs); `None` for `jail run`.
+    pub(crate) session: Option<&'a crate::session::Serve>,
+    /// The artifact rules the snapshot is retaken and the delivery judged by.
+    pub(crate) policy: &'a Policy,
+    pub(crate) before: artifacts::Before,
+    pub(crate) result: RunResult,
+    pub(crate) clock: Clock,
+}

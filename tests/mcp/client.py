@@ -1,0 +1,96 @@
+"""A real MCP client for `jail mcp`, on the official MCP Python SDK.
+
+Driven by tests/tests/mcp.rs. It starts the server named in an MCP client
+config (the `mcpServers` JSON that Claude Desktop, Claude Code and Cursor
+read; the test hands it README.md's snippet as written), then:
+lists the tools, runs a step that charts an input CSV with matplotlib and
+checks the image content is a PNG, then sends the requests the server must
+refuse without running anything. It prints one JSON report on stdout and
+exits 0 only when every check passed; the test asserts on the report too.
+
+    client.py CONFIG.json SERVER_NAME CSV_INPUT
+"""
+
+import asyncio
+import base64
+import json
+import os
+import struct
+import sys
+
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+CHART = """
+import csv, matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+rows = list(csv.DictReader(open("/workspace/input/sales.csv")))
+units = {}
+for r in rows:
+    units[r["region"]] = units.get(r["region"], 0) + int(r["units"])
+fig, ax = plt.subplots(figsize=(4, 3), dpi=100)
+ax.bar(list(units), list(units.values()))
+fig.savefig("/workspace/output/chart.png")
+print("regions", len(units))
+"""
+
+
+def texts(result):
+    return "\n".join(c.text for c in result.content if c.type == "text")
+
+
+async def main(config_path, name, csv_input):
+    server = json.load(open(config_path))["mcpServers"][name]
+    # The config's own environment, plus the test's TMPDIR and the jail's
+    # test variables (the SDK passes the server only a safe default set).
+    env = dict(server.get("env", {}))
+    for k, v in os.environ.items():
+        if k == "TMPDIR" or k.startswith("JAIL_"):
+            env[k] = v
+    params = StdioServerParameters(command=server["command"], args=server.get("args", []), env=env, cwd=os.getcwd())
+    report = {"checks": {}}
+    checks = report["checks"]
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            report["server"] = init.server_info.name
+            report["protocol"] = init.protocol_version
+            report["instructions"] = init.instructions
+            tools = await session.list_tools()
+            report["tools"] = sorted(t.name for t in tools.tools)
+            checks["lists_run_python"] = "run_python" in report["tools"]
+
+            chart = await session.call_tool("run_python", {"code": CHART, "input": [csv_input]})
+            images = [c for c in chart.content if c.type == "image"]
+            report["chart_text"] = texts(chart)
+            report["chart_is_error"] = bool(chart.is_error)
+            checks["chart_ran"] = not chart.is_error and "status ok" in texts(chart) and "regions 3" in texts(chart)
+            checks["one_image"] = len(images) == 1
+            if images:
+                png = base64.b64decode(images[0].data)
+                width, height = struct.unpack(">II", png[16:24])
+                report["image"] = {"mime": images[0].mime_type, "bytes": len(png), "width": width, "height": height}
+                checks["image_is_png"] = images[0].mime_type == "image/png" and png.startswith(b"\x89PNG\r\n\x1a\n") and png[12:16] == b"IHDR"
+                checks["image_is_the_chart"] = (width, height) == (400, 300)
+            structured = chart.structured_content or {}
+            checks["structured_result"] = structured.get("schema_version") == 1 and structured.get("status") == "ok"
+
+            bad = {
+                "outside_path": {"code": "print(1)", "input": ["/etc/passwd"]},
+                "dotdot_path": {"code": "print(1)", "input": [csv_input.split("/")[0] + "/../../etc/passwd"]},
+                "empty_code": {"code": "   \n"},
+                "timeout_above_limit": {"code": "print(1)", "timeout_seconds": 100000},
+            }
+            report["refusals"] = {}
+            for key, args in bad.items():
+                r = await session.call_tool("run_python", args)
+                report["refusals"][key] = {"is_error": bool(r.is_error), "text": texts(r)}
+                checks["refuses_" + key] = bool(r.is_error) and "status" not in texts(r)
+    report["ok"] = all(checks.values())
+    print(json.dumps(report, indent=1))
+    return 0 if report["ok"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main(*sys.argv[1:])))
