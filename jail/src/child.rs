@@ -53,6 +53,9 @@ pub struct ChildSpec {
     pub cgroup_tasks: Vec<OwnedFd>,
     /// The CPUs the run is pinned to (inside.rs); `None`: the supervisor's.
     pub cpus: Option<Vec<usize>>,
+    /// `jail session`: the control socket the cell driver reads on fd 0
+    /// (sync.rs); `None` leaves stdin on /dev/null.
+    pub stdin: Option<OwnedFd>,
 }
 
 /// The last restrictions, planned and compiled by the supervisor.
@@ -133,6 +136,7 @@ pub fn run(spec: ChildSpec) -> ! {
         proxy,
         cgroup_tasks,
         cpus,
+        stdin,
     } = spec;
     // The supervisor writes our id maps, then releases us; until then we have
     // no identity in the new user namespace.
@@ -188,8 +192,17 @@ pub fn run(spec: ChildSpec) -> ! {
     }
     match sys::fork_process() {
         Err(e) => fail(&report, StageError { stage: Stage::ForkWorker, error: Box::new(e) }),
-        Ok(Forked::Child) => worker(marks, report, exec, &rlimits, confine),
+        Ok(Forked::Child) => {
+            // A session's driver reads its cells on fd 0; PID 1 keeps no copy.
+            if let Some(control) = stdin {
+                if let Err(e) = privileges::stdin_onto(&control).stage(Stage::Stdio) {
+                    fail(&report, e);
+                }
+            }
+            worker(marks, report, exec, &rlimits, confine)
+        }
         Ok(Forked::Parent(worker_pid)) => {
+            drop(stdin);
             // Our copy of the report pipe must go, or the supervisor would
             // never see the end-of-file that means "exec happened".
             drop(report);

@@ -29,6 +29,7 @@
 //! - `delivery`: what passed the judgement, delivered to the host folder.
 //! - `result`: the JSON contract both sides and the agent share; `schema`: its JSON Schema and the version rule.
 //! - `mcp`: `jail mcp`, an MCP server whose tool runs each step as `jail run --json` (feature `mcp`).
+//! - `session`: `jail session`, one jail serving many cells to a driver over a control channel.
 //! - `doctor`: what this host provides, for `jail doctor`.
 //! - `install`: the embedded rootfs recipes, for `jail rootfs build|list`.
 //! - `sys`: every `unsafe`.
@@ -75,6 +76,7 @@ mod rlimits;
 pub mod rootfs;
 pub mod schema;
 pub mod seccomp;
+pub mod session;
 pub mod stage;
 mod step;
 pub mod supervisor;

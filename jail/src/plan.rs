@@ -211,6 +211,8 @@ fn plan_with(
         notify: seccomp.mode == seccomp::Mode::Notify,
         // With the allowlist, PID 1 hands us the proxy's listener (network.rs).
         proxy: matches!(network, NetworkPlan::Allowlist { .. }),
+        // A session's cell driver reads its cells from this (session.rs).
+        control: req.session.is_some(),
     };
     Ok(RunPlan {
         uid_map: IdMap { inside: policy.identity.uid, outside: host.host_uid },

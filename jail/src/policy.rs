@@ -85,6 +85,28 @@ pub struct PolicyFile {
     pub seccomp: Option<crate::seccomp::SeccompFile>,
     #[serde(default)]
     pub landlock: crate::landlock::LandlockFile,
+    /// `jail session`: the interrupt grace, idle timeout and lifetime.
+    #[serde(default, skip_serializing_if = "SessionFile::is_unset")]
+    pub session: SessionFile,
+}
+
+/// The `session` section (`jail session`, session.rs).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SessionFile {
+    /// Seconds a cell past its time limit gets to stop after SIGINT
+    /// (KeyboardInterrupt) before the tree is killed and the session ends.
+    pub interrupt_grace_secs: Option<f64>,
+    /// Seconds without a cell after which the session is destroyed.
+    pub idle_timeout_secs: Option<f64>,
+    /// Seconds after its start at which the session is destroyed.
+    pub max_lifetime_secs: Option<f64>,
+}
+
+impl SessionFile {
+    fn is_unset(&self) -> bool {
+        *self == SessionFile::default()
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -266,11 +288,20 @@ pub struct Policy {
     pub artifacts: ArtifactRules,
     pub seccomp: crate::seccomp::Model,
     pub landlock: crate::landlock::Settings,
+    pub session: Session,
     /// sha256 of the policy's canonical JSON form, reported in every result.
     pub hash: String,
     /// Where it came from, for the result and `jail doctor`: `built-in`
     /// (policies/default.json, compiled in), the file's path, or `inline`.
     pub source: String,
+}
+
+/// A session's times (`jail session`), validated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Session {
+    pub interrupt_grace: Duration,
+    pub idle_timeout: Duration,
+    pub max_lifetime: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -601,6 +632,7 @@ impl Policy {
             Network::Allowlist(_) => crate::seccomp::check_network_allowlist(&seccomp)?,
         }
         let landlock = crate::landlock::validate(&file.landlock)?;
+        let session = validate_session(&file.session)?;
         Ok(Policy {
             name: file.name.clone().unwrap_or_else(|| "unnamed".into()),
             rootfs,
@@ -613,10 +645,27 @@ impl Policy {
             artifacts,
             seccomp,
             landlock,
+            session,
             hash,
             source: "inline".into(),
         })
     }
+}
+
+fn validate_session(f: &SessionFile) -> Result<Session, PolicyError> {
+    let secs = |name: &str, value: Option<f64>, default: f64, most: f64| match value.unwrap_or(default) {
+        v if v > 0.0 && v <= most => Ok(Duration::from_secs_f64(v)),
+        v => Err(PolicyError::field(&format!("session.{name}"), format!("is {v}, must be above 0 and at most {most}"))),
+    };
+    let session = Session {
+        interrupt_grace: secs("interrupt_grace_secs", f.interrupt_grace_secs, 2.0, 60.0)?,
+        idle_timeout: secs("idle_timeout_secs", f.idle_timeout_secs, 600.0, 86_400.0)?,
+        max_lifetime: secs("max_lifetime_secs", f.max_lifetime_secs, 3_600.0, 86_400.0)?,
+    };
+    if session.idle_timeout > session.max_lifetime {
+        return Err(PolicyError::field("session.idle_timeout_secs", "is longer than session.max_lifetime_secs: lower it"));
+    }
+    Ok(session)
 }
 
 /// What [`check_round_trip`] found wrong.
@@ -998,6 +1047,27 @@ pub fn auto_tmp_size(memory: Option<u64>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_times_default_and_are_checked() {
+        let p = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap();
+        assert_eq!(p.session.interrupt_grace, Duration::from_secs(2));
+        assert_eq!(p.session.idle_timeout, Duration::from_secs(600));
+        assert_eq!(p.session.max_lifetime, Duration::from_secs(3600));
+        for (json, field) in [
+            (r#"{"interrupt_grace_secs":0}"#, "session.interrupt_grace_secs"),
+            (r#"{"idle_timeout_secs":-1}"#, "session.idle_timeout_secs"),
+            (r#"{"max_lifetime_secs":100000}"#, "session.max_lifetime_secs"),
+            (r#"{"idle_timeout_secs":20,"max_lifetime_secs":10}"#, "session.idle_timeout_secs"),
+        ] {
+            let err = Policy::from_json(&format!(r#"{{"version":1,"session":{json}}}"#), Path::new("/")).unwrap_err();
+            assert!(err.to_string().contains(field), "{json}: {err}");
+        }
+        // An absent section leaves the policy's hash as it was.
+        let a = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap();
+        let b = Policy::from_json(r#"{"version":1,"session":{}}"#, Path::new("/")).unwrap();
+        assert_eq!(a.hash, b.hash);
+    }
 
     #[test]
     fn an_allowlist_policy_sends_inet_sockets_to_the_supervisor_and_refuses_other_families() {

@@ -38,6 +38,9 @@ pub struct RunRequest {
     /// What the caller's environment gives the run, read once by the caller
     /// (hostenv.rs): the library reads no environment variable.
     pub host: crate::hostenv::HostEnv,
+    /// `jail session`: serve cells to a driver instead of running one
+    /// script to its end (session.rs); `None` for `jail run`.
+    pub session: Option<std::rc::Rc<crate::session::Serve>>,
 }
 
 /// A request that failed before anything was started: what is wrong and how

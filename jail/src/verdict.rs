@@ -102,7 +102,7 @@ pub(crate) fn report_plan(result: &mut RunResult, plan: &RunPlan, filter: &secco
 /// The result of a step that was launched: the verdict from what the watch
 /// saw, then the output dir judged and delivered.
 pub(crate) fn assemble(step: Step<'_>, mut outcome: Outcome, cgroup_usage: Option<CgroupUsage>, plan: &RunPlan) -> RunResult {
-    let Step { policy, before, result, clock } = step;
+    let Step { policy, before, result, clock, .. } = step;
     let dead = outcome.tree_dead;
     let tmpfs = outcome.output.take();
     let (deadline, ids, started) = (outcome.deadline, outcome.ids, clock.started);
