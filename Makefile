@@ -34,6 +34,7 @@ include agent/agent.mk
 include tests/vm/vm.mk
 include tests/compat/compat.mk
 include fuzz/fuzz.mk
+include python/python.mk
 
 # The group every run started by root shares (identity.root_host_gid in
 # policies/default.json); each run's uid is its own.

@@ -15,6 +15,7 @@ import json
 import os
 import resource
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -30,6 +31,7 @@ TARGETS = {
     "sequential_ratio_min": 0.85,
     "supervisor_rss_over_baseline_mib_max": 2.0,
     "kill_overrun_ms_max": 20.0,
+    "session_cell_over_ms_max": 1.0,
 }
 
 
@@ -183,6 +185,51 @@ def kill_overrun(runners, commands_for, n):
     return out
 
 
+def session_cell(runners, n):
+    """A trivial cell in a session vs the same cell sent to the same driver
+    (jail/src/session/driver.py) running bare, already up: the jail's cost
+    per cell is the difference. Also the `jail session exec` command, which
+    adds the client process's start."""
+    cell = "x = sum(range(100))\n"
+    driver = os.path.join(REPO, "jail/src/session/driver.py")
+    ours, theirs = socket.socketpair()
+    bare = subprocess.Popen([PY, driver], stdin=theirs, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    theirs.close()
+    reader = ours.makefile("rb")
+    reader.readline()  # ready
+    start = subprocess.run([runners.jail, "session", "start", "--json", "--rootfs", runners.rootfs,
+                            "--output", runners.out], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    check(start, "jail session start")
+    handle = json.loads(start.stdout)["handle"]
+    code_file = runners.script("cell.py", cell)
+    request = (json.dumps({"op": "exec", "code": cell}) + "\n").encode()
+    samples = {"bare_driver": [], "session_socket": [], "session_exec_cli": []}
+    for i in range(n):
+        t = time.perf_counter()
+        ours.sendall((json.dumps({"op": "exec", "id": i + 1, "code": cell}) + "\n").encode())
+        reader.readline()
+        samples["bare_driver"].append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        with socket.socket(socket.AF_UNIX) as c:
+            c.connect(handle)
+            c.sendall(request)
+            c.shutdown(socket.SHUT_WR)
+            while c.recv(1 << 16):
+                pass
+        samples["session_socket"].append((time.perf_counter() - t) * 1000)
+        took, proc = run_once([runners.jail, "session", "exec", handle, code_file])
+        check(proc, "jail session exec")
+        samples["session_exec_cli"].append(took)
+    subprocess.run([runners.jail, "session", "stop", handle], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    reader.close()
+    ours.close()
+    bare.wait(timeout=10)
+    out = {name: {"median_ms": statistics.median(xs), "p90_ms": sorted(xs)[(len(xs) * 9) // 10]}
+           for name, xs in samples.items()}
+    out["over_ms"] = out["session_socket"]["median_ms"] - out["bare_driver"]["median_ms"]
+    return out
+
+
 def main():
     args = parse_args()
     if not os.path.exists(args.jail):
@@ -231,6 +278,7 @@ def main():
     figures["supervisor_rss"] = {"baseline_bytes": baseline, "peak_bytes": peak,
                                  "over_baseline_mib": (peak - baseline) / 2**20}
     figures["kill_overrun_ms"] = kill_overrun(runners, three, max(3, n // 8))
+    figures["session_cell_ms"] = session_cell(runners, n * 5)
     shutil.rmtree(work, ignore_errors=True)
 
     # Ratios to bare Python, and the targets.
@@ -246,6 +294,9 @@ def main():
                                              f"<= {TARGETS['supervisor_rss_over_baseline_mib_max']}"),
         "kill_overrun_ms": (figures["kill_overrun_ms"]["jail"], figures["kill_overrun_ms"]["jail"] <= TARGETS["kill_overrun_ms_max"],
                             f"<= {TARGETS['kill_overrun_ms_max']}"),
+        "session_cell_over_ms": (figures["session_cell_ms"]["over_ms"],
+                                 figures["session_cell_ms"]["over_ms"] <= TARGETS["session_cell_over_ms_max"],
+                                 f"<= {TARGETS['session_cell_over_ms_max']}"),
     }
     report["targets"] = {k: {"value": v, "met": ok, "target": tgt} for k, (v, ok, tgt) in verdicts.items()}
 
@@ -265,6 +316,10 @@ def main():
         line(label, [f"{seq[c][key]:.1f} ({seq[c][key] / base:.2f}x)" for c in cols])
     k = figures["kill_overrun_ms"]
     line("gone after deadline, ms", [f"{k[c]:.1f}" if c in k else "-" for c in cols])
+    sc = figures["session_cell_ms"]
+    print(f"{'session cell, ms':<28}{sc['session_socket']['median_ms']:.2f} over its socket, "
+          f"{sc['session_exec_cli']['median_ms']:.2f} by `jail session exec`; "
+          f"the same cell to the driver bare and up: {sc['bare_driver']['median_ms']:.2f} (+{sc['over_ms']:.2f})")
     r = figures["supervisor_rss"]
     print(f"{'supervisor peak RSS':<28}{r['peak_bytes'] / 2**20:.2f} MiB (binary baseline {r['baseline_bytes'] / 2**20:.2f} MiB, +{r['over_baseline_mib']:.2f} MiB)")
     print()

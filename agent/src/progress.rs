@@ -6,11 +6,9 @@
 //! Everything shown is escaped (see `escape`): the model's words never
 //! reach the terminal raw.
 //!
-//! A step's output arrives through [`StepWatch`]: today the lines the `jail`
-//! process writes on its stderr while it runs (its own messages; the
-//! script's output is captured into the result by `jail run --json`), and
-//! later the jail's live event stream (`jail run --events`), behind the same
-//! interface.
+//! A step's output arrives through [`StepWatch`]: the script's stdout and
+//! stderr line by line from the jail's live event stream (`jail run
+//! --events`), and the lines the `jail` process itself writes on its stderr.
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
@@ -20,8 +18,13 @@ use crate::escape::{escape, Lines};
 
 /// What happens while a step runs, as the runner sees it.
 pub trait StepWatch {
-    /// One line of the step's live output (stderr for now; events later).
+    /// One line the `jail` process itself wrote on its stderr.
     fn line(&mut self, text: &str);
+    /// One line of the script's own output, as it runs; `stream` is
+    /// `stdout` or `stderr`.
+    fn output(&mut self, stream: &str, text: &str) {
+        self.line(&format!("{stream}: {text}"));
+    }
     /// Called about once a second while the step runs.
     fn tick(&mut self, elapsed: Duration);
 }
@@ -172,6 +175,10 @@ pub struct StepLine {
 impl StepWatch for StepLine {
     fn line(&mut self, text: &str) {
         self.display.print(&format!("{} | {}", self.label, escape(text, Lines::One)));
+    }
+
+    fn output(&mut self, stream: &str, text: &str) {
+        self.display.print(&format!("{} {stream}| {}", self.label, escape(text, Lines::One)));
     }
 
     fn tick(&mut self, elapsed: Duration) {

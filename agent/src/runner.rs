@@ -1,6 +1,7 @@
 //! One step in a fresh jail: run the `jail` binary as a subprocess
-//! (`jail run --json --input --output --code SCRIPT`) and deserialize its
-//! result into the `jail` crate's own `RunResult`. Never in-process: the
+//! (`jail run --events --input --output --code SCRIPT`), show the script's
+//! output as its events arrive, and deserialize the last event's result
+//! into the `jail` crate's own `RunResult`. Never in-process: the
 //! jail must fork from a single-threaded process, and it is the jail's
 //! subprocess boundary that keeps a step's failure from becoming ours. The
 //! jail gets the agent's environment minus `LLM_*` and anything named like a
@@ -20,10 +21,16 @@ use crate::session::Session;
 /// Most bytes of the jail's own stderr kept for an error message.
 const MAX_STDERR: usize = 64 << 10;
 
+/// Longest line of live output shown; the rest of it is cut.
+const MAX_LINE: usize = 4096;
+
 enum Output {
-    Stdout(Vec<u8>),
+    /// The `result` event's document, if the stream had one.
+    Result(Option<serde_json::Value>),
     Stderr(Vec<u8>),
     Line(String),
+    /// A line of the script's own output (`stdout` or `stderr`).
+    Script(&'static str, String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -71,7 +78,7 @@ impl Runner {
     ) -> Result<Step, RunnerError> {
         let started = Instant::now();
         let mut cmd = Command::new(&self.jail);
-        cmd.arg("run").arg("--json");
+        cmd.arg("run").arg("--events");
         if let Some(p) = &self.policy {
             cmd.arg("--policy").arg(p);
         }
@@ -106,15 +113,14 @@ impl Runner {
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
         let (tx, rx) = mpsc::channel();
-        let mut stdout = child.stdout.take();
+        let stdout = child.stdout.take();
         let stderr = child.stderr.take();
         let tx_err = tx.clone();
+        // The event stream, bounded at 64 MiB in all: each chunk event is
+        // shown line by line, the result event kept.
         std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(s) = stdout.as_mut() {
-                let _ = s.take(64 << 20).read_to_end(&mut buf);
-            }
-            let _ = tx.send(Output::Stdout(buf));
+            let result = stdout.and_then(|s| read_events(s.take(64 << 20), &tx));
+            let _ = tx.send(Output::Result(result));
         });
         // stderr is read line by line, so the watch sees it as it comes;
         // bounded: at most MAX_STDERR bytes are kept, lines cut at 4 KiB.
@@ -143,7 +149,7 @@ impl Runner {
         // against the jail itself hanging.
         let grace = Duration::from_secs(30);
         let deadline = started + wall_limit + grace;
-        let (mut out, mut err) = (None, None);
+        let (mut out, mut err): (Option<Option<serde_json::Value>>, _) = (None, None);
         while out.is_none() || err.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -152,16 +158,17 @@ impl Runner {
                 return Err(RunnerError::Hung { secs: grace.as_secs() });
             }
             match rx.recv_timeout(left.min(Duration::from_secs(1))) {
-                Ok(Output::Stdout(b)) => out = Some(b),
+                Ok(Output::Result(v)) => out = Some(v),
                 Ok(Output::Stderr(b)) => err = Some(b),
                 Ok(Output::Line(l)) => watch.line(&l),
+                Ok(Output::Script(stream, l)) => watch.output(stream, &l),
                 Err(mpsc::RecvTimeoutError::Timeout) => watch.tick(started.elapsed()),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
         let status = child.wait().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
-        let (out, err) = (out.unwrap_or_default(), err.unwrap_or_default());
-        let value: serde_json::Value = serde_json::from_slice(&out).map_err(|_| RunnerError::NoResult {
+        let (out, err) = (out.flatten(), err.unwrap_or_default());
+        let value: serde_json::Value = out.ok_or_else(|| RunnerError::NoResult {
             status: status.to_string(),
             stderr: crate::llm::excerpt(&String::from_utf8_lossy(&err), 400),
         })?;
@@ -171,6 +178,51 @@ impl Runner {
         let result: RunResult = serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
         Ok(Step { result, duration: started.elapsed() })
     }
+}
+
+/// Read `jail run --events` NDJSON: send the script's output on as lines,
+/// return the `result` event's document.
+fn read_events(stream: impl Read, tx: &mpsc::Sender<Output>) -> Option<serde_json::Value> {
+    let mut r = std::io::BufReader::new(stream);
+    let mut line = Vec::new();
+    let mut partial = [String::new(), String::new()];
+    let mut result = None;
+    loop {
+        line.clear();
+        match r.read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let Ok(event) = serde_json::from_slice::<serde_json::Value>(&line) else { continue };
+        let (i, name) = match event["type"].as_str() {
+            Some("stdout") => (0, "stdout"),
+            Some("stderr") => (1, "stderr"),
+            Some("result") => {
+                result = event.get("result").cloned();
+                continue;
+            }
+            _ => continue,
+        };
+        let data = event["data"].as_str().unwrap_or_default();
+        let buf = &mut partial[i];
+        for piece in data.split_inclusive('\n') {
+            if buf.len() < MAX_LINE {
+                let room = MAX_LINE - buf.len();
+                let cut = piece.char_indices().map(|(at, _)| at).take_while(|&at| at <= room).last().unwrap_or(0);
+                buf.push_str(if piece.len() <= room { piece } else { &piece[..cut] });
+            }
+            if piece.ends_with('\n') {
+                let text = std::mem::take(buf);
+                let _ = tx.send(Output::Script(name, text.trim_end_matches('\n').to_string()));
+            }
+        }
+    }
+    for (buf, name) in partial.iter().zip(["stdout", "stderr"]) {
+        if !buf.is_empty() {
+            let _ = tx.send(Output::Script(name, buf.clone()));
+        }
+    }
+    result
 }
 
 /// Whether an environment variable is kept from the jail: the agent's own
@@ -203,6 +255,36 @@ pub fn find_jail(explicit: Option<&Path>) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn events_become_lines_per_stream_and_the_result_is_kept() {
+        let stream = concat!(
+            "{\"type\":\"stdout\",\"data\":\"one\"}\n",
+            "{\"type\":\"stderr\",\"data\":\"warn\\n\"}\n",
+            "{\"type\":\"stdout\",\"data\":\" two\\nthree\"}\n",
+            "{\"type\":\"artifact\",\"artifact\":{}}\n",
+            "{\"type\":\"result\",\"result\":{\"status\":\"ok\"}}\n",
+        );
+        let (tx, rx) = mpsc::channel();
+        let result = read_events(stream.as_bytes(), &tx);
+        drop(tx);
+        let lines: Vec<(&str, String)> = rx
+            .iter()
+            .map(|o| match o {
+                Output::Script(s, l) => (s, l),
+                _ => ("other", String::new()),
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            vec![
+                ("stderr", "warn".to_string()),
+                ("stdout", "one two".to_string()),
+                ("stdout", "three".to_string())
+            ]
+        );
+        assert_eq!(result, Some(serde_json::json!({"status": "ok"})));
+    }
 
     #[test]
     fn credentials_and_model_settings_are_kept_from_the_jail() {

@@ -30,8 +30,9 @@ mod image;
 mod inspect;
 mod json;
 mod markup;
-pub mod neutralise;
+pub(crate) mod neutralise;
 mod ooxml;
+mod rules;
 mod zipdir;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
@@ -45,9 +46,10 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::FileStat;
 
 use crate::digest::Hasher;
-use crate::policy::{ArtifactRules, FormulaCells};
 use crate::result::{Artifact, Change, Disposition, FlagKind, InputReport, Neutralised, RejectReason, RejectedArtifact};
 use crate::sys;
+
+pub use rules::{ArtifactRules, Extensions, FormulaCells};
 
 /// Every open below the output dir: never a symlink, never out of the tree.
 const RESOLVE: u64 = sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS;

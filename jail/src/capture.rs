@@ -1,9 +1,14 @@
 //! The script's stdout and stderr as the supervisor reads them: captured
 //! as head and tail within a byte cap (`--json`), or streamed live through
-//! a [`relay::Relay`] (relay.rs) and cut at the cap.
+//! a [`relay::Relay`] (relay.rs) and cut at the cap; with `--events`, both
+//! captured and sent live as events (events.rs).
 
+use std::cell::RefCell;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::rc::Rc;
 use std::time::Instant;
 
+use crate::events::{self, Events};
 use crate::relay;
 use crate::request::OutputMode;
 use crate::result::Stream;
@@ -22,18 +27,43 @@ pub(crate) struct Capture {
     head: Vec<u8>,
     tail: Vec<u8>,
     total: u64,
-    pub(crate) relay: Option<relay::Relay>,
+    relay: Option<relay::Relay>,
     relayed: Option<relay::Relayed>,
+    /// With `--events`: the run's event stream, shared by both streams.
+    events: Option<Rc<RefCell<Events>>>,
+    /// The events' descriptor to poll for POLLOUT (the stdout capture only,
+    /// so it is polled once).
+    events_fd: Option<OwnedFd>,
+    target: Target,
 }
 
 impl Capture {
     pub(crate) fn new(cap: u64, mode: OutputMode, target: Target) -> Capture {
         let relay = match (mode, target) {
-            (OutputMode::Capture, _) => None,
+            (OutputMode::Capture | OutputMode::Events, _) => None,
             (OutputMode::Stream, Target::Stdout) => Some(relay::to_stdout(cap)),
             (OutputMode::Stream, Target::Stderr) => Some(relay::to_stderr(cap)),
         };
-        Capture { cap, mode, head: Vec::new(), tail: Vec::new(), total: 0, relay, relayed: None }
+        let events = if mode == OutputMode::Events { events::current() } else { None };
+        if let Some(ev) = &events {
+            ev.borrow_mut().set_cap(target, cap);
+        }
+        let events_fd = match target {
+            Target::Stdout => events.as_ref().and_then(|ev| ev.borrow().poll_fd()),
+            Target::Stderr => None,
+        };
+        Capture {
+            cap,
+            mode,
+            head: Vec::new(),
+            tail: Vec::new(),
+            total: 0,
+            relay,
+            relayed: None,
+            events,
+            events_fd,
+            target,
+        }
     }
 
     pub(crate) fn push(&mut self, chunk: &[u8]) {
@@ -41,6 +71,9 @@ impl Capture {
         if let Some(r) = &mut self.relay {
             r.push(chunk);
             return;
+        }
+        if let Some(ev) = &self.events {
+            ev.borrow_mut().push(self.target, chunk);
         }
         let half = (self.cap / 2) as usize;
         let head_room = half.saturating_sub(self.head.len());
@@ -57,14 +90,29 @@ impl Capture {
         }
     }
 
-    /// The relay, if any, while the watch loop runs.
-    pub(crate) fn relay(&mut self) -> Option<&mut relay::Relay> {
-        self.relay.as_mut()
-    }
-
     /// Whether the watch loop may read more of this stream's pipe.
     pub(crate) fn wants_input(&self) -> bool {
         self.relay.as_ref().is_none_or(relay::Relay::wants_input)
+            && self.events.as_ref().is_none_or(|ev| ev.borrow().wants_input())
+    }
+
+    /// The caller's descriptor to poll for POLLOUT, while bytes wait for it.
+    pub(crate) fn pending_out(&self) -> Option<BorrowedFd<'_>> {
+        if let Some(r) = self.relay.as_ref().filter(|r| r.pending()) {
+            return r.fd();
+        }
+        self.events.as_ref().filter(|ev| ev.borrow().pending())?;
+        self.events_fd.as_ref().map(|fd| fd.as_fd())
+    }
+
+    /// The caller's descriptor is writable: write what it takes.
+    pub(crate) fn flush_out(&mut self) {
+        if let Some(r) = self.relay.as_mut() {
+            r.flush();
+        }
+        if let Some(ev) = &self.events {
+            ev.borrow_mut().flush();
+        }
     }
 
     /// The script's end of the stream is closed: hand the caller what it
@@ -72,6 +120,11 @@ impl Capture {
     pub(crate) fn end(&mut self, until: Instant) {
         if let Some(r) = self.relay.take() {
             self.relayed = Some(r.finish(until));
+        }
+        if let Some(ev) = &self.events {
+            let mut ev = ev.borrow_mut();
+            ev.end(self.target);
+            ev.drain(until);
         }
     }
 

@@ -51,6 +51,11 @@ pub struct ChildSpec {
     /// On cgroup v1: the run leaf's `tasks` file in each hierarchy, which
     /// PID 1 writes itself into first (cgroup.rs, `RunCgroup::entry`).
     pub cgroup_tasks: Vec<OwnedFd>,
+    /// The CPUs the run is pinned to (inside.rs); `None`: the supervisor's.
+    pub cpus: Option<Vec<usize>>,
+    /// `jail session`: the control socket the cell driver reads on fd 0
+    /// (sync.rs); `None` leaves stdin on /dev/null.
+    pub stdin: Option<OwnedFd>,
 }
 
 /// The last restrictions, planned and compiled by the supervisor.
@@ -130,6 +135,8 @@ pub fn run(spec: ChildSpec) -> ! {
         confine,
         proxy,
         cgroup_tasks,
+        cpus,
+        stdin,
     } = spec;
     // The supervisor writes our id maps, then releases us; until then we have
     // no identity in the new user namespace.
@@ -164,6 +171,13 @@ pub fn run(spec: ChildSpec) -> ! {
         }
         marks.mark("output_filled");
     }
+    if let Some(ids) = &cpus {
+        // Before the worker is forked, which inherits the mask: the CPU
+        // count programs see (sched_getaffinity, nproc) follows `cpus`.
+        if let Err(e) = crate::inside::pin(ids).stage(Stage::CpuAffinity) {
+            fail(&report, e);
+        }
+    }
     // Block the signals PID 1 handles before forking, so none is lost between
     // the fork and the reaper's first sigwait.
     let handled = reaper_signals();
@@ -178,8 +192,17 @@ pub fn run(spec: ChildSpec) -> ! {
     }
     match sys::fork_process() {
         Err(e) => fail(&report, StageError { stage: Stage::ForkWorker, error: Box::new(e) }),
-        Ok(Forked::Child) => worker(marks, report, exec, &rlimits, confine),
+        Ok(Forked::Child) => {
+            // A session's driver reads its cells on fd 0; PID 1 keeps no copy.
+            if let Some(control) = stdin {
+                if let Err(e) = privileges::stdin_onto(&control).stage(Stage::Stdio) {
+                    fail(&report, e);
+                }
+            }
+            worker(marks, report, exec, &rlimits, confine)
+        }
         Ok(Forked::Parent(worker_pid)) => {
+            drop(stdin);
             // Our copy of the report pipe must go, or the supervisor would
             // never see the end-of-file that means "exec happened".
             drop(report);

@@ -374,12 +374,8 @@ mod tests {
         let body = msg.body();
         // zvariant shows the body (the arguments, ssa(sv)a(sa(sv))) as one struct.
         assert_eq!(msg.header().signature().to_string(), "(ssa(sv)a(sa(sv)))");
-        let (name, mode, props, aux): (
-            String,
-            String,
-            Vec<(String, zbus::zvariant::OwnedValue)>,
-            Vec<(String, Vec<(String, zbus::zvariant::OwnedValue)>)>,
-        ) = body.deserialize().unwrap();
+        type Props = Vec<(String, zbus::zvariant::OwnedValue)>;
+        let (name, mode, props, aux): (String, String, Props, Vec<(String, Props)>) = body.deserialize().unwrap();
         assert_eq!((name.as_str(), mode.as_str()), ("jail-run-4242-7.scope", "fail"));
         assert!(aux.is_empty());
         let get = |k: &str| props.iter().find(|(n, _)| n == k).map(|(_, v)| v.clone()).unwrap();

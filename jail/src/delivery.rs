@@ -30,10 +30,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use crate::artifacts::{self, neutralise, Before, Collected, Refused, TreeDead};
+use crate::artifacts::{self, neutralise, ArtifactRules, Before, Collected, Refused, TreeDead};
 use crate::fsid::{Acting, As};
 use crate::output::{self, FsIds, Inventory, Partial};
-use crate::policy::ArtifactRules;
 use crate::result::{Disposition, OutputSync, RejectReason, RejectedArtifact};
 use crate::sys;
 

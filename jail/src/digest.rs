@@ -28,6 +28,11 @@ impl Hasher {
     }
 }
 
+/// The raw sha256 of `bytes`.
+pub fn sha256_bytes(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -42,9 +47,4 @@ mod tests {
         h.update(b"bc");
         assert_eq!(h.finish_hex(), super::sha256_hex(b"abc"));
     }
-}
-
-/// The raw sha256 of `bytes`.
-pub fn sha256_bytes(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
 }

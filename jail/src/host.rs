@@ -37,6 +37,8 @@ pub(crate) struct Host {
     pub(crate) systemd_scope: Option<crate::delegate::Scope>,
     /// The values of the policy's `environment.pass` variables that are set.
     pub(crate) env: BTreeMap<String, String>,
+    /// What the run's view of its limits is made from (inside.rs).
+    pub(crate) inside: crate::inside::HostFacts,
 }
 
 impl Host {
@@ -101,6 +103,7 @@ pub(crate) fn gather(
         cgroup_why_not: String::new(),
         systemd_scope: None,
         env,
+        inside: crate::inside::HostFacts::read(),
     };
     let cgroup = run_cgroup(policy, wall, &mut host);
     Ok((host, Held { _lease: ids.lease, cgroup }))

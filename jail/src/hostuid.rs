@@ -126,14 +126,24 @@ pub fn sandbox_umask(started_by_root: bool, output_bound: bool) -> u32 {
     }
 }
 
+/// What a run started by root maps to on the host: a uid leased from
+/// `uids` and the gid `gid`. The policy's `identity` converts into it, so
+/// this module never imports the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RootIds {
+    pub uids: UidRange,
+    pub gid: u32,
+}
+
 /// An ordinary caller's sandbox maps to the caller's own ids; root's to a
 /// uid leased from the policy's range and the policy's gid, never to 0.
-pub fn for_caller(caller_uid: u32, caller_gid: u32, identity: &crate::policy::Identity) -> Result<HostIds, HostUidError> {
+pub fn for_caller(caller_uid: u32, caller_gid: u32, root: impl Into<RootIds>) -> Result<HostIds, HostUidError> {
     if caller_uid != 0 {
         return Ok(HostIds { uid: caller_uid, gid: caller_gid, lease: None });
     }
-    let lease = take(identity.root_host_uids)?;
-    Ok(HostIds { uid: lease.uid, gid: identity.root_host_gid, lease: Some(lease) })
+    let root = root.into();
+    let lease = take(root.uids)?;
+    Ok(HostIds { uid: lease.uid, gid: root.gid, lease: Some(lease) })
 }
 
 /// Take the lowest uid of `range` that no live run holds.
@@ -186,6 +196,22 @@ fn private_dir(dir: &Path) -> Result<(), HostUidError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ordinary_caller_keeps_its_own_ids_and_leases_nothing() {
+        let p = crate::policy::Policy::builtin_default().unwrap();
+        let host = for_caller(1234, 1235, &p.identity).unwrap();
+        assert_eq!((host.uid, host.gid), (1234, 1235));
+        assert!(host.lease.is_none());
+    }
+
+    #[test]
+    fn the_default_policy_leases_root_runs_from_the_default_range() {
+        let p = crate::policy::Policy::builtin_default().unwrap();
+        let root = RootIds::from(&p.identity);
+        assert_eq!(root, RootIds { uids: UidRange { first: DEFAULT_FIRST, count: DEFAULT_COUNT }, gid: DEFAULT_GID });
+        assert_eq!(root.uids, UidRange { first: 0x7000_0000, count: 65536 });
+    }
 
     #[test]
     fn concurrent_leases_get_different_uids_and_a_released_one_comes_back() {

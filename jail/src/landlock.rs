@@ -23,8 +23,8 @@ use landlock::{
 };
 use serde::{Deserialize, Serialize};
 
+use crate::field::FieldError;
 use crate::mounts::{self, Kind, MountOp};
-use crate::policy::PolicyError;
 use crate::result::{LandlockReport, LayerStatus};
 
 /// The ABI whose features these rules use; newer ABIs add nothing we use
@@ -79,8 +79,8 @@ pub struct Settings {
 }
 
 /// Validate the `landlock` section of a policy.
-pub fn validate(f: &LandlockFile) -> Result<Settings, PolicyError> {
-    let field = |name: &str, message: String| PolicyError::Field { field: format!("landlock.{name}"), message };
+pub fn validate(f: &LandlockFile) -> Result<Settings, FieldError> {
+    let field = |name: &str, message: String| FieldError::new(format!("landlock.{name}"), message);
     let enforcement = match f.mode.as_deref().unwrap_or("best_effort") {
         "best_effort" => Enforcement::BestEffort,
         "required" => Enforcement::Required,
@@ -236,6 +236,8 @@ pub fn rules(ops: &[MountOp]) -> Vec<PathRule> {
             MountOp::Proc { path } => Some((path, Access::Read)),
             // The code dir holding the script alone: read-only like its bind.
             MountOp::ScriptCopy { dir, .. } => Some((dir, Access::Read)),
+            // The generated /sys (inside.rs): read-only files.
+            MountOp::Files { dir, .. } => Some((dir, Access::Read)),
             _ => None,
         };
         if let Some((path, access)) = rule {
@@ -363,6 +365,8 @@ mod tests {
             tmp_size: 1 << 20,
             shm_size: 1 << 20,
             output_size: Some(1 << 20),
+            meminfo: None,
+            sys_files: vec![],
         };
         let rules = rules(&mounts::plan(&req));
         assert!(rules.iter().any(|r| r.path == Path::new(mounts::OUTPUT_DIR) && r.access == Access::ReadWrite), "{rules:?}");
@@ -383,6 +387,8 @@ mod tests {
             tmp_size: 1 << 20,
             shm_size: 1 << 20,
             output_size: None,
+            meminfo: None,
+            sys_files: vec![],
         };
         let got: Vec<(String, Access)> =
             rules(&mounts::plan(&req)).into_iter().map(|r| (r.path.display().to_string(), r.access)).collect();

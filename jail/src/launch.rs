@@ -104,6 +104,7 @@ struct Ours {
     output: Option<OwnedFd>,
     notify: Option<OwnedFd>,
     proxy: Option<OwnedFd>,
+    control: Option<OwnedFd>,
 }
 
 /// A made jail: its child cloned, mapped and in its cgroup, waiting at the
@@ -124,11 +125,12 @@ impl Jail {
     pub(crate) fn make(plan: RunPlan, filter: seccomp::Filter, held: Held, clock: &mut Clock) -> Result<Jail, LaunchError> {
         // Every channel between us and the child, from what this run needs
         // (sync.rs has the table).
-        let Channels { release, report, status, stdout, stderr, output, notify, proxy } =
+        let Channels { release, report, status, stdout, stderr, output, notify, proxy, control } =
             Channels::new(plan.channels).map_err(LaunchError::Channel)?;
         let (output_ours, output_theirs) = split(output);
         let (notify_ours, notify_theirs) = split(notify);
         let (proxy_ours, proxy_theirs) = split(proxy);
+        let (control_ours, control_theirs) = split(control);
         if nix::unistd::getuid().is_root() {
             // The child can never call setgroups (it is denied in its user
             // namespace), so root's supplementary groups must go before the clone.
@@ -152,6 +154,7 @@ impl Jail {
             output: output_theirs,
             notify: notify_theirs,
             proxy: proxy_theirs,
+            control: control_theirs,
         };
         let spec = child_spec(&plan, filter, theirs, self_join);
         clock.mark("plan");
@@ -181,6 +184,7 @@ impl Jail {
             output: output_ours,
             notify: notify_ours,
             proxy: proxy_ours,
+            control: control_ours,
         };
         Ok(Jail { child, pid, pidfd, ours: Some(ours), plan, held })
     }
@@ -237,7 +241,11 @@ impl Jail {
         if proxy.is_some() {
             step.clock.mark("proxy");
         }
-        let seen = self.watch(ours.pipes, ours.notify)?;
+        if let Some(session) = step.session {
+            // Each cell's result starts from this step's seed: its isolation and limits.
+            session.set_template(&step.result);
+        }
+        let seen = self.watch(ours.pipes, ours.notify, step.session.zip(ours.control))?;
         step.clock.mark("reaped");
         // The tree is dead: every client socket is closed, so every relay ends.
         let network = proxy.map(proxy::Proxy::finish);
@@ -246,7 +254,12 @@ impl Jail {
 
     /// The watch loop until PID 1 is gone and the pipes drained, then the
     /// reaping.
-    fn watch(&mut self, pipes: ChildPipes, notify: Option<OwnedFd>) -> Result<Outcome, LaunchError> {
+    fn watch(
+        &mut self,
+        pipes: ChildPipes,
+        notify: Option<OwnedFd>,
+        session: Option<(&crate::session::Serve, OwnedFd)>,
+    ) -> Result<Outcome, LaunchError> {
         let plan = &self.plan;
         let deadline = Instant::now() + plan.wall_time;
         let model = Rc::clone(&plan.seccomp.model);
@@ -267,7 +280,21 @@ impl Jail {
                 _ => None,
             },
         };
-        let ending = watch.run(self.pid, &self.pidfd, pipes, &limits, self.held.cgroup.as_ref());
+        let ending = match session {
+            // A session serves its cells over the control channel instead of
+            // waiting for one script (session/serve.rs).
+            Some((s, control)) => crate::session::serve::serve(
+                s,
+                &mut watch,
+                self.pid,
+                &self.pidfd,
+                pipes,
+                control,
+                &limits,
+                self.held.cgroup.as_ref(),
+            ),
+            None => watch.run(self.pid, &self.pidfd, pipes, &limits, self.held.cgroup.as_ref()),
+        };
         // Streaming: the caller gets until the deadline to take what is queued,
         // never longer (a reader that stopped reading cannot hold the run).
         watch.stdout.end(deadline);
@@ -320,6 +347,7 @@ struct ChildEnds {
     output: Option<OwnedFd>,
     notify: Option<OwnedFd>,
     proxy: Option<OwnedFd>,
+    control: Option<OwnedFd>,
 }
 
 /// Everything the child side needs, from the plan, with its ends of the
@@ -352,6 +380,8 @@ fn child_spec(plan: &RunPlan, filter: seccomp::Filter, theirs: ChildEnds, cgroup
         },
         proxy: theirs.proxy,
         cgroup_tasks,
+        cpus: plan.cpus.clone(),
+        stdin: theirs.control,
     }
 }
 

@@ -4,7 +4,7 @@
 //! The map, in the order one run uses the modules (DESIGN.md §6):
 //! - `hostenv`, `locate`, `inline`: what the caller's environment gives a run (read once by main.rs),
 //!   which rootfs it uses, and a script given as `-c CODE` or on stdin.
-//! - `policy`: the policy file, validated (with `digest` for its hash).
+//! - `policy`: the policy file, validated (with `digest` for its hash; `field` is the leaf error the facility validators return).
 //! - `supervisor`: one run's steps, in order; each step is one of the rooms below.
 //! - `host`: the machine read once: caller, leased host uid (`hostuid`), kernel features, rlimits, the run cgroup.
 //! - `cgroup`, `limits`, `rlimits`: the run cgroup, and what enforces each limit.
@@ -23,56 +23,66 @@
 //! - `output`, `fsid`: the output tmpfs filled and copied, and who the copy acts as.
 //! - `proxy`: the allowlist's HTTP CONNECT proxy, run by the supervisor.
 //! - `watch`: the poll loop over the pipes, the pidfd, the seccomp listener and the relays; deadlines.
-//! - `capture`, `relay`: the script's stdout and stderr, captured or streamed.
+//! - `capture`, `relay`, `events`: the script's stdout and stderr, captured, streamed, or sent as `--events` NDJSON.
 //! - `verdict`: facts → status, and the one place the result is assembled.
 //! - `stage`: the `Stage` names of `setup_error.stage`, and the one error-chain → `SetupError` conversion.
 //! - `delivery`: what passed the judgement, delivered to the host folder.
 //! - `result`: the JSON contract both sides and the agent share; `schema`: its JSON Schema and the version rule.
 //! - `mcp`: `jail mcp`, which execs the MCP server `jail-mcp` (the mcp/ crate) beside this binary.
+//! - `session`: `jail session`, one jail serving many cells to a driver over a control channel.
 //! - `doctor`: what this host provides, for `jail doctor`.
 //! - `install`: the embedded rootfs recipes, for `jail rootfs build|list`.
 //! - `sys`: every `unsafe`.
 
+// Every `unsafe` block lives in `sys`, each with its `// SAFETY:` line
+// (clippy::undocumented_unsafe_blocks): anywhere else it does not compile.
+#![deny(unsafe_code)]
+
 pub mod artifacts;
 mod capture;
 pub mod cgroup;
-pub mod child;
-pub mod conceal;
+mod child;
+mod conceal;
 pub mod delegate;
-pub mod delivery;
+mod delivery;
 pub mod digest;
 pub mod doctor;
-pub mod fsid;
+pub mod events;
+pub mod field;
+mod fsid;
 mod host;
 pub mod hostenv;
 pub mod hostuid;
 pub mod inline;
+pub mod inside;
 pub mod install;
 pub mod landlock;
 mod launch;
 mod layers;
-pub mod limits;
+mod limits;
 pub mod locate;
 pub mod mcp;
-pub mod mounts;
-pub mod namespaces;
-pub mod network;
-pub mod output;
+mod mounts;
+mod namespaces;
+mod network;
+mod output;
 mod plan;
 pub mod policy;
-pub mod privileges;
-pub mod proxy;
+mod privileges;
+mod proxy;
 pub mod relay;
 mod request;
 pub mod result;
-pub mod rlimits;
+mod rlimits;
 pub mod rootfs;
 pub mod schema;
 pub mod seccomp;
+pub mod session;
 pub mod stage;
 mod step;
 pub mod supervisor;
-pub mod sync;
+mod sync;
+#[allow(unsafe_code)]
 pub mod sys;
 mod verdict;
 mod watch;

@@ -131,6 +131,15 @@ fn uncounted_memory_words(per_process: u64, pids: Option<u64>, shrunk: bool, why
     )
 }
 
+fn tmp_words(sizing: crate::policy::Sizing) -> &'static str {
+    match sizing {
+        crate::policy::Sizing::Auto => {
+            "size of /tmp (auto: half the memory limit, at least 64M; its pages count against the memory limit)"
+        }
+        crate::policy::Sizing::Fixed => "size of /tmp",
+    }
+}
+
 /// A size as a policy would write it: `512M`, `1G`, or bytes.
 pub fn size_words(n: u64) -> String {
     for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
@@ -207,9 +216,21 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
                 Some(cgroup::Version::V2) => "memory.max and memory.swap.max 0",
                 _ => "memory.limit_in_bytes and memory.memsw.limit_in_bytes",
             };
+            // And an address-space ceiling above it, so an allocation that
+            // could never fit fails as MemoryError instead of a kill.
+            let (s, _) = rlimit(&mut p, Kind::As, crate::inside::address_space_with_cgroup(bytes), u64::MAX);
             p.reports.insert(
                 "memory".into(),
-                report(json!(bytes), by, format!("{files} on the run cgroup: all processes together, swap 0")),
+                report(
+                    json!(bytes),
+                    by,
+                    format!(
+                        "{files} on the run cgroup: all processes together, swap 0; RLIMIT_AS {} per process, so an \
+                         allocation that cannot fit fails with ENOMEM (MemoryError) rather than a kill; /proc/meminfo \
+                         shows the limit as MemTotal (a snapshot at the start: MemFree and MemAvailable do not follow usage)",
+                        size_words(s)
+                    ),
+                ),
             );
         }
         Some(bytes) => {
@@ -217,7 +238,14 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
             let why = no_cgroup("memory");
             p.reports.insert(
                 "memory".into(),
-                report(json!(s), "rlimit", format!("RLIMIT_AS per process (address space, not a total for the run; {why})")),
+                report(
+                    json!(s),
+                    "rlimit",
+                    format!(
+                        "RLIMIT_AS per process (address space, not a total for the run; {why}); /proc/meminfo shows it \
+                         as MemTotal (a snapshot at the start)"
+                    ),
+                ),
             );
             match l.enforcement.memory {
                 Enforcement::Required => p.refused.push(format!(
@@ -346,7 +374,7 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
     };
     let t = p.tmpfs;
     p.reports
-        .insert("tmp_size".into(), report(json!(t.tmp), "tmpfs", sized(fs.tmp_size, t.tmp, "size of /tmp")));
+        .insert("tmp_size".into(), report(json!(t.tmp), "tmpfs", sized(fs.tmp_size, t.tmp, tmp_words(fs.tmp_sizing))));
     p.reports
         .insert("shm_size".into(), report(json!(t.shm), "tmpfs", sized(fs.shm_size, t.shm, "size of /dev/shm")));
     match (fs.output_size, t.output) {
@@ -422,6 +450,8 @@ mod tests {
         assert_eq!(
             p.rlimits,
             vec![
+                // Above the cgroup's limit: MemoryError for what can never fit.
+                Rlimit { kind: Kind::As, soft: 576 << 20, hard: u64::MAX },
                 Rlimit { kind: Kind::Fsize, soft: 1 << 20, hard: 1 << 20 },
                 Rlimit { kind: Kind::Nofile, soft: 64, hard: 64 },
                 Rlimit { kind: Kind::Core, soft: 0, hard: 0 },
@@ -521,9 +551,9 @@ mod tests {
         ] {
             assert!(words.contains(part), "{part}: {words}");
         }
-        // Sizes that already fit are left alone.
+        // Sizes that already fit are left alone (/tmp auto: half of 1G).
         let p = plan(&policy(r#"{"memory":"1G"}"#), Duration::from_secs(5), None, "", &no_ceiling);
-        assert_eq!(p.tmpfs, TmpfsSizes { tmp: 64 << 20, shm: 16 << 20, output: Some(256 << 20) });
+        assert_eq!(p.tmpfs, TmpfsSizes { tmp: 512 << 20, shm: 16 << 20, output: Some(256 << 20) });
         assert!(!p.degraded.iter().any(|d| d.contains("made smaller")), "{:?}", p.degraded);
         // Without a memory limit there is nothing to fit into.
         let p = plan(&policy(r#"{"memory":"unlimited"}"#), Duration::from_secs(5), None, "", &no_ceiling);

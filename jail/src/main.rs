@@ -47,6 +47,9 @@ enum Command {
     /// Build or list the Python root filesystems runs use.
     #[command(subcommand)]
     Rootfs(RootfsCommand),
+    /// One jail for one sub-task: cells share one interpreter's state.
+    #[command(subcommand)]
+    Session(SessionCommand),
     /// List the Python packages a rootfs provides, from its manifest.
     Packages {
         #[command(flatten)]
@@ -100,6 +103,75 @@ enum RootfsCommand {
     },
 }
 
+#[derive(Subcommand)]
+// Parsed once per process, like `Command`.
+#[allow(clippy::large_enum_variant)]
+enum SessionCommand {
+    /// Make the jail and start its interpreter; print the handle once it is ready.
+    Start(SessionStartArgs),
+    /// Run a file (or `-`, stdin) as the session's next cell; print its JSON result.
+    Exec {
+        /// The handle `jail session start` printed.
+        handle: PathBuf,
+        /// The cell's code: a file, or `-` for stdin.
+        file: PathBuf,
+    },
+    /// End the session; print its closing JSON result (artifacts delivered).
+    Stop {
+        /// The handle `jail session start` printed.
+        handle: PathBuf,
+    },
+}
+
+/// `jail run`'s options, less the script: the driver runs instead.
+#[derive(clap::Args)]
+struct SessionStartArgs {
+    /// Policy file (default: the built-in policies/default.json).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    /// Folder bound read-only at /workspace/input.
+    #[arg(long, value_name = "DIR")]
+    input: Option<PathBuf>,
+    /// Folder bound writable at /workspace/output (default: a fresh one).
+    #[arg(long, value_name = "DIR")]
+    output: Option<PathBuf>,
+    /// Folder granted read-only at /workspace/code.
+    #[arg(long, value_name = "DIR")]
+    code: Option<PathBuf>,
+    /// Root filesystem folder (default: JAIL_ROOTFS, the policy's, then the
+    /// rootfs named by --rootfs-name, as for `jail run`).
+    #[arg(long, value_name = "DIR")]
+    rootfs: Option<PathBuf>,
+    /// The rootfs to look up by name when no folder is given: `minimal`, `data`.
+    #[arg(long = "rootfs-name", value_name = "NAME", default_value = locate::DEFAULT_NAME)]
+    rootfs_name: String,
+    /// Wall-clock limit of each cell in seconds (overrides the policy).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// Memory of the whole session, swap 0: `512M`, `1G` or `unlimited`.
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// CPU quota of the session in cores.
+    #[arg(long, value_name = "CORES")]
+    cpus: Option<String>,
+    /// Processes and threads of the session.
+    #[arg(long, value_name = "N")]
+    pids: Option<String>,
+    /// CPU seconds of each cell (with a cgroup; else of the whole session).
+    #[arg(long = "cpu-time", value_name = "SECS")]
+    cpu_time: Option<String>,
+    /// Create the session's cgroup beneath this cgroup.
+    #[arg(long = "cgroup-parent", value_name = "CGROUP")]
+    cgroup_parent: Option<String>,
+    /// With no writable cgroup, do not ask the systemd user manager for a
+    /// delegated scope.
+    #[arg(long = "no-systemd-delegation")]
+    no_systemd_delegation: bool,
+    /// Print {"handle": ..., "pid": ..., "id": ...} instead of the handle alone.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(clap::Args)]
 struct RunArgs {
     /// Policy file (default: the built-in policies/default.json).
@@ -144,8 +216,12 @@ struct RunArgs {
     #[arg(long = "no-systemd-delegation")]
     no_systemd_delegation: bool,
     /// Capture the output and print one JSON result document on stdout.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "events")]
     json: bool,
+    /// Print NDJSON events on stdout as the step runs: stdout/stderr chunks,
+    /// each artifact, then the result document (see README "Live events").
+    #[arg(long)]
+    events: bool,
     /// The Python script to run; `-` reads it from stdin.
     script: Option<PathBuf>,
     /// Arguments passed to the script.
@@ -169,6 +245,7 @@ fn main() -> ExitCode {
         Command::Packages { rootfs, json } => packages(&rootfs, json),
         Command::Rootfs(RootfsCommand::Build { flavour, dest }) => rootfs_build(&flavour, dest),
         Command::Rootfs(RootfsCommand::List { json }) => rootfs_list(json),
+        Command::Session(command) => session(command),
         Command::Schema => {
             print!("{}", jail::schema::result_schema_text());
             ExitCode::SUCCESS
@@ -187,6 +264,8 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy, jail::policy::PolicyErr
 fn run(args: RunArgs) -> ExitCode {
     let json = args.json;
     // `_script` (from -c or stdin) is removed when it drops, after the run.
+    // Opened before the run: the captures write the chunk events to it.
+    let events = args.events.then(jail::events::open);
     let mut result = match prepare_request(args) {
         Ok((req, _script)) => jail::supervisor::run(&req),
         Err(e) => RunResult::setup_failed(e),
@@ -204,7 +283,7 @@ fn run(args: RunArgs) -> ExitCode {
             format!(": {}", e.causes.join(": "))
         };
         eprintln!("jail: {} ({}){causes}", e.message, e.stage);
-    } else if !json {
+    } else if !json && events.is_none() {
         // Never a blocking write here: a caller that stopped reading our
         // stderr must not keep `jail` from exiting (relay.rs).
         let mut lines = String::new();
@@ -226,7 +305,9 @@ fn run(args: RunArgs) -> ExitCode {
         }
         jail::relay::tell_stderr(&lines);
     }
-    if json {
+    if let Some(events) = events {
+        events.finish(&result);
+    } else if json {
         // One write: stdout is line-buffered, and a result is ~200 lines.
         let mut text = serde_json::to_vec_pretty(&result).unwrap_or_default();
         text.push(b'\n');
@@ -279,8 +360,13 @@ fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<InlineScript>), 
         code: args.code,
         rootfs: Some(rootfs),
         timeout,
-        mode: if args.json { OutputMode::Capture } else { OutputMode::Stream },
+        mode: match (args.json, args.events) {
+            (_, true) => OutputMode::Events,
+            (true, false) => OutputMode::Capture,
+            (false, false) => OutputMode::Stream,
+        },
         host,
+        session: None,
     };
     Ok((req, inline))
 }
@@ -375,6 +461,101 @@ fn rootfs_list(json: bool) -> ExitCode {
         println!("{:<10} {:<10} {} ({what}){shadow}", l.name, l.location, l.path.display());
     }
     ExitCode::SUCCESS
+}
+
+fn session(command: SessionCommand) -> ExitCode {
+    let fail = |line: String| {
+        eprintln!("jail: {line}");
+        ExitCode::from(EXIT_SETUP_FAILED as u8)
+    };
+    let print = |value: &serde_json::Value| {
+        let mut text = serde_json::to_vec_pretty(value).unwrap_or_default();
+        text.push(b'\n');
+        let _ = std::io::stdout().lock().write_all(&text);
+    };
+    match command {
+        SessionCommand::Start(a) => {
+            let json = a.json;
+            let args = RunArgs {
+                policy: a.policy,
+                input: a.input,
+                output: a.output,
+                code: a.code,
+                rootfs: RootfsArgs { rootfs: a.rootfs, rootfs_name: a.rootfs_name },
+                command: None,
+                timeout: a.timeout,
+                memory: a.memory,
+                cpus: a.cpus,
+                pids: a.pids,
+                cpu_time: a.cpu_time,
+                cgroup_parent: a.cgroup_parent,
+                no_systemd_delegation: a.no_systemd_delegation,
+                json: true,
+                events: false,
+                // Replaced by the cell driver (session.rs).
+                script: Some(PathBuf::new()),
+                args: Vec::new(),
+            };
+            let req = match prepare_request(args) {
+                Ok((req, _)) => req,
+                Err(e) => return fail(format!("{} ({})", e.message, e.stage)),
+            };
+            let opts = jail::session::StartOptions {
+                runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()).map(PathBuf::from),
+            };
+            match jail::session::start(req, &opts) {
+                Ok(started) if json => {
+                    println!("{}", serde_json::to_string(&started).unwrap_or_default());
+                    ExitCode::SUCCESS
+                }
+                Ok(started) => {
+                    println!("{}", started.handle.display());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => fail(chain(&e)),
+            }
+        }
+        SessionCommand::Exec { handle, file } => {
+            let code = if file.as_os_str() == "-" {
+                let mut text = String::new();
+                std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map(|_| text)
+            } else {
+                std::fs::read_to_string(&file)
+            };
+            let code = match code {
+                Ok(c) => c,
+                Err(e) => {
+                    return fail(format!("read the cell {}: {e}: give a readable UTF-8 file, or - for stdin", file.display()))
+                }
+            };
+            match jail::session::exec(&handle, code) {
+                Ok(value) => {
+                    print(&value);
+                    let code = serde_json::from_value::<RunResult>(value).map_or(EXIT_SETUP_FAILED, |r| r.jail_exit_code());
+                    ExitCode::from(code.clamp(0, 255) as u8)
+                }
+                Err(e) => fail(e.to_string()),
+            }
+        }
+        SessionCommand::Stop { handle } => match jail::session::stop(&handle) {
+            Ok(value) => {
+                print(&value);
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e.to_string()),
+        },
+    }
+}
+
+/// An error and every cause, on one line.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut line = e.to_string();
+    let mut src = e.source();
+    while let Some(s) = src {
+        line.push_str(&format!(": {s}"));
+        src = s.source();
+    }
+    line
 }
 
 fn check(path: &std::path::Path, bpf: bool) -> ExitCode {

@@ -34,6 +34,11 @@ use crate::sys::{
 };
 
 /// Where the workspace lives inside the jail.
+/// Where the generated meminfo goes (inside.rs writes it).
+pub const MEMINFO: &str = "/proc/meminfo";
+/// The jail's `/sys`: a read-only tmpfs holding only inside.rs's CPU lists.
+pub const SYS_DIR: &str = "/sys";
+
 pub const WORKSPACE: &str = "/workspace";
 pub const INPUT_DIR: &str = "/workspace/input";
 pub const CODE_DIR: &str = "/workspace/code";
@@ -119,6 +124,10 @@ pub struct Request {
     /// Size cap of the output dir: a tmpfs instead of a bind of `output`,
     /// filled and mirrored back by the supervisor (output.rs).
     pub output_size: Option<u64>,
+    /// The text shown as `/proc/meminfo` (inside.rs); `None`: the kernel's.
+    pub meminfo: Option<String>,
+    /// The files of a read-only `/sys` (inside.rs); empty: no `/sys`.
+    pub sys_files: Vec<(PathBuf, String)>,
 }
 
 /// One step of building the new root. Paths are absolute inside the jail.
@@ -169,6 +178,18 @@ pub enum MountOp {
     /// Rebind a folder onto itself read-only; skipped when absent.
     ReadOnly {
         path: PathBuf,
+    },
+    /// Show `content` as the file `path` (a procfs file): a read-only bind
+    /// of a file on the scratch tmpfs, which is detached afterwards.
+    FileOver {
+        path: PathBuf,
+        content: String,
+    },
+    /// A small tmpfs at `dir` holding `files` (paths relative to it, their
+    /// folders made), read-only once written.
+    Files {
+        dir: PathBuf,
+        files: Vec<(PathBuf, String)>,
     },
     /// The size-capped output dir: a tmpfs with a cap on bytes and inodes,
     /// owned by the sandbox uid.
@@ -246,6 +267,14 @@ pub fn plan(req: &Request) -> Vec<MountOp> {
     }
     for d in READONLY_PROC_DIRS {
         ops.push(MountOp::ReadOnly { path: Path::new("/proc").join(d) });
+    }
+    // The run's limits where programs read them (inside.rs).
+    if let Some(content) = &req.meminfo {
+        ops.push(MountOp::FileOver { path: p(MEMINFO), content: content.clone() });
+    }
+    if !req.sys_files.is_empty() {
+        ops.push(MountOp::Dir { path: p(SYS_DIR), mode: 0o555 });
+        ops.push(MountOp::Files { dir: p(SYS_DIR), files: req.sys_files.clone() });
     }
     ops.push(MountOp::Dir { path: p("/tmp"), mode: 0o1777 });
     ops.push(MountOp::Tmpfs {
@@ -446,7 +475,7 @@ pub fn open_sources(ops: &[MountOp], staging: &Path) -> Result<Sources, MountErr
 /// Child side: mount an empty tmpfs at `staging` and build the plan under it.
 pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<Applied, MountError> {
     mount_tmpfs(staging, 1 << 20, 0o755, MsFlags::MS_NOSUID | MsFlags::MS_NODEV)?;
-    let masks = MaskSource::create(staging)?;
+    let mut masks = MaskSource::create(staging)?;
     let mut opened = sources.opened.into_iter();
     let mut applied = Applied::default();
     for op in ops {
@@ -546,6 +575,12 @@ pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<Applie
                 nix::mount::mount(Some("tmpfs"), &at, Some("tmpfs"), MsFlags::MS_NOSUID | MsFlags::MS_NODEV, Some(data.as_str()))
                     .map_err(|source| MountError::Mount { fstype: "tmpfs", target: at, source })?;
             }
+            MountOp::FileOver { path, content } => {
+                let at = under(staging, path);
+                let file = masks.write(content)?;
+                bind_fd(&file, &at, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC)?;
+            }
+            MountOp::Files { dir, files } => write_files(&under(staging, dir), files)?,
             MountOp::ReadOnly { path } => {
                 let at = under(staging, path);
                 if at.is_dir() {
@@ -615,13 +650,16 @@ struct MaskSource {
     /// An empty folder: the second layer every re-rooted overlay needs
     /// (overlayfs wants two lower layers when it has no upper one).
     empty_dir: OwnedFd,
+    /// How many files [`MaskSource::write`] made.
+    written: u32,
 }
 
 impl MaskSource {
     fn create(staging: &Path) -> Result<MaskSource, MountError> {
         let dir = staging.join(".jail-masks");
         std::fs::create_dir(&dir).map_err(|source| MountError::Mkdir { path: dir.clone(), source })?;
-        mount_tmpfs(&dir, 4096, 0o555, MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC)?;
+        // Room for the generated files (inside.rs), a few KiB each.
+        mount_tmpfs(&dir, 64 << 10, 0o555, MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC)?;
         let file = dir.join("empty");
         std::fs::OpenOptions::new()
             .write(true)
@@ -636,7 +674,15 @@ impl MaskSource {
             .create(&sub)
             .map_err(|source| MountError::Mkdir { path: sub.clone(), source })?;
         let empty_dir = open_nofollow(&sub, Kind::Dir)?;
-        Ok(MaskSource { dir, empty, empty_dir })
+        Ok(MaskSource { dir, empty, empty_dir, written: 0 })
+    }
+
+    /// A new read-only file holding `content`, opened for binding.
+    fn write(&mut self, content: &str) -> Result<OwnedFd, MountError> {
+        self.written += 1;
+        let file = self.dir.join(format!("file.{}", self.written));
+        write_file(&file, content, 0o444)?;
+        open_nofollow(&file, Kind::File)
     }
 
     fn remove(self) -> Result<(), MountError> {
@@ -722,6 +768,41 @@ fn mount_tmpfs(at: &Path, size: u64, mode: u32, flags: MsFlags) -> Result<(), Mo
     })
 }
 
+fn write_file(at: &Path, content: &str, mode: u32) -> Result<(), MountError> {
+    let mut out = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(at)
+        .map_err(|source| MountError::CreateFile { path: at.to_path_buf(), source })?;
+    io::Write::write_all(&mut out, content.as_bytes()).map_err(|source| MountError::CreateFile { path: at.to_path_buf(), source })
+}
+
+/// [`MountOp::Files`]: a tmpfs sized to hold the files, written, then made
+/// read-only.
+fn write_files(dir: &Path, files: &[(PathBuf, String)]) -> Result<(), MountError> {
+    let room = files.iter().map(|(_, c)| (c.len() as u64).div_ceil(4096) * 4096 + 4096).sum::<u64>() + 16 * 4096;
+    mount_tmpfs(dir, room, 0o555, MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC)?;
+    for (rel, content) in files {
+        let at = dir.join(rel.strip_prefix("/").unwrap_or(rel));
+        if let Some(parent) = at.parent() {
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o555)
+                .create(parent)
+                .map_err(|source| MountError::Mkdir { path: parent.to_path_buf(), source })?;
+        }
+        write_file(&at, content, 0o444)?;
+    }
+    let ro =
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    nix::mount::mount(None::<&str>, dir, None::<&str>, ro, None::<&str>).map_err(|source| MountError::Mount {
+        fstype: "tmpfs (read-only remount)",
+        target: dir.to_path_buf(),
+        source,
+    })
+}
+
 fn create_empty_file(at: &Path) -> Result<(), MountError> {
     std::fs::OpenOptions::new()
         .write(true)
@@ -775,6 +856,8 @@ mod tests {
             tmp_size: 1 << 20,
             shm_size: 1 << 19,
             output_size: None,
+            meminfo: None,
+            sys_files: vec![],
         }
     }
 

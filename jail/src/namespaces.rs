@@ -36,13 +36,6 @@ pub struct IdMap {
     pub outside: u32,
 }
 
-/// The uid and gid maps: the sandbox ids map to the host ids chosen for
-/// this run (hostuid.rs: the caller's own, or for root an unprivileged uid
-/// of its own), so the jail never holds host uid 0 (DESIGN.md §3.1).
-pub fn plan_id_maps(identity: &crate::policy::Identity, host: &crate::hostuid::HostIds) -> (IdMap, IdMap) {
-    (IdMap { inside: identity.uid, outside: host.uid }, IdMap { inside: identity.gid, outside: host.gid })
-}
-
 /// Supervisor side: deny setgroups, then write the child's uid and gid maps.
 /// `setgroups` must be denied before an unprivileged gid_map write
 /// (user_namespaces(7)); we deny it for root too, so the sandbox can never
@@ -73,30 +66,4 @@ pub fn become_sandbox_ids(uid: u32, gid: u32) -> Result<(), NamespaceError> {
     let permitted = caps::read(None, caps::CapSet::Permitted).map_err(NamespaceError::RaiseCaps)?;
     caps::set(None, caps::CapSet::Effective, &permitted).map_err(NamespaceError::RaiseCaps)?;
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::policy::Policy;
-
-    #[test]
-    fn an_ordinary_caller_maps_to_itself() {
-        let p = Policy::builtin_default().unwrap();
-        let host = crate::hostuid::for_caller(1234, 1235, &p.identity).unwrap();
-        assert!(host.lease.is_none());
-        let (u, g) = plan_id_maps(&p.identity, &host);
-        assert_eq!(u, IdMap { inside: 1000, outside: 1234 });
-        assert_eq!(g, IdMap { inside: 1000, outside: 1235 });
-    }
-
-    #[test]
-    fn root_maps_to_the_host_ids_it_was_given_never_its_own() {
-        let p = Policy::builtin_default().unwrap();
-        let host = crate::hostuid::HostIds { uid: 1_879_048_193, gid: 1_879_048_192, lease: None };
-        let (u, g) = plan_id_maps(&p.identity, &host);
-        assert_eq!(u, IdMap { inside: 1000, outside: 1_879_048_193 });
-        assert_eq!(g, IdMap { inside: 1000, outside: 1_879_048_192 });
-        assert_eq!(p.identity.root_host_uids, crate::hostuid::UidRange { first: 0x7000_0000, count: 65536 });
-    }
 }

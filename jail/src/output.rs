@@ -121,10 +121,6 @@ impl Inventory {
     pub fn len(&self) -> usize {
         self.seen.len()
     }
-
-    pub fn is_empty(&self) -> bool {
-        self.seen.is_empty()
-    }
 }
 
 fn ctime(st: &FileStat) -> (i64, i64) {

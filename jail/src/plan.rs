@@ -45,6 +45,8 @@ pub(crate) struct RunPlan {
     /// The optional channels the launch makes (sync.rs).
     pub(crate) channels: sync::Wanted,
     pub(crate) wall_time: Duration,
+    /// The CPUs PID 1 pins the run to (inside.rs); `None`: left alone.
+    pub(crate) cpus: Option<Vec<usize>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,6 +180,9 @@ fn plan_with(
     let landlock = landlock::plan(host.landlock_abi, &policy.landlock).map_err(PlanError::Landlock)?;
     let mut mount_request = prepared.mount_request.clone();
     limits.tmpfs.apply(&mut mount_request);
+    // The run's limits where programs inside read them (inside.rs).
+    let view = crate::inside::view_of(policy, &host.inside);
+    view.apply(&mut mount_request);
     let mounts = mounts::plan(&mount_request);
     let landlock_rules = landlock::rules(&mounts);
     // Root's sandbox writes a bound output folder as its leased uid, and the
@@ -206,6 +211,8 @@ fn plan_with(
         notify: seccomp.mode == seccomp::Mode::Notify,
         // With the allowlist, PID 1 hands us the proxy's listener (network.rs).
         proxy: matches!(network, NetworkPlan::Allowlist { .. }),
+        // A session's cell driver reads its cells from this (session.rs).
+        control: req.session.is_some(),
     };
     Ok(RunPlan {
         uid_map: IdMap { inside: policy.identity.uid, outside: host.host_uid },
@@ -225,6 +232,7 @@ fn plan_with(
         output,
         channels,
         wall_time,
+        cpus: view.cpus,
     })
 }
 
@@ -299,12 +307,15 @@ fn build_exec(
             env.entry(var.to_string()).or_insert_with(|| n.clone());
         }
     }
+    for (k, v) in crate::inside::env(policy) {
+        env.entry(k).or_insert(v);
+    }
     if let Network::Allowlist(_) = policy.network {
         // After the policy's own values: the proxy is the only way out, and
         // a policy cannot point the script anywhere else.
         env.extend(crate::network::proxy_env());
     }
-    if mode == OutputMode::Stream {
+    if matches!(mode, OutputMode::Stream | OutputMode::Events) {
         // Streaming is only live if Python does not hold output in its buffers.
         env.insert("PYTHONUNBUFFERED".into(), "1".into());
     }

@@ -11,6 +11,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+// The validated `artifacts` section is the artifacts module's own type, as
+// `seccomp::Model` and `landlock::Settings` are theirs: the judgement never
+// imports the policy.
+pub use crate::artifacts::{ArtifactRules, Extensions, FormulaCells};
+
 /// The default policy shipped in `policies/default.json`, built in so the
 /// binary works without `--policy`.
 pub const DEFAULT_POLICY_JSON: &str = include_str!("../../policies/default.json");
@@ -30,6 +35,14 @@ pub enum PolicyError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("policy field `{field}`: {message}")]
     Field { field: String, message: String },
+}
+
+/// A facility's validator (`seccomp`, `landlock`) names the field; the
+/// policy's error says it the same way as its own.
+impl From<crate::field::FieldError> for PolicyError {
+    fn from(e: crate::field::FieldError) -> PolicyError {
+        PolicyError::Field { field: e.field, message: e.message }
+    }
 }
 
 impl PolicyError {
@@ -72,6 +85,28 @@ pub struct PolicyFile {
     pub seccomp: Option<crate::seccomp::SeccompFile>,
     #[serde(default)]
     pub landlock: crate::landlock::LandlockFile,
+    /// `jail session`: the interrupt grace, idle timeout and lifetime.
+    #[serde(default, skip_serializing_if = "SessionFile::is_unset")]
+    pub session: SessionFile,
+}
+
+/// The `session` section (`jail session`, session.rs).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct SessionFile {
+    /// Seconds a cell past its time limit gets to stop after SIGINT
+    /// (KeyboardInterrupt) before the tree is killed and the session ends.
+    pub interrupt_grace_secs: Option<f64>,
+    /// Seconds without a cell after which the session is destroyed.
+    pub idle_timeout_secs: Option<f64>,
+    /// Seconds after its start at which the session is destroyed.
+    pub max_lifetime_secs: Option<f64>,
+}
+
+impl SessionFile {
+    fn is_unset(&self) -> bool {
+        *self == SessionFile::default()
+    }
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -253,11 +288,20 @@ pub struct Policy {
     pub artifacts: ArtifactRules,
     pub seccomp: crate::seccomp::Model,
     pub landlock: crate::landlock::Settings,
+    pub session: Session,
     /// sha256 of the policy's canonical JSON form, reported in every result.
     pub hash: String,
     /// Where it came from, for the result and `jail doctor`: `built-in`
     /// (policies/default.json, compiled in), the file's path, or `inline`.
     pub source: String,
+}
+
+/// A session's times (`jail session`), validated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Session {
+    pub interrupt_grace: Duration,
+    pub idle_timeout: Duration,
+    pub max_lifetime: Duration,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -270,6 +314,13 @@ pub struct Identity {
     pub root_host_gid: u32,
 }
 
+/// The host ids of a run started by root (`hostuid::for_caller`).
+impl From<&Identity> for crate::hostuid::RootIds {
+    fn from(identity: &Identity) -> crate::hostuid::RootIds {
+        crate::hostuid::RootIds { uids: identity.root_host_uids, gid: identity.root_host_gid }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct Environment {
     pub set: BTreeMap<String, String>,
@@ -278,11 +329,24 @@ pub struct Environment {
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Filesystem {
+    /// The size of `/tmp`: the policy's, or with [`Sizing::Auto`] the one
+    /// [`auto_tmp_size`] gives for the memory limit.
     pub tmp_size: u64,
+    pub tmp_sizing: Sizing,
     pub shm_size: u64,
     /// `None`: the output dir is the host folder itself, with no size cap.
     pub output_size: Option<u64>,
 }
+
+/// Whether a size was given or follows the memory limit (`"auto"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizing {
+    Auto,
+    Fixed,
+}
+
+/// The word that sizes `/tmp` from the memory limit.
+pub const AUTO: &str = "auto";
 
 /// Resource limits; `None` means unlimited.
 #[derive(Debug, Clone, PartialEq)]
@@ -337,60 +401,6 @@ pub struct Overrides {
     pub cgroup_parent: Option<String>,
     /// `--no-systemd-delegation`.
     pub no_systemd_delegation: bool,
-}
-
-/// The rules the supervisor applies to the output dir after a run.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ArtifactRules {
-    /// A regular file larger than this is refused, unread.
-    pub max_file_bytes: u64,
-    /// Accepted files are hashed and inspected up to this many bytes in all.
-    pub max_total_bytes: u64,
-    /// Accepted files, at most.
-    pub max_files: u64,
-    /// Entries of every kind the walk looks at before it stops.
-    pub max_entries: u64,
-    /// Entries one folder may hold; a wider folder is refused whole.
-    pub max_dir_entries: u64,
-    /// Path components of an artifact, at most (`a/b.txt` is 2).
-    pub max_depth: u32,
-    /// Bytes in one name.
-    pub max_name_bytes: u32,
-    pub allowed_extensions: Extensions,
-    pub formula_cells: FormulaCells,
-    /// Input dirs up to this total size are digested by content, larger ones
-    /// by metadata.
-    pub input_hash_max_bytes: u64,
-}
-
-/// Which file extensions may leave the output dir.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Extensions {
-    /// `["*"]`: any.
-    Any,
-    /// Lowercase extensions without the dot; `""` admits names without one.
-    Only(std::collections::BTreeSet<String>),
-}
-
-impl Extensions {
-    /// Whether a file whose (lowercased) extension is `ext` may leave.
-    pub fn allows(&self, ext: &str) -> bool {
-        match self {
-            Extensions::Any => true,
-            Extensions::Only(set) => set.contains(ext),
-        }
-    }
-}
-
-/// What to do with spreadsheet cells that would start a formula.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FormulaCells {
-    /// Flag the file (`formula_injection`) and deliver it as the script
-    /// wrote it.
-    Flag,
-    /// Flag it, and deliver a flagged CSV/TSV with a `'` before each such
-    /// cell; refuse a flagged XLSX (`formula_cells`), which is not rewritten.
-    Neutralise,
 }
 
 /// Network mode.
@@ -590,16 +600,25 @@ impl Policy {
         });
         let identity = validate_identity(&file.identity)?;
         let environment = validate_environment(&file.environment)?;
-        let filesystem = Filesystem {
-            tmp_size: size_field("filesystem.tmp_size", &file.filesystem.tmp_size, 64 << 20)?,
-            shm_size: size_field("filesystem.shm_size", &file.filesystem.shm_size, 16 << 20)?,
-            output_size: limit_size("filesystem.output_size", &file.filesystem.output_size, Some(256 << 20))?,
-        };
         let wall = file.limits.wall_time_secs.unwrap_or(15.0);
         if !(wall > 0.0 && wall <= 86_400.0) {
             return Err(PolicyError::field("limits.wall_time_secs", format!("is {wall}, must be above 0 and at most 86400")));
         }
         let limits = validate_limits(&file.limits, wall)?;
+        let tmp_sizing = match &file.filesystem.tmp_size {
+            None => Sizing::Auto,
+            Some(Size::Text(t)) if t.trim() == AUTO => Sizing::Auto,
+            Some(_) => Sizing::Fixed,
+        };
+        let filesystem = Filesystem {
+            tmp_size: match tmp_sizing {
+                Sizing::Auto => auto_tmp_size(limits.memory),
+                Sizing::Fixed => size_field("filesystem.tmp_size", &file.filesystem.tmp_size, 0)?,
+            },
+            tmp_sizing,
+            shm_size: size_field("filesystem.shm_size", &file.filesystem.shm_size, 16 << 20)?,
+            output_size: limit_size("filesystem.output_size", &file.filesystem.output_size, Some(256 << 20))?,
+        };
         let network = validate_network(&file.network)?;
         let artifacts = validate_artifacts(&file.artifacts)?;
         let seccomp = match &file.seccomp {
@@ -613,6 +632,7 @@ impl Policy {
             Network::Allowlist(_) => crate::seccomp::check_network_allowlist(&seccomp)?,
         }
         let landlock = crate::landlock::validate(&file.landlock)?;
+        let session = validate_session(&file.session)?;
         Ok(Policy {
             name: file.name.clone().unwrap_or_else(|| "unnamed".into()),
             rootfs,
@@ -625,10 +645,27 @@ impl Policy {
             artifacts,
             seccomp,
             landlock,
+            session,
             hash,
             source: "inline".into(),
         })
     }
+}
+
+fn validate_session(f: &SessionFile) -> Result<Session, PolicyError> {
+    let secs = |name: &str, value: Option<f64>, default: f64, most: f64| match value.unwrap_or(default) {
+        v if v > 0.0 && v <= most => Ok(Duration::from_secs_f64(v)),
+        v => Err(PolicyError::field(&format!("session.{name}"), format!("is {v}, must be above 0 and at most {most}"))),
+    };
+    let session = Session {
+        interrupt_grace: secs("interrupt_grace_secs", f.interrupt_grace_secs, 2.0, 60.0)?,
+        idle_timeout: secs("idle_timeout_secs", f.idle_timeout_secs, 600.0, 86_400.0)?,
+        max_lifetime: secs("max_lifetime_secs", f.max_lifetime_secs, 3_600.0, 86_400.0)?,
+    };
+    if session.idle_timeout > session.max_lifetime {
+        return Err(PolicyError::field("session.idle_timeout_secs", "is longer than session.max_lifetime_secs: lower it"));
+    }
+    Ok(session)
 }
 
 /// What [`check_round_trip`] found wrong.
@@ -834,6 +871,9 @@ impl Policy {
                 PolicyError::Field { message, .. } => format!("--memory: {message}"),
                 other => other.to_string(),
             })?;
+            if self.filesystem.tmp_sizing == Sizing::Auto {
+                self.filesystem.tmp_size = auto_tmp_size(self.limits.memory);
+            }
         }
         if let Some(v) = &o.cpus {
             self.limits.cpus = flag("cpus", amount(&text(v), None, check_cpus))?;
@@ -991,9 +1031,43 @@ fn validate_environment(f: &EnvironmentFile) -> Result<Environment, PolicyError>
     Ok(Environment { set: f.set.clone(), pass: f.pass.clone() })
 }
 
+/// `/tmp` with `filesystem.tmp_size: "auto"` (the default): half the
+/// memory limit, at least 64 MiB; 1 GiB without a memory limit. Its pages
+/// count against the run's memory (a memory cgroup counts tmpfs pages;
+/// without one, limits.rs shrinks the tmpfs mounts to fit), so data work
+/// can spill a file the size of half its memory (numpy's own tests write
+/// 32-64 MiB temp files). Pure.
+pub fn auto_tmp_size(memory: Option<u64>) -> u64 {
+    match memory {
+        Some(m) => (m / 2 / 4096 * 4096).max(64 << 20),
+        None => 1 << 30,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn session_times_default_and_are_checked() {
+        let p = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap();
+        assert_eq!(p.session.interrupt_grace, Duration::from_secs(2));
+        assert_eq!(p.session.idle_timeout, Duration::from_secs(600));
+        assert_eq!(p.session.max_lifetime, Duration::from_secs(3600));
+        for (json, field) in [
+            (r#"{"interrupt_grace_secs":0}"#, "session.interrupt_grace_secs"),
+            (r#"{"idle_timeout_secs":-1}"#, "session.idle_timeout_secs"),
+            (r#"{"max_lifetime_secs":100000}"#, "session.max_lifetime_secs"),
+            (r#"{"idle_timeout_secs":20,"max_lifetime_secs":10}"#, "session.idle_timeout_secs"),
+        ] {
+            let err = Policy::from_json(&format!(r#"{{"version":1,"session":{json}}}"#), Path::new("/")).unwrap_err();
+            assert!(err.to_string().contains(field), "{json}: {err}");
+        }
+        // An absent section leaves the policy's hash as it was.
+        let a = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap();
+        let b = Policy::from_json(r#"{"version":1,"session":{}}"#, Path::new("/")).unwrap();
+        assert_eq!(a.hash, b.hash);
+    }
 
     #[test]
     fn an_allowlist_policy_sends_inet_sockets_to_the_supervisor_and_refuses_other_families() {

@@ -30,6 +30,12 @@ pub fn stdio_onto(stdout: &OwnedFd, stderr: &OwnedFd) -> Result<(), PrivilegeErr
     dup_onto(stderr.as_raw_fd(), 2)
 }
 
+/// The worker's stdin onto a session's control socket (session.rs): the
+/// one descriptor besides stdio the cell driver inherits.
+pub fn stdin_onto(control: &OwnedFd) -> Result<(), PrivilegeError> {
+    dup_onto(control.as_raw_fd(), 0)
+}
+
 /// PID 1 lets go of the output pipes so only the script holds them.
 pub fn release_stdio() -> Result<(), PrivilegeError> {
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null").map_err(PrivilegeError::OpenNull)?;

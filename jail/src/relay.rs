@@ -219,6 +219,23 @@ impl Relay {
     /// The stream ended: give the caller until `until` to take what is
     /// queued, then drop the rest (counted in `undelivered`).
     pub fn finish(mut self, until: Instant) -> Relayed {
+        self.drain(until);
+        self.undelivered += self.buf.len() as u64;
+        Relayed {
+            bytes: self.total,
+            truncated: self.total > self.cap,
+            undelivered: self.undelivered,
+        }
+    }
+
+    /// What is still queued, taken out of the relay (events.rs completes
+    /// the line the reader was in the middle of).
+    pub fn take_queued(&mut self) -> Vec<u8> {
+        self.buf.drain(..).collect()
+    }
+
+    /// Write what the caller takes until `until`, waiting for it to read.
+    pub fn drain(&mut self, until: Instant) {
         self.flush();
         while self.pending() {
             let left = until.saturating_duration_since(Instant::now());
@@ -240,12 +257,6 @@ impl Relay {
                 Err(nix::errno::Errno::EINTR) => continue,
                 Err(_) => break,
             }
-        }
-        self.undelivered += self.buf.len() as u64;
-        Relayed {
-            bytes: self.total,
-            truncated: self.total > self.cap,
-            undelivered: self.undelivered,
         }
     }
 }

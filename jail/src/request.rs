@@ -18,6 +18,9 @@ pub enum OutputMode {
     Capture,
     /// Copied live to our own stdout and stderr.
     Stream,
+    /// Captured as with `Capture`, and sent live as NDJSON events on our
+    /// stdout (`--events`, events.rs).
+    Events,
 }
 
 /// One `jail run`.
@@ -35,6 +38,9 @@ pub struct RunRequest {
     /// What the caller's environment gives the run, read once by the caller
     /// (hostenv.rs): the library reads no environment variable.
     pub host: crate::hostenv::HostEnv,
+    /// `jail session`: serve cells to a driver instead of running one
+    /// script to its end (session.rs); `None` for `jail run`.
+    pub session: Option<std::rc::Rc<crate::session::Serve>>,
 }
 
 /// A request that failed before anything was started: what is wrong and how
@@ -138,6 +144,9 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
             tmp_size: policy.filesystem.tmp_size,
             shm_size: policy.filesystem.shm_size,
             output_size: policy.filesystem.output_size,
+            // Set by the plan from the host's facts (inside.rs).
+            meminfo: None,
+            sys_files: Vec::new(),
         },
         script: Path::new(mounts::CODE_DIR).join(&script_rel),
         output_dir,

@@ -71,6 +71,29 @@ pub struct RunResult {
     pub setup_error: Option<SetupError>,
     /// The supervisor's own costs, for the bench and for anyone sizing hosts.
     pub supervisor: SupervisorStats,
+    /// `jail session` only: the session and cell this result is of; absent
+    /// from a `jail run` result.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session: Option<SessionInfo>,
+}
+
+/// Where a `jail session` result belongs (session.rs).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct SessionInfo {
+    /// The session's id (its handle is `ID.sock`).
+    pub id: String,
+    /// This cell's number, from 1; 0 in the closing result of `jail session stop`.
+    pub cell: u64,
+    /// Whether the session is over: no later cell will run.
+    pub ended: bool,
+    /// Why it ended: `stopped`, `idle_timeout`, `max_lifetime`,
+    /// `cell_killed`, `interpreter_died`, `driver_deaf` or `setup_failed`.
+    pub why: Option<String>,
+    /// The same, in words.
+    pub detail: Option<String>,
+    /// Where this session's files go: judged and delivered to the output
+    /// folder once, when the session ends; a cell's `artifacts` are empty.
+    pub artifacts: String,
 }
 
 /// What the supervisor process itself cost.
@@ -678,6 +701,7 @@ impl RunResult {
             timings: Timings::default(),
             setup_error: Some(error),
             supervisor: SupervisorStats::default(),
+            session: None,
         }
     }
 }

@@ -40,6 +40,7 @@ pub enum Stage {
     // Child side (child.rs), in the order it runs them.
     Conceal,
     CgroupJoin,
+    CpuAffinity,
     BlockSignals,
     Dumpable,
     ForkWorker,
@@ -81,6 +82,7 @@ impl Stage {
             Stage::Reaper => "reaper",
             Stage::Conceal => "conceal",
             Stage::CgroupJoin => "cgroup_join",
+            Stage::CpuAffinity => "cpu_affinity",
             Stage::BlockSignals => "block_signals",
             Stage::Dumpable => "dumpable",
             Stage::ForkWorker => "fork_worker",

@@ -63,6 +63,9 @@ impl Clock {
 /// One step run in a jail: what its changes are measured against, the
 /// result so far (the isolation report, from the plan), and its clock.
 pub(crate) struct Step<'a> {
+    /// `jail session`: serve cells instead of watching one script
+    /// (session/serve.rs); `None` for `jail run`.
+    pub(crate) session: Option<&'a crate::session::Serve>,
     /// The artifact rules the snapshot is retaken and the delivery judged by.
     pub(crate) policy: &'a Policy,
     pub(crate) before: artifacts::Before,

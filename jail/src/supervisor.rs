@@ -46,7 +46,7 @@ pub fn run(req: &RunRequest) -> RunResult {
     };
     clock.mark("prepare");
     let result = match plan_and_make(req, &prepared, host, held, &mut result, &mut clock) {
-        Ok((jail, before)) => jail.run(Step { policy, before, result, clock }),
+        Ok((jail, before)) => jail.run(Step { policy, before, result, clock, session: req.session.as_deref() }),
         Err(e) => failed(result, e, clock.started),
     };
     finish(req, &prepared, result)

@@ -8,8 +8,9 @@
 //! | `stdout`  | pipe             | script → supervisor  | the script's stdout (capture.rs) |
 //! | `stderr`  | pipe             | script → supervisor  | the script's stderr (capture.rs) |
 //! | `output`  | seqpacket pair   | both ways            | with `output_size`: PID 1 sends the output tmpfs's fd, the supervisor fills it and answers one byte (output.rs) |
-//! | `notify`  | seqpacket pair   | worker → supervisor  | in notify mode: the seccomp user-notification listener (seccomp.rs) |
+//! | `notify`  | seqpacket pair   | worker → supervisor  | in notify mode: the seccomp user-notification listener (seccomp/notify.rs) |
 //! | `proxy`   | seqpacket pair   | PID 1 → supervisor   | with `network.mode: allowlist`: the proxy's listening socket (network.rs) |
+//! | `control` | stream pair      | both ways            | `jail session` only: the cell driver's stdin; JSON lines `exec` → `ready`/`done` (session.rs) |
 //!
 //! All are close-on-exec.
 
@@ -40,6 +41,8 @@ pub struct Wanted {
     pub output: bool,
     pub notify: bool,
     pub proxy: bool,
+    /// A session's control channel to the cell driver.
+    pub control: bool,
 }
 
 /// A channel that could not be made, by name (see the table above).
@@ -68,6 +71,7 @@ pub struct Channels {
     pub output: Option<Pair>,
     pub notify: Option<Pair>,
     pub proxy: Option<Pair>,
+    pub control: Option<Pair>,
 }
 
 impl Channels {
@@ -89,6 +93,13 @@ impl Channels {
             output: pair("output", wanted.output)?,
             notify: pair("notify", wanted.notify)?,
             proxy: pair("proxy", wanted.proxy)?,
+            control: match wanted.control {
+                false => None,
+                true => {
+                    let (ours, theirs) = crate::sys::stream_pair().map_err(|source| ChannelError { which: "control", source })?;
+                    Some(Pair { ours, theirs })
+                }
+            },
         })
     }
 }

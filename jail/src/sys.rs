@@ -476,6 +476,12 @@ pub fn seccomp_set_mode_filter(program: &[libc::sock_filter], flags: u32) -> io:
     Ok(Some(unsafe { OwnedFd::from_raw_fd(ret as RawFd) }))
 }
 
+/// A `SOCK_STREAM` unix socket pair, both ends close-on-exec.
+pub fn stream_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    Ok(socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)?)
+}
+
 /// A `SOCK_SEQPACKET` unix socket pair, both ends close-on-exec.
 pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};

@@ -102,7 +102,7 @@ pub(crate) fn report_plan(result: &mut RunResult, plan: &RunPlan, filter: &secco
 /// The result of a step that was launched: the verdict from what the watch
 /// saw, then the output dir judged and delivered.
 pub(crate) fn assemble(step: Step<'_>, mut outcome: Outcome, cgroup_usage: Option<CgroupUsage>, plan: &RunPlan) -> RunResult {
-    let Step { policy, before, result, clock } = step;
+    let Step { policy, before, result, clock, .. } = step;
     let dead = outcome.tree_dead;
     let tmpfs = outcome.output.take();
     let (deadline, ids, started) = (outcome.deadline, outcome.ids, clock.started);
@@ -206,6 +206,13 @@ fn finish(mut result: RunResult, o: Outcome, cg: Option<CgroupUsage>, plan: &Run
         return failed(result, Stage::Reaper.message(message), started);
     };
     result.status = status;
+    if result.status == Status::OomKilled {
+        // What the OOM killer took, and at what usage (inside.rs).
+        let words = crate::inside::oom_words(result.signal, result.exit_code, facts.oom_kills, cg.memory_peak);
+        if let Some(m) = result.limits.get_mut("memory") {
+            m.detail = Some(format!("{words}; {}", m.detail.take().unwrap_or_default()));
+        }
+    }
     if !result.stderr.streamed {
         result.error = crate::result::parse_python_error(&result.stderr.text);
     }

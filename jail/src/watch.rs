@@ -13,7 +13,6 @@ use nix::unistd::Pid;
 use crate::capture::Capture;
 use crate::cgroup::RunCgroup;
 use crate::limits;
-use crate::relay;
 use crate::seccomp;
 use crate::sys;
 
@@ -230,7 +229,7 @@ impl Watch<'_> {
             }
         }
         for (slot, capture) in [(Slot::RelayOut, &self.stdout), (Slot::RelayErr, &self.stderr)] {
-            if let Some(fd) = capture.relay.as_ref().filter(|r| r.pending()).and_then(relay::Relay::fd) {
+            if let Some(fd) = capture.pending_out() {
                 fds.push(PollFd::new(fd, PollFlags::POLLOUT));
                 which.push(slot);
             }
@@ -239,7 +238,7 @@ impl Watch<'_> {
             fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
             which.push(Slot::Pidfd);
         }
-        // Past the answer cap the listener is read at a pace (seccomp.rs,
+        // Past the answer cap the listener is read at a pace (seccomp/notify.rs,
         // PAST_CAP_PACE): left out of the poll until its time comes.
         let now = Instant::now();
         let resting = self.listener_rest.filter(|&t| t > now);
@@ -265,9 +264,7 @@ impl Watch<'_> {
             Slot::Pidfd => at.exited = true,
             Slot::RelayOut | Slot::RelayErr => {
                 let capture = if slot == Slot::RelayOut { &mut self.stdout } else { &mut self.stderr };
-                if let Some(r) = capture.relay() {
-                    r.flush();
-                }
+                capture.flush_out();
             }
             Slot::Notify => {
                 // One message: the listener, or end-of-file when the

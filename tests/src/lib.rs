@@ -253,6 +253,19 @@ pub struct Sandbox {
     /// The rootfs runs use: `rootfs()` unless a test sets another.
     pub rootfs: PathBuf,
     pub extra_args: Vec<String>,
+    /// How `run` and `probe` run a script: `jail run`, or as a cell of a
+    /// session (the escape probes run both ways: tests/escape.rs).
+    pub runner: Runner,
+}
+
+/// How a [`Sandbox`] runs a script.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Runner {
+    /// `jail run --json SCRIPT`.
+    Run,
+    /// `jail session start`, one warm-up cell, the script as the second
+    /// cell, `jail session stop`.
+    SessionCell,
 }
 
 impl Default for Sandbox {
@@ -275,7 +288,59 @@ impl Sandbox {
         // with its group (a bound output dir is written by it).
         give_to_sandbox(&output);
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        Sandbox { dir, code, input, output, rootfs: rootfs(), extra_args: Vec::new() }
+        Sandbox {
+            dir,
+            code,
+            input,
+            output,
+            rootfs: rootfs(),
+            extra_args: Vec::new(),
+            runner: Runner::Run,
+        }
+    }
+
+    /// A sandbox whose `run` and `probe` run the script as a session cell.
+    pub fn with_runner(runner: Runner) -> Sandbox {
+        Sandbox { runner, ..Sandbox::new() }
+    }
+
+    /// This sandbox's own `XDG_RUNTIME_DIR`, so its sessions' sockets are
+    /// its own to look at.
+    pub fn runtime_dir(&self) -> PathBuf {
+        let p = self.dir.path().join("run");
+        if !p.exists() {
+            std::fs::create_dir(&p).expect("mkdir run");
+            std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o700)).expect("chmod");
+        }
+        p
+    }
+
+    /// Where this sandbox's session sockets live.
+    pub fn session_dir(&self) -> PathBuf {
+        self.runtime_dir().join("jail/sessions")
+    }
+
+    /// A `jail session start --json` command with the sandbox's folders.
+    pub fn session_command(&self) -> Command {
+        let mut cmd = Command::new(jail_bin());
+        cmd.arg("session").arg("start").arg("--json");
+        cmd.arg("--rootfs").arg(&self.rootfs);
+        cmd.arg("--input").arg(&self.input).arg("--output").arg(&self.output);
+        cmd.args(&self.extra_args);
+        cmd.env("XDG_RUNTIME_DIR", self.runtime_dir());
+        cmd
+    }
+
+    /// Start a session; panics with jail's stderr if it does not start.
+    pub fn start_session(&self) -> Session {
+        let out = self.session_command().output().expect("spawn jail session start");
+        assert!(out.status.success(), "jail session start failed: {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("session start --json output");
+        Session {
+            handle: PathBuf::from(v["handle"].as_str().expect("handle")),
+            pid: v["pid"].as_u64().expect("pid") as u32,
+            id: v["id"].as_str().expect("id").to_string(),
+        }
     }
 
     /// Write a file into the input folder.
@@ -306,9 +371,21 @@ impl Sandbox {
         cmd
     }
 
-    /// Run `source` in the jail and parse the result.
+    /// Run `source` in the jail (the sandbox's runner says how) and parse
+    /// the result.
     pub fn run(&self, source: &str) -> (RunResult, Output) {
-        let out = self.command(source).output().expect("spawn jail");
+        let out = match self.runner {
+            Runner::Run => self.command(source).output().expect("spawn jail"),
+            Runner::SessionCell => {
+                let session = self.start_session();
+                // The probe is not the first code the interpreter runs.
+                let (warm, _) = session.exec("warm_up = sum(range(10))\n");
+                assert_eq!(warm["status"], "ok", "warm-up cell: {warm}");
+                let (_, out) = session.exec(source);
+                session.stop();
+                out
+            }
+        };
         (parse(&out), out)
     }
 
@@ -317,6 +394,51 @@ impl Sandbox {
         let (r, out) = self.run(source);
         assert_eq!(r.status, Status::Ok, "probe failed: {}\n{}", r.stderr.text, String::from_utf8_lossy(&out.stderr));
         serde_json::from_str(r.stdout.text.trim()).unwrap_or_else(|e| panic!("probe output is not JSON ({e}): {}", r.stdout.text))
+    }
+}
+
+/// A running session (tests/session.rs).
+pub struct Session {
+    pub handle: PathBuf,
+    /// The session supervisor's pid.
+    pub pid: u32,
+    pub id: String,
+}
+
+impl Session {
+    /// `jail session exec HANDLE -` with `code` on stdin: the result as JSON
+    /// (`null` when none was printed) and the process's output.
+    pub fn exec(&self, code: &str) -> (serde_json::Value, Output) {
+        let mut child = Command::new(jail_bin())
+            .arg("session")
+            .arg("exec")
+            .arg(&self.handle)
+            .arg("-")
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn jail session exec");
+        child.stdin.take().expect("stdin").write_all(code.as_bytes()).expect("write the cell");
+        let out = child.wait_with_output().expect("wait for jail session exec");
+        let v = serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        (v, out)
+    }
+
+    /// `jail session stop HANDLE`.
+    pub fn stop(&self) -> Output {
+        Command::new(jail_bin())
+            .arg("session")
+            .arg("stop")
+            .arg(&self.handle)
+            .output()
+            .expect("spawn jail session stop")
+    }
+
+    /// Whether the session supervisor process still exists.
+    pub fn alive(&self) -> bool {
+        Path::new(&format!("/proc/{}", self.pid)).exists()
+            && !std::fs::read_to_string(format!("/proc/{}/stat", self.pid)).unwrap_or_default().contains(") Z ")
     }
 }
 

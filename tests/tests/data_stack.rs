@@ -325,6 +325,9 @@ fn numpy_works_and_obeys_the_thread_settings() {
         let vars = [("OMP_NUM_THREADS", n), ("OPENBLAS_NUM_THREADS", n), ("MKL_NUM_THREADS", n)];
         let policy = policy_with_env(&sb, &vars);
         sb.extra_args.extend(["--policy".to_string(), policy.display().to_string()]);
+        // The run is pinned to ceil(cpus) CPUs (inside.rs), and OpenBLAS
+        // never starts more threads than its affinity has CPUs.
+        sb.extra_args.extend(["--cpus".to_string(), n.to_string()]);
         let v = run_clean(&sb, NUMPY_THREADS);
         assert_eq!(v["inverse_ok"], json!(true), "numpy computed a wrong inverse: {v}");
         assert_eq!(v["pools"]["openblas"], json!(n.parse::<u64>().unwrap()), "{v}");

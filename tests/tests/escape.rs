@@ -9,9 +9,42 @@ use std::time::{Duration, Instant};
 
 use jail_tests::*;
 
-#[test]
-fn secret_in_an_ungranted_host_folder_cannot_be_read() {
-    let sb = Sandbox::new();
+/// The probes below run twice, with the same assertions: as `jail run`,
+/// and as the second cell of a session (issue 18): a cell can do nothing
+/// a run cannot.
+macro_rules! both_ways {
+    ($($name:ident),* $(,)?) => {
+        mod as_run {
+            use jail_tests::Runner;
+            $( #[test] fn $name() { super::$name(Runner::Run) } )*
+        }
+        mod as_session_cell {
+            use jail_tests::Runner;
+            $( #[test] fn $name() { super::$name(Runner::SessionCell) } )*
+        }
+    };
+}
+
+both_ways! {
+    secret_in_an_ungranted_host_folder_cannot_be_read,
+    rootfs_input_and_root_are_read_only_and_output_is_writable,
+    host_processes_are_invisible,
+    tcp_listener_on_host_loopback_is_unreachable,
+    host_process_cannot_be_signalled,
+    no_capability_and_no_new_privs,
+    sandbox_uid_is_never_host_root,
+    background_processes_do_not_outlive_the_script,
+    infinite_loop_ends_at_the_wall_clock_timeout,
+    nonzero_exit_is_reported,
+    python_exception_is_reported,
+    daemon_threads_at_interpreter_shutdown_do_not_abort_the_script,
+    signal_death_is_reported,
+    stdout_is_capped_keeping_head_and_tail,
+    the_jail_has_its_own_hostname_devices_and_proc,
+}
+
+fn secret_in_an_ungranted_host_folder_cannot_be_read(runner: Runner) {
+    let sb = Sandbox::with_runner(runner);
     let secret_dir = tempfile::Builder::new().prefix("jail-secret-").tempdir().unwrap();
     std::fs::set_permissions(secret_dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let secret = secret_dir.path().join("secret.txt");
@@ -71,9 +104,8 @@ print(json.dumps({"seen": seen, "keys": sorted(os.environ)}))
     assert!(!v["keys"].as_array().unwrap().iter().any(|k| k == "OPENAI_API_KEY"));
 }
 
-#[test]
-fn rootfs_input_and_root_are_read_only_and_output_is_writable() {
-    let sb = Sandbox::new();
+fn rootfs_input_and_root_are_read_only_and_output_is_writable(runner: Runner) {
+    let sb = Sandbox::with_runner(runner);
     sb.input_file("data.csv", b"a,b\n1,2\n");
     let v = sb.probe(
         r#"
@@ -112,7 +144,7 @@ print(json.dumps(res))
     assert_eq!(v["output"], "written");
     assert_eq!(v["tmp"], "written");
     assert_eq!(v["root_ro"], true);
-    assert_eq!(v["usr_flags"].as_u64().unwrap(), (libc::ST_RDONLY | libc::ST_NOSUID | libc::ST_NODEV) as u64);
+    assert_eq!(v["usr_flags"].as_u64().unwrap(), libc::ST_RDONLY | libc::ST_NOSUID | libc::ST_NODEV);
     assert_eq!(std::fs::read(sb.input.join("data.csv")).unwrap(), b"a,b\n1,2\n");
     assert_eq!(std::fs::read_to_string(sb.output.join("ok.txt")).unwrap(), "x");
 }
@@ -175,9 +207,8 @@ fn every_mount_is_nosuid_and_all_but_the_writable_ones_are_read_only_submounts_i
     }
 }
 
-#[test]
-fn host_processes_are_invisible() {
-    let sb = Sandbox::new();
+fn host_processes_are_invisible(runner: Runner) {
+    let sb = Sandbox::with_runner(runner);
     let v = sb.probe(
         r#"
 import json, os
@@ -190,12 +221,11 @@ print(json.dumps({"pids": pids, "me": os.getpid()}))
     assert_eq!(v["me"], 2);
 }
 
-#[test]
-fn tcp_listener_on_host_loopback_is_unreachable() {
+fn tcp_listener_on_host_loopback_is_unreachable(runner: Runner) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     listener.set_nonblocking(true).unwrap();
-    let sb = Sandbox::new();
+    let sb = Sandbox::with_runner(runner);
     let v = sb.probe(&format!(
         r#"
 import json, socket
@@ -221,8 +251,7 @@ print(json.dumps(res))
     assert!(listener.accept().is_err(), "the host listener saw a connection");
 }
 
-#[test]
-fn host_process_cannot_be_signalled() {
+fn host_process_cannot_be_signalled(runner: Runner) {
     // A host process owned by the very uid the sandbox runs as: without the
     // pid namespace the script could kill it.
     let mut cmd = Command::new("/bin/sleep");
@@ -233,7 +262,7 @@ fn host_process_cannot_be_signalled() {
     }
     let mut victim = cmd.spawn().unwrap();
     let pid = victim.id();
-    let sb = Sandbox::new();
+    let sb = Sandbox::with_runner(runner);
     let v = sb.probe(&format!(
         r#"
 import json, os, signal
@@ -258,9 +287,8 @@ print(json.dumps(res))
     assert!(alive, "the host process was killed from inside the jail");
 }
 
-#[test]
-fn no_capability_and_no_new_privs() {
-    let sb = Sandbox::new();
+fn no_capability_and_no_new_privs(runner: Runner) {
+    let sb = Sandbox::with_runner(runner);
     let v = sb.probe(
         r#"
 import json
@@ -274,9 +302,8 @@ print(json.dumps({k: st[k].strip() for k in ("CapInh", "CapPrm", "CapEff", "CapB
     assert_eq!(v["NoNewPrivs"], "1");
 }
 
-#[test]
-fn sandbox_uid_is_never_host_root() {
-    let mut sb = Sandbox::new();
+fn sandbox_uid_is_never_host_root(runner: Runner) {
+    let mut sb = Sandbox::with_runner(runner);
     // The output folder bound into the jail (`output_size: "unlimited"`), so
     // the file below is the script's own write on the host, not the copy
     // the supervisor makes as the caller in the capped mode.
@@ -378,9 +405,8 @@ print(json.dumps(open("/proc/self/uid_map").read().split()))
     }
 }
 
-#[test]
-fn background_processes_do_not_outlive_the_script() {
-    let sb = Sandbox::new();
+fn background_processes_do_not_outlive_the_script(runner: Runner) {
+    let sb = Sandbox::with_runner(runner);
     let marker = format!("jail-bg-marker-{}", std::process::id());
     let started = Instant::now();
     let (r, _) = sb.run(&format!(
@@ -402,9 +428,8 @@ print("parent done")
     assert_eq!(host_processes_with(&marker), Vec::<u32>::new(), "a background process survived");
 }
 
-#[test]
-fn infinite_loop_ends_at_the_wall_clock_timeout() {
-    let mut sb = Sandbox::new();
+fn infinite_loop_ends_at_the_wall_clock_timeout(runner: Runner) {
+    let mut sb = Sandbox::with_runner(runner);
     // 3 s: long enough for Python to start and print even in the TCG guest
     // of the VM matrix, where processes start 40-80 times slower.
     sb.extra_args = vec!["--timeout".into(), "3".into()];
@@ -418,9 +443,8 @@ fn infinite_loop_ends_at_the_wall_clock_timeout() {
     assert_eq!(r.stdout.text, "spinning\n");
 }
 
-#[test]
-fn nonzero_exit_is_reported() {
-    let sb = Sandbox::new();
+fn nonzero_exit_is_reported(runner: Runner) {
+    let sb = Sandbox::with_runner(runner);
     let (r, out) = sb.run("import sys\nsys.exit(3)\n");
     assert_eq!(r.status, Status::NonzeroExit);
     assert_eq!(r.exit_code, Some(3));
@@ -428,9 +452,8 @@ fn nonzero_exit_is_reported() {
     assert_eq!(r.error, None);
 }
 
-#[test]
-fn python_exception_is_reported() {
-    let sb = Sandbox::new();
+fn python_exception_is_reported(runner: Runner) {
+    let sb = Sandbox::with_runner(runner);
     let (r, out) = sb.run("def f():\n    return 1 / 0\nf()\n");
     assert_eq!(r.status, Status::NonzeroExit);
     assert_eq!(r.exit_code, Some(1));
@@ -438,16 +461,19 @@ fn python_exception_is_reported() {
     let e = r.error.expect("error parsed");
     assert_eq!(e.kind, "ZeroDivisionError");
     assert_eq!(e.message, "division by zero");
-    assert!(e.traceback_tail.contains("/workspace/code/main.py"));
+    let file = match runner {
+        Runner::Run => "/workspace/code/main.py",
+        Runner::SessionCell => "<cell 2>",
+    };
+    assert!(e.traceback_tail.contains(file), "{}", e.traceback_tail);
 }
 
-#[test]
-fn daemon_threads_at_interpreter_shutdown_do_not_abort_the_script() {
+fn daemon_threads_at_interpreter_shutdown_do_not_abort_the_script(runner: Runner) {
     // At shutdown CPython ends daemon threads with pthread_exit, for which
     // glibc dlopens libgcc_s (no ldd lists it): a rootfs without it aborts
     // every such script ("libgcc_s.so.1 must be installed for pthread_exit
     // to work", SIGABRT), which hung test_threading in the jail.
-    let mut sb = Sandbox::new();
+    let mut sb = Sandbox::with_runner(runner);
     // 32 threads: on the rlimit path (no cgroup) each reserves an 8 MiB
     // stack and up to a 64 MiB malloc arena of address space, which the
     // default 512M RLIMIT_AS does not hold; give it room like data_stack.rs.
@@ -478,9 +504,8 @@ print(len(bad), bad[:1])
     assert!(r.stdout.text.starts_with("0 "), "daemon threads at shutdown aborted: {}", r.stdout.text);
 }
 
-#[test]
-fn signal_death_is_reported() {
-    let sb = Sandbox::new();
+fn signal_death_is_reported(runner: Runner) {
+    let sb = Sandbox::with_runner(runner);
     let (r, out) = sb.run("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n");
     assert_eq!(r.status, Status::Signaled);
     assert_eq!(r.signal, Some(9));
@@ -491,9 +516,8 @@ fn signal_death_is_reported() {
     assert_eq!(r.signal, Some(11));
 }
 
-#[test]
-fn stdout_is_capped_keeping_head_and_tail() {
-    let sb = Sandbox::new();
+fn stdout_is_capped_keeping_head_and_tail(runner: Runner) {
+    let sb = Sandbox::with_runner(runner);
     let (r, _) = sb.run("import sys\nsys.stdout.write('HEAD' + 'x' * (3 << 20) + 'TAIL')\n");
     // Truncated, not killed: the script's own exit code stays.
     assert_eq!(r.status, Status::OutputLimit);
@@ -505,9 +529,8 @@ fn stdout_is_capped_keeping_head_and_tail() {
     assert!(r.stdout.text.len() < (1 << 20) + 200, "kept {} bytes", r.stdout.text.len());
 }
 
-#[test]
-fn the_jail_has_its_own_hostname_devices_and_proc() {
-    let sb = Sandbox::new();
+fn the_jail_has_its_own_hostname_devices_and_proc(runner: Runner) {
+    let sb = Sandbox::with_runner(runner);
     let v = sb.probe(
         r#"
 import errno, json, os, socket, stat
@@ -556,8 +579,13 @@ print(json.dumps({
     assert_eq!(v["proc_sys_write"], "EROFS", "{v}");
     assert_eq!(v["tty"], "ENOENT");
     assert_eq!(v["sys"], false);
-    // 0, 1, 2 and the listdir's own descriptor: nothing inherited.
-    assert_eq!(v["fds"], serde_json::json!(["0", "1", "2", "3"]), "{v}");
+    // 0, 1, 2 and the listdir's own descriptor: nothing inherited. A
+    // session's driver holds one more, its control socket (moved off fd 0).
+    let fds = match runner {
+        Runner::Run => serde_json::json!(["0", "1", "2", "3"]),
+        Runner::SessionCell => serde_json::json!(["0", "1", "2", "3", "4"]),
+    };
+    assert_eq!(v["fds"], fds, "{v}");
     assert_eq!(v["cwd"], "/workspace/output");
     assert_eq!(v["dotdot"], true);
     assert_eq!(v["core"], serde_json::json!([0, 0]));

@@ -89,6 +89,9 @@ fn scan_for_host_facts(sb: &Sandbox, code_dir: Option<&Path>) {
     let mut cmd = Command::new(jail_bin());
     cmd.args(["run", "--json", "--rootfs"]).arg(&sb.rootfs);
     cmd.arg("--input").arg(&sb.input).arg("--output").arg(&sb.output);
+    // The scan reads every file it can; in a TCG guest (the VM matrix) that
+    // took past the default 15 s wall limit as the ordinary user.
+    cmd.args(["--timeout", "120"]);
     if let Some(dir) = code_dir {
         cmd.arg("--code").arg(dir);
     }

@@ -214,7 +214,7 @@ except OSError as e:
     let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
     assert_eq!(v["errno"], "ENOSPC");
     let written = v["written"].as_u64().unwrap();
-    assert!(written <= 32 << 20 && written >= 30 << 20, "wrote {written}");
+    assert!((30 << 20..=32 << 20).contains(&written), "wrote {written}");
     assert_eq!(r.limits["tmp_size"].enforced_by, "tmpfs");
     let host = nix::sys::statvfs::statvfs(sb.dir.path()).unwrap();
     let free_after = host.blocks_available() * host.fragment_size();

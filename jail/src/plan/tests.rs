@@ -29,6 +29,7 @@ fn request(policy: Policy) -> RunRequest {
         timeout: None,
         mode: OutputMode::Capture,
         host: Default::default(),
+        session: None,
     }
 }
 
@@ -48,6 +49,8 @@ fn prepared(req: &RunRequest, resolver: Option<Resolver>) -> Prepared {
             tmp_size: fs.tmp_size,
             shm_size: fs.shm_size,
             output_size: fs.output_size,
+            meminfo: None,
+            sys_files: vec![],
         },
         script: PathBuf::from("/workspace/code/analysis.py"),
         output_dir: PathBuf::from("/tmp/jail-output-1"),
@@ -79,6 +82,14 @@ fn root_v1() -> Host {
         cgroup_why_not: "cgroup v2: no controllers delegated".into(),
         systemd_scope: None,
         env: BTreeMap::new(),
+        // Two CPUs; the default policy's `cpus: 1` pins to one of them.
+        inside: crate::inside::HostFacts {
+            meminfo: "MemTotal:       24683664 kB\nMemFree:         6007244 kB\nMemAvailable:   23386120 kB\n\
+                      SwapTotal:             0 kB\nHugepagesize:       2048 kB\n"
+                .into(),
+            cpus: vec![0, 1],
+            seed: 0,
+        },
     }
 }
 

@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::bpf::SeccompData;
-use crate::policy::PolicyError;
+use crate::field::FieldError;
 
 /// `AUDIT_ARCH_*` of the architecture this jail is built for: the only one
 /// whose syscalls a filter lets through.
@@ -459,11 +459,11 @@ pub fn syscall_name(nr: i32) -> String {
     libseccomp::ScmpSyscall::from_raw_syscall(nr).get_name().unwrap_or_else(|_| format!("syscall {nr}"))
 }
 
-fn field(path: String, message: impl Into<String>) -> PolicyError {
-    PolicyError::Field { field: path, message: message.into() }
+fn field(path: String, message: impl Into<String>) -> FieldError {
+    FieldError::new(path, message)
 }
 
-fn action(file: &ActionFile, path: &str) -> Result<Action, PolicyError> {
+fn action(file: &ActionFile, path: &str) -> Result<Action, FieldError> {
     Ok(match file {
         ActionFile::Allow => Action::Allow,
         ActionFile::KillProcess => Action::KillProcess,
@@ -480,18 +480,18 @@ fn action(file: &ActionFile, path: &str) -> Result<Action, PolicyError> {
     })
 }
 
-fn number(n: &Option<Number>, path: String, what: &str, op: &str) -> Result<u64, PolicyError> {
+fn number(n: &Option<Number>, path: String, what: &str, op: &str) -> Result<u64, FieldError> {
     match n {
         None => Err(field(path, format!("`{op}` needs a `{what}`"))),
         Some(n) => n.value().map_err(|m| field(path, m)),
     }
 }
 
-fn condition(c: &ConditionFile, path: &str) -> Result<Condition, PolicyError> {
+fn condition(c: &ConditionFile, path: &str) -> Result<Condition, FieldError> {
     if c.arg > 5 {
         return Err(field(format!("{path}.arg"), format!("is {}, syscalls have arguments 0 to 5", c.arg)));
     }
-    let unused = |present: bool, name: &str| -> Result<(), PolicyError> {
+    let unused = |present: bool, name: &str| -> Result<(), FieldError> {
         if present {
             Err(field(format!("{path}.{name}"), format!("is not used by `{}`; remove it", c.op)))
         } else {
@@ -572,7 +572,7 @@ fn condition(c: &ConditionFile, path: &str) -> Result<Condition, PolicyError> {
 impl Model {
     /// Validate the `seccomp` section; `prefix` is its path in the policy
     /// (`seccomp`), so every error names the exact field.
-    pub fn from_file(file: &SeccompFile, prefix: &str) -> Result<Model, PolicyError> {
+    pub fn from_file(file: &SeccompFile, prefix: &str) -> Result<Model, FieldError> {
         let default = action(&file.default.action, &format!("{prefix}.default.action"))?;
         if !matches!(default, Action::Errno { .. }) {
             return Err(field(
@@ -672,7 +672,7 @@ impl Model {
     /// `a0 < x`), and it merges 64-bit range comparisons wrongly (`a3 > x`
     /// or `a3 >= y`, both allowed, refuses `a3 == x`). A lone rule may
     /// compare anything.
-    fn check_one_argument(&self, prefix: &str) -> Result<(), PolicyError> {
+    fn check_one_argument(&self, prefix: &str) -> Result<(), FieldError> {
         for (nr, idx) in &self.by_nr {
             let conditional: Vec<usize> = idx.iter().copied().filter(|&i| !self.rules[i].when.is_empty()).collect();
             let expanded: usize = conditional
@@ -725,7 +725,7 @@ impl Model {
 
     /// Every pair of rules giving one syscall different actions must both be
     /// conditional and provably exclusive.
-    fn check_unambiguous(&self, prefix: &str) -> Result<(), PolicyError> {
+    fn check_unambiguous(&self, prefix: &str) -> Result<(), FieldError> {
         for (nr, idx) in &self.by_nr {
             for (n, &i) in idx.iter().enumerate() {
                 for &j in &idx[n + 1..] {
@@ -879,7 +879,7 @@ fn split(bits: &[u64], m: u64, v: u64, set: Vec<u64>, out: &mut Vec<(u64, u64)>)
 mod tests {
     use super::*;
 
-    fn model(json: &str) -> Result<Model, PolicyError> {
+    fn model(json: &str) -> Result<Model, FieldError> {
         let file: SeccompFile = serde_json::from_str(json).unwrap();
         Model::from_file(&file, "seccomp")
     }

@@ -1,0 +1,453 @@
+//! `jail session`: one jail for one sub-task, running many cells in one
+//! Python interpreter whose globals persist.
+//!
+//! `start` binds the handle (handle.rs), forks one session supervisor
+//! (setsid, stdio on /dev/null, owned by the caller; no daemon) and
+//! returns once the jail's cell driver said `ready`. The supervisor runs
+//! the ordinary `supervisor::run` with the embedded driver (driver.py) as
+//! the script and the request's `session` hook set: the jail is made
+//! exactly as for `jail run` — same namespaces, mounts, seccomp, landlock
+//! and limits, for its whole life — and serve.rs serves cells in place of
+//! the one-script watch. When the session ends, `supervisor::run` finishes
+//! as a run does (tree killed and reaped, cgroup removed, output judged
+//! and delivered); the socket, the driver's folder and the cgroup go, and
+//! a one-line tombstone says why for a later `exec`. A janitor process
+//! does the same cleanup should the supervisor itself be killed.
+//!
+//! Time limits: `limits.wall_time_secs` (or `--timeout`) and
+//! `limits.cpu_time_secs` are per cell (SIGINT past them, then a kill
+//! after `session.interrupt_grace_secs`); memory, pids and CPUs hold for
+//! the whole session. Without a cgroup, RLIMIT_CPU counts the driver's
+//! CPU time over the whole session.
+
+pub mod cell;
+pub mod handle;
+pub(crate) mod serve;
+
+use std::cell::RefCell;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::rc::Rc;
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::policy;
+use crate::request::{OutputMode, RunRequest};
+use crate::result::{RunResult, SessionInfo};
+use crate::sync::Pipe;
+use crate::sys::{self, Forked};
+
+/// The cell driver, trusted, stdlib only; copied into the jail read-only
+/// like any script.
+pub const DRIVER: &str = include_str!("session/driver.py");
+
+/// How long `start` waits for the jail's driver to say `ready`.
+const READY_WAIT: Duration = Duration::from_secs(120);
+
+/// Each cell's limits.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct CellLimits {
+    pub(crate) wall: Duration,
+    pub(crate) stdout_cap: u64,
+    pub(crate) stderr_cap: u64,
+}
+
+/// Why a session ended.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Why {
+    Stopped,
+    IdleTimeout,
+    MaxLifetime,
+    /// This cell did not stop within the grace after its interrupt.
+    CellKilled(u64),
+    /// The interpreter died (segfault, `os._exit`, the OOM killer).
+    Died(cell::Death),
+    /// The driver stopped reading its cells.
+    DriverDeaf,
+    /// The jail never got as far as the driver's `ready`.
+    NeverReady,
+}
+
+impl Why {
+    pub fn code(&self) -> &'static str {
+        match self {
+            Why::Stopped => "stopped",
+            Why::IdleTimeout => "idle_timeout",
+            Why::MaxLifetime => "max_lifetime",
+            Why::CellKilled(_) => "cell_killed",
+            Why::Died(_) => "interpreter_died",
+            Why::DriverDeaf => "driver_deaf",
+            Why::NeverReady => "setup_failed",
+        }
+    }
+
+    fn describe(&self, s: &policy::Session) -> String {
+        match self {
+            Why::Stopped => "stopped by `jail session stop`".into(),
+            Why::IdleTimeout => format!("no cell for session.idle_timeout_secs ({}s)", s.idle_timeout.as_secs_f64()),
+            Why::MaxLifetime => format!("it reached session.max_lifetime_secs ({}s)", s.max_lifetime.as_secs_f64()),
+            Why::CellKilled(n) => format!(
+                "cell {n} ran past its time and did not stop within session.interrupt_grace_secs ({}s) of its KeyboardInterrupt, so it was killed",
+                s.interrupt_grace.as_secs_f64()
+            ),
+            Why::Died(cell::Death::Exited(code)) => format!("the interpreter exited with code {code}"),
+            Why::Died(cell::Death::Signaled(sig)) => {
+                let name = nix::sys::signal::Signal::try_from(*sig).map(|s| s.as_str()).unwrap_or("?");
+                format!("the interpreter was killed by signal {sig} ({name})")
+            }
+            Why::Died(cell::Death::Killed) => "the interpreter was killed".into(),
+            Why::DriverDeaf => "the cell driver stopped reading its cells".into(),
+            Why::NeverReady => "the jail failed before its interpreter was ready".into(),
+        }
+    }
+}
+
+/// The session hook a request carries (request.rs, `session`): what the
+/// serve loop needs that a run does not.
+pub struct Serve {
+    id: String,
+    pub(crate) listener: UnixListener,
+    pub(crate) limits: CellLimits,
+    pub(crate) session: policy::Session,
+    ready: RefCell<Option<OwnedFd>>,
+    janitor: RefCell<Option<OwnedFd>>,
+    template: RefCell<Option<RunResult>>,
+    end: RefCell<Option<Why>>,
+    stopper: RefCell<Option<UnixStream>>,
+}
+
+impl std::fmt::Debug for Serve {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Serve").field("id", &self.id).field("limits", &self.limits).finish_non_exhaustive()
+    }
+}
+
+impl Serve {
+    /// The run's result as it stands before the launch: its isolation and
+    /// limits are every cell's.
+    pub(crate) fn set_template(&self, result: &RunResult) {
+        *self.template.borrow_mut() = Some(result.clone());
+    }
+
+    pub(crate) fn template(&self) -> RunResult {
+        let t = self.template.borrow().clone();
+        t.unwrap_or_else(|| {
+            RunResult::setup_failed(crate::result::SetupError {
+                stage: "session".into(),
+                message: "a cell ran before the run's result was seeded".into(),
+                causes: vec![],
+            })
+        })
+    }
+
+    /// Tell `start` the driver is up.
+    pub(crate) fn say_ready(&self) {
+        if let Some(fd) = self.ready.borrow_mut().take() {
+            let _ = std::fs::File::from(fd).write_all(b"ready\n");
+        }
+    }
+
+    fn said_ready(&self) -> bool {
+        self.ready.borrow().is_none()
+    }
+
+    /// The cgroup folders, for the janitor to remove should we be killed.
+    pub(crate) fn tell_janitor<'a>(&self, dirs: impl Iterator<Item = &'a Path>) {
+        if let Some(fd) = self.janitor.borrow().as_ref() {
+            let mut text = String::new();
+            for d in dirs {
+                text.push_str(&d.display().to_string());
+                text.push('\n');
+            }
+            let _ = nix::unistd::write(fd, text.as_bytes());
+        }
+    }
+
+    /// The session ends for `why` (the first reason given stands); a
+    /// `stop` client waits for the closing result.
+    pub(crate) fn set_end(&self, why: Why, stopper: Option<UnixStream>) {
+        self.end.borrow_mut().get_or_insert(why);
+        if stopper.is_some() {
+            *self.stopper.borrow_mut() = stopper;
+        }
+    }
+
+    pub(crate) fn end_why(&self) -> Option<Why> {
+        self.end.borrow().clone()
+    }
+
+    /// The `session` object of a result.
+    pub(crate) fn info(&self, cell: u64, ended: Option<&Why>) -> SessionInfo {
+        SessionInfo {
+            id: self.id.clone(),
+            cell,
+            ended: ended.is_some(),
+            why: ended.map(|w| w.code().to_string()),
+            detail: ended.map(|w| w.describe(&self.session)),
+            // A cell's `artifacts` are empty: the output dir is judged and
+            // delivered once, when the whole tree is dead (artifacts.rs).
+            artifacts: "judged and delivered when the session ends (jail session stop)".into(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error(transparent)]
+    Handle(#[from] handle::HandleError),
+    #[error("write the cell driver to {0}")]
+    Driver(PathBuf, #[source] io::Error),
+    #[error("fork the session supervisor")]
+    Fork(#[source] io::Error),
+    /// The jail failed to start: its one-line setup error.
+    #[error("{0}")]
+    Setup(String),
+}
+
+/// Where a caller's sessions live (main.rs passes `XDG_RUNTIME_DIR`).
+#[derive(Debug, Clone, Default)]
+pub struct StartOptions {
+    pub runtime_dir: Option<PathBuf>,
+}
+
+/// A session that is up.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Started {
+    pub handle: PathBuf,
+    pub pid: u32,
+    pub id: String,
+}
+
+/// Start a session for `req` (its script is ignored: the driver runs).
+/// Returns once the driver is ready, or with the jail's setup error.
+pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartError> {
+    let uid = nix::unistd::geteuid().as_raw();
+    let dir = handle::session_dir(opts.runtime_dir.as_deref(), uid)?;
+    sweep_tombstones(&dir);
+    let id = handle::new_id()?;
+    let (socket, tombstone) = handle::paths(&dir, &id);
+    let driver_dir = dir.join(format!("{id}.d"));
+    let driver = driver_dir.join("jail_cell_driver.py");
+    let written = std::fs::DirBuilder::new().mode(0o700).create(&driver_dir).and_then(|()| {
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&driver)?;
+        f.write_all(DRIVER.as_bytes())
+    });
+    if let Err(e) = written {
+        let _ = std::fs::remove_dir_all(&driver_dir);
+        return Err(StartError::Driver(driver, e));
+    }
+    let listener = match handle::bind(&socket) {
+        Ok(l) => l,
+        Err(e) => {
+            let _ = std::fs::remove_dir_all(&driver_dir);
+            return Err(e.into());
+        }
+    };
+    let ready = Pipe::new().map_err(StartError::Fork)?;
+    let limits = CellLimits {
+        wall: req.timeout.unwrap_or(req.policy.limits.wall_time),
+        stdout_cap: req.policy.limits.stdout_bytes,
+        stderr_cap: req.policy.limits.stderr_bytes,
+    };
+    let session = req.policy.session;
+    // The jail lives as long as the session may; each cell has its own
+    // time (serve.rs).
+    req.timeout = Some(session.max_lifetime);
+    req.script = driver.clone();
+    req.args = Vec::new();
+    req.mode = OutputMode::Capture;
+    let paths = Leftovers { socket: socket.clone(), tombstone, driver_dir };
+    match sys::fork_process() {
+        Err(e) => {
+            paths.remove();
+            Err(StartError::Fork(e))
+        }
+        Ok(Forked::Child) => {
+            drop(ready.read);
+            let hook = Serve {
+                id: id.clone(),
+                listener,
+                limits,
+                session,
+                ready: RefCell::new(Some(ready.write)),
+                janitor: RefCell::new(None),
+                template: RefCell::new(None),
+                end: RefCell::new(None),
+                stopper: RefCell::new(None),
+            };
+            supervise(req, Rc::new(hook), paths)
+        }
+        Ok(Forked::Parent(pid)) => {
+            drop(ready.write);
+            drop(listener);
+            wait_ready(ready.read)?;
+            Ok(Started { handle: socket, pid: pid.as_raw() as u32, id })
+        }
+    }
+}
+
+/// What a session leaves on the host, removed at its end.
+struct Leftovers {
+    socket: PathBuf,
+    tombstone: PathBuf,
+    driver_dir: PathBuf,
+}
+
+impl Leftovers {
+    fn remove(&self) {
+        let _ = std::fs::remove_file(&self.socket);
+        let _ = std::fs::remove_dir_all(&self.driver_dir);
+    }
+
+    /// A line for a later `exec` that finds the session gone.
+    fn bury(&self, why: &str) {
+        let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&self.tombstone);
+        if let Ok(mut f) = f {
+            let _ = f.write_all(why.as_bytes());
+        }
+    }
+}
+
+/// Read the session supervisor's word: `ready`, or the setup error.
+fn wait_ready(from: OwnedFd) -> Result<(), StartError> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    let until = Instant::now() + READY_WAIT;
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let mut fds = [PollFd::new(from.as_fd(), PollFlags::POLLIN)];
+        let timeout = PollTimeout::try_from(left.as_millis() as u64).unwrap_or(PollTimeout::MAX);
+        if !matches!(poll(&mut fds, timeout), Ok(n) if n > 0) {
+            return Err(StartError::Setup(format!("the jail was not ready within {}s", READY_WAIT.as_secs())));
+        }
+        let n = nix::unistd::read(from.as_raw_fd(), &mut buf).unwrap_or(0);
+        if n == 0 || text.len() > 64 << 10 {
+            break;
+        }
+        text.extend_from_slice(&buf[..n]);
+        if text.starts_with(b"ready\n") {
+            return Ok(());
+        }
+    }
+    let text = String::from_utf8_lossy(&text);
+    match text.strip_prefix("error ") {
+        Some(line) => Err(StartError::Setup(line.trim().to_string())),
+        None => Err(StartError::Setup("the session supervisor ended before its jail was ready".into())),
+    }
+}
+
+/// The session supervisor: its own session, no terminal, a janitor, then
+/// the run that is the session; at its end, everything removed.
+fn supervise(req: RunRequest, hook: Rc<Serve>, paths: Leftovers) -> ! {
+    let _ = nix::unistd::setsid();
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        for fd in 0..3 {
+            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
+        }
+    }
+    match start_janitor(&paths) {
+        Ok(fd) => *hook.janitor.borrow_mut() = Some(fd),
+        Err(_) => {
+            // Nothing could clean up after a kill: refuse rather than risk litter.
+            say_failed(&hook, "fork the session's janitor failed");
+            paths.remove();
+            sys::exit_now(0);
+        }
+    }
+    let mut req = req;
+    req.session = Some(Rc::clone(&hook));
+    let result = crate::supervisor::run(&req);
+    let why = hook.end_why().unwrap_or(Why::NeverReady);
+    if !hook.said_ready() {
+        let line = match &result.setup_error {
+            Some(e) if e.causes.is_empty() => format!("{} ({})", e.message, e.stage),
+            Some(e) => format!("{} ({}): {}", e.message, e.stage, e.causes.join(": ")),
+            None => format!("the jail ended before its interpreter was ready (status {:?})", result.status),
+        };
+        say_failed(&hook, &line);
+    }
+    paths.bury(&why.describe(&hook.session));
+    paths.remove();
+    if let Some(stopper) = hook.stopper.borrow_mut().take() {
+        let mut result = result;
+        result.session = Some(hook.info(0, Some(&why)));
+        handle::answer(&stopper, &handle::Answer { result: serde_json::to_value(&result).ok(), error: None });
+    }
+    sys::exit_now(0)
+}
+
+fn say_failed(hook: &Serve, line: &str) {
+    if let Some(fd) = hook.ready.borrow_mut().take() {
+        let _ = std::fs::File::from(fd).write_all(format!("error {line}\n").as_bytes());
+    }
+}
+
+/// Fork the janitor: it waits for the supervisor to go (end-of-file on
+/// its pipe) and removes what a killed supervisor could not — the socket,
+/// the driver's folder, the run cgroup once its tree is gone.
+fn start_janitor(paths: &Leftovers) -> io::Result<OwnedFd> {
+    let pipe = Pipe::new()?;
+    match sys::fork_process()? {
+        Forked::Child => {
+            drop(pipe.write);
+            janitor(pipe.read, paths)
+        }
+        Forked::Parent(_) => Ok(pipe.write),
+    }
+}
+
+fn janitor(from: OwnedFd, paths: &Leftovers) -> ! {
+    // Hold nothing of the session's: above all not its listening socket.
+    let _ = sys::close_from_except(3, &[from.as_raw_fd()]);
+    let mut text = Vec::new();
+    let _ = std::fs::File::from(from).take(64 << 10).read_to_end(&mut text);
+    // The supervisor is gone. If it ended normally all of this is done.
+    paths.bury("the session supervisor was killed");
+    paths.remove();
+    let dirs: Vec<PathBuf> = String::from_utf8_lossy(&text).lines().filter(|l| l.starts_with('/')).map(PathBuf::from).collect();
+    // PID 1 dies with its supervisor (PR_SET_PDEATHSIG): the cgroups empty
+    // within moments, and rmdir refuses until they do.
+    let until = Instant::now() + Duration::from_secs(10);
+    while dirs.iter().any(|d| d.exists()) && Instant::now() < until {
+        for d in &dirs {
+            if let Ok(entries) = std::fs::read_dir(d) {
+                for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+            let _ = std::fs::remove_dir(d);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    sys::exit_now(0)
+}
+
+/// Tombstones older than a day are forgotten.
+fn sweep_tombstones(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let day = Duration::from_secs(86_400);
+    for e in entries.flatten() {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() > day);
+        if old && e.file_name().to_string_lossy().ends_with(".ended") {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Run `code` as the session's next cell: its result document.
+pub fn exec(handle: &Path, code: String) -> Result<serde_json::Value, handle::ClientError> {
+    handle::call(handle, &handle::Request::Exec { code })
+}
+
+/// End the session: its closing result (the whole session's usage,
+/// denials and delivered artifacts).
+pub fn stop(handle: &Path) -> Result<serde_json::Value, handle::ClientError> {
+    handle::call(handle, &handle::Request::Stop)
+}

@@ -1,0 +1,138 @@
+"""jail's cell driver: runs the cells of one session (or the one step of a
+pooled jail) in one interpreter whose globals persist.
+
+Trusted, stdlib only, started by the jail in place of a script. It speaks
+newline-delimited JSON on the control socket it finds on fd 0 (moved to a
+private close-on-exec descriptor at once; fd 0 then reads /dev/null, so a
+cell and its subprocesses never see the protocol):
+
+  supervisor -> driver   {"op": "exec", "id": N, "code": "..."}
+  driver -> supervisor   {"op": "ready", "preloaded": [...], "failed": [...]}
+                         {"op": "done", "id": N, "outcome": "ok"|"error"|"exit"|"interrupted",
+                          "exit_code": int|null, "error": {"type", "message", "traceback"}|null}
+
+A cell runs untrusted code in this process, so it can write to the control
+socket itself: the supervisor treats every reply as the cell's own words
+(bounded in size, checked in shape) and never as a fact about the jail.
+"""
+
+import builtins
+import json
+import linecache
+import os
+import sys
+import traceback
+
+MAX_LINE = 16 << 20  # a cell's source, at most (the supervisor caps it lower)
+TRACEBACK_LINES = 40
+
+
+def take_control_fd():
+    """The control socket, moved off fd 0 to a private close-on-exec fd:
+    a buffered reader of it and its descriptor for replies."""
+    fd = os.dup(0)  # os.dup's copy is not inheritable (PEP 446)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    return open(fd, "rb", buffering=1 << 16, closefd=False), fd
+
+
+def send(fd, message):
+    data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def preload(modules):
+    """Import the trusted preload list before any untrusted code exists."""
+    done, failed = [], []
+    for name in modules:
+        try:
+            __import__(name)
+            done.append(name)
+        except BaseException as e:  # a preload failure is reported, not fatal
+            failed.append({"module": name, "error": f"{type(e).__name__}: {e}"})
+    if "matplotlib.pyplot" in done:
+        warm_matplotlib()
+    return done, failed
+
+
+def warm_matplotlib():
+    """Draw one figure to memory: the font cache and the backend are set up
+    now rather than in the first untrusted cell."""
+    import io
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots()
+    ax.plot([0, 1], [0, 1])
+    ax.set_title("warm-up")
+    fig.savefig(io.BytesIO(), format="png")
+    plt.close(fig)
+
+
+def error_of(e, tb):
+    lines = traceback.format_exception(type(e), e, tb)
+    text = "".join(lines)
+    return {
+        "type": type(e).__qualname__ if type(e).__module__ in ("builtins", "__main__") else f"{type(e).__module__}.{type(e).__qualname__}",
+        "message": str(e),
+        "traceback": "\n".join(text.rstrip("\n").splitlines()[-TRACEBACK_LINES:]),
+    }, text
+
+
+def run_cell(namespace, cell_id, code):
+    """Run one cell; return the `done` reply (without op/id)."""
+    filename = f"<cell {cell_id}>"
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    reply = {"outcome": "ok", "exit_code": None, "error": None}
+    try:
+        exec(compile(code, filename, "exec"), namespace)
+    except SystemExit as e:
+        code = e.code
+        reply["outcome"] = "exit"
+        reply["exit_code"] = code if isinstance(code, int) else (0 if code is None else 1)
+        if code is not None and not isinstance(code, int):
+            print(code, file=sys.stderr)
+    except KeyboardInterrupt as e:
+        reply["outcome"] = "interrupted"
+        reply["error"], text = error_of(e, e.__traceback__.tb_next)
+        sys.stderr.write(text)
+    except BaseException as e:
+        reply["outcome"] = "error"
+        # Drop this driver's own frame: the traceback starts in the cell.
+        reply["error"], text = error_of(e, e.__traceback__.tb_next)
+        sys.stderr.write(text)
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except BaseException:
+                pass
+    return reply
+
+
+def main():
+    reader, ctl = take_control_fd()
+    modules = [m for m in os.environ.pop("JAIL_PRELOAD", "").split(",") if m]
+    done, failed = preload(modules)
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    sys.argv = [""]
+    send(ctl, {"op": "ready", "preloaded": done, "failed": failed})
+    while True:
+        try:
+            line = reader.readline(MAX_LINE + 1)
+            if not line:
+                return 0  # the supervisor closed the session
+            request = json.loads(line)
+            cell_id, code = request.get("id"), request.get("code")
+            if request.get("op") != "exec" or not isinstance(cell_id, int) or not isinstance(code, str):
+                send(ctl, {"op": "bad_request", "detail": "expected {op: exec, id: int, code: str}"})
+                continue
+            reply = run_cell(namespace, cell_id, code)
+            send(ctl, {"op": "done", "id": cell_id, **reply})
+        except KeyboardInterrupt:
+            continue  # an interrupt that arrived between cells
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,446 @@
+"""The client: run code through the ``jail`` binary (``jail run --events``)
+and turn its event stream into callbacks and an :class:`Execution`.
+
+Every :meth:`Sandbox.run` is one fresh jail: new namespaces, a read-only
+Python rootfs, no network, the policy's limits. Nothing persists between
+runs except what the code leaves in the output folder.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import shutil
+import subprocess
+import sysconfig
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+
+PathLike = Union[str, "os.PathLike[str]"]
+Callback = Callable[[str], None]
+
+#: The exit status ``jail`` gives when the run could not be set up.
+EXIT_SETUP_FAILED = 125
+#: The result document versions this client understands.
+SCHEMA_VERSIONS = (1,)
+#: Most bytes of ``jail``'s own stderr kept for an error message.
+_MAX_STDERR = 64 << 10
+
+
+class SandboxError(Exception):
+    """Base class of everything this package raises."""
+
+
+class JailNotFoundError(SandboxError):
+    """The ``jail`` binary is not where this package looked for it."""
+
+
+class SandboxSetupError(SandboxError):
+    """The jail could not be set up, so nothing ran (``jail`` exit 125).
+
+    Attributes:
+        stage: The setup step that failed (``input``, ``policy``, ``limits``,
+            ``mounts``, ...), as the result's ``setup_error.stage``.
+        message: What went wrong; ``jail``'s messages name the fix
+            (for example ``rootfs /x not found: build it with `make rootfs```).
+        causes: The underlying errors, outermost first.
+        result: The whole result document, when ``jail`` printed one.
+    """
+
+    def __init__(self, stage: str, message: str, causes: Sequence[str] = (), result: Optional[Dict[str, Any]] = None):
+        self.stage = stage
+        self.message = message
+        self.causes = list(causes)
+        self.result = result
+        text = f"{message} ({stage})"
+        if self.causes:
+            text += ": " + ": ".join(self.causes)
+        super().__init__(text)
+
+
+class SandboxProtocolError(SandboxError):
+    """``jail`` ended without a result this client can read."""
+
+
+@dataclass(frozen=True)
+class ExecutionError:
+    """The exception the code ended with, parsed from its traceback.
+
+    ``name``/``value`` are the E2B spellings of ``type``/``message``.
+    """
+
+    type: str
+    message: str
+    traceback: str
+
+    @property
+    def name(self) -> str:
+        return self.type
+
+    @property
+    def value(self) -> str:
+        return self.message
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What the run used (the result's ``usage``)."""
+
+    wall_ms: float
+    user_cpu_ms: Optional[float]
+    system_cpu_ms: Optional[float]
+    peak_memory_bytes: Optional[int]
+    max_rss_bytes: Optional[int]
+    pids_peak: Optional[int]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A file the code made or changed in the output folder that passed the
+    jail's artifact check, described from outside the jail.
+
+    Attributes:
+        path: Relative to the output folder, ``/``-separated.
+        sha256: Hex digest of what the host folder holds (``None`` for a deleted file).
+        media_type: Sniffed from the content (``image/png``, ``text/csv``, ...).
+        summary: A small description of the content (CSV columns, image size, ...), or ``None``.
+        change: ``created``, ``modified`` or ``deleted``.
+        bytes: Size in bytes.
+        flags: Risky content found in the file.
+        output_dir: The host folder the file is in.
+    """
+
+    path: str
+    sha256: Optional[str]
+    media_type: Optional[str]
+    summary: Optional[Dict[str, Any]]
+    change: str
+    bytes: int
+    flags: List[Any]
+    output_dir: Optional[Path]
+
+    @property
+    def host_path(self) -> Optional[Path]:
+        """Where the file is on the host, if the output folder is known."""
+        return None if self.output_dir is None else self.output_dir / self.path
+
+    def read_bytes(self) -> bytes:
+        """The file's content, from the host output folder."""
+        if self.host_path is None:
+            raise SandboxError(f"artifact {self.path}: the result names no output folder")
+        return self.host_path.read_bytes()
+
+
+@dataclass(frozen=True)
+class Execution:
+    """The outcome of one :meth:`Sandbox.run`.
+
+    Attributes:
+        status: ``ok``, ``nonzero_exit``, ``timeout_wall``, ``timeout_cpu``,
+            ``oom_killed``, ``output_limit``, ``signaled`` (see the result's
+            ``status`` in the project README).
+        stdout: The code's stdout; past ``limits.stdout_bytes`` its head and
+            tail with a marker between (``stdout_truncated``).
+        stderr: The code's stderr, likewise.
+        error: The exception the code ended with, or ``None``.
+        exit_code: The interpreter's exit status, ``None`` if it was killed.
+        usage: Time and memory the run used.
+        artifacts: Accepted output files, in the result's order.
+        output_dir: The host folder the artifacts are in.
+        result: The whole result document, as ``jail run --json`` prints it.
+    """
+
+    status: str
+    stdout: str
+    stderr: str
+    error: Optional[ExecutionError]
+    exit_code: Optional[int]
+    usage: Usage
+    artifacts: List[Artifact]
+    output_dir: Optional[Path]
+    stdout_truncated: bool
+    stderr_truncated: bool
+    result: Dict[str, Any] = field(repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """Whether the code ran to the end and exited 0."""
+        return self.status == "ok"
+
+    @property
+    def text(self) -> str:
+        """stdout, as E2B's ``Execution.text`` and llm-sandbox's ``ConsoleOutput.stdout``."""
+        return self.stdout
+
+
+def find_jail() -> Path:
+    """The ``jail`` binary this package ships: the wheel's own copy beside
+    the package (``jail_sandbox.scripts/jail``, where maturin puts it when it
+    bundles shared libraries), else the one the wheel installed into this
+    environment's scripts folder (``sys.prefix/bin``, or the user scheme's for
+    ``pip install --user``), else ``jail`` on ``PATH``."""
+    bundled = Path(__file__).resolve().parent.parent / "jail_sandbox.scripts" / "jail"
+    if bundled.is_file() and os.access(bundled, os.X_OK):
+        return bundled
+    names = [sysconfig.get_path("scripts")]
+    try:
+        names.append(sysconfig.get_path("scripts", f"{os.name}_user"))
+    except KeyError:
+        pass
+    for folder in names:
+        if folder:
+            candidate = Path(folder) / "jail"
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return candidate
+    on_path = shutil.which("jail")
+    if on_path:
+        return Path(on_path)
+    raise JailNotFoundError(
+        "no jail binary in this environment's scripts folder nor on PATH: "
+        "install the jail-sandbox wheel (`make python-wheel`), or pass Sandbox(jail=PATH)"
+    )
+
+
+class Sandbox:
+    """A recipe for jails: which policy, rootfs and folders each run gets.
+
+    Every :meth:`run` starts a fresh jail (new namespaces, read-only rootfs,
+    no network, the policy's limits) and returns when it is gone.
+
+    Args:
+        policy: A policy file (default: the binary's built-in default policy).
+        rootfs: The Python root filesystem folder (default: the binary's own lookup,
+            ``$JAIL_ROOTFS`` and the policy's).
+        input: A host folder mounted read-only at ``/workspace/input``.
+        output: A host folder mounted at ``/workspace/output`` (the working
+            directory); accepted files land here. Default: a fresh folder per run.
+        timeout: Wall-clock limit of a run in seconds (default: the policy's).
+        memory: Memory of a run, for example ``"512M"`` (default: the policy's).
+        cpus: CPU quota in cores, for example ``"0.5"``.
+        jail: The ``jail`` binary (default: :func:`find_jail`).
+        env: The environment ``jail`` itself runs with (default: ours). The
+            code sees only what the policy passes through.
+    """
+
+    def __init__(
+        self,
+        *,
+        policy: Optional[PathLike] = None,
+        rootfs: Optional[PathLike] = None,
+        input: Optional[PathLike] = None,
+        output: Optional[PathLike] = None,
+        timeout: Optional[float] = None,
+        memory: Optional[str] = None,
+        cpus: Optional[str] = None,
+        jail: Optional[PathLike] = None,
+        env: Optional[Dict[str, str]] = None,
+    ) -> None:
+        self.policy = None if policy is None else Path(policy)
+        self.rootfs = None if rootfs is None else Path(rootfs)
+        self.input = None if input is None else Path(input)
+        self.output = None if output is None else Path(output)
+        self.timeout = timeout
+        self.memory = memory
+        self.cpus = cpus
+        self.jail = Path(jail) if jail is not None else find_jail()
+        self.env = env
+
+    def __enter__(self) -> "Sandbox":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        # Nothing to release: every run's jail is gone when run() returns.
+        return None
+
+    def command(self, script: PathLike, *, timeout: Optional[float] = None, args: Iterable[str] = ()) -> List[str]:
+        """The ``jail run --events`` command line for ``script``."""
+        cmd = [str(self.jail), "run", "--events"]
+        for flag, value in (
+            ("--policy", self.policy),
+            ("--rootfs", self.rootfs),
+            ("--input", self.input),
+            ("--output", self.output),
+            ("--memory", self.memory),
+            ("--cpus", self.cpus),
+        ):
+            if value is not None:
+                cmd += [flag, str(value)]
+        limit = timeout if timeout is not None else self.timeout
+        if limit is not None:
+            cmd += ["--timeout", repr(float(limit))]
+        cmd.append(str(script))
+        args = list(args)
+        if args:
+            cmd.append("--")
+            cmd += args
+        return cmd
+
+    def run(
+        self,
+        code: str,
+        *,
+        on_stdout: Optional[Callback] = None,
+        on_stderr: Optional[Callback] = None,
+        on_artifact: Optional[Callable[[Artifact], None]] = None,
+        timeout: Optional[float] = None,
+        args: Iterable[str] = (),
+    ) -> Execution:
+        """Run ``code`` in a fresh jail and wait for it to end.
+
+        Args:
+            code: Python source, run as ``/workspace/code/main.py``.
+            on_stdout: Called with each chunk of the code's stdout as it is written.
+            on_stderr: Likewise for stderr.
+            on_artifact: Called with each accepted artifact, once the run has ended.
+            timeout: Wall-clock limit of this run in seconds (overrides the Sandbox's).
+            args: ``sys.argv[1:]`` for the code.
+
+        Returns:
+            The :class:`Execution`. A timeout, a crash or an exception in the
+            code is a status, never an exception here.
+
+        Raises:
+            SandboxSetupError: The jail could not be set up; nothing ran.
+            SandboxProtocolError: ``jail`` printed no result this client reads.
+            JailNotFoundError: The binary cannot be started.
+        """
+        with tempfile.TemporaryDirectory(prefix="jail-sandbox-") as tmp:
+            script = Path(tmp) / "main.py"
+            script.write_text(code, encoding="utf-8")
+            # The jail copies the script in as the caller, who owns it.
+            script.chmod(0o644)
+            return self._run_script(script, timeout, args, on_stdout, on_stderr, on_artifact)
+
+    # E2B's spelling.
+    run_code = run
+
+    def _run_script(
+        self,
+        script: Path,
+        timeout: Optional[float],
+        args: Iterable[str],
+        on_stdout: Optional[Callback],
+        on_stderr: Optional[Callback],
+        on_artifact: Optional[Callable[[Artifact], None]],
+    ) -> Execution:
+        cmd = self.command(script, timeout=timeout, args=args)
+        try:
+            proc = subprocess.Popen(
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env
+            )
+        except OSError as e:
+            raise JailNotFoundError(f"cannot start {self.jail}: {e}") from e
+        stderr_kept = bytearray()
+
+        def read_stderr() -> None:
+            assert proc.stderr is not None
+            for chunk in iter(lambda: proc.stderr.read(8192), b""):  # type: ignore[union-attr]
+                if len(stderr_kept) < _MAX_STDERR:
+                    stderr_kept.extend(chunk[: _MAX_STDERR - len(stderr_kept)])
+
+        reader = threading.Thread(target=read_stderr, daemon=True)
+        reader.start()
+        result: Optional[Dict[str, Any]] = None
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    raise SandboxProtocolError(f"jail printed a line that is not an event: {line[:200]!r}") from None
+                kind = event.get("type")
+                if kind in callbacks:
+                    cb = callbacks[kind]
+                    if cb is not None:
+                        cb(_chunk_text(event))
+                elif kind == "result":
+                    result = event.get("result")
+        finally:
+            proc.stdout.close()  # type: ignore[union-attr]
+            returncode = proc.wait()
+            reader.join()
+        jail_stderr = stderr_kept.decode("utf-8", "replace").strip()
+        if result is None:
+            if returncode == EXIT_SETUP_FAILED:
+                # Refused before a run began (bad arguments).
+                raise SandboxSetupError("arguments", jail_stderr or "jail refused its arguments")
+            raise SandboxProtocolError(f"jail exited {returncode} without a result: {jail_stderr[:400]}")
+        version = result.get("schema_version")
+        if version not in SCHEMA_VERSIONS:
+            raise SandboxProtocolError(
+                f"jail's result has schema_version {version!r}, this client reads {SCHEMA_VERSIONS}: "
+                "install the jail-sandbox wheel that matches the binary"
+            )
+        setup = result.get("setup_error")
+        if result.get("status") == "setup_failed" or setup:
+            setup = setup or {}
+            raise SandboxSetupError(
+                setup.get("stage", "unknown"), setup.get("message", jail_stderr), setup.get("causes", []), result
+            )
+        execution = _execution(result)
+        if on_artifact is not None:
+            for a in execution.artifacts:
+                on_artifact(a)
+        return execution
+
+
+def _chunk_text(event: Dict[str, Any]) -> str:
+    """A chunk event's text; for bytes that were not UTF-8, the exact bytes
+    decoded with ``surrogateescape`` (so ``.encode("utf-8", "surrogateescape")``
+    gives them back)."""
+    raw = event.get("base64")
+    if raw is not None:
+        return base64.b64decode(raw).decode("utf-8", "surrogateescape")
+    return str(event.get("data", ""))
+
+
+def _execution(r: Dict[str, Any]) -> Execution:
+    err = r.get("error")
+    error = None
+    if err:
+        error = ExecutionError(
+            type=err.get("type") or "", message=err.get("message") or "", traceback=err.get("traceback_tail") or ""
+        )
+    u = r.get("usage") or {}
+    usage = Usage(
+        wall_ms=float(u.get("wall_ms") or 0.0),
+        user_cpu_ms=u.get("user_cpu_ms"),
+        system_cpu_ms=u.get("system_cpu_ms"),
+        peak_memory_bytes=u.get("peak_memory_bytes"),
+        max_rss_bytes=u.get("max_rss_bytes"),
+        pids_peak=u.get("pids_peak"),
+    )
+    out_dir = Path(r["output_dir"]) if r.get("output_dir") else None
+    artifacts = [
+        Artifact(
+            path=a["path"],
+            sha256=a.get("sha256"),
+            media_type=a.get("media_type"),
+            summary=a.get("summary"),
+            change=a.get("change", ""),
+            bytes=int(a.get("bytes") or 0),
+            flags=list(a.get("flags") or []),
+            output_dir=out_dir,
+        )
+        for a in r.get("artifacts") or []
+    ]
+    stdout = r.get("stdout") or {}
+    stderr = r.get("stderr") or {}
+    return Execution(
+        status=r.get("status", ""),
+        stdout=stdout.get("text", ""),
+        stderr=stderr.get("text", ""),
+        error=error,
+        exit_code=r.get("exit_code"),
+        usage=usage,
+        artifacts=artifacts,
+        output_dir=out_dir,
+        stdout_truncated=bool(stdout.get("truncated")),
+        stderr_truncated=bool(stderr.get("truncated")),
+        result=r,
+    )

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The venv `make python-wheel` and `make test-python` use: maturin, pytest
+# and the frameworks the examples plug into, pinned in
+# python/requirements-test.txt, from PyPI. Idempotent: a venv whose stamp
+# matches the requirements is kept. Readable by every user (the suite runs
+# as jailtest too).
+#
+#   python/venv.sh          # /var/cache/jail-python/venv (root) or ~/.cache/jail-python/venv
+#   JAIL_PYTHON_VENV=DIR python/venv.sh
+#
+# Prints the venv's folder.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+if [ "$(id -u)" = 0 ]; then
+    default=/var/cache/jail-python/venv
+else
+    default="${XDG_CACHE_HOME:-$HOME/.cache}/jail-python/venv"
+fi
+venv="${JAIL_PYTHON_VENV:-$default}"
+want="$(sha256sum requirements-test.txt | cut -d' ' -f1)"
+stamp="$venv/.jail-python-stamp"
+
+if [ -x "$venv/bin/python" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    echo "$venv"
+    exit 0
+fi
+
+py=/usr/bin/python3
+if ! "$py" -c 'import ensurepip, venv' 2>/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null
+    else
+        echo "python/venv.sh: $py cannot make a venv: install python3-venv" >&2
+        exit 1
+    fi
+fi
+rm -rf "$venv"
+mkdir -p "$(dirname "$venv")"
+"$py" -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r requirements-test.txt >&2
+chmod -R a+rX "$venv"
+echo "$want" >"$stamp"
+echo "$venv"

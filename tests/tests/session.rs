@@ -1,0 +1,387 @@
+//! `jail session` (issue 18 item 1), from outside and from inside: state
+//! that persists across cells and nowhere else, per-cell limits, the ends
+//! of a session and what they leave behind (nothing), handles only their
+//! owner can use, and a cell that lies to the supervisor.
+
+use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use jail_tests::*;
+
+/// A copy of the default policy with `edit` applied, written beside the
+/// sandbox.
+fn policy_with(sb: &Sandbox, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("policies/default.json")).expect("default policy");
+    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("rootfs");
+    edit(&mut v);
+    let p = sb.dir.path().join("policy.json");
+    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    p
+}
+
+fn session_times(sb: &mut Sandbox, grace: f64, idle: f64, lifetime: f64) {
+    let p = policy_with(sb, |v| {
+        v["session"] = serde_json::json!({
+            "interrupt_grace_secs": grace, "idle_timeout_secs": idle, "max_lifetime_secs": lifetime
+        });
+    });
+    sb.extra_args.extend(["--policy".to_string(), p.display().to_string()]);
+}
+
+fn stderr_of(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// The session is gone and has left nothing: no supervisor, no process
+/// with `marker`, no run cgroup, no mount, no socket, no driver folder.
+fn assert_session_gone(sb: &Sandbox, s: &Session, marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let leftovers = || -> Vec<String> {
+        let mut left = Vec::new();
+        if s.alive() {
+            left.push(format!("supervisor {}", s.pid));
+        }
+        left.extend(host_processes_with(marker).iter().map(|p| format!("process {p}")));
+        left.extend(cgroups_left_by(s.pid).iter().map(|p| format!("cgroup {}", p.display())));
+        left.extend(host_mounts_with(&sb.dir.path().display().to_string()));
+        if let Ok(entries) = std::fs::read_dir(sb.session_dir()) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                // The one-line tombstone is what a later exec reads.
+                if !name.ends_with(".ended") {
+                    left.push(format!("session file {name}"));
+                }
+            }
+        }
+        left
+    };
+    while !leftovers().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(leftovers(), Vec::<String>::new(), "the session left something behind");
+}
+
+/// `exec` on a session that ended: exit 125, one line that says why.
+fn assert_ended(s: &Session, why: &str) {
+    let (v, out) = s.exec("print('too late')\n");
+    assert_eq!(out.status.code(), Some(125), "{v}\n{}", stderr_of(&out));
+    let err = stderr_of(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+    assert!(err.contains("ended (") && err.contains(why) && err.contains("jail session start"), "{err}");
+}
+
+#[test]
+fn state_persists_across_the_cells_of_one_session() {
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    let (v, _) =
+        s.exec("import json\nx = 41\nopen('/tmp/note', 'w').write('kept')\ndef twice(n):\n    return 2 * n\nprint('one')\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["stdout"]["text"], "one\n");
+    assert_eq!(v["session"]["cell"], 1);
+    let (v, out) = s.exec("print(json.dumps([x + 1, open('/tmp/note').read(), twice(21)]))\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(v["stdout"]["text"], "[42, \"kept\", 42]\n", "each cell's stdout is its own");
+    assert_eq!(v["session"]["cell"], 2);
+    assert_eq!(v["session"]["ended"], false);
+    // The same contract as `jail run --json`: the isolation is reported.
+    assert_eq!(v["isolation"]["no_new_privs"], true);
+    assert_eq!(v["isolation"]["seccomp"]["status"], "enforced", "{}", v["isolation"]);
+    let out = s.stop();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let closing: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(closing["session"]["why"], "stopped");
+    assert_session_gone(&sb, &s, &s.id);
+    assert_ended(&s, "stopped");
+}
+
+#[test]
+fn an_exception_is_reported_like_a_run_and_the_session_goes_on() {
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    let (v, out) = s.exec("y = 5\ndef f():\n    return 1 / 0\nf()\n");
+    assert_eq!(v["status"], "nonzero_exit", "{v}");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(v["error"]["type"], "ZeroDivisionError");
+    assert!(v["error"]["traceback_tail"].as_str().unwrap().contains("<cell 1>"), "{v}");
+    assert!(v["stderr"]["text"].as_str().unwrap().contains("ZeroDivisionError"));
+    let (v, out) = s.exec("import sys\nprint(y)\nsys.exit(3)\n");
+    assert_eq!((v["status"].as_str(), out.status.code()), (Some("nonzero_exit"), Some(3)), "{v}");
+    assert_eq!(v["stdout"]["text"], "5\n");
+    assert_eq!(v["stderr"]["text"], "", "the first cell's traceback stays in the first cell");
+    let (v, _) = s.exec("print(y * 2)\n");
+    assert_eq!(v["stdout"]["text"], "10\n", "SystemExit does not end the session: {v}");
+    s.stop();
+}
+
+#[test]
+fn a_second_session_sees_nothing_of_the_first() {
+    let sb = Sandbox::new();
+    let marker = format!("first-session-{}", std::process::id());
+    let a = sb.start_session();
+    let (v, _) = a.exec(&format!(
+        "import subprocess\nsecret = 'canary-{marker}'\nopen('/tmp/canary', 'w').write(secret)\n\
+         child = subprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\nprint(secret)\n"
+    ));
+    assert_eq!(v["status"], "ok", "{v}");
+    let b_box = Sandbox::new();
+    let b = b_box.start_session();
+    let (v, _) = b.exec(
+        "import json, os\nprint(json.dumps({'vars': sorted(k for k in globals() if not k.startswith('__')), \
+         'tmp': os.listdir('/tmp'), 'pids': sorted(int(p) for p in os.listdir('/proc') if p.isdigit()), \
+         'cmdlines': [open(f'/proc/{p}/cmdline', 'rb').read().decode(errors='replace') for p in os.listdir('/proc') if p.isdigit()]}))\n",
+    );
+    assert_eq!(v["status"], "ok", "{v}");
+    let text = v["stdout"]["text"].as_str().unwrap();
+    assert!(!text.contains(&marker), "the second session saw the first's state: {text}");
+    let seen: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(seen["vars"], serde_json::json!(["json", "os"]), "{seen}");
+    assert_eq!(seen["tmp"], serde_json::json!([]), "{seen}");
+    // PID 1 (the reaper), the driver, nothing else.
+    assert_eq!(seen["pids"].as_array().unwrap().len(), 2, "{seen}");
+    a.stop();
+    b.stop();
+    assert_session_gone(&sb, &a, &marker);
+    assert_session_gone(&b_box, &b, &b.id);
+}
+
+#[test]
+fn a_cell_past_its_time_gets_keyboard_interrupt_and_the_session_lives_on() {
+    let mut sb = Sandbox::new();
+    sb.extra_args.extend(["--timeout".into(), "1".into()]);
+    let s = sb.start_session();
+    s.exec("n = 7\n");
+    let started = Instant::now();
+    let (v, out) = s.exec("print('spinning', flush=True)\nwhile True:\n    pass\n");
+    assert!(started.elapsed() < Duration::from_secs(4), "{:?}", started.elapsed());
+    assert_eq!(v["status"], "timeout_wall", "{v}");
+    assert_eq!(out.status.code(), Some(124));
+    assert_eq!(v["error"]["type"], "KeyboardInterrupt", "{v}");
+    assert_eq!(v["stdout"]["text"], "spinning\n");
+    assert_eq!(v["session"]["ended"], false);
+    let (v, _) = s.exec("print(n)\n");
+    assert_eq!(v["stdout"]["text"], "7\n", "{v}");
+    s.stop();
+}
+
+#[test]
+fn a_cell_that_ignores_its_interrupt_is_killed_after_the_grace_and_the_session_ends() {
+    let mut sb = Sandbox::new();
+    session_times(&mut sb, 1.0, 60.0, 120.0);
+    sb.extra_args.extend(["--timeout".into(), "1".into()]);
+    let s = sb.start_session();
+    let started = Instant::now();
+    let (v, out) = s.exec("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass\n");
+    let took = started.elapsed();
+    assert!(took >= Duration::from_millis(1900) && took < Duration::from_secs(5), "{took:?}");
+    assert_eq!(v["status"], "timeout_wall", "{v}");
+    assert_eq!(out.status.code(), Some(124));
+    assert_eq!(v["signal_name"], "SIGKILL", "{v}");
+    assert_eq!(v["session"]["ended"], true);
+    assert_eq!(v["session"]["why"], "cell_killed");
+    assert_session_gone(&sb, &s, &s.id);
+    assert_ended(&s, "interrupt_grace_secs");
+}
+
+#[test]
+fn the_idle_timeout_ends_the_session() {
+    let mut sb = Sandbox::new();
+    session_times(&mut sb, 1.0, 1.0, 60.0);
+    let s = sb.start_session();
+    let (v, _) = s.exec("x = 1\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_session_gone(&sb, &s, &s.id);
+    assert_ended(&s, "idle_timeout_secs");
+}
+
+#[test]
+fn the_maximum_lifetime_ends_the_session_even_mid_cell() {
+    let mut sb = Sandbox::new();
+    session_times(&mut sb, 1.0, 2.0, 2.0);
+    sb.extra_args.extend(["--timeout".into(), "30".into()]);
+    let s = sb.start_session();
+    let started = Instant::now();
+    let (v, _) = s.exec("import time\ntime.sleep(20)\n");
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(v["status"], "timeout_wall", "{v}");
+    assert_eq!(v["session"]["why"], "max_lifetime", "{v}");
+    assert_session_gone(&sb, &s, &s.id);
+    assert_ended(&s, "max_lifetime_secs");
+}
+
+#[test]
+fn a_dead_interpreter_ends_the_session_with_a_clear_status() {
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    let (v, out) = s.exec("import os\nprint('bye', flush=True)\nos._exit(7)\n");
+    assert_eq!(v["status"], "nonzero_exit", "{v}");
+    assert_eq!(out.status.code(), Some(7));
+    assert_eq!(v["stdout"]["text"], "bye\n");
+    assert_eq!(v["session"]["why"], "interpreter_died", "{v}");
+    assert_session_gone(&sb, &s, &s.id);
+    assert_ended(&s, "exited with code 7");
+
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    let (v, out) = s.exec("import ctypes\nctypes.string_at(0)\n");
+    assert_eq!(v["status"], "signaled", "{v}");
+    assert_eq!(v["signal_name"], "SIGSEGV", "{v}");
+    assert_eq!(out.status.code(), Some(128 + 11));
+    assert_session_gone(&sb, &s, &s.id);
+    assert_ended(&s, "SIGSEGV");
+}
+
+#[test]
+fn sigkill_of_the_session_supervisor_leaves_nothing_behind() {
+    let sb = Sandbox::new();
+    let marker = format!("orphan-{}", std::process::id());
+    let s = sb.start_session();
+    let (v, _) = s.exec(&format!(
+        "import subprocess\nsubprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n\
+         open('/tmp/big', 'wb').write(b'x' * (1 << 20))\n"
+    ));
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(host_processes_with(&marker).len(), 1, "the probe's process should be running");
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(s.pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert_session_gone(&sb, &s, &marker);
+    assert_ended(&s, "killed");
+}
+
+#[test]
+fn exec_on_an_unknown_handle_is_one_line_and_exit_125() {
+    for handle in ["/nonexistent/session.sock", "/tmp", "/dev/null"] {
+        let s = Session { handle: PathBuf::from(handle), pid: 0, id: String::new() };
+        let (_, out) = s.exec("print(1)\n");
+        assert_eq!(out.status.code(), Some(125), "{handle}");
+        let err = stderr_of(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("no session at") && err.contains("jail session start"), "{err}");
+        assert!(out.stdout.is_empty());
+    }
+    let out = Command::new(jail_bin()).args(["session", "stop", "/nonexistent/x.sock"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+}
+
+#[test]
+fn the_handle_is_private_to_its_owner() {
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    let meta = |p: &Path| std::fs::symlink_metadata(p).unwrap();
+    assert!(meta(&s.handle).file_type().is_socket());
+    assert_eq!(meta(&s.handle).permissions().mode() & 0o777, 0o600);
+    assert_eq!(meta(s.handle.parent().unwrap()).permissions().mode() & 0o777, 0o700);
+    assert_eq!(s.handle.parent().unwrap(), sb.session_dir());
+    s.stop();
+}
+
+#[test]
+fn a_peer_of_another_uid_is_refused() {
+    if only_as_root("switches to the test user to connect") {
+        return;
+    }
+    let Some((uid, _)) = test_user() else {
+        return skip("no test user (JAIL_TEST_USER, default jailtest) to connect as");
+    };
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    // Open what the file modes close, so only SO_PEERCRED stands between
+    // the other user and the session.
+    for p in [sb.runtime_dir(), sb.runtime_dir().join("jail"), sb.session_dir()] {
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    std::fs::set_permissions(&s.handle, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let out = Command::new("setpriv")
+        .args(["--reuid", &uid.to_string(), "--regid", &uid.to_string(), "--clear-groups"])
+        .arg(jail_bin())
+        .args(["session", "exec"])
+        .arg(&s.handle)
+        .arg("/dev/null")
+        .output()
+        .unwrap();
+    let err = stderr_of(&out);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("is not this session's owner"), "{err}");
+    let (v, _) = s.exec("print('still mine')\n");
+    assert_eq!(v["stdout"]["text"], "still mine\n", "{v}");
+    s.stop();
+}
+
+/// The cell finds the driver's control socket and writes what it likes.
+const FORGE: &str = r#"
+import json, os, socket, stat, time
+def is_socket(fd):
+    try:
+        return stat.S_ISSOCK(os.fstat(fd).st_mode)
+    except OSError:
+        return False
+fds = [int(f) for f in os.listdir('/proc/self/fd') if is_socket(int(f))]
+lie = lambda **m: (json.dumps(m) + '\n').encode()
+print('forging on', len(fds), flush=True)
+for fd in fds:
+    for cell in (1, 2, 3, 99):
+        os.write(fd, lie(op='done', id=cell, outcome='ok', exit_code=0,
+                         error={'type': 'Forged' * 100, 'message': 'm' * 100000, 'traceback': 't'}))
+    os.write(fd, lie(op='ready'))
+    os.write(fd, b'{"op":"done","id":2,' + b'"pad":"' + b'p' * (1 << 20) + b'"}\n')
+    os.write(fd, b'garbage\n' + lie(op='exec', id=5, code='print(1)'))
+time.sleep(0.3)
+print('late')
+"#;
+
+#[test]
+fn a_cell_that_forges_done_lines_corrupts_only_its_own_result() {
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    let (v, _) = s.exec(FORGE);
+    // The forged `done` for this cell may end it early: its own word.
+    let kind = v["error"]["type"].as_str().unwrap_or("");
+    assert!(kind.len() <= 256 && v["error"]["message"].as_str().unwrap_or("").len() <= 8192, "{v}");
+    assert_eq!(v["session"]["cell"], 1);
+    assert!(v["stdout"]["text"].as_str().unwrap_or("").starts_with("forging on 1"), "the driver's socket: {v}");
+    // The next cell ends only with its own `done`: lines for it written
+    // before it began, over-long or malformed lines are never believed.
+    let (v, _) = s.exec("import time\ntime.sleep(0.6)\nprint('two')\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["session"]["cell"], 2);
+    assert!(v["stdout"]["text"].as_str().unwrap().ends_with("two\n"), "cell 2 was ended early: {v}");
+    assert_eq!(v["error"], serde_json::Value::Null);
+    let (v, _) = s.exec("print('three')\n");
+    assert_eq!(v["stdout"]["text"], "three\n", "{v}");
+    s.stop();
+    assert_session_gone(&sb, &s, &s.id);
+}
+
+#[test]
+fn a_session_that_cannot_start_says_why_in_one_line() {
+    let mut sb = Sandbox::new();
+    sb.rootfs = PathBuf::from("/nonexistent-rootfs");
+    let out = sb.session_command().output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let err = stderr_of(&out);
+    assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+    assert!(err.contains("nonexistent-rootfs"), "{err}");
+    assert!(out.stdout.is_empty());
+    // Nothing of the session that never was: no socket, no driver folder.
+    let left: Vec<_> = std::fs::read_dir(sb.session_dir())
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert!(left.iter().all(|n| n.to_string_lossy().ends_with(".ended")), "{left:?}");
+}
+
+#[test]
+fn jail_check_validates_the_session_section() {
+    let sb = Sandbox::new();
+    let p = policy_with(&sb, |v| v["session"] = serde_json::json!({"idle_timeout_secs": 0}));
+    let out = Command::new(jail_bin()).arg("check").arg(&p).output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(stderr_of(&out).contains("session.idle_timeout_secs"), "{}", stderr_of(&out));
+    let p = policy_with(&sb, |v| v["session"] = serde_json::json!({"interrupt_grace": 1}));
+    let out = Command::new(jail_bin()).arg("check").arg(&p).output().unwrap();
+    assert!(stderr_of(&out).contains("unknown field `interrupt_grace`"), "{}", stderr_of(&out));
+}
