@@ -20,8 +20,8 @@ setup: ## install the system packages the build needs (uses sudo when not root)
 build: ## build the workspace (debug)
 	$(CARGO) build --workspace
 
-release: ## build the release binary target/release/jail
-	$(CARGO) build --release -p jail
+release: ## build the release binaries target/release/jail and jail-mcp (`jail mcp` runs it)
+	$(CARGO) build --release -p jail -p jail-mcp
 
 # `make install PREFIX=...`: the binary alone works anywhere (policy and
 # rootfs recipes compiled in); DESTDIR is honoured for packaging.

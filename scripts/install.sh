@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install a built `jail` into PREFIX: scripts/install.sh BINARY PREFIX
+# Install a built `jail` (and the `jail-mcp` beside it) into PREFIX: scripts/install.sh BINARY PREFIX
 #
 # The binary needs nothing beside it: the default policy and the rootfs
 # recipes are compiled in. Installed: PREFIX/bin/jail, and for reading,
@@ -13,6 +13,10 @@ prefix=${2:?usage: scripts/install.sh BINARY PREFIX}
 here=$(cd "$(dirname "$0")/.." && pwd)
 [ -x "$bin" ] || { echo "install.sh: $bin is not an executable; build it first (make release)" >&2; exit 2; }
 install -D -m 0755 "$bin" "$prefix/bin/jail"
+# `jail mcp` runs the MCP server jail-mcp from beside the jail binary.
+mcp="$(dirname "$bin")/jail-mcp"
+[ -x "$mcp" ] || { echo "install.sh: no $mcp beside $bin; build it first (make release)" >&2; exit 2; }
+install -D -m 0755 "$mcp" "$prefix/bin/jail-mcp"
 install -d -m 0755 "$prefix/share/jail/policies" "$prefix/share/doc/jail"
 install -m 0644 "$here"/policies/*.json "$prefix/share/jail/policies/"
 install -m 0644 "$here/README.md" "$prefix/share/doc/jail/README.md"

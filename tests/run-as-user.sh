@@ -61,6 +61,8 @@ mkdir -p "$stage/bin" "$stage/repo" "$stage/tmp"
 cp "$repo/target/debug/jail" "$stage/bin/jail"
 # The agent's CLI tests run jail-agent, which finds jail beside itself.
 [ -x "$repo/target/debug/jail-agent" ] && cp "$repo/target/debug/jail-agent" "$stage/bin/jail-agent"
+# `jail mcp` runs jail-mcp from beside jail (tests/tests/mcp.rs).
+[ -x "$repo/target/debug/jail-mcp" ] && cp "$repo/target/debug/jail-mcp" "$stage/bin/jail-mcp"
 for b in "${bins[@]}"; do cp "$b" "$stage/bin/"; done
 cp -r "$repo/policies" "$stage/repo/"
 [ -d "$repo/examples" ] && cp -r "$repo/examples" "$stage/repo/"
@@ -88,7 +90,7 @@ data_rootfs=$(place "${JAIL_DATA_ROOTFS:-$repo/python-rootfs/out/data}" rootfs-d
 
 status=0
 for b in "$stage"/bin/*; do
-    case "$(basename "$b")" in jail|jail-agent) continue ;; esac
+    case "$(basename "$b")" in jail|jail-agent|jail-mcp) continue ;; esac
     echo "== as $label: $(basename "$b")"
     (cd "$stage" && as_user env -i PATH=/usr/bin:/bin HOME="$stage" TMPDIR="$stage/tmp" \
         JAIL_BIN="$stage/bin/jail" JAIL_AGENT_BIN="$stage/bin/jail-agent" JAIL_ROOTFS="$rootfs" ${data_rootfs:+JAIL_DATA_ROOTFS="$data_rootfs"} \

@@ -28,7 +28,7 @@
 //! - `stage`: the `Stage` names of `setup_error.stage`, and the one error-chain → `SetupError` conversion.
 //! - `delivery`: what passed the judgement, delivered to the host folder.
 //! - `result`: the JSON contract both sides and the agent share; `schema`: its JSON Schema and the version rule.
-//! - `mcp`: `jail mcp`, an MCP server whose tool runs each step as `jail run --json` (feature `mcp`).
+//! - `mcp`: `jail mcp`, which execs the MCP server `jail-mcp` (the mcp/ crate) beside this binary.
 //! - `session`: `jail session`, one jail serving many cells to a driver over a control channel.
 //! - `doctor`: what this host provides, for `jail doctor`.
 //! - `install`: the embedded rootfs recipes, for `jail rootfs build|list`.
@@ -61,6 +61,7 @@ mod launch;
 mod layers;
 mod limits;
 pub mod locate;
+pub mod mcp;
 mod mounts;
 mod namespaces;
 mod network;
@@ -84,7 +85,4 @@ mod sync;
 #[allow(unsafe_code)]
 pub mod sys;
 mod verdict;
-// `jail mcp`: the MCP server (rmcp, tokio), only in builds with the `mcp` feature.
-#[cfg(feature = "mcp")]
-pub mod mcp;
 mod watch;

@@ -60,9 +60,14 @@ enum Command {
     },
     /// Print the JSON Schema of the `jail run --json` result (schema/result.schema.json).
     Schema,
-    /// Serve MCP over stdio: a `run_python` tool that runs each step in a fresh jail.
-    #[cfg(feature = "mcp")]
-    Mcp(jail::mcp::McpArgs),
+    /// Serve MCP over stdio: a `run_python` tool that runs each step in a
+    /// fresh jail (runs `jail-mcp`, installed beside this binary; `jail mcp --help`).
+    #[command(disable_help_flag = true)]
+    Mcp {
+        /// The arguments of `jail-mcp`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
 }
 
 /// Which rootfs: the lookup in jail/src/locate.rs.
@@ -245,8 +250,7 @@ fn main() -> ExitCode {
             print!("{}", jail::schema::result_schema_text());
             ExitCode::SUCCESS
         }
-        #[cfg(feature = "mcp")]
-        Command::Mcp(args) => jail::mcp::main(args),
+        Command::Mcp { args } => jail::mcp::exec(&args),
     }
 }
 

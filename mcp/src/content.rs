@@ -13,8 +13,8 @@ use base64::Engine;
 use rmcp::model::ContentBlock;
 use sha2::{Digest, Sha256};
 
-use crate::result::{Artifact, Change, RunResult, Status, Summary};
-use crate::sys;
+use jail::result::{Artifact, Change, RunResult, Status, Summary};
+use jail::sys;
 
 /// Images one result may carry, and the size of each.
 pub const MAX_IMAGES: usize = 8;
@@ -160,7 +160,7 @@ pub fn read_png(output_dir: &Path, a: &Artifact) -> Result<Vec<u8>, ImageError> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result::SetupError;
+    use jail::result::SetupError;
 
     fn artifact(path: &str, bytes: &[u8]) -> Artifact {
         let sha = Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect::<String>();

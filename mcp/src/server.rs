@@ -1,14 +1,5 @@
-//! `jail mcp`: a Model Context Protocol server over stdio (rmcp) with one
-//! tool, `run_python`. Each call runs as its own `jail run --json` process
-//! (this same binary): the jail must fork from a single-threaded process,
-//! and this one runs a tokio runtime, so it never calls the supervisor
-//! in-process. What a call may touch on the host is fixed when the server
-//! starts: the policy and its limits, and the folders given with
-//! `--input-dir` (see `inputs.rs`). `session_exec` waits for sessions
-//! (issue 18).
-
-mod content;
-mod inputs;
+//! The server: its configuration, fixed at start, and the `run_python`
+//! tool, each call of which is one `jail run --json` process.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
@@ -23,9 +14,11 @@ use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, 
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
-use crate::policy::{Overrides, Policy};
-use crate::result::{RunResult, Status, EXIT_SETUP_FAILED};
-pub use inputs::{Allowlist, InputError, Staging};
+use crate::content;
+use crate::inputs::{Allowlist, InputError, Staging};
+use crate::stop::Step;
+use jail::policy::{Overrides, Policy};
+use jail::result::{RunResult, Status, EXIT_SETUP_FAILED};
 
 /// Bytes of Python source one call may send.
 pub const MAX_CODE_BYTES: usize = 1 << 20;
@@ -72,13 +65,15 @@ pub enum McpError {
     #[error("{0}")]
     Input(#[from] InputError),
     #[error("policy: {0} (check it with `jail check FILE`)")]
-    Policy(#[from] crate::policy::PolicyError),
+    Policy(#[from] jail::policy::PolicyError),
     #[error("{0}")]
     Override(String),
     #[error("--timeout {0} is out of range: give seconds above 0 and at most 86400")]
     Timeout(f64),
-    #[error("cannot find this binary to run steps with: {0}")]
+    #[error("cannot find this binary, to find `jail` beside it: {0}")]
     SelfExe(std::io::Error),
+    #[error("no `jail` binary at {0}: jail-mcp runs each step with the `jail` beside it; install both (`make install`) or build it (`cargo build -p jail`)")]
+    NoJail(PathBuf),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("serving stdio: {0}")]
@@ -132,7 +127,10 @@ impl Config {
         flag("--cpus", args.cpus.clone().map(Into::into));
         flag("--pids", args.pids.clone().map(Into::into));
         flag("--cpu-time", args.cpu_time.clone().map(Into::into));
-        let jail = std::env::current_exe().map_err(McpError::SelfExe)?;
+        let jail = std::env::current_exe().map_err(McpError::SelfExe)?.with_file_name("jail");
+        if !jail.is_file() {
+            return Err(McpError::NoJail(jail));
+        }
         Ok(Config { jail, allowlist, ceiling, run_flags, policy_name: policy.name })
     }
 
@@ -276,9 +274,13 @@ async fn run_step(config: &Config, code: &str, timeout: Duration, staging: &Stag
         cmd.arg("--input").arg(input);
     }
     cmd.arg(&script);
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()).kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", config.jail.display()))?;
+    // Not kill_on_drop: a cancelled call's run gets SIGTERM (stop.rs), so
+    // that it removes its cgroup before it goes.
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", config.jail.display()))?;
+    let mut step = Step::new(child);
     let (mut out, mut err) = (Vec::new(), Vec::new());
+    let Some(child) = step.child() else { return Err("the jail was not started".into()) };
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let read = async {
         if let Some(s) = stdout {
@@ -299,15 +301,16 @@ async fn run_step(config: &Config, code: &str, timeout: Duration, staging: &Stag
     .await;
     let status = match waited {
         Ok(Ok(status)) => status,
+        // Dropping `step` terminates the run, then kills it after a grace.
         Ok(Err(e)) => return Err(format!("waiting for the jail: {e}")),
         Err(_) => {
-            let _ = child.kill().await;
-            return Err(format!("the jail did not finish within {} s of its deadline and was killed", HUNG_GRACE.as_secs()));
+            return Err(format!("the jail did not finish within {} s of its deadline and was stopped", HUNG_GRACE.as_secs()))
         }
     };
+    step.done();
     let doc: serde_json::Value = serde_json::from_slice(&out)
         .map_err(|_| format!("the jail printed no result (exit {status}): {}", String::from_utf8_lossy(&err).trim()))?;
-    crate::schema::check_version(&doc).map_err(|e| e.to_string())?;
+    jail::schema::check_version(&doc).map_err(|e| e.to_string())?;
     serde_json::from_value(doc).map_err(|e| format!("the jail's result does not match this server's contract: {e}"))
 }
 

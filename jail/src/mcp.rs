@@ -1,0 +1,49 @@
+//! `jail mcp ARGS`: exec `jail-mcp ARGS`, the MCP server (the mcp/ crate),
+//! found beside this binary. It is a binary of its own so that this one
+//! carries no async runtime: the supervisor's resident memory grows with the
+//! binary it runs from.
+
+use std::ffi::OsString;
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use crate::result::EXIT_SETUP_FAILED;
+
+/// The server's binary name, beside `jail`.
+pub const SERVER: &str = "jail-mcp";
+
+#[derive(Debug, thiserror::Error)]
+pub enum McpError {
+    #[error("cannot find this binary, to find {SERVER} beside it: {0}")]
+    SelfExe(std::io::Error),
+    #[error("no {SERVER} at {0}: install it beside jail (`make install`) or build it (`cargo build -p jail-mcp`)")]
+    Missing(PathBuf),
+    #[error("cannot run {0}: {1}")]
+    Exec(PathBuf, std::io::Error),
+}
+
+/// Where `jail-mcp` is: beside the running binary (links resolved, so a
+/// `jail` on PATH that links to a build tree finds that tree's server).
+pub fn server_path() -> Result<PathBuf, McpError> {
+    let exe = std::env::current_exe().map_err(McpError::SelfExe)?;
+    let server = exe.with_file_name(SERVER);
+    if server.is_file() {
+        Ok(server)
+    } else {
+        Err(McpError::Missing(server))
+    }
+}
+
+/// Replace this process with `jail-mcp ARGS`; returns only on failure.
+pub fn exec(args: &[OsString]) -> ExitCode {
+    let e = match server_path() {
+        Ok(server) => {
+            let e = std::process::Command::new(&server).args(args).exec();
+            McpError::Exec(server, e)
+        }
+        Err(e) => e,
+    };
+    eprintln!("jail mcp: {e}");
+    ExitCode::from(EXIT_SETUP_FAILED as u8)
+}
