@@ -243,10 +243,14 @@ fn sigkill_of_the_session_supervisor_leaves_nothing_behind() {
     let marker = format!("orphan-{}", std::process::id());
     let s = sb.start_session();
     let (v, _) = s.exec(&format!(
-        "import subprocess\nsubprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n\
+        "import os, subprocess, time\n\
+         subprocess.Popen(['python3', '-c', 'import time; open(\"/tmp/started\", \"w\").close(); time.sleep(60)', '{marker}'])\n\
+         while not os.path.exists('/tmp/started'):\n    time.sleep(0.01)\n\
          open('/tmp/big', 'wb').write(b'x' * (1 << 20))\n"
     ));
     assert_eq!(v["status"], "ok", "{v}");
+    // The cell waited until the probe's own code ran, so its command line
+    // (with the marker) is the exec'd one.
     assert_eq!(host_processes_with(&marker).len(), 1, "the probe's process should be running");
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(s.pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
     assert_session_gone(&sb, &s, &marker);
