@@ -111,7 +111,7 @@ def test_a_missing_rootfs_is_a_setup_error_naming_the_fix(tmp_path):
         Sandbox(rootfs=tmp_path / "nowhere").run("print('never')\n")
     e = info.value
     assert e.stage == "input"
-    assert "nowhere" in e.message and "make rootfs" in e.message, e.message
+    assert "nowhere" in e.message and "jail rootfs build" in e.message, e.message
     assert e.result is not None and e.result["status"] == "setup_failed"
 
 

@@ -478,7 +478,7 @@ def build_payload(share_dir: Path, tests: list[TestLine], rootfs: Path) -> Path:
         tar.add(jail, "bin/jail", filter=normalise)
         for name in names:
             tar.add(bins[name], f"bin/{name}", filter=normalise)
-        for d in ("policies", "examples"):
+        for d in ("policies", "examples", "schema"):
             if (REPO / d).is_dir():
                 tar.add(REPO / d, f"repo/{d}", filter=normalise)
         tar.add(rootfs, "rootfs", filter=normalise)
