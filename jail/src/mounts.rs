@@ -632,13 +632,7 @@ fn copy_script(file: std::fs::File, source: &Path, dir: &Path, name: &Path) -> R
         return Err(copy_err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("{copied} of {size} bytes"))));
     }
     drop(out);
-    let ro =
-        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    nix::mount::mount(None::<&str>, dir, None::<&str>, ro, None::<&str>).map_err(|source| MountError::Mount {
-        fstype: "tmpfs (read-only remount)",
-        target: dir.to_path_buf(),
-        source,
-    })
+    remount_read_only(dir)
 }
 
 /// An empty read-only file on a scratch tmpfs, the source of every file mask.
@@ -794,13 +788,7 @@ fn write_files(dir: &Path, files: &[(PathBuf, String)]) -> Result<(), MountError
         }
         write_file(&at, content, 0o444)?;
     }
-    let ro =
-        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    nix::mount::mount(None::<&str>, dir, None::<&str>, ro, None::<&str>).map_err(|source| MountError::Mount {
-        fstype: "tmpfs (read-only remount)",
-        target: dir.to_path_buf(),
-        source,
-    })
+    remount_read_only(dir)
 }
 
 fn create_empty_file(at: &Path) -> Result<(), MountError> {
@@ -837,6 +825,17 @@ fn attach(tree: OwnedFd, at: &Path, attrs: u64) -> Result<(), MountError> {
         }
     }
     sys::move_mount(tree.as_fd(), at).map_err(|source| MountError::MoveMount { target: at.to_path_buf(), source })
+}
+
+/// Remount a tmpfs this module filled read-only (and nosuid, nodev, noexec).
+fn remount_read_only(dir: &Path) -> Result<(), MountError> {
+    let ro =
+        MsFlags::MS_REMOUNT | MsFlags::MS_BIND | MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    nix::mount::mount(None::<&str>, dir, None::<&str>, ro, None::<&str>).map_err(|source| MountError::Mount {
+        fstype: "tmpfs (read-only remount)",
+        target: dir.to_path_buf(),
+        source,
+    })
 }
 
 #[cfg(test)]
