@@ -68,6 +68,7 @@ mod network;
 mod output;
 mod plan;
 pub mod policy;
+pub mod pool;
 mod privileges;
 mod proxy;
 pub mod relay;

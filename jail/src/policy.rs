@@ -88,6 +88,10 @@ pub struct PolicyFile {
     /// `jail session`: the interrupt grace, idle timeout and lifetime.
     #[serde(default, skip_serializing_if = "SessionFile::is_unset")]
     pub session: SessionFile,
+    /// `jail pool`: trusted modules a pooled jail imports before any
+    /// untrusted code exists in it (`["numpy", "pandas", "matplotlib.pyplot"]`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub preload: Vec<String>,
 }
 
 /// The `session` section (`jail session`, session.rs).
@@ -289,6 +293,8 @@ pub struct Policy {
     pub seccomp: crate::seccomp::Model,
     pub landlock: crate::landlock::Settings,
     pub session: Session,
+    /// Dotted module names a pooled jail imports ahead (`jail pool`).
+    pub preload: Vec<String>,
     /// sha256 of the policy's canonical JSON form, reported in every result.
     pub hash: String,
     /// Where it came from, for the result and `jail doctor`: `built-in`
@@ -633,6 +639,7 @@ impl Policy {
         }
         let landlock = crate::landlock::validate(&file.landlock)?;
         let session = validate_session(&file.session)?;
+        let preload = validate_preload(&file.preload)?;
         Ok(Policy {
             name: file.name.clone().unwrap_or_else(|| "unnamed".into()),
             rootfs,
@@ -646,10 +653,41 @@ impl Policy {
             seccomp,
             landlock,
             session,
+            preload,
             hash,
             source: "inline".into(),
         })
     }
+}
+
+/// At most this many preload modules: each is imported in every pooled jail.
+const MAX_PRELOAD: usize = 64;
+
+/// `preload`: each entry a dotted Python module name (`matplotlib.pyplot`),
+/// since the pool's driver hands it to `importlib.import_module` and nothing
+/// else; whether the rootfs has it is checked when the pool starts.
+fn validate_preload(names: &[String]) -> Result<Vec<String>, PolicyError> {
+    if names.len() > MAX_PRELOAD {
+        return Err(PolicyError::field("preload", format!("has {} modules, at most {MAX_PRELOAD}", names.len())));
+    }
+    for (i, name) in names.iter().enumerate() {
+        if !is_module_name(name) {
+            return Err(PolicyError::field(
+                &format!("preload[{i}]"),
+                format!("is {name:?}, not a dotted module name like \"matplotlib.pyplot\""),
+            ));
+        }
+    }
+    Ok(names.to_vec())
+}
+
+fn is_module_name(name: &str) -> bool {
+    let part = |p: &str| {
+        let mut chars = p.chars();
+        matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+    };
+    name.len() <= 200 && name.split('.').all(part)
 }
 
 fn validate_session(f: &SessionFile) -> Result<Session, PolicyError> {
@@ -1047,6 +1085,30 @@ pub fn auto_tmp_size(memory: Option<u64>) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn preload_names_dotted_modules_and_nothing_else() {
+        let p = Policy::from_json(r#"{"version":1,"preload":["numpy","matplotlib.pyplot","_x1"]}"#, Path::new("/")).unwrap();
+        assert_eq!(p.preload, ["numpy", "matplotlib.pyplot", "_x1"]);
+        for bad in [
+            r#""""#,
+            r#""os; import x""#,
+            r#""a..b""#,
+            r#""1abc""#,
+            r#"".hidden""#,
+            r#""a b""#,
+        ] {
+            let err = Policy::from_json(&format!(r#"{{"version":1,"preload":[{bad}]}}"#), Path::new("/")).unwrap_err();
+            assert!(err.to_string().contains("preload[0]"), "{bad}: {err}");
+        }
+        let many = vec!["\"m\""; MAX_PRELOAD + 1].join(",");
+        let err = Policy::from_json(&format!(r#"{{"version":1,"preload":[{many}]}}"#), Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("preload"), "{err}");
+        // An absent or empty list leaves the policy's hash as it was.
+        let a = Policy::from_json(r#"{"version":1}"#, Path::new("/")).unwrap();
+        let b = Policy::from_json(r#"{"version":1,"preload":[]}"#, Path::new("/")).unwrap();
+        assert_eq!(a.hash, b.hash);
+    }
 
     #[test]
     fn session_times_default_and_are_checked() {

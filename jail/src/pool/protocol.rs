@@ -1,0 +1,266 @@
+//! The pool's wire format: one request or `stats` line in, one reply line
+//! out (the protocol is written down in pool.rs). Pure: parsing and
+//! checking a line touches no file.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+/// Longest request line the pool reads; a longer one is `malformed`.
+pub const MAX_LINE_BYTES: usize = 4 << 20;
+const MAX_ID_CHARS: usize = 128;
+
+/// A request line as written (serde, unknown fields refused).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LineFile {
+    id: Option<String>,
+    op: Option<String>,
+    code: Option<String>,
+    script: Option<PathBuf>,
+    input: Option<PathBuf>,
+    output: Option<PathBuf>,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    limits: LimitsFile,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LimitsFile {
+    wall_time_secs: Option<f64>,
+    cpu_time_secs: Option<f64>,
+}
+
+/// What a line asks for, checked.
+#[derive(Debug, PartialEq)]
+pub enum Line {
+    Run(Request),
+    Stats { id: Option<String> },
+}
+
+/// One step to run in a claimed jail.
+#[derive(Debug, PartialEq)]
+pub struct Request {
+    pub id: String,
+    pub source: Source,
+    pub input: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+    pub args: Vec<String>,
+    pub wall_time: Duration,
+    pub cpu_time: Option<Duration>,
+}
+
+#[derive(Debug, PartialEq)]
+pub enum Source {
+    Code(String),
+    Script(PathBuf),
+}
+
+/// The policy's ceilings a request's `limits` must stay within.
+#[derive(Debug, Clone, Copy)]
+pub struct Ceilings {
+    pub wall_time: Duration,
+    pub cpu_time: Option<Duration>,
+}
+
+/// An error reply: a code from the protocol's list and one line naming
+/// the fix.
+#[derive(Debug, PartialEq)]
+pub struct ProtocolError {
+    pub id: Option<String>,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ProtocolError {
+    fn new(id: Option<&str>, code: &'static str, message: impl Into<String>) -> Self {
+        ProtocolError { id: id.map(str::to_owned), code, message: message.into() }
+    }
+
+    /// The reply line, without its newline.
+    pub fn reply(&self) -> String {
+        json!({"id": self.id, "error": {"code": self.code, "message": self.message}}).to_string()
+    }
+}
+
+/// A result reply line, without its newline.
+pub fn result_reply(id: &str, result: &Value) -> String {
+    json!({"id": id, "result": result}).to_string()
+}
+
+/// Parse and check one line against the policy's ceilings.
+pub fn parse_line(line: &str, ceilings: Ceilings) -> Result<Line, ProtocolError> {
+    if line.len() > MAX_LINE_BYTES {
+        return Err(ProtocolError::new(
+            None,
+            "malformed",
+            format!("the line is over {MAX_LINE_BYTES} bytes: send a script path instead of the code"),
+        ));
+    }
+    let value: Value = serde_json::from_str(line)
+        .map_err(|e| ProtocolError::new(None, "malformed", format!("not JSON ({e}): send one JSON object per line")))?;
+    let id = value.get("id").and_then(Value::as_str).map(str::to_owned);
+    let file: LineFile = serde_json::from_value(value).map_err(|e| {
+        let text = e.to_string();
+        let code = if text.starts_with("unknown field") { "unknown_field" } else { "malformed" };
+        ProtocolError::new(id.as_deref(), code, format!("{text}: see the pool protocol in README.md"))
+    })?;
+    if let Some(id) = &file.id {
+        check_id(id)?;
+    }
+    match file.op.as_deref() {
+        Some("stats") => stats(file),
+        Some(op) => {
+            Err(ProtocolError::new(id.as_deref(), "bad_request", format!("op {op:?} is unknown: the only op is \"stats\"")))
+        }
+        None => request(file, ceilings).map(Line::Run),
+    }
+}
+
+fn check_id(id: &str) -> Result<(), ProtocolError> {
+    let n = id.chars().count();
+    if n == 0 || n > MAX_ID_CHARS || id.chars().any(char::is_control) {
+        return Err(ProtocolError::new(None, "bad_request", format!("id must be 1 to {MAX_ID_CHARS} printable characters")));
+    }
+    Ok(())
+}
+
+fn stats(file: LineFile) -> Result<Line, ProtocolError> {
+    let extra = file.code.is_some() || file.script.is_some() || file.input.is_some() || file.output.is_some();
+    if extra || !file.args.is_empty() {
+        let msg = "a stats line takes only \"op\" and \"id\": send the run fields in their own request";
+        return Err(ProtocolError::new(file.id.as_deref(), "bad_request", msg));
+    }
+    Ok(Line::Stats { id: file.id })
+}
+
+fn request(file: LineFile, ceilings: Ceilings) -> Result<Request, ProtocolError> {
+    let Some(id) = file.id.clone() else {
+        return Err(ProtocolError::new(
+            None,
+            "bad_request",
+            "the request has no \"id\": give each request an id to match its reply",
+        ));
+    };
+    let bad = |msg: String| ProtocolError::new(Some(&id), "bad_request", msg);
+    let source = match (file.code, file.script) {
+        (Some(code), None) => Source::Code(code),
+        (None, Some(path)) => Source::Script(absolute("script", path).map_err(bad)?),
+        _ => return Err(bad("give exactly one of \"code\" and \"script\"".into())),
+    };
+    let input = file.input.map(|p| absolute("input", p)).transpose().map_err(bad)?;
+    let output = file.output.map(|p| absolute("output", p)).transpose().map_err(bad)?;
+    let (wall_time, cpu_time) = limits(&file.limits, ceilings).map_err(|(code, msg)| ProtocolError::new(Some(&id), code, msg))?;
+    Ok(Request { id, source, input, output, args: file.args, wall_time, cpu_time })
+}
+
+fn absolute(field: &str, path: PathBuf) -> Result<PathBuf, String> {
+    if !path.is_absolute() {
+        return Err(format!("{field} {} is relative: give an absolute path", path.display()));
+    }
+    if path.components().any(|c| matches!(c, std::path::Component::ParentDir)) {
+        return Err(format!("{field} {} has a `..`: give the folder's own path", path.display()));
+    }
+    Ok(path)
+}
+
+type LimitError = (&'static str, String);
+
+fn limits(f: &LimitsFile, ceilings: Ceilings) -> Result<(Duration, Option<Duration>), LimitError> {
+    let wall = within("wall_time_secs", f.wall_time_secs, Some(ceilings.wall_time))?.unwrap_or(ceilings.wall_time);
+    let cpu = within("cpu_time_secs", f.cpu_time_secs, ceilings.cpu_time)?.or(ceilings.cpu_time);
+    Ok((wall, cpu))
+}
+
+fn within(name: &str, value: Option<f64>, most: Option<Duration>) -> Result<Option<Duration>, LimitError> {
+    let Some(v) = value else { return Ok(None) };
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(("bad_request", format!("limits.{name} is {v}: give a number of seconds above 0")));
+    }
+    let asked = Duration::from_secs_f64(v);
+    match most {
+        Some(most) if asked > most => Err((
+            "limit_above_policy",
+            format!(
+                "limits.{name} is {v}, above the policy's {}: lower it or start the pool with a larger limit",
+                most.as_secs_f64()
+            ),
+        )),
+        _ => Ok(Some(asked)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CEIL: Ceilings = Ceilings { wall_time: Duration::from_secs(15), cpu_time: Some(Duration::from_secs(10)) };
+
+    fn err(line: &str) -> ProtocolError {
+        parse_line(line, CEIL).unwrap_err()
+    }
+
+    #[test]
+    fn a_code_request_takes_the_policy_limits_unless_lowered() {
+        let line = r#"{"id":"r1","code":"print(1)","input":"/in","output":"/out","args":["a"]}"#;
+        let want = Request {
+            id: "r1".into(),
+            source: Source::Code("print(1)".into()),
+            input: Some("/in".into()),
+            output: Some("/out".into()),
+            args: vec!["a".into()],
+            wall_time: CEIL.wall_time,
+            cpu_time: CEIL.cpu_time,
+        };
+        assert_eq!(parse_line(line, CEIL).unwrap(), Line::Run(want));
+        let Line::Run(r) = parse_line(r#"{"id":"r2","script":"/s.py","limits":{"wall_time_secs":2.5}}"#, CEIL).unwrap() else {
+            panic!("not a run")
+        };
+        assert_eq!((r.source, r.wall_time), (Source::Script("/s.py".into()), Duration::from_millis(2500)));
+    }
+
+    #[test]
+    fn stats_is_its_own_line() {
+        assert_eq!(parse_line(r#"{"op":"stats"}"#, CEIL).unwrap(), Line::Stats { id: None });
+        assert_eq!(parse_line(r#"{"op":"stats","id":"s"}"#, CEIL).unwrap(), Line::Stats { id: Some("s".into()) });
+        assert_eq!(err(r#"{"op":"stats","code":"x"}"#).code, "bad_request");
+        assert_eq!(err(r#"{"op":"restart"}"#).code, "bad_request");
+    }
+
+    #[test]
+    fn bad_lines_get_a_code_and_keep_the_id_they_had() {
+        for (line, code, id) in [
+            ("not json", "malformed", None),
+            ("[1]", "malformed", None),
+            (r#"{"id":"x","code":"1","shell":true}"#, "unknown_field", Some("x")),
+            (r#"{"id":"x","limits":{"memory":"1G"},"code":"1"}"#, "unknown_field", Some("x")),
+            (r#"{"code":"1"}"#, "bad_request", None),
+            (r#"{"id":"","code":"1"}"#, "bad_request", None),
+            (r#"{"id":"x"}"#, "bad_request", Some("x")),
+            (r#"{"id":"x","code":"1","script":"/a"}"#, "bad_request", Some("x")),
+            (r#"{"id":"x","script":"rel.py"}"#, "bad_request", Some("x")),
+            (r#"{"id":"x","code":"1","input":"/a/../etc"}"#, "bad_request", Some("x")),
+            (r#"{"id":"x","code":"1","limits":{"wall_time_secs":0}}"#, "bad_request", Some("x")),
+            (r#"{"id":"x","code":"1","limits":{"wall_time_secs":16}}"#, "limit_above_policy", Some("x")),
+            (r#"{"id":"x","code":"1","limits":{"cpu_time_secs":11}}"#, "limit_above_policy", Some("x")),
+        ] {
+            let e = err(line);
+            assert_eq!((e.code, e.id.as_deref()), (code, id), "{line}: {}", e.message);
+            assert!(!e.message.contains('\n'), "{line}: one line");
+        }
+    }
+
+    #[test]
+    fn replies_are_one_json_line() {
+        let e = err(r#"{"id":"x","code":"1","limits":{"wall_time_secs":99}}"#);
+        let v: Value = serde_json::from_str(&e.reply()).unwrap();
+        assert_eq!(v["id"], "x");
+        assert_eq!(v["error"]["code"], "limit_above_policy");
+        let r: Value = serde_json::from_str(&result_reply("y", &json!({"status": "ok"}))).unwrap();
+        assert_eq!(r, json!({"id": "y", "result": {"status": "ok"}}));
+    }
+}
