@@ -8,6 +8,7 @@
 //! - `supervisor`: one run's steps, in order; each step is one of the rooms below.
 //! - `host`: the machine read once: caller, leased host uid (`hostuid`), kernel features, rlimits, the run cgroup.
 //! - `cgroup`, `limits`, `rlimits`: the run cgroup, and what enforces each limit.
+//! - `throttle`: the CPU quota without a cpu cgroup: the watch loop duty-cycles the tree (SIGSTOP/SIGCONT).
 //! - `request`: every path the user gave, checked; the rootfs listed and identified (`rootfs`).
 //! - `plan`: pure `plan(request, checked paths, host) -> RunPlan`: id maps, mounts, landlock rules, seccomp model, exec, limits, network, output, channels.
 //! - `layers`: the seccomp filter the plan names, compiled (through its cache).
@@ -84,5 +85,6 @@ pub mod supervisor;
 mod sync;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod throttle;
 mod verdict;
 mod watch;

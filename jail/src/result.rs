@@ -190,6 +190,23 @@ pub struct Usage {
     /// Processes of the run the kernel's OOM killer killed (memory.events
     /// oom_kill on v2, memory.oom_control oom_kill on v1).
     pub oom_kills: Option<u64>,
+    /// What the supervisor's CPU throttle did (`limits.cpus` enforced by
+    /// `supervisor`: no cpu cgroup); `null` when it was not the enforcer.
+    #[serde(default)]
+    pub throttled: Option<Throttled>,
+}
+
+/// The supervisor's duty cycle of the tree (throttle.rs).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct Throttled {
+    /// Times the whole tree was stopped (SIGSTOP) for being over its quota.
+    pub stops: u64,
+    /// Wall time the tree spent stopped, in all.
+    pub stopped_ms: f64,
+    /// Stops whose sweep did not find every process stopped within its
+    /// passes (processes forking or resuming each other faster than the
+    /// sweep); 0 when every stop held the whole tree.
+    pub unsettled: u64,
 }
 
 /// The mirror of a size-capped output dir (see `output.rs`).

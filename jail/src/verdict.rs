@@ -258,6 +258,7 @@ fn usage_of(o: &Outcome, cg: &CgroupUsage) -> Usage {
         max_rss_bytes: Some(o.rusage.ru_maxrss as u64 * 1024),
         pids_peak: cg.pids_peak,
         oom_kills: cg.oom_kills,
+        throttled: o.throttled.clone(),
     }
 }
 

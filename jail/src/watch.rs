@@ -15,6 +15,7 @@ use crate::cgroup::RunCgroup;
 use crate::limits;
 use crate::seccomp;
 use crate::sys;
+use crate::throttle::Throttle;
 
 /// The supervisor's read ends of the four pipes the child side writes to.
 pub(crate) struct ChildPipes {
@@ -38,6 +39,8 @@ pub(crate) struct Watch<'m> {
     pub(crate) listener_rest: Option<Instant>,
     pub(crate) tally: seccomp::Tally,
     pub(crate) model: &'m seccomp::Model,
+    /// The CPU quota's enforcer when no cgroup has a cpu controller.
+    pub(crate) throttle: Option<Throttle>,
 }
 
 /// How the watch loop ended.
@@ -140,6 +143,7 @@ impl<'m> Watch<'m> {
             listener_rest: None,
             tally,
             model,
+            throttle: None,
         }
     }
 }
@@ -190,6 +194,9 @@ impl Watch<'_> {
             if !at.dying() {
                 enforce(&mut at, limits, pid, cgroup);
             }
+            if let (Some(t), false) = (&mut self.throttle, at.dying()) {
+                t.check(Instant::now());
+            }
         }
         at.ending
     }
@@ -210,6 +217,9 @@ impl Watch<'_> {
             let mut left = limits.wall.saturating_duration_since(Instant::now());
             if limits.cpu.is_some() {
                 left = left.min(at.next_cpu_check.saturating_duration_since(Instant::now()));
+            }
+            if let Some(t) = &self.throttle {
+                left = left.min(t.next_wake().saturating_duration_since(Instant::now()));
             }
             PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
         };
