@@ -74,7 +74,7 @@ async def main(config_path, name, csv_input):
                 checks["image_is_png"] = images[0].mime_type == "image/png" and png.startswith(b"\x89PNG\r\n\x1a\n") and png[12:16] == b"IHDR"
                 checks["image_is_the_chart"] = (width, height) == (400, 300)
             structured = chart.structured_content or {}
-            checks["structured_result"] = structured.get("schema_version") == 1 and structured.get("status") == "ok"
+            checks["structured_result"] = structured.get("schema_version") == 2 and structured.get("status") == "ok"
 
             bad = {
                 "outside_path": {"code": "print(1)", "input": ["/etc/passwd"]},

@@ -26,7 +26,7 @@ Callback = Callable[[str], None]
 #: The exit status ``jail`` gives when the run could not be set up.
 EXIT_SETUP_FAILED = 125
 #: The result document versions this client understands.
-SCHEMA_VERSIONS = (1,)
+SCHEMA_VERSIONS = (2,)
 #: Most bytes of ``jail``'s own stderr kept for an error message.
 _MAX_STDERR = 64 << 10
 
@@ -141,7 +141,7 @@ class Execution:
 
     Attributes:
         status: ``ok``, ``nonzero_exit``, ``timeout_wall``, ``timeout_cpu``,
-            ``oom_killed``, ``output_limit``, ``signaled`` (see the result's
+            ``oom_killed``, ``output_limit``, ``signaled``, ``cancelled`` (see the result's
             ``status`` in the project README).
         stdout: The code's stdout; past ``limits.stdout_bytes`` its head and
             tail with a marker between (``stdout_truncated``).
