@@ -206,6 +206,13 @@ pub struct SessionStart {
     pub timeout_seconds: Option<f64>,
 }
 
+/// What `session_start` answers as structured content.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct SessionStarted {
+    /// The id to pass to session_exec and session_stop.
+    pub session_id: String,
+}
+
 /// The arguments of `session_exec`.
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
@@ -256,6 +263,7 @@ impl Server {
     }
 
     #[tool(
+        output_schema = rmcp::handler::server::common::schema_for_output::<SessionStarted>(),
         description = "Start a Python session: one Linux jail whose interpreter keeps its variables, imports and \
                        files from one session_exec call to the next. Returns its session_id. Stop it with \
                        session_stop (it also ends when this server exits)."
@@ -286,7 +294,7 @@ impl Server {
                 let mut reply = CallToolResult::success(vec![ContentBlock::text(format!(
                     "session {id} started: run cells with session_exec(session_id=\"{id}\", code=...)"
                 ))]);
-                reply.structured_content = Some(serde_json::json!({ "session_id": id }));
+                reply.structured_content = serde_json::to_value(SessionStarted { session_id: id }).ok();
                 Ok(reply)
             }
             Err(message) => refused(message),
@@ -294,6 +302,7 @@ impl Server {
     }
 
     #[tool(
+        output_schema = rmcp::handler::server::common::schema_for_output::<RunResult>(),
         description = "Run Python 3 code as the next cell of a session (session_start): names earlier cells \
                        defined are still there. Returns the cell's stdout, stderr, Python error and status."
     )]
@@ -310,6 +319,7 @@ impl Server {
     }
 
     #[tool(
+        output_schema = rmcp::handler::server::common::schema_for_output::<RunResult>(),
         description = "Stop a session: its jail ends, and the files its cells wrote to /workspace/output are \
                        checked and listed (PNG images inline)."
     )]
@@ -321,6 +331,7 @@ impl Server {
     }
 
     #[tool(
+        output_schema = rmcp::handler::server::common::schema_for_output::<RunResult>(),
         description = "Run Python 3 code in a fresh, network-less Linux jail and return its stdout, stderr, \
                        Python error, status and the files it wrote to /workspace/output (PNG images inline)."
     )]

@@ -60,6 +60,9 @@ async def main(config_path, name, csv_input):
             tools = await session.list_tools()
             report["tools"] = sorted(t.name for t in tools.tools)
             checks["lists_run_python"] = "run_python" in report["tools"]
+            # Each tool declares its structured content's schema; the SDK
+            # validates every structured reply against it.
+            checks["output_schemas"] = all(t.output_schema and t.output_schema.get("type") == "object" for t in tools.tools)
 
             chart = await session.call_tool("run_python", {"code": CHART, "input": [csv_input]})
             images = [c for c in chart.content if c.type == "image"]
