@@ -24,6 +24,7 @@
 //! - `output`, `fsid`: the output tmpfs filled and copied, and who the copy acts as.
 //! - `proxy`: the allowlist's HTTP CONNECT proxy, run by the supervisor.
 //! - `watch`: the poll loop over the pipes, the pidfd, the seccomp listener and the relays; deadlines.
+//! - `cancel`: SIGTERM/SIGINT/SIGHUP to `jail run`, turned into a cancelled run (polled by `watch`).
 //! - `capture`, `relay`, `events`: the script's stdout and stderr, captured, streamed, or sent as `--events` NDJSON.
 //! - `verdict`: facts → status, and the one place the result is assembled.
 //! - `stage`: the `Stage` names of `setup_error.stage`, and the one error-chain → `SetupError` conversion.
@@ -40,6 +41,7 @@
 #![deny(unsafe_code)]
 
 pub mod artifacts;
+pub mod cancel;
 mod capture;
 pub mod cgroup;
 mod child;

@@ -263,6 +263,11 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy, jail::policy::PolicyErr
 
 fn run(args: RunArgs) -> ExitCode {
     let json = args.json;
+    // First, before any thread: SIGTERM, SIGINT and SIGHUP cancel the run
+    // (its tree killed, its cgroup and folders removed) instead of killing us.
+    if let Err(e) = jail::cancel::arm() {
+        eprintln!("jail: SIGTERM, SIGINT and SIGHUP will kill jail without cleaning up: block them and open a signalfd: {e}");
+    }
     // `_script` (from -c or stdin) is removed when it drops, after the run.
     // Opened before the run: the captures write the chunk events to it.
     let events = args.events.then(jail::events::open);
@@ -291,6 +296,7 @@ fn run(args: RunArgs) -> ExitCode {
             Status::TimeoutWall => lines.push_str("jail: the script ran past its wall-clock limit and was killed\n"),
             Status::TimeoutCpu => lines.push_str("jail: the script used up its CPU-time limit and was killed\n"),
             Status::OomKilled => lines.push_str("jail: the kernel killed the script at its memory limit\n"),
+            Status::Cancelled => lines.push_str("jail: cancelled by a signal; the script was killed\n"),
             Status::OutputLimit => lines.push_str(
                 "jail: the script's output passed limits.stdout_bytes or limits.stderr_bytes; the rest was dropped (status output_limit)\n",
             ),

@@ -52,6 +52,8 @@ pub(crate) enum Ending {
     WallTimeout,
     /// The run cgroup's CPU usage reached the limit and the tree was killed.
     CpuTimeout,
+    /// `jail` got this signal (cancel.rs) and the tree was killed.
+    Cancelled(Signal),
 }
 
 /// What the watch loop enforces besides the pipes.
@@ -84,6 +86,8 @@ enum Slot {
     /// The caller's stdout or stderr, polled for POLLOUT while a relay has bytes.
     RelayOut,
     RelayErr,
+    /// The signalfd of cancel.rs: `jail` was asked to stop.
+    Cancel,
 }
 
 /// The pipes still open, by name.
@@ -115,6 +119,8 @@ struct Progress {
     exited: bool,
     ending: Ending,
     next_cpu_check: Instant,
+    /// A cancelling signal came (cancel.rs); `enforce` kills the tree.
+    cancel: Option<Signal>,
 }
 
 impl Progress {
@@ -167,7 +173,12 @@ impl Watch<'_> {
             report: Some(pipes.report),
             status: Some(pipes.status),
         };
-        let mut at = Progress { exited: false, ending: Ending::Exited, next_cpu_check: Instant::now() };
+        let mut at = Progress {
+            exited: false,
+            ending: Ending::Exited,
+            next_cpu_check: Instant::now(),
+            cancel: None,
+        };
         let mut buf = vec![0u8; 64 * 1024];
         while !at.exited || open.any() {
             if at.dying() && Instant::now() >= limits.wall {
@@ -248,6 +259,10 @@ impl Watch<'_> {
             fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
             which.push(Slot::Pidfd);
         }
+        if let (Some(fd), false) = (crate::cancel::fd(), at.dying()) {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            which.push(Slot::Cancel);
+        }
         // Past the answer cap the listener is read at a pace (seccomp/notify.rs,
         // PAST_CAP_PACE): left out of the poll until its time comes.
         let now = Instant::now();
@@ -272,6 +287,7 @@ impl Watch<'_> {
     fn on_ready(&mut self, slot: Slot, flags: PollFlags, open: &mut Open, at: &mut Progress, buf: &mut [u8]) {
         match slot {
             Slot::Pidfd => at.exited = true,
+            Slot::Cancel => at.cancel = at.cancel.or(crate::cancel::received()),
             Slot::RelayOut | Slot::RelayErr => {
                 let capture = if slot == Slot::RelayOut { &mut self.stdout } else { &mut self.stderr };
                 capture.flush_out();
@@ -333,7 +349,10 @@ fn enforce(at: &mut Progress, limits: &Deadlines<'_>, pid: Pid, cgroup: Option<&
         }
     };
     let now = Instant::now();
-    if now >= limits.wall {
+    if let Some(sig) = at.cancel {
+        kill_tree();
+        at.ending = Ending::Cancelled(sig);
+    } else if now >= limits.wall {
         kill_tree();
         at.ending = Ending::WallTimeout;
     } else if let Some((cg, limit_ns)) = limits.cpu {
