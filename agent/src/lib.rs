@@ -9,6 +9,7 @@
 //! it can do; `trace` records every call and sums it up.
 
 pub mod agent;
+pub mod cells;
 pub mod checkpoint;
 pub mod escape;
 pub mod export;
