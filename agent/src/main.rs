@@ -22,7 +22,7 @@ use agent::view::Budget;
 #[command(
     name = "jail-agent",
     version,
-    about = "An agent that plans, writes Python and runs every step in a fresh jail"
+    about = "An agent that plans, writes Python and runs each sub-task in a jail session"
 )]
 struct Cli {
     #[command(subcommand)]

@@ -1,7 +1,8 @@
-//! One step in a fresh jail: run the `jail` binary as a subprocess
-//! (`jail run --events --input --output --code SCRIPT`), show the script's
-//! output as its events arrive, and deserialize the last event's result
-//! into the `jail` crate's own `RunResult`. Never in-process: the
+//! One step through the `jail` binary, as a subprocess: in a fresh jail
+//! (`jail run --events --input --output --code SCRIPT`, the script's output
+//! shown as its events arrive), or as a cell of a session (`jail session
+//! start`, `exec`; cells.rs keeps the session); either way the result is
+//! deserialized into the `jail` crate's own `RunResult`. Never in-process: the
 //! jail must fork from a single-threaded process, and it is the jail's
 //! subprocess boundary that keeps a step's failure from becoming ours. The
 //! jail gets the agent's environment minus `LLM_*` and anything named like a
