@@ -164,6 +164,9 @@ pub fn explain(result: &RunResult) -> Vec<String> {
             out.push("a file was not found: check the exact names with list_input_files and list_output_files (the user's files are in /workspace/input, earlier steps' files in /workspace/output)".into());
         } else if err.kind.ends_with("MemoryError") {
             out.push("the script ran out of memory; process less data at once".into());
+        } else if err.kind == "KeyboardInterrupt" && result.status == Status::TimeoutWall {
+            // A session's cell past its limit is interrupted first: the
+            // timeout above says it all.
         } else {
             out.push(format!("the script raised {}; fix the cause in the code and run it again", err.kind));
         }
