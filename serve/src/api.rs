@@ -164,7 +164,7 @@ mod tests {
     #[test]
     fn an_unknown_nested_field_is_named() {
         let e = parse::<RunRequest>(br#"{"code":"1","limits":{"memory":1}}"#).unwrap_err();
-        assert_eq!(e.field.as_deref(), Some("limits"));
+        assert_eq!(e.field.as_deref(), Some("limits.memory"));
         assert!(e.message.contains("unknown field `memory`"), "{}", e.message);
     }
 

@@ -108,6 +108,12 @@ impl Backend for SpawnBackend {
         Box::pin(async move {
             let mut child = self.command(&job).spawn().map_err(|e| format!("cannot start {}: {e}", self.jail.display()))?;
             let guard = Group::new(&child);
+            // For the janitor, should the server die before the run ends:
+            // the parent-death signal reaches the leader alone, the
+            // janitor terminates the whole group.
+            if let Some(pgid) = guard.pgid {
+                let _ = std::fs::write(job.dir.join(crate::janitor::PGID_FILE), pgid.to_string());
+            }
             let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
             let mut result = None;
             let read = async {

@@ -33,18 +33,19 @@ use clap::Parser;
     about = "Serve runs and sessions over HTTP, each in a fresh jail"
 )]
 struct Cli {
-    /// Internal: be the janitor of this work folder (started by the server).
-    #[arg(long, hide = true, value_name = "DIR", exclusive = true)]
-    janitor: Option<std::path::PathBuf>,
     #[command(flatten)]
     args: Option<config::ServeArgs>,
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    if let Some(dir) = cli.janitor {
-        return janitor::main(&dir);
+    // The janitor (janitor.rs) is this binary started as `jail-serve
+    // --janitor DIR...` by the server, before the server's own flags apply.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == janitor::FLAG) {
+        let dirs: Vec<std::path::PathBuf> = argv[2..].iter().map(Into::into).collect();
+        return janitor::main(&dirs);
     }
+    let cli = Cli::parse();
     match cli.args {
         Some(args) => server::main(args),
         None => {

@@ -140,8 +140,15 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         let mode = std::fs::Permissions::from_mode(crate::state::private_mode());
         std::fs::set_permissions(work.path(), mode).map_err(|e| ServeError::Work(parent.clone(), e))?;
     }
+    // Session handles are unix sockets, whose paths must be short
+    // (SUN_LEN): their folders live in a short folder of the system's.
+    let tmp = std::env::temp_dir();
+    let sessions = tempfile::Builder::new()
+        .prefix("jsv-")
+        .tempdir_in(&tmp)
+        .map_err(|e| ServeError::Work(tmp.clone(), e))?;
     // Before the runtime and its threads: the janitor must outlive us.
-    let _janitor = janitor::start(work.path()).map_err(ServeError::Janitor)?;
+    let _janitor = janitor::start(&[work.path(), sessions.path()]).map_err(ServeError::Janitor)?;
     let mut flags: Vec<OsString> = Vec::new();
     if let Some(p) = &args.policy {
         flags.extend(["--policy".into(), p.into()]);
@@ -154,6 +161,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         holdings: Default::default(),
         backend: Box::new(SpawnBackend { jail: jail.clone(), flags: flags.clone() }),
         work: work.path().to_path_buf(),
+        sessions: sessions.path().to_path_buf(),
         jail,
         session_flags: flags,
         max_runs: args.max_runs,
@@ -167,13 +175,16 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     drop(runtime);
     drop(state);
     drop(work);
+    drop(sessions);
     Ok(())
 }
 
 async fn run(args: &ServeArgs, state: Shared) -> Result<(), ServeError> {
+    // Handlers first: a SIGTERM right after "listening" must drain, not kill.
+    let signals = Signals::install().map_err(ServeError::Serve)?;
     let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| ServeError::Listen(args.listen, e))?;
     eprintln!("jail serve: listening on {}", listener.local_addr().map_err(ServeError::Serve)?);
-    let drain = drain(Arc::clone(&state), Duration::from_secs(args.drain_secs));
+    let drain = drain(Arc::clone(&state), Duration::from_secs(args.drain_secs), signals);
     let serving = axum::serve(listener, router(state)).with_graceful_shutdown(drain);
     tokio::select! {
         r = serving => r.map_err(ServeError::Serve),
@@ -184,8 +195,8 @@ async fn run(args: &ServeArgs, state: Shared) -> Result<(), ServeError> {
 /// Resolves after a SIGTERM or SIGINT once in-flight runs ended (or the
 /// drain time passed) and the sessions are stopped; until then new
 /// requests get 503.
-async fn drain(state: Shared, most: Duration) {
-    wait_for_term().await;
+async fn drain(state: Shared, most: Duration, mut signals: Signals) {
+    signals.wait().await;
     state.draining.store(true, Ordering::SeqCst);
     eprintln!("jail serve: draining ({} runs in flight)", state.in_flight.load(Ordering::SeqCst));
     let until = Instant::now() + most;
@@ -204,13 +215,22 @@ async fn closed_after_drain() {
     tokio::time::sleep(CLOSE_GRACE).await;
 }
 
-async fn wait_for_term() {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
+/// SIGTERM and SIGINT, caught from the moment they are installed.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+    }
+
+    async fn wait(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {},
+            _ = self.int.recv() => {},
+        }
     }
 }

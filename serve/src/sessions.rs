@@ -129,9 +129,8 @@ async fn start(state: &Shared, headers: &HeaderMap, body: Body) -> Result<(Statu
 /// placeholder entry that the start replaces), so two requests racing for
 /// the last place cannot both have it.
 fn reserve(state: &Shared, tenant: &Tenant, id: &str) -> Result<PathBuf, ApiError> {
-    let sessions = state.tenant_dir(tenant)?.join("sessions");
-    make_private_dir(&sessions)?;
-    let dir = sessions.join(id);
+    // 64 of the id's 128 bits name the folder: the socket path stays short.
+    let dir = state.sessions.join(&id[..16]);
     let mut h = state.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
     let mine = h.entry(tenant.name.clone()).or_default();
     if mine.sessions.len() >= tenant.max_sessions {

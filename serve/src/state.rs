@@ -45,6 +45,8 @@ pub struct AppState {
     pub holdings: Mutex<HashMap<String, Holdings>>,
     pub backend: Box<dyn Backend>,
     pub work: PathBuf,
+    /// Sessions' folders (a short path: their handles are unix sockets).
+    pub sessions: PathBuf,
     pub jail: PathBuf,
     pub session_flags: Vec<std::ffi::OsString>,
     pub max_runs: usize,
