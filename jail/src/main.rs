@@ -68,6 +68,14 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Serve runs and sessions over HTTP, each in a fresh jail, for many
+    /// tenants (runs `jail-serve`, installed beside this binary; `jail serve --help`).
+    #[command(disable_help_flag = true)]
+    Serve {
+        /// The arguments of `jail-serve`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
 }
 
 /// Which rootfs: the lookup in jail/src/locate.rs.
@@ -251,6 +259,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Mcp { args } => jail::mcp::exec(&args),
+        Command::Serve { args } => jail::mcp::exec_beside(jail::mcp::SERVE, &args),
     }
 }
 
