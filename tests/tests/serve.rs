@@ -171,12 +171,16 @@ fn eventually(within: Duration, what: &str, mut f: impl FnMut() -> bool) {
 
 /// The `jail` processes of this server's runs (their command lines carry its work folder).
 fn runs_of(server: &Server) -> Vec<u32> {
+    // Compared as resolved paths: the server may name the binary `…/target/debug/jail`
+    // while the harness found it as `…/tests/../target/debug/jail`.
+    let jail = std::fs::canonicalize(jail_bin()).unwrap_or_else(|_| jail_bin());
     host_processes_with(&server.marker())
         .into_iter()
         .filter(|p| {
-            std::fs::read(format!("/proc/{p}/cmdline"))
-                .map(|c| c.split(|b| *b == 0).next() == Some(jail_bin().as_os_str().as_encoded_bytes()))
-                .unwrap_or(false)
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
+                let arg0 = std::path::PathBuf::from(String::from_utf8_lossy(c.split(|b| *b == 0).next().unwrap_or(&[])).as_ref());
+                std::fs::canonicalize(&arg0).unwrap_or(arg0) == jail
+            })
         })
         .collect()
 }
