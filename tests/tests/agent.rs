@@ -242,11 +242,11 @@ fn zip_text(path: &Path, name: &str) -> String {
     s
 }
 
-/// The full path: a two-item plan; item 1 writes code, hits a Python error,
-/// fixes it and succeeds; item 2 builds a deck; then the final answer.
-fn full_run(rootfs: PathBuf, deck_script: &str, step_timeout: Option<f64>, stateless: bool) -> (Fixture, MockLlm, Outcome) {
-    let f = fixture();
-    let turns = vec![
+/// The scripted conversation of the full path: a two-item plan; item 1
+/// hits a Python error, fixes it and succeeds; item 2 runs `deck_script`;
+/// then the final answer.
+fn two_item_turns(deck_script: &str) -> Vec<Turn> {
+    vec![
         tool_turn(
             &[(
                 "create_todo_list",
@@ -272,7 +272,14 @@ fn full_run(rootfs: PathBuf, deck_script: &str, step_timeout: Option<f64>, state
         tool_turn(&[write("deck.py", deck_script), run_file("deck.py")], (800, 900)),
         tool_turn(&[call("complete_todo", json!({"report": "deck.pptx: one slide per class"}))], (1800, 25)),
         text_turn("Survival differed by class; see summary.csv and deck.pptx.", (1400, 40)),
-    ];
+    ]
+}
+
+/// The full path: a two-item plan; item 1 writes code, hits a Python error,
+/// fixes it and succeeds; item 2 builds a deck; then the final answer.
+fn full_run(rootfs: PathBuf, deck_script: &str, step_timeout: Option<f64>, stateless: bool) -> (Fixture, MockLlm, Outcome) {
+    let f = fixture();
+    let turns = two_item_turns(deck_script);
     let mock = MockLlm::start(turns);
     let mut cfg = config(&f, &mock, rootfs);
     cfg.runner.stateless = stateless;
@@ -1402,33 +1409,7 @@ fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
     };
     let f = fixture();
     let rx = start_receiver(&python, f.dir.path());
-    let turns = vec![
-        tool_turn(
-            &[(
-                "create_todo_list",
-                plan(&[
-                    ("class-summary", &["/workspace/output/summary.csv"]),
-                    ("deck", &["/workspace/output/deck.pptx"]),
-                ]),
-            )],
-            (900, 120),
-        ),
-        tool_turn(&[call("start_next_todo", json!({}))], (1000, 10)),
-        tool_turn(
-            &[
-                call("read_skill", json!({"name": "eda"})),
-                write("summary.py", SUMMARY_BUG),
-                run_file("summary.py"),
-            ],
-            (700, 200),
-        ),
-        tool_turn(&[write("summary.py", SUMMARY_FIXED), run_file("summary.py")], (1500, 260)),
-        tool_turn(&[call("complete_todo", json!({"report": "summary.csv: survival by class"}))], (1900, 30)),
-        tool_turn(&[call("start_next_todo", json!({}))], (1200, 10)),
-        tool_turn(&[write("deck.py", DECK_STDLIB), run_file("deck.py")], (800, 900)),
-        tool_turn(&[call("complete_todo", json!({"report": "deck.pptx: one slide per class"}))], (1800, 25)),
-        text_turn("Survival differed by class; see summary.csv and deck.pptx.", (1400, 40)),
-    ];
+    let turns = two_item_turns(DECK_STDLIB);
     let mock = MockLlm::start(turns);
     let out = Command::new(agent_bin())
         .args([
