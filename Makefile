@@ -20,8 +20,8 @@ setup: ## install the system packages the build needs (uses sudo when not root)
 build: ## build the workspace (debug)
 	$(CARGO) build --workspace
 
-release: ## build the release binaries target/release/jail and jail-mcp (`jail mcp` runs it)
-	$(CARGO) build --release -p jail -p jail-mcp
+release: ## build the release binaries target/release/jail, jail-mcp and jail-serve (`jail mcp`, `jail serve` run them)
+	$(CARGO) build --release -p jail -p jail-mcp -p jail-serve
 
 # `make install PREFIX=...`: the binary alone works anywhere (policy and
 # rootfs recipes compiled in); DESTDIR is honoured for packaging.
@@ -58,6 +58,10 @@ test-deps: ## what the tests need beyond the build: the agent's OTLP receiver ve
 
 test-user: build rootfs ## run the jail tests as TEST_USER, an account or a bare uid (root only)
 	tests/run-as-user.sh $(TEST_USER) $(TEST_FILTER)
+
+load-test: build ## `jail serve` under load on loopback: LOAD_CLIENTS clients for LOAD_SECS s (CI: 64 x 20), p50/p99, errors, leaks; JAIL_ROOTFS else the built minimal rootfs
+	JAIL_BIN=$(CURDIR)/target/debug/jail JAIL_REPO=$(CURDIR) LOAD_CLIENTS=$${LOAD_CLIENTS:-64} LOAD_SECS=$${LOAD_SECS:-20} \
+		$(CARGO) test -p jail-tests --test serve load_on_loopback -- --ignored --nocapture
 
 test-harness: build rootfs ## check `make test` itself: green without the test user, red under JAIL_MUST_WORK=1 (a few filtered runs)
 	tests/harness-test.sh

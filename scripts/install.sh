@@ -17,6 +17,9 @@ install -D -m 0755 "$bin" "$prefix/bin/jail"
 mcp="$(dirname "$bin")/jail-mcp"
 [ -x "$mcp" ] || { echo "install.sh: no $mcp beside $bin; build it first (make release)" >&2; exit 2; }
 install -D -m 0755 "$mcp" "$prefix/bin/jail-mcp"
+# `jail serve` runs the HTTP service jail-serve from beside the jail binary.
+serve="$(dirname "$bin")/jail-serve"
+[ -x "$serve" ] && install -D -m 0755 "$serve" "$prefix/bin/jail-serve"
 install -d -m 0755 "$prefix/share/jail/policies" "$prefix/share/doc/jail"
 install -m 0644 "$here"/policies/*.json "$prefix/share/jail/policies/"
 install -m 0644 "$here/README.md" "$prefix/share/doc/jail/README.md"

@@ -63,6 +63,8 @@ cp "$repo/target/debug/jail" "$stage/bin/jail"
 [ -x "$repo/target/debug/jail-agent" ] && cp "$repo/target/debug/jail-agent" "$stage/bin/jail-agent"
 # `jail mcp` runs jail-mcp from beside jail (tests/tests/mcp.rs).
 [ -x "$repo/target/debug/jail-mcp" ] && cp "$repo/target/debug/jail-mcp" "$stage/bin/jail-mcp"
+# `jail serve` runs jail-serve from beside jail (tests/tests/serve.rs).
+[ -x "$repo/target/debug/jail-serve" ] && cp "$repo/target/debug/jail-serve" "$stage/bin/jail-serve"
 for b in "${bins[@]}"; do cp "$b" "$stage/bin/"; done
 cp -r "$repo/policies" "$stage/repo/"
 [ -d "$repo/examples" ] && cp -r "$repo/examples" "$stage/repo/"
@@ -90,7 +92,7 @@ data_rootfs=$(place "${JAIL_DATA_ROOTFS:-$repo/python-rootfs/out/data}" rootfs-d
 
 status=0
 for b in "$stage"/bin/*; do
-    case "$(basename "$b")" in jail|jail-agent|jail-mcp) continue ;; esac
+    case "$(basename "$b")" in jail|jail-agent|jail-mcp|jail-serve) continue ;; esac
     echo "== as $label: $(basename "$b")"
     (cd "$stage" && as_user env -i PATH=/usr/bin:/bin HOME="$stage" TMPDIR="$stage/tmp" \
         JAIL_BIN="$stage/bin/jail" JAIL_AGENT_BIN="$stage/bin/jail-agent" JAIL_ROOTFS="$rootfs" ${data_rootfs:+JAIL_DATA_ROOTFS="$data_rootfs"} \

@@ -38,6 +38,10 @@ use crate::view::Budget;
 
 const ORCHESTRATOR_PROMPT: &str = include_str!("../prompts/orchestrator.md");
 const SUBAGENT_PROMPT: &str = include_str!("../prompts/subagent.md");
+
+/// What the sub-agent is told about state, by mode.
+const SESSION_NOTE: &str = "Your scripts run in one Python session for this item: variables, imports and DataFrames defined by one script are still defined in the next, so load each file once and reuse it. Files written to /workspace/output reach the host when the item ends; print them from a script to check them before that. If a result says the session ended, everything defined so far is gone: load the data again in the next script.";
+const STATELESS_NOTE: &str = "Every run starts from scratch: nothing but the files in /workspace/output survives.";
 const ORCHESTRATOR: &str = "orchestrator";
 
 /// Step and token caps.
@@ -141,6 +145,8 @@ pub enum AgentError {
     Export(#[from] ExportError),
     #[error("the model answered {times} times without calling a tool (last reply: {reply:?}); this agent needs a model and server with tool calling (function calling): check LLM_MODEL and the server's tool support")]
     NoToolCalls { times: u32, reply: String },
+    #[error("stop the sub-task's sandbox session: {0}")]
+    SandboxSession(String),
 }
 
 impl AgentError {
@@ -217,11 +223,14 @@ pub fn run_with(config: &Config, sinks: Vec<Box<dyn trace::Sink>>) -> Result<Out
         accepted: Accepted::default(),
         wall_ms_before: 0.0,
         finished: false,
+        live_session: None,
     };
     let inputs = {
+        let cells = crate::cells::Cells::default();
         let ctx = Context {
             session: &session,
             runner: &config.runner,
+            cells: &cells,
             skills: &skills,
             rootfs: config.rootfs.as_deref(),
             budget: config.budget,
@@ -290,7 +299,9 @@ fn drive(
         stop: None,
         deadline: started + config.caps.deadline,
         display,
+        cells: crate::cells::Cells::default(),
     };
+    run.stop_orphaned_session();
     let result = run.orchestrate();
     let stop = match &result {
         Ok(_) => run.stop.clone().unwrap_or(Stop::Finished).describe(),
@@ -339,6 +350,8 @@ struct Run<'a> {
     /// When the run must stop.
     deadline: Instant,
     display: Display,
+    /// The running sub-task's `jail session` (cells.rs).
+    cells: crate::cells::Cells,
 }
 
 /// What one agent is at, for its records.
@@ -375,7 +388,7 @@ impl Run<'_> {
     /// One model call on `conv`: the reply is added to it, its tool calls
     /// become its pending calls, each with its share of the tokens.
     fn model_call(&mut self, who: &Who, conv: &mut Conversation, role: Role) -> Result<Reply, AgentError> {
-        let specs = tools::specs(role, self.skills);
+        let specs = tools::specs(role, self.skills, self.config.runner.stateless);
         let span = SpanStart::now(Some(who.span));
         let reply = {
             let _status = self.display.waiting_for_model(who.agent, self.st.tokens);
@@ -447,6 +460,7 @@ impl Run<'_> {
         Context {
             session: self.session,
             runner: &self.config.runner,
+            cells: &self.cells,
             skills: self.skills,
             rootfs: self.config.rootfs.as_deref(),
             budget: self.config.budget,
@@ -663,7 +677,9 @@ impl Run<'_> {
                 self.st.subagents += 1;
                 let agent = format!("subagent-{}", self.st.subagents);
                 self.say(&agent, &format!("start `{}`", item.name));
-                let system = SUBAGENT_PROMPT.replace("{skills}", &self.skills.index());
+                let system = SUBAGENT_PROMPT
+                    .replace("{skills}", &self.skills.index())
+                    .replace("{state}", if self.config.runner.stateless { STATELESS_NOTE } else { SESSION_NOTE });
                 SubRun {
                     index,
                     agent,
@@ -679,7 +695,10 @@ impl Run<'_> {
             }
         };
         let outcome = self.subagent_loop(&mut sub, &item);
-        let outcome = match outcome {
+        // The sub-task is over, however it ended: its session goes, and
+        // what the session delivered becomes the accepted set.
+        let ended = self.end_session(&sub.agent);
+        let outcome = match outcome.and_then(|o| ended.map(|()| o)) {
             Ok(o) => o,
             Err(e) => {
                 // Keep the sub-agent where it was, for `resume`.
@@ -849,14 +868,22 @@ impl Run<'_> {
                 match parse_args::<Complete>(&call.name, &call.arguments) {
                     Err(e) => Done::error(e),
                     Ok(c) => {
+                        // The session's files reach the host when it ends.
+                        let had_session = self.cells.is_live();
+                        self.end_session(who.agent)?;
                         let missing = self.missing_outputs(outputs);
                         if missing.is_empty() {
                             end = Some(SubOutcome { state: State::Done, report: cut(&c.report, MAX_REPORT_BYTES) });
                             Done::ok("the item is done".into())
                         } else {
                             Done::error(format!(
-                                "these outputs of the item are not in /workspace/output yet (or the jail refused them): {}; create them, or call block_todo with the reason",
-                                missing.join(", ")
+                                "these outputs of the item are not in /workspace/output yet (or the jail refused them): {}; create them, or call block_todo with the reason{}",
+                                missing.join(", "),
+                                if had_session {
+                                    " (the item's Python session was ended to deliver its files: the next script starts a fresh session, so load the data again)"
+                                } else {
+                                    ""
+                                }
                             ))
                         }
                     }
@@ -875,14 +902,27 @@ impl Run<'_> {
                     }
                 }
             }
+            "delete_output_file" if self.cells.is_live() => {
+                // The session holds its own copy of the output until it
+                // ends: end it first, so the delete is not undone.
+                self.end_session(who.agent)?;
+                let mut done = self.context(who.agent).call(&call.name, &call.arguments);
+                done.content.push_str("\n(the sub-task's Python session was ended first so that its files reached the host: the next run_python_file starts a fresh session, so load the data again)");
+                done
+            }
             name if tools::names(Role::SubAgent).contains(&name) => self.context(who.agent).call(name, &call.arguments),
             other => Done::error(unknown_tool(other, Role::SubAgent)),
         };
-        if let Some(step) = &done.step {
+        if let Some(step) = done.step.as_ref().filter(|s| s.session.is_none()) {
             // A step that could not start checked nothing: keep what the
-            // last checked step accepted.
+            // last checked step accepted. A session's cell checked nothing
+            // yet: its session's closing result is what counts.
             self.st.accepted.update(step);
         }
+        if let Some(closing) = self.cells.take_closed() {
+            self.st.accepted.update(&closing);
+        }
+        self.st.live_session = self.cells.handle();
         if call.name == "delete_output_file" && done.ok {
             self.st.accepted.forget_missing(&self.session.output);
         }
@@ -894,6 +934,40 @@ impl Run<'_> {
         self.say(who.agent, &note);
         self.record_tool(who, p, span, &done, ms)?;
         Ok((done.content, end))
+    }
+
+    /// On resume: a session the killed agent left live is stopped, so its
+    /// files are judged and delivered; the sub-agent is told its state is gone.
+    fn stop_orphaned_session(&mut self) {
+        let Some(handle) = self.st.live_session.take() else { return };
+        match crate::cells::stop_handle(&self.config.runner.jail, &handle) {
+            Ok(Some(closing)) => {
+                self.st.accepted.update(&closing);
+                self.say(
+                    ORCHESTRATOR,
+                    &format!("stopped the earlier run's session: {} output files accepted", closing.artifacts.len()),
+                );
+            }
+            Ok(None) => {}
+            Err(e) => self.say(ORCHESTRATOR, &format!("could not stop the earlier run's session: {e}")),
+        }
+        self.cells.set_ended_note("the agent was restarted (resume)".into());
+    }
+
+    /// Stop the sub-task's session, if one is live, and take the accepted
+    /// set from its closing result (the files it delivered).
+    fn end_session(&mut self, agent: &str) -> Result<(), AgentError> {
+        let stopped = self.cells.stop();
+        self.st.live_session = None;
+        self.cells.ended_note.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(closing) = self.cells.take_closed() {
+            self.st.accepted.update(&closing);
+            self.say(agent, &format!("session ended: {} output files accepted", closing.artifacts.len()));
+        }
+        match stopped {
+            Ok(_) => Ok(()),
+            Err(e) => Err(AgentError::SandboxSession(e.to_string())),
+        }
     }
 
     /// Declared outputs that look like file paths and the jail has not

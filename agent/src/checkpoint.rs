@@ -107,6 +107,11 @@ pub struct Checkpoint {
     /// Milliseconds of wall time of the earlier parts of a resumed run.
     pub wall_ms_before: f64,
     pub finished: bool,
+    /// The handle of the sub-task's `jail session` while one is live: a
+    /// killed agent's `resume` stops it, so its files are judged and
+    /// delivered rather than lost with it.
+    #[serde(default)]
+    pub live_session: Option<std::path::PathBuf>,
 }
 
 impl Checkpoint {
@@ -169,6 +174,9 @@ pub struct Settings {
     pub temperature: Option<f64>,
     pub max_reply_tokens: Option<u32>,
     pub trace_content: bool,
+    /// One jail per step instead of a session per sub-task.
+    #[serde(default)]
+    pub stateless: bool,
 }
 
 impl Settings {
@@ -198,6 +206,7 @@ impl Settings {
             temperature: c.llm.temperature,
             max_reply_tokens: c.llm.max_reply_tokens,
             trace_content: c.trace_content == crate::trace::Content::Recorded,
+            stateless: c.runner.stateless,
         }
     }
 
@@ -224,6 +233,7 @@ impl Settings {
                 rootfs: self.step_rootfs.clone(),
                 timeout: self.step_timeout,
                 wall_limit: Duration::from_millis(self.wall_limit_ms),
+                stateless: self.stateless,
             },
             rootfs: self.rootfs.clone(),
             skills_dir: self.skills_dir.clone(),

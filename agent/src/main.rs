@@ -22,7 +22,7 @@ use agent::view::Budget;
 #[command(
     name = "jail-agent",
     version,
-    about = "An agent that plans, writes Python and runs every step in a fresh jail"
+    about = "An agent that plans, writes Python and runs each sub-task in a jail session"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -126,6 +126,10 @@ struct RunArgs {
     /// times only.
     #[arg(long)]
     no_trace_content: bool,
+    /// Run every step in a fresh jail of its own, instead of one Python
+    /// session per sub-task whose variables persist from step to step.
+    #[arg(long)]
+    stateless: bool,
     /// Print no progress on stderr.
     #[arg(long)]
     quiet: bool,
@@ -150,6 +154,11 @@ struct ResumeArgs {
 }
 
 fn main() -> ExitCode {
+    // Before any thread: Ctrl-C, SIGTERM and SIGHUP stop the live sessions.
+    if let Err(e) = agent::cells::guard_signals() {
+        eprintln!("jail-agent: cannot take SIGINT/SIGTERM/SIGHUP ({e}): a session would outlive a killed agent; not starting");
+        return ExitCode::from(1);
+    }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run_task(*args),
@@ -237,6 +246,7 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
             rootfs: a.rootfs,
             timeout: a.step_timeout,
             wall_limit,
+            stateless: a.stateless,
         },
         rootfs,
         skills_dir: a.skills,

@@ -1,7 +1,8 @@
-//! One step in a fresh jail: run the `jail` binary as a subprocess
-//! (`jail run --events --input --output --code SCRIPT`), show the script's
-//! output as its events arrive, and deserialize the last event's result
-//! into the `jail` crate's own `RunResult`. Never in-process: the
+//! One step through the `jail` binary, as a subprocess: in a fresh jail
+//! (`jail run --events --input --output --code SCRIPT`, the script's output
+//! shown as its events arrive), or as a cell of a session (`jail session
+//! start`, `exec`; cells.rs keeps the session); either way the result is
+//! deserialized into the `jail` crate's own `RunResult`. Never in-process: the
 //! jail must fork from a single-threaded process, and it is the jail's
 //! subprocess boundary that keeps a step's failure from becoming ours. The
 //! jail gets the agent's environment minus `LLM_*` and anything named like a
@@ -15,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use jail::result::RunResult;
 
+use crate::cells::{self, Live};
 use crate::progress::StepWatch;
 use crate::session::Session;
 
@@ -43,6 +45,10 @@ pub enum RunnerError {
     Contract { cause: String },
     #[error("the jail did not finish within {secs} s of its own deadline and was killed")]
     Hung { secs: u64 },
+    #[error("the sandbox session could not start (exit status {status}): {stderr}")]
+    NoSession { status: String, stderr: String },
+    #[error("the agent is stopping on a signal: no new session starts")]
+    Interrupted,
 }
 
 /// How steps are run.
@@ -55,6 +61,9 @@ pub struct Runner {
     pub timeout: Option<f64>,
     /// The wall-clock limit the jail will apply, to bound our own wait.
     pub wall_limit: Duration,
+    /// One fresh jail per step (`--stateless`) instead of one session per
+    /// sub-task (cells.rs).
+    pub stateless: bool,
 }
 
 /// One finished step.
@@ -79,12 +88,7 @@ impl Runner {
         let started = Instant::now();
         let mut cmd = Command::new(&self.jail);
         cmd.arg("run").arg("--events");
-        if let Some(p) = &self.policy {
-            cmd.arg("--policy").arg(p);
-        }
-        if let Some(r) = &self.rootfs {
-            cmd.arg("--rootfs").arg(r);
-        }
+        self.jail_options(&mut cmd);
         let wall_limit = at_most.map_or(self.wall_limit, |m| m.min(self.wall_limit));
         let timeout = match (self.timeout, at_most) {
             (Some(t), Some(m)) => Some(t.min(m.as_secs_f64())),
@@ -94,22 +98,14 @@ impl Runner {
         if let Some(t) = timeout {
             cmd.arg("--timeout").arg(format!("{t:.3}"));
         }
-        cmd.arg("--input").arg(&session.input);
-        cmd.arg("--output").arg(&session.output);
-        cmd.arg("--code").arg(&session.code);
+        session_dirs(&mut cmd, session);
         cmd.arg(session.code.join(script));
         // `--` keeps the model's arguments from being read as jail options.
         if !args.is_empty() {
             cmd.arg("--");
             cmd.args(args);
         }
-        // The model's credentials never reach a step, even under a policy
-        // that passes variables through from the caller's environment.
-        for (name, _) in std::env::vars_os() {
-            if is_secret(&name.to_string_lossy()) {
-                cmd.env_remove(&name);
-            }
-        }
+        keep_secrets(&mut cmd);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
         let (tx, rx) = mpsc::channel();
@@ -177,6 +173,145 @@ impl Runner {
         jail::schema::check_version(&value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
         let result: RunResult = serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
         Ok(Step { result, duration: started.elapsed() })
+    }
+}
+
+impl Runner {
+    /// `--policy` and `--rootfs`, as given.
+    fn jail_options(&self, cmd: &mut Command) {
+        if let Some(p) = &self.policy {
+            cmd.arg("--policy").arg(p);
+        }
+        if let Some(r) = &self.rootfs {
+            cmd.arg("--rootfs").arg(r);
+        }
+    }
+
+    /// `jail session start` for one sub-task: each cell's wall-clock limit
+    /// is the step's, cut to `at_most` (what is left of the run).
+    pub fn start_session(&self, session: &Session, at_most: Duration) -> Result<Live, RunnerError> {
+        let cell_limit = self.wall_limit.min(at_most);
+        let mut cmd = Command::new(&self.jail);
+        cmd.args(["session", "start", "--json"]);
+        self.jail_options(&mut cmd);
+        if self.timeout.is_some() || cell_limit < self.wall_limit {
+            cmd.arg("--timeout").arg(format!("{:.3}", cell_limit.as_secs_f64()));
+        }
+        // No --code: each cell's source is sent over the handle, and
+        // `jail session start` refuses a code dir (its driver is not in it).
+        cmd.arg("--input").arg(&session.input);
+        cmd.arg("--output").arg(&session.output);
+        keep_secrets(&mut cmd);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        if !cells::begin_start() {
+            return Err(RunnerError::Interrupted);
+        }
+        let out = cmd.output();
+        let started = out.as_ref().ok().filter(|o| o.status.success()).and_then(|o| {
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
+            Some((PathBuf::from(v["handle"].as_str()?), v["id"].as_str().unwrap_or_default().to_string()))
+        });
+        cells::end_start(&self.jail, started.as_ref().map(|(h, _)| h.as_path()));
+        let out = out.map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
+        match started {
+            Some((handle, id)) => Ok(Live::new(self.jail.clone(), handle, id, cell_limit)),
+            None => Err(RunnerError::NoSession {
+                status: out.status.to_string(),
+                stderr: crate::llm::excerpt(String::from_utf8_lossy(&out.stderr).trim(), 400),
+            }),
+        }
+    }
+
+    /// Run `code` as the session's next cell (`jail session exec HANDLE -`).
+    /// The cell's streams reach the watch once it is done: a cell has no
+    /// event stream.
+    pub fn exec_cell(&self, live: &mut Live, code: &str, watch: &mut dyn StepWatch) -> Result<Step, RunnerError> {
+        let started = Instant::now();
+        let mut cmd = Command::new(&self.jail);
+        cmd.args(["session", "exec"]).arg(&live.handle).arg("-");
+        keep_secrets(&mut cmd);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
+        live.cells += 1;
+        let stdin = child.stdin.take();
+        let code = code.to_string();
+        std::thread::spawn(move || {
+            if let Some(mut w) = stdin {
+                let _ = std::io::Write::write_all(&mut w, code.as_bytes());
+            }
+        });
+        let (tx, rx) = mpsc::channel();
+        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+        let tx_err = tx.clone();
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(s) = stdout {
+                let _ = s.take(64 << 20).read_to_end(&mut buf);
+            }
+            let _ = tx.send(Output::Stderr(buf));
+        });
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(s) = stderr {
+                let _ = s.take(MAX_STDERR as u64).read_to_end(&mut buf);
+            }
+            let _ = tx_err.send(Output::Line(String::from_utf8_lossy(&buf).into_owned()));
+        });
+        // The session kills a cell past its limit and its grace; this only
+        // guards against the client itself hanging.
+        let grace = Duration::from_secs(30);
+        let deadline = started + live.cell_limit + grace;
+        let (mut out, mut err) = (None, None);
+        while out.is_none() || err.is_none() {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(RunnerError::Hung { secs: grace.as_secs() });
+            }
+            match rx.recv_timeout(left.min(Duration::from_secs(1))) {
+                Ok(Output::Stderr(b)) => out = Some(b),
+                Ok(Output::Line(l)) => err = Some(l),
+                Ok(_) => {}
+                Err(mpsc::RecvTimeoutError::Timeout) => watch.tick(started.elapsed()),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        let status = child.wait().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
+        let (out, err) = (out.unwrap_or_default(), err.unwrap_or_default());
+        let value: serde_json::Value = serde_json::from_slice(&out)
+            .map_err(|_| RunnerError::NoResult { status: status.to_string(), stderr: crate::llm::excerpt(err.trim(), 400) })?;
+        jail::schema::check_version(&value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
+        let mut result: RunResult = serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
+        // A cell's result reports the session's whole lifetime as its
+        // `wall_time_secs`; the limit this cell ran under is the `--timeout`
+        // the session was started with.
+        if let Some(l) = result.limits.get_mut("wall_time_secs") {
+            l.value = serde_json::json!(live.cell_limit.as_secs_f64());
+        }
+        for (name, text) in [("stdout", &result.stdout.text), ("stderr", &result.stderr.text)] {
+            for line in text.lines().take(200) {
+                watch.output(name, &line.chars().take(MAX_LINE).collect::<String>());
+            }
+        }
+        Ok(Step { result, duration: started.elapsed() })
+    }
+}
+
+/// The session's folders: input, output and code.
+fn session_dirs(cmd: &mut Command, session: &Session) {
+    cmd.arg("--input").arg(&session.input);
+    cmd.arg("--output").arg(&session.output);
+    cmd.arg("--code").arg(&session.code);
+}
+
+/// The model's credentials never reach a step, even under a policy that
+/// passes variables through from the caller's environment.
+fn keep_secrets(cmd: &mut Command) {
+    for (name, _) in std::env::vars_os() {
+        if is_secret(&name.to_string_lossy()) {
+            cmd.env_remove(&name);
+        }
     }
 }
 

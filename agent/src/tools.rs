@@ -12,6 +12,7 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::cells::Cells;
 use crate::escape::shown;
 use crate::export::Accepted;
 use crate::packages;
@@ -61,15 +62,15 @@ pub fn names(role: Role) -> &'static [&'static str] {
 }
 
 /// The `tools` array of a chat request for `role`.
-pub fn specs(role: Role, skills: &Skills) -> Vec<Value> {
-    names(role).iter().map(|n| spec(n, role, skills)).collect()
+pub fn specs(role: Role, skills: &Skills, stateless: bool) -> Vec<Value> {
+    names(role).iter().map(|n| spec(n, role, skills, stateless)).collect()
 }
 
 fn function(name: &str, description: &str, parameters: Value) -> Value {
     json!({"type": "function", "function": {"name": name, "description": description, "parameters": parameters}})
 }
 
-fn spec(name: &str, role: Role, skills: &Skills) -> Value {
+fn spec(name: &str, role: Role, skills: &Skills, stateless: bool) -> Value {
     let strings = |d: &str| json!({"type": "array", "items": {"type": "string"}, "description": d});
     let item = json!({
         "type": "object",
@@ -146,7 +147,7 @@ fn spec(name: &str, role: Role, skills: &Skills) -> Value {
         ),
         "run_python_file" => function(
             name,
-            "Run one script from /workspace/code in a fresh sandbox and get its result: status, error, output head and tail, files produced.",
+            run_description(stateless),
             json!({"type": "object", "properties": {
                 "path": {"type": "string", "description": "the script, e.g. step1_load.py"},
                 "args": {"type": "array", "items": {"type": "string"}, "description": "command-line arguments (optional)"}
@@ -178,6 +179,8 @@ pub fn parse_args<T: DeserializeOwned>(tool: &str, text: &str) -> Result<T, Stri
 pub struct Context<'a> {
     pub session: &'a Session,
     pub runner: &'a Runner,
+    /// The sub-task's `jail session`, unless the runner is stateless.
+    pub cells: &'a Cells,
     pub skills: &'a Skills,
     /// The rootfs whose packages `list_available_packages` reports.
     pub rootfs: Option<&'a Path>,
@@ -387,13 +390,23 @@ impl Context<'_> {
         }
         let before = self.session.snapshot();
         let mut watch = self.progress.step(self.agent, &rel.to_string_lossy());
-        let step = match self.runner.run(self.session, &rel, &a.args, Some(left), &mut watch) {
+        let in_session = !self.runner.stateless && self.cells.fits(left);
+        let ran = if in_session {
+            self.run_cell(&rel, &a.args, left, &mut watch)
+        } else {
+            self.runner.run(self.session, &rel, &a.args, Some(left), &mut watch).map(|s| (s, String::new()))
+        };
+        let (step, note) = match ran {
             Ok(s) => s,
             Err(e) => return Done::error(format!("the step could not be run: {e}")),
         };
         let after = self.session.list(Area::Output);
         let r = &step.result;
-        let content = view::render(r, &before, &after, self.budget);
+        let mut content = view::render(r, &before, &after, self.budget);
+        if !self.runner.stateless && !in_session {
+            content.push_str("session: this step ran in a fresh sandbox of its own, not in the sub-task's session, because the run's deadline is near: nothing from earlier steps was defined in it\n");
+        }
+        content.push_str(&note);
         let status = serde_json::to_value(r.status).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
         let ok = r.status == jail::result::Status::Ok;
         let jail = JailFacts {
@@ -418,6 +431,85 @@ impl Context<'_> {
             setup_stage: r.setup_error.as_ref().map(|e| shown(&e.stage)),
         };
         Done { content, ok, jail: Some(jail), step: Some(Box::new(step.result)) }
+    }
+}
+
+/// What `run_python_file` does, told to the model.
+fn run_description(stateless: bool) -> &'static str {
+    if stateless {
+        "Run one script from /workspace/code in a fresh sandbox and get its result: status, error, output head and tail, files produced. Nothing survives from one script to the next but the files in /workspace/output."
+    } else {
+        "Run one script from /workspace/code as the next step of this sub-task's Python session and get its result: status, error, output head and tail. State persists within the sub-task: variables, imports and DataFrames defined by an earlier script are still defined, so load a CSV once and reuse the DataFrame in later scripts. Files written to /workspace/output reach the host (and list_output_files, read_file_content) when the sub-task ends. If the result says the session ended (e.g. the interpreter died), that state is gone: the next script starts a fresh session and must load its data again."
+    }
+}
+
+/// The cell that runs a script as `jail run` would, in the session's
+/// globals: its `sys.argv` and `__file__`, and its source compiled under
+/// its own name (tracebacks say `/workspace/code/step1.py`, line N, with
+/// the line shown). A JSON string is a valid Python string literal.
+fn script_cell(rel: &Path, args: &[String], source: &str) -> String {
+    let file = format!("/workspace/code/{}", rel.display());
+    let argv: Vec<&str> = std::iter::once(file.as_str()).chain(args.iter().map(String::as_str)).collect();
+    let argv = serde_json::to_string(&argv).unwrap_or_else(|_| "[]".into());
+    let file = serde_json::to_string(&file).unwrap_or_else(|_| "''".into());
+    let source = serde_json::to_string(source).unwrap_or_else(|_| "''".into());
+    format!(
+        "import sys as _jail_sys, linecache as _jail_lc\n_jail_sys.argv = {argv}\n__file__ = {file}\n_jail_src = {source}\n_jail_lc.cache[__file__] = (len(_jail_src), None, _jail_src.splitlines(True), __file__)\ndel _jail_sys, _jail_lc\ntry:\n    exec(compile(_jail_src, __file__, 'exec'))\nfinally:\n    del _jail_src\n"
+    )
+}
+
+impl Context<'_> {
+    /// Run a script as the next cell of the sub-task's session (started
+    /// now if none is live); returns the step and what the model is told
+    /// about the session.
+    fn run_cell(
+        &self,
+        rel: &Path,
+        args: &[String],
+        left: std::time::Duration,
+        watch: &mut dyn crate::progress::StepWatch,
+    ) -> Result<(crate::runner::Step, String), crate::runner::RunnerError> {
+        let path = self.session.code.join(rel);
+        let mut code = String::new();
+        std::fs::File::open(&path)
+            .and_then(|f| f.take(MAX_SCRIPT_BYTES as u64 + 1).read_to_string(&mut code))
+            .map_err(|error| crate::runner::RunnerError::Spawn { path, error })?;
+        let cell = script_cell(rel, args, &code);
+        let attempt = |watch: &mut dyn crate::progress::StepWatch| {
+            self.cells
+                .with_live(self.runner, self.session, left, |live| self.runner.exec_cell(live, &cell, watch))
+        };
+        let (mut step, mut fresh) = attempt(watch)?;
+        let lost = matches!(&step, Err(crate::runner::RunnerError::NoResult { stderr, .. }) if stderr.contains("session ended"));
+        if lost && !fresh {
+            // The session ended between steps (its idle timeout, its
+            // lifetime): start a fresh one, and say so.
+            self.cells.forget_ended();
+            let why = step.as_ref().err().map(|e| shown(&crate::llm::excerpt(&e.to_string(), 300))).unwrap_or_default();
+            *self.cells.ended_note.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+            (step, fresh) = attempt(watch)?;
+        }
+        let step = step?;
+        let mut note = String::new();
+        let earlier = self.cells.ended_note.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let (true, Some(why)) = (fresh, earlier) {
+            note.push_str(&format!("session: a fresh session started for this step because the last one ended ({why}): nothing from earlier steps is defined here\n"));
+        }
+        match step.result.session.clone() {
+            Some(s) if s.ended => {
+                self.cells.forget_ended();
+                let why = format!("{}{}", s.why.as_deref().unwrap_or("ended"), s.detail.as_deref().map(|d| format!(": {d}")).unwrap_or_default());
+                let why = shown(&crate::llm::excerpt(&why, 300));
+                note.push_str(&format!("session: this sub-task's Python session ENDED ({why}). Every variable, import and DataFrame of the earlier steps is gone. The next run_python_file starts a fresh session: load the data again (re-run the loading code) before using it. Files it had written to /workspace/output are checked and kept as usual.\n"));
+                *self.cells.ended_note.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
+            }
+            Some(s) => note.push_str(&format!(
+                "session: step {} of this sub-task's session; its variables stay defined for the next step. Files written to /workspace/output reach the host when the sub-task ends.\n",
+                s.cell
+            )),
+            None => {}
+        }
+        Ok((step, note))
     }
 }
 
@@ -463,7 +555,7 @@ mod tests {
     fn every_tool_has_an_object_schema_and_a_description() {
         let skills = Skills::load(None).unwrap();
         for role in [Role::Orchestrator, Role::SubAgent] {
-            for s in specs(role, &skills) {
+            for s in specs(role, &skills, false) {
                 let f = &s["function"];
                 assert!(!f["description"].as_str().unwrap().is_empty(), "{f}");
                 assert_eq!(f["parameters"]["type"], "object", "{f}");

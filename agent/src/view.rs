@@ -104,6 +104,7 @@ fn status_name(s: Status) -> &'static str {
         Status::OomKilled => "oom_killed",
         Status::OutputLimit => "output_limit",
         Status::SetupFailed => "setup_failed",
+        Status::Cancelled => "cancelled",
     }
 }
 
@@ -139,6 +140,7 @@ pub fn explain(result: &RunResult) -> Vec<String> {
             "the script ran out of memory{} and was killed; process less data at once (read only the columns you need, use chunks)",
             limit("memory_bytes").and_then(|v| v.as_u64()).map(|b| format!(" (limit {} MiB)", b >> 20)).unwrap_or_default()
         )),
+        Status::Cancelled => out.push("the step was cancelled before it finished (the sandbox was stopped from outside); its output is partial".into()),
         Status::OutputLimit => out.push("the script printed more than the sandbox's output cap; print short summaries and write large results to files in /workspace/output".into()),
         Status::SetupFailed => {
             let why = result.setup_error.as_ref().map(setup_cause).unwrap_or_else(|| "no reason given".into());
@@ -162,6 +164,9 @@ pub fn explain(result: &RunResult) -> Vec<String> {
             out.push("a file was not found: check the exact names with list_input_files and list_output_files (the user's files are in /workspace/input, earlier steps' files in /workspace/output)".into());
         } else if err.kind.ends_with("MemoryError") {
             out.push("the script ran out of memory; process less data at once".into());
+        } else if err.kind == "KeyboardInterrupt" && result.status == Status::TimeoutWall {
+            // A session's cell past its limit is interrupted first: the
+            // timeout above says it all.
         } else {
             out.push(format!("the script raised {}; fix the cause in the code and run it again", err.kind));
         }

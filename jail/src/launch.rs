@@ -46,6 +46,7 @@ use crate::stage::Stage;
 use crate::step::{Clock, Outcome, Step};
 use crate::sync::{self, Channels, Pair};
 use crate::sys::{self, Forked};
+use crate::throttle::Throttle;
 use crate::watch::{ChildPipes, Deadlines, Watch};
 use crate::{namespaces, seccomp, verdict};
 
@@ -273,6 +274,8 @@ impl Jail {
             },
             &model,
         );
+        // No cpu cgroup: the supervisor holds the tree to the quota itself.
+        watch.throttle = plan.limits.cpu_throttle.map(|cores| Throttle::new(cores, self.pid));
         let limits = Deadlines {
             wall: deadline,
             cpu: match (&self.held.cgroup, plan.limits.cpu_watch) {
@@ -297,6 +300,7 @@ impl Jail {
         };
         // Streaming: the caller gets until the deadline to take what is queued,
         // never longer (a reader that stopped reading cannot hold the run).
+        let throttled = watch.throttle.as_ref().map(|t| t.report(Instant::now()));
         watch.stdout.end(deadline);
         watch.stderr.end(deadline);
         let (pid1_status, rusage) = self.child.reap().map_err(LaunchError::Wait)?;
@@ -323,6 +327,7 @@ impl Jail {
             ids: output::FsIds { uid: plan.uid_map.outside, gid: plan.gid_map.outside },
             tree_dead,
             network: None,
+            throttled,
         })
     }
 

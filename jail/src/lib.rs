@@ -8,6 +8,7 @@
 //! - `supervisor`: one run's steps, in order; each step is one of the rooms below.
 //! - `host`: the machine read once: caller, leased host uid (`hostuid`), kernel features, rlimits, the run cgroup.
 //! - `cgroup`, `limits`, `rlimits`: the run cgroup, and what enforces each limit.
+//! - `throttle`: the CPU quota without a cpu cgroup: the watch loop duty-cycles the tree (SIGSTOP/SIGCONT).
 //! - `request`: every path the user gave, checked; the rootfs listed and identified (`rootfs`).
 //! - `plan`: pure `plan(request, checked paths, host) -> RunPlan`: id maps, mounts, landlock rules, seccomp model, exec, limits, network, output, channels.
 //! - `layers`: the seccomp filter the plan names, compiled (through its cache).
@@ -23,6 +24,7 @@
 //! - `output`, `fsid`: the output tmpfs filled and copied, and who the copy acts as.
 //! - `proxy`: the allowlist's HTTP CONNECT proxy, run by the supervisor.
 //! - `watch`: the poll loop over the pipes, the pidfd, the seccomp listener and the relays; deadlines.
+//! - `cancel`: SIGTERM/SIGINT/SIGHUP to `jail run`, turned into a cancelled run (polled by `watch`).
 //! - `capture`, `relay`, `events`: the script's stdout and stderr, captured, streamed, or sent as `--events` NDJSON.
 //! - `verdict`: facts → status, and the one place the result is assembled.
 //! - `stage`: the `Stage` names of `setup_error.stage`, and the one error-chain → `SetupError` conversion.
@@ -39,6 +41,7 @@
 #![deny(unsafe_code)]
 
 pub mod artifacts;
+pub mod cancel;
 mod capture;
 pub mod cgroup;
 mod child;
@@ -85,5 +88,6 @@ pub mod supervisor;
 mod sync;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod throttle;
 mod verdict;
 mod watch;

@@ -35,6 +35,9 @@ pub struct Plan {
     pub refused: Vec<String>,
     /// The CPU-time limit the supervisor checks against the cgroup's usage.
     pub cpu_watch: Option<Duration>,
+    /// The CPU quota (cores) the supervisor's throttle holds the tree to,
+    /// when no cgroup can (throttle.rs).
+    pub cpu_throttle: Option<f64>,
     /// Whether RLIMIT_CPU stands in for the CPU-time limit (so a SIGXCPU or
     /// SIGKILL at that much CPU time means `timeout_cpu`).
     pub cpu_rlimit: Option<Duration>,
@@ -175,6 +178,7 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
         degraded: Vec::new(),
         refused: Vec::new(),
         cpu_watch: None,
+        cpu_throttle: None,
         cpu_rlimit: None,
         tmpfs: TmpfsSizes { tmp: fs.tmp_size, shm: fs.shm_size, output: fs.output_size },
         refuse_syscalls: Vec::new(),
@@ -288,7 +292,7 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
         }
     }
 
-    // CPU quota: only a cgroup can do it.
+    // CPU quota: the cgroup's; else the supervisor duty-cycles the tree.
     match l.cpus {
         None => {
             p.reports.insert("cpus".into(), unlimited());
@@ -303,11 +307,19 @@ pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not
         }
         Some(c) => {
             let why = no_cgroup("cpu");
+            p.cpu_throttle = Some(c);
             p.reports.insert(
                 "cpus".into(),
-                report(json!(c), "none", format!("not enforced ({why}); thread pools are still sized to it")),
+                report(
+                    json!(c),
+                    "supervisor",
+                    format!(
+                        "the supervisor stops the whole tree (SIGSTOP, then SIGCONT) while it is over its share ({why}); {}; \
+                         usage.throttled says what it did",
+                        crate::throttle::precision_words()
+                    ),
+                ),
             );
-            weaker(&mut p, "cpus", l.enforcement.cpus, false, format!("not enforced ({why})"));
         }
     }
 
@@ -461,14 +473,15 @@ mod tests {
     }
 
     #[test]
-    fn without_a_cgroup_rlimits_stand_in_and_the_cpu_quota_is_lost() {
+    fn without_a_cgroup_rlimits_and_the_supervisor_stand_in() {
         let p = plan(&policy(ALL), Duration::from_secs(5), None, "not writable", &no_ceiling);
         assert_eq!(p.settings, cgroup::Settings::default());
         assert_eq!(p.reports["memory"].enforced_by, "rlimit");
         assert_eq!(p.reports["pids"].enforced_by, "rlimit");
         assert_eq!(p.reports["cpu_time_secs"].enforced_by, "rlimit");
         assert_eq!(p.reports["cpu_time_secs"].value, json!(2));
-        assert_eq!(p.reports["cpus"].enforced_by, "none");
+        assert_eq!(p.reports["cpus"].enforced_by, "supervisor");
+        assert_eq!(p.cpu_throttle, Some(0.5));
         assert_eq!(p.cpu_rlimit, Some(Duration::from_secs(2)));
         let kinds: Vec<Kind> = p.rlimits.iter().map(|r| r.kind).collect();
         assert_eq!(
@@ -484,16 +497,21 @@ mod tests {
             ]
         );
         assert!(p.rlimits.contains(&Rlimit { kind: Kind::Cpu, soft: 2, hard: 3 }));
-        // Best effort by default: reported, not refused.
-        assert_eq!(p.degraded.len(), 4, "{:?}", p.degraded);
+        // Best effort by default: reported, not refused; the throttle
+        // enforces the quota, so cpus is not among them.
+        assert_eq!(p.degraded.len(), 3, "{:?}", p.degraded);
         assert!(p.refused.is_empty());
     }
 
     #[test]
-    fn a_required_cpu_quota_without_a_cpu_cgroup_is_refused() {
+    fn a_required_cpu_quota_without_a_cpu_cgroup_is_held_by_the_supervisor() {
         let limits = r#"{"cpus":1,"memory":"64M","enforcement":{"cpus":"required","memory":"required"}}"#;
         let p = plan(&policy(limits), Duration::from_secs(5), Some(&v1(&["memory", "pids"])), "", &no_ceiling);
-        assert_eq!(p.refused, vec!["cpus: not enforced (the run cgroup has no cpu controller)".to_string()]);
+        assert!(p.refused.is_empty(), "{:?}", p.refused);
+        assert_eq!(p.cpu_throttle, Some(1.0));
+        assert_eq!(p.settings.cpus, None);
+        let detail = p.reports["cpus"].detail.as_deref().unwrap();
+        assert!(detail.contains("the run cgroup has no cpu controller") && detail.contains("50 ms"), "{detail}");
         assert_eq!(p.reports["memory"].enforced_by, "cgroup_v1");
         assert!(p.refuse_syscalls.is_empty(), "a memory cgroup counts memfds and IPC: {:?}", p.refuse_syscalls);
     }

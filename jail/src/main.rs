@@ -68,6 +68,14 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
     },
+    /// Serve runs and sessions over HTTP, each in a fresh jail, for many
+    /// tenants (runs `jail-serve`, installed beside this binary; `jail serve --help`).
+    #[command(disable_help_flag = true)]
+    Serve {
+        /// The arguments of `jail-serve`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
 }
 
 /// Which rootfs: the lookup in jail/src/locate.rs.
@@ -251,6 +259,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::Mcp { args } => jail::mcp::exec(&args),
+        Command::Serve { args } => jail::mcp::exec_beside(jail::mcp::SERVE, &args),
     }
 }
 
@@ -263,6 +272,11 @@ fn load_policy(path: Option<&PathBuf>) -> Result<Policy, jail::policy::PolicyErr
 
 fn run(args: RunArgs) -> ExitCode {
     let json = args.json;
+    // First, before any thread: SIGTERM, SIGINT and SIGHUP cancel the run
+    // (its tree killed, its cgroup and folders removed) instead of killing us.
+    if let Err(e) = jail::cancel::arm() {
+        eprintln!("jail: SIGTERM, SIGINT and SIGHUP will kill jail without cleaning up: block them and open a signalfd: {e}");
+    }
     // `_script` (from -c or stdin) is removed when it drops, after the run.
     // Opened before the run: the captures write the chunk events to it.
     let events = args.events.then(jail::events::open);
@@ -291,6 +305,7 @@ fn run(args: RunArgs) -> ExitCode {
             Status::TimeoutWall => lines.push_str("jail: the script ran past its wall-clock limit and was killed\n"),
             Status::TimeoutCpu => lines.push_str("jail: the script used up its CPU-time limit and was killed\n"),
             Status::OomKilled => lines.push_str("jail: the kernel killed the script at its memory limit\n"),
+            Status::Cancelled => lines.push_str("jail: cancelled by a signal; the script was killed\n"),
             Status::OutputLimit => lines.push_str(
                 "jail: the script's output passed limits.stdout_bytes or limits.stderr_bytes; the rest was dropped (status output_limit)\n",
             ),

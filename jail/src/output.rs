@@ -879,26 +879,26 @@ fn remove_copied(host: &OwnedFd, name: &OsStr, path: &Path, inv: &Inventory, syn
             }
         }
         drop(sub);
-        match nix::unistd::unlinkat(Some(host.as_raw_fd()), name, UnlinkatFlags::RemoveDir) {
-            Ok(()) => {
-                sync.deleted += 1;
-                true
-            }
-            Err(e) => {
-                sync.errors.push(format!("rmdir {}: {e}", path.display()));
-                false
-            }
-        }
+        unlink_counted(host, name, path, UnlinkatFlags::RemoveDir, sync)
     } else {
-        match nix::unistd::unlinkat(Some(host.as_raw_fd()), name, UnlinkatFlags::NoRemoveDir) {
-            Ok(()) => {
-                sync.deleted += 1;
-                true
-            }
-            Err(e) => {
-                sync.errors.push(format!("unlink {}: {e}", path.display()));
-                false
-            }
+        unlink_counted(host, name, path, UnlinkatFlags::NoRemoveDir, sync)
+    }
+}
+
+/// Removes `name` below `host`, counting it as deleted or recording why not.
+fn unlink_counted(host: &OwnedFd, name: &OsStr, path: &Path, how: UnlinkatFlags, sync: &mut OutputSync) -> bool {
+    let verb = match how {
+        UnlinkatFlags::RemoveDir => "rmdir",
+        UnlinkatFlags::NoRemoveDir => "unlink",
+    };
+    match nix::unistd::unlinkat(Some(host.as_raw_fd()), name, how) {
+        Ok(()) => {
+            sync.deleted += 1;
+            true
+        }
+        Err(e) => {
+            sync.errors.push(format!("{verb} {}: {e}", path.display()));
+            false
         }
     }
 }

@@ -10,7 +10,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// Bumped on any incompatible change to this document.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
 /// Exit status of `jail` when the script ran past its wall-clock limit.
 pub const EXIT_TIMEOUT: i32 = 124;
@@ -105,10 +105,14 @@ pub struct SupervisorStats {
     /// How long after the wall-clock deadline the tree was gone (reaped);
     /// null when the deadline was not hit.
     pub deadline_overrun_ms: Option<f64>,
+    /// The signal that cancelled the run (`SIGTERM`, `SIGINT`, `SIGHUP`
+    /// sent to `jail`); null when it was not cancelled.
+    #[serde(default)]
+    pub cancelled_by: Option<String>,
 }
 
 /// How the run ended. When several apply, the first in this order wins:
-/// `setup_failed`, `timeout_wall`, `timeout_cpu`, `oom_killed`,
+/// `setup_failed`, `cancelled`, `timeout_wall`, `timeout_cpu`, `oom_killed`,
 /// `output_limit`, then what the script's own exit says.
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -133,6 +137,9 @@ pub enum Status {
     OutputLimit,
     /// The jail itself failed before or while starting the script.
     SetupFailed,
+    /// `jail` got SIGTERM, SIGINT or SIGHUP (`supervisor.cancelled_by`):
+    /// the whole tree was killed and cleaned up like a timed-out one's.
+    Cancelled,
 }
 
 /// One captured output stream.
@@ -190,6 +197,23 @@ pub struct Usage {
     /// Processes of the run the kernel's OOM killer killed (memory.events
     /// oom_kill on v2, memory.oom_control oom_kill on v1).
     pub oom_kills: Option<u64>,
+    /// What the supervisor's CPU throttle did (`limits.cpus` enforced by
+    /// `supervisor`: no cpu cgroup); `null` when it was not the enforcer.
+    #[serde(default)]
+    pub throttled: Option<Throttled>,
+}
+
+/// The supervisor's duty cycle of the tree (throttle.rs).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct Throttled {
+    /// Times the whole tree was stopped (SIGSTOP) for being over its quota.
+    pub stops: u64,
+    /// Wall time the tree spent stopped, in all.
+    pub stopped_ms: f64,
+    /// Stops whose sweep did not find every process stopped within its
+    /// passes (processes forking or resuming each other faster than the
+    /// sweep); 0 when every stop held the whole tree.
+    pub unsettled: u64,
 }
 
 /// The mirror of a size-capped output dir (see `output.rs`).
@@ -668,6 +692,7 @@ impl RunResult {
         match self.status {
             Status::SetupFailed => EXIT_SETUP_FAILED,
             Status::TimeoutWall | Status::TimeoutCpu => EXIT_TIMEOUT,
+            Status::Cancelled => crate::cancel::exit_code(self.supervisor.cancelled_by.as_deref()),
             _ => match (self.exit_code, self.signal) {
                 (Some(code), _) => code,
                 (None, Some(sig)) => 128 + sig,
@@ -779,6 +804,10 @@ mod tests {
         r.status = Status::NonzeroExit;
         r.exit_code = Some(3);
         assert_eq!(r.jail_exit_code(), 3);
+        // Cancelled: as the signal `jail` got would have ended it, whatever the script did.
+        r.status = Status::Cancelled;
+        r.supervisor.cancelled_by = Some("SIGINT".into());
+        assert_eq!(r.jail_exit_code(), 130);
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub(crate) struct Outcome {
     pub(crate) ids: output::FsIds,
     pub(crate) tree_dead: TreeDead,
     pub(crate) network: Option<crate::result::NetworkReport>,
+    /// What the CPU throttle did, when it enforced the quota.
+    pub(crate) throttled: Option<crate::result::Throttled>,
 }
 
 /// The run's clock: when it started (both clocks: the child's stage marks

@@ -83,12 +83,14 @@ fn plan_and_make(
     Ok((jail, before))
 }
 
-/// The supervisor's own figures, and no litter: a run that never started
-/// leaves no output dir we made for it.
+/// The supervisor's own figures, and no litter: a run that never started,
+/// or was cancelled before it wrote anything, leaves no output dir we made
+/// for it.
 fn finish(req: &RunRequest, prepared: &crate::request::Prepared, mut result: RunResult) -> RunResult {
     result.supervisor.max_rss_bytes = sys::self_max_rss_bytes();
     // remove_dir refuses if anything is in it.
-    if result.status == Status::SetupFailed && req.output.is_none() && std::fs::remove_dir(&prepared.output_dir).is_ok() {
+    let gone = matches!(result.status, Status::SetupFailed | Status::Cancelled);
+    if gone && req.output.is_none() && std::fs::remove_dir(&prepared.output_dir).is_ok() {
         result.output_dir = None;
     }
     result

@@ -487,3 +487,26 @@ pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     Ok(socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?)
 }
+
+/// Have the kernel send `sig` to the command's process when the thread that
+/// spawned it dies (`prctl(PR_SET_PDEATHSIG)` between fork and exec), and
+/// check after setting it that the parent is still the spawner (it may have
+/// died in between). `jail serve` uses it so its runs die with it.
+pub fn set_parent_death_signal(cmd: &mut std::process::Command, sig: nix::sys::signal::Signal) {
+    use std::os::unix::process::CommandExt;
+    let parent = nix::unistd::getpid();
+    // SAFETY: the closure runs in the forked child before exec and calls only
+    // prctl and getppid, both async-signal-safe; it allocates nothing and
+    // touches no lock.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, sig as libc::c_ulong, 0, 0, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if libc::getppid() != parent.as_raw() {
+                return Err(io::Error::from_raw_os_error(libc::ESRCH));
+            }
+            Ok(())
+        })
+    };
+}

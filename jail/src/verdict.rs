@@ -180,6 +180,9 @@ fn finish(mut result: RunResult, o: Outcome, cg: Option<CgroupUsage>, plan: &Run
         result.setup_error = Some(e);
         return result;
     }
+    if let Ending::Cancelled(sig) = o.ending {
+        result.supervisor.cancelled_by = Some(sig.as_str().to_string());
+    }
     if o.ending == Ending::WallTimeout {
         result.supervisor.deadline_overrun_ms = Some(o.ended_at.saturating_duration_since(o.deadline).as_secs_f64() * 1000.0);
     }
@@ -258,6 +261,7 @@ fn usage_of(o: &Outcome, cg: &CgroupUsage) -> Usage {
         max_rss_bytes: Some(o.rusage.ru_maxrss as u64 * 1024),
         pids_peak: cg.pids_peak,
         oom_kills: cg.oom_kills,
+        throttled: o.throttled.clone(),
     }
 }
 
@@ -307,6 +311,7 @@ fn status_of(f: &Facts) -> Option<Status> {
     match f.ending {
         Ending::WallTimeout => return Some(Status::TimeoutWall),
         Ending::CpuTimeout => return Some(Status::TimeoutCpu),
+        Ending::Cancelled(_) => return Some(Status::Cancelled),
         Ending::Exited => {}
     }
     let by_signal = |s: Signal| f.signal == Some(s as i32);
@@ -351,6 +356,13 @@ mod tests {
     fn timeouts_win_over_everything_the_script_did() {
         let f = Facts { ending: Ending::WallTimeout, oom_kills: 1, truncated: true, ..facts() };
         assert_eq!(status_of(&f), Some(Status::TimeoutWall));
+        let f = Facts {
+            ending: Ending::Cancelled(Signal::SIGTERM),
+            oom_kills: 1,
+            signal: Some(9),
+            ..facts()
+        };
+        assert_eq!(status_of(&f), Some(Status::Cancelled));
         let f = Facts { ending: Ending::CpuTimeout, exit_code: None, signal: Some(9), ..facts() };
         assert_eq!(status_of(&f), Some(Status::TimeoutCpu));
     }

@@ -15,6 +15,7 @@ use crate::cgroup::RunCgroup;
 use crate::limits;
 use crate::seccomp;
 use crate::sys;
+use crate::throttle::Throttle;
 
 /// The supervisor's read ends of the four pipes the child side writes to.
 pub(crate) struct ChildPipes {
@@ -38,6 +39,8 @@ pub(crate) struct Watch<'m> {
     pub(crate) listener_rest: Option<Instant>,
     pub(crate) tally: seccomp::Tally,
     pub(crate) model: &'m seccomp::Model,
+    /// The CPU quota's enforcer when no cgroup has a cpu controller.
+    pub(crate) throttle: Option<Throttle>,
 }
 
 /// How the watch loop ended.
@@ -49,6 +52,8 @@ pub(crate) enum Ending {
     WallTimeout,
     /// The run cgroup's CPU usage reached the limit and the tree was killed.
     CpuTimeout,
+    /// `jail` got this signal (cancel.rs) and the tree was killed.
+    Cancelled(Signal),
 }
 
 /// What the watch loop enforces besides the pipes.
@@ -81,6 +86,8 @@ enum Slot {
     /// The caller's stdout or stderr, polled for POLLOUT while a relay has bytes.
     RelayOut,
     RelayErr,
+    /// The signalfd of cancel.rs: `jail` was asked to stop.
+    Cancel,
 }
 
 /// The pipes still open, by name.
@@ -112,6 +119,8 @@ struct Progress {
     exited: bool,
     ending: Ending,
     next_cpu_check: Instant,
+    /// A cancelling signal came (cancel.rs); `enforce` kills the tree.
+    cancel: Option<Signal>,
 }
 
 impl Progress {
@@ -140,6 +149,7 @@ impl<'m> Watch<'m> {
             listener_rest: None,
             tally,
             model,
+            throttle: None,
         }
     }
 }
@@ -163,7 +173,12 @@ impl Watch<'_> {
             report: Some(pipes.report),
             status: Some(pipes.status),
         };
-        let mut at = Progress { exited: false, ending: Ending::Exited, next_cpu_check: Instant::now() };
+        let mut at = Progress {
+            exited: false,
+            ending: Ending::Exited,
+            next_cpu_check: Instant::now(),
+            cancel: None,
+        };
         let mut buf = vec![0u8; 64 * 1024];
         while !at.exited || open.any() {
             if at.dying() && Instant::now() >= limits.wall {
@@ -190,6 +205,9 @@ impl Watch<'_> {
             if !at.dying() {
                 enforce(&mut at, limits, pid, cgroup);
             }
+            if let (Some(t), false) = (&mut self.throttle, at.dying()) {
+                t.check(Instant::now());
+            }
         }
         at.ending
     }
@@ -210,6 +228,9 @@ impl Watch<'_> {
             let mut left = limits.wall.saturating_duration_since(Instant::now());
             if limits.cpu.is_some() {
                 left = left.min(at.next_cpu_check.saturating_duration_since(Instant::now()));
+            }
+            if let Some(t) = &self.throttle {
+                left = left.min(t.next_wake().saturating_duration_since(Instant::now()));
             }
             PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
         };
@@ -238,6 +259,10 @@ impl Watch<'_> {
             fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
             which.push(Slot::Pidfd);
         }
+        if let (Some(fd), false) = (crate::cancel::fd(), at.dying()) {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            which.push(Slot::Cancel);
+        }
         // Past the answer cap the listener is read at a pace (seccomp/notify.rs,
         // PAST_CAP_PACE): left out of the poll until its time comes.
         let now = Instant::now();
@@ -262,6 +287,7 @@ impl Watch<'_> {
     fn on_ready(&mut self, slot: Slot, flags: PollFlags, open: &mut Open, at: &mut Progress, buf: &mut [u8]) {
         match slot {
             Slot::Pidfd => at.exited = true,
+            Slot::Cancel => at.cancel = at.cancel.or(crate::cancel::received()),
             Slot::RelayOut | Slot::RelayErr => {
                 let capture = if slot == Slot::RelayOut { &mut self.stdout } else { &mut self.stderr };
                 capture.flush_out();
@@ -323,7 +349,10 @@ fn enforce(at: &mut Progress, limits: &Deadlines<'_>, pid: Pid, cgroup: Option<&
         }
     };
     let now = Instant::now();
-    if now >= limits.wall {
+    if let Some(sig) = at.cancel {
+        kill_tree();
+        at.ending = Ending::Cancelled(sig);
+    } else if now >= limits.wall {
         kill_tree();
         at.ending = Ending::WallTimeout;
     } else if let Some((cg, limit_ns)) = limits.cpu {

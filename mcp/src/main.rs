@@ -1,20 +1,23 @@
 //! `jail-mcp` (also started as `jail mcp`): a Model Context Protocol server
-//! over stdio (rmcp) with one tool, `run_python`. Each call runs as its own
+//! over stdio (rmcp) with the tool `run_python`. Each call runs as its own
 //! `jail run --json` process, the `jail` binary installed beside this one:
 //! the jail must fork from a single-threaded process, and this one runs a
 //! tokio runtime, so it never calls the supervisor in-process. What a call
 //! may touch on the host is fixed when the server starts: the policy and
 //! its limits, and the folders given with `--input-dir` (see `inputs.rs`).
-//! `session_exec` waits for sessions (issue 18).
+//! `session_start`, `session_exec` and `session_stop` drive one jail's
+//! stateful cells (`jail session`, see `sessions.rs`).
 //!
 //! - `server`: the configuration and the tool; `stop`: ending a step's run.
 //! - `inputs`: the allowlisted input folders; `content`: the result as MCP content.
+//! - `sessions`: the open sessions the session tools drive.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod content;
 mod inputs;
 mod server;
+mod sessions;
 mod stop;
 
 use std::process::ExitCode;

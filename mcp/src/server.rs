@@ -16,6 +16,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::content;
 use crate::inputs::{Allowlist, InputError, Staging};
+use crate::sessions::Sessions;
 use crate::stop::Step;
 use jail::policy::{Overrides, Policy};
 use jail::result::{RunResult, Status, EXIT_SETUP_FAILED};
@@ -165,7 +166,8 @@ impl Config {
             "run_python runs Python 3 code in a fresh Linux jail per call: no network, a read-only system, \
              nothing kept between calls (policy `{}`, at most {} s per call). Input folders the code may be given \
              (the `input` argument): {}. Write files to /workspace/output: they are checked and listed, and PNG \
-             images come back as images.",
+             images come back as images. For state across calls: session_start returns a session_id, \
+             session_exec runs cells in it, session_stop ends it.",
             self.policy_name,
             self.ceiling.as_secs_f64(),
             self.allowlist.describe()
@@ -191,19 +193,145 @@ pub struct RunPython {
     pub timeout_seconds: Option<f64>,
 }
 
+/// The arguments of `session_start`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionStart {
+    /// Input for the whole session, as for run_python's `input`: files
+    /// copied to /workspace/input, or one folder mounted there read-only.
+    #[serde(default)]
+    pub input: Vec<String>,
+    /// Wall-clock limit of each cell in seconds, at most the server's (its default).
+    #[serde(default)]
+    pub timeout_seconds: Option<f64>,
+}
+
+/// What `session_start` answers as structured content.
+#[derive(Debug, serde::Serialize, schemars::JsonSchema)]
+pub struct SessionStarted {
+    /// The id to pass to session_exec and session_stop.
+    pub session_id: String,
+}
+
+/// The arguments of `session_exec`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionExec {
+    /// The id session_start returned.
+    pub session_id: String,
+    /// Python source, run as the session's next cell: the names earlier
+    /// cells defined are still there.
+    pub code: String,
+}
+
+/// The arguments of `session_stop`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionStop {
+    /// The id session_start returned.
+    pub session_id: String,
+}
+
 #[derive(Clone)]
 pub struct Server {
     config: Arc<Config>,
+    sessions: Arc<Sessions>,
     tool_router: ToolRouter<Server>,
+}
+
+/// A jail result as the tool's reply: MCP content (text, PNG images) and the
+/// whole document as structured content.
+fn reply_of(result: &RunResult) -> CallToolResult {
+    let blocks = content::blocks(result);
+    let mut reply = if result.status == Status::SetupFailed {
+        CallToolResult::error(blocks)
+    } else {
+        CallToolResult::success(blocks)
+    };
+    reply.structured_content = serde_json::to_value(result).ok();
+    reply
+}
+
+fn refused(message: String) -> Result<CallToolResult, ErrorData> {
+    Ok(CallToolResult::error(vec![ContentBlock::text(message)]))
 }
 
 #[tool_router]
 impl Server {
-    fn new(config: Config) -> Server {
-        Server { config: Arc::new(config), tool_router: Self::tool_router() }
+    fn new(config: Config, sessions: Arc<Sessions>) -> Server {
+        Server { config: Arc::new(config), sessions, tool_router: Self::tool_router() }
     }
 
     #[tool(
+        output_schema = rmcp::handler::server::common::schema_for_output::<SessionStarted>(),
+        description = "Start a Python session: one Linux jail whose interpreter keeps its variables, imports and \
+                       files from one session_exec call to the next. Returns its session_id. Stop it with \
+                       session_stop (it also ends when this server exits)."
+    )]
+    async fn session_start(&self, Parameters(req): Parameters<SessionStart>) -> Result<CallToolResult, ErrorData> {
+        let check = RunPython { code: "pass".into(), input: req.input, timeout_seconds: req.timeout_seconds };
+        let (timeout, staging) = match self.config.check(&check) {
+            Ok(ok) => ok,
+            Err(message) => return refused(message),
+        };
+        let dir = match step_dir() {
+            Ok(d) => d,
+            Err(message) => return refused(message),
+        };
+        let input = match stage_input(dir.path(), &staging) {
+            Ok(i) => i,
+            Err(message) => return refused(message),
+        };
+        let mut flags = self.config.run_flags.clone();
+        flags.push("--timeout".into());
+        flags.push(timeout.as_secs_f64().to_string().into());
+        if let Some(input) = input {
+            flags.push("--input".into());
+            flags.push(input.into());
+        }
+        match self.sessions.start(flags, Some(dir), timeout + HUNG_GRACE).await {
+            Ok(id) => {
+                let mut reply = CallToolResult::success(vec![ContentBlock::text(format!(
+                    "session {id} started: run cells with session_exec(session_id=\"{id}\", code=...)"
+                ))]);
+                reply.structured_content = serde_json::to_value(SessionStarted { session_id: id }).ok();
+                Ok(reply)
+            }
+            Err(message) => refused(message),
+        }
+    }
+
+    #[tool(
+        output_schema = rmcp::handler::server::common::schema_for_output::<RunResult>(),
+        description = "Run Python 3 code as the next cell of a session (session_start): names earlier cells \
+                       defined are still there. Returns the cell's stdout, stderr, Python error and status."
+    )]
+    async fn session_exec(&self, Parameters(req): Parameters<SessionExec>) -> Result<CallToolResult, ErrorData> {
+        let check = RunPython { code: req.code, input: vec![], timeout_seconds: None };
+        let (timeout, _) = match self.config.check(&check) {
+            Ok(ok) => ok,
+            Err(message) => return refused(message),
+        };
+        match self.sessions.exec(&req.session_id, &check.code, timeout + HUNG_GRACE).await {
+            Ok(result) => Ok(reply_of(&result)),
+            Err(message) => refused(message),
+        }
+    }
+
+    #[tool(
+        output_schema = rmcp::handler::server::common::schema_for_output::<RunResult>(),
+        description = "Stop a session: its jail ends, and the files its cells wrote to /workspace/output are \
+                       checked and listed (PNG images inline)."
+    )]
+    async fn session_stop(&self, Parameters(req): Parameters<SessionStop>) -> Result<CallToolResult, ErrorData> {
+        match self.sessions.stop(&req.session_id, HUNG_GRACE).await {
+            Ok(result) => Ok(reply_of(&result)),
+            Err(message) => refused(message),
+        }
+    }
+
+    #[tool(
+        output_schema = rmcp::handler::server::common::schema_for_output::<RunResult>(),
         description = "Run Python 3 code in a fresh, network-less Linux jail and return its stdout, stderr, \
                        Python error, status and the files it wrote to /workspace/output (PNG images inline)."
     )]
@@ -216,14 +344,7 @@ impl Server {
             Ok(r) => r,
             Err(message) => return Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
         };
-        let blocks = content::blocks(&result);
-        let mut reply = if result.status == Status::SetupFailed {
-            CallToolResult::error(blocks)
-        } else {
-            CallToolResult::success(blocks)
-        };
-        reply.structured_content = serde_json::to_value(&result).ok();
-        Ok(reply)
+        Ok(reply_of(&result))
     }
 }
 
@@ -239,34 +360,11 @@ impl ServerHandler for Server {
 /// One call: stage the code and input in a private folder, run `jail run
 /// --json` on them, read its result (bounded) and check its version.
 async fn run_step(config: &Config, code: &str, timeout: Duration, staging: &Staging) -> Result<RunResult, String> {
-    let dir = tempfile::Builder::new()
-        .prefix("jail-mcp-")
-        .tempdir()
-        .map_err(|e| format!("cannot make a step folder: {e}"))?;
-    let readable = |path: &std::path::Path, mode: u32| {
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| format!("chmod {}: {e}", path.display()))
-    };
-    // A run started by root reads its input as an unprivileged uid.
-    readable(dir.path(), 0o755)?;
+    let dir = step_dir()?;
     let script = dir.path().join("main.py");
     std::fs::write(&script, code).map_err(|e| format!("write {}: {e}", script.display()))?;
     readable(&script, 0o644)?;
-    let input = match staging {
-        Staging::None => None,
-        Staging::Folder(path) => Some(path.clone()),
-        Staging::Files(files) => {
-            let to = dir.path().join("input");
-            std::fs::create_dir(&to).map_err(|e| format!("mkdir {}: {e}", to.display()))?;
-            readable(&to, 0o755)?;
-            for (name, from) in files {
-                let dest = to.join(name);
-                std::fs::copy(from, &dest).map_err(|e| format!("copy {} to the jail's input: {e}", from.display()))?;
-                readable(&dest, 0o644)?;
-            }
-            Some(to)
-        }
-    };
+    let input = stage_input(dir.path(), staging)?;
     let mut cmd = tokio::process::Command::new(&config.jail);
     cmd.arg("run").arg("--json").args(&config.run_flags);
     cmd.arg("--timeout").arg(timeout.as_secs_f64().to_string());
@@ -314,6 +412,41 @@ async fn run_step(config: &Config, code: &str, timeout: Duration, staging: &Stag
     serde_json::from_value(doc).map_err(|e| format!("the jail's result does not match this server's contract: {e}"))
 }
 
+/// A private, world-readable step folder (a run started by root reads its
+/// input as an unprivileged uid).
+fn step_dir() -> Result<tempfile::TempDir, String> {
+    let dir = tempfile::Builder::new()
+        .prefix("jail-mcp-")
+        .tempdir()
+        .map_err(|e| format!("cannot make a step folder: {e}"))?;
+    readable(dir.path(), 0o755)?;
+    Ok(dir)
+}
+
+fn readable(path: &std::path::Path, mode: u32) -> Result<(), String> {
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("chmod {}: {e}", path.display()))
+}
+
+/// The folder to give as `--input`: an allowlisted folder as it is, or the
+/// allowlisted files copied into `dir/input`.
+fn stage_input(dir: &std::path::Path, staging: &Staging) -> Result<Option<PathBuf>, String> {
+    Ok(match staging {
+        Staging::None => None,
+        Staging::Folder(path) => Some(path.clone()),
+        Staging::Files(files) => {
+            let to = dir.join("input");
+            std::fs::create_dir(&to).map_err(|e| format!("mkdir {}: {e}", to.display()))?;
+            readable(&to, 0o755)?;
+            for (name, from) in files {
+                let dest = to.join(name);
+                std::fs::copy(from, &dest).map_err(|e| format!("copy {} to the jail's input: {e}", from.display()))?;
+                readable(&dest, 0o644)?;
+            }
+            Some(to)
+        }
+    })
+}
+
 /// `jail mcp`: check the configuration, then serve until the client closes stdin.
 pub fn main(args: McpArgs) -> ExitCode {
     match serve(&args) {
@@ -329,12 +462,16 @@ fn serve(args: &McpArgs) -> Result<(), McpError> {
     let config = Config::new(args)?;
     // One thread for the protocol; steps are processes of their own.
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(McpError::Runtime)?;
-    runtime.block_on(async {
-        let service = Server::new(config)
+    let sessions = Arc::new(Sessions::new(config.jail.clone()));
+    let served = runtime.block_on(async {
+        let service = Server::new(config, Arc::clone(&sessions))
             .serve(rmcp::transport::stdio())
             .await
             .map_err(|e| McpError::Serve(e.to_string()))?;
         service.waiting().await.map_err(|e| McpError::Serve(e.to_string()))?;
         Ok(())
-    })
+    });
+    // Sessions end with the server, however it ends.
+    sessions.stop_all();
+    served
 }

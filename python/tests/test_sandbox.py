@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import jail_sandbox
-from jail_sandbox import Execution, Sandbox, SandboxSetupError
+from jail_sandbox import Execution, Sandbox, SandboxSetupError, SessionClosedError
 
 
 def test_the_binary_is_the_one_inside_the_wheel():
@@ -147,3 +147,42 @@ def test_the_jail_still_confines_code_run_from_python(rootfs):
     )
     ex = Sandbox(rootfs=rootfs).run(code)
     assert ex.stdout.splitlines() == ["no net", "read-only", "False False"], ex.stdout + ex.stderr
+
+
+def test_a_session_keeps_state_between_cells_and_ends_with_its_block(rootfs):
+    seen = []
+    with Sandbox(rootfs=rootfs).session() as s:
+        first = s.run("x = 41\nprint('set')")
+        second = s.run("print(x + 1)", on_stdout=seen.append)
+        third = s.run("raise ValueError('bad cell')")
+        pid = s.pid
+    assert isinstance(first, Execution) and first.stdout == "set\n"
+    assert (second.status, second.stdout) == ("ok", "42\n")
+    assert seen == ["42\n"]
+    assert third.error is not None and third.error.type == "ValueError"
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists(), "the session's jail outlived the block"
+    with pytest.raises(SessionClosedError):
+        s.run("print(x)")
+    assert s.close() is not None, "close twice returns the closing result"
+
+
+def test_a_session_is_closed_when_its_block_raises(rootfs):
+    with pytest.raises(KeyError):
+        with Sandbox(rootfs=rootfs).session() as s:
+            s.run("y = 1")
+            pid = s.pid
+            raise KeyError("caller")
+    assert s.handle is None and s.closing is not None
+    deadline = time.monotonic() + 5
+    while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{pid}").exists(), "the session's jail outlived the block"
+
+
+def test_a_session_that_cannot_start_is_a_setup_error(tmp_path):
+    with pytest.raises(SandboxSetupError) as info:
+        Sandbox(rootfs=tmp_path / "nope").session()
+    assert "nope" in info.value.message

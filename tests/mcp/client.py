@@ -60,6 +60,9 @@ async def main(config_path, name, csv_input):
             tools = await session.list_tools()
             report["tools"] = sorted(t.name for t in tools.tools)
             checks["lists_run_python"] = "run_python" in report["tools"]
+            # Each tool declares its structured content's schema; the SDK
+            # validates every structured reply against it.
+            checks["output_schemas"] = all(t.output_schema and t.output_schema.get("type") == "object" for t in tools.tools)
 
             chart = await session.call_tool("run_python", {"code": CHART, "input": [csv_input]})
             images = [c for c in chart.content if c.type == "image"]
@@ -74,7 +77,7 @@ async def main(config_path, name, csv_input):
                 checks["image_is_png"] = images[0].mime_type == "image/png" and png.startswith(b"\x89PNG\r\n\x1a\n") and png[12:16] == b"IHDR"
                 checks["image_is_the_chart"] = (width, height) == (400, 300)
             structured = chart.structured_content or {}
-            checks["structured_result"] = structured.get("schema_version") == 1 and structured.get("status") == "ok"
+            checks["structured_result"] = structured.get("schema_version") == 2 and structured.get("status") == "ok"
 
             bad = {
                 "outside_path": {"code": "print(1)", "input": ["/etc/passwd"]},
@@ -87,6 +90,31 @@ async def main(config_path, name, csv_input):
                 r = await session.call_tool("run_python", args)
                 report["refusals"][key] = {"is_error": bool(r.is_error), "text": texts(r)}
                 checks["refuses_" + key] = bool(r.is_error) and "status" not in texts(r)
+
+            # A session: state survives from one cell to the next; the chart
+            # its cell draws comes back as an image when it is stopped.
+            checks["lists_session_tools"] = {"session_start", "session_exec", "session_stop"} <= set(report["tools"])
+            started = await session.call_tool("session_start", {"input": [csv_input]})
+            sid = (started.structured_content or {}).get("session_id")
+            report["session_start"] = texts(started)
+            checks["session_started"] = not started.is_error and bool(sid)
+            first = await session.call_tool("session_exec", {"session_id": sid, "code": "x = 41\nprint('set')"})
+            second = await session.call_tool("session_exec", {"session_id": sid, "code": "print('x is', x + 1)"})
+            report["session_cells"] = [texts(first), texts(second)]
+            checks["session_keeps_state"] = not second.is_error and "x is 42" in texts(second)
+            drawn = await session.call_tool("session_exec", {"session_id": sid, "code": CHART})
+            checks["session_chart_ran"] = not drawn.is_error and "regions 3" in texts(drawn)
+            stopped = await session.call_tool("session_stop", {"session_id": sid})
+            shown = [c for c in list(drawn.content) + list(stopped.content) if c.type == "image"]
+            report["session_stop"] = texts(stopped)
+            checks["session_chart_is_an_image"] = bool(shown) and base64.b64decode(shown[0].data).startswith(b"\x89PNG")
+            gone = await session.call_tool("session_exec", {"session_id": sid, "code": "print(x)"})
+            checks["stopped_session_is_refused"] = bool(gone.is_error) and "no open session" in texts(gone)
+            outside = await session.call_tool("session_start", {"input": ["/etc/passwd"]})
+            checks["session_refuses_outside_path"] = bool(outside.is_error)
+            # Left open on purpose: it must end when the server exits.
+            left = await session.call_tool("session_start", {})
+            report["left_open"] = (left.structured_content or {}).get("session_id")
     report["ok"] = all(checks.values())
     print(json.dumps(report, indent=1))
     return 0 if report["ok"] else 1

@@ -73,6 +73,7 @@ fn config(f: &Fixture, mock: &MockLlm, rootfs: PathBuf) -> Config {
             rootfs: Some(rootfs.clone()),
             timeout: None,
             wall_limit: Duration::from_secs(15),
+            stateless: false,
         },
         rootfs: Some(rootfs),
         skills_dir: None,
@@ -241,11 +242,11 @@ fn zip_text(path: &Path, name: &str) -> String {
     s
 }
 
-/// The full path: a two-item plan; item 1 writes code, hits a Python error,
-/// fixes it and succeeds; item 2 builds a deck; then the final answer.
-fn full_run(rootfs: PathBuf, deck_script: &str, step_timeout: Option<f64>) -> (Fixture, MockLlm, Outcome) {
-    let f = fixture();
-    let turns = vec![
+/// The scripted conversation of the full path: a two-item plan; item 1
+/// hits a Python error, fixes it and succeeds; item 2 runs `deck_script`;
+/// then the final answer.
+fn two_item_turns(deck_script: &str) -> Vec<Turn> {
+    vec![
         tool_turn(
             &[(
                 "create_todo_list",
@@ -271,9 +272,17 @@ fn full_run(rootfs: PathBuf, deck_script: &str, step_timeout: Option<f64>) -> (F
         tool_turn(&[write("deck.py", deck_script), run_file("deck.py")], (800, 900)),
         tool_turn(&[call("complete_todo", json!({"report": "deck.pptx: one slide per class"}))], (1800, 25)),
         text_turn("Survival differed by class; see summary.csv and deck.pptx.", (1400, 40)),
-    ];
+    ]
+}
+
+/// The full path: a two-item plan; item 1 writes code, hits a Python error,
+/// fixes it and succeeds; item 2 builds a deck; then the final answer.
+fn full_run(rootfs: PathBuf, deck_script: &str, step_timeout: Option<f64>, stateless: bool) -> (Fixture, MockLlm, Outcome) {
+    let f = fixture();
+    let turns = two_item_turns(deck_script);
     let mock = MockLlm::start(turns);
     let mut cfg = config(&f, &mock, rootfs);
+    cfg.runner.stateless = stateless;
     if let Some(t) = step_timeout {
         cfg.runner.timeout = Some(t);
         cfg.runner.wall_limit = Duration::from_secs_f64(t);
@@ -300,7 +309,14 @@ fn requests_seen(mock: &MockLlm) -> String {
 
 #[test]
 fn a_two_item_plan_goes_from_an_error_through_a_fix_to_a_deck_and_a_final_answer() {
-    let (f, mock, outcome) = full_run(rootfs(), DECK_STDLIB, None);
+    // One session per item (the default), then one jail per step.
+    for stateless in [false, true] {
+        two_item_plan(stateless);
+    }
+}
+
+fn two_item_plan(stateless: bool) {
+    let (f, mock, outcome) = full_run(rootfs(), DECK_STDLIB, None, stateless);
     let req = mock.requests();
     assert_eq!(req.len(), 9, "every scripted turn is used once");
 
@@ -345,8 +361,13 @@ fn a_two_item_plan_goes_from_an_error_through_a_fix_to_a_deck_and_a_final_answer
     let fixed = last_tool(&req[4]);
     assert!(fixed.starts_with("status: ok (exit code 0)"), "{fixed}");
     assert!(fixed.contains("rows 100 survived"), "{fixed}");
-    // The jail's own artifact record: type sniffed, change against the snapshot.
-    assert!(fixed.contains("summary.csv (") && fixed.contains("text/csv, created)"), "{fixed}");
+    if stateless {
+        // The jail's own artifact record: type sniffed, change against the snapshot.
+        assert!(fixed.contains("summary.csv (") && fixed.contains("text/csv, created)"), "{fixed}");
+    } else {
+        // A session's files are judged when it ends: the step says so.
+        assert!(fixed.contains("reach the host when the sub-task ends"), "{fixed}");
+    }
 
     // The orchestrator gets the report back as start_next_todo's result.
     let report = last_tool(&req[5]);
@@ -377,7 +398,9 @@ fn a_two_item_plan_goes_from_an_error_through_a_fix_to_a_deck_and_a_final_answer
     assert!(zip_text(&deck, "[Content_Types].xml").contains("presentationml.presentation.main+xml"));
     let (c1, (n1, s1)) = expected.iter().next().unwrap();
     assert!(zip_text(&deck, "ppt/slides/slide2.xml").contains(&format!("Class {c1}: {s1} of {n1} survived")));
-    assert!(last_tool(&req[7]).contains("deck.pptx ("), "the deck is listed to the model");
+    if stateless {
+        assert!(last_tool(&req[7]).contains("deck.pptx ("), "the deck is listed to the model");
+    }
 
     // Delivered: the answer and the files, exported.
     assert_eq!(std::fs::read_to_string(session.root.join("answer.md")).unwrap().trim(), outcome.answer);
@@ -418,7 +441,7 @@ fn with_the_data_rootfs_a_python_pptx_deck_opens_in_python_pptx() {
     }
     for (name, script) in [("python-pptx", DECK_PPTX), ("zipfile", DECK_STDLIB)] {
         // The data stack imports in a few seconds; leave room on a loaded machine.
-        let (_f, mock, outcome) = full_run(data.clone(), script, Some(120.0));
+        let (_f, mock, outcome) = full_run(data.clone(), script, Some(120.0), false);
         assert_eq!(outcome.stop, Stop::Finished, "{name}:\n{}", requests_seen(&mock));
         assert!(last_tool(&mock.requests()[7]).starts_with("status: ok"), "{name}: {}", last_tool(&mock.requests()[7]));
         let mut sb = jail_tests::Sandbox::new();
@@ -1386,33 +1409,7 @@ fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
     };
     let f = fixture();
     let rx = start_receiver(&python, f.dir.path());
-    let turns = vec![
-        tool_turn(
-            &[(
-                "create_todo_list",
-                plan(&[
-                    ("class-summary", &["/workspace/output/summary.csv"]),
-                    ("deck", &["/workspace/output/deck.pptx"]),
-                ]),
-            )],
-            (900, 120),
-        ),
-        tool_turn(&[call("start_next_todo", json!({}))], (1000, 10)),
-        tool_turn(
-            &[
-                call("read_skill", json!({"name": "eda"})),
-                write("summary.py", SUMMARY_BUG),
-                run_file("summary.py"),
-            ],
-            (700, 200),
-        ),
-        tool_turn(&[write("summary.py", SUMMARY_FIXED), run_file("summary.py")], (1500, 260)),
-        tool_turn(&[call("complete_todo", json!({"report": "summary.csv: survival by class"}))], (1900, 30)),
-        tool_turn(&[call("start_next_todo", json!({}))], (1200, 10)),
-        tool_turn(&[write("deck.py", DECK_STDLIB), run_file("deck.py")], (800, 900)),
-        tool_turn(&[call("complete_todo", json!({"report": "deck.pptx: one slide per class"}))], (1800, 25)),
-        text_turn("Survival differed by class; see summary.csv and deck.pptx.", (1400, 40)),
-    ];
+    let turns = two_item_turns(DECK_STDLIB);
     let mock = MockLlm::start(turns);
     let out = Command::new(agent_bin())
         .args([
@@ -1573,4 +1570,177 @@ fn with_no_trace_content_the_trace_keeps_no_prompt_completion_or_tool_text() {
     // With content (the default), the same run keeps the prompt and the tool text.
     let text = trace_of(&[]);
     assert!(text.contains(secret) && text.contains("input_messages") && text.contains("\"arguments\""), "{text}");
+}
+
+// ------------------------------------------------------------ sessions
+
+/// A one-item plan whose sub-agent runs `steps` (name, script) in order,
+/// then completes the item; `n.txt` is its declared output.
+fn session_turns(steps: &[(&str, &str)]) -> Vec<Turn> {
+    let mut turns = vec![
+        tool_turn(&[("create_todo_list", plan(&[("count", &["/workspace/output/n.txt"])]))], (100, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+    ];
+    for (name, script) in steps {
+        turns.push(tool_turn(&[write(name, script), run_file(name)], (100, 20)));
+    }
+    turns.push(tool_turn(&[call("complete_todo", json!({"report": "counted"}))], (100, 5)));
+    turns.push(text_turn("101 rows.", (100, 5)));
+    turns
+}
+
+const LOAD: &str = "rows = open('/workspace/input/titanic.csv').read().splitlines()\nprint('loaded', len(rows))\n";
+const USE: &str = "print('rows', len(rows))\nopen('/workspace/output/n.txt', 'w').write(str(len(rows)))\n";
+
+/// Processes whose command line names `root` (a session supervisor of
+/// this run is `jail session start … --input ROOT/input`), after giving a
+/// stopped session up to 5 s to be gone.
+fn processes_naming(root: &Path) -> Vec<String> {
+    let until = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let found = naming_now(root);
+        if found.is_empty() || std::time::Instant::now() >= until {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn naming_now(root: &Path) -> Vec<String> {
+    let needle = root.to_string_lossy().into_owned();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(&needle) {
+            found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+#[test]
+fn a_variable_from_step_one_is_there_in_step_two_with_sessions_and_not_with_stateless() {
+    for stateless in [false, true] {
+        let f = fixture();
+        let mock = MockLlm::start(session_turns(&[("load.py", LOAD), ("use.py", USE)]));
+        let mut cfg = config(&f, &mock, rootfs());
+        cfg.runner.stateless = stateless;
+        let out = run::run(&cfg);
+        let req = mock.requests();
+        let seen = requests_seen(&mock);
+        // The request after `use.py` ran carries its result.
+        let step2 = tool_messages(&req[4]).pop().unwrap_or_default();
+        let tools = &req[2]["tools"];
+        let description = tools
+            .as_array()
+            .and_then(|t| t.iter().find(|t| t["function"]["name"] == "run_python_file"))
+            .map(|t| t["function"]["description"].to_string())
+            .unwrap_or_default();
+        if stateless {
+            assert!(step2.contains("NameError"), "stateless: step 2 must not see step 1's rows:\n{step2}\n{seen}");
+            assert!(description.contains("fresh sandbox"), "{description}");
+            assert!(!f.export.join("n.txt").exists());
+            drop(out);
+        } else {
+            let out = out.unwrap_or_else(|e| panic!("run failed: {e}\n{seen}"));
+            assert!(step2.contains("status: ok") && step2.contains("rows 101"), "session: step 2 reuses rows:\n{step2}\n{seen}");
+            assert!(step2.contains("variables stay defined"), "{step2}");
+            assert!(description.contains("State persists within the sub-task"), "{description}");
+            assert!(out.todo.items.iter().all(|i| i.state == State::Done), "{:?}", out.todo.items);
+            assert_eq!(
+                std::fs::read_to_string(f.export.join("n.txt")).unwrap(),
+                "101",
+                "delivered at the sub-task's end and exported"
+            );
+            assert!(processes_naming(&out.session.root).is_empty(), "{:?}", processes_naming(&out.session.root));
+        }
+    }
+}
+
+#[test]
+fn a_killed_interpreter_mid_sub_task_is_reported_and_the_next_step_starts_afresh() {
+    let f = fixture();
+    let die = "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n";
+    let mock = MockLlm::start(session_turns(&[
+        ("load.py", LOAD),
+        ("die.py", die),
+        ("use.py", USE),
+        ("reload.py", LOAD),
+        ("use2.py", USE),
+    ]));
+    let cfg = config(&f, &mock, rootfs());
+    let out = run::run(&cfg).unwrap_or_else(|e| panic!("run failed: {e}\n{}", requests_seen(&mock)));
+    let req = mock.requests();
+    let died = tool_messages(&req[4]).pop().unwrap_or_default();
+    assert!(died.contains("session ENDED") && died.contains("load the data again"), "{died}");
+    let after = tool_messages(&req[5]).pop().unwrap_or_default();
+    assert!(after.contains("NameError") && after.contains("fresh session started"), "{after}");
+    let recovered = tool_messages(&req[7]).pop().unwrap_or_default();
+    assert!(recovered.contains("status: ok") && recovered.contains("rows 101"), "{recovered}");
+    assert_eq!(std::fs::read_to_string(f.export.join("n.txt")).unwrap(), "101");
+    assert!(processes_naming(&out.session.root).is_empty(), "{:?}", processes_naming(&out.session.root));
+}
+
+/// The CLI on `turns` until it exits (or is sent `signal` once the step
+/// running in the session is under way); returns the exit status and the
+/// run's session dir (the fixture is returned to be dropped after the checks).
+fn cli_session_run(turns: Vec<Turn>, signal: Option<nix::sys::signal::Signal>) -> (Option<i32>, PathBuf, String, Fixture) {
+    let f = fixture();
+    let mock = MockLlm::start(turns);
+    let child = Command::new(agent_bin())
+        .args(["run", "--task", "count", "--retry-base-ms", "1", "--retries", "1"])
+        .arg("--input")
+        .arg(&f.input)
+        .arg("--session-dir")
+        .arg(&f.sessions)
+        .arg("--jail")
+        .arg(jail_bin())
+        .arg("--rootfs")
+        .arg(rootfs())
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn jail-agent");
+    if let Some(sig) = signal {
+        let started = std::time::Instant::now();
+        // The fourth request comes after the first step ran in the session.
+        while mock.requests().len() < 4 {
+            assert!(started.elapsed() < Duration::from_secs(60), "the agent never ran its first step");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), sig).unwrap();
+    }
+    let out = child.wait_with_output().expect("wait");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let roots: Vec<PathBuf> = std::fs::read_dir(&f.sessions).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(roots.len(), 1, "{stderr}");
+    (out.status.code(), roots[0].clone(), stderr, f)
+}
+
+#[test]
+fn no_session_process_outlives_the_agent_on_a_normal_exit_an_error_or_sigint() {
+    // Normal exit.
+    let (code, root, stderr, _f) = cli_session_run(session_turns(&[("load.py", LOAD), ("use.py", USE)]), None);
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(processes_naming(&root).is_empty(), "normal exit: {:?}", processes_naming(&root));
+    // An error mid sub-task: the endpoint fails for good after one step.
+    let mut turns = session_turns(&[("load.py", LOAD)]);
+    turns.truncate(3);
+    turns.extend((0..4).map(|_| Turn::Status(500, "down".into())));
+    let (code, root, stderr, _f) = cli_session_run(turns, None);
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("session ended"), "the sub-task's session was stopped: {stderr}");
+    assert!(processes_naming(&root).is_empty(), "error: {:?}", processes_naming(&root));
+    // SIGINT while the model is thinking, a session live.
+    let mut turns = session_turns(&[("load.py", LOAD)]);
+    turns.truncate(3);
+    turns.push(Turn::Hang);
+    let (code, root, stderr, _f) = cli_session_run(turns, Some(nix::sys::signal::Signal::SIGINT));
+    assert_eq!(code, Some(130), "{stderr}");
+    assert!(stderr.contains("stopping the running sessions"), "{stderr}");
+    assert!(processes_naming(&root).is_empty(), "SIGINT: {:?}", processes_naming(&root));
 }

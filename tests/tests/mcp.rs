@@ -99,20 +99,46 @@ fn an_mcp_client_runs_the_readme_config_gets_a_chart_and_is_refused_outside_path
         "checks failed: {failed:?}\n{report:#}\nstderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(report["tools"], serde_json::json!(["run_python"]), "no session_exec until sessions exist (issue 18)");
+    assert_eq!(report["tools"], serde_json::json!(["run_python", "session_exec", "session_start", "session_stop"]));
     assert_eq!(report["image"]["mime"], "image/png");
     assert!(report["refusals"]["outside_path"]["text"].as_str().unwrap().contains("outside the folders"), "{report:#}");
     assert!(report["refusals"]["dotdot_path"]["text"].as_str().unwrap().contains("outside the folders"), "{report:#}");
     assert!(report["refusals"]["timeout_above_limit"]["text"].as_str().unwrap().contains("at most"), "{report:#}");
 
-    // The chart ran once; the refused calls ran nothing (no output folder),
-    // and each step's own folder (code, staged input) is gone.
+    // The session the client left open ended with the server: no process
+    // started under this test's TMPDIR is left.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !processes_with_tmpdir(&tmp).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(processes_with_tmpdir(&tmp), Vec::<u32>::new(), "a session outlived the MCP server");
+
+    // The chart ran once by run_python, once in a session; the third
+    // session (left open) drew nothing; the refused calls ran nothing (no
+    // output folder), and each step's own folder (code, staged input) is gone.
     let mut left: Vec<String> = std::fs::read_dir(&tmp)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
         .collect();
     left.sort();
-    assert_eq!(left.len(), 1, "one run, one output folder: {left:?}");
-    assert!(left[0].starts_with("jail-output-"), "{left:?}");
-    assert!(tmp.join(&left[0]).join("chart.png").is_file());
+    assert_eq!(left.len(), 3, "one run and two sessions, one output folder each: {left:?}");
+    assert!(left.iter().all(|l| l.starts_with("jail-output-")), "{left:?}");
+    let charts = left.iter().filter(|l| tmp.join(l).join("chart.png").is_file()).count();
+    assert_eq!(charts, 2, "{left:?}");
+}
+
+/// Processes whose environment has TMPDIR=`tmp` (only our own are readable
+/// as an ordinary user, which are the ones this test starts).
+fn processes_with_tmpdir(tmp: &Path) -> Vec<u32> {
+    let want = format!("TMPDIR={}", tmp.display()).into_bytes();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        if let Ok(env) = std::fs::read(e.path().join("environ")) {
+            if env.split(|&b| b == 0).any(|v| v == want.as_slice()) {
+                found.push(pid);
+            }
+        }
+    }
+    found
 }

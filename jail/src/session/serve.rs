@@ -215,6 +215,10 @@ pub(crate) fn serve(
                 l.check_cpu(cg);
             }
         }
+        if let Some(t) = &mut l.watch.throttle {
+            // No cpu cgroup: the quota holds across cells, as a cgroup's would.
+            t.check(now);
+        }
         l.check_timers(now);
     }
     l.finish_cell_at_death();
@@ -241,6 +245,9 @@ impl Loop<'_, '_, '_> {
                 }
             }
             Phase::Ending { kill_at } => wake = wake.min(*kill_at),
+        }
+        if let Some(t) = &self.watch.throttle {
+            wake = wake.min(t.next_wake());
         }
         if let Some(t) = self.watch.listener_rest {
             wake = wake.min(t);
@@ -613,6 +620,7 @@ fn usage_of(wall_ms: f64, before: Option<&CgroupUsage>, now: Option<&CgroupUsage
             max_rss_bytes: None,
             pids_peak: b.pids_peak,
             oom_kills: b.oom_kills.map(|n| n.saturating_sub(a.oom_kills.unwrap_or(0))),
+            throttled: None,
         },
         _ => Usage { wall_ms, ..Usage::default() },
     }

@@ -9,7 +9,11 @@ Python objects::
     assert execution.stdout == "42\\n"
 
 Each :meth:`Sandbox.run` is its own jail; state does not carry over between
-runs (stateful sessions wait on the jail's sessions, issue 18).
+runs. For stateful cells, :meth:`Sandbox.session` keeps one jail::
+
+    with sandbox.session() as s:
+        s.run("x = 41")
+        assert s.run("print(x + 1)").stdout == "42\\n"
 """
 
 from ._sandbox import (
@@ -22,6 +26,8 @@ from ._sandbox import (
     SandboxError,
     SandboxProtocolError,
     SandboxSetupError,
+    Session,
+    SessionClosedError,
     Usage,
     find_jail,
 )
@@ -36,6 +42,8 @@ __all__ = [
     "SandboxError",
     "SandboxProtocolError",
     "SandboxSetupError",
+    "Session",
+    "SessionClosedError",
     "Usage",
     "find_jail",
 ]

@@ -26,7 +26,7 @@ Callback = Callable[[str], None]
 #: The exit status ``jail`` gives when the run could not be set up.
 EXIT_SETUP_FAILED = 125
 #: The result document versions this client understands.
-SCHEMA_VERSIONS = (1,)
+SCHEMA_VERSIONS = (2,)
 #: Most bytes of ``jail``'s own stderr kept for an error message.
 _MAX_STDERR = 64 << 10
 
@@ -60,6 +60,10 @@ class SandboxSetupError(SandboxError):
         if self.causes:
             text += ": " + ": ".join(self.causes)
         super().__init__(text)
+
+
+class SessionClosedError(SandboxError):
+    """The session was closed, or its jail ended (its lifetime, a crash)."""
 
 
 class SandboxProtocolError(SandboxError):
@@ -141,7 +145,7 @@ class Execution:
 
     Attributes:
         status: ``ok``, ``nonzero_exit``, ``timeout_wall``, ``timeout_cpu``,
-            ``oom_killed``, ``output_limit``, ``signaled`` (see the result's
+            ``oom_killed``, ``output_limit``, ``signaled``, ``cancelled`` (see the result's
             ``status`` in the project README).
         stdout: The code's stdout; past ``limits.stdout_bytes`` its head and
             tail with a marker between (``stdout_truncated``).
@@ -256,9 +260,9 @@ class Sandbox:
         # Nothing to release: every run's jail is gone when run() returns.
         return None
 
-    def command(self, script: PathLike, *, timeout: Optional[float] = None, args: Iterable[str] = ()) -> List[str]:
-        """The ``jail run --events`` command line for ``script``."""
-        cmd = [str(self.jail), "run", "--events"]
+    def _flags(self) -> List[str]:
+        """The folder and limit flags ``jail run`` and ``jail session start`` share."""
+        flags: List[str] = []
         for flag, value in (
             ("--policy", self.policy),
             ("--rootfs", self.rootfs),
@@ -268,7 +272,24 @@ class Sandbox:
             ("--cpus", self.cpus),
         ):
             if value is not None:
-                cmd += [flag, str(value)]
+                flags += [flag, str(value)]
+        return flags
+
+    def session(self, *, timeout: Optional[float] = None) -> "Session":
+        """Start a :class:`Session`: one jail for many cells that share one
+        interpreter's state. Use it in a ``with`` block so it is closed.
+
+        Args:
+            timeout: Wall-clock limit of each cell in seconds (default: the Sandbox's).
+
+        Raises:
+            SandboxSetupError: The session's jail could not be started.
+        """
+        return Session(self, timeout)
+
+    def command(self, script: PathLike, *, timeout: Optional[float] = None, args: Iterable[str] = ()) -> List[str]:
+        """The ``jail run --events`` command line for ``script``."""
+        cmd = [str(self.jail), "run", "--events"] + self._flags()
         limit = timeout if timeout is not None else self.timeout
         if limit is not None:
             cmd += ["--timeout", repr(float(limit))]
@@ -370,23 +391,123 @@ class Sandbox:
                 # Refused before a run began (bad arguments).
                 raise SandboxSetupError("arguments", jail_stderr or "jail refused its arguments")
             raise SandboxProtocolError(f"jail exited {returncode} without a result: {jail_stderr[:400]}")
-        version = result.get("schema_version")
-        if version not in SCHEMA_VERSIONS:
-            raise SandboxProtocolError(
-                f"jail's result has schema_version {version!r}, this client reads {SCHEMA_VERSIONS}: "
-                "install the jail-sandbox wheel that matches the binary"
-            )
-        setup = result.get("setup_error")
-        if result.get("status") == "setup_failed" or setup:
-            setup = setup or {}
-            raise SandboxSetupError(
-                setup.get("stage", "unknown"), setup.get("message", jail_stderr), setup.get("causes", []), result
-            )
-        execution = _execution(result)
+        execution = _checked(result, jail_stderr)
         if on_artifact is not None:
             for a in execution.artifacts:
                 on_artifact(a)
         return execution
+
+
+def _checked(result: Dict[str, Any], jail_stderr: str) -> Execution:
+    """The :class:`Execution` of a result this client reads; a setup failure raised."""
+    version = result.get("schema_version")
+    if version not in SCHEMA_VERSIONS:
+        raise SandboxProtocolError(
+            f"jail's result has schema_version {version!r}, this client reads {SCHEMA_VERSIONS}: "
+            "install the jail-sandbox wheel that matches the binary"
+        )
+    setup = result.get("setup_error")
+    if result.get("status") == "setup_failed" or setup:
+        setup = setup or {}
+        raise SandboxSetupError(
+            setup.get("stage", "unknown"), setup.get("message", jail_stderr), setup.get("causes", []), result
+        )
+    return _execution(result)
+
+
+class Session:
+    """One jail whose interpreter keeps its state from cell to cell
+    (``jail session start|exec|stop``). Made by :meth:`Sandbox.session`;
+    use it as a context manager so the jail ends however the block does::
+
+        with sandbox.session() as s:
+            s.run("x = 41")
+            print(s.run("print(x + 1)").stdout)  # 42
+
+    Each cell's output comes back whole when it ends (``on_stdout`` and
+    ``on_stderr`` are called once, with the cell's text); the sandbox's
+    ``timeout`` is each cell's wall-clock limit.
+    """
+
+    def __init__(self, sandbox: "Sandbox", timeout: Optional[float] = None) -> None:
+        self.sandbox = sandbox
+        cmd = [str(sandbox.jail), "session", "start", "--json"] + sandbox._flags()
+        limit = timeout if timeout is not None else sandbox.timeout
+        if limit is not None:
+            cmd += ["--timeout", repr(float(limit))]
+        out = self._call(cmd, None)
+        if out.returncode != 0:
+            message = out.stderr.decode("utf-8", "replace").strip() or f"jail session start exited {out.returncode}"
+            raise SandboxSetupError("session", message)
+        try:
+            started = json.loads(out.stdout)
+            self.handle: Optional[str] = str(started["handle"])
+            self.id = str(started["id"])
+            self.pid = int(started["pid"])
+        except (ValueError, KeyError, TypeError):
+            raise SandboxProtocolError(f"jail session start printed no handle: {out.stdout[:200]!r}") from None
+        self.closing: Optional[Execution] = None
+
+    def _call(self, cmd: List[str], stdin: Optional[bytes]) -> "subprocess.CompletedProcess[bytes]":
+        try:
+            return subprocess.run(cmd, input=stdin, capture_output=True, env=self.sandbox.env)
+        except OSError as e:
+            raise JailNotFoundError(f"cannot start {self.sandbox.jail}: {e}") from e
+
+    def _result(self, cmd: List[str], stdin: Optional[bytes]) -> Execution:
+        out = self._call(cmd, stdin)
+        jail_stderr = out.stderr.decode("utf-8", "replace").strip()
+        try:
+            result = json.loads(out.stdout)
+        except ValueError:
+            raise SessionClosedError(
+                f"jail session {cmd[2]} exited {out.returncode} without a result: {jail_stderr[:400]}"
+            ) from None
+        return _checked(result, jail_stderr)
+
+    def run(
+        self, code: str, *, on_stdout: Optional[Callback] = None, on_stderr: Optional[Callback] = None
+    ) -> Execution:
+        """Run ``code`` as the session's next cell; names it defined stay for the next.
+
+        Returns:
+            The cell's :class:`Execution` (an exception in the code is its
+            ``error``, never raised here).
+
+        Raises:
+            SessionClosedError: The session was closed, or its jail is gone.
+            SandboxSetupError, SandboxProtocolError: As for :meth:`Sandbox.run`.
+        """
+        if self.handle is None:
+            raise SessionClosedError("the session is closed: start another with Sandbox.session()")
+        execution = self._result([str(self.sandbox.jail), "session", "exec", self.handle, "-"], code.encode("utf-8"))
+        for cb, text in ((on_stdout, execution.stdout), (on_stderr, execution.stderr)):
+            if cb is not None and text:
+                cb(text)
+        return execution
+
+    run_code = run
+
+    def close(self) -> Optional[Execution]:
+        """End the session: its jail is killed and removed, its artifacts
+        delivered. Returns the closing result (its ``artifacts``); ``None``
+        when it was closed already. Safe to call twice."""
+        if self.handle is None:
+            return self.closing
+        handle, self.handle = self.handle, None
+        self.closing = self._result([str(self.sandbox.jail), "session", "stop", handle], None)
+        return self.closing
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self.close()
+        except SandboxError:
+            # An exception from the block wins; the jail is gone either way.
+            if exc[0] is None:
+                raise
 
 
 def _chunk_text(event: Dict[str, Any]) -> str:

@@ -1,0 +1,176 @@
+//! The wire: request and reply bodies, and the JSON error every refusal is.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// A refusal: `{"error": {"code", "field", "message"}}`; `message` says
+/// what was wrong and how to fix it.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub field: Option<String>,
+    pub message: String,
+    pub retry_after: Option<Duration>,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct ErrorDetail {
+    /// A stable name: `bad_request`, `unauthorized`, `not_found`, `too_large`, `busy`, `draining`, `failed`.
+    pub code: String,
+    /// The request field at fault, when one is.
+    pub field: Option<String>,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError { status, code, field: None, message: message.into(), retry_after: None }
+    }
+    pub fn field(field: impl Into<String>, message: impl Into<String>) -> ApiError {
+        ApiError {
+            field: Some(field.into()),
+            ..ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message)
+        }
+    }
+    pub fn not_found(what: &str) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", format!("no {what} with this id for this token"))
+    }
+    pub fn busy(message: impl Into<String>) -> ApiError {
+        ApiError {
+            retry_after: Some(Duration::from_secs(1)),
+            ..ApiError::new(StatusCode::TOO_MANY_REQUESTS, "busy", message)
+        }
+    }
+    pub fn draining() -> ApiError {
+        ApiError {
+            retry_after: Some(Duration::from_secs(5)),
+            ..ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "draining",
+                "this server is shutting down: send the request to another replica",
+            )
+        }
+    }
+    pub fn failed(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "failed", message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail { code: self.code.into(), field: self.field, message: self.message },
+        };
+        let mut response = (self.status, axum::Json(body)).into_response();
+        if let Some(after) = self.retry_after {
+            if let Ok(v) = HeaderValue::from_str(&after.as_secs().max(1).to_string()) {
+                response.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
+        response
+    }
+}
+
+/// `POST /v1/runs`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunRequest {
+    /// Python source, run as /workspace/code/main.py in a fresh jail.
+    pub code: String,
+    /// Input files by name (UTF-8 text), copied to /workspace/input/NAME.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    #[serde(default)]
+    pub limits: Limits,
+    /// `true` (the default): reply when the run ends, with its result.
+    /// `false`: reply 202 with the id at once; follow `/v1/runs/{id}/events`.
+    #[serde(default = "yes")]
+    pub wait: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Limits of one run, each at most the tenant's.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Wall-clock seconds (default: the tenant's most).
+    pub timeout_secs: Option<f64>,
+    /// Memory of the whole run in MiB (default: the tenant's most).
+    pub memory_mib: Option<u64>,
+}
+
+/// A run's reply: its id and, once it ended, the jail's result document
+/// (schema/result.schema.json, `jail schema`).
+#[derive(Serialize, ToSchema)]
+pub struct RunReply {
+    pub id: String,
+    /// `running` or `done`.
+    pub state: String,
+    #[schema(value_type = Option<Object>)]
+    pub result: Option<serde_json::Value>,
+}
+
+/// `POST /v1/sessions`.
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SessionRequest {
+    #[serde(default)]
+    pub limits: Limits,
+}
+
+/// `POST /v1/sessions/{id}/exec`.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecRequest {
+    /// Python source of the next cell.
+    pub code: String,
+}
+
+#[derive(Serialize, ToSchema)]
+pub struct SessionReply {
+    pub id: String,
+}
+
+/// Parse a JSON body into `T`, naming the field at fault.
+pub fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+    let mut de = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner();
+        let field = if path == "." { None } else { Some(path) };
+        let message = format!("{inner}: send a JSON object as the API documents it (GET /openapi.json)");
+        ApiError { field, ..ApiError::new(StatusCode::BAD_REQUEST, "bad_request", message) }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unknown_nested_field_is_named() {
+        let e = parse::<RunRequest>(br#"{"code":"1","limits":{"memory":1}}"#).unwrap_err();
+        assert_eq!(e.field.as_deref(), Some("limits.memory"));
+        assert!(e.message.contains("unknown field `memory`"), "{}", e.message);
+    }
+
+    #[test]
+    fn a_missing_code_is_refused() {
+        let e = parse::<RunRequest>(br#"{}"#).unwrap_err();
+        assert!(e.message.contains("missing field `code`"), "{}", e.message);
+    }
+}

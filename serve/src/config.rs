@@ -1,0 +1,186 @@
+//! What the server is given at start: its flags and the tenants file.
+//! Both are checked before it listens; a bad one stops it with one line.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Bytes of the tenants file read at most.
+const MAX_TENANTS_FILE_BYTES: u64 = 1 << 20;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Address to listen on, e.g. 127.0.0.1:8080.
+    #[arg(long, value_name = "ADDR")]
+    pub listen: SocketAddr,
+    /// The tenants file: JSON, one entry per bearer token (see README "As a service").
+    #[arg(long, value_name = "FILE")]
+    pub tokens: PathBuf,
+    /// Runs in flight on this node at most, all tenants together; beyond it, 429.
+    #[arg(long, value_name = "N", default_value_t = 64)]
+    pub max_runs: usize,
+    /// Largest request body in bytes, for any tenant.
+    #[arg(long, value_name = "BYTES", default_value_t = 8 << 20)]
+    pub max_body: usize,
+    /// Folder for the tenants' work folders (default: a fresh one in $TMPDIR,
+    /// removed when the server exits, even by SIGKILL).
+    #[arg(long, value_name = "DIR")]
+    pub work_dir: Option<PathBuf>,
+    /// Policy file passed to every run (default: the built-in policy).
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Root filesystem folder passed to every run (default: jail's lookup).
+    #[arg(long, value_name = "DIR")]
+    pub rootfs: Option<PathBuf>,
+    /// Seconds a SIGTERM waits for in-flight runs before the server exits anyway.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub drain_secs: u64,
+}
+
+/// One tenant as the tokens file gives it.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantFile {
+    /// A name for logs and metrics (letters, digits, `-`, `_`).
+    pub name: String,
+    /// The bearer token (at least 16 characters).
+    pub token: String,
+    /// Runs in flight at most.
+    #[serde(default = "default_runs")]
+    pub max_runs: usize,
+    /// Sessions open at most.
+    #[serde(default = "default_sessions")]
+    pub max_sessions: usize,
+    /// Bytes of one request body at most.
+    #[serde(default = "default_bytes_in")]
+    pub max_bytes_in: usize,
+    /// The longest wall-clock limit a run may ask for, in seconds.
+    #[serde(default = "default_timeout")]
+    pub max_timeout_secs: f64,
+    /// The most memory a run may ask for, in MiB.
+    #[serde(default = "default_memory")]
+    pub max_memory_mib: u64,
+}
+
+fn default_runs() -> usize {
+    4
+}
+fn default_sessions() -> usize {
+    2
+}
+fn default_bytes_in() -> usize {
+    1 << 20
+}
+fn default_timeout() -> f64 {
+    30.0
+}
+fn default_memory() -> u64 {
+    512
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokensFile {
+    tenants: Vec<TenantFile>,
+}
+
+/// A checked tenant.
+#[derive(Debug, Clone)]
+pub struct Tenant {
+    pub name: String,
+    pub max_runs: usize,
+    pub max_sessions: usize,
+    pub max_bytes_in: usize,
+    pub max_timeout: Duration,
+    pub max_memory_mib: u64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read the tokens file {0}: {1}")]
+    Read(PathBuf, std::io::Error),
+    #[error("the tokens file {0} is larger than {MAX_TENANTS_FILE_BYTES} bytes")]
+    TooLarge(PathBuf),
+    #[error("the tokens file {0}: {1} (expected {{\"tenants\": [{{\"name\", \"token\", ...}}]}})")]
+    Parse(PathBuf, String),
+    #[error("the tokens file {0}: tenant {1:?}: {2}")]
+    Tenant(PathBuf, String, String),
+}
+
+/// Read and check the tokens file: token → tenant.
+pub fn load_tenants(path: &Path) -> Result<BTreeMap<String, Tenant>, ConfigError> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| ConfigError::Read(path.into(), e))?;
+    let mut text = String::new();
+    file.take(MAX_TENANTS_FILE_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| ConfigError::Read(path.into(), e))?;
+    if text.len() as u64 > MAX_TENANTS_FILE_BYTES {
+        return Err(ConfigError::TooLarge(path.into()));
+    }
+    let parsed: TokensFile = serde_json::from_str(&text).map_err(|e| ConfigError::Parse(path.into(), e.to_string()))?;
+    let mut tenants = BTreeMap::new();
+    for t in parsed.tenants {
+        let bad = |why: &str| ConfigError::Tenant(path.into(), t.name.clone(), why.into());
+        if t.name.is_empty() || !t.name.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') {
+            return Err(bad("`name` must be letters, digits, `-` or `_`"));
+        }
+        if t.token.len() < 16 {
+            return Err(bad("`token` must be at least 16 characters"));
+        }
+        if !(t.max_timeout_secs > 0.0 && t.max_timeout_secs <= 86_400.0) {
+            return Err(bad("`max_timeout_secs` must be above 0 and at most 86400"));
+        }
+        if t.max_memory_mib < 16 {
+            return Err(bad("`max_memory_mib` must be at least 16"));
+        }
+        let tenant = Tenant {
+            name: t.name.clone(),
+            max_runs: t.max_runs,
+            max_sessions: t.max_sessions,
+            max_bytes_in: t.max_bytes_in,
+            max_timeout: Duration::from_secs_f64(t.max_timeout_secs),
+            max_memory_mib: t.max_memory_mib,
+        };
+        if tenants.values().any(|o: &Tenant| o.name == tenant.name) {
+            return Err(bad("two tenants have this name"));
+        }
+        if tenants.insert(t.token.clone(), tenant).is_some() {
+            return Err(bad("its token is another tenant's too"));
+        }
+    }
+    Ok(tenants)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load(text: &str) -> Result<BTreeMap<String, Tenant>, ConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokens.json");
+        std::fs::write(&path, text).unwrap();
+        load_tenants(&path)
+    }
+
+    #[test]
+    fn a_tenant_gets_the_defaults() {
+        let t = load(r#"{"tenants":[{"name":"a","token":"0123456789abcdef"}]}"#).unwrap();
+        let a = &t["0123456789abcdef"];
+        assert_eq!((a.max_runs, a.max_sessions, a.max_memory_mib), (4, 2, 512));
+    }
+
+    #[test]
+    fn short_tokens_unknown_fields_and_shared_tokens_are_refused() {
+        assert!(load(r#"{"tenants":[{"name":"a","token":"short"}]}"#).unwrap_err().to_string().contains("16"));
+        assert!(load(r#"{"tenants":[{"name":"a","token":"0123456789abcdef","x":1}]}"#)
+            .unwrap_err()
+            .to_string()
+            .contains("unknown field"));
+        let two = r#"{"tenants":[{"name":"a","token":"0123456789abcdef"},{"name":"b","token":"0123456789abcdef"}]}"#;
+        assert!(load(two).unwrap_err().to_string().contains("another tenant"));
+    }
+}

@@ -1,0 +1,306 @@
+//! `/v1/runs`: start a run, follow its events, fetch its artifacts.
+
+use std::convert::Infallible;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::{Path as UrlPath, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+
+use crate::api::{parse, ApiError, Limits, RunReply, RunRequest};
+use crate::backend::{EventLog, Job};
+use crate::config::Tenant;
+use crate::state::{make_run_dir, new_id, run_dir_mode, Run, Shared, Slot};
+
+/// Bytes of one artifact served at most.
+const MAX_ARTIFACT_BYTES: u64 = 256 << 20;
+/// Input files one run may be sent.
+const MAX_FILES: usize = 256;
+
+/// Read a body of at most `limit` bytes, or refuse it with 413.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    axum::body::to_bytes(body, limit).await.map_err(|_| {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "too_large",
+            format!("the request body is over this token's {limit} bytes: send less code or fewer files"),
+        )
+    })
+}
+
+/// The limits asked for, checked against the tenant's.
+pub fn checked_limits(limits: &Limits, tenant: &Tenant) -> Result<(Duration, u64), ApiError> {
+    let most = tenant.max_timeout.as_secs_f64();
+    let timeout = match limits.timeout_secs {
+        None => tenant.max_timeout,
+        Some(t) if t > 0.0 && t <= most => Duration::from_secs_f64(t),
+        Some(t) => {
+            return Err(ApiError::field(
+                "limits.timeout_secs",
+                format!("{t} is out of range: give seconds above 0 and at most {most} (this token's limit)"),
+            ))
+        }
+    };
+    let memory = match limits.memory_mib {
+        None => tenant.max_memory_mib,
+        Some(m) if (16..=tenant.max_memory_mib).contains(&m) => m,
+        Some(m) => {
+            return Err(ApiError::field(
+                "limits.memory_mib",
+                format!("{m} is out of range: give MiB from 16 to {} (this token's limit)", tenant.max_memory_mib),
+            ))
+        }
+    };
+    Ok((timeout, memory))
+}
+
+fn check_file_name(name: &str) -> Result<(), ApiError> {
+    let ok = !name.is_empty() && name.len() <= 255 && !name.contains('/') && name != "." && name != ".." && !name.contains('\0');
+    if ok {
+        Ok(())
+    } else {
+        Err(ApiError::field(format!("files.{name}"), "a file name is one path component: no `/`, not `.` or `..`"))
+    }
+}
+
+fn write_file(path: &Path, text: &[u8], mode: u32) -> Result<(), ApiError> {
+    std::fs::write(path, text)
+        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)))
+        .map_err(|e| ApiError::failed(format!("write {}: {e}", path.display())))
+}
+
+/// Stage the code and the files in a fresh run folder under the tenant's.
+fn stage(dir: &Path, req: &RunRequest) -> Result<Option<PathBuf>, ApiError> {
+    make_run_dir(dir)?;
+    let file_mode = run_dir_mode() & 0o644;
+    write_file(&dir.join("main.py"), req.code.as_bytes(), file_mode)?;
+    if req.files.is_empty() {
+        return Ok(None);
+    }
+    let input = dir.join("input");
+    make_run_dir(&input)?;
+    for (name, text) in &req.files {
+        write_file(&input.join(name), text.as_bytes(), file_mode)?;
+    }
+    Ok(Some(input))
+}
+
+fn check_request(req: &RunRequest) -> Result<(), ApiError> {
+    if req.code.trim().is_empty() {
+        return Err(ApiError::field("code", "`code` is empty: send the Python source to run"));
+    }
+    if req.files.len() > MAX_FILES {
+        return Err(ApiError::field("files", format!("more than {MAX_FILES} files: send a tar of them as one file")));
+    }
+    req.files.keys().try_for_each(|n| check_file_name(n))
+}
+
+#[utoipa::path(post, path = "/v1/runs", request_body = RunRequest,
+    responses((status = 200, body = RunReply), (status = 202, body = RunReply),
+              (status = 400, body = crate::api::ErrorBody), (status = 401, body = crate::api::ErrorBody),
+              (status = 413, body = crate::api::ErrorBody), (status = 429, body = crate::api::ErrorBody),
+              (status = 503, body = crate::api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create(State(state): State<Shared>, headers: HeaderMap, body: Body) -> Response {
+    match start(&state, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => {
+            state.metrics.rejected(e.code);
+            e.into_response()
+        }
+    }
+}
+
+async fn start(state: &Shared, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
+    let tenant = state.tenant(headers)?.clone();
+    let body = read_body(body, tenant.max_bytes_in.min(state.max_body)).await?;
+    let req: RunRequest = parse(&body)?;
+    check_request(&req)?;
+    let (timeout, memory_mib) = checked_limits(&req.limits, &tenant)?;
+    let slot = state.take_slot(&tenant)?;
+    let id = new_id()?;
+    let dir = state.tenant_dir(&tenant)?.join(&id);
+    let input = stage(&dir, &req)?;
+    let log = Arc::new(EventLog::default());
+    let run = Arc::new(Run { dir: dir.clone(), log: Arc::clone(&log), result: Default::default() });
+    state.keep_run(&tenant, &id, Arc::clone(&run));
+    let job = Job { dir, input, timeout, memory_mib };
+    if req.wait {
+        // Run inside the request: a client that goes away drops this
+        // future, and with it the run (backend.rs stops its group).
+        let result = execute(state, job, run, slot).await?;
+        return Ok(Json(RunReply { id, state: "done".into(), result: Some(result) }).into_response());
+    }
+    let owned = Arc::clone(state);
+    tokio::spawn(async move {
+        let _ = execute(&owned, job, run, slot).await;
+    });
+    Ok((StatusCode::ACCEPTED, Json(RunReply { id, state: "running".into(), result: None })).into_response())
+}
+
+async fn execute(state: &Shared, job: Job, run: Arc<Run>, slot: Slot) -> Result<serde_json::Value, ApiError> {
+    let started = Instant::now();
+    let outcome = state.backend.run(job, Arc::clone(&run.log)).await;
+    drop(slot);
+    match outcome {
+        Ok(result) => {
+            let status = result.get("status").and_then(|s| s.as_str()).unwrap_or("unknown").to_owned();
+            let denials = result.get("denials").and_then(|d| d.as_array()).map_or(0, |d| d.len() as u64);
+            state.metrics.run(&status, started.elapsed(), denials);
+            if let Ok(mut r) = run.result.lock() {
+                *r = Some(result.clone());
+            }
+            Ok(result)
+        }
+        Err(message) => {
+            state.metrics.run("error", started.elapsed(), 0);
+            Err(ApiError::failed(message))
+        }
+    }
+}
+
+#[utoipa::path(get, path = "/v1/runs/{id}", params(("id" = String, Path)),
+    responses((status = 200, body = RunReply), (status = 404, body = crate::api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get(State(state): State<Shared>, headers: HeaderMap, UrlPath(id): UrlPath<String>) -> Response {
+    let reply = (|| {
+        let tenant = state.tenant(&headers)?;
+        let run = state.run(tenant, &id)?;
+        let result = run.result.lock().map_err(|_| ApiError::failed("lock poisoned"))?.clone();
+        let state = if result.is_some() { "done" } else { "running" };
+        Ok::<_, ApiError>(RunReply { id, state: state.into(), result })
+    })();
+    match reply {
+        Ok(r) => Json(r).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/runs/{id}/events", params(("id" = String, Path)),
+    responses((status = 200, description = "text/event-stream: each event of `jail run --events` as one `data:` line, then `event: end`"),
+              (status = 404, body = crate::api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn events(State(state): State<Shared>, headers: HeaderMap, UrlPath(id): UrlPath<String>) -> Response {
+    let run = match state.tenant(&headers).and_then(|t| state.run(t, &id)) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    let stream = futures_util::stream::unfold((run, 0usize, false), |(run, from, ended)| async move {
+        if ended {
+            return None;
+        }
+        loop {
+            if let Some(step) = next_chunk(&run.log, from).await {
+                return Some(match step {
+                    Some((text, next)) => (Ok::<_, Infallible>(Bytes::from(text)), (run, next, false)),
+                    None => (Ok(Bytes::from_static(b"event: end\ndata: {}\n\n")), (run, from, true)),
+                });
+            }
+        }
+    });
+    (
+        [
+            (header::CONTENT_TYPE, "text/event-stream"),
+            (header::CACHE_CONTROL, "no-cache"),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+/// The events after `from` as SSE text and the next index; `Some(None)`
+/// once the log is complete; `None` after waiting for a change.
+async fn next_chunk(log: &EventLog, from: usize) -> Option<Option<(String, usize)>> {
+    let waiting = log.changed.notified();
+    tokio::pin!(waiting);
+    // Registered before the look, so a push in between still wakes us.
+    waiting.as_mut().enable();
+    let (lines, done) = log.since(from);
+    if !lines.is_empty() {
+        let mut text = String::new();
+        for line in &lines {
+            text.push_str("data: ");
+            text.push_str(line);
+            text.push_str("\n\n");
+        }
+        return Some(Some((text, from + lines.len())));
+    }
+    if done {
+        return Some(None);
+    }
+    waiting.await;
+    None
+}
+
+#[utoipa::path(get, path = "/v1/runs/{id}/artifacts/{path}", params(("id" = String, Path), ("path" = String, Path)),
+    responses((status = 200, description = "the artifact's bytes"), (status = 404, body = crate::api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn artifact(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((id, path)): UrlPath<(String, String)>,
+) -> Response {
+    match read_artifact(&state, &headers, &id, &path) {
+        Ok((bytes, media)) => ([(header::CONTENT_TYPE, media)], bytes).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// Only a path the result lists as an accepted artifact is served, read
+/// without following any link, bounded.
+fn read_artifact(state: &Shared, headers: &HeaderMap, id: &str, path: &str) -> Result<(Vec<u8>, String), ApiError> {
+    let tenant = state.tenant(headers)?;
+    let run = state.run(tenant, id)?;
+    let result = run.result.lock().map_err(|_| ApiError::failed("lock poisoned"))?.clone();
+    let result = result.ok_or_else(|| ApiError::not_found("finished run"))?;
+    let listed = result
+        .get("artifacts")
+        .and_then(|a| a.as_array())
+        .and_then(|a| a.iter().find(|x| x.get("path").and_then(|p| p.as_str()) == Some(path)).cloned());
+    let listed = listed.ok_or_else(|| ApiError::not_found("accepted artifact at this path"))?;
+    let rel = Path::new(path);
+    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
+        return Err(ApiError::not_found("artifact at this path"));
+    }
+    let out = result
+        .get("output_dir")
+        .and_then(|d| d.as_str())
+        .map(PathBuf::from)
+        .filter(|d| d.starts_with(&run.dir))
+        .ok_or_else(|| ApiError::not_found("output folder for this run"))?;
+    let bytes = read_beneath(&out, rel)?;
+    let media = listed.get("media_type").and_then(|m| m.as_str()).unwrap_or("application/octet-stream").to_owned();
+    Ok((bytes, media))
+}
+
+fn read_beneath(dir: &Path, rel: &Path) -> Result<Vec<u8>, ApiError> {
+    use std::io::Read;
+    const RESOLVE_BENEATH: u64 = 0x08;
+    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+    let root = jail::sys::openat2(None, dir, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, RESOLVE_NO_SYMLINKS)
+        .map_err(|e| ApiError::failed(format!("open {}: {e}", dir.display())))?;
+    use std::os::fd::AsFd;
+    let fd = jail::sys::openat2(
+        Some(root.as_fd()),
+        rel,
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
+        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+    )
+    .map_err(|_| ApiError::not_found("readable artifact at this path"))?;
+    let file = std::fs::File::from(fd);
+    let meta = file.metadata().map_err(|e| ApiError::failed(format!("fstat: {e}")))?;
+    if !meta.is_file() || meta.len() > MAX_ARTIFACT_BYTES {
+        return Err(ApiError::not_found("regular artifact of a servable size at this path"));
+    }
+    let mut bytes = Vec::new();
+    file.take(MAX_ARTIFACT_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| ApiError::failed(format!("read artifact: {e}")))?;
+    Ok(bytes)
+}

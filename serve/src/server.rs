@@ -1,0 +1,236 @@
+//! The server: routes, the OpenAPI document, start and drain.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use axum::{Json, Router};
+use utoipa::OpenApi;
+
+use crate::backend::SpawnBackend;
+use crate::config::{load_tenants, ConfigError, ServeArgs};
+use crate::state::{AppState, Shared};
+use crate::{janitor, runs, sessions};
+
+/// How long open connections (event streams) get after the drain.
+const CLOSE_GRACE: Duration = Duration::from_secs(5);
+
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("{0}")]
+    Config(#[from] ConfigError),
+    #[error("cannot find this binary, to find `jail` beside it: {0}")]
+    SelfExe(std::io::Error),
+    #[error("no `jail` binary at {0}: jail-serve runs each request with the `jail` beside it; install both (`make install`) or build it (`cargo build -p jail`)")]
+    NoJail(PathBuf),
+    #[error("cannot make the work folder in {0}: {1} (give --work-dir a writable folder)")]
+    Work(PathBuf, std::io::Error),
+    #[error("cannot start the janitor: {0}")]
+    Janitor(std::io::Error),
+    #[error("cannot listen on {0}: {1} (give --listen a free address)")]
+    Listen(std::net::SocketAddr, std::io::Error),
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("serving: {0}")]
+    Serve(std::io::Error),
+}
+
+#[derive(OpenApi)]
+#[openapi(
+    info(title = "jail serve", description = "Python runs and sessions, each in a fresh Linux jail"),
+    paths(runs::create, runs::get, runs::events, runs::artifact, sessions::create, sessions::exec,
+          sessions::delete, healthz, readyz, metrics),
+    modifiers(&Bearer)
+)]
+struct Doc;
+
+struct Bearer;
+
+impl utoipa::Modify for Bearer {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
+        let components = doc.components.get_or_insert_with(Default::default);
+        let scheme = HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build();
+        components.add_security_scheme("bearer", SecurityScheme::Http(scheme));
+    }
+}
+
+#[utoipa::path(get, path = "/healthz", responses((status = 200, description = "the process serves")))]
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "takes runs"), (status = 503, description = "draining or full")))]
+async fn readyz(State(state): State<Shared>) -> Response {
+    if state.draining.load(Ordering::SeqCst) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response();
+    }
+    if state.in_flight.load(Ordering::SeqCst) >= state.max_runs {
+        return (StatusCode::SERVICE_UNAVAILABLE, "full\n").into_response();
+    }
+    "ready\n".into_response()
+}
+
+#[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format")))]
+async fn metrics(State(state): State<Shared>) -> Response {
+    let text = state.metrics.render(
+        state.in_flight.load(Ordering::SeqCst),
+        state.sessions_open(),
+        state.draining.load(Ordering::SeqCst),
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
+}
+
+async fn openapi() -> Response {
+    Json(Doc::openapi()).into_response()
+}
+
+async fn not_found() -> Response {
+    crate::api::ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint: see GET /openapi.json").into_response()
+}
+
+pub fn router(state: Shared) -> Router {
+    Router::new()
+        .route("/v1/runs", post(runs::create))
+        .route("/v1/runs/{id}", get(runs::get))
+        .route("/v1/runs/{id}/events", get(runs::events))
+        .route("/v1/runs/{id}/artifacts/{*path}", get(runs::artifact))
+        .route("/v1/sessions", post(sessions::create))
+        .route("/v1/sessions/{id}/exec", post(sessions::exec))
+        .route("/v1/sessions/{id}", delete(sessions::delete))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/openapi.json", get(openapi))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// `jail serve`: check the configuration, then serve until SIGTERM/SIGINT and a drain.
+pub fn main(args: ServeArgs) -> ExitCode {
+    match serve(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("jail serve: {e}");
+            ExitCode::from(jail::result::EXIT_SETUP_FAILED as u8)
+        }
+    }
+}
+
+fn serve(args: &ServeArgs) -> Result<(), ServeError> {
+    let tenants = load_tenants(&args.tokens)?;
+    let jail = std::env::current_exe().map_err(ServeError::SelfExe)?.with_file_name("jail");
+    if !jail.is_file() {
+        return Err(ServeError::NoJail(jail));
+    }
+    let parent = args.work_dir.clone().unwrap_or_else(std::env::temp_dir);
+    let work = tempfile::Builder::new()
+        .prefix("jail-serve-")
+        .tempdir_in(&parent)
+        .map_err(|e| ServeError::Work(parent.clone(), e))?;
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::Permissions::from_mode(crate::state::private_mode());
+        std::fs::set_permissions(work.path(), mode).map_err(|e| ServeError::Work(parent.clone(), e))?;
+    }
+    // Session handles are unix sockets, whose paths must be short
+    // (SUN_LEN): their folders live in a short folder of the system's.
+    let tmp = std::env::temp_dir();
+    let sessions = tempfile::Builder::new()
+        .prefix("jsv-")
+        .tempdir_in(&tmp)
+        .map_err(|e| ServeError::Work(tmp.clone(), e))?;
+    // Before the runtime and its threads: the janitor must outlive us.
+    let _janitor = janitor::start(&[work.path(), sessions.path()]).map_err(ServeError::Janitor)?;
+    let mut flags: Vec<OsString> = Vec::new();
+    if let Some(p) = &args.policy {
+        flags.extend(["--policy".into(), p.into()]);
+    }
+    if let Some(r) = &args.rootfs {
+        flags.extend(["--rootfs".into(), r.into()]);
+    }
+    let state = Arc::new(AppState {
+        tenants,
+        holdings: Default::default(),
+        backend: Box::new(SpawnBackend { jail: jail.clone(), flags: flags.clone() }),
+        work: work.path().to_path_buf(),
+        sessions: sessions.path().to_path_buf(),
+        jail,
+        session_flags: flags,
+        max_runs: args.max_runs,
+        max_body: args.max_body,
+        in_flight: Default::default(),
+        draining: Default::default(),
+        metrics: Default::default(),
+    });
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
+    runtime.block_on(run(args, Arc::clone(&state)))?;
+    drop(runtime);
+    drop(state);
+    drop(work);
+    drop(sessions);
+    Ok(())
+}
+
+async fn run(args: &ServeArgs, state: Shared) -> Result<(), ServeError> {
+    // Handlers first: a SIGTERM right after "listening" must drain, not kill.
+    let signals = Signals::install().map_err(ServeError::Serve)?;
+    let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| ServeError::Listen(args.listen, e))?;
+    eprintln!("jail serve: listening on {}", listener.local_addr().map_err(ServeError::Serve)?);
+    let drain = drain(Arc::clone(&state), Duration::from_secs(args.drain_secs), signals);
+    let serving = axum::serve(listener, router(state)).with_graceful_shutdown(drain);
+    tokio::select! {
+        r = serving => r.map_err(ServeError::Serve),
+        () = closed_after_drain() => Ok(()),
+    }
+}
+
+/// Resolves after a SIGTERM or SIGINT once in-flight runs ended (or the
+/// drain time passed) and the sessions are stopped; until then new
+/// requests get 503.
+async fn drain(state: Shared, most: Duration, mut signals: Signals) {
+    signals.wait().await;
+    state.draining.store(true, Ordering::SeqCst);
+    eprintln!("jail serve: draining ({} runs in flight)", state.in_flight.load(Ordering::SeqCst));
+    let until = Instant::now() + most;
+    while state.in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    sessions::stop_all(&state).await;
+    DRAINED.notify_one();
+}
+
+static DRAINED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+/// Open connections (an event stream) get `CLOSE_GRACE` after the drain.
+async fn closed_after_drain() {
+    DRAINED.notified().await;
+    tokio::time::sleep(CLOSE_GRACE).await;
+}
+
+/// SIGTERM and SIGINT, caught from the moment they are installed.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> std::io::Result<Signals> {
+        use tokio::signal::unix::{signal, SignalKind};
+        Ok(Signals { term: signal(SignalKind::terminate())?, int: signal(SignalKind::interrupt())? })
+    }
+
+    async fn wait(&mut self) {
+        tokio::select! {
+            _ = self.term.recv() => {},
+            _ = self.int.recv() => {},
+        }
+    }
+}

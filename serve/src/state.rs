@@ -1,0 +1,207 @@
+//! What the handlers share: tenants and what each holds now (runs in
+//! flight, sessions, finished runs), the node's run slots, the drain flag.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::http::{HeaderMap, StatusCode};
+
+use crate::api::ApiError;
+use crate::backend::{Backend, EventLog};
+use crate::config::Tenant;
+use crate::metrics::Metrics;
+
+/// Finished runs a tenant keeps (their results, events and artifacts);
+/// the oldest goes, folder and all, when a new one would pass it.
+const KEPT_RUNS: usize = 64;
+
+/// One run, started or finished.
+pub struct Run {
+    pub dir: PathBuf,
+    pub log: Arc<EventLog>,
+    pub result: Mutex<Option<serde_json::Value>>,
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What one tenant holds now.
+#[derive(Default)]
+pub struct Holdings {
+    pub runs_in_flight: usize,
+    pub sessions: HashMap<String, Arc<crate::sessions::Session>>,
+    pub runs: HashMap<String, Arc<Run>>,
+    order: VecDeque<String>,
+}
+
+pub struct AppState {
+    pub tenants: BTreeMap<String, Tenant>,
+    pub holdings: Mutex<HashMap<String, Holdings>>,
+    pub backend: Box<dyn Backend>,
+    pub work: PathBuf,
+    /// Sessions' folders (a short path: their handles are unix sockets).
+    pub sessions: PathBuf,
+    pub jail: PathBuf,
+    pub session_flags: Vec<std::ffi::OsString>,
+    pub max_runs: usize,
+    pub max_body: usize,
+    pub in_flight: AtomicUsize,
+    pub draining: AtomicBool,
+    pub metrics: Metrics,
+}
+
+pub type Shared = Arc<AppState>;
+
+/// Run slot held for a request; released on drop (also when the client
+/// goes away mid-run).
+pub struct Slot {
+    state: Shared,
+    tenant: String,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.state.in_flight.fetch_sub(1, Ordering::SeqCst);
+        if let Ok(mut h) = self.state.holdings.lock() {
+            if let Some(t) = h.get_mut(&self.tenant) {
+                t.runs_in_flight = t.runs_in_flight.saturating_sub(1);
+            }
+        }
+    }
+}
+
+impl AppState {
+    /// The tenant the request's bearer token names.
+    pub fn tenant(&self, headers: &HeaderMap) -> Result<&Tenant, ApiError> {
+        let unauthorized = |m: &str| ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", m);
+        let value = headers
+            .get(axum::http::header::AUTHORIZATION)
+            .ok_or_else(|| unauthorized("no Authorization header: send `Authorization: Bearer TOKEN`"))?;
+        let token = value
+            .to_str()
+            .ok()
+            .and_then(|v| v.strip_prefix("Bearer "))
+            .ok_or_else(|| unauthorized("the Authorization header is not `Bearer TOKEN`"))?;
+        // Every token is compared, in constant time each, so the time
+        // taken does not tell how much of a guess was right.
+        let mut found = None;
+        for (known, tenant) in &self.tenants {
+            if constant_time_eq(known.as_bytes(), token.as_bytes()) {
+                found = Some(tenant);
+            }
+        }
+        found.ok_or_else(|| unauthorized("unknown token: check the token the operator gave you"))
+    }
+
+    /// Refuse when draining, or when the node or the tenant is at its run limit.
+    pub fn take_slot(self: &Arc<Self>, tenant: &Tenant) -> Result<Slot, ApiError> {
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(ApiError::draining());
+        }
+        let mut h = self.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
+        let mine = h.entry(tenant.name.clone()).or_default();
+        if mine.runs_in_flight >= tenant.max_runs {
+            return Err(ApiError::busy(format!(
+                "this token has {} runs in flight, its most: wait for one to end",
+                tenant.max_runs
+            )));
+        }
+        let before = self.in_flight.fetch_add(1, Ordering::SeqCst);
+        if before >= self.max_runs {
+            self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            return Err(ApiError::busy("this node is full: retry after Retry-After seconds"));
+        }
+        mine.runs_in_flight += 1;
+        Ok(Slot { state: Arc::clone(self), tenant: tenant.name.clone() })
+    }
+
+    /// The tenant's own work folder, 0700, made on first use.
+    pub fn tenant_dir(&self, tenant: &Tenant) -> Result<PathBuf, ApiError> {
+        let dir = self.work.join(&tenant.name);
+        make_private_dir(&dir)?;
+        Ok(dir)
+    }
+
+    pub fn keep_run(&self, tenant: &Tenant, id: &str, run: Arc<Run>) {
+        let Ok(mut h) = self.holdings.lock() else { return };
+        let mine = h.entry(tenant.name.clone()).or_default();
+        mine.runs.insert(id.into(), run);
+        mine.order.push_back(id.into());
+        while mine.order.len() > KEPT_RUNS {
+            if let Some(old) = mine.order.pop_front() {
+                mine.runs.remove(&old);
+            }
+        }
+    }
+
+    /// The tenant's run `id`; another tenant's is not found either.
+    pub fn run(&self, tenant: &Tenant, id: &str) -> Result<Arc<Run>, ApiError> {
+        let h = self.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
+        h.get(&tenant.name).and_then(|t| t.runs.get(id)).cloned().ok_or_else(|| ApiError::not_found("run"))
+    }
+
+    pub fn sessions_open(&self) -> usize {
+        self.holdings.lock().map(|h| h.values().map(|t| t.sessions.len()).sum()).unwrap_or(0)
+    }
+}
+
+/// The mode of a tenant's folders. 0700 when the server runs as an ordinary
+/// user: its jails run as that uid too. As root, a jail runs as an
+/// unprivileged host uid that must traverse to its own folder, so 0711:
+/// nobody can list it, and the names below are unguessable ids.
+pub fn private_mode() -> u32 {
+    if nix::unistd::geteuid().is_root() {
+        0o711
+    } else {
+        0o700
+    }
+}
+
+/// The mode of a run's own folders: as root, the jail's uid reads them (and
+/// checks they are open to it); else 0700.
+pub fn run_dir_mode() -> u32 {
+    if nix::unistd::geteuid().is_root() {
+        0o755
+    } else {
+        0o700
+    }
+}
+
+pub fn make_private_dir(dir: &Path) -> Result<(), ApiError> {
+    let mode = private_mode();
+    match std::fs::DirBuilder::new().mode(mode).create(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(ApiError::failed(format!("mkdir {}: {e}", dir.display()))),
+    }
+}
+
+/// A folder a run's jail reads: see `run_dir_mode`.
+pub fn make_run_dir(dir: &Path) -> Result<(), ApiError> {
+    let mode = run_dir_mode();
+    std::fs::DirBuilder::new()
+        .mode(mode)
+        .create(dir)
+        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)))
+        .map_err(|e| ApiError::failed(format!("mkdir {}: {e}", dir.display())))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// 128 random bits, hex: an id nobody can guess.
+pub fn new_id() -> Result<String, ApiError> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| ApiError::failed(format!("getrandom: {e}")))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
