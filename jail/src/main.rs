@@ -50,6 +50,9 @@ enum Command {
     /// One jail for one sub-task: cells share one interpreter's state.
     #[command(subcommand)]
     Session(SessionCommand),
+    /// Keep jails made ahead (preload imported) and run each request of a
+    /// JSON-lines protocol on stdin in one of them, then destroy it.
+    Pool(PoolArgs),
     /// List the Python packages a rootfs provides, from its manifest.
     Packages {
         #[command(flatten)]
@@ -178,6 +181,46 @@ struct SessionStartArgs {
     /// Print {"handle": ..., "pid": ..., "id": ...} instead of the handle alone.
     #[arg(long)]
     json: bool,
+    /// End the session when every write end of the pipe whose read end is
+    /// this inherited descriptor is closed (`jail pool` passes it).
+    #[arg(long = "lifeline-fd", value_name = "FD", hide = true)]
+    lifeline_fd: Option<i32>,
+}
+
+/// `jail pool`: the run options every pooled jail is made with.
+#[derive(clap::Args)]
+struct PoolArgs {
+    /// Jails kept made ahead.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    size: usize,
+    /// Policy file (default: the built-in policies/default.json).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    #[command(flatten)]
+    rootfs: RootfsArgs,
+    /// Wall-clock limit of each request in seconds (overrides the policy;
+    /// a request may lower it).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// Memory of each jail, swap 0: `512M`, `1G` or `unlimited`.
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// CPU quota of each jail in cores.
+    #[arg(long, value_name = "CORES")]
+    cpus: Option<String>,
+    /// Processes and threads of each jail.
+    #[arg(long, value_name = "N")]
+    pids: Option<String>,
+    /// CPU seconds of each request (with a cgroup; else of the jail's life).
+    #[arg(long = "cpu-time", value_name = "SECS")]
+    cpu_time: Option<String>,
+    /// Create each jail's cgroup beneath this cgroup.
+    #[arg(long = "cgroup-parent", value_name = "CGROUP")]
+    cgroup_parent: Option<String>,
+    /// With no writable cgroup, do not ask the systemd user manager for a
+    /// delegated scope.
+    #[arg(long = "no-systemd-delegation")]
+    no_systemd_delegation: bool,
 }
 
 #[derive(clap::Args)]
@@ -254,6 +297,7 @@ fn main() -> ExitCode {
         Command::Rootfs(RootfsCommand::Build { flavour, dest }) => rootfs_build(&flavour, dest),
         Command::Rootfs(RootfsCommand::List { json }) => rootfs_list(json),
         Command::Session(command) => session(command),
+        Command::Pool(args) => pool(args),
         Command::Schema => {
             print!("{}", jail::schema::result_schema_text());
             ExitCode::SUCCESS
@@ -491,6 +535,11 @@ fn session(command: SessionCommand) -> ExitCode {
     match command {
         SessionCommand::Start(a) => {
             let json = a.json;
+            if let Some(fd) = a.lifeline_fd {
+                if fd < 3 || !jail::sys::fd_is_open(fd) {
+                    return fail(format!("--lifeline-fd {fd} is not an open descriptor above 2: pass the read end of a pipe"));
+                }
+            }
             let args = RunArgs {
                 policy: a.policy,
                 input: a.input,
@@ -517,6 +566,7 @@ fn session(command: SessionCommand) -> ExitCode {
             };
             let opts = jail::session::StartOptions {
                 runtime_dir: std::env::var_os("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()).map(PathBuf::from),
+                lifeline: a.lifeline_fd,
             };
             match jail::session::start(req, &opts) {
                 Ok(started) if json => {
@@ -559,6 +609,76 @@ fn session(command: SessionCommand) -> ExitCode {
             }
             Err(e) => fail(e.to_string()),
         },
+    }
+}
+
+fn pool(a: PoolArgs) -> ExitCode {
+    let fail = |line: String| {
+        eprintln!("jail pool: {line}");
+        ExitCode::from(EXIT_SETUP_FAILED as u8)
+    };
+    if a.size == 0 || a.size > 64 {
+        return fail(format!("--size {} is out of range: give 1 to 64 jails", a.size));
+    }
+    // Everything a jail is made with is checked once, here, as `jail run`
+    // checks it: bad input is one line and exit 125 before any jail.
+    let mut start_args: Vec<OsString> = Vec::new();
+    let mut flag = |name: &str, value: Option<OsString>| {
+        if let Some(v) = value {
+            start_args.push(name.into());
+            start_args.push(v);
+        }
+    };
+    flag("--policy", a.policy.clone().map(Into::into));
+    flag("--rootfs", a.rootfs.rootfs.clone().map(Into::into));
+    flag("--rootfs-name", Some(a.rootfs.rootfs_name.clone().into()));
+    flag("--timeout", a.timeout.map(|t| t.to_string().into()));
+    flag("--memory", a.memory.clone().map(Into::into));
+    flag("--cpus", a.cpus.clone().map(Into::into));
+    flag("--pids", a.pids.clone().map(Into::into));
+    flag("--cpu-time", a.cpu_time.clone().map(Into::into));
+    flag("--cgroup-parent", a.cgroup_parent.clone().map(Into::into));
+    if a.no_systemd_delegation {
+        start_args.push("--no-systemd-delegation".into());
+    }
+    let args = RunArgs {
+        policy: a.policy,
+        input: None,
+        output: None,
+        code: None,
+        rootfs: a.rootfs,
+        command: None,
+        timeout: a.timeout,
+        memory: a.memory,
+        cpus: a.cpus,
+        pids: a.pids,
+        cpu_time: a.cpu_time,
+        cgroup_parent: a.cgroup_parent,
+        no_systemd_delegation: a.no_systemd_delegation,
+        json: true,
+        events: false,
+        script: Some(PathBuf::new()),
+        args: Vec::new(),
+    };
+    let req = match prepare_request(args) {
+        Ok((req, _)) => req,
+        Err(e) => return fail(format!("{} ({})", e.message, e.stage)),
+    };
+    let jail_exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => return fail(format!("find this binary (/proc/self/exe): {e}")),
+    };
+    let cfg = jail::pool::run::Config {
+        size: a.size,
+        jail_exe,
+        start_args,
+        preload: req.policy.preload.clone(),
+        ceilings: jail::pool::protocol::Ceilings { wall_time: req.timeout.unwrap_or(req.policy.limits.wall_time) },
+        temp_dir: req.host.temp_dir.clone().unwrap_or_else(temp_dir),
+    };
+    match jail::pool::run::run(cfg) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => fail(e.to_string()),
     }
 }
 

@@ -14,23 +14,27 @@
 //!
 //! ```json
 //! {"id": "r1", "code": "print(1)", "input": "/abs/in", "output": "/abs/out",
-//!  "args": ["a"], "limits": {"wall_time_secs": 5, "cpu_time_secs": 2}}
+//!  "args": ["a"], "limits": {"wall_time_secs": 5}}
 //! ```
 //!
 //! - `id`: 1 to 128 printable characters, chosen by the caller.
 //! - exactly one of `code` (the script's text) or `script` (an absolute
 //!   path of a host file, opened without following links, read by the pool
 //!   and sent to the jail as `jail run FILE` would copy it).
-//! - `input` (optional): an absolute host folder, attached read-only,
-//!   nosuid, nodev, noexec at `/workspace/input` of the claimed jail; the
-//!   path is resolved one component at a time without following a link.
-//! - `output` (optional): an absolute host folder that receives what the
-//!   step left in `/workspace/output` (the jail's own capped tmpfs), as
-//!   `jail run --output` delivers it.
-//! - `args` (optional): the script's `sys.argv[1:]`.
-//! - `limits` (optional): `wall_time_secs` and `cpu_time_secs`, each above
-//!   0 and at most the policy's. Memory, pids and CPUs are the pool's (set
-//!   when the jail was made) and cannot be overridden per request.
+//! - `input` (optional): an absolute host folder, copied into the
+//!   claimed jail's own input folder (bound read-only at
+//!   `/workspace/input` when the jail was made) without following a link:
+//!   links are copied as links, resolved by the jail inside its own root.
+//! - `output` (optional): an absolute path, absent or an empty folder, on
+//!   the filesystem of the pool's temp dir (TMPDIR): the jail's output
+//!   folder (delivered from its capped `/workspace/output` as `jail run
+//!   --output` delivers it) is renamed to it. Without it, the reply's
+//!   `output_dir` names a fresh `jail-output-*` folder in the temp dir.
+//! - `args` (optional): the script's `sys.argv[1:]` (`sys.argv[0]` is
+//!   `-c` for `code`, the file name for `script`).
+//! - `limits` (optional): `wall_time_secs`, above 0 and at most the pool's
+//!   (`--timeout` or the policy's). CPU time, memory, pids and CPUs are the
+//!   pool's (set when the jail was made) and cannot be changed per request.
 //!
 //! The reply is either `{"id": "r1", "result": RunResult}` — the same
 //! object `jail run --json` prints, valid against
@@ -45,18 +49,31 @@
 //! `{"id": ..., "stats": {"size": N, "ready": R, "in_use": U,
 //! "refill_ms": {"last": L, "mean": M}, "idle_rss_bytes": B}}`.
 //!
+//! `{"op": "stats"}` also reports `making` (jails being made).
+//!
 //! End of stdin: no new request is taken, the ones in flight finish and are
 //! answered, the ready jails are destroyed, and the pool exits 0 leaving no
-//! process, cgroup, mount or temp dir. SIGTERM does the same. SIGKILL of the
-//! pool kills every jail too: each pooled jail's PID 1 has the pool as its
-//! parent-death signal target, and its cgroup is killed by whoever next
-//! cleans the pool's parent cgroup.
+//! process, cgroup, mount or temp dir. SIGTERM and SIGINT do the same.
+//! SIGKILL of the pool ends every jail too: each pooled jail is a session
+//! holding the read end of a pipe whose only write end is the pool's (its
+//! lifeline, `jail session start --lifeline-fd`), and a session whose
+//! lifeline hangs up ends and cleans up as `jail session stop` would.
 //!
-//! # How a claimed jail gets its folders (settled by
-//! scripts/experiments/attach_mount.py on 6.18, as root and as an ordinary
-//! user)
+//! # How it is built (run.rs)
 //!
-//! [`attach`] forks a helper that joins the jail's user namespace,
+//! A pooled jail is a `jail session` the pool starts as a child process:
+//! the same namespaces, mounts, seccomp, landlock and limits as `jail run`.
+//! Its first cell is the policy's trusted `preload` (imports, and one
+//! figure drawn and saved when `matplotlib.pyplot` is listed), run before
+//! any untrusted code exists in it. A request gets one cell for its
+//! `sys.argv` and one for its code; then the session is stopped, and its
+//! closing result's artifacts go in the reply. No jail takes a second
+//! request; a replacement is made in the background when one is claimed.
+//!
+//! # Attaching instead of copying (attach.rs, not used yet)
+//!
+//! Settled by scripts/experiments/attach_mount.py on 6.18, as root and as
+//! an ordinary user: [`attach`] forks a helper that joins the jail's user namespace,
 //! unshares a mount namespace of its own (owned by that user namespace, so
 //! the clone below is allowed to an ordinary user), resolves the host folder
 //! with openat2 `RESOLVE_NO_SYMLINKS`, clones it with
@@ -70,3 +87,4 @@
 
 pub mod attach;
 pub mod protocol;
+pub mod run;

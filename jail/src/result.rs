@@ -87,7 +87,8 @@ pub struct SessionInfo {
     /// Whether the session is over: no later cell will run.
     pub ended: bool,
     /// Why it ended: `stopped`, `idle_timeout`, `max_lifetime`,
-    /// `cell_killed`, `interpreter_died`, `driver_deaf` or `setup_failed`.
+    /// `cell_killed`, `interpreter_died`, `driver_deaf`, `setup_failed` or
+    /// `owner_gone`.
     pub why: Option<String>,
     /// The same, in words.
     pub detail: Option<String>,

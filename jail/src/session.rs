@@ -68,6 +68,8 @@ pub enum Why {
     DriverDeaf,
     /// The jail never got as far as the driver's `ready`.
     NeverReady,
+    /// The process whose lifeline the session held (a `jail pool`) ended.
+    OwnerGone,
 }
 
 impl Why {
@@ -80,6 +82,7 @@ impl Why {
             Why::Died(_) => "interpreter_died",
             Why::DriverDeaf => "driver_deaf",
             Why::NeverReady => "setup_failed",
+            Why::OwnerGone => "owner_gone",
         }
     }
 
@@ -100,6 +103,7 @@ impl Why {
             Why::Died(cell::Death::Killed) => "the interpreter was killed".into(),
             Why::DriverDeaf => "the cell driver stopped reading its cells".into(),
             Why::NeverReady => "the jail failed before its interpreter was ready".into(),
+            Why::OwnerGone => "the process that owned the session (its lifeline's other end) ended".into(),
         }
     }
 }
@@ -116,6 +120,9 @@ pub struct Serve {
     template: RefCell<Option<RunResult>>,
     end: RefCell<Option<Why>>,
     stopper: RefCell<Option<UnixStream>>,
+    /// The read end of the owner's lifeline: when it hangs up the session
+    /// ends (`StartOptions::lifeline`).
+    pub(crate) lifeline: Option<OwnedFd>,
 }
 
 impl std::fmt::Debug for Serve {
@@ -210,6 +217,11 @@ pub enum StartError {
 #[derive(Debug, Clone, Default)]
 pub struct StartOptions {
     pub runtime_dir: Option<PathBuf>,
+    /// An inherited file descriptor, the read end of a pipe whose write end
+    /// the owner holds: the session ends when every write end is closed, so
+    /// a session dies with the process that started it even when that
+    /// process is SIGKILLed (`jail pool` sets it). Taken over by `start`.
+    pub lifeline: Option<std::os::fd::RawFd>,
 }
 
 /// A session that is up.
@@ -276,6 +288,7 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
                 template: RefCell::new(None),
                 end: RefCell::new(None),
                 stopper: RefCell::new(None),
+                lifeline: opts.lifeline.and_then(sys::take_inherited_fd),
             };
             supervise(req, Rc::new(hook), paths)
         }
@@ -443,7 +456,13 @@ fn sweep_tombstones(dir: &Path) {
 
 /// Run `code` as the session's next cell: its result document.
 pub fn exec(handle: &Path, code: String) -> Result<serde_json::Value, handle::ClientError> {
-    handle::call(handle, &handle::Request::Exec { code })
+    exec_within(handle, code, None)
+}
+
+/// Run `code` as the next cell with its wall-clock limit cut to `wall`
+/// (the session's own limit when that is shorter).
+pub fn exec_within(handle: &Path, code: String, wall: Option<Duration>) -> Result<serde_json::Value, handle::ClientError> {
+    handle::call(handle, &handle::Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()) })
 }
 
 /// End the session: its closing result (the whole session's usage,

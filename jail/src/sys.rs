@@ -449,6 +449,47 @@ pub fn loopback_up() -> io::Result<()> {
 
 /// `_exit(2)`: leave at once, without running atexit handlers or flushing
 /// stdio buffers that belong to the parent's copy of this process.
+/// Whether `fd` is an open descriptor of this process.
+pub fn fd_is_open(fd: RawFd) -> bool {
+    // SAFETY: F_GETFD on any number only reads its flags.
+    fd >= 0 && unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0
+}
+
+/// Own an inherited descriptor another process handed us by number
+/// (`jail session start --lifeline-fd`); `None` unless it is open.
+pub fn take_inherited_fd(fd: RawFd) -> Option<OwnedFd> {
+    if !fd_is_open(fd) {
+        return None;
+    }
+    // SAFETY: the descriptor is open and was given to this process to own;
+    // nothing else here uses that number.
+    Some(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Make `cmd`'s child get `fd` as descriptor `target` (inheritable) and an
+/// empty signal mask, whatever mask the spawning thread has.
+pub fn pass_fd_on_exec(cmd: &mut std::process::Command, fd: RawFd, target: RawFd) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // dup2 onto itself keeps close-on-exec: clear it then.
+            let ok = if fd == target {
+                libc::fcntl(target, libc::F_SETFD, 0) >= 0
+            } else {
+                libc::dup2(fd, target) >= 0
+            };
+            if !ok {
+                return Err(io::Error::last_os_error());
+            }
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            Ok(())
+        });
+    }
+}
+
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit takes an integer and never returns; it touches no memory
     // of ours.

@@ -32,7 +32,6 @@ struct LineFile {
 #[serde(deny_unknown_fields)]
 struct LimitsFile {
     wall_time_secs: Option<f64>,
-    cpu_time_secs: Option<f64>,
 }
 
 /// What a line asks for, checked.
@@ -51,7 +50,6 @@ pub struct Request {
     pub output: Option<PathBuf>,
     pub args: Vec<String>,
     pub wall_time: Duration,
-    pub cpu_time: Option<Duration>,
 }
 
 #[derive(Debug, PartialEq)]
@@ -60,11 +58,12 @@ pub enum Source {
     Script(PathBuf),
 }
 
-/// The policy's ceilings a request's `limits` must stay within.
+/// The pool's ceilings a request's `limits` must stay within. CPU time,
+/// memory, pids and CPUs are the pool's, set when a jail is made: a
+/// request cannot change them (`limits.cpu_time_secs` is an unknown field).
 #[derive(Debug, Clone, Copy)]
 pub struct Ceilings {
     pub wall_time: Duration,
-    pub cpu_time: Option<Duration>,
 }
 
 /// An error reply: a code from the protocol's list and one line naming
@@ -154,8 +153,9 @@ fn request(file: LineFile, ceilings: Ceilings) -> Result<Request, ProtocolError>
     };
     let input = file.input.map(|p| absolute("input", p)).transpose().map_err(bad)?;
     let output = file.output.map(|p| absolute("output", p)).transpose().map_err(bad)?;
-    let (wall_time, cpu_time) = limits(&file.limits, ceilings).map_err(|(code, msg)| ProtocolError::new(Some(&id), code, msg))?;
-    Ok(Request { id, source, input, output, args: file.args, wall_time, cpu_time })
+    let wall_time = within("wall_time_secs", file.limits.wall_time_secs, ceilings.wall_time)
+        .map_err(|(code, msg)| ProtocolError::new(Some(&id), code, msg))?;
+    Ok(Request { id, source, input, output, args: file.args, wall_time })
 }
 
 fn absolute(field: &str, path: PathBuf) -> Result<PathBuf, String> {
@@ -170,35 +170,29 @@ fn absolute(field: &str, path: PathBuf) -> Result<PathBuf, String> {
 
 type LimitError = (&'static str, String);
 
-fn limits(f: &LimitsFile, ceilings: Ceilings) -> Result<(Duration, Option<Duration>), LimitError> {
-    let wall = within("wall_time_secs", f.wall_time_secs, Some(ceilings.wall_time))?.unwrap_or(ceilings.wall_time);
-    let cpu = within("cpu_time_secs", f.cpu_time_secs, ceilings.cpu_time)?.or(ceilings.cpu_time);
-    Ok((wall, cpu))
-}
-
-fn within(name: &str, value: Option<f64>, most: Option<Duration>) -> Result<Option<Duration>, LimitError> {
-    let Some(v) = value else { return Ok(None) };
+fn within(name: &str, value: Option<f64>, most: Duration) -> Result<Duration, LimitError> {
+    let Some(v) = value else { return Ok(most) };
     if !(v > 0.0 && v.is_finite()) {
         return Err(("bad_request", format!("limits.{name} is {v}: give a number of seconds above 0")));
     }
     let asked = Duration::from_secs_f64(v);
-    match most {
-        Some(most) if asked > most => Err((
+    if asked > most {
+        return Err((
             "limit_above_policy",
             format!(
-                "limits.{name} is {v}, above the policy's {}: lower it or start the pool with a larger limit",
+                "limits.{name} is {v}, above the pool's {}: lower it or start the pool with a larger --timeout",
                 most.as_secs_f64()
             ),
-        )),
-        _ => Ok(Some(asked)),
+        ));
     }
+    Ok(asked)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const CEIL: Ceilings = Ceilings { wall_time: Duration::from_secs(15), cpu_time: Some(Duration::from_secs(10)) };
+    const CEIL: Ceilings = Ceilings { wall_time: Duration::from_secs(15) };
 
     fn err(line: &str) -> ProtocolError {
         parse_line(line, CEIL).unwrap_err()
@@ -214,7 +208,6 @@ mod tests {
             output: Some("/out".into()),
             args: vec!["a".into()],
             wall_time: CEIL.wall_time,
-            cpu_time: CEIL.cpu_time,
         };
         assert_eq!(parse_line(line, CEIL).unwrap(), Line::Run(want));
         let Line::Run(r) = parse_line(r#"{"id":"r2","script":"/s.py","limits":{"wall_time_secs":2.5}}"#, CEIL).unwrap() else {
@@ -246,7 +239,7 @@ mod tests {
             (r#"{"id":"x","code":"1","input":"/a/../etc"}"#, "bad_request", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":0}}"#, "bad_request", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":16}}"#, "limit_above_policy", Some("x")),
-            (r#"{"id":"x","code":"1","limits":{"cpu_time_secs":11}}"#, "limit_above_policy", Some("x")),
+            (r#"{"id":"x","code":"1","limits":{"cpu_time_secs":1}}"#, "unknown_field", Some("x")),
         ] {
             let e = err(line);
             assert_eq!((e.code, e.id.as_deref()), (code, id), "{line}: {}", e.message);

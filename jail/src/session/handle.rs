@@ -98,8 +98,13 @@ pub fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(tag = "op", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Request {
-    /// Run this code as the next cell.
-    Exec { code: String },
+    /// Run this code as the next cell; `wall_secs` shortens this cell's
+    /// wall-clock limit (never lengthens it: the session's stays the ceiling).
+    Exec {
+        code: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        wall_secs: Option<f64>,
+    },
     /// End the session; the answer is the session's closing result.
     Stop,
 }
@@ -124,7 +129,7 @@ pub fn read_request(stream: &UnixStream) -> Result<Request, String> {
     }
     let req: Request = serde_json::from_slice(&line).map_err(|e| format!("the request is not valid: {e}"))?;
     match &req {
-        Request::Exec { code } if code.len() > MAX_CELL => Err(format!("the cell is {} bytes, over {MAX_CELL}", code.len())),
+        Request::Exec { code, .. } if code.len() > MAX_CELL => Err(format!("the cell is {} bytes, over {MAX_CELL}", code.len())),
         _ => Ok(req),
     }
 }
@@ -218,7 +223,7 @@ mod tests {
     #[test]
     fn requests_are_one_tagged_line() {
         let r: Request = serde_json::from_str(r#"{"op":"exec","code":"x=1"}"#).unwrap();
-        assert_eq!(r, Request::Exec { code: "x=1".into() });
+        assert_eq!(r, Request::Exec { code: "x=1".into(), wall_secs: None });
         assert!(serde_json::from_str::<Request>(r#"{"op":"exec","code":"x","more":1}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"shell"}"#).is_err());
     }

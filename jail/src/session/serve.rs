@@ -88,6 +88,7 @@ enum Slot {
     Clients,
     Notify,
     Listener,
+    Lifeline,
 }
 
 struct Loop<'s, 'w, 'm> {
@@ -184,6 +185,10 @@ pub(crate) fn serve(
                 which.push(slot);
             }
         }
+        if let Some(fd) = s.lifeline.as_ref().filter(|_| !matches!(l.phase, Phase::Ending { .. })) {
+            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+            which.push(Slot::Lifeline);
+        }
         if matches!(l.phase, Phase::Idle { .. }) {
             fds.push(PollFd::new(s.listener.as_fd(), PollFlags::POLLIN));
             which.push(Slot::Clients);
@@ -261,6 +266,9 @@ impl Loop<'_, '_, '_> {
             Slot::Pidfd => self.exited = true,
             Slot::Control => self.read_control(),
             Slot::Clients => self.accept(),
+            // The owner's end closed (or it wrote, which it never does):
+            // the owner is gone, and so is the session.
+            Slot::Lifeline => self.end(Why::OwnerGone, None),
             Slot::Notify => {
                 if let Some(sock) = self.watch.notify.take() {
                     self.watch.listener = sys::recv_fd(sock.as_fd()).ok().flatten();
@@ -370,11 +378,11 @@ impl Loop<'_, '_, '_> {
         match handle::read_request(&stream) {
             Err(error) => handle::answer(&stream, &Answer { result: None, error: Some(error) }),
             Ok(Request::Stop) => self.end(Why::Stopped, Some(stream)),
-            Ok(Request::Exec { code }) => self.start_cell(stream, code),
+            Ok(Request::Exec { code, wall_secs }) => self.start_cell(stream, code, wall_secs),
         }
     }
 
-    fn start_cell(&mut self, client: UnixStream, code: String) {
+    fn start_cell(&mut self, client: UnixStream, code: String, wall_secs: Option<f64>) {
         // Whatever the driver (or a thread a cell left) wrote since the
         // last cell is stale: it can never end this one.
         self.drain_control();
@@ -388,7 +396,7 @@ impl Loop<'_, '_, '_> {
             id,
             client,
             started: now,
-            deadline: now + self.s.limits.wall,
+            deadline: now + cell_wall(self.s.limits.wall, wall_secs),
             cpu_start: self.cgroup.and_then(RunCgroup::cpu_ns),
             usage_start: self.cgroup.map(RunCgroup::usage),
             denials_start: self.watch.tally.denials(self.watch.model),
@@ -589,6 +597,15 @@ impl Loop<'_, '_, '_> {
 
 /// KeyboardInterrupt for the cell: PID 1 forwards SIGINT to the driver
 /// (child.rs, `reaper`).
+/// A cell's wall-clock limit: the session's, or a shorter one the client
+/// asked for (a longer, zero, negative or non-finite one is ignored).
+fn cell_wall(session: Duration, asked: Option<f64>) -> Duration {
+    match asked.and_then(|s| Duration::try_from_secs_f64(s).ok()) {
+        Some(d) if !d.is_zero() => d.min(session),
+        _ => session,
+    }
+}
+
 fn interrupt(pid: Pid) {
     let _ = nix::sys::signal::kill(pid, Signal::SIGINT);
 }

@@ -1,0 +1,772 @@
+//! The pool itself: jails made ahead as `jail session` children with the
+//! preload imported, each claimed by one request and destroyed after it,
+//! a replacement made in the background (the protocol is in pool.rs).
+//!
+//! A pooled jail is a session started by this pool (`jail session start`,
+//! run as a child process so no thread forks): the same namespaces, mounts,
+//! seccomp, landlock and limits as `jail run`, for its whole life. Its
+//! first cell is the trusted preload; a request then gets two cells at
+//! most (its `sys.argv`, set by us, then its code), and the session is
+//! stopped: the closing result's artifacts are the step's. No jail ever
+//! takes a second request.
+//!
+//! Folders: each jail is started with its own empty input folder (bound
+//! read-only at /workspace/input) and a fresh output folder. A request's
+//! `input` is copied into that input folder when the jail is claimed (links
+//! copied as links, never followed; the jail sees the copy read-only); its
+//! output folder is the jail's, renamed to the request's `output` when one
+//! is named, else named in the reply's `output_dir`.
+
+use std::collections::{HashSet, VecDeque};
+use std::ffi::OsString;
+use std::fs;
+use std::io::{self, BufRead, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use super::protocol::{self, Ceilings, Line, ProtocolError, Request, Source};
+use crate::session;
+
+/// The lifeline's file descriptor in a `jail session start` child.
+const LIFELINE_FD: i32 = 3;
+/// A script named by path is read up to the session's cell size.
+const MAX_SCRIPT: u64 = session::handle::MAX_CELL as u64;
+/// Replacement jails that fail in a row before the pool gives up.
+const MAX_FAILURES: u32 = 3;
+
+/// What `jail pool` was started with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Jails kept made ahead (ready or being made).
+    pub size: usize,
+    /// The `jail` binary, to run `jail session start` and its options.
+    pub jail_exe: PathBuf,
+    /// `jail session start`'s options (policy, rootfs, limits), less
+    /// `--input`, `--output` and `--json`, which the pool sets.
+    pub start_args: Vec<OsString>,
+    /// The policy's trusted preload list.
+    pub preload: Vec<String>,
+    pub ceilings: Ceilings,
+    /// The caller's temp dir: the pool's work dir and the step outputs.
+    pub temp_dir: PathBuf,
+}
+
+/// One made jail, not yet claimed.
+struct Jail {
+    handle: PathBuf,
+    supervisor: u32,
+    /// The slot folder (its `in` is bound at /workspace/input).
+    slot: PathBuf,
+    /// The jail's output folder (in the slot), handed to the request.
+    out: PathBuf,
+}
+
+impl Jail {
+    fn input(&self) -> PathBuf {
+        self.slot.join("in")
+    }
+
+    /// Stop the session (nothing of it is wanted) and remove its folders.
+    fn destroy(self) {
+        let _ = session::stop(&self.handle);
+        let _ = fs::remove_dir_all(&self.slot);
+    }
+}
+
+#[derive(Default)]
+struct State {
+    ready: VecDeque<Jail>,
+    making: usize,
+    in_use: usize,
+    /// Request ids in flight (claimed or waiting for a jail).
+    inflight: HashSet<String>,
+    draining: bool,
+    /// Set when jails cannot be made: waiting requests get it as an error.
+    broken: Option<String>,
+    failures: u32,
+    refill_last_ms: f64,
+    refill_sum_ms: f64,
+    refill_n: u64,
+    idle_rss_bytes: u64,
+}
+
+struct Pool {
+    cfg: Config,
+    work: PathBuf,
+    /// The read end every session holds; the write end is ours alone
+    /// (close-on-exec), so the sessions end when this process does.
+    lifeline_read: OwnedFd,
+    _lifeline_write: OwnedFd,
+    /// The janitor removes `work` when this closes, however we end.
+    _janitor: OwnedFd,
+    state: Mutex<State>,
+    changed: Condvar,
+    out: Mutex<io::Stdout>,
+}
+
+/// The pool could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("make the pool's work dir in {0}: {1}: set TMPDIR to a writable folder")]
+    WorkDir(PathBuf, #[source] io::Error),
+    #[error("fork the pool's janitor: {0}")]
+    Janitor(#[source] io::Error),
+    #[error("make the pool's lifeline pipe: {0}")]
+    Pipe(#[source] io::Error),
+    #[error("block SIGTERM for the pool's signal thread: {0}")]
+    Signals(#[source] nix::Error),
+    #[error("the first pooled jail failed: {0}")]
+    FirstJail(String),
+}
+
+/// Run the pool until stdin ends or SIGTERM; returns the exit code.
+pub fn run(cfg: Config) -> Result<i32, StartError> {
+    let work = tempfile::Builder::new()
+        .prefix("jail-pool-")
+        .tempdir_in(&cfg.temp_dir)
+        .map_err(|e| StartError::WorkDir(cfg.temp_dir.clone(), e))?
+        .keep();
+    if is_root() {
+        // The sandbox uid a root-started jail runs as must reach its input.
+        let _ = fs::set_permissions(&work, fs::Permissions::from_mode(0o711));
+    }
+    // Forked before any thread exists, and before the lifeline, which it
+    // must not hold.
+    let janitor = start_janitor(&work).map_err(StartError::Janitor)?;
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| StartError::Pipe(e.into()))?;
+    // SIGTERM and SIGINT go to the signal thread alone; every child gets
+    // an empty mask back (`spawn_session`).
+    let signals = drain_signals();
+    signals.thread_block().map_err(StartError::Signals)?;
+    let pool = Arc::new(Pool {
+        cfg,
+        work,
+        lifeline_read: read,
+        _lifeline_write: write,
+        _janitor: janitor,
+        state: Mutex::new(State::default()),
+        changed: Condvar::new(),
+        out: Mutex::new(io::stdout()),
+    });
+    // The first jail is made before any request is read: a pool that
+    // cannot make one says why and exits 125 (a missing preload module, a
+    // bad limit), leaving nothing.
+    match pool.make() {
+        Ok(jail) => pool.lock().ready.push_back(jail),
+        Err(e) => {
+            let _ = fs::remove_dir_all(&pool.work);
+            return Err(StartError::FirstJail(e));
+        }
+    }
+    for _ in 1..pool.cfg.size {
+        pool.refill();
+    }
+    {
+        let p = Arc::clone(&pool);
+        std::thread::spawn(move || {
+            if signals.wait().is_ok() {
+                p.drain();
+            }
+        });
+    }
+    {
+        let p = Arc::clone(&pool);
+        std::thread::spawn(move || p.read_requests());
+    }
+    pool.wait_drained();
+    pool.shut_down();
+    Ok(0)
+}
+
+/// Fork the janitor: it waits for the pool to go (end-of-file on its
+/// pipe), then removes the work dir, so a SIGKILLed pool leaves no folder
+/// (its sessions clean up after themselves: their lifeline).
+fn start_janitor(work: &Path) -> io::Result<OwnedFd> {
+    let pipe = crate::sync::Pipe::new()?;
+    match crate::sys::fork_process()? {
+        crate::sys::Forked::Child => {
+            drop(pipe.write);
+            // Its own session: a Ctrl-C meant for the pool's group must not
+            // end the janitor before the pool.
+            let _ = nix::unistd::setsid();
+            if let Ok(null) = fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+                for fd in 0..3 {
+                    let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
+                }
+            }
+            let _ = crate::sys::close_from_except(3, &[pipe.read.as_raw_fd()]);
+            let mut sink = Vec::new();
+            let _ = fs::File::from(pipe.read).take(1).read_to_end(&mut sink);
+            // The sessions' output folders are delivered into the work dir
+            // as their sessions end; give them a moment.
+            std::thread::sleep(Duration::from_millis(500));
+            let _ = fs::remove_dir_all(work);
+            crate::sys::exit_now(0)
+        }
+        crate::sys::Forked::Parent(_) => Ok(pipe.write),
+    }
+}
+
+fn drain_signals() -> nix::sys::signal::SigSet {
+    let mut set = nix::sys::signal::SigSet::empty();
+    set.add(nix::sys::signal::Signal::SIGTERM);
+    set.add(nix::sys::signal::Signal::SIGINT);
+    set
+}
+
+fn is_root() -> bool {
+    nix::unistd::geteuid().is_root()
+}
+
+impl Pool {
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn say(&self, line: &str) {
+        let mut out = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = out.write_all(line.as_bytes());
+        let _ = out.write_all(b"\n");
+        let _ = out.flush();
+    }
+
+    fn drain(&self) {
+        self.lock().draining = true;
+        self.changed.notify_all();
+    }
+
+    /// Block until no request is in flight and no jail is being made,
+    /// once draining.
+    fn wait_drained(&self) {
+        let mut st = self.lock();
+        while !(st.draining && st.inflight.is_empty() && st.making == 0) {
+            st = self.changed.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    fn shut_down(&self) {
+        let ready: Vec<Jail> = self.lock().ready.drain(..).collect();
+        for jail in ready {
+            jail.destroy();
+        }
+        let _ = fs::remove_dir_all(&self.work);
+    }
+
+    // ---- Making jails ----
+
+    /// Make one jail in the background to take a claimed one's place.
+    fn refill(self: &Arc<Self>) {
+        {
+            let mut st = self.lock();
+            if st.draining || st.broken.is_some() {
+                return;
+            }
+            st.making += 1;
+        }
+        let p = Arc::clone(self);
+        std::thread::spawn(move || {
+            let made = p.make();
+            let mut st = p.lock();
+            st.making -= 1;
+            match made {
+                Ok(jail) if st.draining => {
+                    drop(st);
+                    jail.destroy();
+                    p.changed.notify_all();
+                    return;
+                }
+                Ok(jail) => {
+                    st.failures = 0;
+                    st.ready.push_back(jail);
+                }
+                Err(e) => {
+                    st.failures += 1;
+                    eprintln!("jail pool: a replacement jail failed ({} in a row): {e}", st.failures);
+                    if st.failures >= MAX_FAILURES {
+                        st.broken = Some(format!("{MAX_FAILURES} jails in a row failed to start, the last with: {e}"));
+                    } else {
+                        drop(st);
+                        p.changed.notify_all();
+                        std::thread::sleep(Duration::from_millis(200));
+                        p.refill();
+                        return;
+                    }
+                }
+            }
+            drop(st);
+            p.changed.notify_all();
+        });
+    }
+
+    /// Make a jail: its folders, its session, its preload.
+    fn make(&self) -> Result<Jail, String> {
+        let started = Instant::now();
+        let slot = tempfile::Builder::new()
+            .prefix("slot-")
+            .tempdir_in(&self.work)
+            .map_err(|e| format!("make a slot folder in {}: {e}", self.work.display()))?
+            .keep();
+        let out = slot.join("out");
+        let mode = if is_root() { 0o755 } else { 0o700 };
+        let made = (|| {
+            if is_root() {
+                fs::set_permissions(&slot, fs::Permissions::from_mode(0o711))
+                    .map_err(|e| format!("chmod {}: {e}", slot.display()))?;
+            }
+            fs::DirBuilder::new().mode(0o700).create(&out).map_err(|e| format!("make {}: {e}", out.display()))?;
+            let input = slot.join("in");
+            fs::DirBuilder::new()
+                .mode(mode)
+                .create(&input)
+                .map_err(|e| format!("make {}: {e}", input.display()))?;
+            let (handle, supervisor) = self.spawn_session(&input, &out)?;
+            let jail = Jail { handle, supervisor, slot: slot.clone(), out: out.clone() };
+            if let Err(e) = self.preload(&jail) {
+                jail.destroy();
+                return Err(e);
+            }
+            Ok(jail)
+        })();
+        match made {
+            Ok(jail) => {
+                let rss = tree_rss_bytes(jail.supervisor);
+                let ms = started.elapsed().as_secs_f64() * 1000.0;
+                let mut st = self.lock();
+                st.refill_last_ms = ms;
+                st.refill_sum_ms += ms;
+                st.refill_n += 1;
+                st.idle_rss_bytes = rss;
+                Ok(jail)
+            }
+            Err(e) => {
+                let _ = fs::remove_dir_all(&slot);
+                Err(e)
+            }
+        }
+    }
+
+    /// `jail session start` as a child, holding the lifeline at fd 3.
+    fn spawn_session(&self, input: &Path, out: &Path) -> Result<(PathBuf, u32), String> {
+        let lifeline = self.lifeline_read.as_raw_fd();
+        let mut cmd = Command::new(&self.cfg.jail_exe);
+        cmd.args(["session", "start", "--json", "--lifeline-fd", "3", "--input"])
+            .arg(input)
+            .arg("--output")
+            .arg(out)
+            .args(&self.cfg.start_args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        crate::sys::pass_fd_on_exec(&mut cmd, lifeline, LIFELINE_FD);
+        let done = cmd.output().map_err(|e| format!("run {} session start: {e}", self.cfg.jail_exe.display()))?;
+        if !done.status.success() {
+            let text = String::from_utf8_lossy(&done.stderr);
+            let line = text.lines().last().unwrap_or("").trim_start_matches("jail: ");
+            return Err(format!("jail session start failed: {line}"));
+        }
+        let v: Value = serde_json::from_slice(&done.stdout).map_err(|e| format!("jail session start printed no handle: {e}"))?;
+        let handle = v["handle"].as_str().map(PathBuf::from).ok_or("jail session start printed no handle")?;
+        let pid = v["pid"].as_u64().unwrap_or(0) as u32;
+        Ok((handle, pid))
+    }
+
+    /// The trusted preload, before any untrusted code exists in the jail.
+    fn preload(&self, jail: &Jail) -> Result<(), String> {
+        if self.cfg.preload.is_empty() {
+            return Ok(());
+        }
+        let r = session::exec(&jail.handle, preload_cell(&self.cfg.preload)).map_err(|e| format!("preload: {e}"))?;
+        if r["status"] != "ok" {
+            let why = r["error"]["message"].as_str().or(r["stderr"].as_str()).unwrap_or("").trim().to_string();
+            return Err(format!(
+                "the policy's preload failed in the jail ({}: {why}): fix `preload` or use a rootfs that has these modules",
+                r["status"]
+            ));
+        }
+        Ok(())
+    }
+
+    // ---- Requests ----
+
+    fn read_requests(self: Arc<Self>) {
+        let stdin = io::stdin();
+        let mut reader = stdin.lock();
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            let n = (&mut reader)
+                .take(protocol::MAX_LINE_BYTES as u64 + 1)
+                .read_until(b'\n', &mut line)
+                .unwrap_or_default();
+            if n == 0 {
+                break;
+            }
+            if !line.ends_with(b"\n") && n > protocol::MAX_LINE_BYTES {
+                // Skip the rest of an over-long line.
+                let mut rest = Vec::new();
+                let _ = reader.read_until(b'\n', &mut rest);
+            }
+            let text = String::from_utf8_lossy(&line);
+            let text = text.trim();
+            if text.is_empty() {
+                continue;
+            }
+            self.take_line(text);
+        }
+        self.drain();
+    }
+
+    fn take_line(self: &Arc<Self>, text: &str) {
+        match protocol::parse_line(text, self.cfg.ceilings) {
+            Err(e) => self.say(&e.reply()),
+            Ok(Line::Stats { id }) => self.say(&json!({"id": id, "stats": self.stats()}).to_string()),
+            Ok(Line::Run(req)) => {
+                {
+                    let mut st = self.lock();
+                    let err = |code, msg: &str| ProtocolError { id: Some(req.id.clone()), code, message: msg.into() };
+                    if st.draining {
+                        drop(st);
+                        return self.say(&err("draining", "the pool is shutting down: start a new pool").reply());
+                    }
+                    if !st.inflight.insert(req.id.clone()) {
+                        drop(st);
+                        return self.say(
+                            &err("duplicate_id", "a request with this id is in flight: give each request its own id").reply(),
+                        );
+                    }
+                }
+                let p = Arc::clone(self);
+                std::thread::spawn(move || {
+                    let id = req.id.clone();
+                    let reply = p.serve(req);
+                    p.say(&reply);
+                    p.lock().inflight.remove(&id);
+                    p.changed.notify_all();
+                });
+            }
+        }
+    }
+
+    fn stats(&self) -> Value {
+        let st = self.lock();
+        let mean = if st.refill_n == 0 { 0.0 } else { st.refill_sum_ms / st.refill_n as f64 };
+        json!({
+            "size": self.cfg.size,
+            "ready": st.ready.len(),
+            "making": st.making,
+            "in_use": st.in_use,
+            "refill_ms": {"last": round1(st.refill_last_ms), "mean": round1(mean)},
+            "idle_rss_bytes": st.idle_rss_bytes,
+        })
+    }
+
+    /// One request, start to reply line.
+    fn serve(self: &Arc<Self>, req: Request) -> String {
+        let fail = |code: &'static str, message: String| ProtocolError { id: Some(req.id.clone()), code, message }.reply();
+        // Everything about the request is checked before a jail is claimed.
+        let code = match &req.source {
+            Source::Code(c) => c.clone(),
+            Source::Script(p) => match read_script(p) {
+                Ok(c) => c,
+                Err(e) => return fail("bad_request", e),
+            },
+        };
+        if let Some(input) = &req.input {
+            if let Err(e) = check_input(input) {
+                return fail("bad_request", e);
+            }
+        }
+        if let Some(output) = &req.output {
+            if let Err(e) = check_output(output, &self.cfg.temp_dir) {
+                return fail("bad_request", e);
+            }
+        }
+        let jail = match self.claim() {
+            Ok(j) => j,
+            Err(e) => return fail("internal", e),
+        };
+        let reply = self.run_in(&jail, &req, code);
+        // The slot (the input's copy, anything not handed over) goes now.
+        if reply.is_err() {
+            // Never left running: a jail that may have run code is not reused.
+            let _ = session::stop(&jail.handle);
+        }
+        let _ = fs::remove_dir_all(&jail.slot);
+        self.lock().in_use -= 1;
+        self.changed.notify_all();
+        match reply {
+            Ok(result) => protocol::result_reply(&req.id, &result),
+            Err(e) => fail("internal", e),
+        }
+    }
+
+    /// Take a ready jail (waiting for one), and start its replacement.
+    fn claim(self: &Arc<Self>) -> Result<Jail, String> {
+        let mut st = self.lock();
+        loop {
+            if let Some(jail) = st.ready.pop_front() {
+                st.in_use += 1;
+                drop(st);
+                self.refill();
+                return Ok(jail);
+            }
+            if let Some(b) = &st.broken {
+                return Err(format!("{b}: see the pool's stderr, fix the cause and start a new pool"));
+            }
+            if st.making == 0 && !st.draining {
+                // Nothing is coming (a refill gave up): make one now.
+                drop(st);
+                self.refill();
+                st = self.lock();
+                continue;
+            }
+            st = self.changed.wait(st).unwrap_or_else(std::sync::PoisonError::into_inner);
+        }
+    }
+
+    fn run_in(&self, jail: &Jail, req: &Request, code: String) -> Result<Value, String> {
+        if let Some(input) = &req.input {
+            copy_tree(input, &jail.input(), is_root()).map_err(|e| format!("copy the input {}: {e}", input.display()))?;
+        }
+        let argv0 = match &req.source {
+            Source::Code(_) => "-c".to_string(),
+            Source::Script(p) => p.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default(),
+        };
+        let mut argv = vec![argv0];
+        argv.extend(req.args.iter().cloned());
+        let set_argv = format!("import sys as _jail_sys\n_jail_sys.argv = {}\ndel _jail_sys\n", json!(argv));
+        let set = session::exec(&jail.handle, set_argv).map_err(|e| format!("set sys.argv: {e}"))?;
+        if set["status"] != "ok" {
+            return Err(format!("set sys.argv in the jail: {}", set["status"]));
+        }
+        let cell = session::exec_within(&jail.handle, code, Some(req.wall_time));
+        // The step is over: the jail is stopped whatever the cell did, and
+        // its closing result carries the artifacts it left.
+        let closing = session::stop(&jail.handle);
+        let mut result = cell.map_err(|e| format!("run the step: {e}"))?;
+        // The output folder leaves the slot: renamed to the request's, or to
+        // a fresh one in the temp dir (the same filesystem: the work dir is
+        // in it) that the reply names.
+        let out = match &req.output {
+            Some(want) => hand_over(&jail.out, want).map(|()| want.clone()),
+            None => {
+                fresh_output(&self.cfg.temp_dir).and_then(|o| hand_over(&jail.out, &o).map(|()| o).map_err(|e| e.to_string()))
+            }
+        }
+        .map_err(|e| format!("hand over the output folder: {e}"))?;
+        if let Value::Object(m) = &mut result {
+            m.remove("session");
+            m.insert("output_dir".into(), Value::from(out.display().to_string()));
+            if let Ok(c) = &closing {
+                m.insert("artifacts".into(), c["artifacts"].clone());
+            }
+        }
+        Ok(result)
+    }
+}
+
+/// The trusted preload cell: each module imported, and a figure drawn
+/// and saved once when pyplot is there (font cache and backend set-up),
+/// leaving no name behind in the cells' namespace.
+fn preload_cell(modules: &[String]) -> String {
+    let warm = if modules.iter().any(|m| m == "matplotlib.pyplot") {
+        "    import io, matplotlib.pyplot as plt\n    fig = plt.figure()\n    fig.gca().plot([0, 1])\n    fig.savefig(io.BytesIO(), format=\"png\")\n    plt.close(fig)\n"
+    } else {
+        ""
+    };
+    format!(
+        "def _jail_preload():\n    import importlib\n    for name in {}:\n        importlib.import_module(name)\n{warm}_jail_preload()\ndel _jail_preload\n",
+        json!(modules)
+    )
+}
+
+fn round1(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// A fresh, empty output folder in the temp dir, as `jail run` makes one.
+fn fresh_output(temp: &Path) -> Result<PathBuf, String> {
+    tempfile::Builder::new()
+        .prefix("jail-output-")
+        .tempdir_in(temp)
+        .map(|d| d.keep())
+        .map_err(|e| format!("make an output folder in {}: {e}: set TMPDIR to a writable folder", temp.display()))
+}
+
+fn read_script(path: &Path) -> Result<String, String> {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| format!("script {}: {e}: give a regular file that is not a link", path.display()))?;
+    let meta = f.metadata().map_err(|e| format!("script {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("script {} is not a regular file: give a .py file", path.display()));
+    }
+    let mut text = String::new();
+    f.take(MAX_SCRIPT + 1)
+        .read_to_string(&mut text)
+        .map_err(|e| format!("script {}: {e}: give a UTF-8 file", path.display()))?;
+    if text.len() as u64 > MAX_SCRIPT {
+        return Err(format!("script {} is over {MAX_SCRIPT} bytes: split it", path.display()));
+    }
+    Ok(text)
+}
+
+fn check_input(input: &Path) -> Result<(), String> {
+    match fs::symlink_metadata(input) {
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(format!("input {} is not a folder (a link is not followed): give a folder", input.display())),
+        Err(e) => Err(format!("input {}: {e}: give an existing folder", input.display())),
+    }
+}
+
+/// `output` must be absent or an empty folder, on the temp dir's
+/// filesystem so the jail's output folder can be renamed to it.
+fn check_output(output: &Path, temp: &Path) -> Result<(), String> {
+    let parent = output.parent().unwrap_or(Path::new("/"));
+    let pmeta = fs::metadata(parent).map_err(|e| format!("output's parent {}: {e}: make it first", parent.display()))?;
+    match fs::symlink_metadata(output) {
+        Ok(m) if m.is_dir() => {
+            if fs::read_dir(output).map(|mut d| d.next().is_some()).unwrap_or(true) {
+                return Err(format!("output {} is not empty: name a new or empty folder", output.display()));
+            }
+        }
+        Ok(_) => return Err(format!("output {} exists and is not a folder: name a new or empty folder", output.display())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(format!("output {}: {e}", output.display())),
+    }
+    let tmeta = fs::metadata(temp).map_err(|e| format!("temp dir {}: {e}", temp.display()))?;
+    if pmeta.dev() != tmeta.dev() {
+        return Err(format!(
+            "output {} is not on the filesystem of the pool's temp dir {}: name a folder there, or start the pool with TMPDIR on the output's filesystem",
+            output.display(),
+            temp.display()
+        ));
+    }
+    Ok(())
+}
+
+/// Move the jail's delivered output folder to the requested place.
+fn hand_over(out: &Path, want: &Path) -> Result<(), String> {
+    if fs::symlink_metadata(want).map(|m| m.is_dir()).unwrap_or(false) {
+        fs::remove_dir(want).map_err(|e| format!("{}: {e}", want.display()))?;
+    }
+    fs::rename(out, want).map_err(|e| format!("rename {} to {}: {e}", out.display(), want.display()))
+}
+
+/// Copy the caller's input folder into the jail's, never following a
+/// link: links are copied as links (the jail resolves them inside its own
+/// root), anything but files, folders and links is left out. Root-started
+/// pools make the copy world-readable: the sandbox uid must read it, and
+/// only it can reach the slot folder's name.
+pub fn copy_tree(from: &Path, to: &Path, readable: bool) -> io::Result<()> {
+    let (dmode, fmode) = if readable { (0o755, 0o644) } else { (0o700, 0o600) };
+    for entry in fs::read_dir(from)? {
+        let entry = entry?;
+        let src = entry.path();
+        let dst = to.join(entry.file_name());
+        let meta = fs::symlink_metadata(&src)?;
+        let kind = meta.file_type();
+        if kind.is_symlink() {
+            std::os::unix::fs::symlink(fs::read_link(&src)?, &dst)?;
+        } else if kind.is_dir() {
+            fs::DirBuilder::new().mode(dmode).create(&dst)?;
+            copy_tree(&src, &dst, readable)?;
+        } else if kind.is_file() {
+            let mut r = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&src)?;
+            let mut w = fs::OpenOptions::new().write(true).create_new(true).mode(fmode).open(&dst)?;
+            io::copy(&mut r, &mut w)?;
+        }
+    }
+    Ok(())
+}
+
+/// Resident memory of a session supervisor's descendants (the jail's
+/// processes), summed from /proc; shared pages counted in each.
+fn tree_rss_bytes(supervisor: u32) -> u64 {
+    let mut total = 0;
+    let mut todo = vec![supervisor];
+    let mut seen = 0;
+    while let Some(pid) = todo.pop() {
+        seen += 1;
+        if seen > 4096 {
+            break;
+        }
+        if pid != supervisor {
+            total += rss_of(pid);
+        }
+        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { continue };
+        for t in tasks.flatten() {
+            let children = fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            todo.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+    }
+    total
+}
+
+fn rss_of(pid: u32) -> u64 {
+    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_preload_cell_leaves_no_name_and_warms_pyplot_only_when_asked() {
+        let c = preload_cell(&["numpy".into()]);
+        assert!(c.contains(r#"["numpy"]"#) && c.ends_with("del _jail_preload\n") && !c.contains("savefig"));
+        assert!(preload_cell(&["matplotlib.pyplot".into()]).contains("savefig"));
+    }
+
+    #[test]
+    fn the_input_copy_keeps_links_as_links_and_follows_none() {
+        let t = tempfile::tempdir().unwrap();
+        let (src, dst) = (t.path().join("src"), t.path().join("dst"));
+        fs::create_dir_all(src.join("sub")).unwrap();
+        fs::write(src.join("sub/a.csv"), "x,y\n").unwrap();
+        fs::write(t.path().join("secret"), "no").unwrap();
+        std::os::unix::fs::symlink(t.path().join("secret"), src.join("link")).unwrap();
+        fs::create_dir(&dst).unwrap();
+        copy_tree(&src, &dst, false).unwrap();
+        assert_eq!(fs::read_to_string(dst.join("sub/a.csv")).unwrap(), "x,y\n");
+        assert!(fs::symlink_metadata(dst.join("link")).unwrap().file_type().is_symlink());
+        assert_eq!(fs::metadata(dst.join("sub/a.csv")).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+
+    #[test]
+    fn an_output_must_be_new_or_empty_and_on_the_temp_dirs_filesystem() {
+        let t = tempfile::tempdir().unwrap();
+        assert!(check_output(&t.path().join("new"), t.path()).is_ok());
+        fs::create_dir(t.path().join("empty")).unwrap();
+        assert!(check_output(&t.path().join("empty"), t.path()).is_ok());
+        fs::create_dir(t.path().join("full")).unwrap();
+        fs::write(t.path().join("full/x"), "").unwrap();
+        assert!(check_output(&t.path().join("full"), t.path()).unwrap_err().contains("not empty"));
+        assert!(check_output(&t.path().join("no/such/x"), t.path()).unwrap_err().contains("make it first"));
+        if fs::metadata("/proc").unwrap().dev() != fs::metadata(t.path()).unwrap().dev() {
+            assert!(check_output(Path::new("/proc/x"), t.path()).unwrap_err().contains("filesystem"));
+        }
+    }
+
+    #[test]
+    fn a_script_link_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        fs::write(t.path().join("a.py"), "print(1)").unwrap();
+        std::os::unix::fs::symlink(t.path().join("a.py"), t.path().join("b.py")).unwrap();
+        assert_eq!(read_script(&t.path().join("a.py")).unwrap(), "print(1)");
+        assert!(read_script(&t.path().join("b.py")).unwrap_err().contains("link"));
+    }
+}

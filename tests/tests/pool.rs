@@ -1,0 +1,313 @@
+//! `jail pool` (issue 18 item 2), from outside and from inside: a pooled
+//! jail takes one request and is never used again, the preload runs before
+//! any request's code, a request's folders reach it read-only (input) and
+//! back (output) without a link followed, bad lines get protocol errors
+//! and the pool keeps serving, and SIGKILL or SIGTERM of the pool leaves
+//! nothing behind.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use jail_tests::*;
+use serde_json::{json, Value};
+
+/// A running `jail pool`, its TMPDIR and XDG_RUNTIME_DIR inside the
+/// sandbox, so everything it makes carries the sandbox's path.
+struct Pool {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    replies: mpsc::Receiver<Value>,
+}
+
+impl Pool {
+    fn start(sb: &Sandbox, size: usize, extra: &[&str]) -> Pool {
+        let tmp = sb.dir.path().join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let mut child = Command::new(jail_bin())
+            .arg("pool")
+            .arg("--size")
+            .arg(size.to_string())
+            .arg("--rootfs")
+            .arg(&sb.rootfs)
+            .args(extra)
+            .env("TMPDIR", &tmp)
+            .env("XDG_RUNTIME_DIR", sb.runtime_dir())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn jail pool");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, replies) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("a reply that is not JSON ({e}): {line}"));
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Pool { child, stdin, replies }
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn reply(&self) -> Value {
+        self.replies.recv_timeout(Duration::from_secs(60)).expect("a reply within 60 s")
+    }
+
+    /// Send a request and wait for its reply (no other in flight).
+    fn call(&mut self, request: Value) -> Value {
+        self.send(&request.to_string());
+        let r = self.reply();
+        assert_eq!(r["id"], request["id"], "{r}");
+        r
+    }
+
+    /// Wait until `stats` says `n` jails are ready.
+    fn wait_ready(&mut self, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.send(r#"{"op":"stats"}"#);
+            let s = self.reply();
+            if s["stats"]["ready"].as_u64() == Some(n) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "never {n} ready: {s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Close stdin and wait for the pool to exit.
+    fn finish(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        self.child.wait().unwrap()
+    }
+}
+
+fn result(reply: &Value) -> &Value {
+    assert!(reply["error"].is_null(), "an error reply: {reply}");
+    let r = &reply["result"];
+    validate_result(r).unwrap_or_else(|e| panic!("the reply's result breaks the schema: {e}\n{r}"));
+    r
+}
+
+fn stdout_json(r: &Value) -> Value {
+    let text = r["stdout"]["text"].as_str().unwrap_or("");
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("stdout is not JSON ({e}): {r}"))
+}
+
+/// No process, mount, session file or pool folder of this sandbox is left.
+fn assert_pool_gone(sb: &Sandbox, pool_tmp: &Path) {
+    let marker = sb.dir.path().display().to_string();
+    let leftovers = || -> Vec<String> {
+        let mut left: Vec<String> = host_processes_with(&marker).iter().map(|p| format!("process {p}")).collect();
+        left.extend(host_mounts_with(&marker));
+        for e in std::fs::read_dir(pool_tmp).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with("jail-pool-") {
+                left.push(format!("pool folder {name}"));
+            }
+        }
+        for e in std::fs::read_dir(sb.session_dir()).map(|d| d.flatten().collect::<Vec<_>>()).unwrap_or_default() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".ended") {
+                left.push(format!("session file {name}"));
+            }
+        }
+        left
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !leftovers().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(leftovers(), Vec::<String>::new(), "the pool left something behind");
+}
+
+#[test]
+fn a_pooled_jail_takes_one_request_and_the_next_sees_nothing_of_it() {
+    let sb = Sandbox::new();
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let marker = format!("pool-canary-{}", std::process::id());
+    let first = pool.call(json!({"id": "a", "code": format!(
+        "import json, os, subprocess\nsecret = '{marker}'\nopen('/tmp/canary', 'w').write(secret)\n\
+         subprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n\
+         print(json.dumps({{'boot': open('/proc/sys/kernel/random/boot_id').read(), 'ns': os.readlink('/proc/self/ns/pid'),\
+         'mnt': os.readlink('/proc/self/ns/mnt')}}))\n"
+    )}));
+    let a = result(&first);
+    assert_eq!(a["status"], "ok", "{a}");
+    let seen_a = stdout_json(a);
+    let second = pool.call(json!({"id": "b", "code":
+        "import json, os\nprint(json.dumps({'vars': sorted(k for k in globals() if not k.startswith('__') and k not in ('json', 'os')), \
+         'tmp': os.listdir('/tmp'), 'ns': os.readlink('/proc/self/ns/pid'), 'mnt': os.readlink('/proc/self/ns/mnt'), \
+         'cmdlines': [open(f'/proc/{p}/cmdline', 'rb').read().decode(errors='replace') for p in os.listdir('/proc') if p.isdigit()]}))\n"
+    }));
+    let b = result(&second);
+    assert_eq!(b["status"], "ok", "{b}");
+    let seen_b = stdout_json(b);
+    assert_eq!(seen_b["vars"], json!([]), "a request's globals reached the next: {seen_b}");
+    assert_eq!(seen_b["tmp"], json!([]), "a request's /tmp reached the next: {seen_b}");
+    assert!(!seen_b["cmdlines"].to_string().contains(&marker), "a request's process reached the next: {seen_b}");
+    // Not the same jail: other namespaces (namespace ids are inode numbers,
+    // unique while both exist; the first is destroyed, so compare within
+    // one pool's life only as a difference, and check the process is gone).
+    assert!(
+        seen_a["ns"] != seen_b["ns"] || seen_a["mnt"] != seen_b["mnt"],
+        "the same jail served twice: {seen_a} {seen_b}"
+    );
+    assert!(host_processes_with(&marker).is_empty(), "the first request's process outlived its jail");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &pool_tmp(&sb));
+}
+
+fn pool_tmp(sb: &Sandbox) -> PathBuf {
+    sb.dir.path().join("tmp")
+}
+
+#[test]
+fn a_requests_input_is_read_only_inside_and_no_link_in_it_is_followed() {
+    let sb = Sandbox::new();
+    sb.input_file("data.csv", b"x,y\n1,2\n");
+    // A host file outside the input, and a link to it inside.
+    let outside = sb.dir.path().join("host-secret");
+    std::fs::write(&outside, "host-secret-text").unwrap();
+    std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::symlink(&outside, sb.input.join("link")).unwrap();
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let out = sb.dir.path().join("tmp/step-out");
+    let reply = pool.call(json!({"id": "r", "input": sb.input, "output": out, "args": ["one"], "code":
+        "import json, os, sys\nres = {'argv': sys.argv, 'data': open('/workspace/input/data.csv').read()}\n\
+         try:\n    open('/workspace/input/data.csv', 'a').write('z')\n    res['write'] = 'allowed'\n\
+         except OSError as e:\n    res['write'] = e.errno\n\
+         try:\n    res['link'] = open('/workspace/input/link').read()\nexcept OSError as e:\n    res['link'] = e.errno\n\
+         open('/workspace/output/report.txt', 'w').write('done')\nprint(json.dumps(res))\n"
+    }));
+    let r = result(&reply);
+    assert_eq!(r["status"], "ok", "{r}");
+    let seen = stdout_json(r);
+    assert_eq!(seen["argv"], json!(["-c", "one"]));
+    assert_eq!(seen["data"], "x,y\n1,2\n");
+    assert_ne!(seen["write"], "allowed", "the input was writable: {seen}");
+    assert_ne!(seen["link"], "host-secret-text", "a link in the input reached a host file: {seen}");
+    assert_eq!(std::fs::read_to_string(sb.input.join("data.csv")).unwrap(), "x,y\n1,2\n");
+    assert_eq!(r["output_dir"], out.display().to_string());
+    assert_eq!(std::fs::read_to_string(out.join("report.txt")).unwrap(), "done");
+    let paths: Vec<&str> = r["artifacts"].as_array().unwrap().iter().filter_map(|a| a["path"].as_str()).collect();
+    assert_eq!(paths, ["report.txt"], "{r}");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &pool_tmp(&sb));
+}
+
+#[test]
+fn the_preload_runs_before_the_request_and_leaves_no_name() {
+    let sb = Sandbox::new();
+    let policy = policy_with_preload(&sb, json!(["json", "csv", "xml.dom.minidom"]));
+    let mut pool = Pool::start(&sb, 1, &["--policy", policy.to_str().unwrap()]);
+    let reply = pool.call(json!({"id": "p", "code":
+        "import json, sys\nprint(json.dumps({'loaded': all(m in sys.modules for m in ['csv', 'xml.dom.minidom']), \
+         'vars': sorted(k for k in globals() if not k.startswith('__') and k not in ('json', 'sys'))}))\n"}));
+    let seen = stdout_json(result(&reply));
+    assert_eq!(seen, json!({"loaded": true, "vars": []}));
+    assert!(pool.finish().success());
+}
+
+#[test]
+fn a_preload_the_rootfs_cannot_import_is_one_line_and_exit_125_with_nothing_left() {
+    let sb = Sandbox::new();
+    let policy = policy_with_preload(&sb, json!(["no_such_module_here"]));
+    let pool = Pool::start(&sb, 2, &["--policy", policy.to_str().unwrap()]);
+    let out = pool.child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert_pool_gone(&sb, &pool_tmp(&sb));
+}
+
+fn policy_with_preload(sb: &Sandbox, preload: Value) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("policies/default.json")).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("rootfs");
+    v["preload"] = preload;
+    let p = sb.dir.path().join("policy.json");
+    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
+    p
+}
+
+#[test]
+fn bad_lines_get_protocol_errors_and_the_pool_keeps_serving() {
+    let sb = Sandbox::new();
+    let full = sb.dir.path().join("tmp/full");
+    let mut pool = Pool::start(&sb, 1, &["--timeout", "20"]);
+    std::fs::create_dir_all(&full).unwrap();
+    std::fs::write(full.join("x"), "").unwrap();
+    for (line, code) in [
+        ("not json".to_string(), "malformed"),
+        (r#"{"id":"u","code":"1","shell":true}"#.to_string(), "unknown_field"),
+        (r#"{"id":"l","code":"1","limits":{"wall_time_secs":21}}"#.to_string(), "limit_above_policy"),
+        (r#"{"id":"c","code":"1","limits":{"cpu_time_secs":1}}"#.to_string(), "unknown_field"),
+        (json!({"id": "o", "code": "1", "output": full}).to_string(), "bad_request"),
+        (r#"{"id":"i","code":"1","input":"/no/such/dir"}"#.to_string(), "bad_request"),
+        (r#"{"id":"s","script":"/no/such.py"}"#.to_string(), "bad_request"),
+    ] {
+        pool.send(&line);
+        let r = pool.reply();
+        assert_eq!(r["error"]["code"], code, "{line}: {r}");
+        let msg = r["error"]["message"].as_str().unwrap();
+        assert!(!msg.is_empty() && !msg.contains('\n'), "{line}: {r}");
+    }
+    // A duplicate id while the first is in flight.
+    pool.send(r#"{"id":"d","code":"import time; time.sleep(1.5); print('first')"}"#);
+    std::thread::sleep(Duration::from_millis(300));
+    pool.send(r#"{"id":"d","code":"print('second')"}"#);
+    let dup = pool.reply();
+    assert_eq!(dup["error"]["code"], "duplicate_id", "{dup}");
+    let first = pool.reply();
+    assert_eq!(result(&first)["stdout"]["text"], "first\n");
+    // A request's own wall limit, lower than the pool's.
+    let slow = pool.call(json!({"id": "w", "code": "import time; time.sleep(10)", "limits": {"wall_time_secs": 0.5}}));
+    assert_eq!(result(&slow)["status"], "timeout_wall", "{slow}");
+    let ok = pool.call(json!({"id": "k", "code": "print(6 * 7)"}));
+    assert_eq!(result(&ok)["stdout"]["text"], "42\n");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &pool_tmp(&sb));
+}
+
+#[test]
+fn sigkill_of_the_pool_leaves_no_process_mount_or_folder() {
+    let sb = Sandbox::new();
+    let mut pool = Pool::start(&sb, 2, &[]);
+    pool.wait_ready(2);
+    // A request in flight too.
+    pool.send(r#"{"id":"x","code":"import time; time.sleep(30)"}"#);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!host_processes_with(&sb.dir.path().display().to_string()).is_empty(), "no pooled jail to kill");
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool.child.id() as i32), nix::sys::signal::Signal::SIGKILL);
+    let _ = pool.child.wait();
+    assert_pool_gone(&sb, &pool_tmp(&sb));
+}
+
+#[test]
+fn sigterm_lets_the_request_in_flight_finish_then_leaves_nothing() {
+    let sb = Sandbox::new();
+    let mut pool = Pool::start(&sb, 1, &[]);
+    pool.send(r#"{"id":"t","code":"import time; time.sleep(1); print('finished')"}"#);
+    std::thread::sleep(Duration::from_millis(300));
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+    let r = pool.reply();
+    assert_eq!(result(&r)["stdout"]["text"], "finished\n", "{r}");
+    let status = pool.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    assert_pool_gone(&sb, &pool_tmp(&sb));
+}
