@@ -32,7 +32,29 @@ TARGETS = {
     "supervisor_rss_over_baseline_mib_max": 2.0,
     "kill_overrun_ms_max": 20.0,
     "session_cell_over_ms_max": 1.0,
+    "pool_trivial_ratio_max": 1.05,
+    "pool_pandas_speedup_min": 20.0,
+    "pool_figure_speedup_min": 8.0,
+    "pool_sequential_ratio_min": 0.9,
+    "pool_parallel_8_ratio_min": 0.9,
+    "pool_idle_rss_mib_max": 80.0,
 }
+
+PANDAS_STEP = """import numpy as np, pandas as pd
+df = pd.DataFrame({"k": np.arange(200_000) % 10, "v": np.random.default_rng(0).random(200_000)})
+print(round(df.groupby("k").v.mean().sum(), 3))
+"""
+
+FIGURE_STEP = """import numpy as np, pandas as pd
+import matplotlib
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+df = pd.DataFrame({"x": np.arange(500), "y": np.random.default_rng(1).random(500).cumsum()})
+fig, ax = plt.subplots()
+ax.plot(df.x, df.y)
+fig.savefig("/workspace/output/figure.png")
+plt.close(fig)
+"""
 
 
 def parse_args():
@@ -230,6 +252,129 @@ def session_cell(runners, n):
     return out
 
 
+class PoolClient:
+    """A `jail pool` kept up as our child, spoken to over its JSON lines."""
+
+    def __init__(self, runners, size, rootfs, policy=None):
+        cmd = [runners.jail, "pool", "--size", str(size), "--rootfs", rootfs]
+        if policy:
+            cmd += ["--policy", policy]
+        self.size = size
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        self.n = 0
+        self.wait_full()
+
+    def send(self, obj):
+        self.proc.stdin.write((json.dumps(obj) + "\n").encode())
+        self.proc.stdin.flush()
+
+    def read(self):
+        line = self.proc.stdout.readline()
+        if not line:
+            sys.stderr.write(f"bench: jail pool ended: {self.proc.stderr.read().decode()[-500:]}\n")
+            sys.exit(1)
+        return json.loads(line)
+
+    def stats(self):
+        self.send({"op": "stats"})
+        return self.read()["stats"]
+
+    def wait_full(self):
+        deadline = time.time() + 120
+        while self.stats()["ready"] < self.size:
+            if time.time() > deadline:
+                sys.exit("bench: the pool never filled")
+            time.sleep(0.02)
+
+    def step(self, code):
+        """One request, its reply: the wall time in ms."""
+        self.n += 1
+        t = time.perf_counter()
+        self.send({"id": str(self.n), "code": code})
+        reply = self.read()
+        took = (time.perf_counter() - t) * 1000
+        if reply.get("result", {}).get("status") != "ok":
+            sys.stderr.write(f"bench: a pool step failed: {json.dumps(reply)[:800]}\n")
+            sys.exit(1)
+        return took
+
+    def throughput(self, code, total, parallel):
+        """Requests per second with `parallel` in flight (pipelined)."""
+        self.wait_full()
+        t = time.perf_counter()
+        sent = done = 0
+        while done < total:
+            while sent < total and sent - done < parallel:
+                self.n += 1
+                sent += 1
+                self.send({"id": str(self.n), "code": code})
+            reply = self.read()
+            if "stats" in reply:
+                continue
+            if reply.get("result", {}).get("status") != "ok":
+                sys.exit(f"bench: a pool step failed: {json.dumps(reply)[:800]}")
+            done += 1
+        return total / (time.perf_counter() - t)
+
+    def close(self):
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
+
+def preload_policy(work, modules):
+    with open(os.path.join(REPO, "policies/default.json")) as f:
+        policy = json.load(f)
+    policy.pop("rootfs", None)
+    policy["preload"] = modules
+    path = os.path.join(work, "preload-policy.json")
+    with open(path, "w") as f:
+        json.dump(policy, f)
+    os.chmod(path, 0o644)
+    return path
+
+
+def pool_figures(runners, args, n, seq_total, bare_trivial_ms, bare_seq):
+    """From a warm pool: a trivial step (the pool full before each), the
+    throughput sequential and 8 in flight, and on the data rootfs a pandas
+    step and a figure step against the same step run cold by `jail run`,
+    and a pooled jail's idle memory with the data stack imported."""
+    out = {}
+    pool = PoolClient(runners, 4, runners.rootfs)
+    xs = []
+    for _ in range(n):
+        pool.wait_full()
+        xs.append(pool.step("pass\n"))
+    out["trivial_ms"] = statistics.median(xs)
+    out["trivial_ratio"] = out["trivial_ms"] / bare_trivial_ms
+    out["sequential_runs_per_s"] = pool.throughput("pass\n", seq_total, 1)
+    out["parallel_8_runs_per_s"] = pool.throughput("pass\n", seq_total, 8)
+    out["refill_ms_mean"] = pool.stats()["refill_ms"]["mean"]
+    pool.close()
+    out["sequential_ratio"] = out["sequential_runs_per_s"] / bare_seq["runs_per_s"]
+    out["parallel_8_ratio"] = out["parallel_8_runs_per_s"] / bare_seq["parallel_8_runs_per_s"]
+    if not os.path.isdir(args.data_rootfs):
+        return out
+    policy = preload_policy(runners.work, ["numpy", "pandas", "matplotlib.pyplot"])
+    pool = PoolClient(runners, 2, args.data_rootfs, policy)
+    out["idle_rss_mib"] = pool.stats()["idle_rss_bytes"] / 2**20
+    reps = max(3, n // 8)
+    for key, code in (("pandas", PANDAS_STEP), ("figure", FIGURE_STEP)):
+        script = runners.script(f"{key}_step.py", code)
+        cold, warm = [], []
+        for _ in range(reps):
+            cmd, _ = runners.jail_cmd(script, args.data_rootfs)
+            took, proc = run_once(cmd)
+            check(proc, f"cold {key} step")
+            cold.append(took)
+            pool.wait_full()
+            warm.append(pool.step(code))
+        out[f"{key}_cold_ms"] = statistics.median(cold)
+        out[f"{key}_pool_ms"] = statistics.median(warm)
+        out[f"{key}_speedup"] = out[f"{key}_cold_ms"] / out[f"{key}_pool_ms"]
+    pool.close()
+    return out
+
+
 def main():
     args = parse_args()
     if not os.path.exists(args.jail):
@@ -279,6 +424,7 @@ def main():
                                  "over_baseline_mib": (peak - baseline) / 2**20}
     figures["kill_overrun_ms"] = kill_overrun(runners, three, max(3, n // 8))
     figures["session_cell_ms"] = session_cell(runners, n * 5)
+    figures["pool"] = pool_figures(runners, args, n, seq_total, figures["trivial_ms"]["bare"]["median_ms"], seq["bare"])
     shutil.rmtree(work, ignore_errors=True)
 
     # Ratios to bare Python, and the targets.
@@ -298,6 +444,17 @@ def main():
                                  figures["session_cell_ms"]["over_ms"] <= TARGETS["session_cell_over_ms_max"],
                                  f"<= {TARGETS['session_cell_over_ms_max']}"),
     }
+    pf = figures["pool"]
+    for key, value, ok, tgt in (
+        ("pool_trivial_ratio", pf["trivial_ratio"], pf["trivial_ratio"] <= TARGETS["pool_trivial_ratio_max"], f"<= {TARGETS['pool_trivial_ratio_max']}"),
+        ("pool_sequential_ratio", pf["sequential_ratio"], pf["sequential_ratio"] >= TARGETS["pool_sequential_ratio_min"], f">= {TARGETS['pool_sequential_ratio_min']}"),
+        ("pool_parallel_8_ratio", pf["parallel_8_ratio"], pf["parallel_8_ratio"] >= TARGETS["pool_parallel_8_ratio_min"], f">= {TARGETS['pool_parallel_8_ratio_min']}"),
+    ):
+        verdicts[key] = (value, ok, tgt)
+    if "pandas_speedup" in pf:
+        verdicts["pool_pandas_speedup"] = (pf["pandas_speedup"], pf["pandas_speedup"] >= TARGETS["pool_pandas_speedup_min"], f">= {TARGETS['pool_pandas_speedup_min']}")
+        verdicts["pool_figure_speedup"] = (pf["figure_speedup"], pf["figure_speedup"] >= TARGETS["pool_figure_speedup_min"], f">= {TARGETS['pool_figure_speedup_min']}")
+        verdicts["pool_idle_rss_mib"] = (pf["idle_rss_mib"], pf["idle_rss_mib"] <= TARGETS["pool_idle_rss_mib_max"], f"<= {TARGETS['pool_idle_rss_mib_max']}")
     report["targets"] = {k: {"value": v, "met": ok, "target": tgt} for k, (v, ok, tgt) in verdicts.items()}
 
     cols = ["bare", "bwrap", "jail"] if runners.bwrap else ["bare", "jail"]
@@ -320,6 +477,13 @@ def main():
     print(f"{'session cell, ms':<28}{sc['session_socket']['median_ms']:.2f} over its socket, "
           f"{sc['session_exec_cli']['median_ms']:.2f} by `jail session exec`; "
           f"the same cell to the driver bare and up: {sc['bare_driver']['median_ms']:.2f} (+{sc['over_ms']:.2f})")
+    print(f"{'pool: trivial step, ms':<28}{pf['trivial_ms']:.2f} ({pf['trivial_ratio']:.2f}x bare); "
+          f"{pf['sequential_runs_per_s']:.1f} runs/s sequential ({pf['sequential_ratio']:.2f}x), "
+          f"{pf['parallel_8_runs_per_s']:.1f} with 8 in flight ({pf['parallel_8_ratio']:.2f}x); refill {pf['refill_ms_mean']:.0f} ms")
+    if "pandas_speedup" in pf:
+        for key, label in (("pandas", "pool: pandas step, ms"), ("figure", "pool: figure step, ms")):
+            print(f"{label:<28}{pf[key + '_pool_ms']:.1f} vs {pf[key + '_cold_ms']:.1f} cold ({pf[key + '_speedup']:.1f}x faster)")
+        print(f"{'pool: idle data-stack jail':<28}{pf['idle_rss_mib']:.1f} MiB RSS (its processes, shared pages counted in each)")
     r = figures["supervisor_rss"]
     print(f"{'supervisor peak RSS':<28}{r['peak_bytes'] / 2**20:.2f} MiB (binary baseline {r['baseline_bytes'] / 2**20:.2f} MiB, +{r['over_baseline_mib']:.2f} MiB)")
     print()

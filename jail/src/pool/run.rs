@@ -8,7 +8,8 @@
 //! first cell is the trusted preload; a request then gets two cells at
 //! most (its `sys.argv`, set by us, then its code), and the session is
 //! stopped: the closing result's artifacts are the step's. No jail ever
-//! takes a second request.
+//! takes a second request; its replacement is started when the step is
+//! done, so that it never competes with a step for the CPUs.
 //!
 //! Folders: each jail is started with its own empty input folder (bound
 //! read-only at /workspace/input) and a fresh output folder. A request's
@@ -499,6 +500,10 @@ impl Pool {
         }
         let _ = fs::remove_dir_all(&jail.slot);
         self.lock().in_use -= 1;
+        // The replacement is made once the step is done, so its start-up
+        // (an interpreter importing the preload) never competes with the
+        // step for the CPUs; a request that finds no jail ready makes one.
+        self.refill();
         self.changed.notify_all();
         match reply {
             Ok(result) => protocol::result_reply(&req.id, &result),
@@ -506,14 +511,12 @@ impl Pool {
         }
     }
 
-    /// Take a ready jail (waiting for one), and start its replacement.
+    /// Take a ready jail, waiting for one (made now if none is coming).
     fn claim(self: &Arc<Self>) -> Result<Jail, String> {
         let mut st = self.lock();
         loop {
             if let Some(jail) = st.ready.pop_front() {
                 st.in_use += 1;
-                drop(st);
-                self.refill();
                 return Ok(jail);
             }
             if let Some(b) = &st.broken {
