@@ -447,8 +447,6 @@ pub fn loopback_up() -> io::Result<()> {
     Ok(())
 }
 
-/// `_exit(2)`: leave at once, without running atexit handlers or flushing
-/// stdio buffers that belong to the parent's copy of this process.
 /// Whether `fd` is an open descriptor of this process.
 pub fn fd_is_open(fd: RawFd) -> bool {
     // SAFETY: F_GETFD on any number only reads its flags.
@@ -490,6 +488,8 @@ pub fn pass_fd_on_exec(cmd: &mut std::process::Command, fd: RawFd, target: RawFd
     }
 }
 
+/// `_exit(2)`: leave at once, without running atexit handlers or flushing
+/// stdio buffers that belong to the parent's copy of this process.
 pub fn exit_now(code: i32) -> ! {
     // SAFETY: _exit takes an integer and never returns; it touches no memory
     // of ours.

@@ -595,8 +595,6 @@ impl Loop<'_, '_, '_> {
     }
 }
 
-/// KeyboardInterrupt for the cell: PID 1 forwards SIGINT to the driver
-/// (child.rs, `reaper`).
 /// A cell's wall-clock limit: the session's, or a shorter one the client
 /// asked for (a longer, zero, negative or non-finite one is ignored).
 fn cell_wall(session: Duration, asked: Option<f64>) -> Duration {
@@ -606,6 +604,8 @@ fn cell_wall(session: Duration, asked: Option<f64>) -> Duration {
     }
 }
 
+/// KeyboardInterrupt for the cell: PID 1 forwards SIGINT to the driver
+/// (child.rs, `reaper`).
 fn interrupt(pid: Pid) {
     let _ = nix::sys::signal::kill(pid, Signal::SIGINT);
 }
