@@ -267,6 +267,10 @@ fn bad_lines_get_protocol_errors_and_the_pool_keeps_serving() {
         let msg = r["error"]["message"].as_str().unwrap();
         assert!(!msg.is_empty() && !msg.contains('\n'), "{line}: {r}");
     }
+    // A line over the protocol's 4 MiB: refused, and the next line is read.
+    pool.send(&format!(r#"{{"id":"big","code":"{}"}}"#, "x".repeat(5 << 20)));
+    let big = pool.reply();
+    assert_eq!(big["error"]["code"], "malformed", "{big}");
     // A duplicate id while the first is in flight.
     pool.send(r#"{"id":"d","code":"import time; time.sleep(1.5); print('first')"}"#);
     std::thread::sleep(Duration::from_millis(300));

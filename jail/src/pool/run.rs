@@ -409,9 +409,7 @@ impl Pool {
                 break;
             }
             if !line.ends_with(b"\n") && n > protocol::MAX_LINE_BYTES {
-                // Skip the rest of an over-long line.
-                let mut rest = Vec::new();
-                let _ = reader.read_until(b'\n', &mut rest);
+                skip_line(&mut reader);
             }
             let text = String::from_utf8_lossy(&line);
             let text = text.trim();
@@ -571,6 +569,24 @@ impl Pool {
             }
         }
         Ok(result)
+    }
+}
+
+/// Drop the rest of an over-long line, a buffer at a time: never more
+/// than the reader's buffer in memory, however long the line.
+fn skip_line(reader: &mut impl BufRead) {
+    loop {
+        let (found, used) = match reader.fill_buf() {
+            Ok([]) | Err(_) => return,
+            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
+                Some(i) => (true, i + 1),
+                None => (false, buf.len()),
+            },
+        };
+        reader.consume(used);
+        if found {
+            return;
+        }
     }
 }
 
@@ -762,6 +778,15 @@ mod tests {
         if fs::metadata("/proc").unwrap().dev() != fs::metadata(t.path()).unwrap().dev() {
             assert!(check_output(Path::new("/proc/x"), t.path()).unwrap_err().contains("filesystem"));
         }
+    }
+
+    #[test]
+    fn an_over_long_lines_rest_is_skipped_up_to_its_newline() {
+        let mut r = io::BufReader::with_capacity(16, io::Cursor::new([vec![b'x'; 1000], b"\nnext\n".to_vec()].concat()));
+        skip_line(&mut r);
+        let mut rest = String::new();
+        r.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "next\n");
     }
 
     #[test]
