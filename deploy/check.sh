@@ -135,6 +135,10 @@ if ! command -v podman >/dev/null && ! command -v buildah >/dev/null && ! as_roo
     echo; echo "deploy-check: $failures failure(s)"; [ "$failures" = 0 ]; exit
 fi
 JAIL_IMAGE=$image deploy/image.sh >/dev/null
+# runc: crun 1.8 (Debian 12's) refuses hybrid cgroups (podman-settings.sh).
+if ! command -v runc >/dev/null && as_root; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null
+fi
 ok "built $image ($(podman image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}'))"
 if ! podman run --rm --entrypoint /usr/local/bin/jail "$image" --version >/dev/null 2>&1 \
     && ! podman run --rm --runtime runc --entrypoint /usr/local/bin/jail "$image" --version >/dev/null 2>&1; then
