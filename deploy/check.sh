@@ -140,17 +140,52 @@ if ! command -v runc >/dev/null && as_root; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq runc >/dev/null
 fi
 ok "built $image ($(podman image inspect --format '{{.Size}}' "$image" | awk '{printf "%.0f MB", $1/1e6}'))"
-if ! podman run --rm --entrypoint /usr/local/bin/jail "$image" --version >/dev/null 2>&1 \
-    && ! podman run --rm --runtime runc --entrypoint /usr/local/bin/jail "$image" --version >/dev/null 2>&1; then
-    skip_host "podman cannot run a container here ($(podman run --rm --entrypoint /usr/local/bin/jail "$image" --version 2>&1 | tail -1))"
+# shellcheck source=deploy/podman-settings.sh
+. deploy/podman-settings.sh
+probe=(--runtime runc --ulimit "nofile=$jail_nofile:$jail_nofile" --ulimit "nproc=$jail_nproc:$jail_nproc")
+if ! podman run --rm "${probe[@]}" --entrypoint /usr/local/bin/jail "$image" --version >/dev/null 2>&1; then
+    skip_host "podman cannot run a container here ($(podman run --rm "${probe[@]}" --entrypoint /usr/local/bin/jail "$image" --version 2>&1 | tail -1))"
     echo; echo "deploy-check: $failures failure(s)"; [ "$failures" = 0 ]; exit
 fi
 
 mkdir -m 755 "$work/tokens"
 printf '{"tenants":[{"name":"check","token":"%s","max_runs":4,"max_sessions":2}]}\n' "$token" > "$work/tokens/tokens.json"
 chmod 644 "$work/tokens/tokens.json"
-# shellcheck source=deploy/podman-settings.sh
-. deploy/podman-settings.sh
+
+# What of the pod spec podman honoured for container $1, read back from
+# its OCI config and /proc, into $work/honoured.txt.
+honoured() {
+    local c=$1
+    id=$(podman inspect "$c" --format '{{.Id}}')
+    pid=$(podman inspect "$c" --format '{{.State.Pid}}')
+    cfg=$(podman info --format '{{.Store.GraphRoot}}')/overlay-containers/$id/userdata/config.json
+    "$venv/bin/python" - "$cfg" "/proc/$pid" deploy/k8s/seccomp-jail.json > "$work/honoured.txt" <<'PY' || true
+import json, sys
+cfg, proc, ours = json.load(open(sys.argv[1])), sys.argv[2], json.load(open(sys.argv[3]))
+linux = cfg["linux"]
+status = dict(l.split(":\t", 1) for l in open(proc + "/status").read().splitlines() if ":\t" in l)
+ids = [l.split() for l in open(proc + "/uid_map")]
+sc = linux.get("seccomp") or {}
+names = {n for s in sc.get("syscalls", []) if s.get("action") == "SCMP_ACT_ALLOW" for n in s.get("names", [])}
+want = {n for s in ours["syscalls"] if s["action"] == "SCMP_ACT_ALLOW" for n in s["names"]}
+rows = [
+    ("hostUsers: false", sum(int(i[2]) for i in ids) >= 65536 and ids[0][1] != "0",
+     f"uid_map {' / '.join(' '.join(i) for i in ids)} (the pod policy needs 65536 ids)"),
+    ("runAsUser: 0", cfg["process"]["user"]["uid"] == 0, f"uid {cfg['process']['user']['uid']}"),
+    ("capabilities drop ALL, add SETUID SETGID DAC_OVERRIDE", status.get("CapEff", "").strip().endswith("00000000c2"), f"CapEff {status.get('CapEff','').strip()}"),
+    ("allowPrivilegeEscalation: false", cfg["process"].get("noNewPrivileges") is True, "no_new_privs"),
+    ("readOnlyRootFilesystem: true", cfg["root"].get("readonly") is True, "read-only root"),
+    ("procMount: Unmasked", not [p for p in (linux.get("maskedPaths") or []) + (linux.get("readonlyPaths") or []) if p.startswith("/proc")],
+     "masked or read-only under /proc: " + " ".join(p for p in (linux.get("maskedPaths") or []) + (linux.get("readonlyPaths") or []) if p.startswith("/proc"))),
+    ("seccompProfile Localhost jail/seccomp-jail.json", names == want and sc.get("defaultErrnoRet") == 38,
+     f"{len(names)} syscalls allowed, default errno {sc.get('defaultErrnoRet')} (ours: {len(want)}, 38)"),
+    ("resources.limits memory", (linux.get("resources", {}).get("memory", {}) or {}).get("limit") == 4 << 30,
+     f"memory limit {(linux.get('resources', {}).get('memory', {}) or {}).get('limit')}"),
+]
+for what, honoured, detail in rows:
+    print(("honoured    " if honoured else "NOT honoured") + f"  {what}: {detail}")
+PY
+}
 
 # ---- 5. podman kube play of the Deployment
 step "podman kube play of deploy/k8s/deployment.yaml"
@@ -185,39 +220,10 @@ for v in pod["volumes"]:
 yaml.safe_dump(d, open(work + "/kube.yaml", "w"))
 PY
 kube_ok=0
-if CONTAINERS_CONF=$work/containers.conf podman kube play --seccomp-profile-root "$work/seccomp" "$work/kube.yaml" > "$work/kube.log" 2>&1; then
+if CONTAINERS_CONF=$work/containers.conf podman kube play --replace --seccomp-profile-root "$work/seccomp" "$work/kube.yaml" > "$work/kube.log" 2>&1; then
     c=jail-serve-pod-0-jail-serve
     containers+=("$c")
-    id=$(podman inspect "$c" --format '{{.Id}}')
-    pid=$(podman inspect "$c" --format '{{.State.Pid}}')
-    cfg=$(podman info --format '{{.Store.GraphRoot}}')/overlay-containers/$id/userdata/config.json
-    # What of the pod spec podman honoured, read back from the OCI config.
-    "$venv/bin/python" - "$cfg" "/proc/$pid" deploy/k8s/seccomp-jail.json > "$work/honoured.txt" <<'PY' || true
-import json, sys
-cfg, proc, ours = json.load(open(sys.argv[1])), sys.argv[2], json.load(open(sys.argv[3]))
-linux = cfg["linux"]
-status = dict(l.split(":\t", 1) for l in open(proc + "/status").read().splitlines() if ":\t" in l)
-ids = [l.split() for l in open(proc + "/uid_map")]
-sc = linux.get("seccomp") or {}
-names = {n for s in sc.get("syscalls", []) if s.get("action") == "SCMP_ACT_ALLOW" for n in s.get("names", [])}
-want = {n for s in ours["syscalls"] if s["action"] == "SCMP_ACT_ALLOW" for n in s["names"]}
-rows = [
-    ("hostUsers: false", sum(int(i[2]) for i in ids) >= 65536 and ids[0][1] != "0",
-     f"uid_map {' / '.join(' '.join(i) for i in ids)} (the pod policy needs 65536 ids)"),
-    ("runAsUser: 0", cfg["process"]["user"]["uid"] == 0, f"uid {cfg['process']['user']['uid']}"),
-    ("capabilities drop ALL, add SETUID SETGID", status.get("CapEff", "").strip().endswith("00000000c0"), f"CapEff {status.get('CapEff','').strip()}"),
-    ("allowPrivilegeEscalation: false", cfg["process"].get("noNewPrivileges") is True, "no_new_privs"),
-    ("readOnlyRootFilesystem: true", cfg["root"].get("readonly") is True, "read-only root"),
-    ("procMount: Unmasked", not linux.get("maskedPaths") and not linux.get("readonlyPaths"),
-     f"masked {len(linux.get('maskedPaths') or [])} paths, read-only {len(linux.get('readonlyPaths') or [])}"),
-    ("seccompProfile Localhost jail/seccomp-jail.json", names == want and sc.get("defaultErrnoRet") == 38,
-     f"{len(names)} syscalls allowed, default errno {sc.get('defaultErrnoRet')} (ours: {len(want)}, 38)"),
-    ("resources.limits memory", (linux.get("resources", {}).get("memory", {}) or {}).get("limit") == 4 << 30,
-     f"memory limit {(linux.get('resources', {}).get('memory', {}) or {}).get('limit')}"),
-]
-for what, honoured, detail in rows:
-    print(("honoured    " if honoured else "NOT honoured") + f"  {what}: {detail}")
-PY
+    honoured "$c"
     sed 's/^/  /' "$work/honoured.txt"
     if grep -q "NOT honoured  procMount" "$work/honoured.txt" || grep -q "NOT honoured  hostUsers" "$work/honoured.txt"; then
         echo "  podman kube play cannot run a jail here as the pod spec says (above); the service is tested with podman run instead"
@@ -271,6 +277,11 @@ for d in iso.get("degraded", []):
     print("  degraded (reported by the run): " + d[:300])
 sys.exit(1 if bad else 0)
 PY
+    id=$("$venv/bin/python" -c 'import json,sys; print(json.load(open(sys.argv[1])).get("id",""))' "$work/run.json" 2>/dev/null || true)
+    if curl -sf -H "Authorization: Bearer $token" "$base/v1/runs/$id/artifacts/f.png" -o "$work/f.png" \
+        && [ "$(head -c 4 "$work/f.png" | od -An -tx1 | tr -d ' ')" = 89504e47 ]; then
+        ok "the figure is served from GET /v1/runs/{id}/artifacts/f.png"
+    else fail "GET /v1/runs/$id/artifacts/f.png"; fi
     sid=$(api POST /v1/sessions '{}' | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin).get("id",""))' 2>/dev/null || true)
     api POST "/v1/sessions/$sid/exec" '{"code":"x = 41"}' >/dev/null
     if api POST "/v1/sessions/$sid/exec" '{"code":"print(x + 1)"}' | grep -q '"text":"42\\n"' \
@@ -281,22 +292,24 @@ PY
 }
 
 drain_check() { # NAME: SIGTERM with a run in flight
-    local name=$1 id t0 rc
-    id=$(api POST /v1/runs '{"code":"import time; time.sleep(3); print(\"finished\")","wait":false}' | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-    sleep 0.5
+    local name=$1 t0 rc refused
+    # The run's client waits for its result on its own connection, as a
+    # client of a draining worker does (a wait:false run's result cannot be
+    # fetched once the server has exited).
+    curl -s -o "$work/inflight.json" -H "Authorization: Bearer $token" -H 'Content-Type: application/json' \
+        -d '{"code":"import time; time.sleep(3); print(\"finished\")"}' "$base/v1/runs" &
+    local client=$!
+    sleep 1
     t0=$(date +%s)
     podman kill --signal TERM "$name" >/dev/null
     sleep 0.3
     api POST /v1/runs '{"code":"print(1)"}' >/dev/null
-    local refused; refused=$(cat "$work/code")
-    local state=""
-    for _ in $(seq 50); do
-        state=$(api GET "/v1/runs/$id" | "$venv/bin/python" -c 'import json,sys; d=json.load(sys.stdin); print(d.get("state"), (d.get("result") or {}).get("status"))' 2>/dev/null || true)
-        case $state in done*) break ;; esac
-        sleep 0.2
-    done
+    refused=$(cat "$work/code")
+    wait "$client" || true
+    local state
+    state=$("$venv/bin/python" -c 'import json,sys; d=json.load(open(sys.argv[1])); print(d.get("state"), (d.get("result") or {}).get("status"), (d.get("result") or {}).get("stdout",{}).get("text","").strip())' "$work/inflight.json" 2>/dev/null || echo "no answer")
     rc=$(podman wait "$name" 2>/dev/null || echo "?")
-    if [ "$state" = "done ok" ] && [ "$refused" = 503 ] && [ "$rc" = 0 ]; then
+    if [ "$state" = "done ok finished" ] && [ "$refused" = 503 ] && [ "$rc" = 0 ]; then
         ok "SIGTERM drained: the run in flight finished ok, a new one got 503, exit 0 after $(( $(date +%s) - t0 )) s (grace: 75 s)"
     else
         fail "drain: in-flight run '$state', new run HTTP $refused, exit $rc"; podman logs "$name" 2>&1 | tail -5
@@ -315,11 +328,17 @@ else
     podman run -d --name "$name" "${JAIL_PODMAN_RUN[@]}" --security-opt seccomp=deploy/k8s/seccomp-jail.json \
         -v "$work/tokens:/etc/jail/tokens:ro" -p 127.0.0.1::8080 "$image" "${JAIL_SERVE_ARGS[@]}" >/dev/null
     base="http://127.0.0.1:$(podman port "$name" 8080 | sed 's/.*://')"
+    honoured "$name"
+    if grep -q "NOT honoured" "$work/honoured.txt"; then
+        fail "podman run did not apply the pod's settings:"; grep "NOT honoured" "$work/honoured.txt" | sed 's/^/       /'
+    else
+        ok "the container has the pod's settings (user namespace of 65536 ids, root, three capabilities, no_new_privs, read-only root, /proc unmasked, the Localhost seccomp profile, the memory limit)"
+    fi
     serve_checks "$name"
     drain_check "$name"
 fi
 
-if podman run --rm --runtime runc --entrypoint /usr/local/bin/jail-serve "$image" --help 2>/dev/null | grep -q -- '--pool-size'; then
+if podman run --rm "${probe[@]}" --entrypoint /usr/local/bin/jail-serve "$image" --help 2>/dev/null | grep -q -- '--pool-size'; then
     step "the warm pool (--pool-size, as pool/kustomization.yaml sets it)"
     name=jail-deploy-check-pool-$$
     containers+=("$name")

@@ -21,8 +21,8 @@ JAIL_PODMAN_RUN=(
     --uidmap 0:1879113728:65536 --gidmap 0:1879113728:65536
     # runAsUser: 0, runAsGroup: 0 (the pod namespace's root)
     --user 0:0
-    # capabilities: drop ALL, add SETUID, SETGID
-    --cap-drop ALL --cap-add SETUID,SETGID
+    # capabilities: drop ALL, add SETUID, SETGID, DAC_OVERRIDE
+    --cap-drop ALL --cap-add SETUID,SETGID,DAC_OVERRIDE
     # allowPrivilegeEscalation: false
     --security-opt no-new-privileges
     # procMount: Unmasked
@@ -30,7 +30,7 @@ JAIL_PODMAN_RUN=(
     # readOnlyRootFilesystem: true; emptyDirs at /tmp and /run
     --read-only --tmpfs /tmp:rw,mode=1777,size=2g --tmpfs /run:rw,mode=0755,size=16m
     # resources.limits (memory, cpu, pids)
-    --memory 3g --cpus 2 --pids-limit 4096
+    --memory 4g --cpus 2 --pids-limit 4096
 )
 JAIL_SERVE_ARGS=(
     --listen 0.0.0.0:8080 --tokens /etc/jail/tokens/tokens.json
