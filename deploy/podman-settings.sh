@@ -1,8 +1,8 @@
 # Sourced by deploy/check.sh and deploy/k8s/seccomp/trace.sh: the `podman
 # run` flags that stand for the Deployment's pod spec (deploy/k8s/
 # deployment.yaml) on this machine, one line each with the pod setting it
-# stands for, and the server's arguments. deploy/k8s/README.md, "What
-# podman proves", lists what podman here cannot honour and why.
+# stands for, and the server's arguments. deploy/k8s/README.md, "What this
+# machine proves", lists what podman here cannot honour and why.
 
 # The container's open-file and process limits: podman asks for 1048576
 # open files and lowers its own process limit to 32768, but root here lacks
