@@ -39,6 +39,7 @@ import tarfile
 import time
 import urllib.parse
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from ._sandbox import (
@@ -226,7 +227,7 @@ class RemoteSandbox:
         self._port = port
         self._prefix = parts.path.rstrip("/")
         self._token = token
-        self.input = None if input is None else os.fspath(input)
+        self.input = None if input is None else Path(input)
         self.timeout = timeout
         self.memory_mib = _mib(memory)
         if request_timeout <= 0:
