@@ -1,4 +1,5 @@
-"""What users copy: README.md's "From Python" snippet, run exactly as
+"""What users copy: README.md's "From Python" snippets (the local one and
+the RemoteSandbox one, against the suite's `jail-serve`), run exactly as
 written, and the two examples in examples/, run as scripts."""
 
 from __future__ import annotations
@@ -8,26 +9,28 @@ import re
 import subprocess
 import sys
 
-from conftest import REPO
+from conftest import REPO, TOKEN
 
 
-def readme_snippet() -> str:
+def readme_snippet(remote: bool) -> str:
+    """The From Python section's local snippet, or its RemoteSandbox one."""
     text = (REPO / "README.md").read_text(encoding="utf-8")
     section = text.split("\n## From Python\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```python\n(.*?)```", section, re.S)
-    assert len(blocks) == 1, "the From Python section has one python block"
-    return blocks[0]
+    assert len(blocks) == 2, "the From Python section has two python blocks: local and remote"
+    [block] = [b for b in blocks if ("RemoteSandbox(" in b) == remote]
+    return block
 
 
-def run_python(args, rootfs, cwd):
+def run_python(args, rootfs, cwd, **env_vars):
     # The rootfs comes the way a user's does: the binary's own lookup
     # ($JAIL_ROOTFS here), never from the snippet.
-    env = dict(os.environ, JAIL_ROOTFS=str(rootfs))
+    env = dict(os.environ, JAIL_ROOTFS=str(rootfs), **env_vars)
     return subprocess.run([sys.executable, *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
 def test_the_readme_snippet_runs_as_written(rootfs, tmp_path):
-    done = run_python(["-c", readme_snippet()], rootfs, tmp_path)
+    done = run_python(["-c", readme_snippet(remote=False)], rootfs, tmp_path)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[:2] == ["45", "nonzero_exit 1"], lines
@@ -35,6 +38,16 @@ def test_the_readme_snippet_runs_as_written(rootfs, tmp_path):
     assert "KeyError 'late'" in lines
     assert "42" in lines, "the session's second cell saw the first's x"
     assert lines[-1].startswith("input rootfs /no/such/rootfs") and "jail rootfs build" in lines[-1], lines
+
+
+def test_the_readme_remote_snippet_runs_as_written_against_the_service(rootfs, server, tmp_path):
+    done = run_python(["-c", readme_snippet(remote=True)], rootfs, tmp_path, JAIL_URL=server.url, JAIL_TOKEN=TOKEN)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:3] == ["45", "ok True", "squares.csv text/csv b'n,square\\n3,9\\n'"], lines
+    assert lines[3] == "42", "the session's second cell saw the first's x"
+    assert lines[4].startswith("401 the token was refused (401): check JAIL_TOKEN"), lines
+    assert len(lines) == 5, lines
 
 
 def test_the_langchain_example_runs(rootfs, tmp_path):

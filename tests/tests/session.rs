@@ -389,3 +389,32 @@ fn jail_check_validates_the_session_section() {
     let out = Command::new(jail_bin()).arg("check").arg(&p).output().unwrap();
     assert!(stderr_of(&out).contains("unknown field `interrupt_grace`"), "{}", stderr_of(&out));
 }
+
+/// The driver ends a stopped session without the interpreter's long
+/// teardown (driver.py, `quick_exit`), but nothing a cell wrote is lost
+/// on the way: a file left open, one held in a reference cycle (which a
+/// garbage collection would close before its text was flushed), what an
+/// atexit handler writes, and what a non-daemon thread writes after the
+/// stop (the exit waits for it, as Python's own does).
+#[test]
+fn what_a_cell_left_unflushed_reaches_the_output_when_the_session_stops() {
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    let (v, _) = s.exec(
+        "import atexit, threading, time\n\
+         left_open = open('/workspace/output/open.txt', 'w')\nleft_open.write('open')\n\
+         class Node: pass\nn = Node()\nn.me = n\nn.f = open('/workspace/output/cycle.txt', 'w')\nn.f.write('cycle')\ndel n\n\
+         atexit.register(lambda: open('/workspace/output/atexit.txt', 'w').write('atexit'))\n\
+         def late():\n    time.sleep(0.3)\n    with open('/workspace/output/thread.txt', 'w') as f:\n        f.write('thread')\n\
+         threading.Thread(target=late).start()\n",
+    );
+    assert_eq!(v["status"], "ok", "{v}");
+    let out = s.stop();
+    assert!(out.status.success(), "{}", stderr_of(&out));
+    let closing: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    for name in ["open", "cycle", "atexit", "thread"] {
+        let got = std::fs::read_to_string(sb.output.join(format!("{name}.txt"))).unwrap_or_default();
+        assert_eq!(got, name, "{name}.txt lost its text at the session's end: {}", closing["artifacts"]);
+    }
+    assert_session_gone(&sb, &s, &s.id);
+}

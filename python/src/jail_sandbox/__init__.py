@@ -14,8 +14,27 @@ runs. For stateful cells, :meth:`Sandbox.session` keeps one jail::
     with sandbox.session() as s:
         s.run("x = 41")
         assert s.run("print(x + 1)").stdout == "42\\n"
+
+:class:`RemoteSandbox` has the same API over HTTP, against a ``jail serve``
+service (``RemoteSandbox(url, token)``, else ``$JAIL_URL`` and
+``$JAIL_TOKEN``); its artifacts are fetched on demand and checked against
+the result's sha256 and size, and a refused request is a :class:`RemoteError`
+carrying the HTTP status, the service's error code, field and message::
+
+    remote = RemoteSandbox("http://127.0.0.1:8080", token)
+    execution = remote.run("open('out.txt', 'w').write('hi')")
+    assert execution.artifacts[0].read_bytes() == b"hi"
 """
 
+from ._remote import (
+    ArtifactMismatchError,
+    RemoteArtifact,
+    RemoteConnectionError,
+    RemoteError,
+    RemoteSandbox,
+    RemoteSession,
+    RemoteTimeoutError,
+)
 from ._sandbox import (
     EXIT_SETUP_FAILED,
     Artifact,
@@ -35,9 +54,16 @@ from ._sandbox import (
 __all__ = [
     "EXIT_SETUP_FAILED",
     "Artifact",
+    "ArtifactMismatchError",
     "Execution",
     "ExecutionError",
     "JailNotFoundError",
+    "RemoteArtifact",
+    "RemoteConnectionError",
+    "RemoteError",
+    "RemoteSandbox",
+    "RemoteSession",
+    "RemoteTimeoutError",
     "Sandbox",
     "SandboxError",
     "SandboxProtocolError",

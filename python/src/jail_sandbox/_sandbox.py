@@ -9,6 +9,7 @@ runs except what the code leaves in the output folder.
 from __future__ import annotations
 
 import base64
+import builtins
 import json
 import os
 import shutil
@@ -132,7 +133,8 @@ class Artifact:
         """Where the file is on the host, if the output folder is known."""
         return None if self.output_dir is None else self.output_dir / self.path
 
-    def read_bytes(self) -> bytes:
+    # builtins.bytes: the field `bytes` shadows the type in this class's body.
+    def read_bytes(self) -> builtins.bytes:
         """The file's content, from the host output folder."""
         if self.host_path is None:
             raise SandboxError(f"artifact {self.path}: the result names no output folder")
@@ -154,8 +156,10 @@ class Execution:
         exit_code: The interpreter's exit status, ``None`` if it was killed.
         usage: Time and memory the run used.
         artifacts: Accepted output files, in the result's order.
-        output_dir: The host folder the artifacts are in.
+        output_dir: The host folder the artifacts are in (``None`` for a
+            :class:`~jail_sandbox.RemoteSandbox` run: its files stay on the service).
         result: The whole result document, as ``jail run --json`` prints it.
+        run_id: The service's id of the run (:class:`~jail_sandbox.RemoteSandbox`), else ``None``.
     """
 
     status: str
@@ -169,6 +173,7 @@ class Execution:
     stdout_truncated: bool
     stderr_truncated: bool
     result: Dict[str, Any] = field(repr=False)
+    run_id: Optional[str] = None
 
     @property
     def ok(self) -> bool:
@@ -398,8 +403,18 @@ class Sandbox:
         return execution
 
 
-def _checked(result: Dict[str, Any], jail_stderr: str) -> Execution:
-    """The :class:`Execution` of a result this client reads; a setup failure raised."""
+def _checked(
+    result: Any,
+    jail_stderr: str,
+    make_artifact: Optional[Callable[[Dict[str, Any]], Artifact]] = None,
+    run_id: Optional[str] = None,
+) -> Execution:
+    """The :class:`Execution` of a result this client reads; a setup failure raised.
+
+    ``make_artifact`` builds each artifact instead of a host-folder one (a
+    remote result's ``output_dir`` is a folder on the service, never ours)."""
+    if not isinstance(result, dict):
+        raise SandboxProtocolError(f"the result is not a JSON object: {str(result)[:200]!r}")
     version = result.get("schema_version")
     if version not in SCHEMA_VERSIONS:
         raise SandboxProtocolError(
@@ -409,10 +424,15 @@ def _checked(result: Dict[str, Any], jail_stderr: str) -> Execution:
     setup = result.get("setup_error")
     if result.get("status") == "setup_failed" or setup:
         setup = setup or {}
-        raise SandboxSetupError(
-            setup.get("stage", "unknown"), setup.get("message", jail_stderr), setup.get("causes", []), result
-        )
-    return _execution(result)
+        try:
+            stage, message, causes = str(setup["stage"]), str(setup["message"]), [str(c) for c in setup.get("causes", [])]
+        except (KeyError, TypeError, AttributeError):
+            stage, message, causes = "unknown", jail_stderr or f"setup failed: {str(setup)[:200]}", []
+        raise SandboxSetupError(stage, message, causes, result)
+    try:
+        return _execution(result, make_artifact, run_id)
+    except (KeyError, TypeError, AttributeError, ValueError) as e:
+        raise SandboxProtocolError(f"the result does not have the documented shape ({type(e).__name__}: {e})") from None
 
 
 class Session:
@@ -520,7 +540,11 @@ def _chunk_text(event: Dict[str, Any]) -> str:
     return str(event.get("data", ""))
 
 
-def _execution(r: Dict[str, Any]) -> Execution:
+def _execution(
+    r: Dict[str, Any],
+    make_artifact: Optional[Callable[[Dict[str, Any]], Artifact]] = None,
+    run_id: Optional[str] = None,
+) -> Execution:
     err = r.get("error")
     error = None
     if err:
@@ -536,9 +560,11 @@ def _execution(r: Dict[str, Any]) -> Execution:
         max_rss_bytes=u.get("max_rss_bytes"),
         pids_peak=u.get("pids_peak"),
     )
-    out_dir = Path(r["output_dir"]) if r.get("output_dir") else None
+    out_dir = Path(r["output_dir"]) if r.get("output_dir") and make_artifact is None else None
     artifacts = [
-        Artifact(
+        make_artifact(a)
+        if make_artifact is not None
+        else Artifact(
             path=a["path"],
             sha256=a.get("sha256"),
             media_type=a.get("media_type"),
@@ -564,4 +590,5 @@ def _execution(r: Dict[str, Any]) -> Execution:
         stdout_truncated=bool(stdout.get("truncated")),
         stderr_truncated=bool(stderr.get("truncated")),
         result=r,
+        run_id=run_id,
     )
