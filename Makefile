@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup build release install rootfs test test-deps test-user test-harness demo doctor check-policies bench bench-quick clean
+.PHONY: help setup build release install rootfs test test-deps test-user test-harness demo doctor check-policies bench bench-quick image deploy-check clean
 
 help: ## list every target
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -62,6 +62,14 @@ test-user: build rootfs ## run the jail tests as TEST_USER, an account or a bare
 load-test: build ## `jail serve` under load on loopback: LOAD_CLIENTS clients for LOAD_SECS s (CI: 64 x 20), p50/p99, errors, leaks; JAIL_ROOTFS else the built minimal rootfs
 	JAIL_BIN=$(CURDIR)/target/debug/jail JAIL_REPO=$(CURDIR) LOAD_CLIENTS=$${LOAD_CLIENTS:-64} LOAD_SECS=$${LOAD_SECS:-20} \
 		$(CARGO) test -p jail-tests --test serve load_on_loopback -- --ignored --nocapture
+
+image: release ## the `jail serve` container image (deploy/Containerfile; JAIL_IMAGE, default localhost/jail-serve:dev) with podman or buildah; needs the data rootfs
+	@[ -d python-rootfs/out/data ] || $(SUDO) python-rootfs/build.sh data
+	deploy/image.sh
+
+deploy-check: release ## prove deploy/: manifests against the Kubernetes schemas, the seccomp and AppArmor profiles, the image built and serving under podman (deploy/k8s/README.md)
+	@[ -d python-rootfs/out/data ] || $(SUDO) python-rootfs/build.sh data
+	deploy/check.sh
 
 test-harness: build rootfs ## check `make test` itself: green without the test user, red under JAIL_MUST_WORK=1 (a few filtered runs)
 	tests/harness-test.sh
