@@ -77,6 +77,10 @@ pub enum RunError {
     /// The warm pool ended while the run was in it (a 502: send it again).
     #[error("{0}")]
     PoolLost(String),
+    /// The pool's jail was dead before the run's code was sent: the run
+    /// never started, and may run elsewhere (its log is left open).
+    #[error("{0}")]
+    NotStarted(String),
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -467,6 +467,9 @@ impl Backend for Link {
                 Ok(Err(_)) => Err(RunError::PoolLost("the warm pool ended: the run did not finish; send it again".into())),
                 Ok(Ok(Reply::Result(v))) => Ok(v),
                 Ok(Ok(Reply::Lost(why))) => Err(RunError::PoolLost(format!("{why}: the run did not finish; send it again"))),
+                Ok(Ok(Reply::Error { code, message })) if wire::never_started(&code, &message) => {
+                    return Err(RunError::NotStarted(format!("the warm pool's jail was dead before the run started: {message}")));
+                }
                 Ok(Ok(Reply::Error { code, message })) => {
                     Err(RunError::Failed(format!("the warm pool refused the run ({code}): {message}")))
                 }

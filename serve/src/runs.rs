@@ -185,22 +185,33 @@ async fn start(state: &Shared, headers: &HeaderMap, body: Body) -> Result<Respon
     let link = route(state, &route::Shape { memory_mib, timeout, followed: !req.wait });
     let backend = if link.is_some() { "pool" } else { "spawn" };
     let log = Arc::new(EventLog::default());
-    let run = Arc::new(Run { dir: dir.clone(), log: Arc::clone(&log), result: Default::default(), backend });
+    let run = Arc::new(Run {
+        dir: dir.clone(),
+        log: Arc::clone(&log),
+        result: Default::default(),
+        backend: backend.into(),
+    });
     state.keep_run(&tenant, &id, Arc::clone(&run));
     let job = Job { id: id.clone(), dir, input, timeout, memory_mib };
-    let reply = |state: &str, result| RunReply { id: id.clone(), state: state.into(), backend: Some(backend.into()), result };
+    let reply = |state: &str, run: &Run, result| RunReply {
+        id: id.clone(),
+        state: state.into(),
+        backend: Some(run.backend().into()),
+        result,
+    };
     if req.wait {
         // Run inside the request: a client that goes away drops this
         // future, and with it the run (spawn: its group is stopped; pool:
         // see `execute`).
-        let result = execute(state, job, run, slot, link).await?;
-        return Ok(Json(reply("done", Some(result))).into_response());
+        let result = execute(state, job, Arc::clone(&run), slot, link).await?;
+        return Ok(Json(reply("done", &run, Some(result))).into_response());
     }
+    let running = reply("running", &run, None);
     let owned = Arc::clone(state);
     tokio::spawn(async move {
         let _ = execute(&owned, job, run, slot, link).await;
     });
-    Ok((StatusCode::ACCEPTED, Json(reply("running", None))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(running)).into_response())
 }
 
 /// Run `job` on the pool (`link`) or a `jail run` of its own, holding the
@@ -227,7 +238,17 @@ async fn execute(
     let id = job.id.clone();
     let (owned, held) = (Arc::clone(state), Arc::clone(&link));
     let task = tokio::spawn(async move {
-        let outcome = held.run(job, Arc::clone(&run.log)).await;
+        let mut outcome = held.run(job.clone(), Arc::clone(&run.log)).await;
+        if let Err(RunError::NotStarted(why)) = &outcome {
+            // The pool handed out a dead jail (see wire::never_started):
+            // the step never ran, so it runs once, on a jail of its own.
+            eprintln!("jail serve: run {}: {why}: running it with jail run", job.id);
+            owned.metrics.spawned("pool_jail_dead");
+            if let Ok(mut b) = run.backend.lock() {
+                *b = "spawn";
+            }
+            outcome = owned.spawn.run(job, Arc::clone(&run.log)).await;
+        }
         drop(slot);
         record(&owned, &run, started, outcome)
     });
@@ -261,7 +282,7 @@ fn record(
     started: Instant,
     outcome: Result<serde_json::Value, RunError>,
 ) -> Result<serde_json::Value, ApiError> {
-    state.metrics.ran_on(run.backend);
+    state.metrics.ran_on(run.backend());
     match outcome {
         Ok(result) => {
             let status = result.get("status").and_then(|s| s.as_str()).unwrap_or("unknown").to_owned();
@@ -275,7 +296,7 @@ fn record(
         Err(e) => {
             state.metrics.run("error", started.elapsed(), 0);
             Err(match e {
-                RunError::Failed(m) => ApiError::failed(m),
+                RunError::Failed(m) | RunError::NotStarted(m) => ApiError::failed(m),
                 RunError::PoolLost(m) => ApiError::pool_lost(m),
             })
         }
@@ -291,7 +312,7 @@ pub async fn get(State(state): State<Shared>, headers: HeaderMap, UrlPath(id): U
         let run = state.run(tenant, &id)?;
         let result = run.result.lock().map_err(|_| ApiError::failed("lock poisoned"))?.clone();
         let state = if result.is_some() { "done" } else { "running" };
-        Ok::<_, ApiError>(RunReply { id, state: state.into(), backend: Some(run.backend.into()), result })
+        Ok::<_, ApiError>(RunReply { id, state: state.into(), backend: Some(run.backend().into()), result })
     })();
     match reply {
         Ok(r) => Json(r).into_response(),

@@ -23,8 +23,15 @@ pub struct Run {
     pub dir: PathBuf,
     pub log: Arc<EventLog>,
     pub result: Mutex<Option<serde_json::Value>>,
-    /// `pool` or `spawn`.
-    pub backend: &'static str,
+    /// `pool` or `spawn`: where it runs (a run the pool could not start
+    /// moves to `spawn`).
+    pub backend: Mutex<&'static str>,
+}
+
+impl Run {
+    pub fn backend(&self) -> &'static str {
+        self.backend.lock().map(|b| *b).unwrap_or("spawn")
+    }
 }
 
 impl Drop for Run {

@@ -57,6 +57,16 @@ pub fn cancel_line(id: &str) -> String {
     json!({"op": "cancel", "id": id}).to_string()
 }
 
+/// Whether an error reply says the claimed jail was dead before the
+/// step's code was sent: the pool sets `sys.argv` in a cell of its own
+/// first, and a jail that ended while it waited (the policy's session
+/// `idle_timeout_secs` or `max_lifetime_secs` passed; the pool does not
+/// check a ready jail before handing it out) fails there. The step never
+/// ran, so running it elsewhere cannot run it twice.
+pub fn never_started(code: &str, message: &str) -> bool {
+    code == "internal" && message.starts_with("set sys.argv")
+}
+
 /// One line from the pool.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Line {
@@ -230,6 +240,14 @@ mod tests {
         };
         assert!(!takes_events(&old));
         assert!(takes_events(&new));
+    }
+
+    #[test]
+    fn only_a_failure_before_the_steps_code_counts_as_never_started() {
+        let dead = "set sys.argv: session /s.sock ended (no cell for session.idle_timeout_secs (600s)): start a new one";
+        assert!(never_started("internal", dead));
+        assert!(!never_started("internal", "run the step: the session ended"));
+        assert!(!never_started("bad_request", dead));
     }
 
     #[test]
