@@ -152,6 +152,14 @@ pub fn plan(files: &BTreeMap<String, String>, input_tar: Option<&str>, bounds: &
     Ok(plan)
 }
 
+/// Plan an archive's bytes alone (no `files`, no base64): what the fuzz
+/// target (fuzz/fuzz_targets/serve_tar.rs) runs.
+pub fn plan_archive(raw: &[u8], bounds: &Bounds) -> Result<Plan, PlanError> {
+    let mut plan = Plan::default();
+    plan_tar(&mut plan, raw, &BTreeMap::new(), bounds)?;
+    Ok(plan)
+}
+
 fn decode_base64(text: &str) -> Result<Vec<u8>, PlanError> {
     use base64::engine::{general_purpose::GeneralPurpose, DecodePaddingMode, GeneralPurposeConfig};
     // Padded or not: clients differ, the bytes do not.
