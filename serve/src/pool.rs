@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
-use tokio::sync::{mpsc, oneshot, Notify};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
 use crate::backend::{Backend, BoxFuture, EventLog, Job, RunError};
 use crate::route::PoolShape;
@@ -107,6 +107,10 @@ pub struct Snapshot {
 
 pub struct Pool {
     cfg: PoolConfig,
+    /// Runs sent to the pool at once: twice its jails (one running, one
+    /// waiting for each jail's replacement). The rest wait here, first come
+    /// first served: the pool hands a freed jail to any of its waiters.
+    gate: Arc<Semaphore>,
     link: Mutex<Option<Arc<Link>>>,
     health: Mutex<Health>,
     restarts: AtomicU64,
@@ -118,6 +122,7 @@ impl Pool {
     /// Start the pool and wait until it answers (its first jail is made).
     pub async fn start(cfg: PoolConfig) -> Result<Arc<Pool>, StartError> {
         let pool = Arc::new(Pool {
+            gate: Arc::new(Semaphore::new(2 * cfg.size.max(1))),
             cfg,
             link: Mutex::new(None),
             health: Mutex::new(Health::Up),
@@ -199,6 +204,7 @@ impl Pool {
         };
         let (send, lines) = mpsc::unbounded_channel::<String>();
         let link = Arc::new(Link {
+            gate: Arc::clone(&self.gate),
             pid,
             events: AtomicBool::new(false),
             send: Mutex::new(Some(send)),
@@ -332,6 +338,8 @@ struct Waiter {
 /// One running `jail pool`: its stdin (a queue of lines), the runs
 /// waiting for their replies, whether it streams events.
 pub struct Link {
+    /// The pool's gate (`Pool::gate`), shared by the links of its lives.
+    gate: Arc<Semaphore>,
     pid: u32,
     /// Set by the start's probe, before any run is sent.
     events: AtomicBool,
@@ -452,6 +460,8 @@ impl Link {
 impl Backend for Link {
     fn run<'a>(&'a self, job: Job, log: Arc<EventLog>) -> BoxFuture<'a, Result<Value, RunError>> {
         Box::pin(async move {
+            // Waiting here is bounded by the runs ahead, each by its deadline.
+            let _turn = self.gate.acquire().await.map_err(|_| RunError::PoolLost("the warm pool was closed".into()))?;
             let deadline = job.timeout + crate::spawn::HUNG_GRACE + QUEUE_GRACE;
             let events = self.streams_events();
             let rx = self
