@@ -1,4 +1,6 @@
-//! The server: routes, the OpenAPI document, start and drain.
+//! The server: routes, the OpenAPI document, start (the janitor, then the
+//! warm pool, then the listener) and drain (in-flight runs, sessions, then
+//! the pool closed).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
