@@ -307,6 +307,11 @@ impl Pool {
                 self.restarts.fetch_add(1, Ordering::SeqCst);
                 match self.launch().await {
                     Ok((link, c)) => {
+                        // A drain that began while it started finds no link
+                        // to close: close it here, and let it end as above.
+                        if self.stopping.load(Ordering::SeqCst) {
+                            link.close();
+                        }
                         *lock(&self.link) = Some(link);
                         child = c;
                         self.set_health(Health::Up);

@@ -877,6 +877,40 @@ fn a_pool_that_dies_is_said_in_readyz_its_runs_get_502_and_a_new_one_serves() {
     assert_eq!((&again["backend"], &again["result"]["stdout"]["text"]), (&json!("pool"), &json!("again\n")), "{again}");
 }
 
+#[test]
+fn a_pool_that_cannot_start_stops_the_server_with_one_line_and_leaves_nothing() {
+    let mut p: Value = serde_json::from_slice(&std::fs::read(repo().join("policies/default.json")).unwrap()).unwrap();
+    p["preload"] = json!(["no_such_module_anywhere"]);
+    let mut policy = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
+    policy.write_all(p.to_string().as_bytes()).unwrap();
+    let work = tempfile::Builder::new().prefix("serve-test-").tempdir().unwrap();
+    let mut tokens = tempfile::NamedTempFile::new().unwrap();
+    tokens
+        .write_all(json!({"tenants": [{"name": "a", "token": ALICE}]}).to_string().as_bytes())
+        .unwrap();
+    let out = Command::new(jail_bin().with_file_name("jail-serve"))
+        .args(["--listen", "127.0.0.1:0", "--pool-size", "1", "--tokens"])
+        .arg(tokens.path())
+        .arg("--work-dir")
+        .arg(work.path())
+        .arg("--rootfs")
+        .arg(rootfs())
+        .arg("--policy")
+        .arg(policy.path())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{said}");
+    let last = said.lines().last().unwrap_or_default();
+    assert!(last.contains("the warm pool did not start") && last.contains("no_such_module_anywhere"), "{said}");
+    assert!(last.contains("--pool-size 0"), "the line says how to serve anyway: {last}");
+    eventually(Duration::from_secs(25), "the work folder outlived the server", || {
+        std::fs::read_dir(work.path()).map(|d| d.count() == 0).unwrap_or(true)
+    });
+    assert!(host_processes_with(&work.path().display().to_string()).iter().all(|p| is_janitor(*p)));
+}
+
 /// A policy like the default one whose sessions end after `secs` idle.
 fn idle_policy(secs: f64) -> tempfile::NamedTempFile {
     let mut p: Value = serde_json::from_slice(&std::fs::read(repo().join("policies/default.json")).unwrap()).unwrap();
