@@ -922,8 +922,10 @@ fn idle_policy(secs: f64) -> tempfile::NamedTempFile {
 }
 
 /// A ready jail that waited past the policy's session idle timeout is dead
-/// when a run claims it (the pool does not check it first); the step never
-/// started, so the server runs it on `jail run` rather than fail it.
+/// by the time a run claims it. The run must not fail: either the pool
+/// passes over dead jails (branch pool-events) or, where it hands one out,
+/// the server sees that the step never started and runs it on `jail run`
+/// (`wire::never_started`).
 #[test]
 fn a_run_that_claims_a_pooled_jail_dead_of_idleness_still_runs() {
     let policy = idle_policy(2.0);
@@ -932,8 +934,10 @@ fn a_run_that_claims_a_pooled_jail_dead_of_idleness_still_runs() {
     std::thread::sleep(Duration::from_secs(4));
     let r = s.run(ALICE, json!({"code": "print('ran')"}));
     assert_eq!(r.status, 200, "{r:?}");
-    assert_eq!((&r.json()["backend"], &r.json()["result"]["stdout"]["text"]), (&json!("spawn"), &json!("ran\n")), "{r:?}");
-    assert!(s.metric("jail_runs_spawned_total{reason=\"pool_jail_dead\"}") >= Some(1.0));
+    assert_eq!(r.json()["result"]["stdout"]["text"], "ran\n", "{r:?}");
+    if r.json()["backend"] == "spawn" {
+        assert!(s.metric("jail_runs_spawned_total{reason=\"pool_jail_dead\"}") >= Some(1.0), "{}", s.said());
+    }
 }
 
 /// Needs the pool's live events (the `events` request field, on branch
