@@ -1,7 +1,9 @@
 //! Shared by the parser fuzz targets: a counting global allocator, and
 //! [`within_budget`], which runs one parse and fails the input when its
 //! peak heap passes the parser's `memory_budget` or its time passes the
-//! per-file scan budget (with a second of slack for a loaded host).
+//! per-file scan budget (with a second of slack for a loaded host);
+//! [`within`] does the same against budgets the target names (`jail
+//! serve`'s tar planner).
 //!
 //! The allocator counts every Rust allocation of the process; libFuzzer's
 //! own (C) allocations do not go through it. A target is single-threaded,
@@ -63,6 +65,20 @@ unsafe impl GlobalAlloc for Counting {
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
+
+/// Run `parse` and fail when its peak heap passes `memory` bytes or its
+/// time passes `time`.
+pub fn within<T>(memory: usize, time: Duration, parse: impl FnOnce() -> T) -> T {
+    let base = CURRENT.load(Ordering::Relaxed);
+    PEAK.store(base, Ordering::Relaxed);
+    let started = Instant::now();
+    let out = parse();
+    let took = started.elapsed();
+    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    assert!(peak <= memory, "the parse peaked at {peak} bytes of heap, over its {memory}-byte budget");
+    assert!(took <= time, "the parse took {took:?}, over {time:?}");
+    out
+}
 
 /// Run `parse` and check it against `parser`'s budgets for `input` bytes.
 pub fn within_budget<T>(parser: Parser, input: usize, parse: impl FnOnce() -> T) -> T {

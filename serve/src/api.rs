@@ -26,7 +26,8 @@ pub struct ErrorBody {
 
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail {
-    /// A stable name: `bad_request`, `unauthorized`, `not_found`, `too_large`, `busy`, `draining`, `failed`.
+    /// A stable name: `bad_request`, `unauthorized`, `not_found`, `too_large`, `busy`, `draining`,
+    /// `failed`, `pool_lost` (the warm pool ended while the run was in it: send it again).
     pub code: String,
     /// The request field at fault, when one is.
     pub field: Option<String>,
@@ -65,6 +66,13 @@ impl ApiError {
     pub fn failed(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "failed", message)
     }
+    /// The warm pool ended with the run in it: 502, and a retry may succeed.
+    pub fn pool_lost(message: impl Into<String>) -> ApiError {
+        ApiError {
+            retry_after: Some(Duration::from_secs(1)),
+            ..ApiError::new(StatusCode::BAD_GATEWAY, "pool_lost", message)
+        }
+    }
 }
 
 impl IntoResponse for ApiError {
@@ -91,6 +99,15 @@ pub struct RunRequest {
     /// Input files by name (UTF-8 text), copied to /workspace/input/NAME.
     #[serde(default)]
     pub files: BTreeMap<String, String>,
+    /// Input files as a tar archive, base64-encoded, optionally
+    /// gzip-compressed: unpacked into /workspace/input beside `files`.
+    /// Only regular files and folders; links, devices, FIFOs, absolute
+    /// names, `..` and names also in `files` are refused (400, the entry
+    /// named). Bounded: the token's bytes in (unpacked), 4096 entries, 32
+    /// folders deep.
+    #[serde(default)]
+    #[schema(format = Byte)]
+    pub input_tar: Option<String>,
     #[serde(default)]
     pub limits: Limits,
     /// `true` (the default): reply when the run ends, with its result.
@@ -120,6 +137,10 @@ pub struct RunReply {
     pub id: String,
     /// `running` or `done`.
     pub state: String,
+    /// Where the run runs: `pool` (a jail made ahead by the warm pool) or
+    /// `spawn` (a `jail run` of its own). Absent for session cells.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backend: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub result: Option<serde_json::Value>,
 }

@@ -38,6 +38,15 @@ pub struct ServeArgs {
     /// Seconds a SIGTERM waits for in-flight runs before the server exits anyway.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub drain_secs: u64,
+    /// Jails the warm pool keeps made ahead (a `jail pool` child; 0: every
+    /// run is a `jail run` of its own). Each idle jail holds an interpreter
+    /// with the policy's preload imported (`jail_pool_idle_rss_bytes`).
+    #[arg(long, value_name = "N", default_value_t = 4, value_parser = clap::value_parser!(u8).range(0..=64))]
+    pub pool_size: u8,
+    /// Memory of each pooled jail in MiB: runs whose memory limit (asked,
+    /// or their tenant's most) is this go to the pool, others to `jail run`.
+    #[arg(long, value_name = "MIB", default_value_t = 512, value_parser = clap::value_parser!(u64).range(16..))]
+    pub pool_memory: u64,
 }
 
 /// One tenant as the tokens file gives it.

@@ -1,56 +1,5 @@
-//! `jail-serve` (also started as `jail serve`): a multi-tenant HTTP service
-//! (axum on tokio) whose runs and sessions are each a `jail` process of
-//! their own: the jail must fork from a single-threaded process, and a
-//! crashing run cannot take the server down. Runs die with the server
-//! (PR_SET_PDEATHSIG), and a janitor process removes the work folder and
-//! stops leftover sessions should the server be killed.
-//!
-//! - `config`: flags and the tenants file; `state`: quotas, slots, ids.
-//! - `api`: wire types and the JSON error; `runs`, `sessions`: handlers.
-//! - `backend`: the seam where a run runs (`jail run --events` today).
-//! - `metrics`: Prometheus text; `janitor`: cleanup after the server's death.
+//! `jail-serve`: the binary; the service is the library (lib.rs).
 
-#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
-
-mod api;
-mod backend;
-mod config;
-mod janitor;
-mod metrics;
-mod runs;
-mod server;
-mod sessions;
-mod state;
-
-use std::process::ExitCode;
-
-use clap::Parser;
-
-#[derive(Parser)]
-#[command(
-    name = "jail serve",
-    version,
-    about = "Serve runs and sessions over HTTP, each in a fresh jail"
-)]
-struct Cli {
-    #[command(flatten)]
-    args: Option<config::ServeArgs>,
-}
-
-fn main() -> ExitCode {
-    // The janitor (janitor.rs) is this binary started as `jail-serve
-    // --janitor DIR...` by the server, before the server's own flags apply.
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.get(1).is_some_and(|a| a == janitor::FLAG) {
-        let dirs: Vec<std::path::PathBuf> = argv[2..].iter().map(Into::into).collect();
-        return janitor::main(&dirs);
-    }
-    let cli = Cli::parse();
-    match cli.args {
-        Some(args) => server::main(args),
-        None => {
-            eprintln!("jail serve: give --listen ADDR and --tokens FILE (`jail serve --help`)");
-            ExitCode::from(jail::result::EXIT_SETUP_FAILED as u8)
-        }
-    }
+fn main() -> std::process::ExitCode {
+    jail_serve::main()
 }

@@ -5,12 +5,16 @@ use std::fmt::Write;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use crate::pool::{Health, Snapshot};
+
 /// Upper bounds of the run latency histogram, in seconds.
 const BUCKETS: [f64; 10] = [0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0];
 
 #[derive(Default)]
 struct Counts {
     runs: BTreeMap<String, u64>,
+    backends: BTreeMap<&'static str, u64>,
+    spawned: BTreeMap<&'static str, u64>,
     rejections: BTreeMap<&'static str, u64>,
     denials: u64,
     buckets: [u64; BUCKETS.len()],
@@ -39,6 +43,20 @@ impl Metrics {
         c.latency_sum += secs;
     }
 
+    /// A run ended (with a result or not) on `backend`: `pool` or `spawn`.
+    pub fn ran_on(&self, backend: &'static str) {
+        if let Ok(mut c) = self.counts.lock() {
+            *c.backends.entry(backend).or_default() += 1;
+        }
+    }
+
+    /// A run went to `jail run` rather than the pool, for `why` (route.rs).
+    pub fn spawned(&self, why: &'static str) {
+        if let Ok(mut c) = self.counts.lock() {
+            *c.spawned.entry(why).or_default() += 1;
+        }
+    }
+
     /// A request was refused: `busy`, `draining`, `unauthorized`, `bad_request`, ...
     pub fn rejected(&self, code: &'static str) {
         if let Ok(mut c) = self.counts.lock() {
@@ -46,9 +64,22 @@ impl Metrics {
         }
     }
 
-    pub fn render(&self, in_flight: usize, sessions: usize, draining: bool) -> String {
+    pub fn render(&self, in_flight: usize, sessions: usize, draining: bool, pool: Option<&Snapshot>) -> String {
         let Ok(c) = self.counts.lock() else { return String::new() };
         let mut s = String::new();
+        if let Some(p) = pool {
+            render_pool(&mut s, p);
+        }
+        let _ = writeln!(s, "# HELP jail_runs_by_backend_total Runs ended, by where they ran: pool or spawn (jail run).");
+        let _ = writeln!(s, "# TYPE jail_runs_by_backend_total counter");
+        for backend in ["pool", "spawn"] {
+            let _ = writeln!(s, "jail_runs_by_backend_total{{backend=\"{backend}\"}} {}", c.backends.get(backend).unwrap_or(&0));
+        }
+        let _ = writeln!(s, "# HELP jail_runs_spawned_total Runs sent to jail run rather than the pool, by why.");
+        let _ = writeln!(s, "# TYPE jail_runs_spawned_total counter");
+        for (why, n) in &c.spawned {
+            let _ = writeln!(s, "jail_runs_spawned_total{{reason=\"{why}\"}} {n}");
+        }
         let _ = writeln!(s, "# HELP jail_runs_in_flight Runs running now (the HPA's metric).");
         let _ = writeln!(s, "# TYPE jail_runs_in_flight gauge\njail_runs_in_flight {in_flight}");
         let _ = writeln!(s, "# HELP jail_sessions_open Sessions open now.");
@@ -78,6 +109,39 @@ impl Metrics {
     }
 }
 
+/// The pool's gauges: its health, and its own `stats` when it answered.
+fn render_pool(s: &mut String, p: &Snapshot) {
+    let up = u8::from(p.health == Health::Up);
+    let _ = writeln!(s, "# HELP jail_pool_up 1 while the warm pool serves; 0 while it restarts or after it was given up.");
+    let _ = writeln!(s, "# TYPE jail_pool_up gauge\njail_pool_up {up}");
+    let _ = writeln!(s, "# HELP jail_pool_restarts_total Times the warm pool ended and was started again.");
+    let _ = writeln!(s, "# TYPE jail_pool_restarts_total counter\njail_pool_restarts_total {}", p.restarts);
+    let _ = writeln!(s, "# HELP jail_pool_live_events 1 when the pool streams a run's events as it runs.");
+    let _ = writeln!(s, "# TYPE jail_pool_live_events gauge\njail_pool_live_events {}", u8::from(p.events));
+    let _ = writeln!(s, "# HELP jail_pool_size Jails the pool keeps made ahead.");
+    let _ = writeln!(s, "# TYPE jail_pool_size gauge\njail_pool_size {}", p.size);
+    let Some(st) = &p.stats else { return };
+    let num = |k: &str| st.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
+    for (name, key, help) in [
+        ("jail_pool_ready", "ready", "Jails made and waiting for a run."),
+        ("jail_pool_making", "making", "Jails being made."),
+        ("jail_pool_in_use", "in_use", "Jails running a run."),
+        (
+            "jail_pool_idle_rss_bytes",
+            "idle_rss_bytes",
+            "Resident memory of the last jail made, idle, summed over its processes.",
+        ),
+    ] {
+        let _ = writeln!(s, "# HELP {name} {help}");
+        let _ = writeln!(s, "# TYPE {name} gauge\n{name} {}", num(key));
+    }
+    let refill = |k: &str| st["refill_ms"].get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0) / 1000.0;
+    let _ = writeln!(s, "# HELP jail_pool_refill_seconds Time to make a jail (start to preload done): the last, and the mean.");
+    let _ = writeln!(s, "# TYPE jail_pool_refill_seconds gauge");
+    let _ = writeln!(s, "jail_pool_refill_seconds{{stat=\"last\"}} {}", refill("last"));
+    let _ = writeln!(s, "jail_pool_refill_seconds{{stat=\"mean\"}} {}", refill("mean"));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,10 +150,34 @@ mod tests {
     fn a_run_lands_in_its_buckets_and_its_status() {
         let m = Metrics::default();
         m.run("ok", Duration::from_millis(300), 2);
-        let text = m.render(1, 0, false);
+        m.ran_on("pool");
+        let text = m.render(1, 0, false, None);
         assert!(text.contains("jail_runs_total{status=\"ok\"} 1"), "{text}");
         assert!(text.contains("jail_run_seconds_bucket{le=\"0.25\"} 0"), "{text}");
         assert!(text.contains("jail_run_seconds_bucket{le=\"0.5\"} 1"), "{text}");
         assert!(text.contains("jail_denials_total 2"), "{text}");
+        assert!(text.contains("jail_runs_by_backend_total{backend=\"pool\"} 1"), "{text}");
+        assert!(text.contains("jail_runs_by_backend_total{backend=\"spawn\"} 0"), "{text}");
+        assert!(!text.contains("jail_pool_up"), "no pool, no pool gauges: {text}");
+    }
+
+    #[test]
+    fn the_pools_stats_become_gauges() {
+        let stats = serde_json::json!({"size": 4, "ready": 3, "making": 1, "in_use": 0,
+                                       "refill_ms": {"last": 44.5, "mean": 50.0}, "idle_rss_bytes": 1000});
+        let snap = Snapshot { health: Health::Up, restarts: 2, events: false, size: 4, stats: Some(stats) };
+        let text = Metrics::default().render(0, 0, false, Some(&snap));
+        for needle in [
+            "jail_pool_up 1",
+            "jail_pool_restarts_total 2",
+            "jail_pool_size 4",
+            "jail_pool_ready 3",
+            "jail_pool_refill_seconds{stat=\"last\"} 0.0445",
+            "jail_pool_refill_seconds{stat=\"mean\"} 0.05",
+        ] {
+            assert!(text.contains(needle), "lacks {needle}: {text}");
+        }
+        let down = Snapshot { health: Health::Restarting("x".into()), stats: None, ..snap };
+        assert!(Metrics::default().render(0, 0, false, Some(&down)).contains("jail_pool_up 0"));
     }
 }

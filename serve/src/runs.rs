@@ -1,7 +1,6 @@
 //! `/v1/runs`: start a run, follow its events, fetch its artifacts.
 
 use std::convert::Infallible;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,9 +12,11 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 
 use crate::api::{parse, ApiError, Limits, RunReply, RunRequest};
-use crate::backend::{EventLog, Job};
+use crate::backend::{Backend, EventLog, FinishOnDrop, Job, RunError};
 use crate::config::Tenant;
+use crate::pool::Link;
 use crate::state::{make_run_dir, new_id, run_dir_mode, Run, Shared, Slot};
+use crate::{input, route};
 
 /// Bytes of one artifact served at most.
 const MAX_ARTIFACT_BYTES: u64 = 256 << 20;
@@ -68,26 +69,59 @@ fn check_file_name(name: &str) -> Result<(), ApiError> {
     }
 }
 
-fn write_file(path: &Path, text: &[u8], mode: u32) -> Result<(), ApiError> {
-    std::fs::write(path, text)
-        .and_then(|()| std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)))
-        .map_err(|e| ApiError::failed(format!("write {}: {e}", path.display())))
+/// The input planned from `files` and `input_tar`, off the async threads:
+/// a bad archive is a 400 naming `input_tar` before anything is staged.
+async fn plan_input(req: &mut RunRequest, bytes: usize) -> Result<input::Plan, ApiError> {
+    let files = std::mem::take(&mut req.files);
+    let tar = req.input_tar.take();
+    let bounds = input::Bounds::with_bytes(bytes as u64);
+    tokio::task::spawn_blocking(move || input::plan(&files, tar.as_deref(), &bounds))
+        .await
+        .map_err(|e| ApiError::failed(format!("planning the input: {e}")))?
+        .map_err(|e| ApiError::field("input_tar", e.to_string()))
 }
 
-/// Stage the code and the files in a fresh run folder under the tenant's.
-fn stage(dir: &Path, req: &RunRequest) -> Result<Option<PathBuf>, ApiError> {
+/// A run folder being staged: removed, whatever is in it, unless kept.
+struct Staging(Option<PathBuf>);
+
+impl Staging {
+    fn keep(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        if let Some(dir) = self.0.take() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+/// Stage the code and the planned input in a fresh run folder under the
+/// tenant's: `dir/main.py`, `dir/input/` (when there is input).
+async fn stage(dir: &Path, code: String, plan: input::Plan) -> Result<Option<PathBuf>, ApiError> {
     make_run_dir(dir)?;
-    let file_mode = run_dir_mode() & 0o644;
-    write_file(&dir.join("main.py"), req.code.as_bytes(), file_mode)?;
-    if req.files.is_empty() {
-        return Ok(None);
+    let staging = Staging(Some(dir.to_path_buf()));
+    let (dir_mode, file_mode) = (run_dir_mode(), run_dir_mode() & 0o644);
+    let main = input::Plan::one_file("main.py", code.into_bytes());
+    let input = (!plan.is_empty()).then(|| dir.join("input"));
+    if let Some(inner) = &input {
+        make_run_dir(inner)?;
     }
-    let input = dir.join("input");
-    make_run_dir(&input)?;
-    for (name, text) in &req.files {
-        write_file(&input.join(name), text.as_bytes(), file_mode)?;
-    }
-    Ok(Some(input))
+    let (root, inner) = (dir.to_path_buf(), input.clone());
+    tokio::task::spawn_blocking(move || {
+        input::write(&main, &root, dir_mode, file_mode)?;
+        if let Some(inner) = inner {
+            input::write(&plan, &inner, dir_mode, file_mode)?;
+        }
+        Ok::<_, input::WriteError>(())
+    })
+    .await
+    .map_err(|e| ApiError::failed(format!("staging the run: {e}")))?
+    .map_err(|e| ApiError::failed(e.to_string()))?;
+    staging.keep();
+    Ok(input)
 }
 
 fn check_request(req: &RunRequest) -> Result<(), ApiError> {
@@ -95,7 +129,7 @@ fn check_request(req: &RunRequest) -> Result<(), ApiError> {
         return Err(ApiError::field("code", "`code` is empty: send the Python source to run"));
     }
     if req.files.len() > MAX_FILES {
-        return Err(ApiError::field("files", format!("more than {MAX_FILES} files: send a tar of them as one file")));
+        return Err(ApiError::field("files", format!("more than {MAX_FILES} files: send them as `input_tar`")));
     }
     req.files.keys().try_for_each(|n| check_file_name(n))
 }
@@ -104,6 +138,7 @@ fn check_request(req: &RunRequest) -> Result<(), ApiError> {
     responses((status = 200, body = RunReply), (status = 202, body = RunReply),
               (status = 400, body = crate::api::ErrorBody), (status = 401, body = crate::api::ErrorBody),
               (status = 413, body = crate::api::ErrorBody), (status = 429, body = crate::api::ErrorBody),
+              (status = 500, body = crate::api::ErrorBody), (status = 502, body = crate::api::ErrorBody),
               (status = 503, body = crate::api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create(State(state): State<Shared>, headers: HeaderMap, body: Body) -> Response {
@@ -116,37 +151,138 @@ pub async fn create(State(state): State<Shared>, headers: HeaderMap, body: Body)
     }
 }
 
+/// Which backend takes a run, and the pool's link when it is the pool.
+fn route(state: &Shared, shape: &route::Shape) -> Option<Arc<Link>> {
+    let (pool_state, link) = match &state.pool {
+        None => (route::PoolState::None, None),
+        Some(pool) => match pool.link() {
+            Some(link) => (route::PoolState::Up(pool.shape(&link)), Some(link)),
+            None => (route::PoolState::Down, None),
+        },
+    };
+    match route::choose(shape, pool_state) {
+        route::Choice::Pool => link,
+        route::Choice::Spawn(why) => {
+            state.metrics.spawned(why.label());
+            None
+        }
+    }
+}
+
 async fn start(state: &Shared, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
     let tenant = state.tenant(headers)?.clone();
-    let body = read_body(body, tenant.max_bytes_in.min(state.max_body)).await?;
-    let req: RunRequest = parse(&body)?;
+    let bytes_in = tenant.max_bytes_in.min(state.max_body);
+    let body = read_body(body, bytes_in).await?;
+    let mut req: RunRequest = parse(&body)?;
+    drop(body);
     check_request(&req)?;
     let (timeout, memory_mib) = checked_limits(&req.limits, &tenant)?;
+    let plan = plan_input(&mut req, bytes_in).await?;
     let slot = state.take_slot(&tenant)?;
     let id = new_id()?;
     let dir = state.tenant_dir(&tenant)?.join(&id);
-    let input = stage(&dir, &req)?;
+    let input = stage(&dir, std::mem::take(&mut req.code), plan).await?;
+    let link = route(state, &route::Shape { memory_mib, timeout, followed: !req.wait });
+    let backend = if link.is_some() { "pool" } else { "spawn" };
     let log = Arc::new(EventLog::default());
-    let run = Arc::new(Run { dir: dir.clone(), log: Arc::clone(&log), result: Default::default() });
+    let run = Arc::new(Run {
+        dir: dir.clone(),
+        log: Arc::clone(&log),
+        result: Default::default(),
+        backend: backend.into(),
+    });
     state.keep_run(&tenant, &id, Arc::clone(&run));
-    let job = Job { dir, input, timeout, memory_mib };
+    let job = Job { id: id.clone(), dir, input, timeout, memory_mib };
+    let reply = |state: &str, run: &Run, result| RunReply {
+        id: id.clone(),
+        state: state.into(),
+        backend: Some(run.backend().into()),
+        result,
+    };
     if req.wait {
         // Run inside the request: a client that goes away drops this
-        // future, and with it the run (backend.rs stops its group).
-        let result = execute(state, job, run, slot).await?;
-        return Ok(Json(RunReply { id, state: "done".into(), result: Some(result) }).into_response());
+        // future, and with it the run (spawn: its group is stopped; pool:
+        // see `execute`).
+        let result = execute(state, job, Arc::clone(&run), slot, link).await?;
+        return Ok(Json(reply("done", &run, Some(result))).into_response());
     }
+    let running = reply("running", &run, None);
     let owned = Arc::clone(state);
     tokio::spawn(async move {
-        let _ = execute(&owned, job, run, slot).await;
+        let _ = execute(&owned, job, run, slot, link).await;
     });
-    Ok((StatusCode::ACCEPTED, Json(RunReply { id, state: "running".into(), result: None })).into_response())
+    Ok((StatusCode::ACCEPTED, Json(running)).into_response())
 }
 
-async fn execute(state: &Shared, job: Job, run: Arc<Run>, slot: Slot) -> Result<serde_json::Value, ApiError> {
+/// Run `job` on the pool (`link`) or a `jail run` of its own, holding the
+/// run's slot until it has really ended.
+async fn execute(
+    state: &Shared,
+    job: Job,
+    run: Arc<Run>,
+    slot: Slot,
+    link: Option<Arc<Link>>,
+) -> Result<serde_json::Value, ApiError> {
     let started = Instant::now();
-    let outcome = state.backend.run(job, Arc::clone(&run.log)).await;
-    drop(slot);
+    let Some(link) = link else {
+        // Followers of its events are not left waiting if the client goes away.
+        let _finish = FinishOnDrop(Arc::clone(&run.log));
+        let outcome = state.spawn.run(job, Arc::clone(&run.log)).await;
+        drop(slot);
+        return record(state, &run, started, outcome);
+    };
+    // The pool cannot stop a request it was sent (unless `pool::CANCEL`),
+    // so the run goes on in a task of its own that holds the slot until
+    // the pool answers: a client that goes away cannot start more runs
+    // than its token allows. Dropping this future asks the pool to cancel.
+    let id = job.id.clone();
+    let (owned, held) = (Arc::clone(state), Arc::clone(&link));
+    let task = tokio::spawn(async move {
+        let mut outcome = held.run(job.clone(), Arc::clone(&run.log)).await;
+        if let Err(RunError::NotStarted(why)) = &outcome {
+            // The pool handed out a dead jail (see wire::never_started):
+            // the step never ran, so it runs once, on a jail of its own.
+            eprintln!("jail serve: run {}: {why}: running it with jail run", job.id);
+            owned.metrics.spawned("pool_jail_dead");
+            if let Ok(mut b) = run.backend.lock() {
+                *b = "spawn";
+            }
+            outcome = owned.spawn.run(job, Arc::clone(&run.log)).await;
+        }
+        drop(slot);
+        record(&owned, &run, started, outcome)
+    });
+    let cancel = CancelOnDrop(Some((link, id)));
+    let done = task.await;
+    cancel.disarm();
+    done.map_err(|e| ApiError::failed(format!("the run's task ended: {e}")))?
+}
+
+/// Asks the pool to cancel a request whose client went away.
+struct CancelOnDrop(Option<(Arc<Link>, String)>);
+
+impl CancelOnDrop {
+    fn disarm(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if let Some((link, id)) = self.0.take() {
+            link.cancel(&id);
+        }
+    }
+}
+
+/// A run ended: its metrics, its result kept for `GET /v1/runs/{id}`.
+fn record(
+    state: &Shared,
+    run: &Run,
+    started: Instant,
+    outcome: Result<serde_json::Value, RunError>,
+) -> Result<serde_json::Value, ApiError> {
+    state.metrics.ran_on(run.backend());
     match outcome {
         Ok(result) => {
             let status = result.get("status").and_then(|s| s.as_str()).unwrap_or("unknown").to_owned();
@@ -157,9 +293,12 @@ async fn execute(state: &Shared, job: Job, run: Arc<Run>, slot: Slot) -> Result<
             }
             Ok(result)
         }
-        Err(message) => {
+        Err(e) => {
             state.metrics.run("error", started.elapsed(), 0);
-            Err(ApiError::failed(message))
+            Err(match e {
+                RunError::Failed(m) | RunError::NotStarted(m) => ApiError::failed(m),
+                RunError::PoolLost(m) => ApiError::pool_lost(m),
+            })
         }
     }
 }
@@ -173,7 +312,7 @@ pub async fn get(State(state): State<Shared>, headers: HeaderMap, UrlPath(id): U
         let run = state.run(tenant, &id)?;
         let result = run.result.lock().map_err(|_| ApiError::failed("lock poisoned"))?.clone();
         let state = if result.is_some() { "done" } else { "running" };
-        Ok::<_, ApiError>(RunReply { id, state: state.into(), result })
+        Ok::<_, ApiError>(RunReply { id, state: state.into(), backend: Some(run.backend().into()), result })
     })();
     match reply {
         Ok(r) => Json(r).into_response(),

@@ -1,4 +1,6 @@
-//! The server: routes, the OpenAPI document, start and drain.
+//! The server: routes, the OpenAPI document, start (the janitor, then the
+//! warm pool, then the listener) and drain (in-flight runs, sessions, then
+//! the pool closed).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -14,8 +16,9 @@ use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use utoipa::OpenApi;
 
-use crate::backend::SpawnBackend;
-use crate::config::{load_tenants, ConfigError, ServeArgs};
+use crate::config::{load_tenants, ConfigError, ServeArgs, Tenant};
+use crate::pool::{Health, Pool, PoolConfig};
+use crate::spawn::SpawnBackend;
 use crate::state::{AppState, Shared};
 use crate::{janitor, runs, sessions};
 
@@ -38,6 +41,10 @@ pub enum ServeError {
     Listen(std::net::SocketAddr, std::io::Error),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
+    #[error("the warm pool did not start: {0} (fix the cause, or serve without it: --pool-size 0)")]
+    Pool(#[from] crate::pool::StartError),
+    #[error("the work folder {0} is not UTF-8, which the pool's protocol needs: give --work-dir a UTF-8 path")]
+    NotUtf8(PathBuf),
     #[error("serving: {0}")]
     Serve(std::io::Error),
 }
@@ -67,7 +74,8 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "takes runs"), (status = 503, description = "draining or full")))]
+#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "takes runs"),
+    (status = 503, description = "draining, full, or the warm pool is restarting or was given up (the body says which and why)")))]
 async fn readyz(State(state): State<Shared>) -> Response {
     if state.draining.load(Ordering::SeqCst) {
         return (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response();
@@ -75,15 +83,26 @@ async fn readyz(State(state): State<Shared>) -> Response {
     if state.in_flight.load(Ordering::SeqCst) >= state.max_runs {
         return (StatusCode::SERVICE_UNAVAILABLE, "full\n").into_response();
     }
-    "ready\n".into_response()
+    // Runs still run (on `jail run`) while the pool is down, but slower:
+    // a load balancer should prefer a replica whose pool is up.
+    match state.pool.as_ref().map(|p| p.health()) {
+        Some(Health::Restarting(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("pool restarting: {why}\n")).into_response(),
+        Some(Health::Failed(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("pool failed: {why}\n")).into_response(),
+        _ => "ready\n".into_response(),
+    }
 }
 
 #[utoipa::path(get, path = "/metrics", responses((status = 200, description = "Prometheus text format")))]
 async fn metrics(State(state): State<Shared>) -> Response {
+    let pool = match &state.pool {
+        Some(p) => Some(p.snapshot().await),
+        None => None,
+    };
     let text = state.metrics.render(
         state.in_flight.load(Ordering::SeqCst),
         state.sessions_open(),
         state.draining.load(Ordering::SeqCst),
+        pool.as_ref(),
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
@@ -156,10 +175,23 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     if let Some(r) = &args.rootfs {
         flags.extend(["--rootfs".into(), r.into()]);
     }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
+    let pool = match args.pool_size {
+        0 => None,
+        size => {
+            let cfg = pool_config(args, &tenants, &jail, &flags, work.path(), sessions.path())?;
+            // Started from this (the main) thread, which lives as long as the
+            // server: the pool's parent-death signal is tied to it.
+            let pool = runtime.block_on(Pool::start(cfg))?;
+            eprintln!("jail serve: warm pool of {size} jails up");
+            Some(pool)
+        }
+    };
     let state = Arc::new(AppState {
         tenants,
         holdings: Default::default(),
-        backend: Box::new(SpawnBackend { jail: jail.clone(), flags: flags.clone() }),
+        spawn: SpawnBackend { jail: jail.clone(), flags: flags.clone() },
+        pool,
         work: work.path().to_path_buf(),
         sessions: sessions.path().to_path_buf(),
         jail,
@@ -170,13 +202,42 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         draining: Default::default(),
         metrics: Default::default(),
     });
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
     runtime.block_on(run(args, Arc::clone(&state)))?;
     drop(runtime);
     drop(state);
     drop(work);
     drop(sessions);
     Ok(())
+}
+
+/// The pool is made like every spawned run (policy, rootfs), with the
+/// tenants' longest wall time as its ceiling (a request lowers it), its
+/// folders in the work folder and its jails' handles in the short one.
+fn pool_config(
+    args: &ServeArgs,
+    tenants: &std::collections::BTreeMap<String, Tenant>,
+    jail: &std::path::Path,
+    flags: &[OsString],
+    work: &std::path::Path,
+    short: &std::path::Path,
+) -> Result<PoolConfig, ServeError> {
+    if work.to_str().is_none() {
+        return Err(ServeError::NotUtf8(work.to_path_buf()));
+    }
+    let longest = tenants.values().map(|t| t.max_timeout).max().unwrap_or(Duration::from_secs(30));
+    let runtime_dir = short.join("p");
+    crate::state::make_private_dir(&runtime_dir)
+        .map_err(|e| ServeError::Work(runtime_dir.clone(), std::io::Error::other(e.message)))?;
+    Ok(PoolConfig {
+        jail: jail.to_path_buf(),
+        flags: flags.to_vec(),
+        size: usize::from(args.pool_size),
+        memory_mib: args.pool_memory,
+        // Whole seconds, rounded up: every tenant's most is within it exactly.
+        timeout: Duration::from_secs(longest.as_secs_f64().ceil() as u64),
+        temp_dir: work.to_path_buf(),
+        runtime_dir,
+    })
 }
 
 async fn run(args: &ServeArgs, state: Shared) -> Result<(), ServeError> {
@@ -204,6 +265,11 @@ async fn drain(state: Shared, most: Duration, mut signals: Signals) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     sessions::stop_all(&state).await;
+    // The pool finishes nothing more (no run is in flight), destroys its
+    // jails and exits, leaving nothing.
+    if let Some(pool) = &state.pool {
+        pool.shut_down().await;
+    }
     DRAINED.notify_one();
 }
 

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use axum::http::{HeaderMap, StatusCode};
 
 use crate::api::ApiError;
-use crate::backend::{Backend, EventLog};
+use crate::backend::EventLog;
 use crate::config::Tenant;
 use crate::metrics::Metrics;
 
@@ -23,6 +23,15 @@ pub struct Run {
     pub dir: PathBuf,
     pub log: Arc<EventLog>,
     pub result: Mutex<Option<serde_json::Value>>,
+    /// `pool` or `spawn`: where it runs (a run the pool could not start
+    /// moves to `spawn`).
+    pub backend: Mutex<&'static str>,
+}
+
+impl Run {
+    pub fn backend(&self) -> &'static str {
+        self.backend.lock().map(|b| *b).unwrap_or("spawn")
+    }
 }
 
 impl Drop for Run {
@@ -43,7 +52,10 @@ pub struct Holdings {
 pub struct AppState {
     pub tenants: BTreeMap<String, Tenant>,
     pub holdings: Mutex<HashMap<String, Holdings>>,
-    pub backend: Box<dyn Backend>,
+    /// Runs the pool cannot take, or all of them without a pool.
+    pub spawn: crate::spawn::SpawnBackend,
+    /// The warm pool (`--pool-size` above 0).
+    pub pool: Option<Arc<crate::pool::Pool>>,
     pub work: PathBuf,
     /// Sessions' folders (a short path: their handles are unix sockets).
     pub sessions: PathBuf,

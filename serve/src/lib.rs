@@ -1,0 +1,68 @@
+//! `jail-serve` (also started as `jail serve`): a multi-tenant HTTP service
+//! (axum on tokio) whose runs and sessions are each a `jail` process of
+//! their own: the jail must fork from a single-threaded process, and a
+//! crashing run cannot take the server down. Runs go to a warm pool (one
+//! `jail pool` child, `--pool-size`) or, when the pool's jails cannot honour
+//! them, to a `jail run` of their own. Runs die with the server
+//! (PR_SET_PDEATHSIG; the pool's jails hold its lifeline), and a janitor
+//! process removes the work folder and stops leftover sessions should the
+//! server be killed.
+//!
+//! - `config`: flags and the tenants file; `state`: quotas, slots, ids.
+//! - `api`: wire types and the JSON error; `runs`, `sessions`: handlers.
+//! - `backend`: the seam where a run runs; `spawn` (`jail run --events`
+//!   per run), `pool` (the warm pool's client and keeper), `route` (which
+//!   of the two takes a run).
+//! - `input`: a run's input folder from `files` and `input_tar`, planned in
+//!   memory and written without following a link.
+//! - `metrics`: Prometheus text; `janitor`: cleanup after the server's death.
+
+#![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
+
+mod api;
+mod backend;
+mod config;
+pub mod input;
+mod janitor;
+mod metrics;
+mod pool;
+mod route;
+mod runs;
+mod server;
+mod sessions;
+mod spawn;
+mod state;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+#[derive(Parser)]
+#[command(
+    name = "jail serve",
+    version,
+    about = "Serve runs and sessions over HTTP, each in a fresh jail"
+)]
+struct Cli {
+    #[command(flatten)]
+    args: Option<config::ServeArgs>,
+}
+
+/// The binary's whole life: the janitor, or the server.
+pub fn main() -> ExitCode {
+    // The janitor (janitor.rs) is this binary started as `jail-serve
+    // --janitor DIR...` by the server, before the server's own flags apply.
+    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if argv.get(1).is_some_and(|a| a == janitor::FLAG) {
+        let dirs: Vec<std::path::PathBuf> = argv[2..].iter().map(Into::into).collect();
+        return janitor::main(&dirs);
+    }
+    let cli = Cli::parse();
+    match cli.args {
+        Some(args) => server::main(args),
+        None => {
+            eprintln!("jail serve: give --listen ADDR and --tokens FILE (`jail serve --help`)");
+            ExitCode::from(jail::result::EXIT_SETUP_FAILED as u8)
+        }
+    }
+}

@@ -1,0 +1,733 @@
+//! The warm pool: one `jail pool` child of the server, made with the
+//! server's policy and rootfs, `--pool-size` jails, `--pool-memory` each
+//! and the tenants' longest wall time, spoken to over its JSON lines
+//! (wire.rs). Runs are pipelined on its stdin; its stdout is read a line
+//! at a time (bounded) and each reply handed to the run with its `id`;
+//! live `{"id", "event"}` lines go to the run's event log when the pool
+//! streams them (probed at each start: `events` is a field the pool may
+//! not know yet).
+//!
+//! Each pooled jail is a `jail session` supervisor of its own, so a run
+//! that crashes takes nothing else down. The pool dies with the server
+//! (PR_SET_PDEATHSIG SIGKILL: its jails end with their lifeline, its
+//! janitor removes its folders, all in the server's work folder). When the
+//! pool ends on its own, the runs in it get a 502, `/readyz` says so, runs
+//! go to `jail run` meanwhile, and the keeper starts a new pool — at most
+//! `MAX_RESTARTS` times in `RESTART_WINDOW`, then it gives up and says why.
+
+pub mod wire;
+
+use std::collections::{HashMap, VecDeque};
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tokio::io::{AsyncWriteExt, BufReader};
+use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
+
+use crate::backend::{Backend, BoxFuture, EventLog, Job, RunError};
+use crate::route::PoolShape;
+use wire::{Line, Read, Reply};
+
+/// Whether the pool takes `{"op": "cancel", "id": ID}` (stop request ID's
+/// jail now; its reply follows as usual). The protocol has no such op
+/// yet, so a client that goes away leaves its pool run to its wall time
+/// (its slot held until then). Flip when `jail pool` gains it.
+pub const CANCEL: bool = false;
+
+/// How long a new pool may take to make its first jail and answer.
+const START_WAIT: Duration = Duration::from_secs(120);
+/// Past a run's wall time: waiting for a jail (the pool queues requests
+/// beyond its ready jails) and the jail's own teardown.
+const QUEUE_GRACE: Duration = Duration::from_secs(60);
+/// A stats question gets this long.
+const STATS_WAIT: Duration = Duration::from_secs(2);
+/// Restarts of a pool that keeps ending, at most, within the window.
+const MAX_RESTARTS: usize = 5;
+const RESTART_WINDOW: Duration = Duration::from_secs(600);
+/// How long a closed pool has to destroy its jails before SIGKILL.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
+/// Bytes of live events kept per run (the result is kept besides).
+const MAX_EVENT_BYTES: u64 = crate::spawn::MAX_EVENT_BYTES;
+/// Bytes of one line of the pool's stderr forwarded.
+const MAX_STDERR_LINE: usize = 4 << 10;
+
+/// How the pool is made.
+#[derive(Debug, Clone)]
+pub struct PoolConfig {
+    pub jail: PathBuf,
+    /// Flags every jail gets (policy, rootfs).
+    pub flags: Vec<OsString>,
+    pub size: usize,
+    pub memory_mib: u64,
+    /// The pool's `--timeout`: the longest wall time a request may ask.
+    pub timeout: Duration,
+    /// The pool's TMPDIR: its folders and the runs' outputs (the server's
+    /// work folder, so outputs are renamed into the runs' folders).
+    pub temp_dir: PathBuf,
+    /// The pool's XDG_RUNTIME_DIR: its jails' session handles (a short path).
+    pub runtime_dir: PathBuf,
+}
+
+/// The pool could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot start {0} pool: {1}")]
+    Spawn(PathBuf, std::io::Error),
+    #[error("jail pool ended before it was ready ({0}){1}")]
+    Exited(String, String),
+    #[error("jail pool did not answer within {0:?} of its start{1}")]
+    Silent(Duration, String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Health {
+    Up,
+    /// Ended; a new one is being started.
+    Restarting(String),
+    /// Ended too often; runs go to `jail run` until the server restarts.
+    Failed(String),
+    /// Closed by the drain.
+    Stopped,
+}
+
+/// What `/metrics` shows of the pool.
+pub struct Snapshot {
+    pub health: Health,
+    pub restarts: u64,
+    pub events: bool,
+    pub size: usize,
+    /// The pool's own `stats` answer, when it gave one in time.
+    pub stats: Option<Value>,
+}
+
+pub struct Pool {
+    cfg: PoolConfig,
+    /// Runs sent to the pool at once: twice its jails (one running, one
+    /// waiting for each jail's replacement). The rest wait here, first come
+    /// first served: the pool hands a freed jail to any of its waiters.
+    gate: Arc<Semaphore>,
+    link: Mutex<Option<Arc<Link>>>,
+    health: Mutex<Health>,
+    restarts: AtomicU64,
+    stopping: AtomicBool,
+    stopped: Notify,
+}
+
+impl Pool {
+    /// Start the pool and wait until it answers (its first jail is made).
+    pub async fn start(cfg: PoolConfig) -> Result<Arc<Pool>, StartError> {
+        let pool = Arc::new(Pool {
+            gate: Arc::new(Semaphore::new(2 * cfg.size.max(1))),
+            cfg,
+            link: Mutex::new(None),
+            health: Mutex::new(Health::Up),
+            restarts: AtomicU64::new(0),
+            stopping: AtomicBool::new(false),
+            stopped: Notify::new(),
+        });
+        let (link, child) = pool.launch().await?;
+        *lock(&pool.link) = Some(link);
+        tokio::spawn(Arc::clone(&pool).keep(child));
+        Ok(pool)
+    }
+
+    /// The pool to send a run to, while it is up.
+    pub fn link(&self) -> Option<Arc<Link>> {
+        lock(&self.link).clone().filter(|l| !l.closed.load(Ordering::SeqCst))
+    }
+
+    pub fn shape(&self, link: &Link) -> PoolShape {
+        PoolShape {
+            memory_mib: self.cfg.memory_mib,
+            timeout: self.cfg.timeout,
+            events: link.streams_events(),
+        }
+    }
+
+    pub fn health(&self) -> Health {
+        lock(&self.health).clone()
+    }
+
+    pub async fn snapshot(&self) -> Snapshot {
+        let link = self.link();
+        let stats = match &link {
+            Some(l) => l.stats().await,
+            None => None,
+        };
+        Snapshot {
+            health: self.health(),
+            restarts: self.restarts.load(Ordering::SeqCst),
+            events: link.is_some_and(|l| l.streams_events()),
+            size: self.cfg.size,
+            stats,
+        }
+    }
+
+    /// Close the pool's stdin (it finishes what it has, destroys its jails
+    /// and exits), then wait for it; SIGKILL after `SHUTDOWN_WAIT`.
+    pub async fn shut_down(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        let waiting = self.stopped.notified();
+        tokio::pin!(waiting);
+        waiting.as_mut().enable();
+        let link = lock(&self.link).clone();
+        let Some(link) = link else { return };
+        link.close();
+        if tokio::time::timeout(SHUTDOWN_WAIT, waiting.as_mut()).await.is_err() {
+            eprintln!("jail serve: the pool (pid {}) did not exit within {SHUTDOWN_WAIT:?}: killing it", link.pid);
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(link.pid as i32), nix::sys::signal::Signal::SIGKILL);
+            let _ = tokio::time::timeout(Duration::from_secs(5), waiting).await;
+        }
+    }
+
+    fn set_health(&self, h: Health) {
+        *lock(&self.health) = h;
+    }
+
+    /// Start a `jail pool` child and wait for its first answer; probe
+    /// whether it streams events.
+    async fn launch(&self) -> Result<(Arc<Link>, tokio::process::Child), StartError> {
+        let mut child = self.command().spawn().map_err(|e| StartError::Spawn(self.cfg.jail.clone(), e))?;
+        let pid = child.id().unwrap_or(0);
+        let tail = Arc::new(Mutex::new(String::new()));
+        if let Some(err) = child.stderr.take() {
+            tokio::spawn(forward_stderr(err, Arc::clone(&tail)));
+        }
+        let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.start_kill();
+            return Err(StartError::Exited("no pipes".into(), String::new()));
+        };
+        let (send, lines) = mpsc::unbounded_channel::<String>();
+        let link = Arc::new(Link {
+            gate: Arc::clone(&self.gate),
+            pid,
+            events: AtomicBool::new(false),
+            send: Mutex::new(Some(send)),
+            waiting: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+            next: AtomicU64::new(0),
+        });
+        tokio::spawn(write_lines(stdin, lines));
+        tokio::spawn(read_lines(Arc::clone(&link), stdout));
+        let said = |tail: &Mutex<String>| {
+            let t = lock(tail).clone();
+            if t.is_empty() {
+                String::new()
+            } else {
+                format!(": {t}")
+            }
+        };
+        let handshake = async {
+            let ready = link.call(wire::stats_line("start"), "start".into());
+            let probe = link.call(wire::events_probe_line("probe-events"), "probe-events".into());
+            tokio::join!(ready, probe)
+        };
+        let (ready, probe) = tokio::select! {
+            r = tokio::time::timeout(START_WAIT, handshake) => match r {
+                Ok(r) => r,
+                Err(_) => {
+                    let _ = child.start_kill();
+                    let _ = child.wait().await;
+                    return Err(StartError::Silent(START_WAIT, said(&tail)));
+                }
+            },
+            status = child.wait() => {
+                // Its stderr's last line is the reason; give the reader a moment.
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let status = status.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+                return Err(StartError::Exited(status, said(&tail)));
+            }
+        };
+        if !matches!(ready, Some(Reply::Stats(_))) {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+            return Err(StartError::Exited(format!("its first answer was {ready:?}"), said(&tail)));
+        }
+        link.events.store(probe.as_ref().is_some_and(wire::takes_events), Ordering::SeqCst);
+        Ok((link, child))
+    }
+
+    fn command(&self) -> tokio::process::Command {
+        use std::os::unix::process::CommandExt;
+        let c = &self.cfg;
+        let mut cmd = std::process::Command::new(&c.jail);
+        cmd.arg("pool").arg("--size").arg(c.size.to_string());
+        cmd.arg("--timeout").arg(c.timeout.as_secs_f64().to_string());
+        cmd.arg("--memory").arg(format!("{}M", c.memory_mib));
+        cmd.args(&c.flags);
+        cmd.env("TMPDIR", &c.temp_dir).env("XDG_RUNTIME_DIR", &c.runtime_dir);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // Its own group: a terminal's Ctrl-C reaches the server, which
+        // drains and then closes the pool.
+        cmd.process_group(0);
+        // SIGKILL: the pool's jails end with its lifeline, its janitor
+        // removes its folders; a SIGTERM would wait for its runs.
+        jail::sys::set_parent_death_signal(&mut cmd, nix::sys::signal::Signal::SIGKILL);
+        tokio::process::Command::from(cmd)
+    }
+
+    /// Watch the pool; when it ends, fail its runs and start another.
+    async fn keep(self: Arc<Self>, mut child: tokio::process::Child) {
+        let mut recent: VecDeque<Instant> = VecDeque::new();
+        loop {
+            let status = child.wait().await.map(|s| s.to_string()).unwrap_or_else(|e| e.to_string());
+            let link = lock(&self.link).take();
+            let pid = link.as_ref().map_or(0, |l| l.pid);
+            let mut why = format!("the warm pool (jail pool, pid {pid}) ended ({status})");
+            if let Some(l) = link {
+                l.lose(&why);
+            }
+            if self.stopping.load(Ordering::SeqCst) {
+                self.set_health(Health::Stopped);
+                self.stopped.notify_waiters();
+                return;
+            }
+            eprintln!("jail serve: {why}: starting a new one");
+            loop {
+                recent.retain(|t| t.elapsed() < RESTART_WINDOW);
+                if recent.len() >= MAX_RESTARTS {
+                    eprintln!("jail serve: {why}; {MAX_RESTARTS} restarts in {RESTART_WINDOW:?}: giving up, runs go to jail run");
+                    self.set_health(Health::Failed(why));
+                    self.stopped.notify_waiters();
+                    return;
+                }
+                self.set_health(Health::Restarting(why.clone()));
+                tokio::time::sleep(Duration::from_millis(500) * (1 << recent.len())).await;
+                if self.stopping.load(Ordering::SeqCst) {
+                    self.set_health(Health::Stopped);
+                    self.stopped.notify_waiters();
+                    return;
+                }
+                recent.push_back(Instant::now());
+                self.restarts.fetch_add(1, Ordering::SeqCst);
+                match self.launch().await {
+                    Ok((link, c)) => {
+                        // A drain that began while it started finds no link
+                        // to close: close it here, and let it end as above.
+                        if self.stopping.load(Ordering::SeqCst) {
+                            link.close();
+                        }
+                        *lock(&self.link) = Some(link);
+                        child = c;
+                        self.set_health(Health::Up);
+                        eprintln!("jail serve: a new warm pool is up");
+                        break;
+                    }
+                    Err(e) => {
+                        why = e.to_string();
+                        eprintln!("jail serve: {why}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A run (or a stats question) waiting for its reply.
+struct Waiter {
+    log: Option<Arc<EventLog>>,
+    logged: u64,
+    dropped: u64,
+    reply: oneshot::Sender<Reply>,
+}
+
+/// One running `jail pool`: its stdin (a queue of lines), the runs
+/// waiting for their replies, whether it streams events.
+pub struct Link {
+    /// The pool's gate (`Pool::gate`), shared by the links of its lives.
+    gate: Arc<Semaphore>,
+    pid: u32,
+    /// Set by the start's probe, before any run is sent.
+    events: AtomicBool,
+    send: Mutex<Option<mpsc::UnboundedSender<String>>>,
+    waiting: Mutex<HashMap<String, Waiter>>,
+    /// Set once its stdout ended: nothing more is sent.
+    closed: AtomicBool,
+    next: AtomicU64,
+}
+
+impl Link {
+    fn streams_events(&self) -> bool {
+        self.events.load(Ordering::SeqCst)
+    }
+
+    /// Send `line` and wait for the reply to `id` (`None` if the pool
+    /// went away or the line could not be sent).
+    async fn call(&self, line: String, id: String) -> Option<Reply> {
+        let rx = self.send(line, id, None).ok()?;
+        rx.await.ok()
+    }
+
+    /// Register `id`'s waiter, then send its line.
+    fn send(&self, line: String, id: String, log: Option<Arc<EventLog>>) -> Result<oneshot::Receiver<Reply>, String> {
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut w = lock(&self.waiting);
+            if self.closed.load(Ordering::SeqCst) {
+                return Err("the warm pool has ended".into());
+            }
+            w.insert(id.clone(), Waiter { log, logged: 0, dropped: 0, reply: tx });
+        }
+        let sent = lock(&self.send).as_ref().is_some_and(|s| s.send(line).is_ok());
+        if !sent {
+            lock(&self.waiting).remove(&id);
+            return Err("the warm pool's stdin is closed".into());
+        }
+        Ok(rx)
+    }
+
+    async fn stats(&self) -> Option<Value> {
+        let id = format!("stats-{}", self.next.fetch_add(1, Ordering::SeqCst));
+        let asked = tokio::time::timeout(STATS_WAIT, self.call(wire::stats_line(&id), id.clone())).await;
+        match asked {
+            Ok(Some(Reply::Stats(v))) => Some(v),
+            _ => {
+                lock(&self.waiting).remove(&id);
+                None
+            }
+        }
+    }
+
+    /// Stop request `id` (when the pool can: `CANCEL`); its reply still
+    /// comes, and releases what the run holds.
+    pub fn cancel(&self, id: &str) {
+        if CANCEL {
+            if let Some(s) = lock(&self.send).as_ref() {
+                let _ = s.send(wire::cancel_line(id));
+            }
+        }
+    }
+
+    /// Close the pool's stdin: it drains and exits.
+    fn close(&self) {
+        lock(&self.send).take();
+    }
+
+    /// The pool ended: every waiter gets `why`.
+    fn lose(&self, why: &str) {
+        self.closed.store(true, Ordering::SeqCst);
+        lock(&self.send).take();
+        let waiting: Vec<Waiter> = lock(&self.waiting).drain().map(|(_, w)| w).collect();
+        for w in waiting {
+            let _ = w.reply.send(Reply::Lost(why.to_owned()));
+        }
+    }
+
+    /// Hand a line from the pool to whoever waits for it.
+    fn dispatch(&self, line: Line) {
+        match line {
+            Line::Event(id, event) => {
+                let mut w = lock(&self.waiting);
+                let Some(waiter) = w.get_mut(&id) else { return };
+                let Some(log) = &waiter.log else { return };
+                let text = event.to_string();
+                if waiter.logged + text.len() as u64 > MAX_EVENT_BYTES {
+                    waiter.dropped += 1;
+                    return;
+                }
+                waiter.logged += text.len() as u64;
+                log.push(&text);
+            }
+            Line::Reply(id, reply) => {
+                let Some(waiter) = lock(&self.waiting).remove(&id) else { return };
+                if waiter.dropped > 0 {
+                    if let Some(log) = &waiter.log {
+                        log.push(&serde_json::json!({"type": "dropped", "events": waiter.dropped}).to_string());
+                    }
+                }
+                let _ = waiter.reply.send(reply);
+            }
+            Line::Stray(text) => eprintln!("jail serve: the pool said, about no run of ours: {text}"),
+        }
+    }
+
+    /// Fail the run whose reply was too long to read (its id from the
+    /// line's head), rather than leave it to its deadline.
+    fn too_long(&self, head: &[u8]) {
+        let Some(id) = wire::leading_id(head) else {
+            eprintln!("jail serve: a line from the pool was over {} bytes and named no run", wire::MAX_LINE_BYTES);
+            return;
+        };
+        let message = format!("the pool's reply was over {} bytes: lower the run's output", wire::MAX_LINE_BYTES);
+        self.dispatch(Line::Reply(id, Reply::Error { code: "too_large".into(), message }));
+    }
+}
+
+impl Backend for Link {
+    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>) -> BoxFuture<'a, Result<Value, RunError>> {
+        Box::pin(async move {
+            // Waiting here is bounded by the runs ahead, each by its deadline.
+            let _turn = self.gate.acquire().await.map_err(|_| RunError::PoolLost("the warm pool was closed".into()))?;
+            let deadline = job.timeout + crate::spawn::HUNG_GRACE + QUEUE_GRACE;
+            let events = self.streams_events();
+            let rx = self
+                .send(wire::run_line(&job, events), job.id.clone(), Some(Arc::clone(&log)))
+                .map_err(|why| RunError::PoolLost(format!("{why}: the run did not start; send it again")))?;
+            let reply = tokio::time::timeout(deadline, rx).await;
+            let result = match reply {
+                Err(_) => {
+                    lock(&self.waiting).remove(&job.id);
+                    log.finish();
+                    return Err(RunError::Failed(format!("the warm pool did not answer within {deadline:?}")));
+                }
+                Ok(Err(_)) => Err(RunError::PoolLost("the warm pool ended: the run did not finish; send it again".into())),
+                Ok(Ok(Reply::Result(v))) => Ok(v),
+                Ok(Ok(Reply::Lost(why))) => Err(RunError::PoolLost(format!("{why}: the run did not finish; send it again"))),
+                Ok(Ok(Reply::Error { code, message })) if wire::never_started(&code, &message) => {
+                    return Err(RunError::NotStarted(format!("the warm pool's jail was dead before the run started: {message}")));
+                }
+                Ok(Ok(Reply::Error { code, message })) => {
+                    Err(RunError::Failed(format!("the warm pool refused the run ({code}): {message}")))
+                }
+                Ok(Ok(Reply::Stats(_))) => Err(RunError::Failed("the warm pool answered the run with stats".into())),
+            };
+            let result = match result {
+                Ok(r) => r,
+                Err(e) => {
+                    log.finish();
+                    return Err(e);
+                }
+            };
+            if !events {
+                for line in wire::events_from_result(&result) {
+                    log.push(&line);
+                }
+            }
+            log.push(&wire::result_event(&result));
+            log.finish();
+            jail::schema::check_version(&result).map_err(|e| RunError::Failed(e.to_string()))?;
+            Ok(result)
+        })
+    }
+}
+
+/// The pool's stdin: lines in order, each with its newline.
+async fn write_lines(mut stdin: tokio::process::ChildStdin, mut lines: mpsc::UnboundedReceiver<String>) {
+    while let Some(mut line) = lines.recv().await {
+        line.push('\n');
+        if stdin.write_all(line.as_bytes()).await.is_err() {
+            return;
+        }
+    }
+    // Every sender is gone: stdin closes as it drops, and the pool drains.
+}
+
+/// The pool's stdout, a bounded line at a time, to the waiting runs.
+async fn read_lines(link: Arc<Link>, stdout: tokio::process::ChildStdout) {
+    let mut reader = BufReader::with_capacity(64 << 10, stdout);
+    let mut buf = Vec::new();
+    loop {
+        match wire::read_line(&mut reader, &mut buf, wire::MAX_LINE_BYTES).await {
+            Ok(Read::Whole) => link.dispatch(wire::parse_line(&buf)),
+            Ok(Read::TooLong) => link.too_long(&buf),
+            Ok(Read::End) | Err(_) => {
+                // Nothing more can come: no new run is sent here; the
+                // keeper fails the waiting ones once the pool has exited.
+                link.closed.store(true, Ordering::SeqCst);
+                link.close();
+                return;
+            }
+        }
+    }
+}
+
+/// The pool's stderr to ours, a line at a time (each cut at
+/// `MAX_STDERR_LINE`), the last one kept to say why it ended.
+async fn forward_stderr(err: tokio::process::ChildStderr, tail: Arc<Mutex<String>>) {
+    let mut reader = BufReader::new(err);
+    let mut buf = Vec::new();
+    while let Ok(Read::Whole | Read::TooLong) = wire::read_line(&mut reader, &mut buf, MAX_STDERR_LINE).await {
+        let line = String::from_utf8_lossy(&buf).trim().to_owned();
+        if line.is_empty() {
+            continue;
+        }
+        eprintln!("jail serve: pool: {line}");
+        *lock(&tail) = line;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A stand-in `jail pool` speaking the protocol: `old` knows no
+    /// `events` and answers runs in pairs, the second first; `events`
+    /// streams one event per run and holds the result until asked for
+    /// stats with id `release`; `dies` exits at its first run in its first
+    /// life; `broken` cannot make its first jail.
+    const FAKE: &str = r#"#!/usr/bin/python3
+import json, os, sys, threading
+MODE, VERSION = sys.argv[-2], int(sys.argv[-1])
+marker = os.path.join(os.environ["TMPDIR"], "lived")
+first_life = not os.path.exists(marker)
+open(marker, "a").close()
+if MODE == "broken":
+    print("jail pool: the first pooled jail failed: no module named pandas", file=sys.stderr, flush=True)
+    sys.exit(125)
+def say(obj):
+    sys.stdout.write(json.dumps(obj, sort_keys=True) + "\n")
+    sys.stdout.flush()
+held = []
+for line in sys.stdin:
+    req = json.loads(line)
+    if req.get("op") == "stats":
+        say({"id": req.get("id"), "stats": {"size": 2, "ready": 2, "making": 0, "in_use": 0,
+             "refill_ms": {"last": 40.0, "mean": 42.0}, "idle_rss_bytes": 1}})
+        if req.get("id") == "release":
+            for rid, r in held:
+                say({"id": rid, "result": r})
+            held = []
+        continue
+    if "events" in req and MODE != "events":
+        say({"id": req["id"], "error": {"code": "unknown_field", "message": "unknown field `events`, expected one of `id`"}})
+        continue
+    if "script" not in req:
+        say({"id": req["id"], "error": {"code": "bad_request", "message": "give exactly one of \"code\" and \"script\""}})
+        continue
+    if MODE == "dies" and first_life:
+        os._exit(3)
+    result = {"schema_version": VERSION, "status": "ok", "stdout": {"text": "ran " + req["id"]},
+              "stderr": {"text": ""}, "artifacts": [{"path": "a.txt"}]}
+    if req.get("events"):
+        say({"id": req["id"], "event": {"type": "stdout", "data": "live " + req["id"]}})
+    held.append((req["id"], result))
+    if MODE == "old" and len(held) == 2:
+        for rid, r in reversed(held):
+            say({"id": rid, "result": r})
+        held = []
+    elif MODE == "dies":
+        for rid, r in held:
+            say({"id": rid, "result": r})
+        held = []
+"#;
+
+    struct Fake {
+        dir: tempfile::TempDir,
+    }
+
+    impl Fake {
+        fn new() -> Fake {
+            let dir = tempfile::tempdir().unwrap();
+            let exe = dir.path().join("fake-pool");
+            std::fs::write(&exe, FAKE).unwrap();
+            std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+            Fake { dir }
+        }
+
+        fn config(&self, mode: &str) -> PoolConfig {
+            PoolConfig {
+                jail: self.dir.path().join("fake-pool"),
+                flags: vec![mode.into(), jail::result::SCHEMA_VERSION.to_string().into()],
+                size: 2,
+                memory_mib: 256,
+                timeout: Duration::from_secs(10),
+                temp_dir: self.dir.path().to_path_buf(),
+                runtime_dir: self.dir.path().to_path_buf(),
+            }
+        }
+
+        fn job(&self, id: &str) -> Job {
+            Job {
+                id: id.into(),
+                dir: self.dir.path().join(id),
+                input: None,
+                timeout: Duration::from_secs(5),
+                memory_mib: 256,
+            }
+        }
+    }
+
+    fn lines(log: &EventLog) -> Vec<Value> {
+        log.since(0).0.iter().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    async fn run(link: &Arc<Link>, job: Job) -> (Result<Value, RunError>, Arc<EventLog>) {
+        let log = Arc::new(EventLog::default());
+        (link.run(job, Arc::clone(&log)).await, log)
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pipelined_runs_each_get_their_own_reply_whatever_the_order() {
+        let fake = Fake::new();
+        let pool = Pool::start(fake.config("old")).await.unwrap();
+        let link = pool.link().unwrap();
+        assert!(!pool.shape(&link).events, "the old pool refused `events`");
+        let (a, b) = tokio::join!(run(&link, fake.job("a")), run(&link, fake.job("b")));
+        for (id, (r, log)) in [("a", a), ("b", b)] {
+            assert_eq!(r.unwrap()["stdout"]["text"], format!("ran {id}"));
+            let events = lines(&log);
+            let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
+            assert_eq!(kinds, ["stdout", "artifact", "result"], "the events are made from the result: {events:?}");
+            assert!(log.since(0).1, "the log is finished");
+        }
+        let snap = pool.snapshot().await;
+        assert_eq!(snap.stats.unwrap()["refill_ms"]["mean"], 42.0);
+        pool.shut_down().await;
+        assert_eq!(pool.health(), Health::Stopped);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn live_events_reach_the_runs_log_before_its_result() {
+        let fake = Fake::new();
+        let pool = Pool::start(fake.config("events")).await.unwrap();
+        let link = pool.link().unwrap();
+        assert!(pool.shape(&link).events, "the probe found `events` taken");
+        let log = Arc::new(EventLog::default());
+        let task = tokio::spawn({
+            let (link, log, job) = (Arc::clone(&link), Arc::clone(&log), fake.job("c"));
+            async move { link.run(job, log).await }
+        });
+        let until = Instant::now() + Duration::from_secs(10);
+        while log.since(0).0.is_empty() {
+            assert!(Instant::now() < until, "no live event");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        assert!(!task.is_finished(), "the event came while the run was still going");
+        assert_eq!(lines(&log)[0], serde_json::json!({"type": "stdout", "data": "live c"}));
+        assert!(matches!(link.call(wire::stats_line("release"), "release".into()).await, Some(Reply::Stats(_))));
+        assert_eq!(task.await.unwrap().unwrap()["status"], "ok");
+        let kinds: Vec<String> = lines(&log).iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect();
+        assert_eq!(kinds, ["stdout", "result"], "nothing made up when the pool streamed");
+        pool.shut_down().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pool_that_dies_fails_its_runs_and_is_started_again() {
+        let fake = Fake::new();
+        let pool = Pool::start(fake.config("dies")).await.unwrap();
+        let link = pool.link().unwrap();
+        let (r, log) = run(&link, fake.job("d")).await;
+        let e = r.unwrap_err();
+        assert!(matches!(&e, RunError::PoolLost(m) if m.contains("ended")), "{e}");
+        assert!(log.since(0).1, "a lost run's log is finished");
+        let until = Instant::now() + Duration::from_secs(20);
+        let link = loop {
+            if let Some(l) = pool.link() {
+                break l;
+            }
+            assert!(Instant::now() < until, "no new pool: {:?}", pool.health());
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(pool.health(), Health::Up);
+        assert_eq!(pool.restarts.load(Ordering::SeqCst), 1);
+        assert_eq!(run(&link, fake.job("e")).await.0.unwrap()["stdout"]["text"], "ran e");
+        pool.shut_down().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_pool_that_cannot_start_says_why() {
+        let fake = Fake::new();
+        let e = Pool::start(fake.config("broken")).await.err().unwrap().to_string();
+        assert!(e.contains("no module named pandas") && e.contains("125"), "{e}");
+    }
+}

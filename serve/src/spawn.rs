@@ -1,0 +1,137 @@
+//! The spawn backend: each run a `jail run --events` process of its own,
+//! in its own process group, SIGTERM on the server's death
+//! (PR_SET_PDEATHSIG), the group terminated when the request that owns it
+//! goes away (dropping the run's future stops it).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::Duration;
+
+use nix::sys::signal::{killpg, Signal};
+use nix::unistd::Pid;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+
+use crate::backend::{Backend, BoxFuture, EventLog, Job, RunError};
+
+/// Bytes of one run's event stream (and so its result) read at most.
+pub const MAX_EVENT_BYTES: u64 = 64 << 20;
+const MAX_JAIL_STDERR_BYTES: u64 = 64 << 10;
+/// How long past its deadline a run may take before it is deemed hung.
+pub const HUNG_GRACE: Duration = Duration::from_secs(30);
+/// How long a terminated run has to remove its cgroup before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(10);
+
+pub struct SpawnBackend {
+    pub jail: PathBuf,
+    /// Flags every run gets (policy, rootfs).
+    pub flags: Vec<OsString>,
+}
+
+impl SpawnBackend {
+    fn command(&self, job: &Job) -> tokio::process::Command {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = std::process::Command::new(&self.jail);
+        cmd.arg("run").arg("--events").args(&self.flags);
+        cmd.arg("--timeout").arg(job.timeout.as_secs_f64().to_string());
+        cmd.arg("--memory").arg(format!("{}M", job.memory_mib));
+        if let Some(input) = &job.input {
+            cmd.arg("--input").arg(input);
+        }
+        cmd.arg(job.dir.join("main.py"));
+        cmd.env("TMPDIR", &job.dir);
+        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // Its own group, so that stopping it reaches whatever it started.
+        cmd.process_group(0);
+        // SIGTERM, not SIGKILL: the jail kills its tree and removes its cgroup.
+        jail::sys::set_parent_death_signal(&mut cmd, Signal::SIGTERM);
+        tokio::process::Command::from(cmd)
+    }
+}
+
+impl Backend for SpawnBackend {
+    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>) -> BoxFuture<'a, Result<serde_json::Value, RunError>> {
+        Box::pin(async move {
+            let failed = |m: String| RunError::Failed(m);
+            let mut child = self
+                .command(&job)
+                .spawn()
+                .map_err(|e| failed(format!("cannot start {}: {e}", self.jail.display())))?;
+            let guard = Group::new(&child);
+            // For the janitor, should the server die before the run ends:
+            // the parent-death signal reaches the leader alone, the
+            // janitor terminates the whole group.
+            if let Some(pgid) = guard.pgid {
+                let _ = std::fs::write(job.dir.join(crate::janitor::PGID_FILE), pgid.to_string());
+            }
+            let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
+            let mut result = None;
+            let read = async {
+                let Some(out) = stdout else { return };
+                let mut lines = BufReader::new(out.take(MAX_EVENT_BYTES)).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    log.push(&line);
+                    if let Ok(serde_json::Value::Object(mut event)) = serde_json::from_str(&line) {
+                        if event.get("type").and_then(|t| t.as_str()) == Some("result") {
+                            result = event.remove("result");
+                        }
+                    }
+                }
+            };
+            let mut err = Vec::new();
+            let read_err = async {
+                if let Some(s) = stderr {
+                    let _ = s.take(MAX_JAIL_STDERR_BYTES).read_to_end(&mut err).await;
+                }
+            };
+            let waited = tokio::time::timeout(job.timeout + HUNG_GRACE, async {
+                tokio::join!(read, read_err);
+                child.wait().await
+            })
+            .await;
+            log.finish();
+            let status = match waited {
+                Ok(Ok(status)) => status,
+                Ok(Err(e)) => return Err(failed(format!("waiting for the jail: {e}"))),
+                Err(_) => return Err(failed("the jail did not finish after its deadline and was stopped".into())),
+            };
+            guard.done();
+            let doc = result.ok_or_else(|| {
+                failed(format!("the jail printed no result (exit {status}): {}", String::from_utf8_lossy(&err).trim()))
+            })?;
+            jail::schema::check_version(&doc).map_err(|e| failed(e.to_string()))?;
+            Ok(doc)
+        })
+    }
+}
+
+/// A started run's process group; dropped before `done`, it is
+/// terminated, then killed after `STOP_GRACE`.
+struct Group {
+    pgid: Option<Pid>,
+}
+
+impl Group {
+    fn new(child: &tokio::process::Child) -> Group {
+        Group { pgid: child.id().and_then(|p| i32::try_from(p).ok()).map(Pid::from_raw) }
+    }
+    fn done(mut self) {
+        self.pgid = None;
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        let Some(pgid) = self.pgid.take() else { return };
+        // The leader is not reaped until its Child is waited, so the group
+        // id is still this run's.
+        let _ = killpg(pgid, Signal::SIGTERM);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(async move {
+                tokio::time::sleep(STOP_GRACE).await;
+                let _ = killpg(pgid, Signal::SIGKILL);
+            });
+        }
+    }
+}
