@@ -48,9 +48,10 @@ pub struct ChildSpec {
     /// With `network.mode: allowlist`: the socket the proxy listener goes
     /// to the supervisor over (network.rs).
     pub proxy: Option<OwnedFd>,
-    /// On cgroup v1: the run leaf's `tasks` file in each hierarchy, which
-    /// PID 1 writes itself into first (cgroup.rs, `RunCgroup::entry`).
-    pub cgroup_tasks: Vec<OwnedFd>,
+    /// On cgroup v1: the channel the run cgroup's `tasks` files arrive on
+    /// once the supervisor has made it (sync.rs); PID 1 writes itself into
+    /// them before it forks the worker (cgroup.rs, `enter_sent`).
+    pub cgroup: Option<OwnedFd>,
     /// The CPUs the run is pinned to (inside.rs); `None`: the supervisor's.
     pub cpus: Option<Vec<usize>>,
     /// `jail session`: the control socket the cell driver reads on fd 0
@@ -134,7 +135,7 @@ pub fn run(spec: ChildSpec) -> ! {
         output,
         confine,
         proxy,
-        cgroup_tasks,
+        cgroup,
         cpus,
         stdin,
     } = spec;
@@ -150,15 +151,6 @@ pub fn run(spec: ChildSpec) -> ! {
     if let Err(e) = crate::conceal::scrub_pid1() {
         fail(&report, StageError { stage: Stage::Conceal, error: Box::new(e) });
     }
-    if !cgroup_tasks.is_empty() {
-        // First, while only our code runs and we are one thread: into the
-        // run cgroup, before the cgroup namespace is made and before the
-        // worker (which inherits it) is forked.
-        if let Err(e) = crate::cgroup::enter_self(cgroup_tasks) {
-            fail(&report, StageError { stage: Stage::CgroupJoin, error: Box::new(e) });
-        }
-        marks.mark("cgroup_join");
-    }
     match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, uid, gid, &hostname, output.as_ref(), proxy) {
         Ok(()) => {}
         Err(e) => fail(&report, e),
@@ -170,6 +162,23 @@ pub fn run(spec: ChildSpec) -> ! {
             sys::exit_now(EXIT_SETUP_FAILED);
         }
         marks.mark("output_filled");
+    }
+    if let Some(sock) = cgroup {
+        // Into the v1 run cgroup, which the supervisor made with its limits
+        // while we built the mounts: before the worker (which inherits it)
+        // is forked, and before our cgroup namespace is made, whose root is
+        // where we are then. We are one thread running only our code.
+        if let Err(e) = crate::cgroup::enter_sent(&sock).stage(Stage::CgroupJoin) {
+            fail(&report, e);
+        }
+        marks.mark("cgroup_join");
+    }
+    // Our cgroup namespace is made only now, once we are in the run cgroup:
+    // its root is the cgroup of the run's processes, so nothing above it
+    // (where a leaf keeps the files holding the run's limits) is ever
+    // visible from inside.
+    if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).stage(Stage::CgroupNamespace) {
+        fail(&report, e);
     }
     if let Some(ids) = &cpus {
         // Before the worker is forked, which inherits the mask: the CPU
@@ -227,10 +236,6 @@ fn setup(
     output: Option<&OwnedFd>,
     proxy: Option<OwnedFd>,
 ) -> Result<(), StageError> {
-    // Our cgroup namespace is made only now, after the supervisor moved us
-    // into the run cgroup's leaf: its root is that leaf, so nothing above it
-    // (the files holding the run's limits) is ever visible from inside.
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).stage(Stage::CgroupNamespace)?;
     // stdio goes to the supervisor's pipes; stdin is /dev/null, never a tty
     // (TIOCSTI, bwrap CVE-2017-5226).
     privileges::stdio_onto(&stdout, &stderr).stage(Stage::Stdio)?;
