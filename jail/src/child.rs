@@ -1,9 +1,11 @@
 //! The child side: everything that runs inside the new namespaces.
 //!
 //! The cloned child is PID 1 of the new pid namespace. It builds the new root,
-//! then forks the worker and stays behind as a small reaper; the worker drops
-//! every privilege, applies the last restrictions (landlock, then seccomp
-//! right before exec) and execs the interpreter.
+//! enters the run cgroup and makes its cgroup namespace, drops every
+//! capability and sets no_new_privs, then forks the worker and stays behind
+//! as a small reaper; the worker, inheriting that, applies the last
+//! restrictions (rlimits, landlock, then seccomp right before exec) and
+//! execs the interpreter.
 //! Both return `!`: they end in exec or `_exit`, and any failure crosses back
 //! to the supervisor as a `{stage, message, causes}` report, then exit 125.
 
@@ -199,6 +201,18 @@ pub fn run(spec: ChildSpec) -> ! {
     if let Err(e) = nix::sys::prctl::set_dumpable(false).stage(Stage::Dumpable) {
         fail(&report, e);
     }
+    // The cgroup namespace above was the last step that needed a
+    // capability: neither we (the reaper) nor the worker needs one again.
+    // Dropped once here, before no_new_privs, and inherited by the worker
+    // (fork(2) keeps both), instead of by each after the fork on the CPU
+    // they may share; nothing the script runs can regain them.
+    if let Err(e) = privileges::drop_all_capabilities().stage(Stage::DropCapabilities) {
+        fail(&report, e);
+    }
+    if let Err(e) = nix::sys::prctl::set_no_new_privs().stage(Stage::NoNewPrivs) {
+        fail(&report, e);
+    }
+    marks.mark("drop_privileges");
     match sys::fork_process() {
         Err(e) => fail(&report, StageError { stage: Stage::ForkWorker, error: Box::new(e) }),
         Ok(Forked::Child) => {
@@ -322,16 +336,13 @@ fn worker_setup(
     nix::unistd::setsid().stage(Stage::Setsid)?;
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(exec.umask));
     nix::unistd::chdir(&exec.cwd).stage(Stage::Chdir)?;
-    // Before the capabilities go: they are not needed to lower limits, but
-    // the order keeps every restriction after the last privileged step.
+    // Without capabilities (PID 1 dropped them before the fork): lowering a
+    // limit needs none, and raising one never could (CAP_SYS_RESOURCE
+    // counts only in the initial user namespace).
     rlimits::apply(limits).stage(Stage::Rlimits)?;
     marks.mark("rlimits");
-    // Capabilities go before no_new_privs and the LSM layers: nothing the
-    // script runs can regain them.
-    privileges::drop_all_capabilities().stage(Stage::DropCapabilities)?;
-    nix::sys::prctl::set_no_new_privs().stage(Stage::NoNewPrivs)?;
-    marks.mark("drop_privileges");
-    // Landlock needs no_new_privs (or CAP_SYS_ADMIN, which is gone).
+    // Landlock needs no_new_privs, inherited from PID 1 (CAP_SYS_ADMIN,
+    // the other way, is gone).
     landlock::restrict(&confine.landlock, &confine.landlock_rules, &confine.tcp_connect).stage(Stage::Landlock)?;
     marks.mark("landlock");
     Ok(())
@@ -356,8 +367,6 @@ fn reaper_signals() -> SigSet {
 /// (the kernel kills the rest of the pid namespace when PID 1 exits).
 fn reaper(worker: Pid, status: OwnedFd, handled: SigSet) -> ! {
     let _ = privileges::release_stdio();
-    let _ = privileges::drop_all_capabilities();
-    let _ = nix::sys::prctl::set_no_new_privs();
     let keep: [RawFd; 1] = [status.as_raw_fd()];
     let _ = sys::close_from_except(3, &keep);
     loop {
