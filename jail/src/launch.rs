@@ -114,9 +114,10 @@ struct Ours {
     cgroup: Option<OwnedFd>,
 }
 
-/// A made jail: its child cloned, mapped and in its cgroup, waiting at the
-/// release barrier. Dropped unrun, the child is killed and reaped before
-/// the lease and the cgroup go (fields drop in order).
+/// A made jail: its child cloned, mapped and, on v2, in its cgroup (a v1
+/// one is made after the release), waiting at the release barrier.
+/// Dropped unrun, the child is killed and reaped before the lease and the
+/// cgroup go (fields drop in order).
 pub(crate) struct Jail {
     child: Child,
     pid: Pid,
