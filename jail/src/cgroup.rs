@@ -4,11 +4,18 @@
 //! cgroup removed, and whatever a killed jail left behind swept away.
 //!
 //! Supervisor side only. Layout: `<parent>/jail-<pid>-<n>` carries the limits
-//! and is read for usage; the processes live in its leaf
-//! `<parent>/jail-<pid>-<n>/tree`. The child's cgroup namespace is rooted at
-//! that leaf, so even a script that mounts cgroupfs from a nested namespace
-//! never sees the files that hold its own limits (with a delegated cgroup
-//! those files belong to the very uid the sandbox maps to).
+//! and is read for usage. Where the sandbox's uid could write those files
+//! (v2, whose delegated cgroups belong to the uid the sandbox maps to, and
+//! an ordinary user's v1 hierarchy) the processes live in its leaf
+//! `<parent>/jail-<pid>-<n>/tree`, and the child's cgroup namespace is rooted
+//! at that leaf, so even a script that mounts cgroupfs from a nested
+//! namespace never sees them; a root-made v1 run cgroup, whose files are
+//! root's, holds the processes itself ([`leaf_for`]).
+//!
+//! When: a v2 run cgroup is made before the clone (`clone3` starts the child
+//! in it); a v1 one is [`Planned`] before and made after the clone, while
+//! the child builds its mounts, and the child moves itself in through the
+//! `tasks` files the supervisor opened and sent it (launch.rs).
 //!
 //! Plain file writes rather than cgroups-rs: that crate creates a cgroup in
 //! every mounted hierarchy beneath a hard-coded `/sys/fs/cgroup` and cannot
@@ -30,7 +37,7 @@ use serde::Serialize;
 pub const V1_CONTROLLERS: [&str; 5] = ["memory", "pids", "cpu", "cpuacct", "freezer"];
 pub const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 
-/// The leaf that holds the run's processes.
+/// The leaf that holds the run's processes, where there is one ([`Leaf`]).
 pub const LEAF: &str = "tree";
 
 /// CFS period for the CPU quota: 100 ms, the kernel's default.
@@ -50,6 +57,14 @@ impl Version {
             Version::V1 => "cgroup_v1",
             Version::V2 => "cgroup_v2",
         }
+    }
+
+    /// Whether a run cgroup of this version is made after the clone, while
+    /// the child builds its mounts (v1: the child moves itself in through
+    /// `tasks` files sent to it), rather than before it (v2: `clone3`
+    /// starts the child in it).
+    pub fn made_after_clone(self) -> bool {
+        self == Version::V1
     }
 }
 
@@ -433,16 +448,6 @@ fn write_file(path: &Path, value: &str) -> io::Result<()> {
 
 // ----------------------------------------------------------- the run cgroup
 
-/// How the child gets into the run cgroup's leaf (see [`RunCgroup::entry`]).
-#[derive(Debug)]
-pub enum Entry {
-    /// v2: the leaf directory, for `clone3(CLONE_INTO_CGROUP)`.
-    CloneInto(OwnedFd),
-    /// v1: the leaf's `tasks` file in each hierarchy, for the child to
-    /// write "0" to.
-    SelfJoin(Vec<OwnedFd>),
-}
-
 /// Child side, still single-threaded: move the calling thread (the whole
 /// process) into the leaf through the supervisor's `tasks` descriptors,
 /// and close them.
@@ -456,6 +461,18 @@ pub fn enter_self(tasks: Vec<OwnedFd>) -> io::Result<()> {
     Ok(())
 }
 
+/// Child side: receive the `tasks` files the supervisor sends once the v1
+/// run cgroup is made (sync.rs, the `cgroup` channel) and move in through
+/// them ([`enter_self`]). End-of-file without them means the supervisor
+/// could not make it, and the run must not go on.
+pub fn enter_sent(sock: &OwnedFd) -> io::Result<()> {
+    let tasks = crate::sys::recv_fds(std::os::fd::AsFd::as_fd(sock))?;
+    if tasks.is_empty() {
+        return Err(io::Error::other("the supervisor closed the cgroup channel without sending the run cgroup's tasks files"));
+    }
+    enter_self(tasks)
+}
+
 /// What the run used, from the cgroup. `None`: this kernel does not say.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct CgroupUsage {
@@ -466,6 +483,44 @@ pub struct CgroupUsage {
     pub oom_kills: Option<u64>,
 }
 
+/// Where the run's processes live in the run cgroup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leaf {
+    /// In the leaf [`LEAF`] beneath it, the root of their cgroup namespace:
+    /// the files that hold their limits lie above what they can see.
+    Below,
+    /// In the run cgroup itself: one mkdir and one rmdir less per hierarchy.
+    Itself,
+}
+
+/// Whether the run's processes need a leaf of their own, from who creates
+/// the run cgroup and which host uid the sandbox runs as. Pure.
+///
+/// The kernel gives a new cgroup's files to its creator unless the creator
+/// is root (`cgroup_kn_set_ugid`), so an ordinary user's run cgroup has
+/// limit files (mode 0644) that its own sandbox, mapped to that same uid,
+/// could write if it ever reached them; a root-made one's files are root's,
+/// and a root-started sandbox runs as a leased uid, never 0, so it could
+/// only read them. v2 keeps its leaf whoever creates it: a delegated v2
+/// cgroup belongs to the uid the sandbox maps to, and the leaf costs v2 no
+/// join (the child is cloned straight into it).
+pub fn leaf_for(version: Version, creator_uid: u32, sandbox_host_uid: u32) -> Leaf {
+    match version {
+        Version::V2 => Leaf::Below,
+        Version::V1 if creator_uid != 0 && creator_uid == sandbox_host_uid => Leaf::Below,
+        Version::V1 => Leaf::Itself,
+    }
+}
+
+/// A run cgroup decided but not made yet: its place, name, limits and leaf.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Planned {
+    pub candidate: Candidate,
+    pub name: String,
+    pub settings: Settings,
+    pub leaf: Leaf,
+}
+
 /// One run's cgroup, removed on drop if not removed before.
 #[derive(Debug)]
 pub struct RunCgroup {
@@ -473,6 +528,7 @@ pub struct RunCgroup {
     pub name: String,
     /// The run cgroup in each hierarchy, with the controllers it serves.
     dirs: Vec<Parent>,
+    leaf: Leaf,
     /// Setup time in ms, for the result's timings.
     pub created_in: Duration,
     removed: bool,
@@ -507,14 +563,17 @@ fn maybe_live(pid: u32, n: u32) -> bool {
 }
 
 impl RunCgroup {
-    /// Create the run cgroup (and its leaf) in every parent of `c` and write
-    /// its limits. On error nothing is left behind.
-    pub fn create(c: &Candidate, name: &str, s: &Settings) -> Result<RunCgroup, CgroupError> {
+    /// Create the run cgroup `planned` describes (and its leaf, if it has
+    /// one) in every parent and write its limits. On error nothing is left
+    /// behind.
+    pub fn create(planned: &Planned) -> Result<RunCgroup, CgroupError> {
         let started = Instant::now();
+        let Planned { candidate: c, name, settings: s, leaf } = planned;
         let mut cg = RunCgroup {
             version: c.version,
             name: name.to_string(),
             dirs: Vec::new(),
+            leaf: *leaf,
             created_in: Duration::ZERO,
             removed: false,
         };
@@ -527,8 +586,10 @@ impl RunCgroup {
             let dir = p.dir.join(name);
             std::fs::create_dir(&dir).map_err(|source| CgroupError::Mkdir { path: dir.clone(), source })?;
             cg.dirs.push(Parent { dir: dir.clone(), controllers: p.controllers.clone() });
-            let leaf = dir.join(LEAF);
-            std::fs::create_dir(&leaf).map_err(|source| CgroupError::Mkdir { path: leaf, source })?;
+            if *leaf == Leaf::Below {
+                let leaf = dir.join(LEAF);
+                std::fs::create_dir(&leaf).map_err(|source| CgroupError::Mkdir { path: leaf, source })?;
+            }
             let writes = match c.version {
                 Version::V2 => v2_writes(s, &p.controllers.iter().map(String::as_str).collect()),
                 Version::V1 => p.controllers.iter().flat_map(|ctl| v1_writes(s, ctl)).collect(),
@@ -561,6 +622,26 @@ impl RunCgroup {
         self.dirs.iter().map(|p| p.dir.as_path())
     }
 
+    /// Where the run's processes are in the hierarchy of `p`.
+    fn procs_dir(&self, p: &Parent) -> PathBuf {
+        match self.leaf {
+            Leaf::Below => p.dir.join(LEAF),
+            Leaf::Itself => p.dir.clone(),
+        }
+    }
+
+    /// Every directory of the run cgroup, leaves first (the order rmdir needs).
+    fn all_dirs(&self) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for p in &self.dirs {
+            if self.leaf == Leaf::Below {
+                out.push(p.dir.join(LEAF));
+            }
+            out.push(p.dir.clone());
+        }
+        out
+    }
+
     fn dir_for(&self, controller: &str) -> Option<&Path> {
         match self.version {
             Version::V2 => self.dirs.first().map(|p| p.dir.as_path()),
@@ -568,43 +649,48 @@ impl RunCgroup {
         }
     }
 
-    /// How the child will enter the leaf without being moved by us.
-    ///
-    /// Writing another process's pid to `cgroup.procs` takes the kernel's
-    /// global threadgroup lock for writing, which waits out an RCU grace
-    /// period: 5 to 20 ms on this kind of host, more than the rest of the
-    /// jail's setup together. Two ways around it, both taken before any of
-    /// the script's code can run:
-    /// - v2: `clone3(CLONE_INTO_CGROUP)` creates the child in the leaf;
-    /// - v1: the child, still single-threaded and running only our code,
-    ///   writes "0" to the leaf's `tasks` file in each hierarchy, moving its
-    ///   one thread itself; the kernel skips that lock when the current
-    ///   thread moves alone. The files are opened here, so the permission
-    ///   check is ours (the kernel checks the opener's credentials).
-    pub fn entry(&self) -> Result<Entry, CgroupError> {
-        // std opens with O_CLOEXEC: nothing of this reaches the script.
-        let open = |path: PathBuf, opts: &std::fs::OpenOptions| {
-            opts.open(&path).map(OwnedFd::from).map_err(|source| CgroupError::Open { path, source })
-        };
-        match self.version {
-            Version::V2 => {
-                let leaf = self.dirs.first().map(|p| p.dir.join(LEAF)).unwrap_or_default();
-                Ok(Entry::CloneInto(open(leaf, std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY))?))
+    // How the child enters the cgroup of the run's processes without being
+    // moved by us. Writing another process's pid to `cgroup.procs` takes
+    // the kernel's global threadgroup lock for writing, which waits out an
+    // RCU grace period: 5 to 20 ms on this kind of host, more than the rest
+    // of the jail's setup together. Two ways around it, both taken before
+    // any of the script's code can run: on v2, `clone3(CLONE_INTO_CGROUP)`
+    // creates the child in the leaf ([`RunCgroup::clone_into`]); on v1, the
+    // child, single-threaded and running only our code, writes "0" to the
+    // `tasks` file in each hierarchy ([`RunCgroup::tasks_files`],
+    // [`enter_self`]), moving its one thread itself; the kernel skips that
+    // lock when the current thread moves alone.
+
+    /// v2: the leaf, opened for `clone3(CLONE_INTO_CGROUP)`; `None` on v1.
+    pub fn clone_into(&self) -> Result<Option<OwnedFd>, CgroupError> {
+        match (self.version, self.dirs.first()) {
+            (Version::V2, Some(p)) => {
+                let opts = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).clone();
+                open_with(self.procs_dir(p), &opts).map(Some)
             }
-            Version::V1 => {
-                let tasks = std::fs::OpenOptions::new().write(true).clone();
-                let fds = self.dirs.iter().map(|p| open(p.dir.join(LEAF).join("tasks"), &tasks));
-                Ok(Entry::SelfJoin(fds.collect::<Result<_, _>>()?))
-            }
+            _ => Ok(None),
         }
     }
 
-    /// Move `pid` into the leaf in every hierarchy: the slow way, for a
-    /// kernel without `clone3(CLONE_INTO_CGROUP)` (before 5.7). The child
-    /// waits on the release pipe until this is done.
+    /// v1: the `tasks` file the run's processes go into, in each hierarchy;
+    /// empty on v2. Opened here, so the permission check is ours (the
+    /// kernel checks the opener's credentials, not the writer's).
+    pub fn tasks_files(&self) -> Result<Vec<OwnedFd>, CgroupError> {
+        match self.version {
+            Version::V1 => {
+                let opts = std::fs::OpenOptions::new().write(true).clone();
+                self.dirs.iter().map(|p| open_with(self.procs_dir(p).join("tasks"), &opts)).collect()
+            }
+            Version::V2 => Ok(Vec::new()),
+        }
+    }
+
+    /// Move `pid` into the run's processes' cgroup in every hierarchy: the
+    /// slow way, for a kernel without `clone3(CLONE_INTO_CGROUP)` (before
+    /// 5.7). The child waits on the release pipe until this is done.
     pub fn join(&self, pid: u32) -> Result<(), CgroupError> {
         for p in &self.dirs {
-            let procs = p.dir.join(LEAF).join("cgroup.procs");
+            let procs = self.procs_dir(p).join("cgroup.procs");
             write_file(&procs, &pid.to_string()).map_err(|source| CgroupError::Write {
                 path: procs,
                 value: pid.to_string(),
@@ -657,12 +743,16 @@ impl RunCgroup {
                     memory_peak: mem.and_then(|d| read_u64(&d.join("memory.max_usage_in_bytes"))),
                     pids_peak: self.dir_for("pids").and_then(|d| read_u64(&d.join("pids.peak"))),
                     // v1 counts OOM kills only in the victim's own cgroup:
-                    // the leaf, plus the run cgroup itself for good measure.
+                    // the leaf where there is one, plus the run cgroup itself.
                     oom_kills: mem.and_then(|d| {
                         let count = |dir: &Path| {
                             std::fs::read_to_string(dir.join("memory.oom_control")).ok().and_then(|t| keyed(&t, "oom_kill"))
                         };
-                        Some(count(d)? + count(&d.join(LEAF)).unwrap_or(0))
+                        let in_leaf = match self.leaf {
+                            Leaf::Below => count(&d.join(LEAF)).unwrap_or(0),
+                            Leaf::Itself => 0,
+                        };
+                        Some(count(d)? + in_leaf)
                     }),
                 }
             }
@@ -671,7 +761,7 @@ impl RunCgroup {
 
     /// Whether any process is still in the run cgroup.
     pub fn is_populated(&self) -> bool {
-        self.dirs.iter().any(|p| !procs_of(&p.dir.join(LEAF)).is_empty() || !procs_of(&p.dir).is_empty())
+        self.all_dirs().iter().any(|d| !procs_of(d).is_empty())
     }
 
     /// Kill every process in the run cgroup: `cgroup.kill` on v2; on v1
@@ -711,11 +801,9 @@ impl RunCgroup {
     }
 
     fn kill_listed(&self) {
-        for p in &self.dirs {
-            for dir in [p.dir.join(LEAF), p.dir.clone()] {
-                for pid in procs_of(&dir) {
-                    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
-                }
+        for dir in self.all_dirs() {
+            for pid in procs_of(&dir) {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
             }
         }
     }
@@ -741,13 +829,11 @@ impl RunCgroup {
     }
 
     fn try_remove(&self) -> Result<(), CgroupError> {
-        for p in &self.dirs {
-            for dir in [p.dir.join(LEAF), p.dir.clone()] {
-                match std::fs::remove_dir(&dir) {
-                    Ok(()) => {}
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                    Err(source) => return Err(CgroupError::Remove { path: dir, source }),
-                }
+        for dir in self.all_dirs() {
+            match std::fs::remove_dir(&dir) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(source) => return Err(CgroupError::Remove { path: dir, source }),
             }
         }
         Ok(())
@@ -761,6 +847,12 @@ impl Drop for RunCgroup {
             let _ = self.try_remove();
         }
     }
+}
+
+/// Open a cgroup file; std opens with O_CLOEXEC, so nothing of this
+/// reaches the script.
+fn open_with(path: PathBuf, opts: &std::fs::OpenOptions) -> Result<OwnedFd, CgroupError> {
+    opts.open(&path).map(OwnedFd::from).map_err(|source| CgroupError::Open { path, source })
 }
 
 /// v2 needs each controller enabled in the parent's `cgroup.subtree_control`
@@ -916,6 +1008,10 @@ mod tests {
         Settings { memory: Some(64 << 20), cpus: Some(0.5), pids: Some(32), cpu_time: true }
     }
 
+    fn planned(c: &Candidate, name: &str, leaf: Leaf) -> Planned {
+        Planned { candidate: c.clone(), name: name.into(), settings: all(), leaf }
+    }
+
     #[test]
     fn v2_limit_files_are_memory_swap_pids_and_cpu_max() {
         let ctl: BTreeSet<&str> = ["memory", "pids", "cpu"].into();
@@ -999,7 +1095,7 @@ mod tests {
         assert_eq!(c.version, Version::V1);
         assert_eq!(c.parents[0].dir, root.join("memory/process_api/abc"));
 
-        let cg = RunCgroup::create(&c, "jail-1-0", &all()).unwrap();
+        let cg = RunCgroup::create(&planned(&c, "jail-1-0", Leaf::Below)).unwrap();
         let mem = root.join("memory/process_api/abc/jail-1-0");
         assert_eq!(std::fs::read_to_string(mem.join("memory.limit_in_bytes")).unwrap(), "67108864");
         assert_eq!(std::fs::read_to_string(mem.join("memory.memsw.limit_in_bytes")).unwrap(), "67108864");
@@ -1034,6 +1130,100 @@ mod tests {
         );
     }
 
+    /// The fake hybrid host of the test above, with v1 chosen.
+    fn fake_hybrid(root: &Path) -> Candidate {
+        fake(
+            root,
+            &[
+                ("unified", &[("cgroup.controllers", ""), ("cgroup.subtree_control", "")]),
+                ("memory/process_api/abc", &[]),
+                ("pids", &[]),
+                ("cpu", &[]),
+                ("cpuacct", &[]),
+                ("freezer", &[]),
+            ],
+        );
+        let d = discover(&v1_layout(root), &parse_proc_cgroup(HYBRID_CGROUP), None);
+        choose(&d, &all()).candidate.unwrap()
+    }
+
+    #[test]
+    fn a_root_made_v1_run_cgroup_holds_the_processes_itself_and_they_join_it_through_its_tasks_files() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let c = fake_hybrid(root);
+        let cg = RunCgroup::create(&planned(&c, "jail-1-2", Leaf::Itself)).unwrap();
+        let dirs: Vec<PathBuf> = cg.dirs().map(Path::to_path_buf).collect();
+        assert_eq!(dirs.len(), V1_CONTROLLERS.len());
+        for d in &dirs {
+            assert!(!d.join(LEAF).exists(), "{} got a leaf", d.display());
+            // What the kernel makes with every v1 cgroup.
+            std::fs::write(d.join("tasks"), "").unwrap();
+        }
+        assert_eq!(cg.all_dirs(), dirs, "no leaf to remove first");
+        let mem = root.join("memory/process_api/abc/jail-1-2");
+        assert_eq!(std::fs::read_to_string(mem.join("memory.limit_in_bytes")).unwrap(), "67108864");
+        assert_eq!(std::fs::read_to_string(root.join("pids/jail-1-2/pids.max")).unwrap(), "32");
+        // The child's way in: the run cgroup's own tasks files, opened here.
+        assert!(cg.clone_into().unwrap().is_none(), "v1 is not cloned into");
+        let tasks = cg.tasks_files().unwrap();
+        assert_eq!(tasks.len(), dirs.len());
+        enter_self(tasks).unwrap();
+        for d in &dirs {
+            assert_eq!(std::fs::read_to_string(d.join("tasks")).unwrap(), "0", "{}", d.display());
+        }
+        cg.join(4242).unwrap();
+        assert_eq!(std::fs::read_to_string(mem.join("cgroup.procs")).unwrap(), "4242");
+        // OOM kills are the run cgroup's own count.
+        std::fs::write(mem.join("memory.oom_control"), "oom_kill_disable 0\nunder_oom 0\noom_kill 1\n").unwrap();
+        assert_eq!(cg.usage().oom_kills, Some(1));
+    }
+
+    #[test]
+    fn a_v1_run_cgroup_with_a_leaf_is_joined_in_the_leaf_and_removed_leaf_first() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let c = fake_hybrid(root);
+        let cg = RunCgroup::create(&planned(&c, "jail-1-3", Leaf::Below)).unwrap();
+        let dirs: Vec<PathBuf> = cg.dirs().map(Path::to_path_buf).collect();
+        for d in &dirs {
+            std::fs::write(d.join(LEAF).join("tasks"), "").unwrap();
+        }
+        let expected: Vec<PathBuf> = dirs.iter().flat_map(|d| [d.join(LEAF), d.clone()]).collect();
+        assert_eq!(cg.all_dirs(), expected);
+        enter_self(cg.tasks_files().unwrap()).unwrap();
+        for d in &dirs {
+            assert_eq!(std::fs::read_to_string(d.join(LEAF).join("tasks")).unwrap(), "0");
+            assert!(!d.join("tasks").exists(), "the limits' own cgroup was joined");
+        }
+    }
+
+    #[test]
+    fn a_name_already_taken_fails_the_creation_and_leaves_nothing_of_it() {
+        let t = tempfile::tempdir().unwrap();
+        let root = t.path();
+        let c = fake_hybrid(root);
+        // A killed jail's, not swept yet: the third hierarchy's mkdir fails.
+        std::fs::create_dir_all(root.join("cpu/jail-1-4")).unwrap();
+        // No limits: the fake's directories stay empty, so rmdir works on them.
+        let p = Planned { settings: Settings::default(), ..planned(&c, "jail-1-4", Leaf::Itself) };
+        let err = RunCgroup::create(&p).unwrap_err();
+        assert!(matches!(&err, CgroupError::Mkdir { path, .. } if path.ends_with("cpu/jail-1-4")), "{err:?}");
+        assert!(!root.join("memory/process_api/abc/jail-1-4").exists());
+        assert!(!root.join("pids/jail-1-4").exists());
+    }
+
+    #[test]
+    fn only_a_cgroup_whose_files_the_sandbox_could_write_keeps_a_leaf() {
+        // Root creates, the sandbox runs as a leased uid: root's files.
+        assert_eq!(leaf_for(Version::V1, 0, 1_879_048_200), Leaf::Itself);
+        // An ordinary user's v1 hierarchy: the files are the sandbox's own uid's.
+        assert_eq!(leaf_for(Version::V1, 1000, 1000), Leaf::Below);
+        // v2 keeps its leaf whoever makes it.
+        assert_eq!(leaf_for(Version::V2, 0, 1_879_048_200), Leaf::Below);
+        assert_eq!(leaf_for(Version::V2, 1000, 1000), Leaf::Below);
+    }
+
     #[test]
     fn on_a_fake_v2_host_controllers_are_enabled_and_limits_written() {
         let t = tempfile::tempdir().unwrap();
@@ -1057,7 +1247,7 @@ mod tests {
         assert_eq!(c.version, Version::V2);
         assert_eq!(c.parents[0].controllers, vec!["cpu", "memory", "pids"]);
 
-        let cg = RunCgroup::create(&c, "jail-1-1", &all()).unwrap();
+        let cg = RunCgroup::create(&planned(&c, "jail-1-1", Leaf::Below)).unwrap();
         assert_eq!(std::fs::read_to_string(root.join("deleg/cgroup.subtree_control")).unwrap(), "+cpu +memory +pids");
         let dir = root.join("deleg/jail-1-1");
         assert_eq!(std::fs::read_to_string(dir.join("memory.max")).unwrap(), "67108864");
@@ -1066,6 +1256,11 @@ mod tests {
         assert_eq!(std::fs::read_to_string(dir.join("cpu.max")).unwrap(), "50000 100000");
         cg.join(77).unwrap();
         assert_eq!(std::fs::read_to_string(dir.join(LEAF).join("cgroup.procs")).unwrap(), "77");
+        // The child is cloned into the leaf; it has no tasks files to write.
+        let into = std::fs::File::from(cg.clone_into().unwrap().unwrap());
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!(into.metadata().unwrap().ino(), std::fs::metadata(dir.join(LEAF)).unwrap().ino());
+        assert!(cg.tasks_files().unwrap().is_empty());
 
         std::fs::write(dir.join("cpu.stat"), "usage_usec 1500\nuser_usec 1000\nsystem_usec 500\n").unwrap();
         std::fs::write(dir.join("memory.peak"), "4096\n").unwrap();

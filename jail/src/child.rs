@@ -1,9 +1,11 @@
 //! The child side: everything that runs inside the new namespaces.
 //!
 //! The cloned child is PID 1 of the new pid namespace. It builds the new root,
-//! then forks the worker and stays behind as a small reaper; the worker drops
-//! every privilege, applies the last restrictions (landlock, then seccomp
-//! right before exec) and execs the interpreter.
+//! enters the run cgroup and makes its cgroup namespace, drops every
+//! capability and sets no_new_privs, then forks the worker and stays behind
+//! as a small reaper; the worker, inheriting that, applies the last
+//! restrictions (rlimits, landlock, then seccomp right before exec) and
+//! execs the interpreter.
 //! Both return `!`: they end in exec or `_exit`, and any failure crosses back
 //! to the supervisor as a `{stage, message, causes}` report, then exit 125.
 
@@ -48,9 +50,10 @@ pub struct ChildSpec {
     /// With `network.mode: allowlist`: the socket the proxy listener goes
     /// to the supervisor over (network.rs).
     pub proxy: Option<OwnedFd>,
-    /// On cgroup v1: the run leaf's `tasks` file in each hierarchy, which
-    /// PID 1 writes itself into first (cgroup.rs, `RunCgroup::entry`).
-    pub cgroup_tasks: Vec<OwnedFd>,
+    /// On cgroup v1: the channel the run cgroup's `tasks` files arrive on
+    /// once the supervisor has made it (sync.rs); PID 1 writes itself into
+    /// them before it forks the worker (cgroup.rs, `enter_sent`).
+    pub cgroup: Option<OwnedFd>,
     /// The CPUs the run is pinned to (inside.rs); `None`: the supervisor's.
     pub cpus: Option<Vec<usize>>,
     /// `jail session`: the control socket the cell driver reads on fd 0
@@ -134,7 +137,7 @@ pub fn run(spec: ChildSpec) -> ! {
         output,
         confine,
         proxy,
-        cgroup_tasks,
+        cgroup,
         cpus,
         stdin,
     } = spec;
@@ -150,15 +153,6 @@ pub fn run(spec: ChildSpec) -> ! {
     if let Err(e) = crate::conceal::scrub_pid1() {
         fail(&report, StageError { stage: Stage::Conceal, error: Box::new(e) });
     }
-    if !cgroup_tasks.is_empty() {
-        // First, while only our code runs and we are one thread: into the
-        // run cgroup, before the cgroup namespace is made and before the
-        // worker (which inherits it) is forked.
-        if let Err(e) = crate::cgroup::enter_self(cgroup_tasks) {
-            fail(&report, StageError { stage: Stage::CgroupJoin, error: Box::new(e) });
-        }
-        marks.mark("cgroup_join");
-    }
     match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, uid, gid, &hostname, output.as_ref(), proxy) {
         Ok(()) => {}
         Err(e) => fail(&report, e),
@@ -170,6 +164,23 @@ pub fn run(spec: ChildSpec) -> ! {
             sys::exit_now(EXIT_SETUP_FAILED);
         }
         marks.mark("output_filled");
+    }
+    if let Some(sock) = cgroup {
+        // Into the v1 run cgroup, which the supervisor made with its limits
+        // while we built the mounts: before the worker (which inherits it)
+        // is forked, and before our cgroup namespace is made, whose root is
+        // where we are then. We are one thread running only our code.
+        if let Err(e) = crate::cgroup::enter_sent(&sock).stage(Stage::CgroupJoin) {
+            fail(&report, e);
+        }
+        marks.mark("cgroup_join");
+    }
+    // Our cgroup namespace is made only now, once we are in the run cgroup:
+    // its root is the cgroup of the run's processes, so nothing above it
+    // (where a leaf keeps the files holding the run's limits) is ever
+    // visible from inside.
+    if let Err(e) = nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).stage(Stage::CgroupNamespace) {
+        fail(&report, e);
     }
     if let Some(ids) = &cpus {
         // Before the worker is forked, which inherits the mask: the CPU
@@ -190,6 +201,18 @@ pub fn run(spec: ChildSpec) -> ! {
     if let Err(e) = nix::sys::prctl::set_dumpable(false).stage(Stage::Dumpable) {
         fail(&report, e);
     }
+    // The cgroup namespace above was the last step that needed a
+    // capability: neither we (the reaper) nor the worker needs one again.
+    // Dropped once here, before no_new_privs, and inherited by the worker
+    // (fork(2) keeps both), instead of by each after the fork on the CPU
+    // they may share; nothing the script runs can regain them.
+    if let Err(e) = privileges::drop_all_capabilities().stage(Stage::DropCapabilities) {
+        fail(&report, e);
+    }
+    if let Err(e) = nix::sys::prctl::set_no_new_privs().stage(Stage::NoNewPrivs) {
+        fail(&report, e);
+    }
+    marks.mark("drop_privileges");
     match sys::fork_process() {
         Err(e) => fail(&report, StageError { stage: Stage::ForkWorker, error: Box::new(e) }),
         Ok(Forked::Child) => {
@@ -227,10 +250,6 @@ fn setup(
     output: Option<&OwnedFd>,
     proxy: Option<OwnedFd>,
 ) -> Result<(), StageError> {
-    // Our cgroup namespace is made only now, after the supervisor moved us
-    // into the run cgroup's leaf: its root is that leaf, so nothing above it
-    // (the files holding the run's limits) is ever visible from inside.
-    nix::sched::unshare(nix::sched::CloneFlags::CLONE_NEWCGROUP).stage(Stage::CgroupNamespace)?;
     // stdio goes to the supervisor's pipes; stdin is /dev/null, never a tty
     // (TIOCSTI, bwrap CVE-2017-5226).
     privileges::stdio_onto(&stdout, &stderr).stage(Stage::Stdio)?;
@@ -317,16 +336,13 @@ fn worker_setup(
     nix::unistd::setsid().stage(Stage::Setsid)?;
     nix::sys::stat::umask(nix::sys::stat::Mode::from_bits_truncate(exec.umask));
     nix::unistd::chdir(&exec.cwd).stage(Stage::Chdir)?;
-    // Before the capabilities go: they are not needed to lower limits, but
-    // the order keeps every restriction after the last privileged step.
+    // Without capabilities (PID 1 dropped them before the fork): lowering a
+    // limit needs none, and raising one never could (CAP_SYS_RESOURCE
+    // counts only in the initial user namespace).
     rlimits::apply(limits).stage(Stage::Rlimits)?;
     marks.mark("rlimits");
-    // Capabilities go before no_new_privs and the LSM layers: nothing the
-    // script runs can regain them.
-    privileges::drop_all_capabilities().stage(Stage::DropCapabilities)?;
-    nix::sys::prctl::set_no_new_privs().stage(Stage::NoNewPrivs)?;
-    marks.mark("drop_privileges");
-    // Landlock needs no_new_privs (or CAP_SYS_ADMIN, which is gone).
+    // Landlock needs no_new_privs, inherited from PID 1 (CAP_SYS_ADMIN,
+    // the other way, is gone).
     landlock::restrict(&confine.landlock, &confine.landlock_rules, &confine.tcp_connect).stage(Stage::Landlock)?;
     marks.mark("landlock");
     Ok(())
@@ -351,8 +367,6 @@ fn reaper_signals() -> SigSet {
 /// (the kernel kills the rest of the pid namespace when PID 1 exits).
 fn reaper(worker: Pid, status: OwnedFd, handled: SigSet) -> ! {
     let _ = privileges::release_stdio();
-    let _ = privileges::drop_all_capabilities();
-    let _ = nix::sys::prctl::set_no_new_privs();
     let keep: [RawFd; 1] = [status.as_raw_fd()];
     let _ = sys::close_from_except(3, &keep);
     loop {

@@ -1,14 +1,15 @@
 //! The machine, read once before a run is planned: who called, which host
 //! ids the sandbox gets (a leased uid for root), what the kernel offers
 //! (seccomp user notification and its CONTINUE flag, the Landlock ABI),
-//! the caller's hard rlimits, and the run cgroup (created here, or why
-//! not). [`Host`] is the facts `plan::plan` reads, and plain data a test
+//! the caller's hard rlimits, and the run cgroup (its place chosen, or why
+//! there is none; a v2 one created here, a v1 one planned for after the
+//! clone). [`Host`] is the facts `plan::plan` reads, and plain data a test
 //! can write by hand; [`Held`] is what must live as long as the jail.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use crate::cgroup::{self, Candidate, RunCgroup};
+use crate::cgroup::{self, Candidate, Planned, RunCgroup};
 use crate::hostuid::{self, HostUidError, Lease};
 use crate::policy::Policy;
 use crate::rlimits::{self, Kind};
@@ -29,7 +30,8 @@ pub(crate) struct Host {
     pub(crate) landlock_abi: u32,
     /// The caller's hard rlimits: nothing the jail sets goes above them.
     pub(crate) rlimit_hard: Vec<(Kind, u64)>,
-    /// Where the run cgroup was created, or `None` with `cgroup_why_not`.
+    /// Where the run cgroup is (v2) or will be made (v1), or `None` with
+    /// `cgroup_why_not`.
     pub(crate) cgroup: Option<Candidate>,
     pub(crate) cgroup_why_not: String,
     /// The systemd scope the run cgroup lies in, when the jail asked the
@@ -54,6 +56,9 @@ impl Host {
 pub(crate) struct Held {
     pub(crate) _lease: Option<Lease>,
     pub(crate) cgroup: Option<RunCgroup>,
+    /// A v1 run cgroup not made yet: the launch makes it after the clone,
+    /// while the child builds its mounts, and moves it into `cgroup`.
+    pub(crate) cgroup_later: Option<Planned>,
 }
 
 /// Who called, before any lease: what a failed lease reports.
@@ -72,9 +77,10 @@ const KINDS: [Kind; 7] = [
 ];
 
 /// Read the machine for a run of `policy` lasting `wall`: lease the host
-/// uid (root only), read the kernel's features, and create the run cgroup
-/// where the host offers one. Only the lease can fail; a cgroup that
-/// cannot be made leaves the run to rlimits, with the reason kept.
+/// uid (root only), read the kernel's features, and choose the run cgroup
+/// where the host offers one (a v2 one is created now). Only the lease can
+/// fail; a v2 cgroup that cannot be made leaves the run to rlimits, with
+/// the reason kept.
 pub(crate) fn gather(
     policy: &Policy,
     wall: Duration,
@@ -105,28 +111,53 @@ pub(crate) fn gather(
         env,
         inside: crate::inside::HostFacts::read(),
     };
-    let cgroup = run_cgroup(policy, wall, &mut host);
-    Ok((host, Held { _lease: ids.lease, cgroup }))
+    let (cgroup, cgroup_later) = match run_cgroup(policy, wall, &mut host) {
+        None => (None, None),
+        Some(RunCgroupNow::Made(cg)) => (Some(cg), None),
+        Some(RunCgroupNow::Later(planned)) => (None, Some(planned)),
+    };
+    Ok((host, Held { _lease: ids.lease, cgroup, cgroup_later }))
 }
 
-/// Choose the cgroup backend, sweep what killed jails left there, and
-/// create the run cgroup with its limits; on failure, `None` and the
-/// reason in `host.cgroup_why_not`.
-fn run_cgroup(policy: &Policy, wall: Duration, host: &mut Host) -> Option<RunCgroup> {
+/// The run cgroup as `gather` leaves it.
+enum RunCgroupNow {
+    Made(RunCgroup),
+    Later(Planned),
+}
+
+/// Choose the cgroup backend and plan the run cgroup. A v2 one is created
+/// now, with what killed jails left there swept first; on failure, `None`
+/// and the reason in `host.cgroup_why_not`. A v1 one is left for the
+/// launch to make after the clone.
+fn run_cgroup(policy: &Policy, wall: Duration, host: &mut Host) -> Option<RunCgroupNow> {
     let l = &policy.limits;
     let wanted = cgroup::Settings { memory: l.memory, cpus: l.cpus, pids: l.pids, cpu_time: l.cpu_time.is_some() };
     let (_, choice) = cgroup::choose_here(l.cgroup_parent.as_deref(), &wanted);
     let (choice, scope) = crate::delegate::fill_in(choice, l.systemd_delegation, l.cgroup_parent.is_some(), &wanted);
     host.cgroup_why_not = choice.notes.join("; ");
     let candidate = choice.candidate?;
-    cgroup::sweep(&candidate);
-    // The settings it gets are those the plan will give it (limits.rs).
-    let settings = limits::plan(policy, wall, Some(&candidate), "", &|k| host.hard(k)).settings;
-    match RunCgroup::create(&candidate, &cgroup::run_name(), &settings) {
+    let planned = Planned {
+        // The settings it gets are those the plan will give it (limits.rs).
+        settings: limits::plan(policy, wall, Some(&candidate), "", &|k| host.hard(k)).settings,
+        leaf: cgroup::leaf_for(candidate.version, host.caller_uid, host.host_uid),
+        name: cgroup::run_name(),
+        candidate,
+    };
+    if planned.candidate.version.made_after_clone() {
+        // Made after the clone, while the child builds its mounts, which
+        // takes it off the path (launch.rs); the plan counts on it, so a
+        // failure to make it then fails the run before the script starts.
+        host.cgroup = Some(planned.candidate.clone());
+        host.systemd_scope = scope;
+        return Some(RunCgroupNow::Later(planned));
+    }
+    // v2 before the clone: clone3 starts the child in it.
+    cgroup::sweep(&planned.candidate);
+    match RunCgroup::create(&planned) {
         Ok(cg) => {
-            host.cgroup = Some(candidate);
+            host.cgroup = Some(planned.candidate);
             host.systemd_scope = scope;
-            Some(cg)
+            Some(RunCgroupNow::Made(cg))
         }
         Err(e) => {
             host.cgroup_why_not = format!("creating the run cgroup failed: {}", crate::stage::chain_line(&e));

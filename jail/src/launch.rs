@@ -2,13 +2,16 @@
 //!
 //! [`Jail::make`] takes a [`RunPlan`] and the compiled filter and makes
 //! the jail: every channel (sync.rs), the clone into fresh namespaces
-//! (born in the run cgroup where the kernel can), the id maps, the cgroup
-//! entry; the child then waits at the release barrier, and nothing of the
-//! script has run. [`Jail::run`] runs one [`Step`] (step.rs) in it: the release, the
-//! hand-overs (the output tmpfs filled, the proxy listener), the watch
-//! (watch.rs, capture.rs) until PID 1 is reaped, the run cgroup removed,
-//! and the verdict and delivery (verdict.rs). `supervisor::run` is the two
-//! in a row. A [`Child`] guard kills and reaps on every early return.
+//! (born in a v2 run cgroup where the kernel can), the id maps; the child
+//! then waits at the release barrier, and nothing of the script has run.
+//! [`Jail::run`] runs one [`Step`] (step.rs) in it: the release, the
+//! hand-overs (a v1 run cgroup made while the child builds its mounts and
+//! its `tasks` files sent, the output tmpfs filled, the proxy listener),
+//! the watch (watch.rs, capture.rs) until PID 1 is reaped, the cgroup's
+//! usage read, and the verdict and delivery (verdict.rs); the run cgroup
+//! itself is removed by [`Leftovers`], which the caller drops once the
+//! result is out. `supervisor::run` is the two in a row. A [`Child`] guard
+//! kills and reaps on every early return.
 //!
 //! How a session or a warm pool (issue 18) would use it: make jails ahead
 //! with `Jail::make` from a plan whose `exec` is a trusted driver instead
@@ -62,6 +65,8 @@ pub(crate) enum LaunchError {
     IdMaps(#[source] namespaces::NamespaceError),
     #[error("place the child in the run cgroup")]
     JoinCgroup(#[source] cgroup::CgroupError),
+    #[error("make the run cgroup")]
+    CreateCgroup(#[source] cgroup::CgroupError),
     #[error("fill the jail's output dir")]
     Output(#[source] output::OutputError),
     #[error("start the network proxy")]
@@ -86,7 +91,7 @@ impl LaunchError {
             LaunchError::Channel(_) => Stage::Pipes,
             LaunchError::DropGroups(_) | LaunchError::Clone(_) => Stage::Clone,
             LaunchError::IdMaps(_) => Stage::IdMaps,
-            LaunchError::JoinCgroup(_) => Stage::Cgroup,
+            LaunchError::JoinCgroup(_) | LaunchError::CreateCgroup(_) => Stage::Cgroup,
             LaunchError::Output(_) => Stage::Output,
             LaunchError::Proxy(_) => Stage::Network,
             LaunchError::Release(_)
@@ -106,11 +111,13 @@ struct Ours {
     notify: Option<OwnedFd>,
     proxy: Option<OwnedFd>,
     control: Option<OwnedFd>,
+    cgroup: Option<OwnedFd>,
 }
 
-/// A made jail: its child cloned, mapped and in its cgroup, waiting at the
-/// release barrier. Dropped unrun, the child is killed and reaped before
-/// the lease and the cgroup go (fields drop in order).
+/// A made jail: its child cloned, mapped and, on v2, in its cgroup (a v1
+/// one is made after the release), waiting at the release barrier.
+/// Dropped unrun, the child is killed and reaped before the lease and the
+/// cgroup go (fields drop in order).
 pub(crate) struct Jail {
     child: Child,
     pid: Pid,
@@ -126,26 +133,29 @@ impl Jail {
     pub(crate) fn make(plan: RunPlan, filter: seccomp::Filter, held: Held, clock: &mut Clock) -> Result<Jail, LaunchError> {
         // Every channel between us and the child, from what this run needs
         // (sync.rs has the table).
-        let Channels { release, report, status, stdout, stderr, output, notify, proxy, control } =
+        let Channels { release, report, status, stdout, stderr, output, notify, proxy, control, cgroup } =
             Channels::new(plan.channels).map_err(LaunchError::Channel)?;
         let (output_ours, output_theirs) = split(output);
         let (notify_ours, notify_theirs) = split(notify);
         let (proxy_ours, proxy_theirs) = split(proxy);
         let (control_ours, control_theirs) = split(control);
+        let (cgroup_ours, cgroup_theirs) = split(cgroup);
         if nix::unistd::getuid().is_root() {
             // The child can never call setgroups (it is denied in its user
             // namespace), so root's supplementary groups must go before the clone.
             nix::unistd::setgroups(&[]).map_err(LaunchError::DropGroups)?;
         }
         // How the child enters the run cgroup: born in it (v2), or moving
-        // itself (v1) before it runs anything else (cgroup.rs, `entry`).
-        let (clone_into, self_join) = match held.cgroup.as_ref().map(RunCgroup::entry).transpose() {
-            Ok(Some(cgroup::Entry::CloneInto(dir))) => (Some(dir), Vec::new()),
-            Ok(Some(cgroup::Entry::SelfJoin(tasks))) => (None, tasks),
-            Ok(None) => (None, Vec::new()),
-            Err(e) => return Err(LaunchError::JoinCgroup(e)),
-        };
-        let self_joins = !self_join.is_empty();
+        // itself in (v1) through the `tasks` files the `cgroup` channel
+        // brings it once the run cgroup is made, after the release.
+        let clone_into = held
+            .cgroup
+            .as_ref()
+            .map(RunCgroup::clone_into)
+            .transpose()
+            .map_err(LaunchError::JoinCgroup)?
+            .flatten();
+        let joins_later = cgroup_ours.is_some();
         let theirs = ChildEnds {
             release: release.read,
             report: report.write,
@@ -156,8 +166,9 @@ impl Jail {
             notify: notify_theirs,
             proxy: proxy_theirs,
             control: control_theirs,
+            cgroup: cgroup_theirs,
         };
-        let spec = child_spec(&plan, filter, theirs, self_join);
+        let spec = child_spec(&plan, filter, theirs);
         clock.mark("plan");
         let (pid, born_in_cgroup) = clone_child(spec, clone_into)?;
         clock.mark("clone");
@@ -166,7 +177,7 @@ impl Jail {
         let child = Child { pid: Some(pid) };
         namespaces::write_id_maps(pid, plan.uid_map, plan.gid_map).map_err(LaunchError::IdMaps)?;
         clock.mark("id_maps");
-        if let (Some(cg), false) = (&held.cgroup, born_in_cgroup || self_joins) {
+        if let (Some(cg), false) = (&held.cgroup, born_in_cgroup || joins_later) {
             // The slow way, on a kernel without CLONE_INTO_CGROUP; before the
             // release, so none of the child's code runs outside.
             cg.join(pid.as_raw() as u32).map_err(LaunchError::JoinCgroup)?;
@@ -186,27 +197,30 @@ impl Jail {
             notify: notify_ours,
             proxy: proxy_ours,
             control: control_ours,
+            cgroup: cgroup_ours,
         };
         Ok(Jail { child, pid, pidfd, ours: Some(ours), plan, held })
     }
 
     /// Run one step: release the child, watch it until PID 1 is reaped,
-    /// remove the run cgroup, and build the result. Consumes the jail: a
-    /// one-shot step ends with its PID 1.
-    pub(crate) fn run(mut self, mut step: Step<'_>) -> RunResult {
+    /// read the run cgroup's usage, and build the result; what holds the
+    /// host (the run cgroup, the uid lease) goes with the [`Leftovers`].
+    /// Consumes the jail: a one-shot step ends with its PID 1.
+    pub(crate) fn run(mut self, mut step: Step<'_>) -> (RunResult, Leftovers) {
         let launched = self.release_and_watch(&mut step);
         if launched.is_err() {
-            // Whatever failed, the tree dies before its cgroup is removed.
+            // Whatever failed, the tree dies before its cgroup is read.
             self.child.kill();
         }
-        // The tree is dead (PID 1 reaped): read what it used, then remove
-        // the cgroup.
-        let cgroup_usage = self.remove_cgroup();
-        match launched {
+        // The tree is dead (PID 1 reaped): what it used, before the verdict.
+        let cgroup_usage = self.cgroup_usage();
+        let result = match launched {
             // The verdict, then the output dir judged and delivered (verdict.rs).
             Ok(outcome) => verdict::assemble(step, outcome, cgroup_usage, &self.plan),
             Err(e) => verdict::failed(step.result, e.stage().error(&e), step.clock.started),
-        }
+        };
+        let Jail { held, .. } = self;
+        (result, Leftovers { held })
     }
 
     /// Release the child, hand it what it asks for after the release, and
@@ -218,6 +232,14 @@ impl Jail {
             .ok_or_else(|| LaunchError::Release(io::Error::other("the jail already ran a step")))?;
         sync::release(ours.release).map_err(LaunchError::Release)?;
         let released_at = Instant::now();
+        if let Some(sock) = ours.cgroup {
+            // While the child builds its mounts, which need no cgroup: the
+            // v1 run cgroup, made with its limits, then its `tasks` files
+            // to the child, which moves itself in before it forks the
+            // worker. A failure here fails the run before the script starts.
+            self.give_cgroup(sock)?;
+            step.clock.mark("cgroup");
+        }
         let ids = output::FsIds { uid: self.plan.uid_map.outside, gid: self.plan.gid_map.outside };
         let handover_by = released_at + self.plan.wall_time;
         let output = match ours.output {
@@ -331,14 +353,49 @@ impl Jail {
         })
     }
 
-    /// Read what the dead tree used, then remove the run cgroup.
-    fn remove_cgroup(&mut self) -> Option<CgroupUsage> {
-        let cg = self.held.cgroup.take()?;
-        let usage = cg.usage();
-        if let Err(e) = cg.remove() {
-            eprintln!("jail: the run cgroup was not removed: {}", crate::stage::chain_line(&e));
+    /// Make the run cgroup if it is not made yet (sweeping first what
+    /// killed jails left where it goes: a name of ours they left would
+    /// refuse the mkdir), and send the child its `tasks` files.
+    fn give_cgroup(&mut self, sock: OwnedFd) -> Result<(), LaunchError> {
+        if let Some(planned) = self.held.cgroup_later.take() {
+            cgroup::sweep(&planned.candidate);
+            self.held.cgroup = Some(RunCgroup::create(&planned).map_err(LaunchError::CreateCgroup)?);
         }
-        Some(usage)
+        let tasks = match &self.held.cgroup {
+            Some(cg) => cg.tasks_files().map_err(LaunchError::JoinCgroup)?,
+            None => Vec::new(),
+        };
+        // Not sending (none to send, or the child already gone) leaves the
+        // child the end-of-file it fails on, with its own report of why.
+        let fds: Vec<_> = tasks.iter().map(AsFd::as_fd).collect();
+        if !fds.is_empty() {
+            let _ = sys::send_fds(sock.as_fd(), &fds);
+        }
+        Ok(())
+    }
+
+    /// Read what the dead tree used; the run cgroup goes with the
+    /// [`Leftovers`].
+    fn cgroup_usage(&self) -> Option<CgroupUsage> {
+        self.held.cgroup.as_ref().map(RunCgroup::usage)
+    }
+}
+
+/// What a finished run still holds on the host: the run cgroup (empty, its
+/// tree dead and its usage read) and the uid lease. Dropped, the cgroup is
+/// removed and the lease returned; `jail run` drops it once the result is
+/// printed, since no caller waits for either.
+pub struct Leftovers {
+    held: Held,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        if let Some(cg) = self.held.cgroup.take() {
+            if let Err(e) = cg.remove() {
+                crate::relay::tell_stderr(&format!("jail: the run cgroup was not removed: {}\n", crate::stage::chain_line(&e)));
+            }
+        }
     }
 }
 
@@ -353,11 +410,12 @@ struct ChildEnds {
     notify: Option<OwnedFd>,
     proxy: Option<OwnedFd>,
     control: Option<OwnedFd>,
+    cgroup: Option<OwnedFd>,
 }
 
 /// Everything the child side needs, from the plan, with its ends of the
 /// channels.
-fn child_spec(plan: &RunPlan, filter: seccomp::Filter, theirs: ChildEnds, cgroup_tasks: Vec<OwnedFd>) -> ChildSpec {
+fn child_spec(plan: &RunPlan, filter: seccomp::Filter, theirs: ChildEnds) -> ChildSpec {
     ChildSpec {
         release: theirs.release,
         report: theirs.report,
@@ -384,7 +442,7 @@ fn child_spec(plan: &RunPlan, filter: seccomp::Filter, theirs: ChildEnds, cgroup
             },
         },
         proxy: theirs.proxy,
-        cgroup_tasks,
+        cgroup: theirs.cgroup,
         cpus: plan.cpus.clone(),
         stdin: theirs.control,
     }

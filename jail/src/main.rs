@@ -321,12 +321,17 @@ fn run(args: RunArgs) -> ExitCode {
     if let Err(e) = jail::cancel::arm() {
         eprintln!("jail: SIGTERM, SIGINT and SIGHUP will kill jail without cleaning up: block them and open a signalfd: {e}");
     }
-    // `_script` (from -c or stdin) is removed when it drops, after the run.
     // Opened before the run: the captures write the chunk events to it.
     let events = args.events.then(jail::events::open);
-    let mut result = match prepare_request(args) {
-        Ok((req, _script)) => jail::supervisor::run(&req),
-        Err(e) => RunResult::setup_failed(e),
+    // `cleanup` holds what no caller waits for (the run cgroup, the uid
+    // lease, the temp dir of a script from -c or stdin): dropped once the
+    // result is out.
+    let (mut result, cleanup) = match prepare_request(args) {
+        Ok((req, script)) => {
+            let (result, leftovers) = jail::supervisor::run_leaving_cleanup(&req);
+            (result, Some((leftovers, script)))
+        }
+        Err(e) => (RunResult::setup_failed(e), None),
     };
     if result.supervisor.max_rss_bytes == 0 {
         // A run that stopped early: what the binary itself needs (make
@@ -372,6 +377,7 @@ fn run(args: RunArgs) -> ExitCode {
         text.push(b'\n');
         let _ = std::io::stdout().lock().write_all(&text);
     }
+    drop(cleanup);
     ExitCode::from(result.jail_exit_code().clamp(0, 255) as u8)
 }
 

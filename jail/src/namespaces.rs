@@ -7,8 +7,11 @@ use std::path::PathBuf;
 use nix::unistd::{Gid, Pid, Uid};
 
 /// The namespaces the child is cloned into: user, mount, pid, net, ipc, uts.
-/// The cgroup namespace comes later, from the child itself, once the
-/// supervisor has placed it in the run cgroup (child::setup).
+/// The cgroup namespace comes later, from the child itself, once it is in
+/// the run cgroup (child::run): its root is then where the run's processes
+/// are. The net namespace stays in the clone: made by PID 1 after the clone
+/// instead (overlapped with the supervisor's work) it saved nothing
+/// measurable (bench/README.md).
 pub const CLONE_FLAGS: libc::c_int =
     libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
 

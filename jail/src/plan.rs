@@ -213,6 +213,9 @@ fn plan_with(
         proxy: matches!(network, NetworkPlan::Allowlist { .. }),
         // A session's cell driver reads its cells from this (session.rs).
         control: req.session.is_some(),
+        // A v1 run cgroup is made after the clone; its `tasks` files go
+        // to PID 1 over this (cgroup.rs).
+        cgroup: host.cgroup.as_ref().is_some_and(|c| c.version.made_after_clone()),
     };
     Ok(RunPlan {
         uid_map: IdMap { inside: policy.identity.uid, outside: host.host_uid },

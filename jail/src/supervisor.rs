@@ -1,13 +1,18 @@
 //! The supervisor side of one run, as the steps of DESIGN.md §6: read the
-//! host (lease a host uid, create the run cgroup), check the request,
-//! plan the run, compile the filter, snapshot the folders, make the jail
-//! and run the step in it (launch.rs), which ends with the verdict
-//! (verdict.rs). Each step lives in the module named for it; this file is
-//! the order.
+//! host (lease a host uid, choose the run cgroup and make it if it is v2),
+//! check the request, plan the run, compile the filter, snapshot the
+//! folders, make the jail and run the step in it (launch.rs: a v1 run
+//! cgroup is made there, while the child builds its mounts), which ends
+//! with the verdict (verdict.rs). What no caller waits for (the run
+//! cgroup's removal, the lease's return) is left to [`Leftovers`], dropped
+//! by [`run`] before it returns and by `jail run` once the result is
+//! printed ([`run_leaving_cleanup`]). Each step lives in the module named
+//! for it; this file is the order.
 
 use crate::artifacts;
 use crate::host;
 use crate::launch::Jail;
+pub use crate::launch::Leftovers;
 use crate::layers;
 use crate::plan;
 use crate::request::{prepare, Identity};
@@ -20,9 +25,18 @@ use crate::verdict::{base_result, failed, report_plan};
 pub use crate::plan::THREAD_POOL_VARS;
 pub use crate::request::{InputError, OutputMode, RunRequest};
 
-/// Run one script and return its result. Never panics on bad input: every
-/// problem becomes a result with `setup_error`.
+/// Run one script and return its result, with nothing of it left on the
+/// host. Never panics on bad input: every problem becomes a result with
+/// `setup_error`.
 pub fn run(req: &RunRequest) -> RunResult {
+    let (result, leftovers) = run_leaving_cleanup(req);
+    drop(leftovers);
+    result
+}
+
+/// [`run`], but the clean-up no caller waits for is left to the
+/// [`Leftovers`]' drop, so the caller can hand the result on first.
+pub fn run_leaving_cleanup(req: &RunRequest) -> (RunResult, Option<Leftovers>) {
     let mut clock = Clock::start();
     let policy = &req.policy;
     // The machine, read once: the host uid leased (held until the jail is
@@ -34,22 +48,25 @@ pub fn run(req: &RunRequest) -> RunResult {
         Ok(gathered) => gathered,
         Err(e) => {
             // No uid was taken: the result reports the overflow uid, never one in use.
-            return failed(base_result(policy, 65534, 65534), Stage::Identity.error(&e), clock.started);
+            return (failed(base_result(policy, 65534, 65534), Stage::Identity.error(&e), clock.started), None);
         }
     };
     let mut result = base_result(policy, host.host_uid, host.host_gid);
-    clock.mark("cgroup");
+    clock.mark("host");
     // Every path the user gave, checked for the uid the sandbox runs as.
     let prepared = match prepare(req, &Identity::of(&host)) {
         Ok(p) => p,
-        Err(e) => return failed(result, e.stage.error(&e), clock.started),
+        Err(e) => return (failed(result, e.stage.error(&e), clock.started), None),
     };
     clock.mark("prepare");
-    let result = match plan_and_make(req, &prepared, host, held, &mut result, &mut clock) {
-        Ok((jail, before)) => jail.run(Step { policy, before, result, clock, session: req.session.as_deref() }),
-        Err(e) => failed(result, e, clock.started),
+    let (result, leftovers) = match plan_and_make(req, &prepared, host, held, &mut result, &mut clock) {
+        Ok((jail, before)) => {
+            let (result, leftovers) = jail.run(Step { policy, before, result, clock, session: req.session.as_deref() });
+            (result, Some(leftovers))
+        }
+        Err(e) => (failed(result, e, clock.started), None),
     };
-    finish(req, &prepared, result)
+    (finish(req, &prepared, result), leftovers)
 }
 
 /// Plan the run, compile its filter, take the snapshot its changes are

@@ -11,6 +11,7 @@
 //! | `notify`  | seqpacket pair   | worker → supervisor  | in notify mode: the seccomp user-notification listener (seccomp/notify.rs) |
 //! | `proxy`   | seqpacket pair   | PID 1 → supervisor   | with `network.mode: allowlist`: the proxy's listening socket (network.rs) |
 //! | `control` | stream pair      | both ways            | `jail session` only: the cell driver's stdin; JSON lines `exec` → `ready`/`done` (session.rs) |
+//! | `cgroup`  | seqpacket pair   | supervisor → PID 1   | on cgroup v1: the run cgroup's `tasks` files, sent once it is made with its limits (after the clone, while PID 1 builds its mounts); end-of-file instead means it could not be made, and PID 1 exits (cgroup.rs) |
 //!
 //! All are close-on-exec.
 
@@ -43,6 +44,8 @@ pub struct Wanted {
     pub proxy: bool,
     /// A session's control channel to the cell driver.
     pub control: bool,
+    /// The v1 run cgroup's `tasks` files, made after the clone.
+    pub cgroup: bool,
 }
 
 /// A channel that could not be made, by name (see the table above).
@@ -72,6 +75,7 @@ pub struct Channels {
     pub notify: Option<Pair>,
     pub proxy: Option<Pair>,
     pub control: Option<Pair>,
+    pub cgroup: Option<Pair>,
 }
 
 impl Channels {
@@ -93,6 +97,7 @@ impl Channels {
             output: pair("output", wanted.output)?,
             notify: pair("notify", wanted.notify)?,
             proxy: pair("proxy", wanted.proxy)?,
+            cgroup: pair("cgroup", wanted.cgroup)?,
             control: match wanted.control {
                 false => None,
                 true => {
@@ -183,6 +188,28 @@ mod tests {
         assert!(!reader_gone(&p.write));
         drop(p.read);
         assert!(reader_gone(&p.write));
+    }
+
+    #[test]
+    fn the_cgroup_channel_carries_every_tasks_file_in_one_message_and_eof_means_none() {
+        let chans = Channels::new(Wanted { cgroup: true, ..Wanted::default() }).unwrap();
+        let Pair { ours, theirs } = chans.cgroup.unwrap();
+        // Five hierarchies' files, as on a hybrid host.
+        let files: Vec<std::fs::File> = (0..5).map(|_| tempfile::tempfile().unwrap()).collect();
+        let fds: Vec<_> = files.iter().map(std::os::fd::AsFd::as_fd).collect();
+        crate::sys::send_fds(std::os::fd::AsFd::as_fd(&ours), &fds).unwrap();
+        let got = crate::sys::recv_fds(std::os::fd::AsFd::as_fd(&theirs)).unwrap();
+        assert_eq!(got.len(), 5);
+        for (fd, mut f) in got.into_iter().zip(files) {
+            // The same open file: a write through one shows through the other.
+            nix::unistd::write(&fd, b"0").unwrap();
+            let mut text = String::new();
+            std::io::Seek::rewind(&mut f).unwrap();
+            f.read_to_string(&mut text).unwrap();
+            assert_eq!(text, "0");
+        }
+        drop(ours);
+        assert!(crate::sys::recv_fds(std::os::fd::AsFd::as_fd(&theirs)).unwrap().is_empty());
     }
 
     #[test]

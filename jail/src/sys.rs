@@ -388,33 +388,53 @@ pub fn landlock_abi() -> io::Result<i32> {
 
 /// Send one descriptor over a unix socket (`SCM_RIGHTS`), with one byte.
 pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+    send_fds(sock, &[fd])
+}
+
+/// Send up to [`MAX_FDS`] descriptors over a unix socket in one message
+/// (`SCM_RIGHTS`), with one byte.
+pub fn send_fds(sock: BorrowedFd<'_>, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
-    let fds = [fd.as_raw_fd()];
+    if fds.len() > MAX_FDS {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("more than {MAX_FDS} descriptors in one message")));
+    }
+    let raw: Vec<RawFd> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
     let iov = [io::IoSlice::new(b"f")];
-    sendmsg::<UnixAddr>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&fds)], MsgFlags::MSG_NOSIGNAL, None)?;
+    sendmsg::<UnixAddr>(sock.as_raw_fd(), &iov, &[ControlMessage::ScmRights(&raw)], MsgFlags::MSG_NOSIGNAL, None)?;
     Ok(())
 }
+
+/// The most descriptors [`send_fds`] sends and [`recv_fds`] takes at once.
+pub const MAX_FDS: usize = 8;
 
 /// Receive what [`send_fd`] sent; `None` when the peer closed the socket
 /// without sending a descriptor.
 pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
+    Ok(recv_fds(sock)?.into_iter().next())
+}
+
+/// Receive one message of descriptors ([`send_fds`]), owned the moment
+/// they arrive; empty when the peer closed the socket without sending any.
+/// A message that carried more than [`MAX_FDS`] is an error (the kernel
+/// has closed the ones that did not fit).
+pub fn recv_fds(sock: BorrowedFd<'_>) -> io::Result<Vec<OwnedFd>> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
     let mut byte = [0u8; 1];
     let mut iov = [io::IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS]);
     let msg = recvmsg::<UnixAddr>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)?;
-    let mut got = None;
+    let mut got = Vec::new();
     for c in msg.cmsgs()? {
         if let ControlMessageOwned::ScmRights(fds) = c {
             for raw in fds {
                 // SAFETY: the kernel installed `raw` in our table for this
                 // message (SCM_RIGHTS); nothing else owns it yet.
-                let owned = unsafe { OwnedFd::from_raw_fd(raw) };
-                if got.is_none() {
-                    got = Some(owned);
-                }
+                got.push(unsafe { OwnedFd::from_raw_fd(raw) });
             }
         }
+    }
+    if msg.flags.contains(MsgFlags::MSG_CTRUNC) {
+        return Err(io::Error::other(format!("a message carried more than {MAX_FDS} descriptors")));
     }
     Ok(got)
 }

@@ -275,12 +275,15 @@ fn a_child_side_failure_lands_in_setup_error_with_its_stage() {
 }
 
 #[test]
-fn many_runs_leave_no_process_mount_or_temp_dir_behind() {
+fn many_runs_leave_no_process_mount_cgroup_or_temp_dir_behind() {
     let before = litter();
     let sb = Sandbox::new();
     for _ in 0..20 {
-        let (r, _) = sb.run("import os\nos.fork() or os._exit(0)\nprint('x')\n");
+        // The run cgroup is removed after the result is printed, before
+        // `jail` exits: gone by the time the caller has the exit status.
+        let (r, _, pid) = run_tracked(&mut sb.command("import os\nos.fork() or os._exit(0)\nprint('x')\n"));
         assert_eq!(r.status, Status::Ok);
+        assert_eq!(cgroups_left_by(pid), Vec::<std::path::PathBuf>::new(), "run {pid} left its cgroup");
     }
     assert_eq!(litter(), before);
     assert_eq!(host_processes_with(&sb.code.display().to_string()), Vec::<u32>::new());

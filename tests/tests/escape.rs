@@ -41,6 +41,7 @@ both_ways! {
     signal_death_is_reported,
     stdout_is_capped_keeping_head_and_tail,
     the_jail_has_its_own_hostname_devices_and_proc,
+    every_namespace_of_the_script_is_its_own,
 }
 
 fn secret_in_an_ungranted_host_folder_cannot_be_read(runner: Runner) {
@@ -589,6 +590,21 @@ print(json.dumps({
     assert_eq!(v["cwd"], "/workspace/output");
     assert_eq!(v["dotdot"], true);
     assert_eq!(v["core"], serde_json::json!([0, 0]));
+}
+
+fn every_namespace_of_the_script_is_its_own(runner: Runner) {
+    // Some namespaces are made by PID 1 after the clone (cgroup, net): a
+    // step missed there would leave the script in one of the host's.
+    const NAMES: [&str; 7] = ["user", "mnt", "pid", "net", "ipc", "uts", "cgroup"];
+    let sb = Sandbox::with_runner(runner);
+    let v =
+        sb.probe(&format!("import json, os\nprint(json.dumps({{n: os.readlink('/proc/self/ns/' + n) for n in {NAMES:?}}}))\n"));
+    for n in NAMES {
+        let host = std::fs::read_link(format!("/proc/self/ns/{n}")).unwrap().display().to_string();
+        let inside = v[n].as_str().unwrap_or_else(|| panic!("no {n} in {v}"));
+        assert!(inside.starts_with(&format!("{n}:[")), "{n}: {inside}");
+        assert_ne!(inside, host, "the script is in the host's {n} namespace");
+    }
 }
 
 #[test]

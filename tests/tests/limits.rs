@@ -512,6 +512,111 @@ fn a_cgroup_left_by_a_killed_jail_is_swept_by_the_next_run() {
 }
 
 #[test]
+fn a_root_made_v1_run_cgroup_holds_the_script_itself_and_only_root_may_write_its_limits() {
+    if only_as_root("a root-made run cgroup") {
+        return;
+    }
+    let backend = expected_backend();
+    if backend != "cgroup_v1" {
+        covered_elsewhere(&format!("the run cgroup here is {backend}; the hybrid host's root run checks v1's"));
+        return;
+    }
+    let sb = Sandbox::new();
+    let child = sb
+        .command("import time\ntime.sleep(60)\n")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    // Wait until the script (a python3 process) is in the run cgroup.
+    let script_in = |dir: &Path| {
+        std::fs::read_to_string(dir.join("tasks"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|t| std::fs::read_to_string(format!("/proc/{t}/comm")).is_ok_and(|c| c.trim() == "python3"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut dirs = cgroups_left_by(pid);
+    while !(dirs.len() == 5 && dirs.iter().all(|d| script_in(d))) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+        dirs = cgroups_left_by(pid);
+    }
+    let seen: Vec<(std::path::PathBuf, bool, bool)> =
+        dirs.iter().map(|d| (d.clone(), script_in(d), d.join("tree").exists())).collect();
+    // SIGTERM: the run is cancelled, its tree killed and its cgroup removed.
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let r = parse(&out);
+    assert_eq!(r.status, Status::Cancelled, "{r:?}");
+    assert_ne!(r.isolation.host_uid, 0, "a root-started sandbox runs as a leased uid");
+    assert_eq!(seen.len(), 5, "one run cgroup per v1 hierarchy: {seen:?}");
+    for (dir, script, leaf) in &seen {
+        // No leaf: the script is in the cgroup that carries its limits.
+        assert!(*script && !*leaf, "{}: script in it {script}, leaf {leaf}", dir.display());
+    }
+    // Which is safe because the limit files are root's and no one else may
+    // write them; the sandbox's uid is never 0.
+    for (dir, _, _) in &seen {
+        for f in ["memory.limit_in_bytes", "pids.max", "cpu.cfs_quota_us", "tasks"] {
+            let Ok(m) = std::fs::metadata(dir.join(f)) else { continue };
+            use std::os::unix::fs::MetadataExt;
+            assert_eq!((m.uid(), m.mode() & 0o022), (0, 0), "{}/{f}", dir.display());
+        }
+    }
+    assert_eq!(cgroups_left_by(pid), Vec::<std::path::PathBuf>::new(), "the run cgroup was left behind");
+}
+
+#[test]
+fn a_v1_run_cgroup_that_cannot_be_made_fails_the_run_before_the_script_starts() {
+    if only_as_root("a cgroup parent in the v1 hierarchies") {
+        return;
+    }
+    let layout = jail::cgroup::parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
+    let hierarchies: Vec<&jail::cgroup::Hierarchy> = jail::cgroup::V1_CONTROLLERS
+        .iter()
+        .filter_map(|c| layout.v1.iter().find(|h| h.controllers.iter().any(|hc| hc == c)))
+        .collect();
+    if hierarchies.len() != jail::cgroup::V1_CONTROLLERS.len() || hierarchies.iter().any(|h| h.root != Path::new("/")) {
+        covered_elsewhere("no full set of v1 hierarchies here; the hybrid host's root run checks v1's failure");
+        return;
+    }
+    // A parent in every hierarchy whose CPU quota (0.1 core) is below the
+    // run's (1 core): v1 refuses a child quota above its parent's (EINVAL),
+    // so the run cgroup, made after the clone, cannot get its limits.
+    let name = format!("jail-test-parent-{}-{}", std::process::id(), unique());
+    let parents: Vec<std::path::PathBuf> = hierarchies.iter().map(|h| h.mount.join(&name)).collect();
+    for p in &parents {
+        let _ = std::fs::create_dir(p);
+    }
+    let cpu = hierarchies.iter().position(|h| h.controllers.iter().any(|c| c == "cpu")).unwrap();
+    std::fs::write(parents[cpu].join("cpu.cfs_period_us"), "100000").unwrap();
+    std::fs::write(parents[cpu].join("cpu.cfs_quota_us"), "10000").unwrap();
+    let sb = Sandbox::new();
+    let r = run_with(
+        &sb,
+        &["--cgroup-parent", &format!("/{name}"), "--cpus", "1"],
+        "open('/workspace/output/ran', 'w').write('x')\n",
+    );
+    let left: Vec<String> = parents
+        .iter()
+        .flat_map(|p| std::fs::read_dir(p).unwrap().flatten())
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+        .map(|e| e.path().display().to_string())
+        .collect();
+    for p in &parents {
+        let _ = std::fs::remove_dir(p);
+    }
+    assert_eq!(r.status, Status::SetupFailed, "{r:?}");
+    let e = r.setup_error.unwrap();
+    assert_eq!(e.stage, "cgroup", "{e:?}");
+    assert!(e.message.contains("make the run cgroup"), "{e:?}");
+    assert!(e.causes.iter().any(|c| c.contains("cpu.cfs_quota_us")), "{e:?}");
+    assert!(!sb.output.join("ran").exists(), "the script ran");
+    assert_eq!(left, Vec::<String>::new(), "the run cgroup was left in the parent");
+}
+
+#[test]
 fn filling_the_output_dir_hits_enospc_inside_and_the_host_disk_is_untouched() {
     let sb = Sandbox::new();
     let p = policy(&sb, r#"{"output_size": "16M"}"#, r#"{"memory": "256M"}"#);
