@@ -668,24 +668,43 @@ impl Collected {
 pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, dead: TreeDead) -> Collected {
     match open_root(output) {
         Ok(root) => collect_at(&root, before, rules, dead),
-        Err(e) => {
-            let input = before.input.as_ref().map(|(dir, was)| input_report(dir, was, rules));
-            let rejected = vec![RejectedArtifact {
-                path: ".".into(),
-                reason: RejectReason::Unreadable,
-                detail: format!("cannot open the output dir: {e}"),
-                disposition: Disposition::NotDelivered,
-                moved_to: None,
-            }];
-            Collected { artifacts: vec![], rejected, input, accepted: vec![], refused: vec![] }
-        }
+        Err(e) => Collected {
+            input: input_now(before, rules),
+            ..unreadable_output(&format!("cannot open the output dir: {e}"))
+        },
     }
+}
+
+/// The verdict when the output dir cannot be read at all: nothing is
+/// accepted, and the one refusal says why (no input report).
+pub fn unreadable_output(why: &str) -> Collected {
+    let rejected = vec![RejectedArtifact {
+        path: ".".into(),
+        reason: RejectReason::Unreadable,
+        detail: why.to_string(),
+        disposition: Disposition::NotDelivered,
+        moved_to: None,
+    }];
+    Collected { artifacts: vec![], rejected, input: None, accepted: vec![], refused: vec![] }
 }
 
 /// [`collect`] beneath a descriptor of the output dir (the host folder, or
 /// the jail's output tmpfs).
-pub fn collect_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, _dead: TreeDead) -> Collected {
-    let input = before.input.as_ref().map(|(dir, was)| input_report(dir, was, rules));
+pub fn collect_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, dead: TreeDead) -> Collected {
+    let mut collected = judge_at(root, before, rules, dead);
+    collected.input = input_now(before, rules);
+    collected
+}
+
+/// The input's report: re-digested now, against its digest from before
+/// the run (what the script could not change, by the caller's rights).
+pub fn input_now(before: &Before, rules: &ArtifactRules) -> Option<InputReport> {
+    before.input.as_ref().map(|(dir, was)| input_report(dir, was, rules))
+}
+
+/// The output half of [`collect_at`]: its verdict, with no input report.
+pub fn judge_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, _dead: TreeDead) -> Collected {
+    let input = None;
     let listing = walk(root, rules);
     // The summarisers' time budget for this whole collection starts now.
     let clock = budget::Clock::start();

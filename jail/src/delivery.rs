@@ -72,7 +72,7 @@ pub fn deliver(
 ) -> Delivery {
     match dir {
         OutputDir::Mirrored { tmpfs, inventory, limit } => {
-            let mut collected = artifacts::collect_at(tmpfs, before, rules, dead);
+            let mut collected = judge_as_sandbox(tmpfs, before, rules, ids, dead);
             let judged_at = Instant::now();
             let wanted: BTreeMap<PathBuf, output::Wanted> = collected
                 .accepted
@@ -113,6 +113,23 @@ pub fn deliver(
             Delivery { collected, output_sync: None, quarantine_dir, judged_at }
         }
     }
+}
+
+/// Judge the output tmpfs as the sandbox's host ids, without the
+/// capabilities that override permissions: what the script made (even
+/// 0600) is its owner's to read, so a root supervisor needs neither
+/// CAP_DAC_OVERRIDE nor CAP_DAC_READ_SEARCH (a pod may drop both), and it
+/// never reads as root what the script could not. Should the ids not
+/// switch, nothing is judged readable: the collection is refused whole.
+/// The input is re-digested as the caller, who digested it before.
+fn judge_as_sandbox(tmpfs: &OwnedFd, before: &Before, rules: &ArtifactRules, ids: FsIds, dead: TreeDead) -> Collected {
+    let judged = Acting::begin(ids)
+        .map_err(io::Error::other)
+        .and_then(|mut fs| fs.on(As::Jail, || Ok(artifacts::judge_at(tmpfs, before, rules, dead))));
+    let mut collected =
+        judged.unwrap_or_else(|e| artifacts::unreadable_output(&format!("act as the sandbox to judge the output: {e}")));
+    collected.input = artifacts::input_now(before, rules);
+    collected
 }
 
 /// Fold what the copy did into the verdict: a file the host did not

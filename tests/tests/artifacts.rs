@@ -1140,3 +1140,34 @@ fn a_jail_killed_mid_copy_leaves_no_partial_file_and_stale_ones_are_swept() {
     assert_eq!(r.stdout.text.trim(), "[]");
     assert!(!stale.exists(), "the stale partial copy was not swept");
 }
+
+/// The output tmpfs is judged as the sandbox's host ids, without the
+/// capabilities that override permissions: a root supervisor (a pod's
+/// root, say) that holds neither CAP_DAC_OVERRIDE nor CAP_DAC_READ_SEARCH
+/// still receives the script's 0600 file, and one the script made
+/// unreadable to itself is refused as unreadable, never read as root.
+#[test]
+fn a_root_supervisor_judges_the_output_as_the_sandbox_needing_no_read_override() {
+    if only_as_root("dropping root's read-override capabilities") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let jail = sb.command(
+        "import os\n\
+         open('/workspace/output/private.txt', 'w').write('mine')\nos.chmod('/workspace/output/private.txt', 0o600)\n\
+         open('/workspace/output/sealed.txt', 'w').write('sealed')\nos.chmod('/workspace/output/sealed.txt', 0)\n",
+    );
+    let mut cmd = std::process::Command::new("setpriv");
+    cmd.arg("--bounding-set=-dac_override,-dac_read_search")
+        .arg(jail.get_program())
+        .args(jail.get_args());
+    let out = cmd.output().expect("spawn setpriv jail");
+    let r = parse(&out);
+    assert_eq!(r.status, Status::Ok, "{r:?}\n{}", String::from_utf8_lossy(&out.stderr));
+    let accepted: Vec<&str> = r.artifacts.iter().map(|a| a.path.as_str()).collect();
+    assert_eq!(accepted, ["private.txt"], "{:?}", r.rejected_artifacts);
+    assert_eq!(std::fs::read_to_string(sb.output.join("private.txt")).unwrap(), "mine");
+    let sealed = r.rejected_artifacts.iter().find(|x| x.path == "sealed.txt").expect("sealed.txt refused");
+    assert_eq!(sealed.reason, RejectReason::Unreadable, "{sealed:?}");
+    assert!(!sb.output.join("sealed.txt").exists(), "a file the script could not read reached the host");
+}
