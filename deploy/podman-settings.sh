@@ -21,8 +21,8 @@ JAIL_PODMAN_RUN=(
     --uidmap 0:1879113728:65536 --gidmap 0:1879113728:65536
     # runAsUser: 0, runAsGroup: 0 (the pod namespace's root)
     --user 0:0
-    # capabilities: drop ALL, add SETUID, SETGID, DAC_OVERRIDE
-    --cap-drop ALL --cap-add SETUID,SETGID,DAC_OVERRIDE
+    # capabilities: drop ALL, add SETUID, SETGID
+    --cap-drop ALL --cap-add SETUID,SETGID
     # allowPrivilegeEscalation: false
     --security-opt no-new-privileges
     # procMount: Unmasked

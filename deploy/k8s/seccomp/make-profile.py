@@ -98,7 +98,7 @@ def main(argv):
         print(f"make-profile: {PROFILE.name} matches its inputs ({len(allowed(profile))} syscalls allowed)")
     elif argv[:1] == ["--compare"] and len(argv) == 2:
         default = json.loads(pathlib.Path(argv[1]).read_text())
-        ours, theirs = allowed(profile), allowed(default, caps=("CAP_SETUID", "CAP_SETGID", "CAP_DAC_OVERRIDE"))
+        ours, theirs = allowed(profile), allowed(default, caps=("CAP_SETUID", "CAP_SETGID"))
         # Only x86_64's calls count (the runtime default names every
         # architecture's); linux-libc-dev's table lists them.
         table = pathlib.Path("/usr/include/x86_64-linux-gnu/asm/unistd_64.h")
@@ -106,7 +106,7 @@ def main(argv):
             native = {line.split()[1][len("__NR_"):] for line in table.read_text().splitlines()
                       if line.startswith("#define __NR_")}
             ours, theirs = ours & native, theirs & native
-        print(f"runtime default ({argv[1]}, with the pod's capabilities SETUID, SETGID, DAC_OVERRIDE): "
+        print(f"runtime default ({argv[1]}, with the pod's capabilities SETUID, SETGID): "
               f"{len(theirs)} allowed; this profile: {len(ours)}")
         print("  allowed here beyond the runtime default:", " ".join(sorted(ours - theirs)) or "none")
         print("  refused here though the runtime default allows:", " ".join(sorted(theirs - ours)) or "none")

@@ -7,7 +7,7 @@
 #
 # Traced, each under `strace -f -c` (names only):
 #   1. the image as the Deployment runs it (pod-namespace root in a user
-#      namespace, three capabilities, no cgroup: rlimits and the
+#      namespace, two capabilities, no cgroup: rlimits and the
 #      supervisor's CPU throttle): strace attached to jail-serve, then
 #      one data run (pandas, a figure), a streamed run, a session of two
 #      cells, a run killed at its time limit, a CPU hog throttled, SIGTERM;
