@@ -122,6 +122,10 @@ enum SessionCommand {
     Start(SessionStartArgs),
     /// Run a file (or `-`, stdin) as the session's next cell; print its JSON result.
     Exec {
+        /// Print NDJSON events while the cell runs: stdout/stderr chunks as
+        /// `jail run --events` prints them, then {"type":"result","result":...}.
+        #[arg(long)]
+        events: bool,
         /// The handle `jail session start` printed.
         handle: PathBuf,
         /// The cell's code: a file, or `-` for stdin.
@@ -580,7 +584,7 @@ fn session(command: SessionCommand) -> ExitCode {
                 Err(e) => fail(chain(&e)),
             }
         }
-        SessionCommand::Exec { handle, file } => {
+        SessionCommand::Exec { events, handle, file } => {
             let code = if file.as_os_str() == "-" {
                 let mut text = String::new();
                 std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map(|_| text)
@@ -593,9 +597,22 @@ fn session(command: SessionCommand) -> ExitCode {
                     return fail(format!("read the cell {}: {e}: give a readable UTF-8 file, or - for stdin", file.display()))
                 }
             };
-            match jail::session::exec(&handle, code) {
+            let done = if events {
+                // One line per event as it comes; our reader sets the pace
+                // here, and the session supervisor never waits for it.
+                let line = |text: &str| {
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(text.as_bytes());
+                    let _ = out.write_all(b"\n");
+                    let _ = out.flush();
+                };
+                let result = jail::session::exec_live(&handle, code, None, &mut |ev| line(ev));
+                result.inspect(|value| line(&format!(r#"{{"type":"result","result":{value}}}"#)))
+            } else {
+                jail::session::exec(&handle, code).inspect(print)
+            };
+            match done {
                 Ok(value) => {
-                    print(&value);
                     let code = serde_json::from_value::<RunResult>(value).map_or(EXIT_SETUP_FAILED, |r| r.jail_exit_code());
                     ExitCode::from(code.clamp(0, 255) as u8)
                 }

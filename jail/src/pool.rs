@@ -35,6 +35,7 @@
 //! - `limits` (optional): `wall_time_secs`, above 0 and at most the pool's
 //!   (`--timeout` or the policy's). CPU time, memory, pids and CPUs are the
 //!   pool's (set when the jail was made) and cannot be changed per request.
+//! - `events` (optional, `true` or `false`): the step's output live, below.
 //!
 //! The reply is either `{"id": "r1", "result": RunResult}` — the same
 //! object `jail run --json` prints, valid against
@@ -44,6 +45,17 @@
 //! `malformed` (not a JSON object), `unknown_field`, `bad_request` (a field
 //! with a bad value), `limit_above_policy`, `duplicate_id` (an id still in
 //! flight), `draining` (stdin ended or SIGTERM), `internal`.
+//!
+//! With `"events": true` the pool writes, while the step runs and before
+//! its reply, `{"id": "r1", "event": EVENT}` lines, EVENT one object exactly
+//! as `jail run --events` prints it (events.rs): `stdout` and `stderr`
+//! chunks in order, `truncated` once a stream passes its cap, `dropped`
+//! when the pool did not take chunks by the step's deadline, and, once the
+//! jail is stopped and its output judged, one `{"type": "artifact",
+//! "artifact": {...}}` per accepted artifact. The step runs as a live
+//! session cell (session/live.rs): a pool whose own reader is slow holds up
+//! neither the step's deadline nor the jail's supervisor. Without `events`
+//! only the reply is written.
 //!
 //! `{"op": "stats"}` (an `id` is optional) answers
 //! `{"id": ..., "stats": {"size": N, "ready": R, "in_use": U,

@@ -22,6 +22,7 @@
 
 pub mod cell;
 pub mod handle;
+pub(crate) mod live;
 pub(crate) mod serve;
 
 use std::cell::RefCell;
@@ -462,7 +463,21 @@ pub fn exec(handle: &Path, code: String) -> Result<serde_json::Value, handle::Cl
 /// Run `code` as the next cell with its wall-clock limit cut to `wall`
 /// (the session's own limit when that is shorter).
 pub fn exec_within(handle: &Path, code: String, wall: Option<Duration>) -> Result<serde_json::Value, handle::ClientError> {
-    handle::call(handle, &handle::Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()) })
+    handle::call(handle, &handle::Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()), events: false })
+}
+
+/// Run `code` as the next cell with its output live: each event line
+/// (`stdout`, `stderr`, `truncated`, `dropped`), exactly as `jail run
+/// --events` writes it, goes to `on_event` while the cell runs; then the
+/// cell's result document.
+pub fn exec_live(
+    handle: &Path,
+    code: String,
+    wall: Option<Duration>,
+    on_event: &mut dyn FnMut(&str),
+) -> Result<serde_json::Value, handle::ClientError> {
+    let request = handle::Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()), events: true };
+    handle::call_live(handle, &request, on_event)
 }
 
 /// End the session: its closing result (the whole session's usage,

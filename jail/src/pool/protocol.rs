@@ -26,6 +26,7 @@ struct LineFile {
     args: Vec<String>,
     #[serde(default)]
     limits: LimitsFile,
+    events: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -50,6 +51,8 @@ pub struct Request {
     pub output: Option<PathBuf>,
     pub args: Vec<String>,
     pub wall_time: Duration,
+    /// `{"id", "event"}` lines while the step runs, before the reply.
+    pub events: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -91,6 +94,13 @@ pub fn result_reply(id: &str, result: &Value) -> String {
     json!({"id": id, "result": result}).to_string()
 }
 
+/// An event line of a step asked with `events`, without its newline:
+/// `event` is one event line as `jail run --events` writes it (a JSON
+/// object from our own session supervisor), carried as it is.
+pub fn event_line(id: &str, event: &str) -> String {
+    format!(r#"{{"id":{},"event":{event}}}"#, Value::from(id))
+}
+
 /// Parse and check one line against the policy's ceilings.
 pub fn parse_line(line: &str, ceilings: Ceilings) -> Result<Line, ProtocolError> {
     if line.len() > MAX_LINE_BYTES {
@@ -129,7 +139,8 @@ fn check_id(id: &str) -> Result<(), ProtocolError> {
 }
 
 fn stats(file: LineFile) -> Result<Line, ProtocolError> {
-    let extra = file.code.is_some() || file.script.is_some() || file.input.is_some() || file.output.is_some();
+    let extra =
+        file.code.is_some() || file.script.is_some() || file.input.is_some() || file.output.is_some() || file.events.is_some();
     if extra || !file.args.is_empty() {
         let msg = "a stats line takes only \"op\" and \"id\": send the run fields in their own request";
         return Err(ProtocolError::new(file.id.as_deref(), "bad_request", msg));
@@ -155,7 +166,15 @@ fn request(file: LineFile, ceilings: Ceilings) -> Result<Request, ProtocolError>
     let output = file.output.map(|p| absolute("output", p)).transpose().map_err(bad)?;
     let wall_time = within("wall_time_secs", file.limits.wall_time_secs, ceilings.wall_time)
         .map_err(|(code, msg)| ProtocolError::new(Some(&id), code, msg))?;
-    Ok(Request { id, source, input, output, args: file.args, wall_time })
+    Ok(Request {
+        id,
+        source,
+        input,
+        output,
+        args: file.args,
+        wall_time,
+        events: file.events.unwrap_or(false),
+    })
 }
 
 fn absolute(field: &str, path: PathBuf) -> Result<PathBuf, String> {
@@ -208,12 +227,17 @@ mod tests {
             output: Some("/out".into()),
             args: vec!["a".into()],
             wall_time: CEIL.wall_time,
+            events: false,
         };
         assert_eq!(parse_line(line, CEIL).unwrap(), Line::Run(want));
         let Line::Run(r) = parse_line(r#"{"id":"r2","script":"/s.py","limits":{"wall_time_secs":2.5}}"#, CEIL).unwrap() else {
             panic!("not a run")
         };
         assert_eq!((r.source, r.wall_time), (Source::Script("/s.py".into()), Duration::from_millis(2500)));
+        let Line::Run(r) = parse_line(r#"{"id":"r3","code":"1","events":true}"#, CEIL).unwrap() else {
+            panic!("not a run")
+        };
+        assert!(r.events);
     }
 
     #[test]
@@ -222,6 +246,7 @@ mod tests {
         assert_eq!(parse_line(r#"{"op":"stats","id":"s"}"#, CEIL).unwrap(), Line::Stats { id: Some("s".into()) });
         assert_eq!(err(r#"{"op":"stats","code":"x"}"#).code, "bad_request");
         assert_eq!(err(r#"{"op":"restart"}"#).code, "bad_request");
+        assert_eq!(err(r#"{"op":"stats","events":true}"#).code, "bad_request");
     }
 
     #[test]
@@ -240,6 +265,7 @@ mod tests {
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":0}}"#, "bad_request", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":16}}"#, "limit_above_policy", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"cpu_time_secs":1}}"#, "unknown_field", Some("x")),
+            (r#"{"id":"x","code":"1","events":"yes"}"#, "malformed", Some("x")),
         ] {
             let e = err(line);
             assert_eq!((e.code, e.id.as_deref()), (code, id), "{line}: {}", e.message);
@@ -255,5 +281,9 @@ mod tests {
         assert_eq!(v["error"]["code"], "limit_above_policy");
         let r: Value = serde_json::from_str(&result_reply("y", &json!({"status": "ok"}))).unwrap();
         assert_eq!(r, json!({"id": "y", "result": {"status": "ok"}}));
+        // An event is carried as it was written, whatever the id holds.
+        let line = event_line("a\"b\n", r#"{"type":"stdout","data":"x"}"#);
+        assert_eq!(line, r#"{"id":"a\"b\n","event":{"type":"stdout","data":"x"}}"#);
+        assert!(!line.contains('\n'));
     }
 }

@@ -546,7 +546,13 @@ impl Pool {
         if set["status"] != "ok" {
             return Err(format!("set sys.argv in the jail: {}", set["status"]));
         }
-        let cell = session::exec_within(&jail.handle, code, Some(req.wall_time));
+        let cell = if req.events {
+            // Each event on our stdout as it comes, tagged with the request.
+            let mut tell = |ev: &str| self.say(&protocol::event_line(&req.id, ev));
+            session::exec_live(&jail.handle, code, Some(req.wall_time), &mut tell)
+        } else {
+            session::exec_within(&jail.handle, code, Some(req.wall_time))
+        };
         // The step is over: the jail is stopped whatever the cell did, and
         // its closing result carries the artifacts it left.
         let closing = session::stop(&jail.handle);
@@ -566,6 +572,13 @@ impl Pool {
             m.insert("output_dir".into(), Value::from(out.display().to_string()));
             if let Ok(c) = &closing {
                 m.insert("artifacts".into(), c["artifacts"].clone());
+            }
+        }
+        if req.events {
+            // Judged once the jail is stopped: after the last chunk, as
+            // `jail run --events` sends them.
+            for a in result["artifacts"].as_array().into_iter().flatten() {
+                self.say(&protocol::event_line(&req.id, &format!(r#"{{"type":"artifact","artifact":{a}}}"#)));
             }
         }
         Ok(result)
