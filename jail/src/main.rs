@@ -692,6 +692,7 @@ fn pool(a: PoolArgs) -> ExitCode {
         preload: req.policy.preload.clone(),
         ceilings: jail::pool::protocol::Ceilings { wall_time: req.timeout.unwrap_or(req.policy.limits.wall_time) },
         temp_dir: req.host.temp_dir.clone().unwrap_or_else(temp_dir),
+        sandbox_gid: nix::unistd::geteuid().is_root().then_some(req.policy.identity.root_host_gid),
     };
     match jail::pool::run::run(cfg) {
         Ok(code) => ExitCode::from(code as u8),

@@ -5,97 +5,12 @@
 //! and the pool keeps serving, and SIGKILL or SIGTERM of the pool leaves
 //! nothing behind.
 
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use jail_tests::*;
 use serde_json::{json, Value};
-
-/// A running `jail pool`, its TMPDIR and XDG_RUNTIME_DIR inside the
-/// sandbox, so everything it makes carries the sandbox's path.
-struct Pool {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    replies: mpsc::Receiver<Value>,
-}
-
-impl Pool {
-    fn start(sb: &Sandbox, size: usize, extra: &[&str]) -> Pool {
-        let tmp = sb.dir.path().join("tmp");
-        std::fs::create_dir_all(&tmp).unwrap();
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut child = Command::new(jail_bin())
-            .arg("pool")
-            .arg("--size")
-            .arg(size.to_string())
-            .arg("--rootfs")
-            .arg(&sb.rootfs)
-            .args(extra)
-            .env("TMPDIR", &tmp)
-            .env("XDG_RUNTIME_DIR", sb.runtime_dir())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn jail pool");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, replies) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("a reply that is not JSON ({e}): {line}"));
-                if tx.send(v).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        Pool { child, stdin, replies }
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn reply(&self) -> Value {
-        self.replies.recv_timeout(Duration::from_secs(60)).expect("a reply within 60 s")
-    }
-
-    /// Send a request and wait for its reply (no other in flight).
-    fn call(&mut self, request: Value) -> Value {
-        self.send(&request.to_string());
-        let r = self.reply();
-        assert_eq!(r["id"], request["id"], "{r}");
-        r
-    }
-
-    /// Wait until `stats` says `n` jails are ready.
-    fn wait_ready(&mut self, n: u64) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            self.send(r#"{"op":"stats"}"#);
-            let s = self.reply();
-            if s["stats"]["ready"].as_u64() == Some(n) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "never {n} ready: {s}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Close stdin and wait for the pool to exit.
-    fn finish(mut self) -> std::process::ExitStatus {
-        drop(self.stdin.take());
-        self.child.wait().unwrap()
-    }
-}
 
 fn result(reply: &Value) -> &Value {
     assert!(reply["error"].is_null(), "an error reply: {reply}");
@@ -167,11 +82,7 @@ fn a_pooled_jail_takes_one_request_and_the_next_sees_nothing_of_it() {
     // reuses the first jail's, destroyed by then, for the second.
     assert!(host_processes_with(&marker).is_empty(), "the first request's process outlived its jail");
     assert!(pool.finish().success());
-    assert_pool_gone(&sb, &pool_tmp(&sb));
-}
-
-fn pool_tmp(sb: &Sandbox) -> PathBuf {
-    sb.dir.path().join("tmp")
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
 #[test]
@@ -205,7 +116,7 @@ fn a_requests_input_is_read_only_inside_and_no_link_in_it_is_followed() {
     let paths: Vec<&str> = r["artifacts"].as_array().unwrap().iter().filter_map(|a| a["path"].as_str()).collect();
     assert_eq!(paths, ["report.txt"], "{r}");
     assert!(pool.finish().success());
-    assert_pool_gone(&sb, &pool_tmp(&sb));
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
 #[test]
@@ -228,7 +139,7 @@ fn a_preload_the_rootfs_cannot_import_is_one_line_and_exit_125_with_nothing_left
     let pool = Pool::start(&sb, 2, &["--policy", policy.to_str().unwrap()]);
     let out = pool.child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(125));
-    assert_pool_gone(&sb, &pool_tmp(&sb));
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
 fn policy_with_preload(sb: &Sandbox, preload: Value) -> PathBuf {
@@ -282,7 +193,7 @@ fn bad_lines_get_protocol_errors_and_the_pool_keeps_serving() {
     let ok = pool.call(json!({"id": "k", "code": "print(6 * 7)"}));
     assert_eq!(result(&ok)["stdout"]["text"], "42\n");
     assert!(pool.finish().success());
-    assert_pool_gone(&sb, &pool_tmp(&sb));
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
 #[test]
@@ -296,7 +207,7 @@ fn sigkill_of_the_pool_leaves_no_process_mount_or_folder() {
     assert!(!host_processes_with(&sb.dir.path().display().to_string()).is_empty(), "no pooled jail to kill");
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool.child.id() as i32), nix::sys::signal::Signal::SIGKILL);
     let _ = pool.child.wait();
-    assert_pool_gone(&sb, &pool_tmp(&sb));
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
 #[test]
@@ -310,7 +221,7 @@ fn sigterm_lets_the_request_in_flight_finish_then_leaves_nothing() {
     assert_eq!(result(&r)["stdout"]["text"], "finished\n", "{r}");
     let status = pool.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
-    assert_pool_gone(&sb, &pool_tmp(&sb));
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
 #[test]
@@ -356,5 +267,5 @@ fn a_step_asked_with_events_streams_its_output_before_the_reply_in_order_and_cap
     assert_eq!(result(&plain)["stdout"]["text"], "quiet\n");
     assert!(plain["event"].is_null());
     assert!(pool.finish().success());
-    assert_pool_gone(&sb, &pool_tmp(&sb));
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }

@@ -56,6 +56,10 @@ pub struct Config {
     pub ceilings: Ceilings,
     /// The caller's temp dir: the pool's work dir and the step outputs.
     pub temp_dir: PathBuf,
+    /// When the pool runs as root: the host gid every root-started jail
+    /// shares (`identity.root_host_gid`), given each jail's output folder,
+    /// which a policy with `output_size: "unlimited"` binds into the jail.
+    pub sandbox_gid: Option<u32>,
 }
 
 /// One made jail, not yet claimed.
@@ -321,6 +325,13 @@ impl Pool {
                     .map_err(|e| format!("chmod {}: {e}", slot.display()))?;
             }
             fs::DirBuilder::new().mode(0o700).create(&out).map_err(|e| format!("make {}: {e}", out.display()))?;
+            if let Some(gid) = self.cfg.sandbox_gid {
+                // As `jail run` hands its fresh output dir to a root-started
+                // sandbox: bound, it is written by the sandbox's own uid.
+                std::os::unix::fs::chown(&out, None, Some(gid))
+                    .and_then(|()| fs::set_permissions(&out, fs::Permissions::from_mode(0o770)))
+                    .map_err(|e| format!("hand {} to the sandbox's gid {gid}: {e}", out.display()))?;
+            }
             let input = slot.join("in");
             fs::DirBuilder::new()
                 .mode(mode)
