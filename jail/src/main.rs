@@ -194,7 +194,8 @@ struct SessionStartArgs {
 /// `jail pool`: the run options every pooled jail is made with.
 #[derive(clap::Args)]
 struct PoolArgs {
-    /// Jails kept made ahead.
+    /// Jails kept made ahead: at most 64, and no more than the memory
+    /// available to the pool holds at each jail's memory limit.
     #[arg(long, value_name = "N", default_value_t = 2)]
     size: usize,
     /// Policy file (default: the built-in policies/default.json).
@@ -634,8 +635,8 @@ fn pool(a: PoolArgs) -> ExitCode {
         eprintln!("jail pool: {line}");
         ExitCode::from(EXIT_SETUP_FAILED as u8)
     };
-    if a.size == 0 || a.size > 64 {
-        return fail(format!("--size {} is out of range: give 1 to 64 jails", a.size));
+    if a.size == 0 || a.size > jail::pool::run::MAX_SIZE {
+        return fail(format!("--size {} is out of range: give 1 to {} jails", a.size, jail::pool::run::MAX_SIZE));
     }
     // Everything a jail is made with is checked once, here, as `jail run`
     // checks it: bad input is one line and exit 125 before any jail.
@@ -693,6 +694,7 @@ fn pool(a: PoolArgs) -> ExitCode {
         ceilings: jail::pool::protocol::Ceilings { wall_time: req.timeout.unwrap_or(req.policy.limits.wall_time) },
         temp_dir: req.host.temp_dir.clone().unwrap_or_else(temp_dir),
         sandbox_gid: nix::unistd::geteuid().is_root().then_some(req.policy.identity.root_host_gid),
+        memory_limit: req.policy.limits.memory,
     };
     match jail::pool::run::run(cfg) {
         Ok(code) => ExitCode::from(code as u8),

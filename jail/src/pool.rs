@@ -58,10 +58,23 @@
 //! only the reply is written.
 //!
 //! `{"op": "stats"}` (an `id` is optional) answers
-//! `{"id": ..., "stats": {"size": N, "ready": R, "in_use": U,
-//! "refill_ms": {"last": L, "mean": M}, "idle_rss_bytes": B}}`.
+//! `{"id": ..., "stats": {"size": N, "ready": R, "making": K, "in_use": U,
+//! "refill_ms": {"last": L, "mean": M}, "idle_rss_bytes": B,
+//! "available_memory_bytes": A, "max_size": S}}`: `making` counts jails
+//! being made, `idle_rss_bytes` is what the last jail made holds once its
+//! preload ran, `available_memory_bytes` the memory available to the pool
+//! now and `max_size` the largest `--size` that fits in it (at most 64;
+//! both `null` when unknown).
 //!
-//! `{"op": "stats"}` also reports `making` (jails being made).
+//! # Size bounded by memory (memory.rs)
+//!
+//! `--size N` is refused (one line naming the largest size that fits and
+//! the fixes, exit 125, nothing left) when N times what a jail costs
+//! exceeds the memory available to the pool: the lower of `MemAvailable`
+//! and the memory limit of the pool's own cgroup. A jail costs its memory
+//! limit (`limits.memory`, `--memory`), checked before any jail is made; a
+//! jail with no memory limit costs the idle memory measured on the first
+//! jail made, checked once that one is up.
 //!
 //! End of stdin: no new request is taken, the ones in flight finish and are
 //! answered, the ready jails are destroyed, and the pool exits 0 leaving no
@@ -98,5 +111,6 @@
 //! parent, `/workspace`.
 
 pub mod attach;
+pub mod memory;
 pub mod protocol;
 pub mod run;

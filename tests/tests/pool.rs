@@ -214,6 +214,9 @@ fn sigkill_of_the_pool_leaves_no_process_mount_or_folder() {
 fn sigterm_lets_the_request_in_flight_finish_then_leaves_nothing() {
     let sb = Sandbox::new();
     let mut pool = Pool::start(&sb, 1, &[]);
+    // Requests are read once the first jail is made: under load that can
+    // take longer than the pause below, and the SIGTERM would come first.
+    pool.wait_ready(1);
     pool.send(r#"{"id":"t","code":"import time; time.sleep(1); print('finished')"}"#);
     std::thread::sleep(Duration::from_millis(300));
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
@@ -268,4 +271,96 @@ fn a_step_asked_with_events_streams_its_output_before_the_reply_in_order_and_cap
     assert!(plain["event"].is_null());
     assert!(pool.finish().success());
     assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+#[test]
+fn a_pool_asked_for_more_jails_than_memory_holds_is_refused_in_one_line_and_leaves_nothing() {
+    let sb = Sandbox::new();
+    // 64 jails of 4 TiB each: no machine this runs on has 256 TiB.
+    let mut pool = Pool::start(&sb, 64, &["--memory", "4T"]);
+    // No request: a pool that did start would end at the end of its stdin.
+    drop(pool.stdin.take());
+    let out = pool.child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert_pool_gone(&sb, &sb.pool_tmp());
+    assert_eq!(std::fs::read_dir(sb.pool_tmp()).unwrap().count(), 0, "the pool left something in its TMPDIR");
+}
+
+/// The memory cgroup hierarchy's folder of this process, on a host with
+/// the memory controller on cgroup v1 (a hybrid host) or v2: where a child
+/// cgroup with a memory limit can be made, and the limit file's name.
+fn own_memory_cgroup() -> Option<(PathBuf, &'static str)> {
+    let layout = jail::cgroup::parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
+    let me = jail::cgroup::parse_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap());
+    if let Some(h) = layout.v1.iter().find(|h| h.controllers.iter().any(|c| c == "memory")) {
+        let rel = me.v1.get("memory")?.strip_prefix(&h.root).ok()?.to_path_buf();
+        return Some((h.mount.join(rel), "memory.limit_in_bytes"));
+    }
+    let (mount, root) = layout.unified?;
+    let dir = mount.join(me.unified?.strip_prefix(&root).ok()?);
+    let enabled = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+    enabled.split_whitespace().any(|c| c == "memory").then_some((dir, "memory.max"))
+}
+
+#[test]
+fn the_memory_limit_of_the_pools_own_cgroup_bounds_its_size() {
+    if only_as_root("makes a memory cgroup for the pool") {
+        return;
+    }
+    let Some((own, limit_file)) = own_memory_cgroup() else {
+        return skip("no memory cgroup this test can make a child in (cgroup v1 memory, or v2 with memory delegated)");
+    };
+    let sb = Sandbox::new();
+    let cg = own.join(format!("jail-pool-memtest-{}", std::process::id()));
+    std::fs::create_dir(&cg).unwrap();
+    std::fs::write(cg.join(limit_file), (1u64 << 30).to_string()).unwrap();
+    // The pool runs in that cgroup: 1 GiB holds 4 jails of 256 MiB.
+    let in_cgroup = |size: &str| {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
+            .arg(&cg)
+            .arg(jail_bin())
+            .args(["pool", "--size", size, "--memory", "256M", "--rootfs"])
+            .arg(&sb.rootfs)
+            .env("TMPDIR", sb.pool_tmp())
+            .env("XDG_RUNTIME_DIR", sb.runtime_dir());
+        cmd
+    };
+    std::fs::create_dir_all(sb.pool_tmp()).unwrap();
+    let refused = in_cgroup("8").stdin(std::process::Stdio::null()).output().unwrap();
+    let stats = in_cgroup("2")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(b"{\"op\":\"stats\"}\n")?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert_pool_gone(&sb, &sb.pool_tmp());
+    // The pool's janitor, in that cgroup too, outlives the pool by a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let removed = loop {
+        match std::fs::remove_dir(&cg) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            done => break done,
+        }
+    };
+    let err = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.code(), Some(125), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+    assert!(
+        err.contains("--size 8 needs 8 x 256 MiB (memory limit) = 2 GiB, more than the 1 GiB available")
+            && err.contains(limit_file)
+            && err.contains("the largest size that fits is 4: give --size 4 or less, or a lower --memory"),
+        "{err}"
+    );
+    let reply: Value = serde_json::from_slice(&stats.stdout).unwrap_or_else(|e| panic!("{e}: {stats:?}"));
+    assert_eq!(reply["stats"]["available_memory_bytes"], 1u64 << 30, "{reply}");
+    assert_eq!(reply["stats"]["max_size"], 4, "{reply}");
+    removed.unwrap_or_else(|e| panic!("the test cgroup {} is not empty after the pool: {e}", cg.display()));
 }

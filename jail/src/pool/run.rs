@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::memory::{self, PerJail};
 use super::protocol::{self, Ceilings, Line, ProtocolError, Request, Source};
 use crate::session;
 
@@ -40,6 +41,8 @@ const LIFELINE_FD: i32 = 3;
 const MAX_SCRIPT: u64 = session::handle::MAX_CELL as u64;
 /// Replacement jails that fail in a row before the pool gives up.
 const MAX_FAILURES: u32 = 3;
+/// The most jails a pool keeps, whatever the memory holds.
+pub const MAX_SIZE: usize = 64;
 
 /// What `jail pool` was started with.
 #[derive(Debug, Clone)]
@@ -60,6 +63,9 @@ pub struct Config {
     /// shares (`identity.root_host_gid`), given each jail's output folder,
     /// which a policy with `output_size: "unlimited"` binds into the jail.
     pub sandbox_gid: Option<u32>,
+    /// Each jail's memory limit (`limits.memory` or `--memory`); `None`:
+    /// unlimited, and the pool is bounded by the first jail's idle cost.
+    pub memory_limit: Option<u64>,
 }
 
 /// One made jail, not yet claimed.
@@ -128,10 +134,23 @@ pub enum StartError {
     Signals(#[source] nix::Error),
     #[error("the first pooled jail failed: {0}")]
     FirstJail(String),
+    /// More jails than the memory available holds (memory.rs).
+    #[error(transparent)]
+    Memory(#[from] memory::TooMany),
 }
 
 /// Run the pool until stdin ends or SIGTERM; returns the exit code.
 pub fn run(cfg: Config) -> Result<i32, StartError> {
+    // Bounded by memory before anything is made, when each jail's cost is
+    // its limit; else once the first jail's idle cost is known (below).
+    let available = memory::available_here();
+    match (&available, cfg.memory_limit) {
+        (Some(a), Some(limit)) => memory::fits(cfg.size, PerJail::Limit(limit), a)?,
+        (Some(_), None) => {}
+        (None, _) => eprintln!(
+            "jail pool: neither /proc/meminfo nor the pool's cgroup could be read: the pool's size is not bounded by memory"
+        ),
+    }
     let work = tempfile::Builder::new()
         .prefix("jail-pool-")
         .tempdir_in(&cfg.temp_dir)
@@ -162,13 +181,23 @@ pub fn run(cfg: Config) -> Result<i32, StartError> {
     // The first jail is made before any request is read: a pool that
     // cannot make one says why and exits 125 (a missing preload module, a
     // bad limit), leaving nothing.
-    match pool.make() {
-        Ok(jail) => pool.lock().ready.push_back(jail),
+    let first = match pool.make() {
+        Ok(jail) => jail,
         Err(e) => {
             let _ = fs::remove_dir_all(&pool.work);
             return Err(StartError::FirstJail(e));
         }
+    };
+    if let (Some(a), None) = (&available, pool.cfg.memory_limit) {
+        // No limit: what an idle jail holds is what each one costs.
+        let idle = pool.lock().idle_rss_bytes;
+        if let Err(e) = memory::fits(pool.cfg.size, PerJail::Idle(idle), a) {
+            first.destroy();
+            let _ = fs::remove_dir_all(&pool.work);
+            return Err(e.into());
+        }
     }
+    pool.lock().ready.push_back(first);
     for _ in 1..pool.cfg.size {
         pool.refill();
     }
@@ -466,6 +495,12 @@ impl Pool {
     fn stats(&self) -> Value {
         let st = self.lock();
         let mean = if st.refill_n == 0 { 0.0 } else { st.refill_sum_ms / st.refill_n as f64 };
+        let per_jail = self.cfg.memory_limit.unwrap_or(st.idle_rss_bytes);
+        let available = memory::available_here();
+        let max_size = available
+            .as_ref()
+            .filter(|_| per_jail > 0)
+            .map(|a| memory::largest(a.bytes, per_jail).min(MAX_SIZE as u64));
         json!({
             "size": self.cfg.size,
             "ready": st.ready.len(),
@@ -473,6 +508,8 @@ impl Pool {
             "in_use": st.in_use,
             "refill_ms": {"last": round1(st.refill_last_ms), "mean": round1(mean)},
             "idle_rss_bytes": st.idle_rss_bytes,
+            "available_memory_bytes": available.map(|a| a.bytes),
+            "max_size": max_size,
         })
     }
 
