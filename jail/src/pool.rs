@@ -57,9 +57,30 @@
 //! neither the step's deadline nor the jail's supervisor. Without `events`
 //! only the reply is written.
 //!
+//! # Sessions from the pool (run/handout.rs)
+//!
+//! A session is a pooled jail that takes more than one cell from the same
+//! owner. `{"id": "s1", "op": "session", "input": "/abs/in", "output":
+//! "/abs/out"}` (both folders optional, no other field) claims a ready jail
+//! (its preload already imported), copies `input` into its read-only
+//! `/workspace/input` as a step's is, and hands it over: `{"id": "s1",
+//! "session": {"handle": H, "id": I, "pid": P, "output_dir": D}}`. The
+//! caller then uses `jail session exec H` and `jail session stop H` exactly
+//! as for a session it started itself (the handle is usable only by the
+//! pool's uid, which is the caller's). `output` behaves as `jail session
+//! start --output`: it may hold files, `/workspace/output` is filled from
+//! it, and what passed is delivered back to it when the session ends; it
+//! is made (0700) when absent, and without it `output_dir` names a fresh
+//! `jail-output-*` folder in the temp dir. The pool makes a replacement at
+//! once and removes the jail's folders when the session's supervisor is
+//! gone. The session still ends with the pool, its lifeline: a pool that
+//! drains stops it (what passed reaches `output`), and a pool killed with
+//! SIGKILL ends it all the same. `{"op": "stats"}` counts the sessions
+//! handed out and not ended in `sessions`.
+//!
 //! `{"op": "stats"}` (an `id` is optional) answers
 //! `{"id": ..., "stats": {"size": N, "ready": R, "making": K, "in_use": U,
-//! "refill_ms": {"last": L, "mean": M}, "idle_rss_bytes": B,
+//! "refill_ms": {"last": L, "mean": M}, "idle_rss_bytes": B, "sessions": Z,
 //! "available_memory_bytes": A, "max_size": S}}`: `making` counts jails
 //! being made, `idle_rss_bytes` is what the last jail made holds once its
 //! preload ran, `available_memory_bytes` the memory available to the pool

@@ -364,3 +364,183 @@ fn the_memory_limit_of_the_pools_own_cgroup_bounds_its_size() {
     assert_eq!(reply["stats"]["max_size"], 4, "{reply}");
     removed.unwrap_or_else(|e| panic!("the test cgroup {} is not empty after the pool: {e}", cg.display()));
 }
+
+/// Ask the pool for a session; the handed-out session, as `jail session
+/// start` would print it.
+fn pool_session(pool: &mut Pool, request: Value) -> Session {
+    let reply = pool.call(request);
+    let s = &reply["session"];
+    assert!(s.is_object(), "no session in the reply: {reply}");
+    Session {
+        handle: PathBuf::from(s["handle"].as_str().unwrap()),
+        pid: s["pid"].as_u64().unwrap() as u32,
+        id: s["id"].as_str().unwrap().to_string(),
+    }
+}
+
+fn closing(s: &Session) -> Value {
+    let out = s.stop();
+    assert!(out.status.success(), "jail session stop: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    validate_result(&v).unwrap_or_else(|e| panic!("the closing result breaks the schema: {e}"));
+    v
+}
+
+/// The session has ended and left nothing: no supervisor, no process with
+/// `marker`, no cgroup.
+fn assert_session_ended(s: &Session, marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (s.alive() || !host_processes_with(marker).is_empty()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!s.alive(), "the session supervisor {} is still there", s.pid);
+    assert_eq!(host_processes_with(marker), Vec::<u32>::new(), "a process of the session survived it");
+    assert_eq!(cgroups_left_by(s.pid), Vec::<PathBuf>::new(), "the session's cgroup was left behind");
+}
+
+#[test]
+fn a_pool_session_keeps_its_state_across_cells_and_starts_with_the_preload_imported() {
+    let sb = Sandbox::new();
+    sb.input_file("data.csv", b"x,y\n1,2\n");
+    let policy = policy_with_preload(&sb, json!(["csv", "xml.dom.minidom"]));
+    let mut pool = Pool::start(&sb, 1, &["--policy", policy.to_str().unwrap()]);
+    let s = pool_session(&mut pool, json!({"id": "s1", "op": "session", "input": sb.input}));
+    let (v, _) = s.exec(
+        "import json, sys\nrows = open('/workspace/input/data.csv').read().splitlines()\n\
+         print(json.dumps({'loaded': [m in sys.modules for m in ('csv', 'xml.dom.minidom')], \
+         'vars': sorted(k for k in globals() if not k.startswith('__'))}))\n",
+    );
+    assert_eq!(v["status"], "ok", "{v}");
+    let seen: Value = serde_json::from_str(v["stdout"]["text"].as_str().unwrap().trim()).unwrap();
+    // Imported before the caller's first cell, and leaving no name behind.
+    assert_eq!(seen, json!({"loaded": [true, true], "vars": ["json", "rows", "sys"]}));
+    let (v, _) = s.exec("rows.append('3,4')\nn = len(rows)\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    let (v, out) = s.exec("print(n, rows[-1])\n");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(v["stdout"]["text"], "3 3,4\n", "the globals did not persist: {v}");
+    assert_eq!(v["session"]["cell"].as_u64(), Some(4), "the preload, then the caller's three cells: {v}");
+    let end = closing(&s);
+    assert_eq!(end["session"]["why"], "stopped", "{end}");
+    assert_eq!(end["input"]["unchanged"], true, "{end}");
+    assert_session_ended(&s, &s.id);
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+#[test]
+fn a_pool_sessions_output_folder_keeps_its_files_and_gets_what_passed() {
+    let sb = Sandbox::new();
+    let out = sb.dir.path().join("kept-output");
+    std::fs::create_dir_all(out.join("sub")).unwrap();
+    std::fs::write(out.join("keep.txt"), "old").unwrap();
+    std::fs::write(out.join("sub/deep.txt"), "deep").unwrap();
+    give_to_sandbox(&out);
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let s = pool_session(&mut pool, json!({"id": "s", "op": "session", "output": out}));
+    let (v, _) = s.exec(
+        "import os, json\nprint(json.dumps(sorted(os.path.relpath(os.path.join(d, f), '/workspace/output') \
+         for d, _, fs in os.walk('/workspace/output') for f in fs)))\nprint(open('/workspace/output/keep.txt').read())\n\
+         open('/workspace/output/new.txt', 'w').write('new')\nos.symlink('/etc/passwd', '/workspace/output/link')\n",
+    );
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["stdout"]["text"], "[\"keep.txt\", \"sub/deep.txt\"]\nold\n", "the folder's files are not in the jail: {v}");
+    assert_eq!(v["output_dir"], out.display().to_string(), "{v}");
+    let (v, _) = s.exec("os.remove('/workspace/output/sub/deep.txt')\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    let end = closing(&s);
+    assert_eq!(end["output_dir"], out.display().to_string(), "{end}");
+    let changes: Vec<(String, String)> = end["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["path"].as_str().unwrap().to_string(), a["change"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(changes.contains(&("keep.txt".into(), "unchanged".into())), "{changes:?}");
+    assert!(changes.contains(&("new.txt".into(), "created".into())), "{changes:?}");
+    assert!(end["rejected_artifacts"].to_string().contains("link"), "{end}");
+    // The host folder: what it held, what passed, what was deleted gone,
+    // and the refused link nowhere.
+    assert_eq!(std::fs::read_to_string(out.join("keep.txt")).unwrap(), "old");
+    assert_eq!(std::fs::read_to_string(out.join("new.txt")).unwrap(), "new");
+    assert!(!out.join("sub/deep.txt").exists(), "a file the session deleted is still on the host");
+    assert!(std::fs::symlink_metadata(out.join("link")).is_err(), "a refused link reached the host");
+    assert_session_ended(&s, &s.id);
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+#[test]
+fn a_second_pool_session_sees_nothing_of_the_first() {
+    let sb = Sandbox::new();
+    let marker = format!("pool-session-canary-{}", std::process::id());
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let first_out = sb.dir.path().join("first-out");
+    let a = pool_session(&mut pool, json!({"id": "a", "op": "session", "output": first_out}));
+    let (v, _) = a.exec(&format!(
+        "import subprocess\nsecret = '{marker}'\nopen('/tmp/canary', 'w').write(secret)\n\
+         open('/workspace/output/first.txt', 'w').write(secret)\n\
+         child = subprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n"
+    ));
+    assert_eq!(v["status"], "ok", "{v}");
+    let b = pool_session(&mut pool, json!({"id": "b", "op": "session"}));
+    assert_ne!(a.pid, b.pid);
+    let (v, _) = b.exec(
+        "import json, os\nprint(json.dumps({'vars': sorted(k for k in globals() if not k.startswith('__')), \
+         'tmp': os.listdir('/tmp'), 'out': os.listdir('/workspace/output'), \
+         'cmdlines': [open(f'/proc/{p}/cmdline', 'rb').read().decode(errors='replace') for p in os.listdir('/proc') if p.isdigit()]}))\n",
+    );
+    assert_eq!(v["status"], "ok", "{v}");
+    let text = v["stdout"]["text"].as_str().unwrap();
+    assert!(!text.contains(&marker), "the second session saw the first's state: {text}");
+    let seen: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(seen["vars"], json!(["json", "os"]), "{seen}");
+    assert_eq!(seen["tmp"], json!([]), "{seen}");
+    assert_eq!(seen["out"], json!([]), "{seen}");
+    closing(&a);
+    closing(&b);
+    assert_session_ended(&a, &marker);
+    assert_session_ended(&b, &b.id);
+    assert_eq!(std::fs::read_to_string(first_out.join("first.txt")).unwrap(), marker);
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+#[test]
+fn sigkill_of_the_pool_ends_its_handed_out_sessions_and_leaves_nothing() {
+    let sb = Sandbox::new();
+    let marker = format!("pool-session-kill-{}", std::process::id());
+    let out = sb.dir.path().join("killed-out");
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let s = pool_session(&mut pool, json!({"id": "s", "op": "session", "output": out}));
+    let (v, _) = s.exec(&format!(
+        "import subprocess, time\nopen('/workspace/output/made.txt', 'w').write('kept')\n\
+         child = subprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n\
+         while not any('{marker}' in open(f'/proc/{{p}}/cmdline').read() for p in __import__('os').listdir('/proc') if p.isdigit() and p != '1'):\n    time.sleep(0.01)\n"
+    ));
+    assert_eq!(v["status"], "ok", "{v}");
+    assert!(!host_processes_with(&marker).is_empty(), "the session's process is not there to be ended");
+    pool.wait_ready(1);
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool.child.id() as i32), nix::sys::signal::Signal::SIGKILL);
+    let _ = pool.child.wait();
+    assert_session_ended(&s, &marker);
+    assert_pool_gone(&sb, &sb.pool_tmp());
+    // It ended as a stop ends it: what passed reached its output folder.
+    assert_eq!(std::fs::read_to_string(out.join("made.txt")).unwrap(), "kept");
+    let (_, after) = s.exec("print(1)\n");
+    assert_eq!(after.status.code(), Some(125), "the session still answers after its pool was killed");
+}
+
+#[test]
+fn a_pool_that_drains_stops_its_sessions_and_their_output_is_delivered() {
+    let sb = Sandbox::new();
+    let out = sb.dir.path().join("drained-out");
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let s = pool_session(&mut pool, json!({"id": "s", "op": "session", "output": out}));
+    let (v, _) = s.exec("open('/workspace/output/made.txt', 'w').write('made')\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    assert!(pool.finish().success());
+    assert_session_ended(&s, &s.id);
+    assert_pool_gone(&sb, &sb.pool_tmp());
+    assert_eq!(std::fs::read_to_string(out.join("made.txt")).unwrap(), "made");
+}

@@ -551,3 +551,51 @@ fn a_live_client_that_stops_reading_holds_up_neither_the_cells_deadline_nor_the_
     s.stop();
     assert_session_gone(&sb, &s, &s.id);
 }
+
+/// Send one raw request line to a session's socket; its answer.
+fn raw_request(s: &Session, line: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut sock = std::os::unix::net::UnixStream::connect(&s.handle).unwrap();
+    sock.write_all(line.as_bytes()).unwrap();
+    sock.write_all(b"\n").unwrap();
+    sock.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut text = String::new();
+    sock.read_to_string(&mut text).unwrap();
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text:?}"))
+}
+
+#[test]
+fn an_output_folder_is_taken_once_and_never_after_an_untrusted_cell_has_run() {
+    // What `jail pool` asks of the session it hands out (adopt.rs), tried
+    // on sessions of the test's own.
+    let sb = Sandbox::new();
+    let theirs = sb.dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::write(theirs.join("there.txt"), "there").unwrap();
+    give_to_sandbox(&theirs);
+    let adopt = serde_json::json!({"op": "adopt_output", "dir": theirs}).to_string();
+    // After a cell: refused, and the cell may have planted anything.
+    let used = sb.start_session();
+    used.exec("open('/workspace/output/planted.txt', 'w').write('x')\n");
+    let refused = raw_request(&used, &adopt);
+    assert!(refused["result"].is_null(), "{refused}");
+    assert!(refused["error"].as_str().unwrap().contains("cells have run"), "{refused}");
+    used.stop();
+    assert!(!theirs.join("planted.txt").exists(), "a refused folder got the session's output");
+    // Before any cell: taken once, filled in, delivered to at the end.
+    let fresh = sb.start_session();
+    let taken = raw_request(&fresh, &adopt);
+    assert_eq!(taken["result"]["output_dir"], theirs.display().to_string(), "{taken}");
+    let again = raw_request(&fresh, &adopt);
+    assert!(again["error"].as_str().unwrap().contains("once"), "{again}");
+    let (v, _) =
+        fresh.exec("print(open('/workspace/output/there.txt').read())\nopen('/workspace/output/made.txt', 'w').write('made')\n");
+    assert_eq!(v["stdout"]["text"], "there\n", "{v}");
+    let out = fresh.stop();
+    let end: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(end["output_dir"], theirs.display().to_string(), "{end}");
+    assert_eq!(std::fs::read_to_string(theirs.join("made.txt")).unwrap(), "made");
+    assert_eq!(std::fs::read_to_string(theirs.join("there.txt")).unwrap(), "there");
+    assert!(!sb.output.join("made.txt").exists(), "the session's first output folder got it too");
+    assert_session_gone(&sb, &fresh, &fresh.id);
+}

@@ -40,6 +40,20 @@ struct LimitsFile {
 pub enum Line {
     Run(Request),
     Stats { id: Option<String> },
+    Session(SessionRequest),
+}
+
+/// A made jail handed out as a session (`"op": "session"`): the caller
+/// runs its cells with `jail session exec` and ends it with `jail session
+/// stop`, as for a session it started itself.
+#[derive(Debug, PartialEq)]
+pub struct SessionRequest {
+    pub id: String,
+    /// Copied into the jail's read-only `/workspace/input`.
+    pub input: Option<PathBuf>,
+    /// The session's output folder, as `jail session start --output`: it
+    /// may hold files; made when absent.
+    pub output: Option<PathBuf>,
 }
 
 /// One step to run in a claimed jail.
@@ -123,9 +137,12 @@ pub fn parse_line(line: &str, ceilings: Ceilings) -> Result<Line, ProtocolError>
     }
     match file.op.as_deref() {
         Some("stats") => stats(file),
-        Some(op) => {
-            Err(ProtocolError::new(id.as_deref(), "bad_request", format!("op {op:?} is unknown: the only op is \"stats\"")))
-        }
+        Some("session") => session(file).map(Line::Session),
+        Some(op) => Err(ProtocolError::new(
+            id.as_deref(),
+            "bad_request",
+            format!("op {op:?} is unknown: the ops are \"stats\" and \"session\""),
+        )),
         None => request(file, ceilings).map(Line::Run),
     }
 }
@@ -146,6 +163,30 @@ fn stats(file: LineFile) -> Result<Line, ProtocolError> {
         return Err(ProtocolError::new(file.id.as_deref(), "bad_request", msg));
     }
     Ok(Line::Stats { id: file.id })
+}
+
+fn session(file: LineFile) -> Result<SessionRequest, ProtocolError> {
+    let Some(id) = file.id.clone() else {
+        return Err(ProtocolError::new(
+            None,
+            "bad_request",
+            "the session request has no \"id\": give it an id to match its reply",
+        ));
+    };
+    let bad = |msg: String| ProtocolError::new(Some(&id), "bad_request", msg);
+    let extra = file.code.is_some()
+        || file.script.is_some()
+        || file.events.is_some()
+        || !file.args.is_empty()
+        || file.limits.wall_time_secs.is_some();
+    if extra {
+        return Err(bad(
+            "a session line takes only \"id\", \"input\" and \"output\": send its code with `jail session exec`".into()
+        ));
+    }
+    let input = file.input.map(|p| absolute("input", p)).transpose().map_err(bad)?;
+    let output = file.output.map(|p| absolute("output", p)).transpose().map_err(bad)?;
+    Ok(SessionRequest { id, input, output })
 }
 
 fn request(file: LineFile, ceilings: Ceilings) -> Result<Request, ProtocolError> {
@@ -247,6 +288,27 @@ mod tests {
         assert_eq!(err(r#"{"op":"stats","code":"x"}"#).code, "bad_request");
         assert_eq!(err(r#"{"op":"restart"}"#).code, "bad_request");
         assert_eq!(err(r#"{"op":"stats","events":true}"#).code, "bad_request");
+    }
+
+    #[test]
+    fn a_session_line_takes_an_id_and_its_folders_only() {
+        let line = r#"{"id":"s1","op":"session","input":"/in","output":"/out"}"#;
+        let want = SessionRequest { id: "s1".into(), input: Some("/in".into()), output: Some("/out".into()) };
+        assert_eq!(parse_line(line, CEIL).unwrap(), Line::Session(want));
+        let bare = SessionRequest { id: "s2".into(), input: None, output: None };
+        assert_eq!(parse_line(r#"{"op":"session","id":"s2"}"#, CEIL).unwrap(), Line::Session(bare));
+        for (line, id) in [
+            (r#"{"op":"session"}"#, None),
+            (r#"{"op":"session","id":"s","code":"1"}"#, Some("s")),
+            (r#"{"op":"session","id":"s","events":true}"#, Some("s")),
+            (r#"{"op":"session","id":"s","limits":{"wall_time_secs":1}}"#, Some("s")),
+            (r#"{"op":"session","id":"s","output":"rel"}"#, Some("s")),
+            (r#"{"op":"session","id":"s","input":"/a/../b"}"#, Some("s")),
+        ] {
+            let e = err(line);
+            assert_eq!((e.code, e.id.as_deref()), ("bad_request", id), "{line}: {}", e.message);
+        }
+        assert_eq!(err(r#"{"op":"session","id":"s","shell":1}"#).code, "unknown_field");
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! The pool itself: jails made ahead as `jail session` children with the
 //! preload imported, each claimed by one request and destroyed after it,
-//! a replacement made in the background (the protocol is in pool.rs).
+//! or handed out whole as a session (handout.rs), a replacement made in the
+//! background (the protocol is in pool.rs).
 //!
 //! A pooled jail is a session started by this pool (`jail session start`,
 //! run as a child process so no thread forks): the same namespaces, mounts,
@@ -33,6 +34,8 @@ use serde_json::{json, Value};
 
 use super::memory::{self, PerJail};
 use super::protocol::{self, Ceilings, Line, ProtocolError, Request, Source};
+
+mod handout;
 use crate::session;
 
 /// The lifeline's file descriptor in a `jail session start` child.
@@ -71,6 +74,8 @@ pub struct Config {
 /// One made jail, not yet claimed.
 struct Jail {
     handle: PathBuf,
+    /// The session's id, as `jail session start` printed it.
+    id: String,
     supervisor: u32,
     /// The slot folder (its `in` is bound at /workspace/input).
     slot: PathBuf,
@@ -105,6 +110,9 @@ struct State {
     refill_sum_ms: f64,
     refill_n: u64,
     idle_rss_bytes: u64,
+    /// Jails handed out as sessions and not ended yet: their supervisor's
+    /// pid and handle (handout.rs).
+    sessions: std::collections::HashMap<u32, PathBuf>,
 }
 
 struct Pool {
@@ -289,6 +297,12 @@ impl Pool {
         for jail in ready {
             jail.destroy();
         }
+        // The sessions handed out end with the pool: stopped, so what
+        // passed reaches their output folders, before their slots go.
+        let handed: Vec<PathBuf> = self.lock().sessions.values().cloned().collect();
+        for handle in handed {
+            let _ = session::stop(&handle);
+        }
         let _ = fs::remove_dir_all(&self.work);
     }
 
@@ -366,8 +380,8 @@ impl Pool {
                 .mode(mode)
                 .create(&input)
                 .map_err(|e| format!("make {}: {e}", input.display()))?;
-            let (handle, supervisor) = self.spawn_session(&input, &out)?;
-            let jail = Jail { handle, supervisor, slot: slot.clone(), out: out.clone() };
+            let (handle, id, supervisor) = self.spawn_session(&input, &out)?;
+            let jail = Jail { handle, id, supervisor, slot: slot.clone(), out: out.clone() };
             if let Err(e) = self.preload(&jail) {
                 jail.destroy();
                 return Err(e);
@@ -393,7 +407,7 @@ impl Pool {
     }
 
     /// `jail session start` as a child, holding the lifeline at fd 3.
-    fn spawn_session(&self, input: &Path, out: &Path) -> Result<(PathBuf, u32), String> {
+    fn spawn_session(&self, input: &Path, out: &Path) -> Result<(PathBuf, String, u32), String> {
         let lifeline = self.lifeline_read.as_raw_fd();
         let mut cmd = Command::new(&self.cfg.jail_exe);
         cmd.args(["session", "start", "--json", "--lifeline-fd", "3", "--input"])
@@ -414,7 +428,8 @@ impl Pool {
         let v: Value = serde_json::from_slice(&done.stdout).map_err(|e| format!("jail session start printed no handle: {e}"))?;
         let handle = v["handle"].as_str().map(PathBuf::from).ok_or("jail session start printed no handle")?;
         let pid = v["pid"].as_u64().unwrap_or(0) as u32;
-        Ok((handle, pid))
+        let id = v["id"].as_str().unwrap_or_default().to_string();
+        Ok((handle, id, pid))
     }
 
     /// The trusted preload, before any untrusted code exists in the jail.
@@ -465,31 +480,35 @@ impl Pool {
         match protocol::parse_line(text, self.cfg.ceilings) {
             Err(e) => self.say(&e.reply()),
             Ok(Line::Stats { id }) => self.say(&json!({"id": id, "stats": self.stats()}).to_string()),
-            Ok(Line::Run(req)) => {
-                {
-                    let mut st = self.lock();
-                    let err = |code, msg: &str| ProtocolError { id: Some(req.id.clone()), code, message: msg.into() };
-                    if st.draining {
-                        drop(st);
-                        return self.say(&err("draining", "the pool is shutting down: start a new pool").reply());
-                    }
-                    if !st.inflight.insert(req.id.clone()) {
-                        drop(st);
-                        return self.say(
-                            &err("duplicate_id", "a request with this id is in flight: give each request its own id").reply(),
-                        );
-                    }
-                }
-                let p = Arc::clone(self);
-                std::thread::spawn(move || {
-                    let id = req.id.clone();
-                    let reply = p.serve(req);
-                    p.say(&reply);
-                    p.lock().inflight.remove(&id);
-                    p.changed.notify_all();
-                });
+            Ok(Line::Run(req)) => self.start(req.id.clone(), move |p| p.serve(req)),
+            Ok(Line::Session(req)) => self.start(req.id.clone(), move |p| p.serve_session(req)),
+        }
+    }
+
+    /// Take request `id` in: refused while draining or while another with
+    /// its id is in flight; else `work` runs on a thread of its own and its
+    /// reply line is written when it is done.
+    fn start(self: &Arc<Self>, id: String, work: impl FnOnce(&Arc<Pool>) -> String + Send + 'static) {
+        {
+            let mut st = self.lock();
+            let err = |code, msg: &str| ProtocolError { id: Some(id.clone()), code, message: msg.into() };
+            if st.draining {
+                drop(st);
+                return self.say(&err("draining", "the pool is shutting down: start a new pool").reply());
+            }
+            if !st.inflight.insert(id.clone()) {
+                drop(st);
+                return self
+                    .say(&err("duplicate_id", "a request with this id is in flight: give each request its own id").reply());
             }
         }
+        let p = Arc::clone(self);
+        std::thread::spawn(move || {
+            let reply = work(&p);
+            p.say(&reply);
+            p.lock().inflight.remove(&id);
+            p.changed.notify_all();
+        });
     }
 
     fn stats(&self) -> Value {
@@ -508,6 +527,7 @@ impl Pool {
             "in_use": st.in_use,
             "refill_ms": {"last": round1(st.refill_last_ms), "mean": round1(mean)},
             "idle_rss_bytes": st.idle_rss_bytes,
+            "sessions": st.sessions.len(),
             "available_memory_bytes": available.map(|a| a.bytes),
             "max_size": max_size,
         })

@@ -113,6 +113,10 @@ pub enum Request {
     },
     /// End the session; the answer is the session's closing result.
     Stop,
+    /// Take `dir` as the session's output folder, before any untrusted
+    /// cell has run (adopt.rs; `jail pool` sends it when it hands a made
+    /// jail out as a session). The answer's result is `{"output_dir": DIR}`.
+    AdoptOutput { dir: PathBuf },
 }
 
 /// The session's answer: a result document, or why there is none.

@@ -444,6 +444,19 @@ impl Loop<'_, '_, '_> {
         match handle::read_request(&stream) {
             Err(error) => handle::answer(&stream, &Answer { result: None, error: Some(error) }),
             Ok(Request::Stop) => self.end(Why::Stopped, Some(stream)),
+            Ok(Request::AdoptOutput { dir }) => {
+                // Between cells: nothing of the session runs but the driver,
+                // waiting for its next cell.
+                let taken = self.s.adoption.borrow_mut().take(&dir, self.cells);
+                let answer = match taken {
+                    Ok(()) => {
+                        self.s.retarget_template(&dir);
+                        Answer { result: Some(serde_json::json!({"output_dir": dir})), error: None }
+                    }
+                    Err(e) => Answer { result: None, error: Some(e) },
+                };
+                handle::answer(&stream, &answer);
+            }
             Ok(Request::Exec { code, wall_secs, events }) => self.start_cell(stream, code, wall_secs, events),
         }
     }
