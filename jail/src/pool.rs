@@ -76,7 +76,10 @@
 //! gone. The session still ends with the pool, its lifeline: a pool that
 //! drains stops it (what passed reaches `output`), and a pool killed with
 //! SIGKILL ends it all the same. `{"op": "stats"}` counts the sessions
-//! handed out and not ended in `sessions`.
+//! handed out and not ended in `sessions`. Its `session.idle_timeout_secs`
+//! counts from the hand-over; its `max_lifetime_secs` from when the jail
+//! was made. A ready jail that ended while it waited (either limit) is
+//! never handed out: the claim takes the next.
 //!
 //! `{"op": "stats"}` (an `id` is optional) answers
 //! `{"id": ..., "stats": {"size": N, "ready": R, "making": K, "in_use": U,

@@ -544,3 +544,33 @@ fn a_pool_that_drains_stops_its_sessions_and_their_output_is_delivered() {
     assert_pool_gone(&sb, &sb.pool_tmp());
     assert_eq!(std::fs::read_to_string(out.join("made.txt")).unwrap(), "made");
 }
+
+#[test]
+fn a_jail_that_ended_while_it_waited_is_never_handed_out_and_a_session_idles_from_its_hand_over() {
+    let sb = Sandbox::new();
+    let text = std::fs::read_to_string(repo().join("policies/default.json")).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("rootfs");
+    v["session"] = json!({"interrupt_grace_secs": 1, "idle_timeout_secs": 4, "max_lifetime_secs": 120});
+    let policy = sb.dir.path().join("policy.json");
+    std::fs::write(&policy, v.to_string()).unwrap();
+    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut pool = Pool::start(&sb, 1, &["--policy", policy.to_str().unwrap()]);
+    pool.wait_ready(1);
+    // A session handed out 3 s into its jail's idle time: its 4 s count
+    // from the hand-over, not from when the jail was made.
+    std::thread::sleep(Duration::from_secs(3));
+    let s = pool_session(&mut pool, json!({"id": "s", "op": "session"}));
+    std::thread::sleep(Duration::from_millis(2500));
+    let (v, _) = s.exec("print('still here')\n");
+    assert_eq!(v["stdout"]["text"], "still here\n", "{v}");
+    closing(&s);
+    // The replacement waits past its idle timeout and ends: the next
+    // request gets a live jail, not the dead one.
+    pool.wait_ready(1);
+    std::thread::sleep(Duration::from_secs(5));
+    let r = pool.call(json!({"id": "r", "code": "print('served')"}));
+    assert_eq!(result(&r)["stdout"]["text"], "served\n", "{r}");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}

@@ -88,6 +88,13 @@ impl Jail {
         self.slot.join("in")
     }
 
+    /// Whether its session supervisor is still there (its socket too: the
+    /// supervisor removes it as it ends).
+    fn alive(&self) -> bool {
+        let pid = nix::unistd::Pid::from_raw(self.supervisor as i32);
+        nix::sys::signal::kill(pid, None).is_ok() && self.handle.exists()
+    }
+
     /// Stop the session (nothing of it is wanted) and remove its folders.
     fn destroy(self) {
         let _ = session::stop(&self.handle);
@@ -582,6 +589,15 @@ impl Pool {
         let mut st = self.lock();
         loop {
             if let Some(jail) = st.ready.pop_front() {
+                if !jail.alive() {
+                    // It ended while it waited (session.idle_timeout_secs,
+                    // max_lifetime_secs): never handed out; take the next.
+                    drop(st);
+                    jail.destroy();
+                    self.refill();
+                    st = self.lock();
+                    continue;
+                }
                 st.in_use += 1;
                 return Ok(jail);
             }

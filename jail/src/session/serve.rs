@@ -450,6 +450,8 @@ impl Loop<'_, '_, '_> {
                 let taken = self.s.adoption.borrow_mut().take(&dir, self.cells);
                 let answer = match taken {
                     Ok(()) => {
+                        // The caller's session starts now: its idle time too.
+                        self.phase = Phase::Idle { since: Instant::now() };
                         self.s.retarget_template(&dir);
                         Answer { result: Some(serde_json::json!({"output_dir": dir})), error: None }
                     }
