@@ -4,9 +4,10 @@
 #   make fuzz      every target for FUZZ_SECS seconds (default 300)
 #   make fuzz-ci   CI: the policy and seccomp targets for FUZZ_CI_SECS
 #                  seconds each (default 60), the five artifact parser
-#                  targets and the CPU throttle's /proc/<pid>/stat parser
-#                  for FUZZ_PARSER_CI_SECS each (default 30):
-#                  2 x 60 + 6 x 30 = 300 s of fuzzing, plus the build
+#                  targets, the CPU throttle's /proc/<pid>/stat parser and
+#                  the pool's request-line parser for FUZZ_PARSER_CI_SECS
+#                  each (default 30):
+#                  2 x 60 + 7 x 30 = 330 s of fuzzing, plus the build
 #
 # The parser targets (issue 15) run the artifact summarisers over
 # attacker-made files and fail an input whose parse passes its memory
@@ -25,7 +26,7 @@
 
 FUZZ_DIR            ?= fuzz
 FUZZ_CORE_TARGETS   ?= policy_loader seccomp_differential
-FUZZ_PARSER_TARGETS ?= office_zip csv image_headers markup json proc_stat
+FUZZ_PARSER_TARGETS ?= office_zip csv image_headers markup json proc_stat pool_line
 FUZZ_TARGETS        ?= $(FUZZ_CORE_TARGETS) $(FUZZ_PARSER_TARGETS)
 FUZZ_SECS           ?= 300
 FUZZ_CI_SECS        ?= 60

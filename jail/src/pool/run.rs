@@ -19,6 +19,8 @@
 //! output folder is the jail's, renamed to the request's `output` when one
 //! is named, else named in the reply's `output_dir`.
 
+mod handout;
+
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsString;
 use std::fs;
@@ -34,8 +36,6 @@ use serde_json::{json, Value};
 
 use super::memory::{self, PerJail};
 use super::protocol::{self, Ceilings, Line, ProtocolError, Request, Source};
-
-mod handout;
 use crate::session;
 
 /// The lifeline's file descriptor in a `jail session start` child.

@@ -444,23 +444,25 @@ impl Loop<'_, '_, '_> {
         match handle::read_request(&stream) {
             Err(error) => handle::answer(&stream, &Answer { result: None, error: Some(error) }),
             Ok(Request::Stop) => self.end(Why::Stopped, Some(stream)),
-            Ok(Request::AdoptOutput { dir }) => {
-                // Between cells: nothing of the session runs but the driver,
-                // waiting for its next cell.
-                let taken = self.s.adoption.borrow_mut().take(&dir, self.cells);
-                let answer = match taken {
-                    Ok(()) => {
-                        // The caller's session starts now: its idle time too.
-                        self.phase = Phase::Idle { since: Instant::now() };
-                        self.s.retarget_template(&dir);
-                        Answer { result: Some(serde_json::json!({"output_dir": dir})), error: None }
-                    }
-                    Err(e) => Answer { result: None, error: Some(e) },
-                };
-                handle::answer(&stream, &answer);
-            }
+            Ok(Request::AdoptOutput { dir }) => self.adopt_output(&stream, &dir),
             Ok(Request::Exec { code, wall_secs, events }) => self.start_cell(stream, code, wall_secs, events),
         }
+    }
+
+    /// Take `dir` as the output folder (adopt.rs). Clients are served only
+    /// between cells: nothing of the session runs but the driver, waiting.
+    fn adopt_output(&mut self, client: &UnixStream, dir: &std::path::Path) {
+        let taken = self.s.adoption.borrow_mut().take(dir, self.cells);
+        let answer = match taken {
+            Ok(()) => {
+                // The caller's session starts now: its idle time too.
+                self.phase = Phase::Idle { since: Instant::now() };
+                self.s.retarget_template(dir);
+                Answer { result: Some(serde_json::json!({"output_dir": dir})), error: None }
+            }
+            Err(e) => Answer { result: None, error: Some(e) },
+        };
+        handle::answer(client, &answer);
     }
 
     fn start_cell(&mut self, client: UnixStream, code: String, wall_secs: Option<f64>, events: bool) {
