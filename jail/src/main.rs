@@ -695,6 +695,7 @@ fn pool(a: PoolArgs) -> ExitCode {
         temp_dir: req.host.temp_dir.clone().unwrap_or_else(temp_dir),
         sandbox_gid: nix::unistd::geteuid().is_root().then_some(req.policy.identity.root_host_gid),
         memory_limit: req.policy.limits.memory,
+        output_capped: req.policy.filesystem.output_size.is_some(),
     };
     match jail::pool::run::run(cfg) {
         Ok(code) => ExitCode::from(code as u8),

@@ -71,7 +71,9 @@
 //! start --output`: it may hold files, `/workspace/output` is filled from
 //! it, and what passed is delivered back to it when the session ends; it
 //! is made (0700) when absent, and without it `output_dir` names a fresh
-//! `jail-output-*` folder in the temp dir. The pool makes a replacement at
+//! `jail-output-*` folder in the temp dir; a pool whose policy binds each
+//! jail's output folder (`output_size: "unlimited"`) refuses the request
+//! (`bad_request`). The pool makes a replacement at
 //! once and removes the jail's folders when the session's supervisor is
 //! gone. The session still ends with the pool, its lifeline: a pool that
 //! drains stops it (what passed reaches `output`), and a pool killed with

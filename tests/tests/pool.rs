@@ -574,3 +574,24 @@ fn a_jail_that_ended_while_it_waited_is_never_handed_out_and_a_session_idles_fro
     assert!(pool.finish().success());
     assert_pool_gone(&sb, &sb.pool_tmp());
 }
+
+#[test]
+fn a_session_from_a_pool_whose_policy_binds_the_output_folder_is_refused_and_the_pool_serves_on() {
+    let sb = Sandbox::new();
+    let text = std::fs::read_to_string(repo().join("policies/default.json")).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("rootfs");
+    v["filesystem"]["output_size"] = "unlimited".into();
+    v["limits"]["file_size"] = "unlimited".into();
+    let policy = sb.dir.path().join("policy.json");
+    std::fs::write(&policy, v.to_string()).unwrap();
+    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut pool = Pool::start(&sb, 1, &["--policy", policy.to_str().unwrap()]);
+    let r = pool.call(json!({"id": "s", "op": "session"}));
+    assert_eq!(r["error"]["code"], "bad_request", "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("output_size"), "{r}");
+    let ok = pool.call(json!({"id": "k", "code": "print(6 * 7)"}));
+    assert_eq!(result(&ok)["stdout"]["text"], "42\n");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}

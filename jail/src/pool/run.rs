@@ -69,6 +69,10 @@ pub struct Config {
     /// Each jail's memory limit (`limits.memory` or `--memory`); `None`:
     /// unlimited, and the pool is bounded by the first jail's idle cost.
     pub memory_limit: Option<u64>,
+    /// Whether each jail's output is a size-capped tmpfs (the policy's
+    /// `filesystem.output_size`): only then can it be handed out as a
+    /// session with the caller's output folder (session/adopt.rs).
+    pub output_capped: bool,
 }
 
 /// One made jail, not yet claimed.

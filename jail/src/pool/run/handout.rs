@@ -30,6 +30,14 @@ impl Pool {
     pub(super) fn serve_session(self: &Arc<Self>, req: SessionRequest) -> String {
         let fail = |code: &'static str, message: String| ProtocolError { id: Some(req.id.clone()), code, message }.reply();
         // Everything about the request is checked before a jail is claimed.
+        if !self.cfg.output_capped {
+            return fail(
+                "bad_request",
+                "this pool's policy binds each jail's output folder when it is made (filesystem.output_size \"unlimited\"), \
+                 and a session from the pool takes yours later: start the pool with a capped output_size"
+                    .into(),
+            );
+        }
         if let Some(input) = &req.input {
             if let Err(e) = check_input(input) {
                 return fail("bad_request", e);
