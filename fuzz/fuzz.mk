@@ -5,8 +5,9 @@
 #   make fuzz-ci   CI: the policy and seccomp targets for FUZZ_CI_SECS
 #                  seconds each (default 60), the five artifact parser
 #                  targets, the CPU throttle's /proc/<pid>/stat parser and
-#                  `jail serve`'s input_tar planner for FUZZ_PARSER_CI_SECS
-#                  each (default 30): 2 x 60 + 7 x 30 = 330 s of fuzzing,
+#                  `jail serve`'s input_tar planner and the pool's
+#                  request-line parser for FUZZ_PARSER_CI_SECS each
+#                  (default 30): 2 x 60 + 8 x 30 = 360 s of fuzzing,
 #                  plus the build
 #
 # The parser targets (issue 15) run the artifact summarisers over
@@ -26,7 +27,7 @@
 
 FUZZ_DIR            ?= fuzz
 FUZZ_CORE_TARGETS   ?= policy_loader seccomp_differential
-FUZZ_PARSER_TARGETS ?= office_zip csv image_headers markup json proc_stat serve_tar
+FUZZ_PARSER_TARGETS ?= office_zip csv image_headers markup json proc_stat serve_tar pool_line
 FUZZ_TARGETS        ?= $(FUZZ_CORE_TARGETS) $(FUZZ_PARSER_TARGETS)
 FUZZ_SECS           ?= 300
 FUZZ_CI_SECS        ?= 60

@@ -66,6 +66,22 @@ impl Capture {
         }
     }
 
+    /// Send this stream live as `events` from now on (a session cell run
+    /// with `--events`, session/live.rs): what it captured already (output
+    /// that reached the pipe between cells) goes first.
+    pub(crate) fn stream_to(&mut self, events: Rc<RefCell<Events>>) {
+        {
+            let mut ev = events.borrow_mut();
+            ev.set_cap(self.target, self.cap);
+            ev.push(self.target, &self.head);
+            ev.push(self.target, &self.tail);
+        }
+        if matches!(self.target, Target::Stdout) {
+            self.events_fd = events.borrow().poll_fd();
+        }
+        self.events = Some(events);
+    }
+
     pub(crate) fn push(&mut self, chunk: &[u8]) {
         self.total += chunk.len() as u64;
         if let Some(r) = &mut self.relay {

@@ -27,6 +27,11 @@
 //!   tree is dead (artifacts.rs), so these come after the last chunk.
 //! - `{"type":"result","result":{...}}`: the result document `--json` prints.
 //!   Always the last line.
+//!
+//! A session cell sends the same chunk events on its client's socket
+//! (`jail session exec --events`, `jail pool` with `"events": true`):
+//! `to_fd` writes them there, and session/live.rs ends that stream with
+//! `Events::close`, which queues the end instead of blocking on it.
 
 use std::cell::RefCell;
 use std::io::Write;
@@ -185,6 +190,40 @@ impl Events {
         self.relay.fd().and_then(|fd: BorrowedFd<'_>| fd.try_clone_to_owned().ok())
     }
 
+    /// No chunk comes any more: what the reader has not taken yet is cut to
+    /// the line it is in the middle of (completed, or when it stopped
+    /// between lines one more whole event), the rest counted in one
+    /// `dropped` event, and `last` (whole lines) follows. The bytes still
+    /// to write, taken out of the relay.
+    fn tail(&mut self, last: &[u8]) -> Vec<u8> {
+        self.end(Target::Stdout);
+        self.end(Target::Stderr);
+        self.relay.flush();
+        let left = self.relay.take_queued();
+        let mut out = Vec::new();
+        let rest = match memchr::memchr(b'\n', &left) {
+            Some(end) => {
+                out.extend_from_slice(&left[..=end]);
+                &left[end + 1..]
+            }
+            None => &left[..],
+        };
+        let dropped = memchr::memchr_iter(b'\n', rest).count() as u64;
+        if dropped > 0 {
+            out.extend(line_of(&Event::Dropped { events: dropped }));
+        }
+        out.extend_from_slice(last);
+        out
+    }
+
+    /// End the stream without waiting for the reader: [`Events::tail`]'s
+    /// bytes go back in the queue, written as the reader takes them
+    /// (a session cell's live stream, session/live.rs).
+    pub(crate) fn close(&mut self, last: &[u8]) {
+        let out = self.tail(last);
+        self.relay.push(&out);
+    }
+
     fn chunk(&mut self, t: Target, bytes: &[u8]) {
         if bytes.is_empty() {
             return;
@@ -201,10 +240,15 @@ impl Events {
     }
 
     fn line(&mut self, event: &Event<'_>) {
-        let mut text = serde_json::to_vec(event).unwrap_or_default();
-        text.push(b'\n');
-        self.relay.push(&text);
+        self.relay.push(&line_of(event));
     }
+}
+
+/// One event as a line of NDJSON.
+fn line_of(event: &Event<'_>) -> Vec<u8> {
+    let mut text = serde_json::to_vec(event).unwrap_or_default();
+    text.push(b'\n');
+    text
 }
 
 fn name(t: Target) -> &'static str {
@@ -245,36 +289,12 @@ impl Writer {
     /// document is: the run is over, only this process waits for the reader.
     pub fn finish(self, result: &RunResult) {
         CURRENT.with(|c| *c.borrow_mut() = None);
-        let left = {
-            let mut ev = self.0.borrow_mut();
-            ev.end(Target::Stdout);
-            ev.end(Target::Stderr);
-            ev.relay.flush();
-            ev.relay.take_queued()
-        };
-        let mut out = Vec::new();
-        // The line the reader was in the middle of is completed (or, when it
-        // stopped between lines, one more whole event goes out): either way
-        // every line the reader sees is a whole event.
-        let rest = match memchr::memchr(b'\n', &left) {
-            Some(end) => {
-                out.extend_from_slice(&left[..=end]);
-                &left[end + 1..]
-            }
-            None => &left[..],
-        };
-        let dropped = memchr::memchr_iter(b'\n', rest).count() as u64;
-        let mut push = |e: &Event<'_>| {
-            out.extend(serde_json::to_vec(e).unwrap_or_default());
-            out.push(b'\n');
-        };
-        if dropped > 0 {
-            push(&Event::Dropped { events: dropped });
-        }
+        let mut last = Vec::new();
         for a in &result.artifacts {
-            push(&Event::Artifact { artifact: a });
+            last.extend(line_of(&Event::Artifact { artifact: a }));
         }
-        push(&Event::Result { result });
+        last.extend(line_of(&Event::Result { result }));
+        let out = self.0.borrow_mut().tail(&last);
         drop(self);
         let mut stdout = std::io::stdout().lock();
         let _ = stdout.write_all(&out);
@@ -288,16 +308,21 @@ impl std::fmt::Debug for Writer {
     }
 }
 
-/// The fd the events are written to, for tests of the writer alone.
-#[cfg(test)]
-fn on(fd: BorrowedFd<'_>) -> Events {
-    Events { relay: Relay::new(fd, u64::MAX, "stdout_bytes"), streams: Default::default() }
+/// Events written to `fd` rather than our stdout: a session client's
+/// socket (`jail session exec --events`, session/live.rs), each stream cut
+/// at its cap. Written without blocking (relay.rs: `MSG_DONTWAIT` on a
+/// socket), as on our stdout.
+pub(crate) fn to_fd(fd: BorrowedFd<'_>, stdout_cap: u64, stderr_cap: u64) -> Events {
+    let mut ev = Events { relay: Relay::new(fd, u64::MAX, "stdout_bytes"), streams: Default::default() };
+    ev.set_cap(Target::Stdout, stdout_cap);
+    ev.set_cap(Target::Stderr, stderr_cap);
+    ev
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::os::fd::AsFd;
+    use std::os::fd::{AsFd, AsRawFd};
 
     fn lines(events: Events, read: OwnedFd) -> Vec<serde_json::Value> {
         let mut ev = events;
@@ -313,7 +338,7 @@ mod tests {
     #[test]
     fn chunks_come_in_order_and_stop_at_the_cap_with_one_marker() {
         let (read, write) = nix::unistd::pipe().unwrap();
-        let mut ev = on(write.as_fd());
+        let mut ev = to_fd(write.as_fd(), 0, 0);
         ev.set_cap(Target::Stdout, 8);
         ev.set_cap(Target::Stderr, 100);
         ev.push(Target::Stdout, b"hello ");
@@ -334,7 +359,7 @@ mod tests {
     #[test]
     fn a_character_split_between_reads_is_sent_whole() {
         let (read, write) = nix::unistd::pipe().unwrap();
-        let mut ev = on(write.as_fd());
+        let mut ev = to_fd(write.as_fd(), 0, 0);
         ev.set_cap(Target::Stdout, 100);
         let snow = "☃".as_bytes();
         ev.push(Target::Stdout, &[b'a', snow[0]]);
@@ -353,7 +378,7 @@ mod tests {
     #[test]
     fn bytes_that_are_not_utf8_come_with_their_exact_base64() {
         let (read, write) = nix::unistd::pipe().unwrap();
-        let mut ev = on(write.as_fd());
+        let mut ev = to_fd(write.as_fd(), 0, 0);
         ev.set_cap(Target::Stdout, 100);
         ev.push(Target::Stdout, b"a\xffb");
         // A lone lead byte at the very end is held, then sent as it is.
@@ -367,6 +392,43 @@ mod tests {
                 serde_json::json!({"type":"stdout","data":"\u{fffd}","base64":"4g=="}),
             ]
         );
+    }
+
+    #[test]
+    fn closing_completes_the_line_in_progress_counts_the_rest_and_ends_with_the_last_lines() {
+        let (read, write) = nix::unistd::pipe().unwrap();
+        let mut ev = to_fd(write.as_fd(), 1 << 20, 1 << 20);
+        // More than the pipe holds: the relay keeps the rest queued.
+        for i in 0..64 {
+            ev.push(Target::Stdout, format!("{i:04}{}", "x".repeat(4096)).as_bytes());
+        }
+        assert!(ev.pending());
+        // The reader takes part of what the pipe holds, then stops mid-line.
+        let mut first = vec![0u8; 100];
+        nix::unistd::read(read.as_raw_fd(), &mut first).unwrap();
+        ev.close(b"{\"type\":\"result\"}\n");
+        // It reads again: what the close queued reaches it whole.
+        let reader = std::thread::spawn(move || {
+            let mut rest = Vec::new();
+            std::io::Read::read_to_end(&mut std::fs::File::from(read), &mut rest).unwrap();
+            rest
+        });
+        ev.drain(Instant::now() + std::time::Duration::from_secs(10));
+        assert!(!ev.pending());
+        drop(ev);
+        drop(write);
+        let mut all = first;
+        all.extend(reader.join().unwrap());
+        let text = String::from_utf8(all).unwrap();
+        let lines: Vec<serde_json::Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+        let last = lines.len() - 1;
+        assert_eq!(lines[last], serde_json::json!({"type": "result"}));
+        assert_eq!(lines[last - 1]["type"], "dropped", "{}", lines[last - 1]);
+        // Every line the reader got is whole (parsed above), and each of the
+        // 64 chunk events either reached it or is counted.
+        let chunks = lines[..last - 1].iter().filter(|l| l["type"] == "stdout").count() as u64;
+        assert_eq!(chunks + lines[last - 1]["events"].as_u64().unwrap(), 64);
+        assert!(lines[..last - 1].iter().all(|l| l["type"] == "stdout"));
     }
 
     #[test]

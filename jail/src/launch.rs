@@ -216,7 +216,13 @@ impl Jail {
         let cgroup_usage = self.cgroup_usage();
         let result = match launched {
             // The verdict, then the output dir judged and delivered (verdict.rs).
-            Ok(outcome) => verdict::assemble(step, outcome, cgroup_usage, &self.plan),
+            Ok(mut outcome) => {
+                // A session that took its caller's output folder delivers there (session/adopt.rs).
+                if let Some(s) = step.session {
+                    s.deliver_to_adopted(&mut step, &mut outcome, &mut self.plan);
+                }
+                verdict::assemble(step, outcome, cgroup_usage, &self.plan)
+            }
             Err(e) => verdict::failed(step.result, e.stage().error(&e), step.clock.started),
         };
         let Jail { held, .. } = self;
@@ -267,6 +273,7 @@ impl Jail {
         if let Some(session) = step.session {
             // Each cell's result starts from this step's seed: its isolation and limits.
             session.set_template(&step.result);
+            session.hold_output(output.as_ref().map(|(fd, _)| fd), ids);
         }
         let seen = self.watch(ours.pipes, ours.notify, step.session.zip(ours.control))?;
         step.clock.mark("reaped");

@@ -122,6 +122,10 @@ enum SessionCommand {
     Start(SessionStartArgs),
     /// Run a file (or `-`, stdin) as the session's next cell; print its JSON result.
     Exec {
+        /// Print NDJSON events while the cell runs: stdout/stderr chunks as
+        /// `jail run --events` prints them, then {"type":"result","result":...}.
+        #[arg(long)]
+        events: bool,
         /// The handle `jail session start` printed.
         handle: PathBuf,
         /// The cell's code: a file, or `-` for stdin.
@@ -190,7 +194,8 @@ struct SessionStartArgs {
 /// `jail pool`: the run options every pooled jail is made with.
 #[derive(clap::Args)]
 struct PoolArgs {
-    /// Jails kept made ahead.
+    /// Jails kept made ahead: at most 64, and no more than the memory
+    /// available to the pool holds at each jail's memory limit.
     #[arg(long, value_name = "N", default_value_t = 2)]
     size: usize,
     /// Policy file (default: the built-in policies/default.json).
@@ -586,7 +591,7 @@ fn session(command: SessionCommand) -> ExitCode {
                 Err(e) => fail(chain(&e)),
             }
         }
-        SessionCommand::Exec { handle, file } => {
+        SessionCommand::Exec { events, handle, file } => {
             let code = if file.as_os_str() == "-" {
                 let mut text = String::new();
                 std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map(|_| text)
@@ -599,9 +604,22 @@ fn session(command: SessionCommand) -> ExitCode {
                     return fail(format!("read the cell {}: {e}: give a readable UTF-8 file, or - for stdin", file.display()))
                 }
             };
-            match jail::session::exec(&handle, code) {
+            let done = if events {
+                // One line per event as it comes; our reader sets the pace
+                // here, and the session supervisor never waits for it.
+                let line = |text: &str| {
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(text.as_bytes());
+                    let _ = out.write_all(b"\n");
+                    let _ = out.flush();
+                };
+                let result = jail::session::exec_live(&handle, code, None, &mut |ev| line(ev));
+                result.inspect(|value| line(&format!(r#"{{"type":"result","result":{value}}}"#)))
+            } else {
+                jail::session::exec(&handle, code).inspect(print)
+            };
+            match done {
                 Ok(value) => {
-                    print(&value);
                     let code = serde_json::from_value::<RunResult>(value).map_or(EXIT_SETUP_FAILED, |r| r.jail_exit_code());
                     ExitCode::from(code.clamp(0, 255) as u8)
                 }
@@ -623,8 +641,8 @@ fn pool(a: PoolArgs) -> ExitCode {
         eprintln!("jail pool: {line}");
         ExitCode::from(EXIT_SETUP_FAILED as u8)
     };
-    if a.size == 0 || a.size > 64 {
-        return fail(format!("--size {} is out of range: give 1 to 64 jails", a.size));
+    if a.size == 0 || a.size > jail::pool::run::MAX_SIZE {
+        return fail(format!("--size {} is out of range: give 1 to {} jails", a.size, jail::pool::run::MAX_SIZE));
     }
     // Everything a jail is made with is checked once, here, as `jail run`
     // checks it: bad input is one line and exit 125 before any jail.
@@ -681,6 +699,9 @@ fn pool(a: PoolArgs) -> ExitCode {
         preload: req.policy.preload.clone(),
         ceilings: jail::pool::protocol::Ceilings { wall_time: req.timeout.unwrap_or(req.policy.limits.wall_time) },
         temp_dir: req.host.temp_dir.clone().unwrap_or_else(temp_dir),
+        sandbox_gid: nix::unistd::geteuid().is_root().then_some(req.policy.identity.root_host_gid),
+        memory_limit: req.policy.limits.memory,
+        output_capped: req.policy.filesystem.output_size.is_some(),
     };
     match jail::pool::run::run(cfg) {
         Ok(code) => ExitCode::from(code as u8),

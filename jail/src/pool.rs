@@ -35,6 +35,7 @@
 //! - `limits` (optional): `wall_time_secs`, above 0 and at most the pool's
 //!   (`--timeout` or the policy's). CPU time, memory, pids and CPUs are the
 //!   pool's (set when the jail was made) and cannot be changed per request.
+//! - `events` (optional, `true` or `false`): the step's output live, below.
 //!
 //! The reply is either `{"id": "r1", "result": RunResult}` — the same
 //! object `jail run --json` prints, valid against
@@ -45,11 +46,61 @@
 //! with a bad value), `limit_above_policy`, `duplicate_id` (an id still in
 //! flight), `draining` (stdin ended or SIGTERM), `internal`.
 //!
-//! `{"op": "stats"}` (an `id` is optional) answers
-//! `{"id": ..., "stats": {"size": N, "ready": R, "in_use": U,
-//! "refill_ms": {"last": L, "mean": M}, "idle_rss_bytes": B}}`.
+//! With `"events": true` the pool writes, while the step runs and before
+//! its reply, `{"id": "r1", "event": EVENT}` lines, EVENT one object exactly
+//! as `jail run --events` prints it (events.rs): `stdout` and `stderr`
+//! chunks in order, `truncated` once a stream passes its cap, `dropped`
+//! when the pool did not take chunks by the step's deadline, and, once the
+//! jail is stopped and its output judged, one `{"type": "artifact",
+//! "artifact": {...}}` per accepted artifact. The step runs as a live
+//! session cell (session/live.rs): a pool whose own reader is slow holds up
+//! neither the step's deadline nor the jail's supervisor. Without `events`
+//! only the reply is written.
 //!
-//! `{"op": "stats"}` also reports `making` (jails being made).
+//! # Sessions from the pool (run/handout.rs)
+//!
+//! A session is a pooled jail that takes more than one cell from the same
+//! owner. `{"id": "s1", "op": "session", "input": "/abs/in", "output":
+//! "/abs/out"}` (both folders optional, no other field) claims a ready jail
+//! (its preload already imported), copies `input` into its read-only
+//! `/workspace/input` as a step's is, and hands it over: `{"id": "s1",
+//! "session": {"handle": H, "id": I, "pid": P, "output_dir": D}}`. The
+//! caller then uses `jail session exec H` and `jail session stop H` exactly
+//! as for a session it started itself (the handle is usable only by the
+//! pool's uid, which is the caller's). `output` behaves as `jail session
+//! start --output`: it may hold files, `/workspace/output` is filled from
+//! it, and what passed is delivered back to it when the session ends; it
+//! is made (0700) when absent, and without it `output_dir` names a fresh
+//! `jail-output-*` folder in the temp dir; a pool whose policy binds each
+//! jail's output folder (`output_size: "unlimited"`) refuses the request
+//! (`bad_request`). The pool makes a replacement at
+//! once and removes the jail's folders when the session's supervisor is
+//! gone. The session still ends with the pool, its lifeline: a pool that
+//! drains stops it (what passed reaches `output`), and a pool killed with
+//! SIGKILL ends it all the same. `{"op": "stats"}` counts the sessions
+//! handed out and not ended in `sessions`. Its `session.idle_timeout_secs`
+//! counts from the hand-over; its `max_lifetime_secs` from when the jail
+//! was made. A ready jail that ended while it waited (either limit) is
+//! never handed out: the claim takes the next.
+//!
+//! `{"op": "stats"}` (an `id` is optional) answers
+//! `{"id": ..., "stats": {"size": N, "ready": R, "making": K, "in_use": U,
+//! "refill_ms": {"last": L, "mean": M}, "idle_rss_bytes": B, "sessions": Z,
+//! "available_memory_bytes": A, "max_size": S}}`: `making` counts jails
+//! being made, `idle_rss_bytes` is what the last jail made holds once its
+//! preload ran, `available_memory_bytes` the memory available to the pool
+//! now and `max_size` the largest `--size` that fits in it (at most 64;
+//! both `null` when unknown).
+//!
+//! # Size bounded by memory (memory.rs)
+//!
+//! `--size N` is refused (one line naming the largest size that fits and
+//! the fixes, exit 125, nothing left) when N times what a jail costs
+//! exceeds the memory available to the pool: the lower of `MemAvailable`
+//! and the memory limit of the pool's own cgroup. A jail costs its memory
+//! limit (`limits.memory`, `--memory`), checked before any jail is made; a
+//! jail with no memory limit costs the idle memory measured on the first
+//! jail made, checked once that one is up.
 //!
 //! End of stdin: no new request is taken, the ones in flight finish and are
 //! answered, the ready jails are destroyed, and the pool exits 0 leaving no
@@ -86,5 +137,6 @@
 //! parent, `/workspace`.
 
 pub mod attach;
+pub mod memory;
 pub mod protocol;
 pub mod run;

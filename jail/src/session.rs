@@ -14,14 +14,20 @@
 //! a one-line tombstone says why for a later `exec`. A janitor process
 //! does the same cleanup should the supervisor itself be killed.
 //!
+//! A session made ahead (a `jail pool`'s) can take its caller's output
+//! folder once, before any untrusted cell (adopt.rs): then it behaves as
+//! one started with that `--output`.
+//!
 //! Time limits: `limits.wall_time_secs` (or `--timeout`) and
 //! `limits.cpu_time_secs` are per cell (SIGINT past them, then a kill
 //! after `session.interrupt_grace_secs`); memory, pids and CPUs hold for
 //! the whole session. Without a cgroup, RLIMIT_CPU counts the driver's
 //! CPU time over the whole session.
 
+pub(crate) mod adopt;
 pub mod cell;
 pub mod handle;
+pub(crate) mod live;
 pub(crate) mod serve;
 
 use std::cell::RefCell;
@@ -123,6 +129,8 @@ pub struct Serve {
     /// The read end of the owner's lifeline: when it hangs up the session
     /// ends (`StartOptions::lifeline`).
     pub(crate) lifeline: Option<OwnedFd>,
+    /// Taking the caller's output folder after the jail was made (adopt.rs).
+    pub(crate) adoption: RefCell<adopt::Adoption>,
 }
 
 impl std::fmt::Debug for Serve {
@@ -136,6 +144,31 @@ impl Serve {
     /// limits are every cell's.
     pub(crate) fn set_template(&self, result: &RunResult) {
         *self.template.borrow_mut() = Some(result.clone());
+    }
+
+    /// The launch filled the jail's output tmpfs (`None`: the output
+    /// folder is bound): kept, so the session can take another folder.
+    pub(crate) fn hold_output(&self, tmpfs: Option<&OwnedFd>, ids: crate::output::FsIds) {
+        self.adoption.borrow_mut().hold(tmpfs, ids);
+    }
+
+    /// The tree is dead: a session that took another output folder is
+    /// judged and delivered there (adopt.rs).
+    pub(crate) fn deliver_to_adopted(
+        &self,
+        step: &mut crate::step::Step<'_>,
+        outcome: &mut crate::step::Outcome,
+        plan: &mut crate::plan::RunPlan,
+    ) {
+        self.adoption.borrow_mut().apply(step, outcome, plan);
+    }
+
+    /// The session took `dir` as its output folder: every later cell's
+    /// result names it.
+    pub(crate) fn retarget_template(&self, dir: &Path) {
+        if let Some(t) = self.template.borrow_mut().as_mut() {
+            t.output_dir = Some(dir.display().to_string());
+        }
     }
 
     pub(crate) fn template(&self) -> RunResult {
@@ -264,6 +297,10 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
         stderr_cap: req.policy.limits.stderr_bytes,
     };
     let session = req.policy.session;
+    // A pool's session runs the trusted preload as its first cell: the one
+    // cell allowed before it takes its output folder (adopt.rs).
+    let trusted_cells = u64::from(opts.lifeline.is_some() && !req.policy.preload.is_empty());
+    let adoption = adopt::Adoption::new(req.policy.artifacts.clone(), req.input.clone(), trusted_cells);
     // The jail lives as long as the session may; each cell has its own
     // time (serve.rs).
     req.timeout = Some(session.max_lifetime);
@@ -289,6 +326,7 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
                 end: RefCell::new(None),
                 stopper: RefCell::new(None),
                 lifeline: opts.lifeline.and_then(sys::take_inherited_fd),
+                adoption: RefCell::new(adoption),
             };
             supervise(req, Rc::new(hook), paths)
         }
@@ -462,7 +500,29 @@ pub fn exec(handle: &Path, code: String) -> Result<serde_json::Value, handle::Cl
 /// Run `code` as the next cell with its wall-clock limit cut to `wall`
 /// (the session's own limit when that is shorter).
 pub fn exec_within(handle: &Path, code: String, wall: Option<Duration>) -> Result<serde_json::Value, handle::ClientError> {
-    handle::call(handle, &handle::Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()) })
+    handle::call(handle, &handle::Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()), events: false })
+}
+
+/// Run `code` as the next cell with its output live: each event line
+/// (`stdout`, `stderr`, `truncated`, `dropped`), exactly as `jail run
+/// --events` writes it, goes to `on_event` while the cell runs; then the
+/// cell's result document.
+pub fn exec_live(
+    handle: &Path,
+    code: String,
+    wall: Option<Duration>,
+    on_event: &mut dyn FnMut(&str),
+) -> Result<serde_json::Value, handle::ClientError> {
+    let request = handle::Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()), events: true };
+    handle::call_live(handle, &request, on_event)
+}
+
+/// Take `dir` (absolute, an existing folder) as the session's output
+/// folder: `/workspace/output` is filled from it, and what passed is
+/// delivered there when the session ends. Once, before any untrusted cell
+/// (adopt.rs).
+pub fn adopt_output(handle: &Path, dir: &Path) -> Result<serde_json::Value, handle::ClientError> {
+    handle::call(handle, &handle::Request::AdoptOutput { dir: dir.to_path_buf() })
 }
 
 /// End the session: its closing result (the whole session's usage,

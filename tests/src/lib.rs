@@ -266,6 +266,11 @@ pub enum Runner {
     /// `jail session start`, one warm-up cell, the script as the second
     /// cell, `jail session stop`.
     SessionCell,
+    /// One request to a `jail pool --size 1` (the script as its `code`,
+    /// the sandbox's input and output folders), then the pool closed. The
+    /// pool has no exit status per request: the one `jail session exec`
+    /// prints for the same result (`RunResult::jail_exit_code`) stands in.
+    PoolStep,
 }
 
 impl Default for Sandbox {
@@ -385,8 +390,37 @@ impl Sandbox {
                 session.stop();
                 out
             }
+            Runner::PoolStep => self.pool_step(source),
         };
         (parse(&out), out)
+    }
+
+    /// `source` as the one request of a pool made with this sandbox's
+    /// options; its result as `jail run --json` would print it.
+    fn pool_step(&self, source: &str) -> Output {
+        let extra: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
+        let mut pool = Pool::start(self, 1, &extra);
+        let reply = pool.call(serde_json::json!({
+            "id": "probe", "code": source, "input": self.input, "output": self.output,
+        }));
+        let status = pool.finish();
+        assert!(status.success(), "the pool exited with {status:?}");
+        assert!(reply["error"].is_null(), "the pool refused the probe: {reply}");
+        let result = &reply["result"];
+        let code = serde_json::from_value::<RunResult>(result.clone()).map_or(125, |r| r.jail_exit_code());
+        use std::os::unix::process::ExitStatusExt;
+        Output {
+            status: std::process::ExitStatus::from_raw((code & 0xff) << 8),
+            stdout: serde_json::to_vec(result).expect("serialize the result"),
+            stderr: Vec::new(),
+        }
+    }
+
+    /// The TMPDIR of the pools this sandbox starts: inside it, so the
+    /// pool's folders carry the sandbox's path and its outputs can be
+    /// renamed into the sandbox's folders.
+    pub fn pool_tmp(&self) -> PathBuf {
+        self.dir.path().join("tmp")
     }
 
     /// Run `source` and return its parsed stdout as JSON, asserting it ran ok.
@@ -394,6 +428,94 @@ impl Sandbox {
         let (r, out) = self.run(source);
         assert_eq!(r.status, Status::Ok, "probe failed: {}\n{}", r.stderr.text, String::from_utf8_lossy(&out.stderr));
         serde_json::from_str(r.stdout.text.trim()).unwrap_or_else(|e| panic!("probe output is not JSON ({e}): {}", r.stdout.text))
+    }
+}
+
+/// A running `jail pool` (tests/pool.rs, and [`Runner::PoolStep`]): its
+/// TMPDIR and XDG_RUNTIME_DIR inside the sandbox, so everything it makes
+/// carries the sandbox's path. Replies are read by a thread as they come.
+pub struct Pool {
+    pub child: std::process::Child,
+    pub stdin: Option<std::process::ChildStdin>,
+    replies: std::sync::mpsc::Receiver<serde_json::Value>,
+}
+
+impl Pool {
+    /// `jail pool --size SIZE --rootfs R EXTRA...`.
+    pub fn start(sb: &Sandbox, size: usize, extra: &[&str]) -> Pool {
+        use std::io::BufRead;
+        let tmp = sb.pool_tmp();
+        std::fs::create_dir_all(&tmp).expect("mkdir the pool's tmp");
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).expect("chmod");
+        let mut child = Command::new(jail_bin())
+            .arg("pool")
+            .arg("--size")
+            .arg(size.to_string())
+            .arg("--rootfs")
+            .arg(&sb.rootfs)
+            .args(extra)
+            .env("TMPDIR", &tmp)
+            .env("XDG_RUNTIME_DIR", sb.runtime_dir())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("spawn jail pool");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, replies) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let v: serde_json::Value =
+                    serde_json::from_str(&line).unwrap_or_else(|e| panic!("a reply that is not JSON ({e}): {line}"));
+                if tx.send(v).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Pool { child, stdin, replies }
+    }
+
+    /// Write one request line.
+    pub fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("stdin open");
+        stdin.write_all(line.as_bytes()).expect("write a request");
+        stdin.write_all(b"\n").expect("write a request");
+        stdin.flush().expect("write a request");
+    }
+
+    /// The next line the pool wrote.
+    pub fn reply(&self) -> serde_json::Value {
+        self.replies.recv_timeout(std::time::Duration::from_secs(60)).expect("a reply within 60 s")
+    }
+
+    /// Send a request and wait for its reply (no other in flight).
+    pub fn call(&mut self, request: serde_json::Value) -> serde_json::Value {
+        self.send(&request.to_string());
+        let r = self.reply();
+        assert_eq!(r["id"], request["id"], "{r}");
+        r
+    }
+
+    /// Wait until `stats` says `n` jails are ready.
+    pub fn wait_ready(&mut self, n: u64) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            self.send(r#"{"op":"stats"}"#);
+            let s = self.reply();
+            if s["stats"]["ready"].as_u64() == Some(n) {
+                return;
+            }
+            assert!(std::time::Instant::now() < deadline, "never {n} ready: {s}");
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
+
+    /// Close stdin and wait for the pool to exit.
+    pub fn finish(mut self) -> std::process::ExitStatus {
+        drop(self.stdin.take());
+        self.child.wait().expect("wait for the pool")
     }
 }
 

@@ -9,9 +9,9 @@ use std::time::{Duration, Instant};
 
 use jail_tests::*;
 
-/// The probes below run twice, with the same assertions: as `jail run`,
-/// and as the second cell of a session (issue 18): a cell can do nothing
-/// a run cannot.
+/// The probes below run three times, with the same assertions: as `jail
+/// run`, as the second cell of a session, and as a step of a warm pool
+/// (issue 18): a cell or a pooled step can do nothing a run cannot.
 macro_rules! both_ways {
     ($($name:ident),* $(,)?) => {
         mod as_run {
@@ -21,6 +21,10 @@ macro_rules! both_ways {
         mod as_session_cell {
             use jail_tests::Runner;
             $( #[test] fn $name() { super::$name(Runner::SessionCell) } )*
+        }
+        mod as_pool_step {
+            use jail_tests::Runner;
+            $( #[test] fn $name() { super::$name(Runner::PoolStep) } )*
         }
     };
 }
@@ -464,7 +468,8 @@ fn python_exception_is_reported(runner: Runner) {
     assert_eq!(e.message, "division by zero");
     let file = match runner {
         Runner::Run => "/workspace/code/main.py",
-        Runner::SessionCell => "<cell 2>",
+        // The pool's first cell sets sys.argv; the step is the second.
+        Runner::SessionCell | Runner::PoolStep => "<cell 2>",
     };
     assert!(e.traceback_tail.contains(file), "{}", e.traceback_tail);
 }
@@ -584,7 +589,7 @@ print(json.dumps({
     // session's driver holds one more, its control socket (moved off fd 0).
     let fds = match runner {
         Runner::Run => serde_json::json!(["0", "1", "2", "3"]),
-        Runner::SessionCell => serde_json::json!(["0", "1", "2", "3", "4"]),
+        Runner::SessionCell | Runner::PoolStep => serde_json::json!(["0", "1", "2", "3", "4"]),
     };
     assert_eq!(v["fds"], fds, "{v}");
     assert_eq!(v["cwd"], "/workspace/output");

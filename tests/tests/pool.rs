@@ -5,97 +5,12 @@
 //! and the pool keeps serving, and SIGKILL or SIGTERM of the pool leaves
 //! nothing behind.
 
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use jail_tests::*;
 use serde_json::{json, Value};
-
-/// A running `jail pool`, its TMPDIR and XDG_RUNTIME_DIR inside the
-/// sandbox, so everything it makes carries the sandbox's path.
-struct Pool {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    replies: mpsc::Receiver<Value>,
-}
-
-impl Pool {
-    fn start(sb: &Sandbox, size: usize, extra: &[&str]) -> Pool {
-        let tmp = sb.dir.path().join("tmp");
-        std::fs::create_dir_all(&tmp).unwrap();
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
-        let mut child = Command::new(jail_bin())
-            .arg("pool")
-            .arg("--size")
-            .arg(size.to_string())
-            .arg("--rootfs")
-            .arg(&sb.rootfs)
-            .args(extra)
-            .env("TMPDIR", &tmp)
-            .env("XDG_RUNTIME_DIR", sb.runtime_dir())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn jail pool");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, replies) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let v: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("a reply that is not JSON ({e}): {line}"));
-                if tx.send(v).is_err() {
-                    break;
-                }
-            }
-        });
-        let stdin = child.stdin.take();
-        Pool { child, stdin, replies }
-    }
-
-    fn send(&mut self, line: &str) {
-        let stdin = self.stdin.as_mut().expect("stdin open");
-        stdin.write_all(line.as_bytes()).unwrap();
-        stdin.write_all(b"\n").unwrap();
-        stdin.flush().unwrap();
-    }
-
-    fn reply(&self) -> Value {
-        self.replies.recv_timeout(Duration::from_secs(60)).expect("a reply within 60 s")
-    }
-
-    /// Send a request and wait for its reply (no other in flight).
-    fn call(&mut self, request: Value) -> Value {
-        self.send(&request.to_string());
-        let r = self.reply();
-        assert_eq!(r["id"], request["id"], "{r}");
-        r
-    }
-
-    /// Wait until `stats` says `n` jails are ready.
-    fn wait_ready(&mut self, n: u64) {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            self.send(r#"{"op":"stats"}"#);
-            let s = self.reply();
-            if s["stats"]["ready"].as_u64() == Some(n) {
-                return;
-            }
-            assert!(Instant::now() < deadline, "never {n} ready: {s}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Close stdin and wait for the pool to exit.
-    fn finish(mut self) -> std::process::ExitStatus {
-        drop(self.stdin.take());
-        self.child.wait().unwrap()
-    }
-}
 
 fn result(reply: &Value) -> &Value {
     assert!(reply["error"].is_null(), "an error reply: {reply}");
@@ -149,7 +64,7 @@ fn a_pooled_jail_takes_one_request_and_the_next_sees_nothing_of_it() {
     )}));
     let a = result(&first);
     assert_eq!(a["status"], "ok", "{a}");
-    let seen_a = stdout_json(a);
+    stdout_json(a);
     let second = pool.call(json!({"id": "b", "code":
         "import json, os\nprint(json.dumps({'vars': sorted(k for k in globals() if not k.startswith('__') and k not in ('json', 'os')), \
          'tmp': os.listdir('/tmp'), 'ns': os.readlink('/proc/self/ns/pid'), 'mnt': os.readlink('/proc/self/ns/mnt'), \
@@ -161,20 +76,13 @@ fn a_pooled_jail_takes_one_request_and_the_next_sees_nothing_of_it() {
     assert_eq!(seen_b["vars"], json!([]), "a request's globals reached the next: {seen_b}");
     assert_eq!(seen_b["tmp"], json!([]), "a request's /tmp reached the next: {seen_b}");
     assert!(!seen_b["cmdlines"].to_string().contains(&marker), "a request's process reached the next: {seen_b}");
-    // Not the same jail: other namespaces (namespace ids are inode numbers,
-    // unique while both exist; the first is destroyed, so compare within
-    // one pool's life only as a difference, and check the process is gone).
-    assert!(
-        seen_a["ns"] != seen_b["ns"] || seen_a["mnt"] != seen_b["mnt"],
-        "the same jail served twice: {seen_a} {seen_b}"
-    );
+    // Not the same jail: the first one's /tmp, globals and process are not
+    // there (above), and its process is gone from the host (below). Its
+    // namespace ids prove nothing: they are inode numbers, and the kernel
+    // reuses the first jail's, destroyed by then, for the second.
     assert!(host_processes_with(&marker).is_empty(), "the first request's process outlived its jail");
     assert!(pool.finish().success());
-    assert_pool_gone(&sb, &pool_tmp(&sb));
-}
-
-fn pool_tmp(sb: &Sandbox) -> PathBuf {
-    sb.dir.path().join("tmp")
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
 #[test]
@@ -208,7 +116,7 @@ fn a_requests_input_is_read_only_inside_and_no_link_in_it_is_followed() {
     let paths: Vec<&str> = r["artifacts"].as_array().unwrap().iter().filter_map(|a| a["path"].as_str()).collect();
     assert_eq!(paths, ["report.txt"], "{r}");
     assert!(pool.finish().success());
-    assert_pool_gone(&sb, &pool_tmp(&sb));
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
 #[test]
@@ -231,7 +139,7 @@ fn a_preload_the_rootfs_cannot_import_is_one_line_and_exit_125_with_nothing_left
     let pool = Pool::start(&sb, 2, &["--policy", policy.to_str().unwrap()]);
     let out = pool.child.wait_with_output().unwrap();
     assert_eq!(out.status.code(), Some(125));
-    assert_pool_gone(&sb, &pool_tmp(&sb));
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
 fn policy_with_preload(sb: &Sandbox, preload: Value) -> PathBuf {
@@ -285,7 +193,7 @@ fn bad_lines_get_protocol_errors_and_the_pool_keeps_serving() {
     let ok = pool.call(json!({"id": "k", "code": "print(6 * 7)"}));
     assert_eq!(result(&ok)["stdout"]["text"], "42\n");
     assert!(pool.finish().success());
-    assert_pool_gone(&sb, &pool_tmp(&sb));
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
 #[test]
@@ -299,13 +207,16 @@ fn sigkill_of_the_pool_leaves_no_process_mount_or_folder() {
     assert!(!host_processes_with(&sb.dir.path().display().to_string()).is_empty(), "no pooled jail to kill");
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool.child.id() as i32), nix::sys::signal::Signal::SIGKILL);
     let _ = pool.child.wait();
-    assert_pool_gone(&sb, &pool_tmp(&sb));
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
 #[test]
 fn sigterm_lets_the_request_in_flight_finish_then_leaves_nothing() {
     let sb = Sandbox::new();
     let mut pool = Pool::start(&sb, 1, &[]);
+    // Requests are read once the first jail is made: under load that can
+    // take longer than the pause below, and the SIGTERM would come first.
+    pool.wait_ready(1);
     pool.send(r#"{"id":"t","code":"import time; time.sleep(1); print('finished')"}"#);
     std::thread::sleep(Duration::from_millis(300));
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
@@ -313,5 +224,374 @@ fn sigterm_lets_the_request_in_flight_finish_then_leaves_nothing() {
     assert_eq!(result(&r)["stdout"]["text"], "finished\n", "{r}");
     let status = pool.child.wait().unwrap();
     assert!(status.success(), "{status:?}");
-    assert_pool_gone(&sb, &pool_tmp(&sb));
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+#[test]
+fn a_step_asked_with_events_streams_its_output_before_the_reply_in_order_and_capped() {
+    let sb = Sandbox::new();
+    let mut pool = Pool::start(&sb, 1, &[]);
+    pool.wait_ready(1);
+    // No flush before the sleep: the step's streams are live.
+    let code = "import sys, time\nprint('early')\ntime.sleep(1.5)\nfor i in range(50000):\n    print(i)\n\
+                sys.stderr.write('e' * (2 << 20))\nopen('/workspace/output/r.txt', 'w').write('done')\n";
+    pool.send(&json!({"id": "e", "events": true, "code": code}).to_string());
+    let first = pool.reply();
+    let first_at = Instant::now();
+    let mut lines = vec![first];
+    while lines.last().unwrap()["result"].is_null() && lines.last().unwrap()["error"].is_null() {
+        lines.push(pool.reply());
+    }
+    let replied_at = Instant::now();
+    assert!(lines.iter().all(|l| l["id"] == "e"), "a line of another request");
+    let reply = lines.pop().unwrap();
+    let r = result(&reply);
+    let events: Vec<&Value> = lines.iter().map(|l| &l["event"]).collect();
+    assert_eq!(events[0]["type"], "stdout", "{}", events[0]);
+    assert!(events[0]["data"].as_str().unwrap().starts_with("early"), "{}", events[0]);
+    assert!(replied_at - first_at > Duration::from_secs(1), "the first event came with the reply, not before it");
+    let text =
+        |kind: &str| -> String { events.iter().filter(|e| e["type"] == kind).map(|e| e["data"].as_str().unwrap()).collect() };
+    let want: String = std::iter::once("early\n".to_string()).chain((0..50000).map(|i| format!("{i}\n"))).collect();
+    assert_eq!(text("stdout"), want, "stdout out of order or incomplete");
+    let cut: Vec<&&Value> = events.iter().filter(|e| e["type"] == "truncated").collect();
+    assert_eq!(cut.len(), 1, "{cut:?}");
+    assert_eq!((cut[0]["stream"].as_str(), cut[0]["limit_bytes"].as_u64()), (Some("stderr"), Some(1 << 20)));
+    assert_eq!(text("stderr").len(), 1 << 20);
+    // The artifacts, judged once the jail is stopped, after the last chunk.
+    let first_artifact = events.iter().position(|e| e["type"] == "artifact").expect("an artifact event");
+    assert!(events[first_artifact..].iter().all(|e| e["type"] == "artifact"), "a chunk after an artifact");
+    let paths: Vec<&str> = events[first_artifact..].iter().filter_map(|e| e["artifact"]["path"].as_str()).collect();
+    assert_eq!(paths, ["r.txt"]);
+    assert_eq!(r["artifacts"][0]["path"], "r.txt");
+    assert_eq!(r["status"], "output_limit", "{r}");
+    // Without "events", only the reply.
+    let plain = pool.call(json!({"id": "p", "code": "print('quiet')"}));
+    assert_eq!(result(&plain)["stdout"]["text"], "quiet\n");
+    assert!(plain["event"].is_null());
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+#[test]
+fn a_pool_asked_for_more_jails_than_memory_holds_is_refused_in_one_line_and_leaves_nothing() {
+    let sb = Sandbox::new();
+    // 64 jails of 4 TiB each: no machine this runs on has 256 TiB.
+    let mut pool = Pool::start(&sb, 64, &["--memory", "4T"]);
+    // No request: a pool that did start would end at the end of its stdin.
+    drop(pool.stdin.take());
+    let out = pool.child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert_pool_gone(&sb, &sb.pool_tmp());
+    assert_eq!(std::fs::read_dir(sb.pool_tmp()).unwrap().count(), 0, "the pool left something in its TMPDIR");
+}
+
+/// The memory cgroup hierarchy's folder of this process, on a host with
+/// the memory controller on cgroup v1 (a hybrid host) or v2: where a child
+/// cgroup with a memory limit can be made, and the limit file's name.
+fn own_memory_cgroup() -> Option<(PathBuf, &'static str)> {
+    let layout = jail::cgroup::parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
+    let me = jail::cgroup::parse_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap());
+    if let Some(h) = layout.v1.iter().find(|h| h.controllers.iter().any(|c| c == "memory")) {
+        let rel = me.v1.get("memory")?.strip_prefix(&h.root).ok()?.to_path_buf();
+        return Some((h.mount.join(rel), "memory.limit_in_bytes"));
+    }
+    let (mount, root) = layout.unified?;
+    let dir = mount.join(me.unified?.strip_prefix(&root).ok()?);
+    let enabled = std::fs::read_to_string(dir.join("cgroup.subtree_control")).unwrap_or_default();
+    enabled.split_whitespace().any(|c| c == "memory").then_some((dir, "memory.max"))
+}
+
+#[test]
+fn the_memory_limit_of_the_pools_own_cgroup_bounds_its_size() {
+    if only_as_root("makes a memory cgroup for the pool") {
+        return;
+    }
+    let Some((own, limit_file)) = own_memory_cgroup() else {
+        return skip("no memory cgroup this test can make a child in (cgroup v1 memory, or v2 with memory delegated)");
+    };
+    let sb = Sandbox::new();
+    let cg = own.join(format!("jail-pool-memtest-{}", std::process::id()));
+    std::fs::create_dir(&cg).unwrap();
+    std::fs::write(cg.join(limit_file), (1u64 << 30).to_string()).unwrap();
+    // The pool runs in that cgroup: 1 GiB holds 4 jails of 256 MiB.
+    let in_cgroup = |size: &str| {
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c")
+            .arg(r#"echo $$ > "$0/cgroup.procs" && exec "$@""#)
+            .arg(&cg)
+            .arg(jail_bin())
+            .args(["pool", "--size", size, "--memory", "256M", "--rootfs"])
+            .arg(&sb.rootfs)
+            .env("TMPDIR", sb.pool_tmp())
+            .env("XDG_RUNTIME_DIR", sb.runtime_dir());
+        cmd
+    };
+    std::fs::create_dir_all(sb.pool_tmp()).unwrap();
+    let refused = in_cgroup("8").stdin(std::process::Stdio::null()).output().unwrap();
+    let stats = in_cgroup("2")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            child.stdin.take().unwrap().write_all(b"{\"op\":\"stats\"}\n")?;
+            child.wait_with_output()
+        })
+        .unwrap();
+    assert_pool_gone(&sb, &sb.pool_tmp());
+    // The pool's janitor, in that cgroup too, outlives the pool by a moment.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let removed = loop {
+        match std::fs::remove_dir(&cg) {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(50))
+            }
+            done => break done,
+        }
+    };
+    let err = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert_eq!(refused.status.code(), Some(125), "{err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "not one line: {err}");
+    assert!(
+        err.contains("--size 8 needs 8 x 256 MiB (memory limit) = 2 GiB, more than the 1 GiB available")
+            && err.contains(limit_file)
+            && err.contains("the largest size that fits is 4: give --size 4 or less, or a lower --memory"),
+        "{err}"
+    );
+    let reply: Value = serde_json::from_slice(&stats.stdout).unwrap_or_else(|e| panic!("{e}: {stats:?}"));
+    assert_eq!(reply["stats"]["available_memory_bytes"], 1u64 << 30, "{reply}");
+    assert_eq!(reply["stats"]["max_size"], 4, "{reply}");
+    removed.unwrap_or_else(|e| panic!("the test cgroup {} is not empty after the pool: {e}", cg.display()));
+}
+
+/// Ask the pool for a session; the handed-out session, as `jail session
+/// start` would print it.
+fn pool_session(pool: &mut Pool, request: Value) -> Session {
+    let reply = pool.call(request);
+    let s = &reply["session"];
+    assert!(s.is_object(), "no session in the reply: {reply}");
+    Session {
+        handle: PathBuf::from(s["handle"].as_str().unwrap()),
+        pid: s["pid"].as_u64().unwrap() as u32,
+        id: s["id"].as_str().unwrap().to_string(),
+    }
+}
+
+fn closing(s: &Session) -> Value {
+    let out = s.stop();
+    assert!(out.status.success(), "jail session stop: {}", String::from_utf8_lossy(&out.stderr));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    validate_result(&v).unwrap_or_else(|e| panic!("the closing result breaks the schema: {e}"));
+    v
+}
+
+/// The session has ended and left nothing: no supervisor, no process with
+/// `marker`, no cgroup.
+fn assert_session_ended(s: &Session, marker: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (s.alive() || !host_processes_with(marker).is_empty()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!s.alive(), "the session supervisor {} is still there", s.pid);
+    assert_eq!(host_processes_with(marker), Vec::<u32>::new(), "a process of the session survived it");
+    assert_eq!(cgroups_left_by(s.pid), Vec::<PathBuf>::new(), "the session's cgroup was left behind");
+}
+
+#[test]
+fn a_pool_session_keeps_its_state_across_cells_and_starts_with_the_preload_imported() {
+    let sb = Sandbox::new();
+    sb.input_file("data.csv", b"x,y\n1,2\n");
+    let policy = policy_with_preload(&sb, json!(["csv", "xml.dom.minidom"]));
+    let mut pool = Pool::start(&sb, 1, &["--policy", policy.to_str().unwrap()]);
+    let s = pool_session(&mut pool, json!({"id": "s1", "op": "session", "input": sb.input}));
+    let (v, _) = s.exec(
+        "import json, sys\nrows = open('/workspace/input/data.csv').read().splitlines()\n\
+         print(json.dumps({'loaded': [m in sys.modules for m in ('csv', 'xml.dom.minidom')], \
+         'vars': sorted(k for k in globals() if not k.startswith('__'))}))\n",
+    );
+    assert_eq!(v["status"], "ok", "{v}");
+    let seen: Value = serde_json::from_str(v["stdout"]["text"].as_str().unwrap().trim()).unwrap();
+    // Imported before the caller's first cell, and leaving no name behind.
+    assert_eq!(seen, json!({"loaded": [true, true], "vars": ["json", "rows", "sys"]}));
+    let (v, _) = s.exec("rows.append('3,4')\nn = len(rows)\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    let (v, out) = s.exec("print(n, rows[-1])\n");
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(v["stdout"]["text"], "3 3,4\n", "the globals did not persist: {v}");
+    assert_eq!(v["session"]["cell"].as_u64(), Some(4), "the preload, then the caller's three cells: {v}");
+    let end = closing(&s);
+    assert_eq!(end["session"]["why"], "stopped", "{end}");
+    assert_eq!(end["input"]["unchanged"], true, "{end}");
+    assert_session_ended(&s, &s.id);
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+#[test]
+fn a_pool_sessions_output_folder_keeps_its_files_and_gets_what_passed() {
+    let sb = Sandbox::new();
+    let out = sb.dir.path().join("kept-output");
+    std::fs::create_dir_all(out.join("sub")).unwrap();
+    std::fs::write(out.join("keep.txt"), "old").unwrap();
+    std::fs::write(out.join("sub/deep.txt"), "deep").unwrap();
+    give_to_sandbox(&out);
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let s = pool_session(&mut pool, json!({"id": "s", "op": "session", "output": out}));
+    let (v, _) = s.exec(
+        "import os, json\nprint(json.dumps(sorted(os.path.relpath(os.path.join(d, f), '/workspace/output') \
+         for d, _, fs in os.walk('/workspace/output') for f in fs)))\nprint(open('/workspace/output/keep.txt').read())\n\
+         open('/workspace/output/new.txt', 'w').write('new')\nos.symlink('/etc/passwd', '/workspace/output/link')\n",
+    );
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["stdout"]["text"], "[\"keep.txt\", \"sub/deep.txt\"]\nold\n", "the folder's files are not in the jail: {v}");
+    assert_eq!(v["output_dir"], out.display().to_string(), "{v}");
+    let (v, _) = s.exec("os.remove('/workspace/output/sub/deep.txt')\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    let end = closing(&s);
+    assert_eq!(end["output_dir"], out.display().to_string(), "{end}");
+    let changes: Vec<(String, String)> = end["artifacts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| (a["path"].as_str().unwrap().to_string(), a["change"].as_str().unwrap().to_string()))
+        .collect();
+    assert!(changes.contains(&("keep.txt".into(), "unchanged".into())), "{changes:?}");
+    assert!(changes.contains(&("new.txt".into(), "created".into())), "{changes:?}");
+    assert!(end["rejected_artifacts"].to_string().contains("link"), "{end}");
+    // The host folder: what it held, what passed, what was deleted gone,
+    // and the refused link nowhere.
+    assert_eq!(std::fs::read_to_string(out.join("keep.txt")).unwrap(), "old");
+    assert_eq!(std::fs::read_to_string(out.join("new.txt")).unwrap(), "new");
+    assert!(!out.join("sub/deep.txt").exists(), "a file the session deleted is still on the host");
+    assert!(std::fs::symlink_metadata(out.join("link")).is_err(), "a refused link reached the host");
+    assert_session_ended(&s, &s.id);
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+#[test]
+fn a_second_pool_session_sees_nothing_of_the_first() {
+    let sb = Sandbox::new();
+    let marker = format!("pool-session-canary-{}", std::process::id());
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let first_out = sb.dir.path().join("first-out");
+    let a = pool_session(&mut pool, json!({"id": "a", "op": "session", "output": first_out}));
+    let (v, _) = a.exec(&format!(
+        "import subprocess\nsecret = '{marker}'\nopen('/tmp/canary', 'w').write(secret)\n\
+         open('/workspace/output/first.txt', 'w').write(secret)\n\
+         child = subprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n"
+    ));
+    assert_eq!(v["status"], "ok", "{v}");
+    let b = pool_session(&mut pool, json!({"id": "b", "op": "session"}));
+    assert_ne!(a.pid, b.pid);
+    let (v, _) = b.exec(
+        "import json, os\nprint(json.dumps({'vars': sorted(k for k in globals() if not k.startswith('__')), \
+         'tmp': os.listdir('/tmp'), 'out': os.listdir('/workspace/output'), \
+         'cmdlines': [open(f'/proc/{p}/cmdline', 'rb').read().decode(errors='replace') for p in os.listdir('/proc') if p.isdigit()]}))\n",
+    );
+    assert_eq!(v["status"], "ok", "{v}");
+    let text = v["stdout"]["text"].as_str().unwrap();
+    assert!(!text.contains(&marker), "the second session saw the first's state: {text}");
+    let seen: Value = serde_json::from_str(text.trim()).unwrap();
+    assert_eq!(seen["vars"], json!(["json", "os"]), "{seen}");
+    assert_eq!(seen["tmp"], json!([]), "{seen}");
+    assert_eq!(seen["out"], json!([]), "{seen}");
+    closing(&a);
+    closing(&b);
+    assert_session_ended(&a, &marker);
+    assert_session_ended(&b, &b.id);
+    assert_eq!(std::fs::read_to_string(first_out.join("first.txt")).unwrap(), marker);
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+#[test]
+fn sigkill_of_the_pool_ends_its_handed_out_sessions_and_leaves_nothing() {
+    let sb = Sandbox::new();
+    let marker = format!("pool-session-kill-{}", std::process::id());
+    let out = sb.dir.path().join("killed-out");
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let s = pool_session(&mut pool, json!({"id": "s", "op": "session", "output": out}));
+    let (v, _) = s.exec(&format!(
+        "import subprocess, time\nopen('/workspace/output/made.txt', 'w').write('kept')\n\
+         child = subprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n\
+         while not any('{marker}' in open(f'/proc/{{p}}/cmdline').read() for p in __import__('os').listdir('/proc') if p.isdigit() and p != '1'):\n    time.sleep(0.01)\n"
+    ));
+    assert_eq!(v["status"], "ok", "{v}");
+    assert!(!host_processes_with(&marker).is_empty(), "the session's process is not there to be ended");
+    pool.wait_ready(1);
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool.child.id() as i32), nix::sys::signal::Signal::SIGKILL);
+    let _ = pool.child.wait();
+    assert_session_ended(&s, &marker);
+    assert_pool_gone(&sb, &sb.pool_tmp());
+    // It ended as a stop ends it: what passed reached its output folder.
+    assert_eq!(std::fs::read_to_string(out.join("made.txt")).unwrap(), "kept");
+    let (_, after) = s.exec("print(1)\n");
+    assert_eq!(after.status.code(), Some(125), "the session still answers after its pool was killed");
+}
+
+#[test]
+fn a_pool_that_drains_stops_its_sessions_and_their_output_is_delivered() {
+    let sb = Sandbox::new();
+    let out = sb.dir.path().join("drained-out");
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let s = pool_session(&mut pool, json!({"id": "s", "op": "session", "output": out}));
+    let (v, _) = s.exec("open('/workspace/output/made.txt', 'w').write('made')\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    assert!(pool.finish().success());
+    assert_session_ended(&s, &s.id);
+    assert_pool_gone(&sb, &sb.pool_tmp());
+    assert_eq!(std::fs::read_to_string(out.join("made.txt")).unwrap(), "made");
+}
+
+#[test]
+fn a_jail_that_ended_while_it_waited_is_never_handed_out_and_a_session_idles_from_its_hand_over() {
+    let sb = Sandbox::new();
+    let text = std::fs::read_to_string(repo().join("policies/default.json")).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("rootfs");
+    v["session"] = json!({"interrupt_grace_secs": 1, "idle_timeout_secs": 4, "max_lifetime_secs": 120});
+    let policy = sb.dir.path().join("policy.json");
+    std::fs::write(&policy, v.to_string()).unwrap();
+    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut pool = Pool::start(&sb, 1, &["--policy", policy.to_str().unwrap()]);
+    pool.wait_ready(1);
+    // A session handed out 3 s into its jail's idle time: its 4 s count
+    // from the hand-over, not from when the jail was made.
+    std::thread::sleep(Duration::from_secs(3));
+    let s = pool_session(&mut pool, json!({"id": "s", "op": "session"}));
+    std::thread::sleep(Duration::from_millis(2500));
+    let (v, _) = s.exec("print('still here')\n");
+    assert_eq!(v["stdout"]["text"], "still here\n", "{v}");
+    closing(&s);
+    // The replacement waits past its idle timeout and ends: the next
+    // request gets a live jail, not the dead one.
+    pool.wait_ready(1);
+    std::thread::sleep(Duration::from_secs(5));
+    let r = pool.call(json!({"id": "r", "code": "print('served')"}));
+    assert_eq!(result(&r)["stdout"]["text"], "served\n", "{r}");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+#[test]
+fn a_session_from_a_pool_whose_policy_binds_the_output_folder_is_refused_and_the_pool_serves_on() {
+    let sb = Sandbox::new();
+    let text = std::fs::read_to_string(repo().join("policies/default.json")).unwrap();
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v.as_object_mut().unwrap().remove("rootfs");
+    v["filesystem"]["output_size"] = "unlimited".into();
+    v["limits"]["file_size"] = "unlimited".into();
+    let policy = sb.dir.path().join("policy.json");
+    std::fs::write(&policy, v.to_string()).unwrap();
+    std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let mut pool = Pool::start(&sb, 1, &["--policy", policy.to_str().unwrap()]);
+    let r = pool.call(json!({"id": "s", "op": "session"}));
+    assert_eq!(r["error"]["code"], "bad_request", "{r}");
+    assert!(r["error"]["message"].as_str().unwrap().contains("output_size"), "{r}");
+    let ok = pool.call(json!({"id": "k", "code": "print(6 * 7)"}));
+    assert_eq!(result(&ok)["stdout"]["text"], "42\n");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
 }

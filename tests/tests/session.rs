@@ -418,3 +418,212 @@ fn what_a_cell_left_unflushed_reaches_the_output_when_the_session_stops() {
     }
     assert_session_gone(&sb, &s, &s.id);
 }
+/// `jail session exec --events HANDLE -` with `code` on stdin, its stdout
+/// piped and not yet read.
+fn exec_events(s: &Session, code: &str) -> std::process::Child {
+    use std::io::Write;
+    let mut child = Command::new(jail_bin())
+        .args(["session", "exec", "--events"])
+        .arg(&s.handle)
+        .arg("-")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn jail session exec --events");
+    child.stdin.take().unwrap().write_all(code.as_bytes()).unwrap();
+    child
+}
+
+/// Every line of an event stream, each one JSON object with a type; the
+/// last is the result, whose document the schema holds.
+fn event_lines(text: &str) -> Vec<serde_json::Value> {
+    let lines: Vec<serde_json::Value> = text
+        .lines()
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("not an event ({e}): {l:?}"));
+            assert!(v["type"].is_string(), "an event without a type: {l}");
+            v
+        })
+        .collect();
+    let last = lines.last().expect("no line at all");
+    assert_eq!(last["type"], "result", "the stream does not end with the result: {last}");
+    validate_result(&last["result"]).unwrap_or_else(|e| panic!("the result event breaks the schema: {e}"));
+    lines
+}
+
+fn chunks_of(events: &[serde_json::Value], kind: &str) -> String {
+    events.iter().filter(|e| e["type"] == kind).map(|e| e["data"].as_str().unwrap()).collect()
+}
+
+#[test]
+fn a_live_cell_sends_its_output_as_it_comes_then_its_result() {
+    use std::io::{BufRead, Read};
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    s.exec("n = 7\n");
+    // No flush: only a live cell's unbuffered streams send "early" before
+    // the sleep ends.
+    let mut child =
+        exec_events(&s, "import sys, time\nprint('early', n)\nsys.stderr.write('warn')\ntime.sleep(2)\nprint('late')\n");
+    let mut reader = std::io::BufReader::new(child.stdout.take().unwrap());
+    let start = Instant::now();
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    let first_at = start.elapsed();
+    let mut rest = String::new();
+    reader.read_to_string(&mut rest).unwrap();
+    let ended = start.elapsed();
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0));
+    let first_event: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(first_event["type"], "stdout", "{first}");
+    assert!(first_event["data"].as_str().unwrap().starts_with("early 7"), "{first}");
+    assert!(ended - first_at > Duration::from_millis(1500), "the first event came {first_at:?} in, the end {ended:?}");
+    let events = event_lines(&(first + &rest));
+    assert_eq!(chunks_of(&events, "stdout"), "early 7\nlate\n");
+    assert_eq!(chunks_of(&events, "stderr"), "warn");
+    let result = &events.last().unwrap()["result"];
+    assert_eq!(result["status"], "ok", "{result}");
+    assert_eq!(result["stdout"]["text"], "early 7\nlate\n", "the result has the text, as `--json`");
+    // The next cell, without --events, is buffered and plain again.
+    let (v, _) = s.exec("import sys\nprint(sys.stdout.write_through, n)\n");
+    assert_eq!(v["stdout"]["text"], "False 7\n", "{v}");
+    s.stop();
+    assert_session_gone(&sb, &s, &s.id);
+}
+
+#[test]
+fn a_live_cells_events_keep_their_order_and_a_flood_is_capped_with_truncated() {
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    // 100 000 numbered lines on each stream (~1.2 MB in all, each under its
+    // 1 MiB cap): every byte arrives, in order, in many chunks.
+    let out = exec_events(&s, "import sys\nfor i in range(100000):\n    print(i)\n    print(-i, file=sys.stderr)\n")
+        .wait_with_output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr_of(&out));
+    let events = event_lines(&String::from_utf8(out.stdout).unwrap());
+    let want_out: String = (0..100000).map(|i| format!("{i}\n")).collect();
+    let want_err: String = (0..100000).map(|i| format!("{}\n", -i)).collect();
+    assert_eq!(chunks_of(&events, "stdout"), want_out);
+    assert_eq!(chunks_of(&events, "stderr"), want_err);
+    assert!(events.len() > 3, "the output came in chunks, not at the end");
+    assert!(!events.iter().any(|e| e["type"] == "truncated" || e["type"] == "dropped"), "nothing is cut");
+    // Past the cap: one marker, then nothing more of that stream.
+    let out = exec_events(&s, "import sys\nsys.stdout.write('x' * (3 << 20))\nprint('after', file=sys.stderr)\n")
+        .wait_with_output()
+        .unwrap();
+    let events = event_lines(&String::from_utf8(out.stdout).unwrap());
+    let cut: Vec<&serde_json::Value> = events.iter().filter(|e| e["type"] == "truncated").collect();
+    assert_eq!(cut.len(), 1, "{cut:?}");
+    assert_eq!(cut[0]["stream"], "stdout");
+    assert_eq!(cut[0]["limit_bytes"], 1 << 20);
+    let at = events.iter().position(|e| e["type"] == "truncated").unwrap();
+    assert!(!events[at..].iter().any(|e| e["type"] == "stdout"), "stdout went on past its marker");
+    assert_eq!(chunks_of(&events, "stdout").len(), 1 << 20);
+    assert_eq!(chunks_of(&events, "stderr"), "after\n");
+    let result = &events.last().unwrap()["result"];
+    assert_eq!(result["status"], "output_limit", "{result}");
+    assert_eq!(result["stdout"]["truncated"], true);
+    s.stop();
+}
+
+#[test]
+fn a_live_client_that_stops_reading_holds_up_neither_the_cells_deadline_nor_the_session() {
+    use std::io::Read;
+    let mut sb = Sandbox::new();
+    sb.extra_args.extend(["--timeout".into(), "2".into()]);
+    let s = sb.start_session();
+    // Far more than the socket, the relay's buffer and the pipes hold (64
+    // MiB a stream, which the cell could write in well under its 2 s were
+    // its pipes read), then a sleep past the deadline; nobody reads this
+    // client for 5 s. Past its deadline the cell's pipes are read again
+    // (it must be able to write its traceback) until its KeyboardInterrupt
+    // lands, so a little more than what was held gets through, never all.
+    let started = Instant::now();
+    let mut stalled = exec_events(
+        &s,
+        "import sys, time\nfor _ in range(8192):\n    sys.stdout.buffer.write(b'o' * 8192)\n    sys.stderr.buffer.write(b'e' * 8192)\ntime.sleep(60)\n",
+    );
+    // Meanwhile the session serves another client once the cell is past
+    // its deadline: its supervisor is not waiting for the stalled one.
+    let deadline = started + Duration::from_secs(15);
+    let (v, _) = loop {
+        let (v, out) = s.exec("print('next')\n");
+        if out.status.success() || Instant::now() > deadline {
+            break (v, out);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let served_at = started.elapsed();
+    assert_eq!(v["stdout"]["text"], "next\n", "{v}");
+    assert!(served_at < Duration::from_secs(5), "the next client waited {served_at:?} for a reader that does not read");
+    std::thread::sleep(Duration::from_secs(5).saturating_sub(started.elapsed()));
+    let mut got = Vec::new();
+    stalled.stdout.take().unwrap().read_to_end(&mut got).unwrap();
+    let status = stalled.wait().unwrap();
+    assert_eq!(status.code(), Some(124));
+    let events = event_lines(&String::from_utf8(got).unwrap());
+    let result = &events.last().unwrap()["result"];
+    assert_eq!(result["status"], "timeout_wall", "{result}");
+    assert!(result["usage"]["wall_ms"].as_f64().unwrap() < 3500.0, "{}", result["usage"]);
+    // What the reader never took by the deadline is dropped and counted; the
+    // result has the text. While the buffer was full the cell's pipes were
+    // not read: the cell waited, not the supervisor.
+    let dropped = events.iter().find(|e| e["type"] == "dropped").expect("a dropped event");
+    assert!(dropped["events"].as_u64().unwrap() > 0, "{dropped}");
+    let bytes = result["stdout"]["bytes"].as_u64().unwrap();
+    assert!(bytes > 0 && bytes < 8192 * 8192, "{bytes}");
+    assert!((chunks_of(&events, "stdout").len() as u64) < bytes);
+    s.stop();
+    assert_session_gone(&sb, &s, &s.id);
+}
+
+/// Send one raw request line to a session's socket; its answer.
+fn raw_request(s: &Session, line: &str) -> serde_json::Value {
+    use std::io::{Read, Write};
+    let mut sock = std::os::unix::net::UnixStream::connect(&s.handle).unwrap();
+    sock.write_all(line.as_bytes()).unwrap();
+    sock.write_all(b"\n").unwrap();
+    sock.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut text = String::new();
+    sock.read_to_string(&mut text).unwrap();
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text:?}"))
+}
+
+#[test]
+fn an_output_folder_is_taken_once_and_never_after_an_untrusted_cell_has_run() {
+    // What `jail pool` asks of the session it hands out (adopt.rs), tried
+    // on sessions of the test's own.
+    let sb = Sandbox::new();
+    let theirs = sb.dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    std::fs::write(theirs.join("there.txt"), "there").unwrap();
+    give_to_sandbox(&theirs);
+    let adopt = serde_json::json!({"op": "adopt_output", "dir": theirs}).to_string();
+    // After a cell: refused, and the cell may have planted anything.
+    let used = sb.start_session();
+    used.exec("open('/workspace/output/planted.txt', 'w').write('x')\n");
+    let refused = raw_request(&used, &adopt);
+    assert!(refused["result"].is_null(), "{refused}");
+    assert!(refused["error"].as_str().unwrap().contains("cells have run"), "{refused}");
+    used.stop();
+    assert!(!theirs.join("planted.txt").exists(), "a refused folder got the session's output");
+    // Before any cell: taken once, filled in, delivered to at the end.
+    let fresh = sb.start_session();
+    let taken = raw_request(&fresh, &adopt);
+    assert_eq!(taken["result"]["output_dir"], theirs.display().to_string(), "{taken}");
+    let again = raw_request(&fresh, &adopt);
+    assert!(again["error"].as_str().unwrap().contains("once"), "{again}");
+    let (v, _) =
+        fresh.exec("print(open('/workspace/output/there.txt').read())\nopen('/workspace/output/made.txt', 'w').write('made')\n");
+    assert_eq!(v["stdout"]["text"], "there\n", "{v}");
+    let out = fresh.stop();
+    let end: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(end["output_dir"], theirs.display().to_string(), "{end}");
+    assert_eq!(std::fs::read_to_string(theirs.join("made.txt")).unwrap(), "made");
+    assert_eq!(std::fs::read_to_string(theirs.join("there.txt")).unwrap(), "there");
+    assert!(!sb.output.join("made.txt").exists(), "the session's first output folder got it too");
+    assert_session_gone(&sb, &fresh, &fresh.id);
+}

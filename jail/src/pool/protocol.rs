@@ -26,6 +26,7 @@ struct LineFile {
     args: Vec<String>,
     #[serde(default)]
     limits: LimitsFile,
+    events: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -39,6 +40,20 @@ struct LimitsFile {
 pub enum Line {
     Run(Request),
     Stats { id: Option<String> },
+    Session(SessionRequest),
+}
+
+/// A made jail handed out as a session (`"op": "session"`): the caller
+/// runs its cells with `jail session exec` and ends it with `jail session
+/// stop`, as for a session it started itself.
+#[derive(Debug, PartialEq)]
+pub struct SessionRequest {
+    pub id: String,
+    /// Copied into the jail's read-only `/workspace/input`.
+    pub input: Option<PathBuf>,
+    /// The session's output folder, as `jail session start --output`: it
+    /// may hold files; made when absent.
+    pub output: Option<PathBuf>,
 }
 
 /// One step to run in a claimed jail.
@@ -50,6 +65,8 @@ pub struct Request {
     pub output: Option<PathBuf>,
     pub args: Vec<String>,
     pub wall_time: Duration,
+    /// `{"id", "event"}` lines while the step runs, before the reply.
+    pub events: bool,
 }
 
 #[derive(Debug, PartialEq)]
@@ -91,6 +108,13 @@ pub fn result_reply(id: &str, result: &Value) -> String {
     json!({"id": id, "result": result}).to_string()
 }
 
+/// An event line of a step asked with `events`, without its newline:
+/// `event` is one event line as `jail run --events` writes it (a JSON
+/// object from our own session supervisor), carried as it is.
+pub fn event_line(id: &str, event: &str) -> String {
+    format!(r#"{{"id":{},"event":{event}}}"#, Value::from(id))
+}
+
 /// Parse and check one line against the policy's ceilings.
 pub fn parse_line(line: &str, ceilings: Ceilings) -> Result<Line, ProtocolError> {
     if line.len() > MAX_LINE_BYTES {
@@ -113,9 +137,12 @@ pub fn parse_line(line: &str, ceilings: Ceilings) -> Result<Line, ProtocolError>
     }
     match file.op.as_deref() {
         Some("stats") => stats(file),
-        Some(op) => {
-            Err(ProtocolError::new(id.as_deref(), "bad_request", format!("op {op:?} is unknown: the only op is \"stats\"")))
-        }
+        Some("session") => session(file).map(Line::Session),
+        Some(op) => Err(ProtocolError::new(
+            id.as_deref(),
+            "bad_request",
+            format!("op {op:?} is unknown: the ops are \"stats\" and \"session\""),
+        )),
         None => request(file, ceilings).map(Line::Run),
     }
 }
@@ -129,12 +156,37 @@ fn check_id(id: &str) -> Result<(), ProtocolError> {
 }
 
 fn stats(file: LineFile) -> Result<Line, ProtocolError> {
-    let extra = file.code.is_some() || file.script.is_some() || file.input.is_some() || file.output.is_some();
+    let extra =
+        file.code.is_some() || file.script.is_some() || file.input.is_some() || file.output.is_some() || file.events.is_some();
     if extra || !file.args.is_empty() {
         let msg = "a stats line takes only \"op\" and \"id\": send the run fields in their own request";
         return Err(ProtocolError::new(file.id.as_deref(), "bad_request", msg));
     }
     Ok(Line::Stats { id: file.id })
+}
+
+fn session(file: LineFile) -> Result<SessionRequest, ProtocolError> {
+    let Some(id) = file.id.clone() else {
+        return Err(ProtocolError::new(
+            None,
+            "bad_request",
+            "the session request has no \"id\": give it an id to match its reply",
+        ));
+    };
+    let bad = |msg: String| ProtocolError::new(Some(&id), "bad_request", msg);
+    let extra = file.code.is_some()
+        || file.script.is_some()
+        || file.events.is_some()
+        || !file.args.is_empty()
+        || file.limits.wall_time_secs.is_some();
+    if extra {
+        return Err(bad(
+            "a session line takes only \"id\", \"input\" and \"output\": send its code with `jail session exec`".into()
+        ));
+    }
+    let input = file.input.map(|p| absolute("input", p)).transpose().map_err(bad)?;
+    let output = file.output.map(|p| absolute("output", p)).transpose().map_err(bad)?;
+    Ok(SessionRequest { id, input, output })
 }
 
 fn request(file: LineFile, ceilings: Ceilings) -> Result<Request, ProtocolError> {
@@ -155,7 +207,15 @@ fn request(file: LineFile, ceilings: Ceilings) -> Result<Request, ProtocolError>
     let output = file.output.map(|p| absolute("output", p)).transpose().map_err(bad)?;
     let wall_time = within("wall_time_secs", file.limits.wall_time_secs, ceilings.wall_time)
         .map_err(|(code, msg)| ProtocolError::new(Some(&id), code, msg))?;
-    Ok(Request { id, source, input, output, args: file.args, wall_time })
+    Ok(Request {
+        id,
+        source,
+        input,
+        output,
+        args: file.args,
+        wall_time,
+        events: file.events.unwrap_or(false),
+    })
 }
 
 fn absolute(field: &str, path: PathBuf) -> Result<PathBuf, String> {
@@ -208,12 +268,17 @@ mod tests {
             output: Some("/out".into()),
             args: vec!["a".into()],
             wall_time: CEIL.wall_time,
+            events: false,
         };
         assert_eq!(parse_line(line, CEIL).unwrap(), Line::Run(want));
         let Line::Run(r) = parse_line(r#"{"id":"r2","script":"/s.py","limits":{"wall_time_secs":2.5}}"#, CEIL).unwrap() else {
             panic!("not a run")
         };
         assert_eq!((r.source, r.wall_time), (Source::Script("/s.py".into()), Duration::from_millis(2500)));
+        let Line::Run(r) = parse_line(r#"{"id":"r3","code":"1","events":true}"#, CEIL).unwrap() else {
+            panic!("not a run")
+        };
+        assert!(r.events);
     }
 
     #[test]
@@ -222,6 +287,28 @@ mod tests {
         assert_eq!(parse_line(r#"{"op":"stats","id":"s"}"#, CEIL).unwrap(), Line::Stats { id: Some("s".into()) });
         assert_eq!(err(r#"{"op":"stats","code":"x"}"#).code, "bad_request");
         assert_eq!(err(r#"{"op":"restart"}"#).code, "bad_request");
+        assert_eq!(err(r#"{"op":"stats","events":true}"#).code, "bad_request");
+    }
+
+    #[test]
+    fn a_session_line_takes_an_id_and_its_folders_only() {
+        let line = r#"{"id":"s1","op":"session","input":"/in","output":"/out"}"#;
+        let want = SessionRequest { id: "s1".into(), input: Some("/in".into()), output: Some("/out".into()) };
+        assert_eq!(parse_line(line, CEIL).unwrap(), Line::Session(want));
+        let bare = SessionRequest { id: "s2".into(), input: None, output: None };
+        assert_eq!(parse_line(r#"{"op":"session","id":"s2"}"#, CEIL).unwrap(), Line::Session(bare));
+        for (line, id) in [
+            (r#"{"op":"session"}"#, None),
+            (r#"{"op":"session","id":"s","code":"1"}"#, Some("s")),
+            (r#"{"op":"session","id":"s","events":true}"#, Some("s")),
+            (r#"{"op":"session","id":"s","limits":{"wall_time_secs":1}}"#, Some("s")),
+            (r#"{"op":"session","id":"s","output":"rel"}"#, Some("s")),
+            (r#"{"op":"session","id":"s","input":"/a/../b"}"#, Some("s")),
+        ] {
+            let e = err(line);
+            assert_eq!((e.code, e.id.as_deref()), ("bad_request", id), "{line}: {}", e.message);
+        }
+        assert_eq!(err(r#"{"op":"session","id":"s","shell":1}"#).code, "unknown_field");
     }
 
     #[test]
@@ -240,6 +327,7 @@ mod tests {
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":0}}"#, "bad_request", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":16}}"#, "limit_above_policy", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"cpu_time_secs":1}}"#, "unknown_field", Some("x")),
+            (r#"{"id":"x","code":"1","events":"yes"}"#, "malformed", Some("x")),
         ] {
             let e = err(line);
             assert_eq!((e.code, e.id.as_deref()), (code, id), "{line}: {}", e.message);
@@ -255,5 +343,9 @@ mod tests {
         assert_eq!(v["error"]["code"], "limit_above_policy");
         let r: Value = serde_json::from_str(&result_reply("y", &json!({"status": "ok"}))).unwrap();
         assert_eq!(r, json!({"id": "y", "result": {"status": "ok"}}));
+        // An event is carried as it was written, whatever the id holds.
+        let line = event_line("a\"b\n", r#"{"type":"stdout","data":"x"}"#);
+        assert_eq!(line, r#"{"id":"a\"b\n","event":{"type":"stdout","data":"x"}}"#);
+        assert!(!line.contains('\n'));
     }
 }

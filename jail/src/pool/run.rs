@@ -1,6 +1,7 @@
 //! The pool itself: jails made ahead as `jail session` children with the
 //! preload imported, each claimed by one request and destroyed after it,
-//! a replacement made in the background (the protocol is in pool.rs).
+//! or handed out whole as a session (handout.rs), a replacement made in the
+//! background (the protocol is in pool.rs).
 //!
 //! A pooled jail is a session started by this pool (`jail session start`,
 //! run as a child process so no thread forks): the same namespaces, mounts,
@@ -18,6 +19,8 @@
 //! output folder is the jail's, renamed to the request's `output` when one
 //! is named, else named in the reply's `output_dir`.
 
+mod handout;
+
 use std::collections::{HashSet, VecDeque};
 use std::ffi::OsString;
 use std::fs;
@@ -31,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::memory::{self, PerJail};
 use super::protocol::{self, Ceilings, Line, ProtocolError, Request, Source};
 use crate::session;
 
@@ -40,6 +44,8 @@ const LIFELINE_FD: i32 = 3;
 const MAX_SCRIPT: u64 = session::handle::MAX_CELL as u64;
 /// Replacement jails that fail in a row before the pool gives up.
 const MAX_FAILURES: u32 = 3;
+/// The most jails a pool keeps, whatever the memory holds.
+pub const MAX_SIZE: usize = 64;
 
 /// What `jail pool` was started with.
 #[derive(Debug, Clone)]
@@ -56,11 +62,24 @@ pub struct Config {
     pub ceilings: Ceilings,
     /// The caller's temp dir: the pool's work dir and the step outputs.
     pub temp_dir: PathBuf,
+    /// When the pool runs as root: the host gid every root-started jail
+    /// shares (`identity.root_host_gid`), given each jail's output folder,
+    /// which a policy with `output_size: "unlimited"` binds into the jail.
+    pub sandbox_gid: Option<u32>,
+    /// Each jail's memory limit (`limits.memory` or `--memory`); `None`:
+    /// unlimited, and the pool is bounded by the first jail's idle cost.
+    pub memory_limit: Option<u64>,
+    /// Whether each jail's output is a size-capped tmpfs (the policy's
+    /// `filesystem.output_size`): only then can it be handed out as a
+    /// session with the caller's output folder (session/adopt.rs).
+    pub output_capped: bool,
 }
 
 /// One made jail, not yet claimed.
 struct Jail {
     handle: PathBuf,
+    /// The session's id, as `jail session start` printed it.
+    id: String,
     supervisor: u32,
     /// The slot folder (its `in` is bound at /workspace/input).
     slot: PathBuf,
@@ -71,6 +90,13 @@ struct Jail {
 impl Jail {
     fn input(&self) -> PathBuf {
         self.slot.join("in")
+    }
+
+    /// Whether its session supervisor is still there (its socket too: the
+    /// supervisor removes it as it ends).
+    fn alive(&self) -> bool {
+        let pid = nix::unistd::Pid::from_raw(self.supervisor as i32);
+        nix::sys::signal::kill(pid, None).is_ok() && self.handle.exists()
     }
 
     /// Stop the session (nothing of it is wanted) and remove its folders.
@@ -95,6 +121,9 @@ struct State {
     refill_sum_ms: f64,
     refill_n: u64,
     idle_rss_bytes: u64,
+    /// Jails handed out as sessions and not ended yet: their supervisor's
+    /// pid and handle (handout.rs).
+    sessions: std::collections::HashMap<u32, PathBuf>,
 }
 
 struct Pool {
@@ -124,10 +153,23 @@ pub enum StartError {
     Signals(#[source] nix::Error),
     #[error("the first pooled jail failed: {0}")]
     FirstJail(String),
+    /// More jails than the memory available holds (memory.rs).
+    #[error(transparent)]
+    Memory(#[from] memory::TooMany),
 }
 
 /// Run the pool until stdin ends or SIGTERM; returns the exit code.
 pub fn run(cfg: Config) -> Result<i32, StartError> {
+    // Bounded by memory before anything is made, when each jail's cost is
+    // its limit; else once the first jail's idle cost is known (below).
+    let available = memory::available_here();
+    match (&available, cfg.memory_limit) {
+        (Some(a), Some(limit)) => memory::fits(cfg.size, PerJail::Limit(limit), a)?,
+        (Some(_), None) => {}
+        (None, _) => eprintln!(
+            "jail pool: neither /proc/meminfo nor the pool's cgroup could be read: the pool's size is not bounded by memory"
+        ),
+    }
     let work = tempfile::Builder::new()
         .prefix("jail-pool-")
         .tempdir_in(&cfg.temp_dir)
@@ -158,13 +200,23 @@ pub fn run(cfg: Config) -> Result<i32, StartError> {
     // The first jail is made before any request is read: a pool that
     // cannot make one says why and exits 125 (a missing preload module, a
     // bad limit), leaving nothing.
-    match pool.make() {
-        Ok(jail) => pool.lock().ready.push_back(jail),
+    let first = match pool.make() {
+        Ok(jail) => jail,
         Err(e) => {
             let _ = fs::remove_dir_all(&pool.work);
             return Err(StartError::FirstJail(e));
         }
+    };
+    if let (Some(a), None) = (&available, pool.cfg.memory_limit) {
+        // No limit: what an idle jail holds is what each one costs.
+        let idle = pool.lock().idle_rss_bytes;
+        if let Err(e) = memory::fits(pool.cfg.size, PerJail::Idle(idle), a) {
+            first.destroy();
+            let _ = fs::remove_dir_all(&pool.work);
+            return Err(e.into());
+        }
     }
+    pool.lock().ready.push_back(first);
     for _ in 1..pool.cfg.size {
         pool.refill();
     }
@@ -256,6 +308,12 @@ impl Pool {
         for jail in ready {
             jail.destroy();
         }
+        // The sessions handed out end with the pool: stopped, so what
+        // passed reaches their output folders, before their slots go.
+        let handed: Vec<PathBuf> = self.lock().sessions.values().cloned().collect();
+        for handle in handed {
+            let _ = session::stop(&handle);
+        }
         let _ = fs::remove_dir_all(&self.work);
     }
 
@@ -321,13 +379,20 @@ impl Pool {
                     .map_err(|e| format!("chmod {}: {e}", slot.display()))?;
             }
             fs::DirBuilder::new().mode(0o700).create(&out).map_err(|e| format!("make {}: {e}", out.display()))?;
+            if let Some(gid) = self.cfg.sandbox_gid {
+                // As `jail run` hands its fresh output dir to a root-started
+                // sandbox: bound, it is written by the sandbox's own uid.
+                std::os::unix::fs::chown(&out, None, Some(gid))
+                    .and_then(|()| fs::set_permissions(&out, fs::Permissions::from_mode(0o770)))
+                    .map_err(|e| format!("hand {} to the sandbox's gid {gid}: {e}", out.display()))?;
+            }
             let input = slot.join("in");
             fs::DirBuilder::new()
                 .mode(mode)
                 .create(&input)
                 .map_err(|e| format!("make {}: {e}", input.display()))?;
-            let (handle, supervisor) = self.spawn_session(&input, &out)?;
-            let jail = Jail { handle, supervisor, slot: slot.clone(), out: out.clone() };
+            let (handle, id, supervisor) = self.spawn_session(&input, &out)?;
+            let jail = Jail { handle, id, supervisor, slot: slot.clone(), out: out.clone() };
             if let Err(e) = self.preload(&jail) {
                 jail.destroy();
                 return Err(e);
@@ -353,7 +418,7 @@ impl Pool {
     }
 
     /// `jail session start` as a child, holding the lifeline at fd 3.
-    fn spawn_session(&self, input: &Path, out: &Path) -> Result<(PathBuf, u32), String> {
+    fn spawn_session(&self, input: &Path, out: &Path) -> Result<(PathBuf, String, u32), String> {
         let lifeline = self.lifeline_read.as_raw_fd();
         let mut cmd = Command::new(&self.cfg.jail_exe);
         cmd.args(["session", "start", "--json", "--lifeline-fd", "3", "--input"])
@@ -374,7 +439,8 @@ impl Pool {
         let v: Value = serde_json::from_slice(&done.stdout).map_err(|e| format!("jail session start printed no handle: {e}"))?;
         let handle = v["handle"].as_str().map(PathBuf::from).ok_or("jail session start printed no handle")?;
         let pid = v["pid"].as_u64().unwrap_or(0) as u32;
-        Ok((handle, pid))
+        let id = v["id"].as_str().unwrap_or_default().to_string();
+        Ok((handle, id, pid))
     }
 
     /// The trusted preload, before any untrusted code exists in the jail.
@@ -425,36 +491,46 @@ impl Pool {
         match protocol::parse_line(text, self.cfg.ceilings) {
             Err(e) => self.say(&e.reply()),
             Ok(Line::Stats { id }) => self.say(&json!({"id": id, "stats": self.stats()}).to_string()),
-            Ok(Line::Run(req)) => {
-                {
-                    let mut st = self.lock();
-                    let err = |code, msg: &str| ProtocolError { id: Some(req.id.clone()), code, message: msg.into() };
-                    if st.draining {
-                        drop(st);
-                        return self.say(&err("draining", "the pool is shutting down: start a new pool").reply());
-                    }
-                    if !st.inflight.insert(req.id.clone()) {
-                        drop(st);
-                        return self.say(
-                            &err("duplicate_id", "a request with this id is in flight: give each request its own id").reply(),
-                        );
-                    }
-                }
-                let p = Arc::clone(self);
-                std::thread::spawn(move || {
-                    let id = req.id.clone();
-                    let reply = p.serve(req);
-                    p.say(&reply);
-                    p.lock().inflight.remove(&id);
-                    p.changed.notify_all();
-                });
+            Ok(Line::Run(req)) => self.start(req.id.clone(), move |p| p.serve(req)),
+            Ok(Line::Session(req)) => self.start(req.id.clone(), move |p| p.serve_session(req)),
+        }
+    }
+
+    /// Take request `id` in: refused while draining or while another with
+    /// its id is in flight; else `work` runs on a thread of its own and its
+    /// reply line is written when it is done.
+    fn start(self: &Arc<Self>, id: String, work: impl FnOnce(&Arc<Pool>) -> String + Send + 'static) {
+        {
+            let mut st = self.lock();
+            let err = |code, msg: &str| ProtocolError { id: Some(id.clone()), code, message: msg.into() };
+            if st.draining {
+                drop(st);
+                return self.say(&err("draining", "the pool is shutting down: start a new pool").reply());
+            }
+            if !st.inflight.insert(id.clone()) {
+                drop(st);
+                return self
+                    .say(&err("duplicate_id", "a request with this id is in flight: give each request its own id").reply());
             }
         }
+        let p = Arc::clone(self);
+        std::thread::spawn(move || {
+            let reply = work(&p);
+            p.say(&reply);
+            p.lock().inflight.remove(&id);
+            p.changed.notify_all();
+        });
     }
 
     fn stats(&self) -> Value {
         let st = self.lock();
         let mean = if st.refill_n == 0 { 0.0 } else { st.refill_sum_ms / st.refill_n as f64 };
+        let per_jail = self.cfg.memory_limit.unwrap_or(st.idle_rss_bytes);
+        let available = memory::available_here();
+        let max_size = available
+            .as_ref()
+            .filter(|_| per_jail > 0)
+            .map(|a| memory::largest(a.bytes, per_jail).min(MAX_SIZE as u64));
         json!({
             "size": self.cfg.size,
             "ready": st.ready.len(),
@@ -462,6 +538,9 @@ impl Pool {
             "in_use": st.in_use,
             "refill_ms": {"last": round1(st.refill_last_ms), "mean": round1(mean)},
             "idle_rss_bytes": st.idle_rss_bytes,
+            "sessions": st.sessions.len(),
+            "available_memory_bytes": available.map(|a| a.bytes),
+            "max_size": max_size,
         })
     }
 
@@ -514,6 +593,15 @@ impl Pool {
         let mut st = self.lock();
         loop {
             if let Some(jail) = st.ready.pop_front() {
+                if !jail.alive() {
+                    // It ended while it waited (session.idle_timeout_secs,
+                    // max_lifetime_secs): never handed out; take the next.
+                    drop(st);
+                    jail.destroy();
+                    self.refill();
+                    st = self.lock();
+                    continue;
+                }
                 st.in_use += 1;
                 return Ok(jail);
             }
@@ -546,7 +634,13 @@ impl Pool {
         if set["status"] != "ok" {
             return Err(format!("set sys.argv in the jail: {}", set["status"]));
         }
-        let cell = session::exec_within(&jail.handle, code, Some(req.wall_time));
+        let cell = if req.events {
+            // Each event on our stdout as it comes, tagged with the request.
+            let mut tell = |ev: &str| self.say(&protocol::event_line(&req.id, ev));
+            session::exec_live(&jail.handle, code, Some(req.wall_time), &mut tell)
+        } else {
+            session::exec_within(&jail.handle, code, Some(req.wall_time))
+        };
         // The step is over: the jail is stopped whatever the cell did, and
         // its closing result carries the artifacts it left.
         let closing = session::stop(&jail.handle);
@@ -566,6 +660,13 @@ impl Pool {
             m.insert("output_dir".into(), Value::from(out.display().to_string()));
             if let Ok(c) = &closing {
                 m.insert("artifacts".into(), c["artifacts"].clone());
+            }
+        }
+        if req.events {
+            // Judged once the jail is stopped: after the last chunk, as
+            // `jail run --events` sends them.
+            for a in result["artifacts"].as_array().into_iter().flatten() {
+                self.say(&protocol::event_line(&req.id, &format!(r#"{{"type":"artifact","artifact":{a}}}"#)));
             }
         }
         Ok(result)

@@ -6,10 +6,14 @@ newline-delimited JSON on the control socket it finds on fd 0 (moved to a
 private close-on-exec descriptor at once; fd 0 then reads /dev/null, so a
 cell and its subprocesses never see the protocol):
 
-  supervisor -> driver   {"op": "exec", "id": N, "code": "..."}
+  supervisor -> driver   {"op": "exec", "id": N, "code": "...", "live": true?}
   driver -> supervisor   {"op": "ready", "preloaded": [...], "failed": [...]}
                          {"op": "done", "id": N, "outcome": "ok"|"error"|"exit"|"interrupted",
                           "exit_code": int|null, "error": {"type", "message", "traceback"}|null}
+
+A `live` cell (its output watched as it comes: `jail session exec --events`)
+runs with unbuffered stdout and stderr, as PYTHONUNBUFFERED makes them for
+`jail run --events`; the buffered ones are back once it ends.
 
 A cell runs untrusted code in this process, so it can write to the control
 socket itself: the supervisor treats every reply as the cell's own words
@@ -19,6 +23,7 @@ socket itself: the supervisor treats every reply as the cell's own words
 import atexit
 import builtins
 import gc
+import io
 import json
 import linecache
 import os
@@ -80,6 +85,37 @@ def error_of(e, tb):
         "message": str(e),
         "traceback": "\n".join(text.rstrip("\n").splitlines()[-TRACEBACK_LINES:]),
     }, text
+
+
+def go_live():
+    """Unbuffered stdout and stderr for one cell (what `python -u` makes):
+    the buffered ones, flushed, and the unbuffered ones, to undo it."""
+    saved = (sys.stdout, sys.stderr)
+    live = []
+    for stream, fd in zip(saved, (1, 2)):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+        live.append(io.TextIOWrapper(io.FileIO(fd, "w", closefd=False),
+                                     encoding=getattr(stream, "encoding", None) or "utf-8",
+                                     errors=getattr(stream, "errors", None) or "strict",
+                                     newline="\n", write_through=True))
+    sys.stdout, sys.stderr = live
+    return saved, tuple(live)
+
+
+def come_back(saved, live):
+    """The buffered streams again, unless the cell put others in their place."""
+    for stream in live:
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    if sys.stdout is live[0]:
+        sys.stdout = saved[0]
+    if sys.stderr is live[1]:
+        sys.stderr = saved[1]
 
 
 def run_cell(namespace, cell_id, code):
@@ -152,8 +188,6 @@ def flush_open_files():
     flushed into it, losing the text (bpo-17852). Only what cells made is
     looked at: everything from before the first cell is frozen out of the
     collector's lists (`gc.freeze` in main and in the pool's preload)."""
-    import io
-
     for obj in gc.get_objects():
         if isinstance(obj, io.IOBase):
             try:
@@ -169,7 +203,8 @@ def main():
     done, failed = preload(modules)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     sys.argv = [""]
-    # Nothing made so far is a cell's: the exit's collection skips it all.
+    # Nothing made so far is a cell's: the exit's search for files left
+    # open skips it all (flush_open_files).
     gc.freeze()
     send(ctl, {"op": "ready", "preloaded": done, "failed": failed})
     while True:
@@ -182,7 +217,12 @@ def main():
             if request.get("op") != "exec" or not isinstance(cell_id, int) or not isinstance(code, str):
                 send(ctl, {"op": "bad_request", "detail": "expected {op: exec, id: int, code: str}"})
                 continue
-            reply = run_cell(namespace, cell_id, code)
+            streams = go_live() if request.get("live") is True else None
+            try:
+                reply = run_cell(namespace, cell_id, code)
+            finally:
+                if streams:
+                    come_back(*streams)
             send(ctl, {"op": "done", "id": cell_id, **reply})
         except KeyboardInterrupt:
             continue  # an interrupt that arrived between cells

@@ -1,7 +1,9 @@
 //! A session's handle: a unix socket in a 0700 folder of the caller's,
 //! usable only by the caller (the socket is 0600 and the server checks
 //! SO_PEERCRED), and the one-line protocol a `jail session exec|stop`
-//! speaks over it.
+//! speaks over it: one request line, one answer line (before it, with an
+//! exec's `events`, the cell's event lines: each has a `type`, the answer
+//! has none).
 
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, FileTypeExt, MetadataExt, PermissionsExt};
@@ -104,9 +106,17 @@ pub enum Request {
         code: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         wall_secs: Option<f64>,
+        /// Send the cell's output live, as `jail run --events` chunk
+        /// events, one per line before the answer (live.rs).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        events: bool,
     },
     /// End the session; the answer is the session's closing result.
     Stop,
+    /// Take `dir` as the session's output folder, before any untrusted
+    /// cell has run (adopt.rs; `jail pool` sends it when it hands a made
+    /// jail out as a session). The answer's result is `{"output_dir": DIR}`.
+    AdoptOutput { dir: PathBuf },
 }
 
 /// The session's answer: a result document, or why there is none.
@@ -167,6 +177,14 @@ pub enum ClientError {
 
 /// Ask the session at `handle`; wait for its answer.
 pub fn call(handle: &Path, request: &Request) -> Result<serde_json::Value, ClientError> {
+    call_live(handle, request, &mut |_| {})
+}
+
+/// Ask the session at `handle`; hand each event line that comes before
+/// the answer to `on_event` as it was written (one JSON object, without
+/// its newline: an exec with `events`), then return the answer. A line
+/// with a `type` is an event; the answer has none.
+pub fn call_live(handle: &Path, request: &Request, on_event: &mut dyn FnMut(&str)) -> Result<serde_json::Value, ClientError> {
     let shown = handle.display().to_string();
     let ended = || {
         let why = tombstone_of(handle).and_then(|t| std::fs::read_to_string(t).ok())?;
@@ -183,21 +201,32 @@ pub fn call(handle: &Path, request: &Request) -> Result<serde_json::Value, Clien
     let mut line = serde_json::to_vec(request).map_err(|e| ClientError::Io(shown.clone(), e.to_string()))?;
     line.push(b'\n');
     stream.write_all(&line).map_err(|e| ClientError::Io(shown.clone(), e.to_string()))?;
-    let mut text = Vec::new();
     let _ = stream.shutdown(std::net::Shutdown::Write);
-    (&stream)
-        .take(MAX_ANSWER)
-        .read_to_end(&mut text)
-        .map_err(|e| ClientError::Io(shown.clone(), e.to_string()))?;
-    if text.is_empty() {
-        // The session died while it held our request.
-        return Err(ended().unwrap_or_else(|| ClientError::Io(shown.clone(), "the session closed without an answer".into())));
-    }
-    let answer: Answer = serde_json::from_slice(&text).map_err(|e| ClientError::Io(shown.clone(), e.to_string()))?;
-    match (answer.result, answer.error) {
-        (Some(result), _) => Ok(result),
-        (None, Some(e)) => Err(ClientError::Refused(shown, e)),
-        (None, None) => Err(ClientError::Io(shown, "an empty answer".into())),
+    let mut reader = BufReader::new(&stream);
+    let mut text = Vec::new();
+    loop {
+        text.clear();
+        // Each line bounded: an event is one chunk, the answer a result.
+        (&mut reader)
+            .take(MAX_ANSWER)
+            .read_until(b'\n', &mut text)
+            .map_err(|e| ClientError::Io(shown.clone(), e.to_string()))?;
+        if text.is_empty() {
+            // The session died while it held our request.
+            return Err(ended().unwrap_or_else(|| ClientError::Io(shown.clone(), "the session closed without an answer".into())));
+        }
+        let value: serde_json::Value =
+            serde_json::from_slice(&text).map_err(|e| ClientError::Io(shown.clone(), e.to_string()))?;
+        if value.get("type").is_some() {
+            on_event(String::from_utf8_lossy(&text).trim_end());
+            continue;
+        }
+        let answer: Answer = serde_json::from_value(value).map_err(|e| ClientError::Io(shown.clone(), e.to_string()))?;
+        return match (answer.result, answer.error) {
+            (Some(result), _) => Ok(result),
+            (None, Some(e)) => Err(ClientError::Refused(shown, e)),
+            (None, None) => Err(ClientError::Io(shown, "an empty answer".into())),
+        };
     }
 }
 
@@ -223,7 +252,12 @@ mod tests {
     #[test]
     fn requests_are_one_tagged_line() {
         let r: Request = serde_json::from_str(r#"{"op":"exec","code":"x=1"}"#).unwrap();
-        assert_eq!(r, Request::Exec { code: "x=1".into(), wall_secs: None });
+        assert_eq!(r, Request::Exec { code: "x=1".into(), wall_secs: None, events: false });
+        let r: Request = serde_json::from_str(r#"{"op":"exec","code":"x=1","events":true}"#).unwrap();
+        assert_eq!(r, Request::Exec { code: "x=1".into(), wall_secs: None, events: true });
+        // Without events the line is as it was: an older supervisor reads it.
+        let line = serde_json::to_string(&Request::Exec { code: "x".into(), wall_secs: None, events: false }).unwrap();
+        assert_eq!(line, r#"{"op":"exec","code":"x"}"#);
         assert!(serde_json::from_str::<Request>(r#"{"op":"exec","code":"x","more":1}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"shell"}"#).is_err());
     }

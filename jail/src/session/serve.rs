@@ -11,10 +11,18 @@
 //! drained once more after `done` (the driver flushes before it replies).
 //! Output written later by something the cell left running lands in the
 //! next cell's streams.
+//!
+//! A cell asked with `events` also sends its streams live to its client
+//! (live.rs): the loop writes them without blocking, reads the cell's pipes
+//! only while the client keeps up (until the cell is past its time), and
+//! flushes each finished cell's tail as its client takes it while it serves
+//! the next.
 
+use std::cell::RefCell;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
@@ -23,9 +31,11 @@ use nix::unistd::Pid;
 
 use super::cell::{self, Death, Facts, Outcome, Overrun, Reply};
 use super::handle::{self, Answer, Request};
+use super::live::{self, Tail};
 use super::{Serve, Why};
 use crate::capture::{Capture, Target};
 use crate::cgroup::{CgroupUsage, RunCgroup};
+use crate::events::Events;
 use crate::request::OutputMode;
 use crate::result::{Denial, PythonError, Timings, Usage};
 use crate::sync::{self, Report};
@@ -62,6 +72,9 @@ struct Cell {
     /// Why and when the supervisor sent SIGINT.
     interrupted: Option<(Overrun, Instant)>,
     done: Option<(Outcome, Option<i32>, Option<PythonError>)>,
+    /// With `--events`: the cell's streams, live on its client's socket
+    /// (live.rs).
+    live: Option<Rc<RefCell<Events>>>,
 }
 
 struct Pipes {
@@ -89,6 +102,10 @@ enum Slot {
     Notify,
     Listener,
     Lifeline,
+    /// The running cell's client can take more of its live events.
+    LiveOut,
+    /// A finished cell's client can take more of its tail (live.rs).
+    Tail(usize),
 }
 
 struct Loop<'s, 'w, 'm> {
@@ -110,6 +127,8 @@ struct Loop<'s, 'w, 'm> {
     spill_out: Capture,
     spill_err: Capture,
     buf: Vec<u8>,
+    /// Finished cells' live events still on their way to their clients.
+    tails: Vec<Tail>,
 }
 
 /// Serve the session until it ends; the tree is dead or dying when this
@@ -154,6 +173,7 @@ pub(crate) fn serve(
         spill_out: Capture::new(cap.0, OutputMode::Capture, Target::Stdout),
         spill_err: Capture::new(cap.1, OutputMode::Capture, Target::Stderr),
         buf: vec![0u8; 64 * 1024],
+        tails: Vec::new(),
     };
     let lifetime = limits.wall;
     let mut next_cpu_check = Instant::now();
@@ -168,11 +188,12 @@ pub(crate) fn serve(
             PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
         };
         let listener_fd = l.watch.listener.as_ref().filter(|_| l.watch.listener_rest.is_none_or(|t| t <= now));
-        let mut fds = Vec::with_capacity(9);
-        let mut which = Vec::with_capacity(9);
+        let mut fds = Vec::with_capacity(12);
+        let mut which = Vec::with_capacity(12);
+        let (want_out, want_err) = l.wants_input();
         for (slot, fd) in [
-            (Slot::Stdout, l.pipes.stdout.as_ref()),
-            (Slot::Stderr, l.pipes.stderr.as_ref()),
+            (Slot::Stdout, l.pipes.stdout.as_ref().filter(|_| want_out)),
+            (Slot::Stderr, l.pipes.stderr.as_ref().filter(|_| want_err)),
             (Slot::Report, l.pipes.report.as_ref()),
             (Slot::Status, l.pipes.status.as_ref()),
             (Slot::Pidfd, Some(pidfd).filter(|_| !l.exited)),
@@ -193,6 +214,19 @@ pub(crate) fn serve(
             fds.push(PollFd::new(s.listener.as_fd(), PollFlags::POLLIN));
             which.push(Slot::Clients);
         }
+        if let Some(fd) = match &l.phase {
+            Phase::Running(c) => c.stdout.pending_out(),
+            _ => None,
+        } {
+            fds.push(PollFd::new(fd, PollFlags::POLLOUT));
+            which.push(Slot::LiveOut);
+        }
+        for (i, t) in l.tails.iter().enumerate() {
+            if let Some(fd) = t.pending_out() {
+                fds.push(PollFd::new(fd, PollFlags::POLLOUT));
+                which.push(Slot::Tail(i));
+            }
+        }
         let ready = poll(&mut fds, timeout);
         let events: Vec<(Slot, PollFlags)> =
             fds.iter().zip(&which).map(|(f, &w)| (w, f.revents().unwrap_or(PollFlags::empty()))).collect();
@@ -206,6 +240,8 @@ pub(crate) fn serve(
                 l.on_event(slot, flags);
             }
         }
+        let now = Instant::now();
+        l.tails.retain_mut(|t| t.step(now));
         if l.exited {
             continue;
         }
@@ -229,6 +265,12 @@ pub(crate) fn serve(
     l.finish_cell_at_death();
     if matches!(l.phase, Phase::Starting) {
         s.set_end(Why::NeverReady, None);
+    }
+    // The session is over: its last live clients get a bounded moment,
+    // as a plain answer's write has.
+    let by = Instant::now() + live::ANSWER_WAIT;
+    for t in l.tails.drain(..) {
+        t.finish(by);
     }
     ending
 }
@@ -257,7 +299,21 @@ impl Loop<'_, '_, '_> {
         if let Some(t) = self.watch.listener_rest {
             wake = wake.min(t);
         }
+        for t in &self.tails {
+            wake = wake.min(t.wake());
+        }
         wake
+    }
+
+    /// Whether the cell's stdout and stderr pipes may be read now: not
+    /// while its live client has a full buffer to take (the cell waits,
+    /// not us), until the cell is past its time and must be able to write
+    /// its traceback.
+    fn wants_input(&self) -> (bool, bool) {
+        match &self.phase {
+            Phase::Running(c) if c.interrupted.is_none() => (c.stdout.wants_input(), c.stderr.wants_input()),
+            _ => (true, true),
+        }
     }
 
     fn on_event(&mut self, slot: Slot, flags: PollFlags) {
@@ -269,6 +325,16 @@ impl Loop<'_, '_, '_> {
             // The owner's end closed (or it wrote, which it never does):
             // the owner is gone, and so is the session.
             Slot::Lifeline => self.end(Why::OwnerGone, None),
+            Slot::LiveOut => {
+                if let Phase::Running(c) = &mut self.phase {
+                    c.stdout.flush_out();
+                }
+            }
+            Slot::Tail(i) => {
+                if let Some(t) = self.tails.get_mut(i) {
+                    t.flush();
+                }
+            }
             Slot::Notify => {
                 if let Some(sock) = self.watch.notify.take() {
                     self.watch.listener = sys::recv_fd(sock.as_fd()).ok().flatten();
@@ -378,20 +444,44 @@ impl Loop<'_, '_, '_> {
         match handle::read_request(&stream) {
             Err(error) => handle::answer(&stream, &Answer { result: None, error: Some(error) }),
             Ok(Request::Stop) => self.end(Why::Stopped, Some(stream)),
-            Ok(Request::Exec { code, wall_secs }) => self.start_cell(stream, code, wall_secs),
+            Ok(Request::AdoptOutput { dir }) => self.adopt_output(&stream, &dir),
+            Ok(Request::Exec { code, wall_secs, events }) => self.start_cell(stream, code, wall_secs, events),
         }
     }
 
-    fn start_cell(&mut self, client: UnixStream, code: String, wall_secs: Option<f64>) {
+    /// Take `dir` as the output folder (adopt.rs). Clients are served only
+    /// between cells: nothing of the session runs but the driver, waiting.
+    fn adopt_output(&mut self, client: &UnixStream, dir: &std::path::Path) {
+        let taken = self.s.adoption.borrow_mut().take(dir, self.cells);
+        let answer = match taken {
+            Ok(()) => {
+                // The caller's session starts now: its idle time too.
+                self.phase = Phase::Idle { since: Instant::now() };
+                self.s.retarget_template(dir);
+                Answer { result: Some(serde_json::json!({"output_dir": dir})), error: None }
+            }
+            Err(e) => Answer { result: None, error: Some(e) },
+        };
+        handle::answer(client, &answer);
+    }
+
+    fn start_cell(&mut self, client: UnixStream, code: String, wall_secs: Option<f64>, events: bool) {
         // Whatever the driver (or a thread a cell left) wrote since the
         // last cell is stale: it can never end this one.
         self.drain_control();
         self.cells += 1;
         let id = self.cells;
-        let mut line = serde_json::to_vec(&serde_json::json!({"op": "exec", "id": id, "code": code})).unwrap_or_default();
+        let mut msg = serde_json::json!({"op": "exec", "id": id, "code": code});
+        if events {
+            // The driver runs a live cell unbuffered, as PYTHONUNBUFFERED
+            // makes `jail run --events`.
+            msg["live"] = true.into();
+        }
+        let mut line = serde_json::to_vec(&msg).unwrap_or_default();
         line.push(b'\n');
         let now = Instant::now();
         let (cap_out, cap_err) = (self.s.limits.stdout_cap, self.s.limits.stderr_cap);
+        let live = events.then(|| live::open(&client, cap_out, cap_err));
         let mut c = Box::new(Cell {
             id,
             client,
@@ -404,7 +494,13 @@ impl Loop<'_, '_, '_> {
             stderr: std::mem::replace(&mut self.spill_err, Capture::new(cap_err, OutputMode::Capture, Target::Stderr)),
             interrupted: None,
             done: None,
+            live: None,
         });
+        if let Some(ev) = live {
+            c.stdout.stream_to(Rc::clone(&ev));
+            c.stderr.stream_to(Rc::clone(&ev));
+            c.live = Some(ev);
+        }
         let sent = match &self.control {
             Some(fd) => write_all(fd, &line),
             None => Err(io::Error::other("the control channel is closed")),
@@ -591,7 +687,16 @@ impl Loop<'_, '_, '_> {
         result.denials = cell::denials_since(&c.denials_start, &denials_now);
         result.timings = Timings { total_ms: wall_ms, setup_ms: None, stages: Default::default() };
         result.session = Some(self.s.info(c.id, self.s.end_why().as_ref()));
-        handle::answer(&c.client, &Answer { result: serde_json::to_value(&result).ok(), error: None });
+        let answer = Answer { result: serde_json::to_value(&result).ok(), error: None };
+        match c.live {
+            // Behind the live events, as the client takes them (live.rs).
+            Some(events) => {
+                let mut line = serde_json::to_vec(&answer).unwrap_or_default();
+                line.push(b'\n');
+                self.tails.push(Tail::new(events, c.client, c.deadline, line));
+            }
+            None => handle::answer(&c.client, &answer),
+        }
     }
 }
 

@@ -1,0 +1,164 @@
+//! A made jail handed out as a session (`{"op": "session"}`): "a session
+//! is a pooled jail that takes more than one cell from the same owner".
+//!
+//! The pool claims a ready jail (its preload already imported), copies the
+//! request's input into the jail's read-only input folder, and has the
+//! session take the request's output folder (session/adopt.rs: filled into
+//! `/workspace/output` now, what passed delivered there when the session
+//! ends, as `jail session start --output` does). The caller then runs cells
+//! with `jail session exec HANDLE` and ends it with `jail session stop
+//! HANDLE`; the pool makes a replacement at once. It watches the session's
+//! supervisor through a pidfd and removes the jail's slot folder once it is
+//! gone. The session still holds the pool's lifeline: it ends with the
+//! pool, SIGKILL included, and a pool that drains stops it.
+
+use std::fs;
+use std::io;
+use std::os::fd::AsFd;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use serde_json::json;
+
+use super::{check_input, copy_tree, fresh_output, is_root, Jail, Pool};
+use crate::pool::protocol::{ProtocolError, SessionRequest};
+use crate::session;
+
+impl Pool {
+    /// One session request, start to reply line.
+    pub(super) fn serve_session(self: &Arc<Self>, req: SessionRequest) -> String {
+        let fail = |code: &'static str, message: String| ProtocolError { id: Some(req.id.clone()), code, message }.reply();
+        // Everything about the request is checked before a jail is claimed.
+        if !self.cfg.output_capped {
+            return fail(
+                "bad_request",
+                "this pool's policy binds each jail's output folder when it is made (filesystem.output_size \"unlimited\"), \
+                 and a session from the pool takes yours later: start the pool with a capped output_size"
+                    .into(),
+            );
+        }
+        if let Some(input) = &req.input {
+            if let Err(e) = check_input(input) {
+                return fail("bad_request", e);
+            }
+        }
+        let (out, made) = match &req.output {
+            Some(dir) => match output_folder(dir) {
+                Ok(made) => (dir.clone(), made),
+                Err(e) => return fail("bad_request", e),
+            },
+            None => match fresh_output(&self.cfg.temp_dir) {
+                Ok(dir) => (dir, true),
+                Err(e) => return fail("internal", e),
+            },
+        };
+        let jail = match self.claim() {
+            Ok(j) => j,
+            Err(e) => {
+                forget(&out, made);
+                return fail("internal", e);
+            }
+        };
+        let handed = self.hand_out(&jail, &req, &out);
+        self.lock().in_use -= 1;
+        // Its replacement at once: this jail is the caller's until it ends.
+        self.refill();
+        self.changed.notify_all();
+        match handed {
+            Ok(()) => {
+                let reply = json!({"id": req.id, "session": {
+                    "handle": jail.handle, "id": jail.id, "pid": jail.supervisor, "output_dir": out,
+                }});
+                self.watch_session(jail);
+                reply.to_string()
+            }
+            Err(e) => {
+                // Never handed out, never used again.
+                jail.destroy();
+                forget(&out, made);
+                fail("internal", e)
+            }
+        }
+    }
+
+    /// The request's input in, then its output folder taken by the session.
+    fn hand_out(&self, jail: &Jail, req: &SessionRequest, out: &Path) -> Result<(), String> {
+        if let Some(input) = &req.input {
+            copy_tree(input, &jail.input(), is_root()).map_err(|e| format!("copy the input {}: {e}", input.display()))?;
+        }
+        session::adopt_output(&jail.handle, out).map_err(|e| format!("hand the output folder to the session: {e}"))?;
+        Ok(())
+    }
+
+    /// Remove the jail's slot once its session supervisor is gone.
+    fn watch_session(self: &Arc<Self>, jail: Jail) {
+        self.lock().sessions.insert(jail.supervisor, jail.handle.clone());
+        let p = Arc::clone(self);
+        std::thread::spawn(move || {
+            // Opened while the supervisor is certainly alive: it answered
+            // the adoption just now, and only its end closes the socket.
+            let pid = nix::unistd::Pid::from_raw(jail.supervisor as i32);
+            if let Ok(pidfd) = crate::sys::pidfd_open(pid) {
+                wait_readable(&pidfd);
+            }
+            let _ = fs::remove_dir_all(&jail.slot);
+            p.lock().sessions.remove(&jail.supervisor);
+            p.changed.notify_all();
+        });
+    }
+}
+
+/// Block until `fd` (a pidfd) is readable: its process ended.
+fn wait_readable(fd: &std::os::fd::OwnedFd) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return,
+        }
+    }
+}
+
+/// A session's output folder: an existing folder (not a link) as it is,
+/// or made (0700) when absent; true when made here.
+fn output_folder(dir: &Path) -> Result<bool, String> {
+    match fs::symlink_metadata(dir) {
+        Ok(m) if m.is_dir() => Ok(false),
+        Ok(_) => Err(format!("output {} is not a folder (a link is not followed): give a folder", dir.display())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map(|()| true)
+            .map_err(|e| format!("make the output folder {}: {e}: make its parent first", dir.display())),
+        Err(e) => Err(format!("output {}: {e}", dir.display())),
+    }
+}
+
+/// A folder made for a request that was not handed out goes again.
+fn forget(dir: &PathBuf, made: bool) {
+    if made {
+        let _ = fs::remove_dir(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_output_folder_is_taken_as_it_is_made_when_absent_and_never_a_link() {
+        let t = tempfile::tempdir().unwrap();
+        fs::create_dir(t.path().join("full")).unwrap();
+        fs::write(t.path().join("full/keep.txt"), "x").unwrap();
+        assert_eq!(output_folder(&t.path().join("full")), Ok(false));
+        assert_eq!(output_folder(&t.path().join("new")), Ok(true));
+        assert!(t.path().join("new").is_dir());
+        std::os::unix::fs::symlink(t.path().join("full"), t.path().join("link")).unwrap();
+        assert!(output_folder(&t.path().join("link")).unwrap_err().contains("link"));
+        fs::write(t.path().join("file"), "").unwrap();
+        assert!(output_folder(&t.path().join("file")).unwrap_err().contains("not a folder"));
+        assert!(output_folder(&t.path().join("no/such")).unwrap_err().contains("parent"));
+    }
+}
