@@ -37,7 +37,7 @@ TARGETS = {
     "pool_figure_speedup_min": 8.0,
     "pool_sequential_ratio_min": 0.9,
     "pool_parallel_8_ratio_min": 0.9,
-    "pool_idle_rss_mib_max": 80.0,
+    "pool_idle_pss_mib_max": 80.0,
 }
 
 PANDAS_STEP = """import numpy as np, pandas as pd
@@ -356,7 +356,11 @@ def pool_figures(runners, args, n, seq_total, bare_trivial_ms, bare_seq):
         return out
     policy = preload_policy(runners.work, ["numpy", "pandas", "matplotlib.pyplot"])
     pool = PoolClient(runners, 2, args.data_rootfs, policy)
-    out["idle_rss_mib"] = pool.stats()["idle_rss_bytes"] / 2**20
+    # The pool full (both jails ready): a page of the rootfs's files that
+    # both map counts half in each one's PSS.
+    idle = pool.stats()["idle"] or {}
+    for k in ("rss", "pss", "anon"):
+        out[f"idle_{k}_mib"] = (idle.get(f"{k}_bytes") or 0) / 2**20
     reps = max(3, n // 8)
     for key, code in (("pandas", PANDAS_STEP), ("figure", FIGURE_STEP)):
         script = runners.script(f"{key}_step.py", code)
@@ -454,7 +458,7 @@ def main():
     if "pandas_speedup" in pf:
         verdicts["pool_pandas_speedup"] = (pf["pandas_speedup"], pf["pandas_speedup"] >= TARGETS["pool_pandas_speedup_min"], f">= {TARGETS['pool_pandas_speedup_min']}")
         verdicts["pool_figure_speedup"] = (pf["figure_speedup"], pf["figure_speedup"] >= TARGETS["pool_figure_speedup_min"], f">= {TARGETS['pool_figure_speedup_min']}")
-        verdicts["pool_idle_rss_mib"] = (pf["idle_rss_mib"], pf["idle_rss_mib"] <= TARGETS["pool_idle_rss_mib_max"], f"<= {TARGETS['pool_idle_rss_mib_max']}")
+        verdicts["pool_idle_pss_mib"] = (pf["idle_pss_mib"], 0 < pf["idle_pss_mib"] <= TARGETS["pool_idle_pss_mib_max"], f"<= {TARGETS['pool_idle_pss_mib_max']}")
     report["targets"] = {k: {"value": v, "met": ok, "target": tgt} for k, (v, ok, tgt) in verdicts.items()}
 
     cols = ["bare", "bwrap", "jail"] if runners.bwrap else ["bare", "jail"]
@@ -483,7 +487,8 @@ def main():
     if "pandas_speedup" in pf:
         for key, label in (("pandas", "pool: pandas step, ms"), ("figure", "pool: figure step, ms")):
             print(f"{label:<28}{pf[key + '_pool_ms']:.1f} vs {pf[key + '_cold_ms']:.1f} cold ({pf[key + '_speedup']:.1f}x faster)")
-        print(f"{'pool: idle data-stack jail':<28}{pf['idle_rss_mib']:.1f} MiB RSS (its processes, shared pages counted in each)")
+        print(f"{'pool: idle data-stack jail':<28}{pf['idle_pss_mib']:.1f} MiB PSS with 2 ready ({pf['idle_anon_mib']:.1f} MiB of it anonymous, "
+              f"the cost of one more; RSS {pf['idle_rss_mib']:.1f} MiB, shared pages counted in each process)")
     r = figures["supervisor_rss"]
     print(f"{'supervisor peak RSS':<28}{r['peak_bytes'] / 2**20:.2f} MiB (binary baseline {r['baseline_bytes'] / 2**20:.2f} MiB, +{r['over_baseline_mib']:.2f} MiB)")
     print()

@@ -86,11 +86,17 @@
 //! `{"op": "stats"}` (an `id` is optional) answers
 //! `{"id": ..., "stats": {"size": N, "ready": R, "making": K, "in_use": U,
 //! "refill_ms": {"last": L, "mean": M}, "idle_rss_bytes": B, "sessions": Z,
+//! "idle": {"rss_bytes": R, "pss_bytes": P, "anon_bytes": A},
 //! "available_memory_bytes": A, "max_size": S}}`: `making` counts jails
 //! being made, `idle_rss_bytes` is what the last jail made holds once its
-//! preload ran, `available_memory_bytes` the memory available to the pool
-//! now and `max_size` the largest `--size` that fits in it (at most 64;
-//! both `null` when unknown).
+//! preload ran (shared pages counted in each of its processes), `idle` the
+//! mean over the ready jails now of their resident, proportional (a page
+//! shared by n processes counted 1/n: N ready jails' `pss_bytes` sum to
+//! what they cost together) and anonymous memory (what one more jail
+//! costs), `null` when no jail is ready or /proc did not say (footprint.rs),
+//! `available_memory_bytes` the memory available to the pool now and
+//! `max_size` the largest `--size` that fits in it (at most 64; both `null`
+//! when unknown).
 //!
 //! # Size bounded by memory (memory.rs)
 //!
@@ -137,6 +143,7 @@
 //! parent, `/workspace`.
 
 pub mod attach;
+pub mod footprint;
 pub mod memory;
 pub mod protocol;
 pub mod run;

@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::footprint;
 use super::memory::{self, PerJail};
 use super::protocol::{self, Ceilings, Line, ProtocolError, Request, Source};
 use crate::session;
@@ -401,7 +402,7 @@ impl Pool {
         })();
         match made {
             Ok(jail) => {
-                let rss = tree_rss_bytes(jail.supervisor);
+                let rss = footprint::of_jail(jail.supervisor).rss;
                 let ms = started.elapsed().as_secs_f64() * 1000.0;
                 let mut st = self.lock();
                 st.refill_last_ms = ms;
@@ -523,6 +524,9 @@ impl Pool {
     }
 
     fn stats(&self) -> Value {
+        let supervisors: Vec<u32> = self.lock().ready.iter().map(|j| j.supervisor).collect();
+        // Read outside the lock: /proc reads of each ready jail's processes.
+        let idle = footprint::mean(&supervisors.into_iter().map(footprint::of_jail).collect::<Vec<_>>());
         let st = self.lock();
         let mean = if st.refill_n == 0 { 0.0 } else { st.refill_sum_ms / st.refill_n as f64 };
         let per_jail = self.cfg.memory_limit.unwrap_or(st.idle_rss_bytes);
@@ -538,6 +542,7 @@ impl Pool {
             "in_use": st.in_use,
             "refill_ms": {"last": round1(st.refill_last_ms), "mean": round1(mean)},
             "idle_rss_bytes": st.idle_rss_bytes,
+            "idle": idle.map(|f| json!({"rss_bytes": f.rss, "pss_bytes": f.pss, "anon_bytes": f.anon})),
             "sessions": st.sessions.len(),
             "available_memory_bytes": available.map(|a| a.bytes),
             "max_size": max_size,
@@ -809,38 +814,6 @@ pub fn copy_tree(from: &Path, to: &Path, readable: bool) -> io::Result<()> {
         }
     }
     Ok(())
-}
-
-/// Resident memory of a session supervisor's descendants (the jail's
-/// processes), summed from /proc; shared pages counted in each.
-fn tree_rss_bytes(supervisor: u32) -> u64 {
-    let mut total = 0;
-    let mut todo = vec![supervisor];
-    let mut seen = 0;
-    while let Some(pid) = todo.pop() {
-        seen += 1;
-        if seen > 4096 {
-            break;
-        }
-        if pid != supervisor {
-            total += rss_of(pid);
-        }
-        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { continue };
-        for t in tasks.flatten() {
-            let children = fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            todo.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
-        }
-    }
-    total
-}
-
-fn rss_of(pid: u32) -> u64 {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .map_or(0, |kb| kb * 1024)
 }
 
 #[cfg(test)]
