@@ -798,13 +798,10 @@ fn sigkill_of_the_server_leaves_no_process_mount_or_folder() {
     assert!(host_mounts_with(&s.marker()).is_empty());
 }
 
-/// Fails today: a `jail run` terminated by SIGTERM (here by the parent-death
-/// signal and the janitor) leaves its cgroup (`tree` below it) on this host's
-/// v1 hierarchies; a plain `jail run --events -c 'import time;
-/// time.sleep(30)'` given SIGTERM shows the same, so the fix is in the
-/// jail's SIGTERM path, not the server. Run with --ignored.
+/// A `jail run` the server's death terminates (its parent-death signal,
+/// then the janitor) removes its cgroup on the way out, as `jail run`
+/// does on SIGTERM (cancel.rs).
 #[test]
-#[ignore = "jail run leaves its cgroup on SIGTERM (the jail's bug, see the comment)"]
 fn sigkill_of_the_server_leaves_no_cgroup() {
     let (s, pids) = kill_server_mid_runs();
     assert_left_nothing(&s, &pids);
@@ -944,7 +941,6 @@ fn a_run_that_claims_a_pooled_jail_dead_of_idleness_still_runs() {
 /// pool-events): then a followed run goes to the pool and its stdout
 /// reaches `/events` while it runs.
 #[test]
-#[ignore = "needs jail pool's `events` field (branch pool-events): remove at merge"]
 fn a_followed_pool_run_streams_its_events_while_it_runs() {
     let s = Server::start(&[]);
     assert!(pool_streams_events(&s), "the pool does not stream events");
