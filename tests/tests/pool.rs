@@ -595,3 +595,36 @@ fn a_session_from_a_pool_whose_policy_binds_the_output_folder_is_refused_and_the
     assert!(pool.finish().success());
     assert_pool_gone(&sb, &sb.pool_tmp());
 }
+
+/// The sessions' sockets in the pool's session folder.
+fn pool_sockets(sb: &Sandbox) -> Vec<PathBuf> {
+    let mut socks: Vec<PathBuf> = std::fs::read_dir(sb.session_dir())
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect())
+        .unwrap_or_default();
+    socks.sort();
+    socks
+}
+
+/// A pooled jail is never handed a second step: the test takes the handle
+/// of the one jail that served a step and sends it another cell itself,
+/// which fails (that session is over), and the pool's next step runs in a
+/// jail of its own.
+#[test]
+fn a_jail_that_served_a_step_cannot_be_given_another() {
+    let sb = Sandbox::new();
+    let mut pool = Pool::start(&sb, 1, &[]);
+    pool.wait_ready(1);
+    let before = pool_sockets(&sb);
+    assert_eq!(before.len(), 1, "one jail made ahead: {before:?}");
+    let used = Session { handle: before[0].clone(), pid: 0, id: String::new() };
+    let r = pool.call(json!({"id": "a", "code": "kept = 'first step'\nprint('one')\n"}));
+    assert_eq!(result(&r)["status"], "ok", "{r}");
+    let (v, out) = used.exec("print(kept)\n");
+    assert_eq!(out.status.code(), Some(125), "a used jail took a second cell: {v}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ended"), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = pool.call(json!({"id": "b", "code": "print('kept' in globals())\n"}));
+    assert_eq!(result(&r)["stdout"]["text"], "False\n", "{r}");
+    assert!(!pool_sockets(&sb).contains(&before[0]), "the used jail's handle is still served");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
