@@ -628,3 +628,46 @@ fn a_jail_that_served_a_step_cannot_be_given_another() {
     assert!(pool.finish().success());
     assert_pool_gone(&sb, &sb.pool_tmp());
 }
+
+/// A pool started by a root that holds no CAP_CHOWN and no read or write
+/// override (a pod's root, deploy/k8s: only SETUID and SETGID) still makes
+/// its jails and delivers a step's output: a capped output folder is
+/// copied back as the caller and judged as the sandbox, never chowned.
+#[test]
+fn a_root_pool_without_chown_or_override_capabilities_serves_a_step_and_delivers_its_output() {
+    if only_as_root("dropping root's chown and override capabilities") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let tmp = sb.pool_tmp();
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .arg("--bounding-set=-chown,-dac_override,-dac_read_search,-fowner")
+        .arg(jail_bin())
+        .args(["pool", "--size", "1", "--rootfs"])
+        .arg(&sb.rootfs)
+        .env("TMPDIR", &tmp)
+        .env("XDG_RUNTIME_DIR", sb.runtime_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            let line = json!({"id": "a", "code": "open('/workspace/output/made.txt', 'w').write('here')\n"});
+            stdin.write_all(format!("{line}\n").as_bytes())?;
+            drop(stdin);
+            child.wait_with_output()
+        })
+        .expect("run setpriv jail pool");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reply: Value = serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    let r = result(&reply);
+    assert_eq!(r["status"], "ok", "{r}");
+    assert_eq!(r["artifacts"][0]["path"], "made.txt", "{r}");
+    let dir = PathBuf::from(r["output_dir"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(dir.join("made.txt")).unwrap(), "here");
+    assert_pool_gone(&sb, &tmp);
+}
