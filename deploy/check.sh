@@ -265,6 +265,7 @@ iso = r.get("isolation") or {}
 out = (r.get("stdout") or {}).get("text", "")
 checks = [
     ("HTTP 200 and status ok", code == "200" and r.get("status") == "ok", f"HTTP {code}, status {r.get('status')}, setup_error {r.get('setup_error')}"),
+    ("run in a jail of the warm pool", d.get("backend") == "pool", f"backend {d.get('backend')}"),
     ("the script's output", out.startswith("4950\n"), out.splitlines()[:1]),
     ("the pod's files are out of the jail's reach", all(l.endswith(" False") for l in out.splitlines()[1:5]), out.splitlines()[1:5]),
     ("no network", "net open" not in out, out.splitlines()[5:6]),
