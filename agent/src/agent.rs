@@ -227,10 +227,12 @@ pub fn run_with(config: &Config, sinks: Vec<Box<dyn trace::Sink>>) -> Result<Out
     };
     let inputs = {
         let cells = crate::cells::Cells::default();
+        let pool = crate::pool::Pool::new(&config.runner, &session, display.clone());
         let ctx = Context {
             session: &session,
             runner: &config.runner,
             cells: &cells,
+            pool: &pool,
             skills: &skills,
             rootfs: config.rootfs.as_deref(),
             budget: config.budget,
@@ -298,11 +300,15 @@ fn drive(
         st,
         stop: None,
         deadline: started + config.caps.deadline,
-        display,
         cells: crate::cells::Cells::default(),
+        pool: crate::pool::Pool::new(&config.runner, session, display.clone()),
+        display,
     };
     run.stop_orphaned_session();
     let result = run.orchestrate();
+    // The pool goes before the run's last record, whatever happened: its
+    // state and stats are the summary's.
+    let pooled = run.close_pool();
     let stop = match &result {
         Ok(_) => run.stop.clone().unwrap_or(Stop::Finished).describe(),
         Err(e) if e.resumable() => format!("error (resumable): {e}"),
@@ -310,7 +316,7 @@ fn drive(
     };
     let wall_ms = run.trace.elapsed_ms();
     let span = run.st.orchestrator.span.clone();
-    let end = run.trace.record(ORCHESTRATOR, None, &span, Event::RunEnd { stop: stop.clone(), wall_ms });
+    let end = pooled.and(run.trace.record(ORCHESTRATOR, None, &span, Event::RunEnd { stop: stop.clone(), wall_ms }));
     run.trace.flush();
     let summary = Summary::from_records(&run.trace.records, wall_ms, &stop);
     let saved = summary.save(&session.root);
@@ -350,8 +356,11 @@ struct Run<'a> {
     /// When the run must stop.
     deadline: Instant,
     display: Display,
-    /// The running sub-task's `jail session` (cells.rs).
+    /// The running sub-task's `jail session` (cells.rs). Before `pool`:
+    /// dropped first, so a session is stopped by us before its pool closes.
     cells: crate::cells::Cells,
+    /// The run's warm pool (pool.rs), where each sub-task's session is claimed.
+    pool: crate::pool::Pool,
 }
 
 /// What one agent is at, for its records.
@@ -447,7 +456,7 @@ impl Run<'_> {
                 ok: done.ok,
                 duration_ms: ms,
                 error,
-                jail: done.jail.clone(),
+                jail: done.jail.clone().map(Box::new),
                 tokens_out: p.tokens_out,
                 arguments,
                 result,
@@ -461,6 +470,7 @@ impl Run<'_> {
             session: self.session,
             runner: &self.config.runner,
             cells: &self.cells,
+            pool: &self.pool,
             skills: self.skills,
             rootfs: self.config.rootfs.as_deref(),
             budget: self.config.budget,
@@ -937,7 +947,11 @@ impl Run<'_> {
     }
 
     /// On resume: a session the killed agent left live is stopped, so its
-    /// files are judged and delivered; the sub-agent is told its state is gone.
+    /// files are judged and delivered; the sub-agent is told its state is
+    /// gone. A session that ended without us (a pooled one ends with its
+    /// pool, which dies with the agent; any one past its idle timeout)
+    /// delivered its files, but its verdict went with it: a fresh jail
+    /// judges the output folder again.
     fn stop_orphaned_session(&mut self) {
         let Some(handle) = self.st.live_session.take() else { return };
         match crate::cells::stop_handle(&self.config.runner.jail, &handle) {
@@ -948,10 +962,40 @@ impl Run<'_> {
                     &format!("stopped the earlier run's session: {} output files accepted", closing.artifacts.len()),
                 );
             }
-            Ok(None) => {}
+            Ok(None) => match self.config.runner.judge_output(self.session) {
+                Ok(judged) => {
+                    self.st.accepted.update(&judged);
+                    self.say(
+                        ORCHESTRATOR,
+                        &format!(
+                            "the earlier run's session had ended; a fresh jail judged the output again: {} files accepted",
+                            judged.artifacts.len()
+                        ),
+                    );
+                }
+                Err(e) => self.say(ORCHESTRATOR, &format!("could not judge the earlier run's output again: {e}")),
+            },
             Err(e) => self.say(ORCHESTRATOR, &format!("could not stop the earlier run's session: {e}")),
         }
         self.cells.set_ended_note("the agent was restarted (resume)".into());
+    }
+
+    /// Stop any session still live, then close the warm pool and record
+    /// what became of it (its span from its start to now).
+    fn close_pool(&mut self) -> Result<(), TraceError> {
+        let _ = self.end_session(ORCHESTRATOR);
+        let report = self.pool.close();
+        let mut span = report.span.clone();
+        span.parent_span_id = Some(self.st.orchestrator.span.span_id.clone());
+        let event = Event::Pool {
+            size: report.size,
+            state: report.state.to_string(),
+            note: report.note.clone(),
+            start_ms: report.start_ms,
+            claims: report.claims,
+            stats: report.stats.clone(),
+        };
+        self.trace.record(ORCHESTRATOR, None, &span, event)
     }
 
     /// Stop the sub-task's session, if one is live, and take the accepted
