@@ -43,6 +43,9 @@ const SUBAGENT_PROMPT: &str = include_str!("../prompts/subagent.md");
 const SESSION_NOTE: &str = "Your scripts run in one Python session for this item: variables, imports and DataFrames defined by one script are still defined in the next, so load each file once and reuse it. Files written to /workspace/output reach the host when the item ends; print them from a script to check them before that. If a result says the session ended, everything defined so far is gone: load the data again in the next script.";
 const STATELESS_NOTE: &str = "Every run starts from scratch: nothing but the files in /workspace/output survives.";
 const ORCHESTRATOR: &str = "orchestrator";
+/// How long `resume` waits for a killed run's session to finish ending
+/// (its delivery) before the output is judged again.
+const ORPHAN_WAIT: Duration = Duration::from_secs(30);
 
 /// Step and token caps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -950,7 +953,8 @@ impl Run<'_> {
     /// files are judged and delivered; the sub-agent is told its state is
     /// gone. A session that ended without us (a pooled one ends with its
     /// pool, which dies with the agent; any one past its idle timeout)
-    /// delivered its files, but its verdict went with it: a fresh jail
+    /// delivered its files, but its verdict went with it: once its socket
+    /// is gone (the session removes it after the delivery), a fresh jail
     /// judges the output folder again.
     fn stop_orphaned_session(&mut self) {
         let Some(handle) = self.st.live_session.take() else { return };
@@ -962,20 +966,28 @@ impl Run<'_> {
                     &format!("stopped the earlier run's session: {} output files accepted", closing.artifacts.len()),
                 );
             }
-            Ok(None) => match self.config.runner.judge_output(self.session) {
-                Ok(judged) => {
-                    self.st.accepted.update(&judged);
-                    self.say(
-                        ORCHESTRATOR,
-                        &format!(
-                            "the earlier run's session had ended; a fresh jail judged the output again: {} files accepted",
-                            judged.artifacts.len()
-                        ),
-                    );
+            other => {
+                if let Err(e) = other {
+                    self.say(ORCHESTRATOR, &format!("could not stop the earlier run's session: {e}"));
                 }
-                Err(e) => self.say(ORCHESTRATOR, &format!("could not judge the earlier run's output again: {e}")),
-            },
-            Err(e) => self.say(ORCHESTRATOR, &format!("could not stop the earlier run's session: {e}")),
+                let until = Instant::now() + ORPHAN_WAIT;
+                while std::fs::symlink_metadata(&handle).is_ok() && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                match self.config.runner.judge_output(self.session) {
+                    Ok(judged) => {
+                        self.st.accepted.update(&judged);
+                        self.say(
+                            ORCHESTRATOR,
+                            &format!(
+                                "the earlier run's session had ended; a fresh jail judged the output again: {} files accepted",
+                                judged.artifacts.len()
+                            ),
+                        );
+                    }
+                    Err(e) => self.say(ORCHESTRATOR, &format!("could not judge the earlier run's output again: {e}")),
+                }
+            }
         }
         self.cells.set_ended_note("the agent was restarted (resume)".into());
     }

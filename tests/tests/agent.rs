@@ -2002,3 +2002,102 @@ fn a_two_sub_task_run_claims_both_sessions_from_the_pool_and_leaves_nothing() {
     );
     assert_run_left_nothing(&r, "normal exit");
 }
+
+/// Item 1's first step ran in its session; then the model thinks forever.
+fn one_step_then_hang() -> Vec<Turn> {
+    let mut turns = session_turns(&[("load.py", LOAD)]);
+    turns.truncate(3);
+    turns.push(Turn::Hang);
+    turns
+}
+
+#[test]
+fn the_pool_and_its_jails_end_with_the_agent_on_sigint_and_on_sigkill() {
+    use nix::sys::signal::Signal;
+    for sig in [Signal::SIGINT, Signal::SIGKILL] {
+        let r = cli_pool_run(one_step_then_hang(), &[], Some(sig));
+        // Not vacuous: the pool and a pooled session were there to be ended.
+        assert!(!pool_processes(&r).is_empty(), "{sig}: no pool was seen: {:?}", r.seen);
+        assert!(r.seen.iter().any(|(_, c)| c.contains("session start")), "{sig}: no pooled jail was seen: {:?}", r.seen);
+        match sig {
+            Signal::SIGINT => {
+                assert_eq!(r.code, Some(130), "{}", r.stderr);
+                assert!(r.stderr.contains("stopping the running sessions"), "{}", r.stderr);
+            }
+            _ => assert_eq!(r.code, None, "killed by the signal: {}", r.stderr),
+        }
+        let facts = step_facts(&r.root);
+        assert_eq!(facts.first().map(|j| j.jail_from.as_str()), Some("pool"), "{sig}: {facts:?}");
+        assert_run_left_nothing(&r, &format!("{sig}"));
+    }
+}
+
+#[test]
+fn with_pool_size_0_each_session_is_started_by_the_agent_and_the_summary_says_so() {
+    let r = cli_pool_run(two_sessions_turns(), &["--pool-size", "0"], None);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(pool_processes(&r).is_empty(), "no pool: {:?}", r.seen);
+    let facts = step_facts(&r.root);
+    let from: Vec<&str> = facts.iter().map(|j| j.jail_from.as_str()).collect();
+    assert_eq!(from, ["session_start"; 3], "{facts:?}");
+    let started: Vec<bool> = facts.iter().map(|j| j.claim_ms.is_some()).collect();
+    assert_eq!(started, [true, false, true], "the start's time on each session's first step: {facts:?}");
+    assert!(facts.iter().all(|j| j.not_pooled.is_none()), "the pool is off, nothing was passed over: {facts:?}");
+    let (size, state, note, claims, stats) = pool_record(&r.root);
+    assert_eq!((size, state.as_str(), note.as_deref(), claims, stats), (0, "off", Some("--pool-size 0"), 0, None));
+    let summary = std::fs::read_to_string(r.root.join("summary.txt")).unwrap();
+    assert!(
+        summary.contains("jails: 0 sessions claimed from the warm pool, 2 sessions started by the agent ("),
+        "{summary}"
+    );
+    assert!(summary.contains("warm pool: size 0, off (--pool-size 0)"), "{summary}");
+    // The same run as from the pool: state within an item, output across.
+    assert_eq!(std::fs::read_to_string(r.f.export.join("m.txt")).unwrap(), "second");
+    let out = Command::new(agent_bin())
+        .args(["run", "--task", "x", "--pool-size", "65", "--input"])
+        .arg(&r.f.input)
+        .env("LLM_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("LLM_MODEL", "m")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--pool-size 65 is out of range: give 0 (no pool) to 64"), "{stderr}");
+    assert_run_left_nothing(&r, "--pool-size 0");
+}
+
+#[test]
+fn a_pool_that_cannot_start_is_one_line_and_every_session_is_started_by_the_agent() {
+    // The minimal rootfs has no numpy: `jail pool` refuses to start.
+    let policy = tempfile::Builder::new().prefix("jail-agent-policy-").tempdir().unwrap();
+    std::fs::set_permissions(policy.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = policy.path().join("numpy-preload.json");
+    std::fs::write(&file, r#"{"version": 1, "name": "numpy-preload", "preload": ["numpy"]}"#).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let r = cli_pool_run(two_sessions_turns(), &["--policy", &file.display().to_string()], None);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let said: Vec<&str> = r.stderr.lines().filter(|l| l.contains("warm pool could not start")).collect();
+    assert_eq!(said.len(), 1, "said once, in one line: {}", r.stderr);
+    assert!(
+        said[0].contains("numpy") && said[0].contains("started by the agent itself instead, with the same isolation"),
+        "{}",
+        said[0]
+    );
+    let facts = step_facts(&r.root);
+    let from: Vec<&str> = facts.iter().map(|j| j.jail_from.as_str()).collect();
+    assert_eq!(from, ["session_start"; 3], "{facts:?}");
+    for j in [&facts[0], &facts[2]] {
+        assert!(j.not_pooled.as_deref().unwrap_or("").contains("could not start"), "each session says why: {j:?}");
+    }
+    let (_, state, note, claims, _) = pool_record(&r.root);
+    assert_eq!((state.as_str(), claims), ("failed", 0));
+    assert!(note.as_deref().unwrap_or("").contains("numpy"), "{note:?}");
+    let summary = std::fs::read_to_string(r.root.join("summary.txt")).unwrap();
+    assert!(
+        summary.contains("2 sessions started by the agent") && summary.contains("warm pool: size 1, failed ("),
+        "{summary}"
+    );
+    assert!(summary.contains("started, not pooled: the warm pool could not start"), "{summary}");
+    assert_eq!(std::fs::read_to_string(r.f.export.join("m.txt")).unwrap(), "second");
+    assert_run_left_nothing(&r, "a pool that could not start");
+}
