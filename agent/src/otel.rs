@@ -295,9 +295,15 @@ pub fn span_of(r: &Record, model: &str, server: Option<&(String, i64)>, scope: &
                 attrs.push(KeyValue::new("jail.pool.refill_ms.mean", s.refill_ms.mean));
                 attrs.push(KeyValue::new("jail.pool.refill_ms.last", s.refill_ms.last));
                 if let Some(i) = &s.idle {
-                    attrs.push(KeyValue::new("jail.pool.idle.rss_bytes", int(i.rss_bytes)));
-                    attrs.push(KeyValue::new("jail.pool.idle.pss_bytes", int(i.pss_bytes)));
-                    attrs.push(KeyValue::new("jail.pool.idle.anon_bytes", int(i.anon_bytes)));
+                    for (k, v) in [
+                        ("jail.pool.idle.rss_bytes", i.rss_bytes),
+                        ("jail.pool.idle.pss_bytes", i.pss_bytes),
+                        ("jail.pool.idle.anon_bytes", i.anon_bytes),
+                    ] {
+                        if let Some(v) = v {
+                            attrs.push(KeyValue::new(k, int(v)));
+                        }
+                    }
                 }
             }
             if state == "failed" {

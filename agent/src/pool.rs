@@ -105,11 +105,16 @@ pub struct Refill {
     pub mean: f64,
 }
 
+/// Each `null` when /proc did not say: PSS and anonymous memory come from
+/// the jails' smaps_rollup, which an ordinary user's pool may not read.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Idle {
-    pub rss_bytes: u64,
-    pub pss_bytes: u64,
-    pub anon_bytes: u64,
+    #[serde(default)]
+    pub rss_bytes: Option<u64>,
+    #[serde(default)]
+    pub pss_bytes: Option<u64>,
+    #[serde(default)]
+    pub anon_bytes: Option<u64>,
 }
 
 /// What became of the pool, for the trace's `pool` record.

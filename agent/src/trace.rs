@@ -497,9 +497,12 @@ impl Jails {
                     j.refill_ms_mean = refilled.map(|s| s.refill_ms.mean);
                     j.refill_ms_last = refilled.map(|s| s.refill_ms.last);
                     let idle = stats.as_ref().and_then(|s| s.idle.as_ref());
-                    j.idle_rss_bytes = idle.map(|i| i.rss_bytes);
-                    j.idle_pss_bytes = idle.map(|i| i.pss_bytes);
-                    j.idle_anon_bytes = idle.map(|i| i.anon_bytes);
+                    // With no jail ready at the close (a replacement being
+                    // made), the RSS of the last one made stands in.
+                    let last = stats.as_ref().map(|s| s.idle_rss_bytes).filter(|&b| b > 0);
+                    j.idle_rss_bytes = idle.and_then(|i| i.rss_bytes).or(last);
+                    j.idle_pss_bytes = idle.and_then(|i| i.pss_bytes);
+                    j.idle_anon_bytes = idle.and_then(|i| i.anon_bytes);
                 }
                 _ => {}
             }
@@ -537,8 +540,16 @@ impl Jails {
         if let (Some(mean), Some(last)) = (self.refill_ms_mean, self.refill_ms_last) {
             out.push_str(&format!("; refill {mean:.0} ms mean, {last:.0} ms last"));
         }
-        if let (Some(r), Some(p), Some(a)) = (self.idle_rss_bytes, self.idle_pss_bytes, self.idle_anon_bytes) {
-            out.push_str(&format!("; an idle jail holds {} RSS, {} PSS, {} anonymous", mib(r), mib(p), mib(a)));
+        let held: Vec<String> = [
+            (self.idle_rss_bytes, "RSS"),
+            (self.idle_pss_bytes, "PSS"),
+            (self.idle_anon_bytes, "anonymous"),
+        ]
+        .iter()
+        .filter_map(|(b, what)| b.map(|b| format!("{} {what}", mib(b))))
+        .collect();
+        if !held.is_empty() {
+            out.push_str(&format!("; an idle jail holds {}", held.join(", ")));
         }
         out.push('\n');
         out

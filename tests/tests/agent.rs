@@ -1969,10 +1969,16 @@ fn a_two_sub_task_run_claims_both_sessions_from_the_pool_and_leaves_nothing() {
     assert_eq!((size, state.as_str(), note, claims), (1, "up", None, 2));
     let stats = stats.expect("the pool's stats at its close");
     assert!(stats.refill_ms.mean > 0.0, "{stats:?}");
+    // What the last jail made holds is always there; `idle` (the ready
+    // jails now) is none while a replacement is made, and its PSS and
+    // anonymous memory null where an ordinary user's pool may not read
+    // its jails' smaps_rollup.
+    assert!(stats.idle_rss_bytes > 0, "{stats:?}");
     let summary = std::fs::read_to_string(r.root.join("summary.txt")).unwrap();
     assert!(summary.contains("jails: 2 sessions claimed from the warm pool ("), "{summary}");
     assert!(summary.contains("0 sessions started by the agent, 0 fresh jails"), "{summary}");
     assert!(summary.contains("warm pool: size 1, up; first jail made in "), "{summary}");
+    assert!(summary.contains("ms last; an idle jail holds ") && summary.contains(" MiB RSS"), "{summary}");
     let saved: Summary = serde_json::from_str(&std::fs::read_to_string(r.root.join("summary.json")).unwrap()).unwrap();
     assert_eq!((saved.jails.pooled_sessions, saved.jails.started_sessions), (2, 0));
 
