@@ -1593,9 +1593,10 @@ fn session_turns(steps: &[(&str, &str)]) -> Vec<Turn> {
 const LOAD: &str = "rows = open('/workspace/input/titanic.csv').read().splitlines()\nprint('loaded', len(rows))\n";
 const USE: &str = "print('rows', len(rows))\nopen('/workspace/output/n.txt', 'w').write(str(len(rows)))\n";
 
-/// Processes whose command line names `root` (a session supervisor of
-/// this run is `jail session start … --input ROOT/input`), after giving a
-/// stopped session up to 5 s to be gone.
+/// Processes whose command line or environment names `root` (a session
+/// supervisor of this run is `jail session start … --input ROOT/input`, or
+/// `ROOT/pool/jail-pool-…/slot-…/in` from the run's pool, whose TMPDIR is
+/// `ROOT/pool`), after giving a stopped session up to 5 s to be gone.
 fn processes_naming(root: &Path) -> Vec<String> {
     let until = std::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -1608,16 +1609,7 @@ fn processes_naming(root: &Path) -> Vec<String> {
 }
 
 fn naming_now(root: &Path) -> Vec<String> {
-    let needle = root.to_string_lossy().into_owned();
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if cmd.contains(&needle) {
-            found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
-        }
-    }
-    found
+    processes_marked(&root.to_string_lossy()).into_iter().map(|(pid, cmd)| format!("{pid}: {cmd}")).collect()
 }
 
 #[test]
@@ -2106,4 +2098,51 @@ fn a_pool_that_cannot_start_is_one_line_and_every_session_is_started_by_the_agen
     assert!(summary.contains("started, not pooled: the warm pool could not start"), "{summary}");
     assert_eq!(std::fs::read_to_string(r.f.export.join("m.txt")).unwrap(), "second");
     assert_run_left_nothing(&r, "a pool that could not start");
+}
+
+#[test]
+fn the_data_policy_is_the_default_with_the_data_stack_preloaded() {
+    let data = jail::policy::Policy::load(&repo().join("policies/data.json")).expect("policies/data.json loads");
+    let default = jail::policy::Policy::builtin_default().unwrap();
+    assert_eq!(data.preload, ["numpy", "pandas", "matplotlib.pyplot"]);
+    // Everything else is the default's: the same seccomp allowlist, limits,
+    // environment, artifacts and identity.
+    let same = jail::policy::Policy {
+        name: default.name.clone(),
+        preload: Vec::new(),
+        hash: default.hash.clone(),
+        source: default.source.clone(),
+        ..data
+    };
+    assert_eq!(same, default, "policies/data.json drifted from policies/default.json");
+}
+
+#[test]
+fn on_the_data_rootfs_a_pooled_session_starts_with_the_data_stack_imported() {
+    let data = data_rootfs();
+    if skip_unless(
+        data.join("usr/bin/python3").exists(),
+        &format!("no data rootfs at {} (build it: make rootfs-data)", data.display()),
+    ) {
+        return;
+    }
+    let f = fixture();
+    let before = "import sys\nprint('preloaded:', [m for m in ('numpy', 'pandas', 'matplotlib.pyplot') if m in sys.modules])\nimport pandas as pd\ndf = pd.read_csv('/workspace/input/titanic.csv')\n";
+    let after = "print('rows', len(df))\nopen('/workspace/output/n.txt', 'w').write(str(len(df)))\n";
+    let mock = MockLlm::start(session_turns(&[("load.py", before), ("use.py", after)]));
+    let mut cfg = config(&f, &mock, data.clone());
+    cfg.runner.policy = Some(repo().join("policies/data.json"));
+    // The data stack imports in a few seconds; leave room on a loaded machine.
+    cfg.runner.timeout = Some(120.0);
+    cfg.runner.wall_limit = Duration::from_secs(120);
+    let out = run::run(&cfg).unwrap_or_else(|e| panic!("run failed: {e}\n{}", requests_seen(&mock)));
+    let req = mock.requests();
+    let first = last_tool(&req[3]);
+    assert!(first.contains("preloaded: ['numpy', 'pandas', 'matplotlib.pyplot']"), "claimed with the preload done: {first}");
+    let second = last_tool(&req[4]);
+    assert!(second.contains("rows 100"), "the DataFrame persisted: {second}");
+    let facts = step_facts(&out.session.root);
+    assert_eq!(facts.iter().map(|j| j.jail_from.as_str()).collect::<Vec<_>>(), ["pool", "pool"], "{facts:?}");
+    assert_eq!(std::fs::read_to_string(f.export.join("n.txt")).unwrap(), "100");
+    assert!(processes_naming(&out.session.root).is_empty(), "{:?}", processes_naming(&out.session.root));
 }
