@@ -12,10 +12,10 @@
 //! invoke_agent orchestrator
 //! ├── chat MODEL                      gen_ai.usage.input_tokens / output_tokens
 //! ├── execute_tool create_todo_list   gen_ai.tool.name, gen_ai.tool.call.id
-//! └── execute_tool start_next_todo
-//!     └── invoke_agent subagent-1
-//!         ├── chat MODEL
-//!         └── execute_tool run_python_file   jail.status, jail.from, jail.claim_ms, ...
+//! ├── execute_tool start_next_todo
+//! │   └── invoke_agent subagent-1
+//! │       ├── chat MODEL
+//! │       └── execute_tool run_python_file   jail.status, jail.from, jail.claim_ms, ...
 //! └── jail_pool                       jail.pool.state, jail.pool.refill_ms.mean, jail.pool.idle.*
 //! ```
 //!
