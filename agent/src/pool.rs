@@ -570,3 +570,26 @@ pub(crate) fn end_on_signal() {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stats_answer_is_read_whole_or_with_its_unknowns_null() {
+        // As `jail pool` answers as root, and as an ordinary user who may
+        // not read its jails' smaps_rollup.
+        let root = json!({"size": 1, "ready": 1, "making": 0, "in_use": 0, "refill_ms": {"last": 58.2, "mean": 47.3},
+            "idle_rss_bytes": 25694208, "idle": {"rss_bytes": 25620480, "pss_bytes": 9000000, "anon_bytes": 4000000},
+            "sessions": 0, "available_memory_bytes": 1, "max_size": 45});
+        let s: PoolStats = serde_json::from_value(root).unwrap();
+        assert_eq!(s.idle, Some(Idle { rss_bytes: Some(25620480), pss_bytes: Some(9000000), anon_bytes: Some(4000000) }));
+        assert_eq!((s.refill_ms.mean, s.idle_rss_bytes), (47.3, 25694208));
+        let user = json!({"size": 1, "ready": 1, "refill_ms": {"last": 1.0, "mean": 1.0}, "idle_rss_bytes": 5,
+            "idle": {"rss_bytes": 5, "pss_bytes": null, "anon_bytes": null}});
+        let s: PoolStats = serde_json::from_value(user).unwrap();
+        assert_eq!(s.idle, Some(Idle { rss_bytes: Some(5), pss_bytes: None, anon_bytes: None }));
+        let none_ready: PoolStats = serde_json::from_value(json!({"size": 1, "ready": 0, "idle": null})).unwrap();
+        assert_eq!(none_ready.idle, None);
+    }
+}

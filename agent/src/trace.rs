@@ -520,6 +520,10 @@ impl Jails {
         use crate::escape::{escape, Lines};
         let ms = |v: Option<f64>| v.map_or(String::new(), |m| format!(" ({m:.0} ms mean)"));
         let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+        if self.pool_state.is_none() && self.pooled_sessions + self.started_sessions + self.fresh_jails == 0 {
+            // A trace of an agent before the pool: nothing to say.
+            return String::new();
+        }
         let mut out = format!(
             "\njails: {} sessions claimed from the warm pool{}, {} sessions started by the agent{}, {} fresh jails (jail run)\n",
             self.pooled_sessions,
@@ -794,6 +798,62 @@ mod tests {
         let text = s.render();
         assert!(text.contains("subagent-1") && text.contains("stopped: finished"), "{text}");
         assert!(text.contains("writing scripts cost 0 tokens out, running them 4"), "{text}");
+    }
+
+    fn step(from: &str, claim_ms: Option<f64>, not_pooled: Option<&str>) -> Record {
+        let mut r = tool("subagent-1", "run_python_file", true, 1.0, 0);
+        if let Event::ToolCall { jail, .. } = &mut r.event {
+            *jail = Some(Box::new(JailFacts {
+                jail_from: from.into(),
+                claim_ms,
+                not_pooled: not_pooled.map(String::from),
+                ..JailFacts::default()
+            }));
+        }
+        r
+    }
+
+    #[test]
+    fn the_summary_says_where_the_jails_came_from_and_what_the_pool_held() {
+        let stats = crate::pool::PoolStats {
+            size: 1,
+            ready: 0,
+            refill_ms: crate::pool::Refill { last: 90.0, mean: 80.0 },
+            idle_rss_bytes: 3 << 20,
+            idle: None,
+        };
+        let recs = vec![
+            step("pool", Some(4.0), None),
+            step("pool", None, None),
+            step("pool", Some(6.0), None),
+            step("session_start", Some(100.0), Some("the warm pool ended")),
+            step("session_start", Some(120.0), Some("the warm pool ended")),
+            step("run", None, None),
+            rec(
+                "orchestrator",
+                Event::Pool {
+                    size: 1,
+                    state: "failed".into(),
+                    note: Some("the warm pool ended".into()),
+                    start_ms: Some(50.0),
+                    claims: 2,
+                    stats: Some(stats),
+                },
+            ),
+        ];
+        let j = Summary::from_records(&recs, 10.0, "finished").jails;
+        assert_eq!((j.pooled_sessions, j.claim_ms_mean), (2, Some(5.0)));
+        assert_eq!((j.started_sessions, j.start_ms_mean, j.fresh_jails), (2, Some(110.0), 1));
+        assert_eq!(j.not_pooled, ["the warm pool ended"], "each reason once");
+        // No jail was ready at the close: the last one made's RSS stands in.
+        assert_eq!((j.idle_rss_bytes, j.idle_pss_bytes), (Some(3 << 20), None));
+        let text = j.render();
+        assert!(text.contains("jails: 2 sessions claimed from the warm pool (5 ms mean), 2 sessions started by the agent (110 ms mean), 1 fresh jails"), "{text}");
+        assert!(text.contains("warm pool: size 1, failed (the warm pool ended); first jail made in 50 ms; refill 80 ms mean, 90 ms last; an idle jail holds 3.0 MiB RSS"), "{text}");
+        // A trace of an agent before the pool has none of it, and says so.
+        let old = Summary::from_records(&[tool("a", "run_python_file", true, 1.0, 0)], 1.0, "finished").jails;
+        assert_eq!((&old.pool_state, old.pooled_sessions), (&None, 0));
+        assert_eq!(old.render(), "");
     }
 
     #[test]

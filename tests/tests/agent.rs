@@ -1609,7 +1609,10 @@ fn processes_naming(root: &Path) -> Vec<String> {
 }
 
 fn naming_now(root: &Path) -> Vec<String> {
-    processes_marked(&root.to_string_lossy()).into_iter().map(|(pid, cmd)| format!("{pid}: {cmd}")).collect()
+    processes_marked(&root.to_string_lossy())
+        .into_iter()
+        .map(|(pid, cmd)| format!("{pid}: {cmd}"))
+        .collect()
 }
 
 #[test]
@@ -2138,7 +2141,10 @@ fn on_the_data_rootfs_a_pooled_session_starts_with_the_data_stack_imported() {
     let out = run::run(&cfg).unwrap_or_else(|e| panic!("run failed: {e}\n{}", requests_seen(&mock)));
     let req = mock.requests();
     let first = last_tool(&req[3]);
-    assert!(first.contains("preloaded: ['numpy', 'pandas', 'matplotlib.pyplot']"), "claimed with the preload done: {first}");
+    assert!(
+        first.contains("preloaded: ['numpy', 'pandas', 'matplotlib.pyplot']"),
+        "claimed with the preload done: {first}"
+    );
     let second = last_tool(&req[4]);
     assert!(second.contains("rows 100"), "the DataFrame persisted: {second}");
     let facts = step_facts(&out.session.root);
