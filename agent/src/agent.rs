@@ -3,10 +3,13 @@
 //! The orchestrator sees the task and the input files, plans a todo list,
 //! and calls `start_next_todo` for each item; that starts a sub-agent with a
 //! clean context (its own system prompt and the item's brief, nothing of the
-//! orchestrator's conversation) which writes and runs scripts, one fresh
-//! jail per run, until it calls `complete_todo` or `block_todo`. Its report is
-//! the orchestrator's tool result. When nothing is pending, the orchestrator's
-//! plain-text reply is the final answer.
+//! orchestrator's conversation) which writes and runs scripts — as cells of
+//! the item's session, claimed from the run's warm pool (`pool`), or each in
+//! a fresh jail with `--stateless` — until it calls `complete_todo` or
+//! `block_todo`. Its report is the orchestrator's tool result. When nothing
+//! is pending, the orchestrator's plain-text reply is the final answer. The
+//! pool is closed at the end, however the run ended, and a `pool` record
+//! says what became of it.
 //!
 //! Caps: a step is one model call. Each sub-agent and the whole run have a
 //! step cap and a token cap (tokens in plus out); a sub-agent at its cap is

@@ -240,8 +240,9 @@ fn stop_all() {
 
 /// Take SIGINT, SIGTERM and SIGHUP on a thread of their own: the live
 /// sessions are stopped, then the warm pool (pool.rs), then the process
-/// exits 130 (128 + the signal for the others). Call before any other thread starts, so every thread
-/// inherits the blocked mask; children get a clear mask from `Command`.
+/// exits 130 (128 + the signal for the others). Call before any other
+/// thread starts, so every thread inherits the blocked mask; children get
+/// a clear mask from `Command`.
 pub fn guard_signals() -> std::io::Result<()> {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();

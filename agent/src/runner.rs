@@ -3,12 +3,11 @@
 //! shown as its events arrive), or as a cell of a session (`jail session
 //! exec` on a session claimed from the run's warm pool, pool.rs, or
 //! started here with `jail session start`; cells.rs keeps it); either way
-//! the result is
-//! deserialized into the `jail` crate's own `RunResult`. Never in-process: the
-//! jail must fork from a single-threaded process, and it is the jail's
-//! subprocess boundary that keeps a step's failure from becoming ours. The
-//! jail gets the agent's environment minus `LLM_*` and anything named like a
-//! credential.
+//! the result is deserialized into the `jail` crate's own `RunResult`.
+//! Never in-process: the jail must fork from a single-threaded process, and
+//! it is the jail's subprocess boundary that keeps a step's failure from
+//! becoming ours. The jail gets the agent's environment minus `LLM_*` and
+//! anything named like a credential.
 
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
