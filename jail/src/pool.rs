@@ -93,7 +93,7 @@
 //! mean over the ready jails now of their resident, proportional (a page
 //! shared by n processes counted 1/n: N ready jails' `pss_bytes` sum to
 //! what they cost together) and anonymous memory (what one more jail
-//! costs), `null` when no jail is ready or /proc did not say (footprint.rs),
+//! costs), `null` when no jail is ready (footprint.rs),
 //! `available_memory_bytes` the memory available to the pool now and
 //! `max_size` the largest `--size` that fits in it (at most 64; both `null`
 //! when unknown).
