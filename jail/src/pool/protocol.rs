@@ -39,8 +39,14 @@ struct LimitsFile {
 #[derive(Debug, PartialEq)]
 pub enum Line {
     Run(Request),
-    Stats { id: Option<String> },
+    Stats {
+        id: Option<String>,
+    },
     Session(SessionRequest),
+    /// `{"op": "cancel", "id": ID}`: stop request ID (run/cancel.rs).
+    Cancel {
+        id: String,
+    },
 }
 
 /// A made jail handed out as a session (`"op": "session"`): the caller
@@ -138,10 +144,11 @@ pub fn parse_line(line: &str, ceilings: Ceilings) -> Result<Line, ProtocolError>
     match file.op.as_deref() {
         Some("stats") => stats(file),
         Some("session") => session(file).map(Line::Session),
+        Some("cancel") => cancel(file),
         Some(op) => Err(ProtocolError::new(
             id.as_deref(),
             "bad_request",
-            format!("op {op:?} is unknown: the ops are \"stats\" and \"session\""),
+            format!("op {op:?} is unknown: the ops are \"stats\", \"session\" and \"cancel\""),
         )),
         None => request(file, ceilings).map(Line::Run),
     }
@@ -163,6 +170,36 @@ fn stats(file: LineFile) -> Result<Line, ProtocolError> {
         return Err(ProtocolError::new(file.id.as_deref(), "bad_request", msg));
     }
     Ok(Line::Stats { id: file.id })
+}
+
+fn cancel(file: LineFile) -> Result<Line, ProtocolError> {
+    let Some(id) = file.id.clone() else {
+        return Err(ProtocolError::new(None, "bad_request", "the cancel line has no \"id\": name the request to stop"));
+    };
+    let extra = file.code.is_some()
+        || file.script.is_some()
+        || file.input.is_some()
+        || file.output.is_some()
+        || file.events.is_some()
+        || !file.args.is_empty()
+        || file.limits.wall_time_secs.is_some();
+    if extra {
+        let msg = "a cancel line takes only \"op\" and \"id\" (the id of the request to stop)";
+        return Err(ProtocolError::new(Some(&id), "bad_request", msg));
+    }
+    Ok(Line::Cancel { id })
+}
+
+/// The answer to a cancel of `id` when no request of that id is in flight
+/// (never sent, refused, or already answered: then it comes after that
+/// reply), without its newline.
+pub fn unknown_id_reply(id: &str) -> String {
+    ProtocolError::new(
+        Some(id),
+        "unknown_id",
+        "no request with this id is in flight (unknown, or already answered): nothing to cancel",
+    )
+    .reply()
 }
 
 fn session(file: LineFile) -> Result<SessionRequest, ProtocolError> {
@@ -309,6 +346,22 @@ mod tests {
             assert_eq!((e.code, e.id.as_deref()), ("bad_request", id), "{line}: {}", e.message);
         }
         assert_eq!(err(r#"{"op":"session","id":"s","shell":1}"#).code, "unknown_field");
+    }
+
+    #[test]
+    fn a_cancel_line_names_the_request_and_nothing_else() {
+        assert_eq!(parse_line(r#"{"op":"cancel","id":"r1"}"#, CEIL).unwrap(), Line::Cancel { id: "r1".into() });
+        for (line, id) in [
+            (r#"{"op":"cancel"}"#, None),
+            (r#"{"op":"cancel","id":"r","code":"1"}"#, Some("r")),
+            (r#"{"op":"cancel","id":"r","limits":{"wall_time_secs":1}}"#, Some("r")),
+            (r#"{"op":"cancel","id":""}"#, None),
+        ] {
+            let e = err(line);
+            assert_eq!((e.code, e.id.as_deref()), ("bad_request", id), "{line}: {}", e.message);
+        }
+        let v: Value = serde_json::from_str(&unknown_id_reply("gone")).unwrap();
+        assert_eq!((&v["id"], &v["error"]["code"]), (&json!("gone"), &json!("unknown_id")));
     }
 
     #[test]
