@@ -33,12 +33,6 @@ use crate::backend::{Backend, BoxFuture, EventLog, Job, RunError};
 use crate::route::PoolShape;
 use wire::{Line, Read, Reply};
 
-/// Whether the pool takes `{"op": "cancel", "id": ID}` (stop request ID's
-/// jail now; its reply follows as usual). The protocol has no such op
-/// yet, so a client that goes away leaves its pool run to its wall time
-/// (its slot held until then). Flip when `jail pool` gains it.
-pub const CANCEL: bool = false;
-
 /// How long a new pool may take to make its first jail and answer.
 const START_WAIT: Duration = Duration::from_secs(120);
 /// Past a run's wall time: waiting for a jail (the pool queues requests
@@ -397,13 +391,12 @@ impl Link {
         }
     }
 
-    /// Stop request `id` (when the pool can: `CANCEL`); its reply still
-    /// comes, and releases what the run holds.
+    /// Stop request `id` (`{"op": "cancel"}`): its jail is stopped at once;
+    /// its reply still comes (its result, `cancelled`), and releases what
+    /// the run holds.
     pub fn cancel(&self, id: &str) {
-        if CANCEL {
-            if let Some(s) = lock(&self.send).as_ref() {
-                let _ = s.send(wire::cancel_line(id));
-            }
+        if let Some(s) = lock(&self.send).as_ref() {
+            let _ = s.send(wire::cancel_line(id));
         }
     }
 
@@ -437,6 +430,8 @@ impl Link {
                 waiter.logged += text.len() as u64;
                 log.push(&text);
             }
+            // The answer to a cancel of a run already answered: nothing waits for it.
+            Line::Reply(_, Reply::Error { code, .. }) if code == "unknown_id" => {}
             Line::Reply(id, reply) => {
                 let Some(waiter) = lock(&self.waiting).remove(&id) else { return };
                 if waiter.dropped > 0 {

@@ -231,10 +231,10 @@ async fn execute(
         drop(slot);
         return record(state, &run, started, outcome);
     };
-    // The pool cannot stop a request it was sent (unless `pool::CANCEL`),
-    // so the run goes on in a task of its own that holds the slot until
-    // the pool answers: a client that goes away cannot start more runs
-    // than its token allows. Dropping this future asks the pool to cancel.
+    // The run goes on in a task of its own that holds the slot until the
+    // pool answers: a client that goes away cannot start more runs than its
+    // token allows. Dropping this future asks the pool to cancel the run,
+    // which it answers at once (`cancelled`).
     let id = job.id.clone();
     let (owned, held) = (Arc::clone(state), Arc::clone(&link));
     let task = tokio::spawn(async move {

@@ -692,37 +692,28 @@ fn a_client_that_disconnects_mid_run_kills_the_run() {
     assert!(s.call("GET", "/metrics", None, None).body.contains("jail_runs_in_flight 0"));
 }
 
-/// The pool's protocol has no way to stop a request it was sent (see
-/// serve/src/pool.rs, `CANCEL`): a pool run whose client went away runs to
-/// its wall time, and holds its tenant's slot until then, so a client
-/// cannot get more runs going than its token allows by hanging up.
+/// The pool's cancel op (`{"op": "cancel"}`): a pool run whose client goes
+/// away is stopped at once, its jail gone, its tenant's slot free again.
 #[test]
-fn a_client_that_disconnects_mid_pool_run_holds_its_slot_until_the_run_ends() {
-    let s = Server::start(&[]);
-    let body = json!({"code": "import time\ntime.sleep(60)", "limits": {"timeout_secs": 4}}).to_string();
-    let conn = connect(s.addr, "POST", "/v1/runs", Some(BOB), Some(&body));
-    eventually(Duration::from_secs(10), "the run did not reach a pooled jail", || s.metric("jail_pool_in_use") == Some(1.0));
-    drop(conn);
-    std::thread::sleep(Duration::from_millis(300));
-    let next = s.run(BOB, json!({"code": "print('next')"}));
-    assert_eq!(next.status, 429, "bob's one slot is still the abandoned run's: {next:?}");
-    eventually(Duration::from_secs(20), "the abandoned run never ended", || s.metric("jail_runs_in_flight") == Some(0.0));
-    assert_eq!(s.metric("jail_runs_total{status=\"timeout_wall\"}"), Some(1.0), "it ended at its wall time");
-    let next = s.run(BOB, json!({"code": "print('next')"})).json();
-    assert_eq!(next["result"]["stdout"]["text"], "next\n", "{next}");
-}
-
-/// Needs `{"op": "cancel", "id": ID}` in `jail pool`'s protocol and
-/// `pool::CANCEL` set: then a pool run whose client goes away stops at once.
-#[test]
-#[ignore = "needs a cancel op in jail pool's protocol (serve/src/pool.rs CANCEL)"]
 fn a_client_that_disconnects_mid_pool_run_kills_it() {
     let s = Server::start(&[]);
-    let body = json!({"code": "import time\ntime.sleep(60)"}).to_string();
-    let conn = connect(s.addr, "POST", "/v1/runs", Some(ALICE), Some(&body));
-    eventually(Duration::from_secs(10), "the run did not reach a pooled jail", || s.metric("jail_pool_in_use") == Some(1.0));
+    let marker = format!("abandoned-{}", std::process::id());
+    let code = format!(
+        "import subprocess, time\nsubprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\ntime.sleep(60)"
+    );
+    let body = json!({"code": code}).to_string();
+    let conn = connect(s.addr, "POST", "/v1/runs", Some(BOB), Some(&body));
+    eventually(Duration::from_secs(10), "the run did not start in a pooled jail", || !host_processes_with(&marker).is_empty());
+    assert_eq!(s.metric("jail_pool_in_use"), Some(1.0));
     drop(conn);
-    eventually(Duration::from_secs(10), "the run outlived its client", || s.metric("jail_runs_in_flight") == Some(0.0));
+    let gone = Instant::now();
+    eventually(Duration::from_secs(5), "the run outlived its client", || s.metric("jail_runs_in_flight") == Some(0.0));
+    eprintln!("pool run ended {:?} after its client went away", gone.elapsed());
+    assert!(host_processes_with(&marker).is_empty(), "the run's process outlived it");
+    assert_eq!(s.metric("jail_runs_total{status=\"cancelled\"}"), Some(1.0), "{}", s.call("GET", "/metrics", None, None).body);
+    // Bob's one slot is free again, and the pool serves on.
+    let next = s.run(BOB, json!({"code": "print('next')"})).json();
+    assert_eq!((&next["backend"], &next["result"]["stdout"]["text"]), (&json!("pool"), &json!("next\n")), "{next}");
 }
 
 /// SIGTERM with a run in flight: it finishes, new ones get 503, the server

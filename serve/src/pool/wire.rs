@@ -51,8 +51,9 @@ pub fn takes_events(reply: &Reply) -> bool {
     !matches!(reply, Reply::Error { code, message } if code == "unknown_field" && message.contains("events"))
 }
 
-/// Ask the pool to stop request `id` (not in the protocol yet: see
-/// `pool::CANCEL`).
+/// Ask the pool to stop request `id`: its jail is stopped, and its reply
+/// (its result, `cancelled`) still comes; an id the pool has answered
+/// already gets an `unknown_id` error line after that reply.
 pub fn cancel_line(id: &str) -> String {
     json!({"op": "cancel", "id": id}).to_string()
 }
