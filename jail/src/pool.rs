@@ -127,7 +127,8 @@
 //! jail made, checked once that one is up.
 //!
 //! End of stdin: no new request is taken, the ones in flight finish and are
-//! answered, the ready jails are destroyed, and the pool exits 0 leaving no
+//! answered (one still waiting for a jail gets a jail made for it: no
+//! other jail is made while draining), the ready jails are destroyed, and the pool exits 0 leaving no
 //! process, cgroup, mount or temp dir. SIGTERM and SIGINT do the same.
 //! SIGKILL of the pool ends every jail too: each pooled jail is a session
 //! holding the read end of a pipe whose only write end is the pool's (its

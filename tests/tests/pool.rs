@@ -327,6 +327,58 @@ fn a_request_cancelled_while_it_waits_for_a_jail_gets_one_error_and_runs_nothing
     assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
+/// SIGKILL for a process when the test fails.
+struct KillOnPanic(u32);
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0 as i32), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// Two requests for one jail and the drain right behind them (the end of
+/// stdin, or SIGTERM): the second waits for a jail the drain must still
+/// make. Both are answered, then the pool exits 0 leaving nothing.
+#[test]
+fn requests_taken_before_the_drain_are_all_answered_then_the_pool_exits_leaving_nothing() {
+    for how in ["end of stdin", "SIGTERM"] {
+        let sb = Sandbox::new();
+        let mut pool = Pool::start(&sb, 1, &[]);
+        // A pool that hangs must not outlive a failed test.
+        let _guard = KillOnPanic(pool.child.id());
+        pool.wait_ready(1);
+        let (a, b) = (json!({"id": "a", "code": "print('a')"}), json!({"id": "b", "code": "print('b')"}));
+        pool.send(&format!("{a}\n{b}"));
+        if how == "SIGTERM" {
+            // Both lines read before the signal: the pool reads them at once.
+            std::thread::sleep(Duration::from_millis(100));
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        } else {
+            drop(pool.stdin.take());
+        }
+        let mut said = std::collections::BTreeMap::new();
+        for _ in 0..2 {
+            let r = pool
+                .reply_within(Duration::from_secs(30))
+                .unwrap_or_else(|| panic!("{how}: a request was never answered: {said:?}"));
+            said.insert(r["id"].as_str().unwrap_or("?").to_string(), result(&r)["stdout"]["text"].clone());
+        }
+        assert_eq!(said, [("a".to_string(), json!("a\n")), ("b".to_string(), json!("b\n"))].into(), "{how}");
+        let until = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(st) = pool.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < until, "{how}: the pool never exited");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "{how}: {status:?}");
+        assert_pool_gone(&sb, &sb.pool_tmp());
+    }
+}
+
 #[test]
 fn a_step_asked_with_events_streams_its_output_before_the_reply_in_order_and_capped() {
     let sb = Sandbox::new();

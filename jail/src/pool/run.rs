@@ -113,6 +113,9 @@ struct State {
     ready: VecDeque<Jail>,
     making: usize,
     in_use: usize,
+    /// Requests in `claim`, waiting for a jail: while draining, jails are
+    /// made for them alone (`State::wanted`).
+    waiting: usize,
     /// Requests in flight (checked, waiting for a jail, or running), by id.
     inflight: HashMap<String, Arc<cancel::Flight>>,
     draining: bool,
@@ -279,6 +282,15 @@ fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+impl State {
+    /// Whether one more jail is wanted: always, until the pool drains;
+    /// then only for requests taken before it that wait for one (each
+    /// taken request is answered), beyond the jails ready or being made.
+    fn wanted(&self) -> bool {
+        !self.draining || self.waiting > self.ready.len() + self.making
+    }
+}
+
 impl Pool {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -328,7 +340,7 @@ impl Pool {
     fn refill(self: &Arc<Self>) {
         {
             let mut st = self.lock();
-            if st.draining || st.broken.is_some() {
+            if st.broken.is_some() || !st.wanted() {
                 return;
             }
             st.making += 1;
@@ -339,7 +351,8 @@ impl Pool {
             let mut st = p.lock();
             st.making -= 1;
             match made {
-                Ok(jail) if st.draining => {
+                // Draining, and no request waits for it.
+                Ok(jail) if st.draining && st.waiting <= st.ready.len() => {
                     drop(st);
                     jail.destroy();
                     p.changed.notify_all();
@@ -620,6 +633,13 @@ impl Pool {
     /// Take a ready jail, waiting for one (made now if none is coming),
     /// unless the request is cancelled meanwhile.
     fn claim(self: &Arc<Self>, flight: &cancel::Flight) -> Result<Jail, Claim> {
+        self.lock().waiting += 1;
+        let got = self.claim_waiting(flight);
+        self.lock().waiting -= 1;
+        got
+    }
+
+    fn claim_waiting(self: &Arc<Self>, flight: &cancel::Flight) -> Result<Jail, Claim> {
         let mut st = self.lock();
         loop {
             if flight.is_cancelled() {
@@ -641,8 +661,9 @@ impl Pool {
             if let Some(b) = &st.broken {
                 return Err(Claim::Failed(format!("{b}: see the pool's stderr, fix the cause and start a new pool")));
             }
-            if st.making == 0 && !st.draining {
-                // Nothing is coming (a refill gave up): make one now.
+            if st.making == 0 {
+                // Nothing is coming (a refill gave up, or the pool drains
+                // and this request was taken before): make one now.
                 drop(st);
                 self.refill();
                 st = self.lock();
