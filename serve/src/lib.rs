@@ -13,6 +13,8 @@
 //! - `backend`: the seam where a run runs; `spawn` (`jail run --events`
 //!   per run), `pool` (the warm pool's client and keeper), `route` (which
 //!   of the two takes a run).
+//! - `cancel`: a run's cancel (DELETE, or a waiting client that left);
+//!   `artifacts`: an accepted artifact's bytes, of a run or a session.
 //! - `input`: a run's input folder from `files` and `input_tar`, planned in
 //!   memory and written without following a link.
 //! - `metrics`: Prometheus text; `janitor`: cleanup after the server's death.
@@ -20,7 +22,9 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod api;
+mod artifacts;
 mod backend;
+mod cancel;
 mod config;
 pub mod input;
 mod janitor;

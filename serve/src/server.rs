@@ -52,7 +52,7 @@ pub enum ServeError {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "jail serve", description = "Python runs and sessions, each in a fresh Linux jail"),
-    paths(runs::create, runs::get, runs::events, runs::artifact, sessions::create, sessions::exec,
+    paths(runs::create, runs::get, runs::cancel, runs::events, runs::artifact, sessions::create, sessions::exec,
           sessions::delete, healthz, readyz, metrics),
     modifiers(&Bearer)
 )]
@@ -118,7 +118,7 @@ async fn not_found() -> Response {
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/v1/runs", post(runs::create))
-        .route("/v1/runs/{id}", get(runs::get))
+        .route("/v1/runs/{id}", get(runs::get).delete(runs::cancel))
         .route("/v1/runs/{id}/events", get(runs::events))
         .route("/v1/runs/{id}/artifacts/{*path}", get(runs::artifact))
         .route("/v1/sessions", post(sessions::create))

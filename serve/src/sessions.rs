@@ -180,7 +180,7 @@ async fn exec_cell(state: &Shared, headers: &HeaderMap, id: &str, body: Body) ->
     let out = jail(state, &session.dir, &["session".as_ref(), "exec".as_ref(), handle.as_ref(), cell.as_os_str()]).await;
     let _ = std::fs::remove_file(&cell);
     let result = json(&out?)?;
-    Ok((StatusCode::OK, RunReply { id: id.into(), state: "done".into(), backend: None, result: Some(result) }))
+    Ok((StatusCode::OK, RunReply::done(id, result)))
 }
 
 #[utoipa::path(delete, path = "/v1/sessions/{id}", params(("id" = String, Path)),
@@ -203,7 +203,7 @@ async fn stop(state: &Shared, headers: &HeaderMap, id: &str) -> Result<(StatusCo
         }
     }
     let result = json(&out?)?;
-    Ok((StatusCode::OK, RunReply { id: id.into(), state: "done".into(), backend: None, result: Some(result) }))
+    Ok((StatusCode::OK, RunReply::done(id, result)))
 }
 
 /// Stop every open session (the drain's last step).

@@ -320,6 +320,8 @@ fn every_endpoint_answers_and_a_run_sends_back_its_result_events_and_artifacts()
     ] {
         assert!(doc["paths"][path].is_object(), "/openapi.json lacks {path}");
     }
+    assert!(doc["paths"]["/v1/runs/{id}"]["delete"].is_object(), "/openapi.json lacks DELETE /v1/runs/{{id}}");
+    assert!(doc["components"]["schemas"]["RunReply"]["properties"]["error"].is_object(), "{doc}");
     let props = &doc["components"]["schemas"]["RunRequest"]["properties"];
     assert!(props["code"].is_object(), "{doc}");
     assert_eq!(props["input_tar"]["format"], "byte", "input_tar is documented as base64: {props}");
@@ -714,6 +716,175 @@ fn a_client_that_disconnects_mid_pool_run_kills_it() {
     // Bob's one slot is free again, and the pool serves on.
     let next = s.run(BOB, json!({"code": "print('next')"})).json();
     assert_eq!((&next["backend"], &next["result"]["stdout"]["text"]), (&json!("pool"), &json!("next\n")), "{next}");
+}
+
+/// The run's events in an SSE body, parsed: each block's `data:`, less
+/// the `event: end` block and comments.
+fn sse_events(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter(|block| !block.lines().any(|l| l.starts_with("event:")))
+        .filter_map(|block| block.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// Read an open event stream until its `result` (or `error`) event:
+/// the text so far.
+fn read_until_last_event(stream: &mut TcpStream) -> String {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if text.contains("\"type\":\"result\"") || text.contains("\"type\":\"error\"") {
+            return text;
+        }
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended before its last event: {text}");
+        seen.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// The last event of a run's stream comes once the run is recorded: its
+/// state is `done` and its artifact is served at once, never a 404 "no
+/// finished run", on either backend.
+#[test]
+fn a_run_is_recorded_before_its_last_event_so_its_artifacts_are_there_at_once() {
+    for (s, backend) in [(Server::start(&[]), "pool"), (Server::without_pool(&[]), "spawn")] {
+        for i in 0..8 {
+            let code = format!("open('/workspace/output/n.txt', 'w').write('{i}')");
+            let r = s.run(ALICE, json!({"code": code, "wait": false})).json();
+            let id = r["id"].as_str().unwrap().to_owned();
+            let mut stream = connect(s.addr, "GET", &format!("/v1/runs/{id}/events"), Some(ALICE), None);
+            stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            read_until_last_event(&mut stream);
+            let now = s.call("GET", &format!("/v1/runs/{id}"), Some(ALICE), None).json();
+            assert_eq!((&now["state"], &now["backend"]), (&json!("done"), &json!(backend)), "{now}");
+            let art = s.call("GET", &format!("/v1/runs/{id}/artifacts/n.txt"), Some(ALICE), None);
+            assert_eq!((art.status, art.body.as_str()), (200, i.to_string().as_str()), "{backend}: {art:?}");
+        }
+    }
+}
+
+/// A `"wait": false` run that ends without a result (here: its pool is
+/// killed under it) is `failed` with the error, and its events end with an
+/// `error` event, never left `running`.
+#[test]
+fn a_followed_run_that_fails_in_the_backend_says_failed_and_its_events_end_with_an_error() {
+    let s = Server::start(&[]);
+    let pool = s.pool_processes();
+    let r = s
+        .run(ALICE, json!({"code": "import time\nprint('going', flush=True)\ntime.sleep(30)", "wait": false}))
+        .json();
+    assert_eq!(r["backend"], "pool", "{r}");
+    let id = r["id"].as_str().unwrap().to_owned();
+    eventually(Duration::from_secs(20), "the run did not reach the pool", || s.metric("jail_pool_in_use") == Some(1.0));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool[0] as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let mut got = Value::Null;
+    eventually(Duration::from_secs(20), "the run stayed running", || {
+        got = s.call("GET", &format!("/v1/runs/{id}"), Some(ALICE), None).json();
+        got["state"] != "running"
+    });
+    assert_eq!((&got["state"], &got["error"]["code"]), (&json!("failed"), &json!("pool_lost")), "{got}");
+    assert!(got["error"]["message"].as_str().unwrap().contains("send it again"), "{got}");
+    assert!(got["result"].is_null(), "{got}");
+    let ev = s.call("GET", &format!("/v1/runs/{id}/events"), Some(ALICE), None);
+    let events = sse_events(&ev.body);
+    let last = events.last().unwrap();
+    assert_eq!((&last["type"], &last["error"]["code"]), (&json!("error"), &json!("pool_lost")), "{}", ev.body);
+    assert!(ev.body.trim_end().ends_with("event: end\ndata: {}"), "{}", ev.body);
+}
+
+/// `DELETE /v1/runs/{id}` on either backend: the run is stopped at once,
+/// the reply (and later GETs, and its events) say `done` with a
+/// `cancelled` result; nothing of it is left; a waiting POST of the same
+/// run gets that result; another tenant's run, or an unknown one, is 404;
+/// a finished run is left as it was.
+#[test]
+fn delete_cancels_a_run_of_its_tenant_on_either_backend() {
+    for (s, backend) in [(Server::start(&[]), "pool"), (Server::without_pool(&[]), "spawn")] {
+        let marker = format!("deleted-{backend}-{}", std::process::id());
+        let code = format!(
+            "import subprocess, time\nsubprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n\
+             print('going', flush=True)\ntime.sleep(60)"
+        );
+        let r = s.run(ALICE, json!({"code": code, "wait": false})).json();
+        assert_eq!(r["backend"], backend, "{r}");
+        let id = r["id"].as_str().unwrap().to_owned();
+        eventually(Duration::from_secs(20), "the run did not start", || !host_processes_with(&marker).is_empty());
+        let path = format!("/v1/runs/{id}");
+        assert_eq!(s.call("DELETE", &path, Some(BOB), None).status, 404, "bob cancelled alice's run");
+        assert!(!host_processes_with(&marker).is_empty(), "bob's DELETE stopped it");
+        let asked = Instant::now();
+        let d = s.call("DELETE", &path, Some(ALICE), None);
+        let took = asked.elapsed();
+        assert_eq!(d.status, 200, "{d:?}");
+        let v = d.json();
+        assert_eq!((&v["state"], &v["result"]["status"]), (&json!("done"), &json!("cancelled")), "{v}");
+        let by = if backend == "pool" { "pool_caller" } else { "SIGTERM" };
+        assert_eq!(v["result"]["supervisor"]["cancelled_by"], by, "{v}");
+        validate_result(&v["result"]).unwrap();
+        eprintln!("{backend}: DELETE answered in {took:?}");
+        assert!(took < Duration::from_secs(5), "{backend}: the cancel took {took:?}");
+        assert!(host_processes_with(&marker).is_empty(), "{backend}: the run's process outlived the DELETE");
+        assert_eq!(s.call("GET", &path, Some(ALICE), None).json()["result"]["status"], "cancelled");
+        let ev = s.call("GET", &format!("{path}/events"), Some(ALICE), None);
+        let events = sse_events(&ev.body);
+        assert_eq!(events.last().unwrap()["result"]["status"], "cancelled", "{}", ev.body);
+        eventually(Duration::from_secs(5), "the slot stayed taken", || s.metric("jail_runs_in_flight") == Some(0.0));
+        // Again, and on a finished run: as it was.
+        let again = s.call("DELETE", &path, Some(ALICE), None);
+        assert_eq!((again.status, &again.json()["result"]["status"]), (200, &json!("cancelled")));
+        let ok = s.run(ALICE, json!({"code": "print('kept')"})).json();
+        let done = s.call("DELETE", &format!("/v1/runs/{}", ok["id"].as_str().unwrap()), Some(ALICE), None).json();
+        assert_eq!((&done["state"], &done["result"]["status"]), (&json!("done"), &json!("ok")), "{done}");
+        assert_eq!(s.call("DELETE", "/v1/runs/0123456789abcdef0123456789abcdef", Some(ALICE), None).status, 404);
+        // A waiting POST whose run is cancelled from elsewhere gets its result.
+        let addr = s.addr;
+        let body = json!({"code": "import time\nprint('waits', flush=True)\ntime.sleep(60)"}).to_string();
+        let waiting = std::thread::spawn(move || request(addr, "POST", "/v1/runs", Some(ALICE), Some(&body)));
+        let mut wid = String::new();
+        eventually(Duration::from_secs(20), "the waited run is not listed", || {
+            wid = newest_running(&s, &id);
+            !wid.is_empty()
+        });
+        assert_eq!(s.call("DELETE", &format!("/v1/runs/{wid}"), Some(ALICE), None).status, 200);
+        let w = waiting.join().unwrap();
+        assert_eq!((w.status, &w.json()["result"]["status"]), (200, &json!("cancelled")), "{w:?}");
+    }
+}
+
+/// The id of a run of alice's that is running, other than `not`: found
+/// through its folder in the work folder.
+fn newest_running(s: &Server, not: &str) -> String {
+    for dir in s.tenant_entries("alice") {
+        let id = dir.file_name().unwrap().to_string_lossy().into_owned();
+        if id != not && s.call("GET", &format!("/v1/runs/{id}"), Some(ALICE), None).json()["state"] == "running" {
+            return id;
+        }
+    }
+    String::new()
+}
+
+/// An event stream that has nothing to say for 15 s says `: keepalive`, so a
+/// client's read timeout below the run's length is enough.
+#[test]
+fn a_silent_event_stream_sends_a_keepalive_every_15_seconds() {
+    let s = Server::start(&[]);
+    let r = s.run(ALICE, json!({"code": "import time\ntime.sleep(17)\nprint('late')", "wait": false})).json();
+    let id = r["id"].as_str().unwrap();
+    let mut stream = connect(s.addr, "GET", &format!("/v1/runs/{id}/events"), Some(ALICE), None);
+    // Past the keepalive's 15 s, short of the run's 17.
+    stream.set_read_timeout(Some(Duration::from_secs(16))).unwrap();
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    while !text.contains("event: end") {
+        let n = stream.read(&mut buf).unwrap_or_else(|e| panic!("16 s without a byte ({e}): {text}"));
+        assert!(n > 0, "the stream ended early: {text}");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let keepalive = text.find(": keepalive\n\n").unwrap_or_else(|| panic!("no keepalive: {text}"));
+    assert!(keepalive < text.find("late").unwrap(), "{text}");
+    assert_eq!(sse_events(&text).last().unwrap()["result"]["stdout"]["text"], "late\n", "{text}");
 }
 
 /// SIGTERM with a run in flight: it finishes, new ones get 503, the server

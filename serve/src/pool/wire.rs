@@ -181,11 +181,6 @@ pub fn events_from_result(result: &Value) -> Vec<String> {
     events
 }
 
-/// The result event that ends a run's log, as `jail run --events` ends it.
-pub fn result_event(result: &Value) -> String {
-    json!({"type": "result", "result": result}).to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
