@@ -172,12 +172,23 @@ impl RunReply {
     }
 }
 
-/// `POST /v1/sessions`.
+/// `POST /v1/sessions` (an empty body is `{}`).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionRequest {
+    /// Limits of the session: `timeout_secs` is each cell's wall-clock
+    /// limit, `memory_mib` the whole session's.
     #[serde(default)]
     pub limits: Limits,
+    /// Input files by name (UTF-8 text), at /workspace/input/NAME for
+    /// every cell, as a run's `files`.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// Input files as a tar archive, base64-encoded, optionally
+    /// gzip-compressed, checked and bounded exactly as a run's `input_tar`.
+    #[serde(default)]
+    #[schema(format = Byte)]
+    pub input_tar: Option<String>,
 }
 
 /// `POST /v1/sessions/{id}/exec`.
@@ -191,6 +202,9 @@ pub struct ExecRequest {
 #[derive(Serialize, ToSchema)]
 pub struct SessionReply {
     pub id: String,
+    /// Where its jail came from: `pool` (a jail the warm pool made ahead,
+    /// its preload imported) or `spawn` (a `jail session start` of its own).
+    pub backend: String,
 }
 
 /// Parse a JSON body into `T`, naming the field at fault.

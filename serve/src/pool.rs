@@ -206,6 +206,7 @@ impl Pool {
             waiting: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             next: AtomicU64::new(0),
+            sessions: AtomicBool::new(true),
         });
         tokio::spawn(write_lines(stdin, lines));
         tokio::spawn(read_lines(Arc::clone(&link), stdout));
@@ -348,6 +349,18 @@ pub struct Link {
     /// Set once its stdout ended: nothing more is sent.
     closed: AtomicBool,
     next: AtomicU64,
+    /// Cleared when the pool said it can never hand out a session.
+    sessions: AtomicBool,
+}
+
+/// Why the pool gave no session.
+#[derive(Debug)]
+pub enum SessionRefused {
+    /// This pool never hands sessions out (its policy binds each jail's
+    /// output folder): start them on their own.
+    Never,
+    /// This time: the reason.
+    Failed(String),
 }
 
 impl Link {
@@ -389,6 +402,43 @@ impl Link {
                 lock(&self.waiting).remove(&id);
                 None
             }
+        }
+    }
+
+    /// Whether sessions may be asked of this pool.
+    pub fn takes_sessions(&self) -> bool {
+        self.sessions.load(Ordering::SeqCst)
+    }
+
+    /// A session from the pool (`{"op": "session"}`): a ready jail, its
+    /// preload imported, with `input` copied in and `output` as its output
+    /// folder. The answer's `{"handle", "id", "pid", "output_dir"}`.
+    pub async fn session(
+        &self,
+        id: &str,
+        input: Option<&std::path::Path>,
+        output: &std::path::Path,
+    ) -> Result<Value, SessionRefused> {
+        let failed = |m: String| SessionRefused::Failed(m);
+        // A turn like a run's while it claims a jail (not for the session's life).
+        let _turn = self.gate.acquire().await.map_err(|_| failed("the warm pool was closed".into()))?;
+        let rx = self.send(wire::session_line(id, input, output), id.into(), None).map_err(failed)?;
+        match tokio::time::timeout(QUEUE_GRACE, rx).await {
+            Err(_) => {
+                lock(&self.waiting).remove(id);
+                Err(failed(format!("the warm pool did not hand out a session within {QUEUE_GRACE:?}")))
+            }
+            Ok(Ok(Reply::Session(v))) if v.get("handle").is_some_and(Value::is_string) => Ok(v),
+            Ok(Ok(Reply::Error { code, message })) if wire::refuses_sessions(&code, &message) => {
+                self.sessions.store(false, Ordering::SeqCst);
+                Err(SessionRefused::Never)
+            }
+            Ok(Ok(Reply::Error { code, message })) => {
+                Err(failed(format!("the warm pool refused the session ({code}): {message}")))
+            }
+            Ok(Ok(Reply::Lost(why))) => Err(failed(why)),
+            Ok(Ok(other)) => Err(failed(format!("the warm pool answered a session with {other:?}"))),
+            Ok(Err(_)) => Err(failed("the warm pool ended".into())),
         }
     }
 
@@ -505,7 +555,9 @@ impl Backend for Link {
                 Ok(Ok(Reply::Error { code, message })) => {
                     return Err(RunError::Failed(format!("the warm pool refused the run ({code}): {message}")))
                 }
-                Ok(Ok(Reply::Stats(_))) => return Err(RunError::Failed("the warm pool answered the run with stats".into())),
+                Ok(Ok(Reply::Stats(_) | Reply::Session(_))) => {
+                    return Err(RunError::Failed("the warm pool answered the run with something else".into()))
+                }
             };
             if !events {
                 for line in wire::events_from_result(&result) {

@@ -106,25 +106,35 @@ impl Drop for Staging {
 async fn stage(dir: &Path, code: String, plan: input::Plan) -> Result<Option<PathBuf>, ApiError> {
     make_run_dir(dir)?;
     let staging = Staging(Some(dir.to_path_buf()));
-    let (dir_mode, file_mode) = (run_dir_mode(), run_dir_mode() & 0o644);
     let main = input::Plan::one_file("main.py", code.into_bytes());
-    let input = (!plan.is_empty()).then(|| dir.join("input"));
-    if let Some(inner) = &input {
-        make_run_dir(inner)?;
-    }
-    let (root, inner) = (dir.to_path_buf(), input.clone());
-    tokio::task::spawn_blocking(move || {
-        input::write(&main, &root, dir_mode, file_mode)?;
-        if let Some(inner) = inner {
-            input::write(&plan, &inner, dir_mode, file_mode)?;
-        }
-        Ok::<_, input::WriteError>(())
-    })
-    .await
-    .map_err(|e| ApiError::failed(format!("staging the run: {e}")))?
-    .map_err(|e| ApiError::failed(e.to_string()))?;
+    write_plan(dir.to_path_buf(), main).await?;
+    let input = stage_input(dir, plan).await?;
     staging.keep();
     Ok(input)
+}
+
+/// Write the planned input into `dir/input` (made for it; nothing when
+/// the plan is empty): the input folder of a run, or of a session.
+pub async fn stage_input(dir: &Path, plan: input::Plan) -> Result<Option<PathBuf>, ApiError> {
+    if plan.is_empty() {
+        return Ok(None);
+    }
+    let inner = dir.join("input");
+    make_run_dir(&inner)?;
+    let staging = Staging(Some(inner.clone()));
+    write_plan(inner.clone(), plan).await?;
+    staging.keep();
+    Ok(Some(inner))
+}
+
+/// Write `plan` beneath `root`, off the async threads, in the modes a
+/// run's jail reads.
+async fn write_plan(root: PathBuf, plan: input::Plan) -> Result<(), ApiError> {
+    let (dir_mode, file_mode) = (run_dir_mode(), run_dir_mode() & 0o644);
+    tokio::task::spawn_blocking(move || input::write(&plan, &root, dir_mode, file_mode))
+        .await
+        .map_err(|e| ApiError::failed(format!("staging the input: {e}")))?
+        .map_err(|e| ApiError::failed(e.to_string()))
 }
 
 fn check_request(req: &RunRequest) -> Result<(), ApiError> {

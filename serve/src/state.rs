@@ -82,6 +82,10 @@ pub struct Holdings {
     pub sessions: HashMap<String, Arc<crate::sessions::Session>>,
     pub runs: HashMap<String, Arc<Run>>,
     order: VecDeque<String>,
+    /// Sessions ended by a DELETE: their closing result and folder, for
+    /// their artifacts; the oldest goes past `KEPT_RUNS`.
+    ended: HashMap<String, Arc<crate::sessions::Ended>>,
+    ended_order: VecDeque<String>,
 }
 
 pub struct AppState {
@@ -185,6 +189,28 @@ impl AppState {
                 mine.runs.remove(&old);
             }
         }
+    }
+
+    /// Keep an ended session of the tenant's for its artifacts.
+    pub fn keep_ended(&self, tenant: &Tenant, id: &str, ended: Arc<crate::sessions::Ended>) {
+        let Ok(mut h) = self.holdings.lock() else { return };
+        let mine = h.entry(tenant.name.clone()).or_default();
+        mine.ended.insert(id.into(), ended);
+        mine.ended_order.push_back(id.into());
+        while mine.ended_order.len() > KEPT_RUNS {
+            if let Some(old) = mine.ended_order.pop_front() {
+                mine.ended.remove(&old);
+            }
+        }
+    }
+
+    /// The tenant's ended session `id`.
+    pub fn ended_session(&self, tenant: &Tenant, id: &str) -> Result<Arc<crate::sessions::Ended>, ApiError> {
+        let h = self.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
+        h.get(&tenant.name)
+            .and_then(|t| t.ended.get(id))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found("ended session"))
     }
 
     /// The tenant's run `id`; another tenant's is not found either.

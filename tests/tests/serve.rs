@@ -316,12 +316,15 @@ fn every_endpoint_answers_and_a_run_sends_back_its_result_events_and_artifacts()
         "/v1/sessions",
         "/v1/sessions/{id}/exec",
         "/v1/sessions/{id}",
+        "/v1/sessions/{id}/artifacts/{path}",
         "/metrics",
     ] {
         assert!(doc["paths"][path].is_object(), "/openapi.json lacks {path}");
     }
     assert!(doc["paths"]["/v1/runs/{id}"]["delete"].is_object(), "/openapi.json lacks DELETE /v1/runs/{{id}}");
     assert!(doc["components"]["schemas"]["RunReply"]["properties"]["error"].is_object(), "{doc}");
+    let session = &doc["components"]["schemas"]["SessionRequest"]["properties"];
+    assert!(session["files"].is_object() && session["input_tar"]["format"] == "byte", "{session}");
     let props = &doc["components"]["schemas"]["RunRequest"]["properties"];
     assert!(props["code"].is_object(), "{doc}");
     assert_eq!(props["input_tar"]["format"], "byte", "input_tar is documented as base64: {props}");
@@ -716,6 +719,65 @@ fn a_client_that_disconnects_mid_pool_run_kills_it() {
     // Bob's one slot is free again, and the pool serves on.
     let next = s.run(BOB, json!({"code": "print('next')"})).json();
     assert_eq!((&next["backend"], &next["result"]["stdout"]["text"]), (&json!("pool"), &json!("next\n")), "{next}");
+}
+
+/// A session's input is `files` and `input_tar` as a run's; its jail
+/// comes from the pool when the pool's jails fit (its cells' wall time
+/// lowered to the session's), else from `jail session start`; once it is
+/// deleted, the artifacts its closing result lists are served, and nothing
+/// else.
+#[test]
+fn a_session_takes_input_files_and_its_artifacts_are_served_once_it_ends() {
+    use tar::EntryType::{Directory, Regular};
+    let tar = tar_of(&[("data/", Directory, b"", ""), ("data/a.csv", Regular, b"x,y\n1,2\n", "")]);
+    let short = |b: &[u8]| jail::digest::sha256_hex(b)[..16].to_string();
+    let want = json!({"data": "dir", "data/a.csv": short(b"x,y\n1,2\n"), "in.txt": short(b"hello")});
+    for (s, backend) in [(Server::start(&[]), "pool"), (Server::without_pool(&[]), "spawn")] {
+        let body = json!({"files": {"in.txt": "hello"}, "input_tar": b64(&gzip(&tar)), "limits": {"timeout_secs": 2}});
+        let made = s.call("POST", "/v1/sessions", Some(ALICE), Some(&body.to_string()));
+        assert_eq!(made.status, 201, "{made:?}");
+        assert_eq!(made.json()["backend"], backend, "{made:?}");
+        let sid = made.json()["id"].as_str().unwrap().to_owned();
+        let exec = |code: &str| {
+            s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&json!({"code": code}).to_string()))
+                .json()
+        };
+        let seen = exec(LIST_INPUT);
+        let got: Value = serde_json::from_str(seen["result"]["stdout"]["text"].as_str().unwrap().trim()).unwrap();
+        assert_eq!(got, want, "{backend}: {seen}");
+        // Each cell has the session's wall time (2 s), the pool's jail too.
+        let started = Instant::now();
+        let slow = exec("import time\ntime.sleep(30)");
+        assert_eq!(slow["result"]["status"], "timeout_wall", "{backend}: {slow}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{backend}: the cell ran {:?}", started.elapsed());
+        let wrote = exec("open('/workspace/output/report.txt', 'w').write('from the session')");
+        assert_eq!(wrote["result"]["status"], "ok", "{backend}: {wrote}");
+        let art = format!("/v1/sessions/{sid}/artifacts/report.txt");
+        assert_eq!(s.call("GET", &art, Some(ALICE), None).status, 404, "served before the session ended");
+        let closing = s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).json();
+        let paths: Vec<&str> = closing["result"]["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a["path"].as_str())
+            .collect();
+        assert_eq!(paths, ["report.txt"], "{backend}: {closing}");
+        let got = s.call("GET", &art, Some(ALICE), None);
+        assert_eq!((got.status, got.body.as_str()), (200, "from the session"), "{backend}: {got:?}");
+        assert_eq!(s.call("GET", &art, Some(BOB), None).status, 404, "bob reached alice's session artifact");
+        for other in ["main.py", "../report.txt", "in.txt"] {
+            let r = s.call("GET", &format!("/v1/sessions/{sid}/artifacts/{other}"), Some(ALICE), None);
+            assert_eq!(r.status, 404, "{backend}: {other}: {r:?}");
+        }
+        // A bad archive: 400 naming input_tar, nothing started or left.
+        let bad = json!({"input_tar": b64(&tar_of(&[("passwd", tar::EntryType::Symlink, b"", "/etc/passwd")]))});
+        let r = s.call("POST", "/v1/sessions", Some(ALICE), Some(&bad.to_string()));
+        assert_eq!((r.status, r.error().0.as_deref()), (400, Some("input_tar")), "{r:?}");
+        let bad = json!({"files": {"a/b": "x"}});
+        let r = s.call("POST", "/v1/sessions", Some(ALICE), Some(&bad.to_string()));
+        assert_eq!((r.status, r.error().0.as_deref()), (400, Some("files.a/b")), "{r:?}");
+        assert_eq!(s.metric("jail_sessions_open"), Some(0.0));
+    }
 }
 
 /// The run's events in an SSE body, parsed: each block's `data:`, less
