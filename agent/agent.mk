@@ -11,6 +11,14 @@ AGENT_TASK ?= Do an exploratory data analysis of the Titanic passenger list in t
 AGENT_ROOTFS ?= python-rootfs/out/data
 # Seconds one step may take: the data stack imports in a few seconds.
 AGENT_STEP_TIMEOUT ?= 60
+# The steps' policy: on the data rootfs policies/data.json, the default plus
+# numpy, pandas and matplotlib.pyplot preloaded in the warm pool's jails
+# (imported before any step, so a sub-task's first step does not wait for
+# them); on any other rootfs the built-in default, which preloads nothing
+# (the minimal rootfs has none of those modules).
+AGENT_POLICY ?= $(if $(filter python-rootfs/out/data,$(AGENT_ROOTFS)),policies/data.json,)
+# Jails the run's warm pool keeps made ahead (0: no pool).
+AGENT_POOL_SIZE ?= 1
 
 .PHONY: demo-agent
 demo-agent: ## run jail-agent on examples/titanic.csv: summary CSV, charts, .pptx (needs LLM_BASE_URL, LLM_MODEL)
@@ -29,6 +37,7 @@ demo-agent: ## run jail-agent on examples/titanic.csv: summary CSV, charts, .ppt
 	cp examples/titanic.csv $(AGENT_DEMO_DIR)/input/
 	target/release/jail-agent run --task "$(AGENT_TASK)" \
 	    --input $(AGENT_DEMO_DIR)/input --output $(AGENT_DEMO_DIR)/output \
-	    --rootfs $(AGENT_ROOTFS) --step-timeout $(AGENT_STEP_TIMEOUT) --session-dir $(AGENT_DEMO_DIR)/sessions
+	    --rootfs $(AGENT_ROOTFS) $(if $(AGENT_POLICY),--policy $(AGENT_POLICY)) --pool-size $(AGENT_POOL_SIZE) \
+	    --step-timeout $(AGENT_STEP_TIMEOUT) --session-dir $(AGENT_DEMO_DIR)/sessions
 	@echo "demo-agent: the files are in $(AGENT_DEMO_DIR)/output; the trace and summary in $(AGENT_DEMO_DIR)/sessions/*/"
 	@ls -l $(AGENT_DEMO_DIR)/output

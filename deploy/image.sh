@@ -143,7 +143,8 @@ printf '%s\n' 'root:x:0:' 'jail:x:10001:' "jail-runs:x:$run_gid:" > "$ctx/base/e
 install -m 0755 "$bin/jail" "$bin/jail-serve" "$ctx/bin/"
 
 # ---- the pod policy: the default one, with the runs' host uids inside the
-# pod's user namespace (which maps 0..65535 only).
+# pod's user namespace (which maps 0..65535 only), and the data stack as
+# the warm pool's preload.
 /usr/bin/python3 - "$run_uids_first" "$run_uids_count" "$run_gid" > "$ctx/policy/pod.json" <<'PY'
 import json, sys
 first, count, gid = (int(a) for a in sys.argv[1:4])
@@ -154,6 +155,8 @@ p["description"] = ("policies/default.json for a pod with its own user namespace
                     % (first, first + count - 1, gid))
 p["identity"]["root_host_uids"] = {"first": first, "count": count}
 p["identity"]["root_host_gid"] = gid
+# The warm pool's jails import the data stack before a run arrives.
+p["preload"] = ["numpy", "pandas", "matplotlib.pyplot"]
 json.dump(p, sys.stdout, indent=2)
 print()
 PY

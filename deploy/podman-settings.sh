@@ -35,5 +35,5 @@ JAIL_PODMAN_RUN=(
 JAIL_SERVE_ARGS=(
     --listen 0.0.0.0:8080 --tokens /etc/jail/tokens/tokens.json
     --rootfs /var/lib/jail/rootfs/data --policy /etc/jail/pod.json
-    --max-runs 16 --drain-secs 60
+    --max-runs 16 --drain-secs 60 --pool-size 4 --pool-memory 512
 )

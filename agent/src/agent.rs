@@ -3,10 +3,13 @@
 //! The orchestrator sees the task and the input files, plans a todo list,
 //! and calls `start_next_todo` for each item; that starts a sub-agent with a
 //! clean context (its own system prompt and the item's brief, nothing of the
-//! orchestrator's conversation) which writes and runs scripts, one fresh
-//! jail per run, until it calls `complete_todo` or `block_todo`. Its report is
-//! the orchestrator's tool result. When nothing is pending, the orchestrator's
-//! plain-text reply is the final answer.
+//! orchestrator's conversation) which writes and runs scripts — as cells of
+//! the item's session, claimed from the run's warm pool (`pool`), or each in
+//! a fresh jail with `--stateless` — until it calls `complete_todo` or
+//! `block_todo`. Its report is the orchestrator's tool result. When nothing
+//! is pending, the orchestrator's plain-text reply is the final answer. The
+//! pool is closed at the end, however the run ended, and a `pool` record
+//! says what became of it.
 //!
 //! Caps: a step is one model call. Each sub-agent and the whole run have a
 //! step cap and a token cap (tokens in plus out); a sub-agent at its cap is
@@ -43,6 +46,9 @@ const SUBAGENT_PROMPT: &str = include_str!("../prompts/subagent.md");
 const SESSION_NOTE: &str = "Your scripts run in one Python session for this item: variables, imports and DataFrames defined by one script are still defined in the next, so load each file once and reuse it. Files written to /workspace/output reach the host when the item ends; print them from a script to check them before that. If a result says the session ended, everything defined so far is gone: load the data again in the next script.";
 const STATELESS_NOTE: &str = "Every run starts from scratch: nothing but the files in /workspace/output survives.";
 const ORCHESTRATOR: &str = "orchestrator";
+/// How long `resume` waits for a killed run's session to finish ending
+/// (its delivery) before the output is judged again.
+const ORPHAN_WAIT: Duration = Duration::from_secs(30);
 
 /// Step and token caps.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -227,10 +233,12 @@ pub fn run_with(config: &Config, sinks: Vec<Box<dyn trace::Sink>>) -> Result<Out
     };
     let inputs = {
         let cells = crate::cells::Cells::default();
+        let pool = crate::pool::Pool::new(&config.runner, &session, display.clone());
         let ctx = Context {
             session: &session,
             runner: &config.runner,
             cells: &cells,
+            pool: &pool,
             skills: &skills,
             rootfs: config.rootfs.as_deref(),
             budget: config.budget,
@@ -298,11 +306,15 @@ fn drive(
         st,
         stop: None,
         deadline: started + config.caps.deadline,
-        display,
         cells: crate::cells::Cells::default(),
+        pool: crate::pool::Pool::new(&config.runner, session, display.clone()),
+        display,
     };
     run.stop_orphaned_session();
     let result = run.orchestrate();
+    // The pool goes before the run's last record, whatever happened: its
+    // state and stats are the summary's.
+    let pooled = run.close_pool();
     let stop = match &result {
         Ok(_) => run.stop.clone().unwrap_or(Stop::Finished).describe(),
         Err(e) if e.resumable() => format!("error (resumable): {e}"),
@@ -310,7 +322,7 @@ fn drive(
     };
     let wall_ms = run.trace.elapsed_ms();
     let span = run.st.orchestrator.span.clone();
-    let end = run.trace.record(ORCHESTRATOR, None, &span, Event::RunEnd { stop: stop.clone(), wall_ms });
+    let end = pooled.and(run.trace.record(ORCHESTRATOR, None, &span, Event::RunEnd { stop: stop.clone(), wall_ms }));
     run.trace.flush();
     let summary = Summary::from_records(&run.trace.records, wall_ms, &stop);
     let saved = summary.save(&session.root);
@@ -350,8 +362,11 @@ struct Run<'a> {
     /// When the run must stop.
     deadline: Instant,
     display: Display,
-    /// The running sub-task's `jail session` (cells.rs).
+    /// The running sub-task's `jail session` (cells.rs). Before `pool`:
+    /// dropped first, so a session is stopped by us before its pool closes.
     cells: crate::cells::Cells,
+    /// The run's warm pool (pool.rs), where each sub-task's session is claimed.
+    pool: crate::pool::Pool,
 }
 
 /// What one agent is at, for its records.
@@ -447,7 +462,7 @@ impl Run<'_> {
                 ok: done.ok,
                 duration_ms: ms,
                 error,
-                jail: done.jail.clone(),
+                jail: done.jail.clone().map(Box::new),
                 tokens_out: p.tokens_out,
                 arguments,
                 result,
@@ -461,6 +476,7 @@ impl Run<'_> {
             session: self.session,
             runner: &self.config.runner,
             cells: &self.cells,
+            pool: &self.pool,
             skills: self.skills,
             rootfs: self.config.rootfs.as_deref(),
             budget: self.config.budget,
@@ -937,7 +953,12 @@ impl Run<'_> {
     }
 
     /// On resume: a session the killed agent left live is stopped, so its
-    /// files are judged and delivered; the sub-agent is told its state is gone.
+    /// files are judged and delivered; the sub-agent is told its state is
+    /// gone. A session that ended without us (a pooled one ends with its
+    /// pool, which dies with the agent; any one past its idle timeout)
+    /// delivered its files, but its verdict went with it: once its socket
+    /// is gone (the session removes it after the delivery), a fresh jail
+    /// judges the output folder again.
     fn stop_orphaned_session(&mut self) {
         let Some(handle) = self.st.live_session.take() else { return };
         match crate::cells::stop_handle(&self.config.runner.jail, &handle) {
@@ -948,10 +969,48 @@ impl Run<'_> {
                     &format!("stopped the earlier run's session: {} output files accepted", closing.artifacts.len()),
                 );
             }
-            Ok(None) => {}
-            Err(e) => self.say(ORCHESTRATOR, &format!("could not stop the earlier run's session: {e}")),
+            other => {
+                if let Err(e) = other {
+                    self.say(ORCHESTRATOR, &format!("could not stop the earlier run's session: {e}"));
+                }
+                let until = Instant::now() + ORPHAN_WAIT;
+                while std::fs::symlink_metadata(&handle).is_ok() && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                match self.config.runner.judge_output(self.session) {
+                    Ok(judged) => {
+                        self.st.accepted.update(&judged);
+                        self.say(
+                            ORCHESTRATOR,
+                            &format!(
+                                "the earlier run's session had ended; a fresh jail judged the output again: {} files accepted",
+                                judged.artifacts.len()
+                            ),
+                        );
+                    }
+                    Err(e) => self.say(ORCHESTRATOR, &format!("could not judge the earlier run's output again: {e}")),
+                }
+            }
         }
         self.cells.set_ended_note("the agent was restarted (resume)".into());
+    }
+
+    /// Stop any session still live, then close the warm pool and record
+    /// what became of it (its span from its start to now).
+    fn close_pool(&mut self) -> Result<(), TraceError> {
+        let _ = self.end_session(ORCHESTRATOR);
+        let report = self.pool.close();
+        let mut span = report.span.clone();
+        span.parent_span_id = Some(self.st.orchestrator.span.span_id.clone());
+        let event = Event::Pool {
+            size: report.size,
+            state: report.state.to_string(),
+            note: report.note.clone(),
+            start_ms: report.start_ms,
+            claims: report.claims,
+            stats: report.stats.clone(),
+        };
+        self.trace.record(ORCHESTRATOR, None, &span, event)
     }
 
     /// Stop the sub-task's session, if one is live, and take the accepted

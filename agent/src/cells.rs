@@ -1,10 +1,12 @@
 //! One `jail session` per sub-task: the sub-agent's scripts run as cells of
 //! one Python interpreter whose globals persist, so a DataFrame loaded in
-//! step 1 is there in step 2. The session starts lazily at the sub-task's
-//! first `run_python_file` and is stopped at the sub-task's end, on every
-//! error path (`Drop`), and on SIGINT, SIGTERM or SIGHUP (`guard_signals`):
-//! a session supervisor is its own process (setsid), so nothing else would
-//! end it before its idle timeout.
+//! step 1 is there in step 2. The session is taken lazily at the sub-task's
+//! first `run_python_file` — claimed from the run's warm pool (pool.rs), or
+//! started by the agent when the pool cannot give one — and is stopped at
+//! the sub-task's end, on every error path (`Drop`), and on SIGINT, SIGTERM
+//! or SIGHUP (`guard_signals`, which then ends the pool too): a session
+//! supervisor is its own process (setsid), so nothing else would end it
+//! before its idle timeout (or, for a pooled one, its pool's end).
 //!
 //! Output files reach the host only when a session ends (the jail judges
 //! and delivers them then): the closing result of `jail session stop` is
@@ -16,6 +18,7 @@ use std::time::Duration;
 
 use jail::result::RunResult;
 
+use crate::pool::Pool;
 use crate::runner::{Runner, RunnerError};
 use crate::session::Session;
 
@@ -34,6 +37,27 @@ struct Registry {
 /// How long the signal thread waits for a start under way to print its handle.
 const START_WAIT: Duration = Duration::from_secs(30);
 
+/// Where a step's jail came from (the trace's `jail_from`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JailFrom {
+    /// A session claimed from the run's warm pool (pool.rs).
+    Pool,
+    /// A session the agent started itself (`jail session start`).
+    SessionStart,
+    /// A fresh jail for this one step (`jail run`).
+    Run,
+}
+
+impl JailFrom {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JailFrom::Pool => "pool",
+            JailFrom::SessionStart => "session_start",
+            JailFrom::Run => "run",
+        }
+    }
+}
+
 /// The session a sub-task is using.
 #[derive(Debug)]
 pub struct Live {
@@ -43,6 +67,13 @@ pub struct Live {
     pub cell_limit: Duration,
     /// Cells run so far.
     pub cells: u64,
+    /// Claimed from the pool, or started by the agent.
+    pub from: JailFrom,
+    /// How long the claim (or the start) took, until the first cell's step
+    /// takes it for its trace record.
+    pub claim_ms: Option<f64>,
+    /// Why it was started by the agent while the pool was on.
+    pub not_pooled: Option<String>,
     jail: PathBuf,
 }
 
@@ -71,8 +102,8 @@ fn forget(handle: &Path) {
 }
 
 impl Live {
-    pub(crate) fn new(jail: PathBuf, handle: PathBuf, id: String, cell_limit: Duration) -> Live {
-        Live { handle, id, cell_limit, cells: 0, jail }
+    pub(crate) fn new(jail: PathBuf, handle: PathBuf, id: String, cell_limit: Duration, from: JailFrom) -> Live {
+        Live { handle, id, cell_limit, cells: 0, from, claim_ms: None, not_pooled: None, jail }
     }
 }
 
@@ -89,18 +120,20 @@ pub struct Cells {
 }
 
 impl Cells {
-    /// Run `f` with the live session, starting one first if there is none.
+    /// Run `f` with the live session, taking one first (from the pool, or
+    /// started) if there is none.
     pub fn with_live<T>(
         &self,
         runner: &Runner,
         session: &Session,
+        pool: &Pool,
         at_most: Duration,
         f: impl FnOnce(&mut Live) -> T,
     ) -> Result<(T, bool), RunnerError> {
         let mut slot = self.live.lock().unwrap_or_else(|e| e.into_inner());
         let fresh = slot.is_none();
         if fresh {
-            *slot = Some(runner.start_session(session, at_most)?);
+            *slot = Some(pool.session(runner, session, at_most)?);
         }
         let live = slot.as_mut().ok_or(RunnerError::Contract { cause: "no session".into() })?;
         Ok((f(live), fresh))
@@ -206,9 +239,10 @@ fn stop_all() {
 }
 
 /// Take SIGINT, SIGTERM and SIGHUP on a thread of their own: the live
-/// sessions are stopped, then the process exits 130 (128 + the signal for
-/// the others). Call before any other thread starts, so every thread
-/// inherits the blocked mask; children get a clear mask from `Command`.
+/// sessions are stopped, then the warm pool (pool.rs), then the process
+/// exits 130 (128 + the signal for the others). Call before any other
+/// thread starts, so every thread inherits the blocked mask; children get
+/// a clear mask from `Command`.
 pub fn guard_signals() -> std::io::Result<()> {
     use nix::sys::signal::{SigSet, Signal};
     let mut set = SigSet::empty();
@@ -220,6 +254,9 @@ pub fn guard_signals() -> std::io::Result<()> {
         let sig = set.wait().unwrap_or(Signal::SIGINT);
         eprintln!("jail-agent: {sig}: stopping the running sessions");
         stop_all();
+        // Then the pool: the sessions it handed out are stopped already,
+        // each once, by us.
+        crate::pool::end_on_signal();
         std::process::exit(128 + sig as i32);
     })?;
     Ok(())

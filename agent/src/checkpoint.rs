@@ -177,6 +177,13 @@ pub struct Settings {
     /// One jail per step instead of a session per sub-task.
     #[serde(default)]
     pub stateless: bool,
+    /// `--pool-size` (a state saved before the pool: 1, the default).
+    #[serde(default = "default_pool_size")]
+    pub pool_size: usize,
+}
+
+fn default_pool_size() -> usize {
+    1
 }
 
 impl Settings {
@@ -207,6 +214,7 @@ impl Settings {
             max_reply_tokens: c.llm.max_reply_tokens,
             trace_content: c.trace_content == crate::trace::Content::Recorded,
             stateless: c.runner.stateless,
+            pool_size: c.runner.pool_size,
         }
     }
 
@@ -234,6 +242,7 @@ impl Settings {
                 timeout: self.step_timeout,
                 wall_limit: Duration::from_millis(self.wall_limit_ms),
                 stateless: self.stateless,
+                pool_size: self.pool_size,
             },
             rootfs: self.rootfs.clone(),
             skills_dir: self.skills_dir.clone(),

@@ -1,11 +1,13 @@
 //! `jail-agent`: a plan-execute + ReAct agent that runs each sub-task's code
-//! in a jail session of its own (or, `--stateless`, every step in a fresh jail).
+//! in a jail session of its own, claimed from a warm pool (or, `--stateless`,
+//! every step in a fresh jail).
 //!
 //! The pipeline of one run (`agent::run`): `session` makes the run's folders,
 //! the orchestrator in `agent` plans a `todo` list through the model (`llm`),
 //! and hands each item to a sub-agent whose `tools` write scripts and run
-//! each as a cell of the sub-task's session (`cells`) or in a fresh jail,
-//! through the `jail` binary (`runner`), seeing a
+//! each as a cell of the sub-task's session (`cells`, claimed from the
+//! run's `jail pool` child, `pool`) or in a fresh jail, through the `jail`
+//! binary (`runner`), seeing a
 //! compact `view` of the result; `skills` and `packages` tell the model what
 //! it can do; `trace` records every call and sums it up.
 
@@ -17,6 +19,7 @@ pub mod export;
 pub mod llm;
 pub mod otel;
 pub mod packages;
+pub mod pool;
 pub mod progress;
 pub mod runner;
 pub mod session;

@@ -22,7 +22,7 @@ use agent::view::Budget;
 #[command(
     name = "jail-agent",
     version,
-    about = "An agent that plans, writes Python and runs each sub-task in a jail session"
+    about = "An agent that plans, writes Python and runs each sub-task in a jail session from a warm pool"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -127,9 +127,15 @@ struct RunArgs {
     #[arg(long)]
     no_trace_content: bool,
     /// Run every step in a fresh jail of its own, instead of one Python
-    /// session per sub-task whose variables persist from step to step.
+    /// session per sub-task whose variables persist from step to step
+    /// (stateless steps do not use the warm pool: they see /workspace/code).
     #[arg(long)]
     stateless: bool,
+    /// Jails kept made ahead in the run's warm pool (`jail pool`), each
+    /// sub-task's session claimed from it with the policy's `preload`
+    /// imported; 0: no pool, each session is started when needed.
+    #[arg(long, value_name = "N", default_value_t = 1)]
+    pool_size: usize,
     /// Print no progress on stderr.
     #[arg(long)]
     quiet: bool,
@@ -222,6 +228,9 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
             bail!("--step-timeout {t} is out of range: give seconds above 0 and at most 86400");
         }
     }
+    if a.pool_size > agent::pool::MAX_SIZE {
+        bail!("--pool-size {} is out of range: give 0 (no pool) to {}", a.pool_size, agent::pool::MAX_SIZE);
+    }
     let wall_limit = a.step_timeout.map(Duration::from_secs_f64).unwrap_or(policy.limits.wall_time);
     let mut llm = LlmConfig {
         base_url,
@@ -247,6 +256,7 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
             timeout: a.step_timeout,
             wall_limit,
             stateless: a.stateless,
+            pool_size: a.pool_size,
         },
         rootfs,
         skills_dir: a.skills,

@@ -12,10 +12,11 @@
 //! invoke_agent orchestrator
 //! ├── chat MODEL                      gen_ai.usage.input_tokens / output_tokens
 //! ├── execute_tool create_todo_list   gen_ai.tool.name, gen_ai.tool.call.id
-//! └── execute_tool start_next_todo
-//!     └── invoke_agent subagent-1
-//!         ├── chat MODEL
-//!         └── execute_tool run_python_file   jail.status, jail.denials, ...
+//! ├── execute_tool start_next_todo
+//! │   └── invoke_agent subagent-1
+//! │       ├── chat MODEL
+//! │       └── execute_tool run_python_file   jail.status, jail.from, jail.claim_ms, ...
+//! └── jail_pool                       jail.pool.state, jail.pool.refill_ms.mean, jail.pool.idle.*
 //! ```
 //!
 //! The spans are built as the SDK's `SpanData` and handed to the
@@ -254,6 +255,18 @@ pub fn span_of(r: &Record, model: &str, server: Option<&(String, i64)>, scope: &
                 if let Some(s) = &j.setup_stage {
                     attrs.push(KeyValue::new("jail.setup_stage", s.clone()));
                 }
+                if !j.jail_from.is_empty() {
+                    attrs.push(KeyValue::new("jail.from", j.jail_from.clone()));
+                }
+                if let Some(c) = j.claim_ms {
+                    attrs.push(KeyValue::new("jail.claim_ms", c));
+                }
+                if let Some(w) = &j.not_pooled {
+                    attrs.push(KeyValue::new("jail.not_pooled", text(w)));
+                }
+                if let Some(s) = &j.session {
+                    attrs.push(KeyValue::new("jail.session.id", s.clone()));
+                }
             }
             (format!("execute_tool {tool}"), SpanKind::Internal)
         }
@@ -267,6 +280,36 @@ pub fn span_of(r: &Record, model: &str, server: Option<&(String, i64)>, scope: &
             attrs.push(KeyValue::new("jail_agent.model_calls", i64::from(*steps)));
             attrs.push(KeyValue::new("jail_agent.outcome", text(outcome)));
             (format!("invoke_agent {}", r.agent), SpanKind::Internal)
+        }
+        Event::Pool { size, state, note, start_ms, claims, stats } => {
+            attrs.push(KeyValue::new("jail.pool.size", int(*size as u64)));
+            attrs.push(KeyValue::new("jail.pool.state", state.clone()));
+            attrs.push(KeyValue::new("jail.pool.claims", int(*claims)));
+            if let Some(n) = note {
+                attrs.push(KeyValue::new("jail.pool.note", text(n)));
+            }
+            if let Some(m) = start_ms {
+                attrs.push(KeyValue::new("jail.pool.start_ms", *m));
+            }
+            if let Some(s) = stats {
+                attrs.push(KeyValue::new("jail.pool.refill_ms.mean", s.refill_ms.mean));
+                attrs.push(KeyValue::new("jail.pool.refill_ms.last", s.refill_ms.last));
+                if let Some(i) = &s.idle {
+                    for (k, v) in [
+                        ("jail.pool.idle.rss_bytes", i.rss_bytes),
+                        ("jail.pool.idle.pss_bytes", i.pss_bytes),
+                        ("jail.pool.idle.anon_bytes", i.anon_bytes),
+                    ] {
+                        if let Some(v) = v {
+                            attrs.push(KeyValue::new(k, int(v)));
+                        }
+                    }
+                }
+            }
+            if state == "failed" {
+                status = Status::error(crate::escape::cut(note.as_deref().unwrap_or("the warm pool failed"), 1024));
+            }
+            ("jail_pool".to_string(), SpanKind::Internal)
         }
         Event::RunEnd { stop, .. } => {
             attrs.push(KeyValue::new("gen_ai.operation.name", "invoke_agent"));
@@ -350,11 +393,11 @@ mod tests {
             ok: false,
             duration_ms: 1.0,
             error: Some("status: setup_failed".into()),
-            jail: Some(JailFacts {
+            jail: Some(Box::new(JailFacts {
                 status: "setup_failed".into(),
                 rejected_artifacts: vec!["big.csv: too_large".into()],
                 ..JailFacts::default()
-            }),
+            })),
             tokens_out: 7,
             arguments: Some("{\"path\":\"a.py\"}".into()),
             result: None,

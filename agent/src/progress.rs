@@ -81,6 +81,16 @@ impl Display {
         self.print(&line);
     }
 
+    /// A warning line (`jail-agent: ...`, escaped), printed even when quiet:
+    /// something the run does differently from what was asked.
+    pub fn warn(&self, text: &str) {
+        let line = format!("jail-agent: {}", escape(text, Lines::One));
+        match self.mode {
+            Mode::Quiet => eprintln!("{line}"),
+            Mode::Lines | Mode::Terminal => self.print(&line),
+        }
+    }
+
     /// Print a line above the status line (terminal) or with a timestamp.
     fn print(&self, line: &str) {
         let mut err = std::io::stderr().lock();

@@ -1,12 +1,13 @@
 //! One step through the `jail` binary, as a subprocess: in a fresh jail
 //! (`jail run --events --input --output --code SCRIPT`, the script's output
 //! shown as its events arrive), or as a cell of a session (`jail session
-//! start`, `exec`; cells.rs keeps the session); either way the result is
-//! deserialized into the `jail` crate's own `RunResult`. Never in-process: the
-//! jail must fork from a single-threaded process, and it is the jail's
-//! subprocess boundary that keeps a step's failure from becoming ours. The
-//! jail gets the agent's environment minus `LLM_*` and anything named like a
-//! credential.
+//! exec` on a session claimed from the run's warm pool, pool.rs, or
+//! started here with `jail session start`; cells.rs keeps it); either way
+//! the result is deserialized into the `jail` crate's own `RunResult`.
+//! Never in-process: the jail must fork from a single-threaded process, and
+//! it is the jail's subprocess boundary that keeps a step's failure from
+//! becoming ours. The jail gets the agent's environment minus `LLM_*` and
+//! anything named like a credential.
 
 use std::io::{BufRead, Read};
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use jail::result::RunResult;
 
-use crate::cells::{self, Live};
+use crate::cells::{self, JailFrom, Live};
 use crate::progress::StepWatch;
 use crate::session::Session;
 
@@ -64,6 +65,9 @@ pub struct Runner {
     /// One fresh jail per step (`--stateless`) instead of one session per
     /// sub-task (cells.rs).
     pub stateless: bool,
+    /// Jails the run's warm pool keeps made ahead (`--pool-size`); 0: no
+    /// pool, each session is started by the agent (pool.rs).
+    pub pool_size: usize,
 }
 
 /// One finished step.
@@ -178,7 +182,7 @@ impl Runner {
 
 impl Runner {
     /// `--policy` and `--rootfs`, as given.
-    fn jail_options(&self, cmd: &mut Command) {
+    pub(crate) fn jail_options(&self, cmd: &mut Command) {
         if let Some(p) = &self.policy {
             cmd.arg("--policy").arg(p);
         }
@@ -187,8 +191,9 @@ impl Runner {
         }
     }
 
-    /// `jail session start` for one sub-task: each cell's wall-clock limit
-    /// is the step's, cut to `at_most` (what is left of the run).
+    /// `jail session start` for one sub-task, when the run's warm pool
+    /// cannot give one (pool.rs): each cell's wall-clock limit is the
+    /// step's, cut to `at_most` (what is left of the run).
     pub fn start_session(&self, session: &Session, at_most: Duration) -> Result<Live, RunnerError> {
         let cell_limit = self.wall_limit.min(at_most);
         let mut cmd = Command::new(&self.jail);
@@ -206,20 +211,50 @@ impl Runner {
         if !cells::begin_start() {
             return Err(RunnerError::Interrupted);
         }
+        let started = Instant::now();
         let out = cmd.output();
-        let started = out.as_ref().ok().filter(|o| o.status.success()).and_then(|o| {
+        let start_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let up = out.as_ref().ok().filter(|o| o.status.success()).and_then(|o| {
             let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
             Some((PathBuf::from(v["handle"].as_str()?), v["id"].as_str().unwrap_or_default().to_string()))
         });
-        cells::end_start(&self.jail, started.as_ref().map(|(h, _)| h.as_path()));
+        cells::end_start(&self.jail, up.as_ref().map(|(h, _)| h.as_path()));
         let out = out.map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
-        match started {
-            Some((handle, id)) => Ok(Live::new(self.jail.clone(), handle, id, cell_limit)),
+        match up {
+            Some((handle, id)) => {
+                let mut live = Live::new(self.jail.clone(), handle, id, cell_limit, JailFrom::SessionStart);
+                live.claim_ms = Some(start_ms);
+                Ok(live)
+            }
             None => Err(RunnerError::NoSession {
                 status: out.status.to_string(),
                 stderr: crate::llm::excerpt(String::from_utf8_lossy(&out.stderr).trim(), 400),
             }),
         }
+    }
+
+    /// Have a fresh jail judge the run's output folder as it is now (`jail
+    /// run --json -c pass`): its result lists every file there that passes
+    /// the artifact check, unchanged ones too. For `resume`, when the killed
+    /// run's session ended without the agent (a pooled session ends with
+    /// its pool, which dies with the agent): its files were delivered, and
+    /// its closing result, the verdict on them, went with it.
+    pub fn judge_output(&self, session: &Session) -> Result<RunResult, RunnerError> {
+        let mut cmd = Command::new(&self.jail);
+        cmd.args(["run", "--json"]);
+        self.jail_options(&mut cmd);
+        cmd.arg("--input").arg(&session.input);
+        cmd.arg("--output").arg(&session.output);
+        cmd.args(["-c", "pass"]);
+        keep_secrets(&mut cmd);
+        cmd.stdin(Stdio::null());
+        let out = cmd.output().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
+        let value: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| RunnerError::NoResult {
+            status: out.status.to_string(),
+            stderr: crate::llm::excerpt(String::from_utf8_lossy(&out.stderr).trim(), 400),
+        })?;
+        jail::schema::check_version(&value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
+        serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })
     }
 
     /// Run `code` as the session's next cell (`jail session exec HANDLE -`).
@@ -307,7 +342,7 @@ fn session_dirs(cmd: &mut Command, session: &Session) {
 
 /// The model's credentials never reach a step, even under a policy that
 /// passes variables through from the caller's environment.
-fn keep_secrets(cmd: &mut Command) {
+pub(crate) fn keep_secrets(cmd: &mut Command) {
     for (name, _) in std::env::vars_os() {
         if is_secret(&name.to_string_lossy()) {
             cmd.env_remove(&name);

@@ -1,9 +1,11 @@
 //! One run's folders on the host: `input` (a copy of the user's files, bound
 //! read-only at /workspace/input), `code` (the scripts the model writes,
 //! read-only at /workspace/code), `output` (writable at /workspace/output and
-//! carried from step to step), plus the trace and the summary. Every run gets
-//! a fresh session dir, and each jail step binds only its own session's
-//! folders, so nothing from one session is visible to another.
+//! carried from step to step), `pool` (the warm pool's temp dir: its own
+//! folder and its jails' slots, see `pool`), plus the trace and the
+//! summary. Every run gets a fresh session dir, and each jail step binds
+//! only its own session's folders, so nothing from one session is visible
+//! to another.
 //!
 //! Nothing in a session is readable by another local user. As an ordinary
 //! user the session dir and its folders are 0700, the copied inputs keep
@@ -250,6 +252,27 @@ impl Session {
 
     pub fn trace_path(&self) -> PathBuf {
         self.root.join("trace.jsonl")
+    }
+
+    /// The run's warm pool's temp dir (`pool/`, its TMPDIR), made when
+    /// absent: the pool's own folder and its jails' slots live beneath it,
+    /// so whatever the pool makes is the run's. As root its group is the
+    /// sandbox's, which must pass through it to a pooled jail's input.
+    pub fn pool_dir(&self) -> Result<PathBuf, SessionError> {
+        let p = self.root.join("pool");
+        match fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => {
+                return Err(SessionError::Io {
+                    op: "mkdir",
+                    path: p,
+                    error: io::Error::new(io::ErrorKind::AlreadyExists, "not a folder"),
+                })
+            }
+            Err(_) => fs::create_dir(&p).map_err(io_err("mkdir", &p))?,
+        }
+        give(&p, self.owner, 0o700)?;
+        Ok(p)
     }
 
     /// Resolve a path the model gave (`/workspace/output/a.csv`, `output/a.csv`,

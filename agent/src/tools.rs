@@ -12,10 +12,11 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::cells::Cells;
+use crate::cells::{Cells, JailFrom};
 use crate::escape::shown;
 use crate::export::Accepted;
 use crate::packages;
+use crate::pool::Pool;
 use crate::runner::Runner;
 use crate::session::{display_path, Area, EntryKind, Session};
 use crate::skills::Skills;
@@ -181,6 +182,8 @@ pub struct Context<'a> {
     pub runner: &'a Runner,
     /// The sub-task's `jail session`, unless the runner is stateless.
     pub cells: &'a Cells,
+    /// The run's warm pool, where a sub-task's session is claimed.
+    pub pool: &'a Pool,
     pub skills: &'a Skills,
     /// The rootfs whose packages `list_available_packages` reports.
     pub rootfs: Option<&'a Path>,
@@ -394,9 +397,12 @@ impl Context<'_> {
         let ran = if in_session {
             self.run_cell(&rel, &a.args, left, &mut watch)
         } else {
-            self.runner.run(self.session, &rel, &a.args, Some(left), &mut watch).map(|s| (s, String::new()))
+            let fresh = Origin { from: JailFrom::Run, claim_ms: None, not_pooled: None, session: None };
+            self.runner
+                .run(self.session, &rel, &a.args, Some(left), &mut watch)
+                .map(|s| (s, String::new(), fresh))
         };
-        let (step, note) = match ran {
+        let (step, note, origin) = match ran {
             Ok(s) => s,
             Err(e) => return Done::error(format!("the step could not be run: {e}")),
         };
@@ -429,6 +435,10 @@ impl Context<'_> {
                 .collect(),
             artifacts: r.artifacts.len() as u64,
             setup_stage: r.setup_error.as_ref().map(|e| shown(&e.stage)),
+            jail_from: origin.from.as_str().to_string(),
+            claim_ms: origin.claim_ms,
+            not_pooled: origin.not_pooled.map(|w| shown(&w)),
+            session: origin.session.map(|s| shown(&s)),
         };
         Done { content, ok, jail: Some(jail), step: Some(Box::new(step.result)) }
     }
@@ -458,17 +468,28 @@ fn script_cell(rel: &Path, args: &[String], source: &str) -> String {
     )
 }
 
+/// Where a step's jail came from, for its trace record: the claim's (or
+/// the start's) time and why the pool was passed over go with the first
+/// step of a session.
+struct Origin {
+    from: JailFrom,
+    claim_ms: Option<f64>,
+    not_pooled: Option<String>,
+    session: Option<String>,
+}
+
 impl Context<'_> {
-    /// Run a script as the next cell of the sub-task's session (started
-    /// now if none is live); returns the step and what the model is told
-    /// about the session.
+    /// Run a script as the next cell of the sub-task's session (taken now
+    /// if none is live: claimed from the pool, or started); returns the
+    /// step, what the model is told about the session, and where its jail
+    /// came from.
     fn run_cell(
         &self,
         rel: &Path,
         args: &[String],
         left: std::time::Duration,
         watch: &mut dyn crate::progress::StepWatch,
-    ) -> Result<(crate::runner::Step, String), crate::runner::RunnerError> {
+    ) -> Result<(crate::runner::Step, String, Origin), crate::runner::RunnerError> {
         let path = self.session.code.join(rel);
         let mut code = String::new();
         std::fs::File::open(&path)
@@ -476,10 +497,17 @@ impl Context<'_> {
             .map_err(|error| crate::runner::RunnerError::Spawn { path, error })?;
         let cell = script_cell(rel, args, &code);
         let attempt = |watch: &mut dyn crate::progress::StepWatch| {
-            self.cells
-                .with_live(self.runner, self.session, left, |live| self.runner.exec_cell(live, &cell, watch))
+            self.cells.with_live(self.runner, self.session, self.pool, left, |live| {
+                let origin = Origin {
+                    from: live.from,
+                    claim_ms: live.claim_ms.take(),
+                    not_pooled: live.not_pooled.take(),
+                    session: Some(live.id.clone()),
+                };
+                (self.runner.exec_cell(live, &cell, watch), origin)
+            })
         };
-        let (mut step, mut fresh) = attempt(watch)?;
+        let ((mut step, mut origin), mut fresh) = attempt(watch)?;
         let lost = matches!(&step, Err(crate::runner::RunnerError::NoResult { stderr, .. }) if stderr.contains("session ended"));
         if lost && !fresh {
             // The session ended between steps (its idle timeout, its
@@ -487,7 +515,7 @@ impl Context<'_> {
             self.cells.forget_ended();
             let why = step.as_ref().err().map(|e| shown(&crate::llm::excerpt(&e.to_string(), 300))).unwrap_or_default();
             *self.cells.ended_note.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
-            (step, fresh) = attempt(watch)?;
+            ((step, origin), fresh) = attempt(watch)?;
         }
         let step = step?;
         let mut note = String::new();
@@ -509,7 +537,7 @@ impl Context<'_> {
             )),
             None => {}
         }
-        Ok((step, note))
+        Ok((step, note, origin))
     }
 }
 

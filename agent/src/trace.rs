@@ -134,7 +134,7 @@ pub enum Event {
         /// The error the model was given, when the call failed.
         error: Option<String>,
         /// For `run_python_file`: what the jail reported.
-        jail: Option<JailFacts>,
+        jail: Option<Box<JailFacts>>,
         /// The completion tokens of the reply that asked for this call, its share.
         #[serde(default)]
         tokens_out: u64,
@@ -152,6 +152,26 @@ pub enum Event {
         tokens_in: u64,
         tokens_out: u64,
         wall_ms: f64,
+    },
+    /// The run's warm pool (pool.rs), from its start to its close; one per
+    /// run (and per resumed part), written just before `run_end`, whether
+    /// it started or not.
+    Pool {
+        /// `--pool-size`.
+        size: usize,
+        /// `up` (it started), `off` (`--pool-size 0`, `--stateless`),
+        /// `not_started` (no sub-task needed a session), `failed` (it
+        /// could not start, or ended mid-run).
+        state: String,
+        /// Why it was off or failed.
+        note: Option<String>,
+        /// Milliseconds from its start until it answered (its first jail made).
+        start_ms: Option<f64>,
+        /// Sessions it handed out.
+        claims: u64,
+        /// Its own `stats` just before it was closed: refill time, what an
+        /// idle jail holds.
+        stats: Option<crate::pool::PoolStats>,
     },
     /// The run ended (or stopped, to be resumed).
     RunEnd { stop: String, wall_ms: f64 },
@@ -179,6 +199,25 @@ pub struct JailFacts {
     /// The setup failure's stage, when it could not start.
     #[serde(default)]
     pub setup_stage: Option<String>,
+    /// Where the step's jail came from: `pool` (a session claimed from the
+    /// run's warm pool), `session_start` (a session the agent started
+    /// itself), `run` (a fresh `jail run` for this step); empty in the
+    /// traces of agents before the pool.
+    #[serde(default)]
+    pub jail_from: String,
+    /// On the first step of a session: how long it waited for its jail —
+    /// the claim from the pool, or the `jail session start`; null on the
+    /// session's later steps and for `run` (whose set-up is in
+    /// `jail_total_ms`).
+    #[serde(default)]
+    pub claim_ms: Option<f64>,
+    /// On the first step of a session the agent started while the pool
+    /// was on: why the pool did not give it.
+    #[serde(default)]
+    pub not_pooled: Option<String>,
+    /// The session's id, for a step run as a session's cell.
+    #[serde(default)]
+    pub session: Option<String>,
 }
 
 /// Something that wants each record as it is written (the OTLP exporter).
@@ -400,6 +439,125 @@ pub struct Summary {
     pub jail_wall_ms: f64,
     pub run_wall_ms: f64,
     pub stop: String,
+    /// Where the steps' jails came from, and the warm pool's state and stats.
+    #[serde(default)]
+    pub jails: Jails,
+}
+
+/// Where the steps' jails came from, from the step records, and what the
+/// last `pool` record says.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct Jails {
+    /// Sessions claimed from the warm pool, and the mean claim time.
+    pub pooled_sessions: u64,
+    pub claim_ms_mean: Option<f64>,
+    /// Sessions the agent started itself, and the mean start time.
+    pub started_sessions: u64,
+    pub start_ms_mean: Option<f64>,
+    /// Steps in a fresh `jail run` each.
+    pub fresh_jails: u64,
+    /// Why sessions were started while the pool was on, each once.
+    pub not_pooled: Vec<String>,
+    pub pool_size: Option<usize>,
+    /// `up`, `off`, `not_started`, `failed` (see `Event::Pool`).
+    pub pool_state: Option<String>,
+    pub pool_note: Option<String>,
+    pub pool_start_ms: Option<f64>,
+    pub refill_ms_mean: Option<f64>,
+    pub refill_ms_last: Option<f64>,
+    /// What one idle pooled jail holds (the mean over the ready ones).
+    pub idle_rss_bytes: Option<u64>,
+    pub idle_pss_bytes: Option<u64>,
+    pub idle_anon_bytes: Option<u64>,
+}
+
+impl Jails {
+    fn from_records(records: &[Record]) -> Jails {
+        let mut j = Jails::default();
+        let (mut claims, mut starts) = (Vec::new(), Vec::new());
+        for r in records {
+            match &r.event {
+                Event::ToolCall { jail: Some(f), .. } => match f.jail_from.as_str() {
+                    "pool" if f.claim_ms.is_some() => claims.extend(f.claim_ms),
+                    "session_start" if f.claim_ms.is_some() => {
+                        starts.extend(f.claim_ms);
+                        if let Some(why) = f.not_pooled.as_ref().filter(|w| !j.not_pooled.contains(w)) {
+                            j.not_pooled.push(why.clone());
+                        }
+                    }
+                    "run" => j.fresh_jails += 1,
+                    _ => {}
+                },
+                Event::Pool { size, state, note, start_ms, stats, .. } => {
+                    j.pool_size = Some(*size);
+                    j.pool_state = Some(state.clone());
+                    j.pool_note = note.clone();
+                    j.pool_start_ms = *start_ms;
+                    let refilled = stats.as_ref().filter(|s| s.refill_ms.mean > 0.0);
+                    j.refill_ms_mean = refilled.map(|s| s.refill_ms.mean);
+                    j.refill_ms_last = refilled.map(|s| s.refill_ms.last);
+                    let idle = stats.as_ref().and_then(|s| s.idle.as_ref());
+                    // With no jail ready at the close (a replacement being
+                    // made), the RSS of the last one made stands in.
+                    let last = stats.as_ref().map(|s| s.idle_rss_bytes).filter(|&b| b > 0);
+                    j.idle_rss_bytes = idle.and_then(|i| i.rss_bytes).or(last);
+                    j.idle_pss_bytes = idle.and_then(|i| i.pss_bytes);
+                    j.idle_anon_bytes = idle.and_then(|i| i.anon_bytes);
+                }
+                _ => {}
+            }
+        }
+        let mean = |v: &[f64]| (!v.is_empty()).then(|| v.iter().sum::<f64>() / v.len() as f64);
+        j.pooled_sessions = claims.len() as u64;
+        j.claim_ms_mean = mean(&claims);
+        j.started_sessions = starts.len() as u64;
+        j.start_ms_mean = mean(&starts);
+        j
+    }
+
+    /// The summary's lines about the jails and the pool.
+    fn render(&self) -> String {
+        use crate::escape::{escape, Lines};
+        let ms = |v: Option<f64>| v.map_or(String::new(), |m| format!(" ({m:.0} ms mean)"));
+        let mib = |b: u64| format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64);
+        if self.pool_state.is_none() && self.pooled_sessions + self.started_sessions + self.fresh_jails == 0 {
+            // A trace of an agent before the pool: nothing to say.
+            return String::new();
+        }
+        let mut out = format!(
+            "\njails: {} sessions claimed from the warm pool{}, {} sessions started by the agent{}, {} fresh jails (jail run)\n",
+            self.pooled_sessions,
+            ms(self.claim_ms_mean),
+            self.started_sessions,
+            ms(self.start_ms_mean),
+            self.fresh_jails
+        );
+        for why in &self.not_pooled {
+            out.push_str(&format!("  started, not pooled: {}\n", escape(why, Lines::One)));
+        }
+        let Some(state) = &self.pool_state else { return out };
+        let note = self.pool_note.as_deref().map(|n| format!(" ({})", escape(n, Lines::One))).unwrap_or_default();
+        out.push_str(&format!("warm pool: size {}, {}{note}", self.pool_size.unwrap_or(0), escape(state, Lines::One)));
+        if let Some(m) = self.pool_start_ms {
+            out.push_str(&format!("; first jail made in {m:.0} ms"));
+        }
+        if let (Some(mean), Some(last)) = (self.refill_ms_mean, self.refill_ms_last) {
+            out.push_str(&format!("; refill {mean:.0} ms mean, {last:.0} ms last"));
+        }
+        let held: Vec<String> = [
+            (self.idle_rss_bytes, "RSS"),
+            (self.idle_pss_bytes, "PSS"),
+            (self.idle_anon_bytes, "anonymous"),
+        ]
+        .iter()
+        .filter_map(|(b, what)| b.map(|b| format!("{} {what}", mib(b))))
+        .collect();
+        if !held.is_empty() {
+            out.push_str(&format!("; an idle jail holds {}", held.join(", ")));
+        }
+        out.push('\n');
+        out
+    }
 }
 
 impl Summary {
@@ -439,7 +597,7 @@ impl Summary {
                     t.jail_wall_ms += jail.as_ref().map_or(0.0, |j| j.wall_ms);
                     t.tokens_out += tokens_out;
                 }
-                Event::AgentEnd { .. } | Event::RunEnd { .. } => {}
+                Event::AgentEnd { .. } | Event::RunEnd { .. } | Event::Pool { .. } => {}
             }
         }
         agents.retain(|a| a.model_calls > 0 || a.tool_calls > 0);
@@ -463,6 +621,7 @@ impl Summary {
             jail_wall_ms,
             run_wall_ms,
             stop: stop.to_string(),
+            jails: Jails::from_records(records),
         }
     }
 
@@ -525,6 +684,7 @@ impl Summary {
         if write + run > 0 {
             out.push_str(&format!("\nwriting scripts cost {write} tokens out, running them {run}\n"));
         }
+        out.push_str(&self.jails.render());
         let other = (self.run_wall_ms - self.total.model_ms - self.total.tool_ms).max(0.0);
         out.push_str(&format!(
             "\nrun: {} s wall ({} s waiting for the model, {} s in tools, {} s other); stopped: {}{}\n",
@@ -638,6 +798,62 @@ mod tests {
         let text = s.render();
         assert!(text.contains("subagent-1") && text.contains("stopped: finished"), "{text}");
         assert!(text.contains("writing scripts cost 0 tokens out, running them 4"), "{text}");
+    }
+
+    fn step(from: &str, claim_ms: Option<f64>, not_pooled: Option<&str>) -> Record {
+        let mut r = tool("subagent-1", "run_python_file", true, 1.0, 0);
+        if let Event::ToolCall { jail, .. } = &mut r.event {
+            *jail = Some(Box::new(JailFacts {
+                jail_from: from.into(),
+                claim_ms,
+                not_pooled: not_pooled.map(String::from),
+                ..JailFacts::default()
+            }));
+        }
+        r
+    }
+
+    #[test]
+    fn the_summary_says_where_the_jails_came_from_and_what_the_pool_held() {
+        let stats = crate::pool::PoolStats {
+            size: 1,
+            ready: 0,
+            refill_ms: crate::pool::Refill { last: 90.0, mean: 80.0 },
+            idle_rss_bytes: 3 << 20,
+            idle: None,
+        };
+        let recs = vec![
+            step("pool", Some(4.0), None),
+            step("pool", None, None),
+            step("pool", Some(6.0), None),
+            step("session_start", Some(100.0), Some("the warm pool ended")),
+            step("session_start", Some(120.0), Some("the warm pool ended")),
+            step("run", None, None),
+            rec(
+                "orchestrator",
+                Event::Pool {
+                    size: 1,
+                    state: "failed".into(),
+                    note: Some("the warm pool ended".into()),
+                    start_ms: Some(50.0),
+                    claims: 2,
+                    stats: Some(stats),
+                },
+            ),
+        ];
+        let j = Summary::from_records(&recs, 10.0, "finished").jails;
+        assert_eq!((j.pooled_sessions, j.claim_ms_mean), (2, Some(5.0)));
+        assert_eq!((j.started_sessions, j.start_ms_mean, j.fresh_jails), (2, Some(110.0), 1));
+        assert_eq!(j.not_pooled, ["the warm pool ended"], "each reason once");
+        // No jail was ready at the close: the last one made's RSS stands in.
+        assert_eq!((j.idle_rss_bytes, j.idle_pss_bytes), (Some(3 << 20), None));
+        let text = j.render();
+        assert!(text.contains("jails: 2 sessions claimed from the warm pool (5 ms mean), 2 sessions started by the agent (110 ms mean), 1 fresh jails"), "{text}");
+        assert!(text.contains("warm pool: size 1, failed (the warm pool ended); first jail made in 50 ms; refill 80 ms mean, 90 ms last; an idle jail holds 3.0 MiB RSS"), "{text}");
+        // A trace of an agent before the pool has none of it, and says so.
+        let old = Summary::from_records(&[tool("a", "run_python_file", true, 1.0, 0)], 1.0, "finished").jails;
+        assert_eq!((&old.pool_state, old.pooled_sessions), (&None, 0));
+        assert_eq!(old.render(), "");
     }
 
     #[test]

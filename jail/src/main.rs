@@ -712,7 +712,11 @@ fn pool(a: PoolArgs) -> ExitCode {
         preload: req.policy.preload.clone(),
         ceilings: jail::pool::protocol::Ceilings { wall_time: req.timeout.unwrap_or(req.policy.limits.wall_time) },
         temp_dir: req.host.temp_dir.clone().unwrap_or_else(temp_dir),
-        sandbox_gid: nix::unistd::geteuid().is_root().then_some(req.policy.identity.root_host_gid),
+        // Only a bound output folder is written by the sandbox's own uid; a
+        // capped one is copied back as the caller (output.rs), as `jail run`
+        // hands its fresh folder over only when bound (request.rs).
+        sandbox_gid: (nix::unistd::geteuid().is_root() && req.policy.filesystem.output_size.is_none())
+            .then_some(req.policy.identity.root_host_gid),
         memory_limit: req.policy.limits.memory,
         output_capped: req.policy.filesystem.output_size.is_some(),
     };

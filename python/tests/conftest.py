@@ -16,7 +16,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import List, Sequence
 
 import pytest
 
@@ -141,23 +141,32 @@ def start_server(rootfs: Path, extra: Sequence[str] = ()) -> Server:
     env = dict(os.environ, TMPDIR="/tmp")
     proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     assert proc.stderr is not None
-    first = b""
+    # Its stderr says "listening on ADDR" once it serves (a warm pool's
+    # start is said first); any line before that is kept for the message.
+    prefix = "jail serve: listening on "
+    lines: List[str] = []
+    pending = b""
     deadline = time.monotonic() + 30
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stderr, selectors.EVENT_READ)
-        while not first.endswith(b"\n") and time.monotonic() < deadline:
-            if sel.select(timeout=max(0.0, deadline - time.monotonic())):
-                byte = os.read(proc.stderr.fileno(), 1)
-                if not byte:
+        while time.monotonic() < deadline and len(lines) < 32:
+            if not sel.select(timeout=max(0.0, deadline - time.monotonic())):
+                continue
+            byte = os.read(proc.stderr.fileno(), 1)
+            if not byte:
+                break
+            pending += byte
+            if byte == b"\n":
+                lines.append(pending.decode("utf-8", "replace").strip())
+                pending = b""
+                if lines[-1].startswith(prefix):
                     break
-                first += byte
-    said = first.decode("utf-8", "replace").strip()
-    prefix = "jail serve: listening on "
+    said = lines[-1] if lines else pending.decode("utf-8", "replace")
     if not said.startswith(prefix):
         if proc.poll() is None:
             os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
-        pytest.fail(f"jail-serve did not start listening within 30 s: {said!r} {proc.stderr.read()[:2000]!r}")
+        pytest.fail(f"jail-serve did not start listening within 30 s: {lines!r} {proc.stderr.read()[:2000]!r}")
     server = Server(proc, "http://" + said[len(prefix):], work)
 
     def drain() -> None:

@@ -321,8 +321,9 @@ def test_what_the_service_lacks_is_refused_naming_the_gap(server, tmp_path):
 
 
 def test_a_setup_failure_on_the_service_is_a_setup_error(rootfs, tmp_path):
-    # A server whose rootfs is missing: every run fails its setup, nothing runs.
-    broken = start_server(tmp_path / "no-rootfs")
+    # A server whose rootfs is missing, each run its own `jail run` (a warm
+    # pool would refuse to start): every run fails its setup, nothing runs.
+    broken = start_server(tmp_path / "no-rootfs", ["--pool-size", "0"])
     try:
         with pytest.raises(SandboxSetupError) as info:
             RemoteSandbox(broken.url, TOKEN).run("print('never')")

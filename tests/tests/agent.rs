@@ -18,7 +18,7 @@ use agent::todo::State;
 use agent::trace::{self, Event, Summary};
 use agent::view::Budget;
 use jail_tests::mock_llm::{call, text_turn, tool_turn, MockLlm, Turn};
-use jail_tests::{agent_bin, data_rootfs, is_root, jail_bin, repo, rootfs, skip, skip_unless};
+use jail_tests::{agent_bin, cgroups_left_by, data_rootfs, host_mounts_with, is_root, jail_bin, repo, rootfs, skip, skip_unless};
 use serde_json::{json, Value};
 
 const SUMMARY_BUG: &str = include_str!("../agent-scripts/summary_bug.py");
@@ -74,6 +74,7 @@ fn config(f: &Fixture, mock: &MockLlm, rootfs: PathBuf) -> Config {
             timeout: None,
             wall_limit: Duration::from_secs(15),
             stateless: false,
+            pool_size: 1,
         },
         rootfs: Some(rootfs),
         skills_dir: None,
@@ -1592,9 +1593,10 @@ fn session_turns(steps: &[(&str, &str)]) -> Vec<Turn> {
 const LOAD: &str = "rows = open('/workspace/input/titanic.csv').read().splitlines()\nprint('loaded', len(rows))\n";
 const USE: &str = "print('rows', len(rows))\nopen('/workspace/output/n.txt', 'w').write(str(len(rows)))\n";
 
-/// Processes whose command line names `root` (a session supervisor of
-/// this run is `jail session start … --input ROOT/input`), after giving a
-/// stopped session up to 5 s to be gone.
+/// Processes whose command line or environment names `root` (a session
+/// supervisor of this run is `jail session start … --input ROOT/input`, or
+/// `ROOT/pool/jail-pool-…/slot-…/in` from the run's pool, whose TMPDIR is
+/// `ROOT/pool`), after giving a stopped session up to 5 s to be gone.
 fn processes_naming(root: &Path) -> Vec<String> {
     let until = std::time::Instant::now() + Duration::from_secs(5);
     loop {
@@ -1607,16 +1609,10 @@ fn processes_naming(root: &Path) -> Vec<String> {
 }
 
 fn naming_now(root: &Path) -> Vec<String> {
-    let needle = root.to_string_lossy().into_owned();
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else { continue };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if cmd.contains(&needle) {
-            found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
-        }
-    }
-    found
+    processes_marked(&root.to_string_lossy())
+        .into_iter()
+        .map(|(pid, cmd)| format!("{pid}: {cmd}"))
+        .collect()
 }
 
 #[test]
@@ -1743,4 +1739,416 @@ fn no_session_process_outlives_the_agent_on_a_normal_exit_an_error_or_sigint() {
     assert_eq!(code, Some(130), "{stderr}");
     assert!(stderr.contains("stopping the running sessions"), "{stderr}");
     assert!(processes_naming(&root).is_empty(), "SIGINT: {:?}", processes_naming(&root));
+}
+
+// ------------------------------------------------------------ warm pool
+
+/// A two-item plan: item 1 loads the rows in one step and writes n.txt
+/// from them in the next (state within a sub-task); item 2 checks that
+/// none of item 1's names is defined and reads n.txt back from the output
+/// folder (the output carries, the state does not).
+fn two_sessions_turns() -> Vec<Turn> {
+    let fresh = "print('rows defined:', 'rows' in globals())\nprint('n.txt holds', open('/workspace/output/n.txt').read())\nopen('/workspace/output/m.txt', 'w').write('second')\n";
+    vec![
+        tool_turn(
+            &[(
+                "create_todo_list",
+                plan(&[
+                    ("count", &["/workspace/output/n.txt"]),
+                    ("again", &["/workspace/output/m.txt"]),
+                ]),
+            )],
+            (100, 10),
+        ),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+        tool_turn(&[write("load.py", LOAD), run_file("load.py")], (100, 20)),
+        tool_turn(&[write("use.py", USE), run_file("use.py")], (100, 20)),
+        tool_turn(&[call("complete_todo", json!({"report": "counted"}))], (100, 5)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+        tool_turn(&[write("again.py", fresh), run_file("again.py")], (100, 20)),
+        tool_turn(&[call("complete_todo", json!({"report": "read it back"}))], (100, 5)),
+        text_turn("101 rows.", (100, 5)),
+    ]
+}
+
+/// What a CLI run under a pool left running or saw: the agent's exit
+/// status, its session dir, its stderr, and every process seen while it
+/// ran whose command line or environment names the fixture (the pool, its
+/// janitor, its jails' session supervisors, `jail session` clients).
+struct PoolRun {
+    code: Option<i32>,
+    root: PathBuf,
+    stderr: String,
+    seen: Vec<(u32, String)>,
+    f: Fixture,
+}
+
+/// `/proc/PID/cmdline` and `environ`, NULs as spaces (environ only where
+/// this uid may read it: the agent's own processes).
+fn cmdline_and_environ(pid: u32) -> Option<(String, String)> {
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+    let env = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+    let text = |b: &[u8]| String::from_utf8_lossy(b).replace('\0', " ");
+    Some((text(&cmd), text(&env)))
+}
+
+/// Processes (not zombies) whose command line or environment holds `marker`.
+fn processes_marked(marker: &str) -> Vec<(u32, String)> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Some((cmd, env)) = cmdline_and_environ(pid) else { continue };
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ");
+        if !zombie && (cmd.contains(marker) || env.contains(marker)) {
+            found.push((pid, cmd));
+        }
+    }
+    found
+}
+
+/// The CLI on `turns` with `extra` flags, its TMPDIR and XDG_RUNTIME_DIR in
+/// the fixture, until it exits — or is sent `signal` once its first step
+/// ran in a session (the fourth model request).
+fn cli_pool_run(turns: Vec<Turn>, extra: &[&str], signal: Option<nix::sys::signal::Signal>) -> PoolRun {
+    let f = fixture();
+    let (tmp, run_dir) = (f.dir.path().join("tmp"), f.dir.path().join("run"));
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::create_dir(&run_dir).unwrap();
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mock = MockLlm::start(turns);
+    let child = Command::new(agent_bin())
+        .args(["run", "--task", "count", "--retry-base-ms", "1", "--retries", "1"])
+        .args(extra)
+        .arg("--input")
+        .arg(&f.input)
+        .arg("--output")
+        .arg(&f.export)
+        .arg("--session-dir")
+        .arg(&f.sessions)
+        .arg("--jail")
+        .arg(jail_bin())
+        .arg("--rootfs")
+        .arg(rootfs())
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env("TMPDIR", &tmp)
+        .env("XDG_RUNTIME_DIR", &run_dir)
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn jail-agent");
+    // Everything the run starts carries the fixture's path: sample it all
+    // while the agent lives.
+    let marker = f.dir.path().display().to_string();
+    let agent_pid = child.id();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (marker, done) = (marker.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut seen: BTreeMap<u32, String> = BTreeMap::new();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                for (pid, cmd) in processes_marked(&marker) {
+                    if pid != agent_pid {
+                        seen.entry(pid).or_insert(cmd);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            seen.into_iter().collect::<Vec<_>>()
+        })
+    };
+    if let Some(sig) = signal {
+        let started = std::time::Instant::now();
+        while mock.requests().len() < 4 {
+            assert!(started.elapsed() < Duration::from_secs(90), "the agent never ran its first step");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(agent_pid as i32), sig).unwrap();
+    }
+    let out = child.wait_with_output().expect("wait");
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    let seen = sampler.join().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let roots: Vec<PathBuf> = std::fs::read_dir(&f.sessions).unwrap().map(|e| e.unwrap().path()).collect();
+    assert_eq!(roots.len(), 1, "{stderr}");
+    PoolRun { code: out.status.code(), root: roots[0].clone(), stderr, seen, f }
+}
+
+/// Nothing of the run is left, after up to 10 s: no process it started
+/// (the pool, its janitor, a session supervisor, a jail), none naming the
+/// fixture, no cgroup a session supervisor made, no mount, no session
+/// socket or driver folder, no pool folder.
+fn assert_run_left_nothing(r: &PoolRun, when: &str) {
+    let marker = r.f.dir.path().display().to_string();
+    let leftovers = || -> Vec<String> {
+        let mut left: Vec<String> = processes_marked(&marker).iter().map(|(p, c)| format!("process {p}: {c}")).collect();
+        for (pid, cmd) in &r.seen {
+            let alive = Path::new(&format!("/proc/{pid}")).exists()
+                && !std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default().contains(") Z ");
+            if alive && cmdline_and_environ(*pid).is_some_and(|(c, _)| &c == cmd) {
+                left.push(format!("process {pid} seen during the run: {cmd}"));
+            }
+            left.extend(cgroups_left_by(*pid).iter().map(|c| format!("cgroup {}", c.display())));
+        }
+        left.extend(host_mounts_with(&marker));
+        let sessions = r.f.dir.path().join("run/jail/sessions");
+        for e in std::fs::read_dir(&sessions).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !name.ends_with(".ended") {
+                left.push(format!("session file {name}"));
+            }
+        }
+        for dir in [r.root.join("pool"), r.f.dir.path().join("tmp")] {
+            for e in std::fs::read_dir(&dir).into_iter().flatten().flatten() {
+                left.push(format!("in {}: {}", dir.display(), e.file_name().to_string_lossy()));
+            }
+        }
+        left
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !leftovers().is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(leftovers(), Vec::<String>::new(), "{when}: the run left something behind\n{}", r.stderr);
+}
+
+/// The pool processes among those seen: `jail pool ...` and its janitor
+/// (a fork of it, with its command line).
+fn pool_processes(r: &PoolRun) -> Vec<&(u32, String)> {
+    r.seen.iter().filter(|(_, c)| c.split(' ').nth(1) == Some("pool")).collect()
+}
+
+/// The `run_python_file` records' jail facts, in order.
+fn step_facts(root: &Path) -> Vec<agent::trace::JailFacts> {
+    trace::read(&root.join("trace.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::ToolCall { tool, jail: Some(j), .. } if tool == "run_python_file" => Some(*j),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The trace's `pool` record: (size, state, note, claims, stats).
+fn pool_record(root: &Path) -> (usize, String, Option<String>, u64, Option<agent::pool::PoolStats>) {
+    let records = trace::read(&root.join("trace.jsonl")).unwrap();
+    let pools: Vec<_> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::Pool { size, state, note, claims, stats, .. } => {
+                Some((*size, state.clone(), note.clone(), *claims, stats.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(pools.len(), 1, "one pool record per run: {records:?}");
+    assert!(matches!(records.last().map(|r| &r.event), Some(Event::RunEnd { .. })), "the pool record comes before run_end");
+    pools[0].clone()
+}
+
+#[test]
+fn a_two_sub_task_run_claims_both_sessions_from_the_pool_and_leaves_nothing() {
+    let r = cli_pool_run(two_sessions_turns(), &[], None);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let facts = step_facts(&r.root);
+    let from: Vec<&str> = facts.iter().map(|j| j.jail_from.as_str()).collect();
+    assert_eq!(from, ["pool", "pool", "pool"], "every step's jail came from the pool: {facts:?}");
+    let claimed: Vec<bool> = facts.iter().map(|j| j.claim_ms.is_some()).collect();
+    assert_eq!(claimed, [true, false, true], "a claim for each sub-task's first step: {facts:?}");
+    assert!(facts.iter().all(|j| j.status == "ok" && j.not_pooled.is_none()), "{facts:?}");
+    let ids: Vec<&str> = facts.iter().map(|j| j.session.as_deref().unwrap_or("")).collect();
+    assert!(ids[0] == ids[1] && ids[1] != ids[2] && !ids[2].is_empty(), "one session per sub-task: {ids:?}");
+    let (size, state, note, claims, stats) = pool_record(&r.root);
+    assert_eq!((size, state.as_str(), note, claims), (1, "up", None, 2));
+    let stats = stats.expect("the pool's stats at its close");
+    assert!(stats.refill_ms.mean > 0.0, "{stats:?}");
+    // What the last jail made holds is always there; `idle` (the ready
+    // jails now) is none while a replacement is made, and its PSS and
+    // anonymous memory null where an ordinary user's pool may not read
+    // its jails' smaps_rollup.
+    assert!(stats.idle_rss_bytes > 0, "{stats:?}");
+    let summary = std::fs::read_to_string(r.root.join("summary.txt")).unwrap();
+    assert!(summary.contains("jails: 2 sessions claimed from the warm pool ("), "{summary}");
+    assert!(summary.contains("0 sessions started by the agent, 0 fresh jails"), "{summary}");
+    assert!(summary.contains("warm pool: size 1, up; first jail made in "), "{summary}");
+    assert!(summary.contains("ms last; an idle jail holds ") && summary.contains(" MiB RSS"), "{summary}");
+    let saved: Summary = serde_json::from_str(&std::fs::read_to_string(r.root.join("summary.json")).unwrap()).unwrap();
+    assert_eq!((saved.jails.pooled_sessions, saved.jails.started_sessions), (2, 0));
+
+    // What the model saw: state within the sub-task, the output across.
+    let results: Vec<String> = trace::read(&r.root.join("trace.jsonl"))
+        .unwrap()
+        .into_iter()
+        .filter_map(|r| match r.event {
+            Event::ToolCall { tool, result, .. } if tool == "run_python_file" => result,
+            _ => None,
+        })
+        .collect();
+    assert!(results[1].contains("rows 101"), "step 2 of item 1 reused the rows: {}", results[1]);
+    assert!(results[2].contains("rows defined: False"), "item 2 starts clean: {}", results[2]);
+    assert!(results[2].contains("n.txt holds 101"), "item 1's output reached item 2: {}", results[2]);
+    assert_eq!(std::fs::read_to_string(r.f.export.join("m.txt")).unwrap(), "second");
+    assert_eq!(std::fs::read_to_string(r.f.export.join("n.txt")).unwrap(), "101");
+
+    // The pool ran while the agent did, and its jails as sessions beneath it.
+    assert!(!pool_processes(&r).is_empty(), "the run's jail pool: {:?}", r.seen);
+    assert!(
+        r.seen
+            .iter()
+            .any(|(_, c)| c.contains("session start") && c.contains(&r.root.join("pool").display().to_string())),
+        "the pooled jails live in the run's pool folder: {:?}",
+        r.seen
+    );
+    assert_run_left_nothing(&r, "normal exit");
+}
+
+/// Item 1's first step ran in its session; then the model thinks forever.
+fn one_step_then_hang() -> Vec<Turn> {
+    let mut turns = session_turns(&[("load.py", LOAD)]);
+    turns.truncate(3);
+    turns.push(Turn::Hang);
+    turns
+}
+
+#[test]
+fn the_pool_and_its_jails_end_with_the_agent_on_sigint_and_on_sigkill() {
+    use nix::sys::signal::Signal;
+    for sig in [Signal::SIGINT, Signal::SIGKILL] {
+        let r = cli_pool_run(one_step_then_hang(), &[], Some(sig));
+        // Not vacuous: the pool and a pooled session were there to be ended.
+        assert!(!pool_processes(&r).is_empty(), "{sig}: no pool was seen: {:?}", r.seen);
+        assert!(r.seen.iter().any(|(_, c)| c.contains("session start")), "{sig}: no pooled jail was seen: {:?}", r.seen);
+        match sig {
+            Signal::SIGINT => {
+                assert_eq!(r.code, Some(130), "{}", r.stderr);
+                assert!(r.stderr.contains("stopping the running sessions"), "{}", r.stderr);
+            }
+            _ => assert_eq!(r.code, None, "killed by the signal: {}", r.stderr),
+        }
+        let facts = step_facts(&r.root);
+        assert_eq!(facts.first().map(|j| j.jail_from.as_str()), Some("pool"), "{sig}: {facts:?}");
+        assert_run_left_nothing(&r, &format!("{sig}"));
+    }
+}
+
+#[test]
+fn with_pool_size_0_each_session_is_started_by_the_agent_and_the_summary_says_so() {
+    let r = cli_pool_run(two_sessions_turns(), &["--pool-size", "0"], None);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    assert!(pool_processes(&r).is_empty(), "no pool: {:?}", r.seen);
+    let facts = step_facts(&r.root);
+    let from: Vec<&str> = facts.iter().map(|j| j.jail_from.as_str()).collect();
+    assert_eq!(from, ["session_start"; 3], "{facts:?}");
+    let started: Vec<bool> = facts.iter().map(|j| j.claim_ms.is_some()).collect();
+    assert_eq!(started, [true, false, true], "the start's time on each session's first step: {facts:?}");
+    assert!(facts.iter().all(|j| j.not_pooled.is_none()), "the pool is off, nothing was passed over: {facts:?}");
+    let (size, state, note, claims, stats) = pool_record(&r.root);
+    assert_eq!((size, state.as_str(), note.as_deref(), claims, stats), (0, "off", Some("--pool-size 0"), 0, None));
+    let summary = std::fs::read_to_string(r.root.join("summary.txt")).unwrap();
+    assert!(
+        summary.contains("jails: 0 sessions claimed from the warm pool, 2 sessions started by the agent ("),
+        "{summary}"
+    );
+    assert!(summary.contains("warm pool: size 0, off (--pool-size 0)"), "{summary}");
+    // The same run as from the pool: state within an item, output across.
+    assert_eq!(std::fs::read_to_string(r.f.export.join("m.txt")).unwrap(), "second");
+    let out = Command::new(agent_bin())
+        .args(["run", "--task", "x", "--pool-size", "65", "--input"])
+        .arg(&r.f.input)
+        .env("LLM_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("LLM_MODEL", "m")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("--pool-size 65 is out of range: give 0 (no pool) to 64"), "{stderr}");
+    assert_run_left_nothing(&r, "--pool-size 0");
+}
+
+#[test]
+fn a_pool_that_cannot_start_is_one_line_and_every_session_is_started_by_the_agent() {
+    // The minimal rootfs has no numpy: `jail pool` refuses to start.
+    let policy = tempfile::Builder::new().prefix("jail-agent-policy-").tempdir().unwrap();
+    std::fs::set_permissions(policy.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = policy.path().join("numpy-preload.json");
+    std::fs::write(&file, r#"{"version": 1, "name": "numpy-preload", "preload": ["numpy"]}"#).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let r = cli_pool_run(two_sessions_turns(), &["--policy", &file.display().to_string()], None);
+    assert_eq!(r.code, Some(0), "{}", r.stderr);
+    let said: Vec<&str> = r.stderr.lines().filter(|l| l.contains("warm pool could not start")).collect();
+    assert_eq!(said.len(), 1, "said once, in one line: {}", r.stderr);
+    assert!(
+        said[0].contains("numpy") && said[0].contains("started by the agent itself instead, with the same isolation"),
+        "{}",
+        said[0]
+    );
+    let facts = step_facts(&r.root);
+    let from: Vec<&str> = facts.iter().map(|j| j.jail_from.as_str()).collect();
+    assert_eq!(from, ["session_start"; 3], "{facts:?}");
+    for j in [&facts[0], &facts[2]] {
+        assert!(j.not_pooled.as_deref().unwrap_or("").contains("could not start"), "each session says why: {j:?}");
+    }
+    let (_, state, note, claims, _) = pool_record(&r.root);
+    assert_eq!((state.as_str(), claims), ("failed", 0));
+    assert!(note.as_deref().unwrap_or("").contains("numpy"), "{note:?}");
+    let summary = std::fs::read_to_string(r.root.join("summary.txt")).unwrap();
+    assert!(
+        summary.contains("2 sessions started by the agent") && summary.contains("warm pool: size 1, failed ("),
+        "{summary}"
+    );
+    assert!(summary.contains("started, not pooled: the warm pool could not start"), "{summary}");
+    assert_eq!(std::fs::read_to_string(r.f.export.join("m.txt")).unwrap(), "second");
+    assert_run_left_nothing(&r, "a pool that could not start");
+}
+
+#[test]
+fn the_data_policy_is_the_default_with_the_data_stack_preloaded() {
+    let data = jail::policy::Policy::load(&repo().join("policies/data.json")).expect("policies/data.json loads");
+    let default = jail::policy::Policy::builtin_default().unwrap();
+    assert_eq!(data.preload, ["numpy", "pandas", "matplotlib.pyplot"]);
+    // Everything else is the default's: the same seccomp allowlist, limits,
+    // environment, artifacts and identity.
+    let same = jail::policy::Policy {
+        name: default.name.clone(),
+        preload: Vec::new(),
+        hash: default.hash.clone(),
+        source: default.source.clone(),
+        ..data
+    };
+    assert_eq!(same, default, "policies/data.json drifted from policies/default.json");
+}
+
+#[test]
+fn on_the_data_rootfs_a_pooled_session_starts_with_the_data_stack_imported() {
+    let data = data_rootfs();
+    if skip_unless(
+        data.join("usr/bin/python3").exists(),
+        &format!("no data rootfs at {} (build it: make rootfs-data)", data.display()),
+    ) {
+        return;
+    }
+    let f = fixture();
+    let before = "import sys\nprint('preloaded:', [m for m in ('numpy', 'pandas', 'matplotlib.pyplot') if m in sys.modules])\nimport pandas as pd\ndf = pd.read_csv('/workspace/input/titanic.csv')\n";
+    let after = "print('rows', len(df))\nopen('/workspace/output/n.txt', 'w').write(str(len(df)))\n";
+    let mock = MockLlm::start(session_turns(&[("load.py", before), ("use.py", after)]));
+    let mut cfg = config(&f, &mock, data.clone());
+    cfg.runner.policy = Some(repo().join("policies/data.json"));
+    // The data stack imports in a few seconds; leave room on a loaded machine.
+    cfg.runner.timeout = Some(120.0);
+    cfg.runner.wall_limit = Duration::from_secs(120);
+    let out = run::run(&cfg).unwrap_or_else(|e| panic!("run failed: {e}\n{}", requests_seen(&mock)));
+    let req = mock.requests();
+    let first = last_tool(&req[3]);
+    assert!(
+        first.contains("preloaded: ['numpy', 'pandas', 'matplotlib.pyplot']"),
+        "claimed with the preload done: {first}"
+    );
+    let second = last_tool(&req[4]);
+    assert!(second.contains("rows 100"), "the DataFrame persisted: {second}");
+    let facts = step_facts(&out.session.root);
+    assert_eq!(facts.iter().map(|j| j.jail_from.as_str()).collect::<Vec<_>>(), ["pool", "pool"], "{facts:?}");
+    assert_eq!(std::fs::read_to_string(f.export.join("n.txt")).unwrap(), "100");
+    assert!(processes_naming(&out.session.root).is_empty(), "{:?}", processes_naming(&out.session.root));
 }

@@ -747,3 +747,79 @@ fn a_session_from_a_pool_whose_policy_binds_the_output_folder_is_refused_and_the
     assert!(pool.finish().success());
     assert_pool_gone(&sb, &sb.pool_tmp());
 }
+
+/// The sessions' sockets in the pool's session folder.
+fn pool_sockets(sb: &Sandbox) -> Vec<PathBuf> {
+    let mut socks: Vec<PathBuf> = std::fs::read_dir(sb.session_dir())
+        .map(|d| d.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect())
+        .unwrap_or_default();
+    socks.sort();
+    socks
+}
+
+/// A pooled jail is never handed a second step: the test takes the handle
+/// of the one jail that served a step and sends it another cell itself,
+/// which fails (that session is over), and the pool's next step runs in a
+/// jail of its own.
+#[test]
+fn a_jail_that_served_a_step_cannot_be_given_another() {
+    let sb = Sandbox::new();
+    let mut pool = Pool::start(&sb, 1, &[]);
+    pool.wait_ready(1);
+    let before = pool_sockets(&sb);
+    assert_eq!(before.len(), 1, "one jail made ahead: {before:?}");
+    let used = Session { handle: before[0].clone(), pid: 0, id: String::new() };
+    let r = pool.call(json!({"id": "a", "code": "kept = 'first step'\nprint('one')\n"}));
+    assert_eq!(result(&r)["status"], "ok", "{r}");
+    let (v, out) = used.exec("print(kept)\n");
+    assert_eq!(out.status.code(), Some(125), "a used jail took a second cell: {v}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("ended"), "{}", String::from_utf8_lossy(&out.stderr));
+    let r = pool.call(json!({"id": "b", "code": "print('kept' in globals())\n"}));
+    assert_eq!(result(&r)["stdout"]["text"], "False\n", "{r}");
+    assert!(!pool_sockets(&sb).contains(&before[0]), "the used jail's handle is still served");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+/// A pool started by a root that holds no CAP_CHOWN and no read or write
+/// override (a pod's root, deploy/k8s: only SETUID and SETGID) still makes
+/// its jails and delivers a step's output: a capped output folder is
+/// copied back as the caller and judged as the sandbox, never chowned.
+#[test]
+fn a_root_pool_without_chown_or_override_capabilities_serves_a_step_and_delivers_its_output() {
+    if only_as_root("dropping root's chown and override capabilities") {
+        return;
+    }
+    let sb = Sandbox::new();
+    let tmp = sb.pool_tmp();
+    std::fs::create_dir_all(&tmp).unwrap();
+    std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = std::process::Command::new("setpriv")
+        .arg("--bounding-set=-chown,-dac_override,-dac_read_search,-fowner")
+        .arg(jail_bin())
+        .args(["pool", "--size", "1", "--rootfs"])
+        .arg(&sb.rootfs)
+        .env("TMPDIR", &tmp)
+        .env("XDG_RUNTIME_DIR", sb.runtime_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut child| {
+            use std::io::Write;
+            let mut stdin = child.stdin.take().unwrap();
+            let line = json!({"id": "a", "code": "open('/workspace/output/made.txt', 'w').write('here')\n"});
+            stdin.write_all(format!("{line}\n").as_bytes())?;
+            drop(stdin);
+            child.wait_with_output()
+        })
+        .expect("run setpriv jail pool");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let reply: Value = serde_json::from_slice(out.stdout.split(|b| *b == b'\n').next().unwrap()).unwrap();
+    let r = result(&reply);
+    assert_eq!(r["status"], "ok", "{r}");
+    assert_eq!(r["artifacts"][0]["path"], "made.txt", "{r}");
+    let dir = PathBuf::from(r["output_dir"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(dir.join("made.txt")).unwrap(), "here");
+    assert_pool_gone(&sb, &tmp);
+}

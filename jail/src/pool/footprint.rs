@@ -13,9 +13,11 @@
 //! - `anon`: anonymous memory (the interpreter's heap, what the preload
 //!   built), which no other jail shares: the cost of one more jail.
 //!
-//! `pss` and `anon` come from `/proc/PID/smaps_rollup`, which needs ptrace
-//! read access: the pool's user owns the jail's user namespace, so it has
-//! it; where it is refused they are `None` and `rss` stands alone.
+//! `rss` and `anon` (`RssAnon`) come from `/proc/PID/status`, which anyone
+//! may read; `pss` from `/proc/PID/smaps_rollup`, which needs ptrace read
+//! access: an ordinary user's pool is refused the jail's PID 1 (it is not
+//! dumpable), so for a process whose rollup is refused its `rss` stands in
+//! (an upper bound: PID 1 is small, and mostly shared pages).
 
 use std::fs;
 
@@ -26,21 +28,21 @@ const MAX_PROCESSES: usize = 4096;
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Footprint {
     pub rss: u64,
-    pub pss: Option<u64>,
-    pub anon: Option<u64>,
+    pub pss: u64,
+    pub anon: u64,
 }
 
 impl Footprint {
     fn add(&mut self, other: Footprint) {
         self.rss += other.rss;
-        self.pss = self.pss.zip(other.pss).map(|(a, b)| a + b);
-        self.anon = self.anon.zip(other.anon).map(|(a, b)| a + b);
+        self.pss += other.pss;
+        self.anon += other.anon;
     }
 }
 
 /// The jail under the session supervisor `supervisor`.
 pub fn of_jail(supervisor: u32) -> Footprint {
-    let mut total = Footprint { rss: 0, pss: Some(0), anon: Some(0) };
+    let mut total = Footprint::default();
     let mut todo = vec![supervisor];
     let mut seen = 0;
     while let Some(pid) = todo.pop() {
@@ -66,18 +68,19 @@ pub fn mean(jails: &[Footprint]) -> Option<Footprint> {
     if n == 0 {
         return None;
     }
-    let mut sum = Footprint { rss: 0, pss: Some(0), anon: Some(0) };
+    let mut sum = Footprint::default();
     for j in jails {
         sum.add(*j);
     }
-    Some(Footprint { rss: sum.rss / n, pss: sum.pss.map(|p| p / n), anon: sum.anon.map(|a| a / n) })
+    Some(Footprint { rss: sum.rss / n, pss: sum.pss / n, anon: sum.anon / n })
 }
 
 fn of_process(pid: u32) -> Footprint {
     let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let rss = kib_field(&status, "VmRSS:").unwrap_or(0);
+    let anon = kib_field(&status, "RssAnon:").unwrap_or(0);
     let rollup = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
-    Footprint { rss, pss: kib_field(&rollup, "Pss:"), anon: kib_field(&rollup, "Anonymous:") }
+    Footprint { rss, pss: kib_field(&rollup, "Pss:").unwrap_or(rss), anon }
 }
 
 /// A `Name:   123 kB` line of a /proc file, in bytes.
@@ -104,17 +107,16 @@ mod tests {
     }
 
     #[test]
-    fn a_jail_whose_rollup_was_unreadable_has_no_pss_in_the_mean() {
-        let a = Footprint { rss: 100, pss: Some(60), anon: Some(40) };
-        let b = Footprint { rss: 200, pss: None, anon: None };
-        assert_eq!(mean(&[a, a]), Some(Footprint { rss: 100, pss: Some(60), anon: Some(40) }));
-        assert_eq!(mean(&[a, b]), Some(Footprint { rss: 150, pss: None, anon: None }));
+    fn the_mean_is_per_figure() {
+        let a = Footprint { rss: 100, pss: 60, anon: 40 };
+        let b = Footprint { rss: 200, pss: 100, anon: 80 };
+        assert_eq!(mean(&[a, b]), Some(Footprint { rss: 150, pss: 80, anon: 60 }));
         assert_eq!(mean(&[]), None);
     }
 
     #[test]
     fn this_process_has_a_footprint() {
         let me = of_process(std::process::id());
-        assert!(me.rss > 0 && me.pss.is_some_and(|p| p > 0), "{me:?}");
+        assert!(me.rss > 0 && me.pss > 0 && me.pss <= me.rss && me.anon > 0, "{me:?}");
     }
 }

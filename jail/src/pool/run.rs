@@ -64,9 +64,11 @@ pub struct Config {
     pub ceilings: Ceilings,
     /// The caller's temp dir: the pool's work dir and the step outputs.
     pub temp_dir: PathBuf,
-    /// When the pool runs as root: the host gid every root-started jail
-    /// shares (`identity.root_host_gid`), given each jail's output folder,
-    /// which a policy with `output_size: "unlimited"` binds into the jail.
+    /// When the pool runs as root and the policy binds each jail's output
+    /// folder (`output_size: "unlimited"`): the host gid every root-started
+    /// jail shares (`identity.root_host_gid`), given that folder. `None`
+    /// otherwise: a capped output is copied back as the caller, and a pool
+    /// without CAP_CHOWN (a pod's root) could not hand it over anyway.
     pub sandbox_gid: Option<u32>,
     /// Each jail's memory limit (`limits.memory` or `--memory`); `None`:
     /// unlimited, and the pool is bounded by the first jail's idle cost.

@@ -1,0 +1,595 @@
+//! The run's warm pool: one `jail pool` child for the whole run, from which
+//! each sub-task's session is claimed (`{"op": "session", "input", "output"}`
+//! on its JSON lines: a jail made ahead, the policy's trusted `preload`
+//! already imported in it), then used with `jail session exec` and `stop`
+//! exactly as a session the agent started itself (cells.rs). The session's
+//! `/workspace/output` is filled from the run's output folder when it is
+//! claimed, and what passed is delivered back there when it ends, so the
+//! output still carries from sub-task to sub-task.
+//!
+//! Isolation: a pooled jail is a `jail session` the pool started with the
+//! agent's own policy, rootfs and step time limit (`--policy`, `--rootfs`,
+//! `--timeout`): the same namespaces, mounts, seccomp, landlock and limits
+//! as `jail session start`, for its whole life; only the policy's trusted
+//! preload ran in it before it was handed over. Claiming instead of
+//! starting changes the latency, never what a step can do or see.
+//!
+//! Started lazily, at the first sub-task that needs a session, with
+//! `--size` (`--pool-size`, default 1; 0: no pool). The pool's temp dir is
+//! the run's `pool/` folder, so its folders are the run's. The agent falls
+//! back to `jail session start` (runner.rs) visibly — one line on stderr,
+//! the step's `jail_from` and `not_pooled` in the trace, the pool's state
+//! in the summary — when the pool is off (`--pool-size 0`, `--stateless`),
+//! cannot start (a preload module the rootfs lacks, more jails than memory
+//! holds: `jail pool` says why in one line and exits 125), ended, refused
+//! a claim, or when the run's deadline is nearer than a step's time limit
+//! (a pooled jail's cell limit was fixed when it was made; a session
+//! started now gets the shorter one).
+//!
+//! `--stateless` never starts the pool: each stateless step is `jail run
+//! --code DIR SCRIPT`, whose `/workspace/code` is the run's code folder
+//! (scripts import one another from it, `sys.path[0]` is it), and a pool
+//! step takes its script as text with input and output folders only: it
+//! has no code folder, so a pooled step would see less than the step asks
+//! for. Stateless steps stay on `jail run` until the pool's step protocol
+//! takes a code folder.
+//!
+//! Lifetime: the pool is this process's child in a process group of its
+//! own (a terminal's Ctrl-C reaches the agent alone, which stops its
+//! sessions first and then the pool), and it ends with the agent on every
+//! path: closed (stdin closed, waited for, killed past a grace) when the
+//! run ends or fails and when this value drops; sent SIGTERM by the signal
+//! thread (cells.rs) once the live sessions are stopped; and killed by the
+//! kernel (PR_SET_PDEATHSIG SIGKILL) when the agent dies any other way,
+//! SIGKILL included — its jails then end with their lifeline (each holds a
+//! pipe only the pool writes) and its janitor removes its folder.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
+
+use crate::cells::{self, JailFrom, Live};
+use crate::escape::{escape, Lines};
+use crate::progress::Display;
+use crate::runner::{Runner, RunnerError};
+use crate::session::Session;
+use crate::trace::SpanStart;
+
+/// How long a new pool may take to make its first jail and answer.
+const START_WAIT: Duration = Duration::from_secs(120);
+/// How long a claim may wait for a jail (the pool makes one when none is ready).
+const CLAIM_WAIT: Duration = Duration::from_secs(120);
+/// How long the closing `stats` question waits.
+const STATS_WAIT: Duration = Duration::from_secs(2);
+/// How long a closed pool has to destroy its jails before SIGKILL.
+const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
+/// How long the signal path waits for a pool it sent SIGTERM.
+const SIGNAL_WAIT: Duration = Duration::from_secs(10);
+/// Longest reply line read from the pool; longer ones are dropped.
+const MAX_REPLY: u64 = 1 << 20;
+/// Lines of the pool's stderr kept for a failure message, and their length.
+const TAIL_LINES: usize = 20;
+const MAX_STDERR_LINE: u64 = 4 << 10;
+/// The most jails `jail pool` keeps.
+pub const MAX_SIZE: usize = 64;
+
+/// The pool's `stats` answer, as far as the agent reports it.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct PoolStats {
+    #[serde(default)]
+    pub size: u64,
+    #[serde(default)]
+    pub ready: u64,
+    #[serde(default)]
+    pub refill_ms: Refill,
+    /// What the last jail made held once its preload ran (shared pages in each process).
+    #[serde(default)]
+    pub idle_rss_bytes: u64,
+    /// The mean over the ready jails of their resident, proportional and
+    /// anonymous memory; none when no jail was ready.
+    #[serde(default)]
+    pub idle: Option<Idle>,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Refill {
+    #[serde(default)]
+    pub last: f64,
+    #[serde(default)]
+    pub mean: f64,
+}
+
+/// Each `null` when /proc did not say: PSS and anonymous memory come from
+/// the jails' smaps_rollup, which an ordinary user's pool may not read.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Idle {
+    #[serde(default)]
+    pub rss_bytes: Option<u64>,
+    #[serde(default)]
+    pub pss_bytes: Option<u64>,
+    #[serde(default)]
+    pub anon_bytes: Option<u64>,
+}
+
+/// What became of the pool, for the trace's `pool` record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Report {
+    pub size: usize,
+    /// `off`, `not_started` (no sub-task needed a session), `up`, `failed`.
+    pub state: &'static str,
+    /// Why it was off or failed, in words.
+    pub note: Option<String>,
+    /// Milliseconds from its start until it answered (its first jail made).
+    pub start_ms: Option<f64>,
+    /// Sessions it handed out.
+    pub claims: u64,
+    /// Its `stats` just before it was closed.
+    pub stats: Option<PoolStats>,
+    /// Its span: from its start (or the close, when it never started).
+    pub span: SpanStart,
+}
+
+/// Why a claim did not give a session.
+enum NoClaim {
+    /// A signal arrived: nothing new starts.
+    Interrupted,
+    /// The pool could not serve it: this is why.
+    Unavailable(String),
+}
+
+enum State {
+    NotStarted,
+    Up(Link),
+    /// It could not start or it ended: sessions are started by the agent.
+    Failed(String),
+    Closed,
+}
+
+/// A pool that is up.
+struct Link {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    replies: mpsc::Receiver<Value>,
+    stderr: Arc<Mutex<VecDeque<String>>>,
+    started: SpanStart,
+    start_ms: f64,
+    next_id: u64,
+}
+
+/// The run's warm pool (not started until a sub-task needs a session).
+pub struct Pool {
+    size: usize,
+    /// Why it never starts (`--pool-size 0`, `--stateless`).
+    off: Option<String>,
+    display: Display,
+    /// The run's folders: its `pool/` is the pool's TMPDIR.
+    session: Session,
+    state: Mutex<State>,
+    claims: Mutex<u64>,
+}
+
+/// The pool's pid while it runs, for the signal thread.
+static REGISTRY: Mutex<Registry> = Mutex::new(Registry { pid: None, closing: false });
+
+struct Registry {
+    pid: Option<i32>,
+    /// A signal arrived: no pool may start.
+    closing: bool,
+}
+
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    REGISTRY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Pool {
+    /// The pool of a run whose steps `runner` runs in `session`'s folders.
+    pub fn new(runner: &Runner, session: &Session, display: Display) -> Pool {
+        let off = if runner.stateless {
+            Some("--stateless: each step is a `jail run` whose /workspace/code is the run's code folder, and a pool step has no code folder".to_string())
+        } else if runner.pool_size == 0 {
+            Some("--pool-size 0".to_string())
+        } else {
+            None
+        };
+        Pool {
+            size: runner.pool_size,
+            off,
+            display,
+            session: session.clone(),
+            state: Mutex::new(State::NotStarted),
+            claims: Mutex::new(0),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A session for one sub-task: claimed from the pool (started now if
+    /// this is its first claim), else started by the agent itself, the
+    /// reason kept in the session's `not_pooled`. Each cell's wall-clock
+    /// limit is the step's, cut to `at_most` (what is left of the run).
+    pub fn session(&self, runner: &Runner, session: &Session, at_most: Duration) -> Result<Live, RunnerError> {
+        let why = if at_most < runner.wall_limit {
+            "the run's deadline is nearer than a step's time limit, and a pooled jail's limit was fixed when it was made"
+                .to_string()
+        } else {
+            match self.claim(runner, session) {
+                Ok(live) => return Ok(live),
+                Err(NoClaim::Interrupted) => return Err(RunnerError::Interrupted),
+                Err(NoClaim::Unavailable(why)) => why,
+            }
+        };
+        let mut live = runner.start_session(session, at_most)?;
+        if self.off.is_none() {
+            live.not_pooled = Some(why);
+        }
+        Ok(live)
+    }
+
+    fn claim(&self, runner: &Runner, session: &Session) -> Result<Live, NoClaim> {
+        if let Some(off) = &self.off {
+            return Err(NoClaim::Unavailable(off.clone()));
+        }
+        let mut state = self.state();
+        if matches!(*state, State::NotStarted) {
+            *state = match self.start(runner) {
+                Ok(link) => {
+                    self.display
+                        .say("pool", &format!("warm pool up: {} jail(s), the first made in {:.0} ms", self.size, link.start_ms));
+                    State::Up(link)
+                }
+                Err(NoClaim::Interrupted) => return Err(NoClaim::Interrupted),
+                Err(NoClaim::Unavailable(why)) => {
+                    self.display.warn(&format!(
+                        "the warm pool could not start ({why}): each sub-task's session is started by the agent itself instead, with the same isolation"
+                    ));
+                    State::Failed(format!("the warm pool could not start: {why}"))
+                }
+            };
+        }
+        let link = match &mut *state {
+            State::Up(link) => link,
+            State::Failed(why) => return Err(NoClaim::Unavailable(why.clone())),
+            State::Closed | State::NotStarted => return Err(NoClaim::Unavailable("the warm pool is closed".into())),
+        };
+        link.next_id += 1;
+        let id = format!("s{}", link.next_id);
+        let line = json!({"id": id, "op": "session", "input": session.input, "output": session.output});
+        if !cells::begin_start() {
+            return Err(NoClaim::Interrupted);
+        }
+        let started = Instant::now();
+        let answer = link.ask(&line, &id, CLAIM_WAIT);
+        let claim_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let handed = answer.as_ref().ok().and_then(|v| {
+            let s = &v["session"];
+            Some((PathBuf::from(s["handle"].as_str()?), s["id"].as_str().unwrap_or_default().to_string()))
+        });
+        cells::end_start(&runner.jail, handed.as_ref().map(|(h, _)| h.as_path()));
+        if let Some((handle, sid)) = handed {
+            *self.claims.lock().unwrap_or_else(|e| e.into_inner()) += 1;
+            let mut live = Live::new(runner.jail.clone(), handle, sid, runner.wall_limit, JailFrom::Pool);
+            live.claim_ms = Some(claim_ms);
+            return Ok(live);
+        }
+        let why = match answer {
+            Ok(v) => format!(
+                "the warm pool refused the claim ({}: {})",
+                v["error"]["code"].as_str().unwrap_or("no code"),
+                v["error"]["message"].as_str().unwrap_or("no message")
+            ),
+            Err(Gone::Ended) => {
+                let why = format!("the warm pool ended ({})", link.exit_words());
+                let Some(link) = take_link(&mut state) else { return Err(NoClaim::Unavailable(why)) };
+                link.end();
+                *state = State::Failed(why.clone());
+                why
+            }
+            Err(Gone::Silent) => {
+                let why = format!("the warm pool did not answer a claim within {} s", CLAIM_WAIT.as_secs());
+                if let Some(link) = take_link(&mut state) {
+                    link.end();
+                }
+                *state = State::Failed(why.clone());
+                why
+            }
+        };
+        drop(state);
+        self.display
+            .warn(&format!("{why}: this sub-task's session is started by the agent itself, with the same isolation"));
+        Err(NoClaim::Unavailable(why))
+    }
+
+    /// `jail pool` as our child, answering once its first jail is made.
+    fn start(&self, runner: &Runner) -> Result<Link, NoClaim> {
+        let dir = self.session.pool_dir().map_err(|e| NoClaim::Unavailable(format!("its folder: {e}")))?;
+        let mut cmd = Command::new(&runner.jail);
+        cmd.arg("pool").arg("--size").arg(self.size.to_string());
+        runner.jail_options(&mut cmd);
+        if let Some(t) = runner.timeout {
+            cmd.arg("--timeout").arg(format!("{t:.3}"));
+        }
+        cmd.env("TMPDIR", &dir);
+        crate::runner::keep_secrets(&mut cmd);
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        // Its own process group: a terminal's Ctrl-C reaches the agent,
+        // which stops its sessions and then the pool, in that order.
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // Killed by the kernel when the thread spawning it dies: the agent
+        // calls this from its main thread, which lives as long as the run.
+        jail::sys::set_parent_death_signal(&mut cmd, nix::sys::signal::Signal::SIGKILL);
+        let started = SpanStart::now(None);
+        let clock = Instant::now();
+        let mut child = {
+            let mut reg = registry();
+            if reg.closing {
+                return Err(NoClaim::Interrupted);
+            }
+            let child = cmd
+                .spawn()
+                .map_err(|e| NoClaim::Unavailable(format!("cannot start {} pool: {e}", runner.jail.display())))?;
+            reg.pid = Some(child.id() as i32);
+            child
+        };
+        let (tx, replies) = mpsc::channel();
+        if let Some(out) = child.stdout.take() {
+            std::thread::spawn(move || read_replies(out, &tx));
+        }
+        let stderr = Arc::new(Mutex::new(VecDeque::new()));
+        if let Some(err) = child.stderr.take() {
+            let (tail, display) = (Arc::clone(&stderr), self.display.clone());
+            std::thread::spawn(move || read_stderr(err, &tail, &display));
+        }
+        let stdin = child.stdin.take();
+        let mut link = Link { child, stdin, replies, stderr, started, start_ms: 0.0, next_id: 0 };
+        // The pool reads its first line once its first jail is made.
+        match link.ask(&json!({"id": "ready", "op": "stats"}), "ready", START_WAIT) {
+            Ok(v) if v.get("stats").is_some() => {
+                link.start_ms = clock.elapsed().as_secs_f64() * 1000.0;
+                Ok(link)
+            }
+            answer => {
+                let why = match answer {
+                    Err(Gone::Silent) => format!("jail pool did not answer within {} s of its start", START_WAIT.as_secs()),
+                    Err(Gone::Ended) => link.exit_words(),
+                    Ok(v) => format!("jail pool's first answer was not its stats: {}", crate::llm::excerpt(&v.to_string(), 200)),
+                };
+                link.end();
+                Err(NoClaim::Unavailable(why))
+            }
+        }
+    }
+
+    /// Close the pool (its `stats` taken first) and say what became of it.
+    pub fn close(&self) -> Report {
+        let claims = *self.claims.lock().unwrap_or_else(|e| e.into_inner());
+        let mut state = self.state();
+        let was = std::mem::replace(&mut *state, State::Closed);
+        let (state_name, note, start_ms, stats, span) = match was {
+            State::Up(mut link) => {
+                let stats = link
+                    .ask(&json!({"id": "last-stats", "op": "stats"}), "last-stats", STATS_WAIT)
+                    .ok()
+                    .and_then(|v| serde_json::from_value::<PoolStats>(v["stats"].clone()).ok());
+                let (span, start_ms) = (link.started.clone(), link.start_ms);
+                link.end();
+                ("up", None, Some(start_ms), stats, span)
+            }
+            State::Failed(why) => ("failed", Some(why), None, None, SpanStart::now(None)),
+            State::NotStarted if self.off.is_some() => ("off", self.off.clone(), None, None, SpanStart::now(None)),
+            State::NotStarted => ("not_started", None, None, None, SpanStart::now(None)),
+            State::Closed => ("closed", None, None, None, SpanStart::now(None)),
+        };
+        Report { size: self.size, state: state_name, note, start_ms, claims, stats, span }
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        if let State::Up(link) = std::mem::replace(&mut *self.state(), State::Closed) {
+            link.end();
+        }
+    }
+}
+
+fn take_link(state: &mut State) -> Option<Link> {
+    match std::mem::replace(state, State::Closed) {
+        State::Up(link) => Some(link),
+        other => {
+            *state = other;
+            None
+        }
+    }
+}
+
+/// Why no answer came.
+enum Gone {
+    /// The pool's stdout ended: it exited.
+    Ended,
+    /// Nothing within the wait.
+    Silent,
+}
+
+impl Link {
+    /// Send one line and wait for the reply carrying `id`.
+    fn ask(&mut self, line: &Value, id: &str, wait: Duration) -> Result<Value, Gone> {
+        let sent = self.stdin.as_mut().map(|w| {
+            let mut text = line.to_string();
+            text.push('\n');
+            w.write_all(text.as_bytes()).and_then(|()| w.flush())
+        });
+        if !matches!(sent, Some(Ok(()))) {
+            return Err(Gone::Ended);
+        }
+        let until = Instant::now() + wait;
+        loop {
+            let left = until.saturating_duration_since(Instant::now());
+            match self.replies.recv_timeout(left) {
+                Ok(v) if v["id"] == id => return Ok(v),
+                // Not ours (a reply to a claim given up on): dropped.
+                Ok(_) => continue,
+                Err(mpsc::RecvTimeoutError::Timeout) => return Err(Gone::Silent),
+                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Gone::Ended),
+            }
+        }
+    }
+
+    /// How the pool ended, with its last stderr line: `jail pool` writes
+    /// the reason it could not start there, in one line.
+    fn exit_words(&mut self) -> String {
+        // Its stdout closed: it is exiting; give it and its stderr reader a moment.
+        let until = Instant::now() + Duration::from_secs(2);
+        let mut status = None;
+        while status.is_none() && Instant::now() < until {
+            status = self.child.try_wait().ok().flatten();
+            if status.is_none() {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+        let last = self.stderr.lock().unwrap_or_else(|e| e.into_inner()).back().cloned().unwrap_or_default();
+        let status = status.map_or_else(|| "still running".to_string(), |s| s.to_string());
+        if last.is_empty() {
+            format!("jail pool ended ({status})")
+        } else {
+            format!("{last} ({status})")
+        }
+    }
+
+    /// Close its stdin (it drains: its ready jails destroyed, the sessions it
+    /// handed out stopped) and wait for it; kill it past the grace.
+    fn end(mut self) {
+        // The signal thread may own it already: then it waits for it.
+        let ours = {
+            let mut reg = registry();
+            let ours = reg.pid == Some(self.child.id() as i32);
+            if ours {
+                reg.pid = None;
+            }
+            ours
+        };
+        drop(self.stdin.take());
+        if !ours {
+            return;
+        }
+        let until = Instant::now() + SHUTDOWN_WAIT;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(_)) | Err(_) => return,
+                Ok(None) if Instant::now() >= until => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    return;
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+            }
+        }
+    }
+}
+
+/// The pool's stdout, one JSON reply a line (bounded), onto the channel.
+fn read_replies(out: impl Read, tx: &mpsc::Sender<Value>) {
+    let mut r = std::io::BufReader::new(out);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match r.by_ref().take(MAX_REPLY).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        if !line.ends_with(b"\n") {
+            // Over the cap: drop the rest of it.
+            let mut sink = Vec::new();
+            if r.read_until(b'\n', &mut sink).is_err() {
+                return;
+            }
+            continue;
+        }
+        if let Ok(v) = serde_json::from_slice::<Value>(&line) {
+            if tx.send(v).is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// The pool's stderr: each line shown as progress, the last few kept.
+fn read_stderr(err: impl Read, tail: &Mutex<VecDeque<String>>, display: &Display) {
+    let mut r = std::io::BufReader::new(err);
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        match r.by_ref().take(MAX_STDERR_LINE).read_until(b'\n', &mut line) {
+            Ok(0) | Err(_) => return,
+            Ok(_) => {}
+        }
+        let text = escape(String::from_utf8_lossy(&line).trim_end(), Lines::One);
+        if text.is_empty() {
+            continue;
+        }
+        display.say("pool", &text);
+        let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
+        if t.len() >= TAIL_LINES {
+            t.pop_front();
+        }
+        t.push_back(text);
+    }
+}
+
+/// The signal path (cells.rs): no pool starts from now on, and a pool
+/// that runs gets SIGTERM (it drains: its jails destroyed, the sessions it
+/// handed out stopped) and is waited for, then killed past a grace.
+pub(crate) fn end_on_signal() {
+    let pid = {
+        let mut reg = registry();
+        reg.closing = true;
+        reg.pid.take()
+    };
+    let Some(pid) = pid else { return };
+    use nix::sys::signal::{kill, Signal};
+    use nix::sys::wait::{waitpid, WaitPidFlag, WaitStatus};
+    let pid = nix::unistd::Pid::from_raw(pid);
+    let _ = kill(pid, Signal::SIGTERM);
+    let until = Instant::now() + SIGNAL_WAIT;
+    loop {
+        match waitpid(pid, Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            Ok(WaitStatus::StillAlive) => {
+                let _ = kill(pid, Signal::SIGKILL);
+                let _ = waitpid(pid, None);
+                return;
+            }
+            _ => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stats_answer_is_read_whole_or_with_its_unknowns_null() {
+        // As `jail pool` answers as root, and as an ordinary user who may
+        // not read its jails' smaps_rollup.
+        let root = json!({"size": 1, "ready": 1, "making": 0, "in_use": 0, "refill_ms": {"last": 58.2, "mean": 47.3},
+            "idle_rss_bytes": 25694208, "idle": {"rss_bytes": 25620480, "pss_bytes": 9000000, "anon_bytes": 4000000},
+            "sessions": 0, "available_memory_bytes": 1, "max_size": 45});
+        let s: PoolStats = serde_json::from_value(root).unwrap();
+        assert_eq!(s.idle, Some(Idle { rss_bytes: Some(25620480), pss_bytes: Some(9000000), anon_bytes: Some(4000000) }));
+        assert_eq!((s.refill_ms.mean, s.idle_rss_bytes), (47.3, 25694208));
+        let user = json!({"size": 1, "ready": 1, "refill_ms": {"last": 1.0, "mean": 1.0}, "idle_rss_bytes": 5,
+            "idle": {"rss_bytes": 5, "pss_bytes": null, "anon_bytes": null}});
+        let s: PoolStats = serde_json::from_value(user).unwrap();
+        assert_eq!(s.idle, Some(Idle { rss_bytes: Some(5), pss_bytes: None, anon_bytes: None }));
+        let none_ready: PoolStats = serde_json::from_value(json!({"size": 1, "ready": 0, "idle": null})).unwrap();
+        assert_eq!(none_ready.idle, None);
+    }
+}
