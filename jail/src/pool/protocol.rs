@@ -272,7 +272,9 @@ fn within(name: &str, value: Option<f64>, most: Duration) -> Result<Duration, Li
     if !(v > 0.0 && v.is_finite()) {
         return Err(("bad_request", format!("limits.{name} is {v}: give a number of seconds above 0")));
     }
-    let asked = Duration::from_secs_f64(v);
+    // Compared before the conversion: a number past what a Duration holds
+    // (1e300) would make `from_secs_f64` panic, and a panic aborts the pool.
+    let asked = Duration::try_from_secs_f64(v).unwrap_or(Duration::MAX);
     if asked > most {
         return Err((
             "limit_above_policy",
@@ -379,6 +381,7 @@ mod tests {
             (r#"{"id":"x","code":"1","input":"/a/../etc"}"#, "bad_request", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":0}}"#, "bad_request", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":16}}"#, "limit_above_policy", Some("x")),
+            (r#"{"id":"x","code":"1","limits":{"wall_time_secs":1e300}}"#, "limit_above_policy", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"cpu_time_secs":1}}"#, "unknown_field", Some("x")),
             (r#"{"id":"x","code":"1","events":"yes"}"#, "malformed", Some("x")),
         ] {
