@@ -173,10 +173,11 @@ async fn open(
                     return Ok((handle.to_owned(), "pool"));
                 }
             }
-            Err(SessionRefused::Never) => state.metrics.spawned("pool_no_sessions"),
+            Err(SessionRefused::Never) => {
+                eprintln!("jail serve: the warm pool's policy binds each jail's output folder: sessions start on their own")
+            }
             Err(SessionRefused::Failed(why)) => {
-                eprintln!("jail serve: session {id}: {why}: starting it with jail session start");
-                state.metrics.spawned("pool_session_failed");
+                eprintln!("jail serve: session {id}: {why}: starting it with jail session start")
             }
         }
     }

@@ -780,6 +780,32 @@ fn a_session_takes_input_files_and_its_artifacts_are_served_once_it_ends() {
     }
 }
 
+/// A pool whose policy binds each jail's output folder (`output_size:
+/// "unlimited"`) hands out no session: it says so once, and sessions start
+/// on their own, input and artifacts alike.
+#[test]
+fn a_session_the_pool_cannot_hand_out_starts_on_its_own() {
+    let mut p: Value = serde_json::from_slice(&std::fs::read(repo().join("policies/default.json")).unwrap()).unwrap();
+    p["filesystem"]["output_size"] = "unlimited".into();
+    p["limits"]["file_size"] = "unlimited".into();
+    let mut policy = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
+    policy.write_all(p.to_string().as_bytes()).unwrap();
+    std::fs::set_permissions(policy.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let s = Server::start(&["--policy", policy.path().to_str().unwrap()]);
+    for _ in 0..2 {
+        let made = s.call("POST", "/v1/sessions", Some(ALICE), Some(&json!({"files": {"in.txt": "x"}}).to_string()));
+        assert_eq!((made.status, &made.json()["backend"]), (201, &json!("spawn")), "{made:?}");
+        let sid = made.json()["id"].as_str().unwrap().to_owned();
+        let code = json!({"code": "open('/workspace/output/o.txt', 'w').write(open('/workspace/input/in.txt').read())"});
+        let cell = s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&code.to_string())).json();
+        assert_eq!(cell["result"]["status"], "ok", "{cell}");
+        assert_eq!(s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).status, 200);
+        let art = s.call("GET", &format!("/v1/sessions/{sid}/artifacts/o.txt"), Some(ALICE), None);
+        assert_eq!((art.status, art.body.as_str()), (200, "x"), "{art:?}");
+    }
+    assert_eq!(s.said().matches("sessions start on their own").count(), 1, "{}", s.said());
+}
+
 /// The run's events in an SSE body, parsed: each block's `data:`, less
 /// the `event: end` block and comments.
 fn sse_events(body: &str) -> Vec<Value> {

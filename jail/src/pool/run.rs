@@ -1,7 +1,8 @@
 //! The pool itself: jails made ahead as `jail session` children with the
 //! preload imported, each claimed by one request and destroyed after it,
 //! or handed out whole as a session (handout.rs), a replacement made in the
-//! background (the protocol is in pool.rs).
+//! background; a request in flight can be cancelled (cancel.rs). The
+//! protocol is in pool.rs.
 //!
 //! A pooled jail is a session started by this pool (`jail session start`,
 //! run as a child process so no thread forks): the same namespaces, mounts,
