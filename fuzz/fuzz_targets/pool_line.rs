@@ -38,5 +38,6 @@ fuzz_target!(|data: &[u8]| {
         }
         Ok(Line::Session(s)) => assert!(s.input.iter().chain(&s.output).all(|p| clean(p))),
         Ok(Line::Stats { .. }) => {}
+        Ok(Line::Cancel { id }) => assert!(!id.is_empty() && !id.chars().any(char::is_control)),
     }
 });

@@ -126,6 +126,10 @@ enum SessionCommand {
         /// `jail run --events` prints them, then {"type":"result","result":...}.
         #[arg(long)]
         events: bool,
+        /// This cell's wall-clock limit in seconds: lowers the session's
+        /// (`--timeout` at start, or the policy's), never raises it.
+        #[arg(long, value_name = "SECS", value_parser = positive_secs)]
+        timeout: Option<f64>,
         /// The handle `jail session start` printed.
         handle: PathBuf,
         /// The cell's code: a file, or `-` for stdin.
@@ -283,6 +287,14 @@ struct RunArgs {
     /// Arguments passed to the script.
     #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
     args: Vec<String>,
+}
+
+/// Seconds above 0 and at most a day (`jail session exec --timeout`).
+fn positive_secs(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(t) if t > 0.0 && t <= 86_400.0 => Ok(t),
+        _ => Err(format!("{text} is not seconds above 0 and at most 86400")),
+    }
 }
 
 fn main() -> ExitCode {
@@ -591,7 +603,8 @@ fn session(command: SessionCommand) -> ExitCode {
                 Err(e) => fail(chain(&e)),
             }
         }
-        SessionCommand::Exec { events, handle, file } => {
+        SessionCommand::Exec { events, timeout, handle, file } => {
+            let wall = timeout.map(std::time::Duration::from_secs_f64);
             let code = if file.as_os_str() == "-" {
                 let mut text = String::new();
                 std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map(|_| text)
@@ -613,10 +626,10 @@ fn session(command: SessionCommand) -> ExitCode {
                     let _ = out.write_all(b"\n");
                     let _ = out.flush();
                 };
-                let result = jail::session::exec_live(&handle, code, None, &mut |ev| line(ev));
+                let result = jail::session::exec_live(&handle, code, wall, &mut |ev| line(ev));
                 result.inspect(|value| line(&format!(r#"{{"type":"result","result":{value}}}"#)))
             } else {
-                jail::session::exec(&handle, code).inspect(print)
+                jail::session::exec_within(&handle, code, wall).inspect(print)
             };
             match done {
                 Ok(value) => {

@@ -44,7 +44,25 @@
 //! `null` when the line had none or could not be read). Error codes:
 //! `malformed` (not a JSON object), `unknown_field`, `bad_request` (a field
 //! with a bad value), `limit_above_policy`, `duplicate_id` (an id still in
-//! flight), `draining` (stdin ended or SIGTERM), `internal`.
+//! flight), `draining` (stdin ended or SIGTERM), `internal`, `cancelled`
+//! (below), and `unknown_id` (the answer to a cancel, below).
+//!
+//! # Cancelling a request (run/cancel.rs)
+//!
+//! `{"op": "cancel", "id": "r1"}` (no other field) stops request `r1` now,
+//! which still gets exactly one reply. Its code running in a claimed jail:
+//! the jail's session is cancelled (its supervisor gets SIGTERM), the
+//! cell's whole tree is killed at once, and once the jail is gone (no
+//! process, no cgroup) the reply is its result with `status: "cancelled"`,
+//! `supervisor.cancelled_by: "pool_caller"`, no artifacts and `output_dir`
+//! null (a step that finished just before the cancel keeps its own status,
+//! with no artifacts either). Not yet in a jail (checked, or waiting for
+//! one): the reply is the error `cancelled`, and nothing ran. The cancel
+//! line itself gets no answer then. A cancel of an id not in flight (never
+//! sent, or already answered) is answered `{"id": ID, "error": {"code":
+//! "unknown_id", ...}}`, always after that id's own reply: a caller that
+//! matches replies by id drops it. A session request (`op: session`) is
+//! in flight until its session is handed over.
 //!
 //! With `"events": true` the pool writes, while the step runs and before
 //! its reply, `{"id": "r1", "event": EVENT}` lines, EVENT one object exactly
@@ -109,7 +127,8 @@
 //! jail made, checked once that one is up.
 //!
 //! End of stdin: no new request is taken, the ones in flight finish and are
-//! answered, the ready jails are destroyed, and the pool exits 0 leaving no
+//! answered (one still waiting for a jail gets a jail made for it: no
+//! other jail is made while draining), the ready jails are destroyed, and the pool exits 0 leaving no
 //! process, cgroup, mount or temp dir. SIGTERM and SIGINT do the same.
 //! SIGKILL of the pool ends every jail too: each pooled jail is a session
 //! holding the read end of a pipe whose only write end is the pool's (its

@@ -87,8 +87,9 @@ pub struct SessionInfo {
     /// Whether the session is over: no later cell will run.
     pub ended: bool,
     /// Why it ended: `stopped`, `idle_timeout`, `max_lifetime`,
-    /// `cell_killed`, `interpreter_died`, `driver_deaf`, `setup_failed` or
-    /// `owner_gone`.
+    /// `cell_killed`, `interpreter_died`, `driver_deaf`, `setup_failed`,
+    /// `owner_gone` or `cancelled` (its supervisor got SIGTERM, SIGINT or
+    /// SIGHUP).
     pub why: Option<String>,
     /// The same, in words.
     pub detail: Option<String>,
@@ -106,8 +107,10 @@ pub struct SupervisorStats {
     /// How long after the wall-clock deadline the tree was gone (reaped);
     /// null when the deadline was not hit.
     pub deadline_overrun_ms: Option<f64>,
-    /// The signal that cancelled the run (`SIGTERM`, `SIGINT`, `SIGHUP`
-    /// sent to `jail`); null when it was not cancelled.
+    /// What cancelled the run: the signal `jail run` or a session's
+    /// supervisor got (`SIGTERM`, `SIGINT`, `SIGHUP`), or `pool_caller`
+    /// when the caller of `jail pool` cancelled the step (`{"op":
+    /// "cancel"}`); null when it was not cancelled.
     #[serde(default)]
     pub cancelled_by: Option<String>,
 }
@@ -138,8 +141,9 @@ pub enum Status {
     OutputLimit,
     /// The jail itself failed before or while starting the script.
     SetupFailed,
-    /// `jail` got SIGTERM, SIGINT or SIGHUP (`supervisor.cancelled_by`):
-    /// the whole tree was killed and cleaned up like a timed-out one's.
+    /// `jail` got SIGTERM, SIGINT or SIGHUP, or the pool's caller cancelled
+    /// the step (`supervisor.cancelled_by` says which): the whole tree was
+    /// killed and cleaned up like a timed-out one's.
     Cancelled,
 }
 

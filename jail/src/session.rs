@@ -76,6 +76,9 @@ pub enum Why {
     NeverReady,
     /// The process whose lifeline the session held (a `jail pool`) ended.
     OwnerGone,
+    /// The session supervisor got SIGTERM, SIGINT or SIGHUP (cancel.rs):
+    /// the cell in flight, if any, is killed and ends `cancelled`.
+    Cancelled(nix::sys::signal::Signal),
 }
 
 impl Why {
@@ -89,6 +92,7 @@ impl Why {
             Why::DriverDeaf => "driver_deaf",
             Why::NeverReady => "setup_failed",
             Why::OwnerGone => "owner_gone",
+            Why::Cancelled(_) => "cancelled",
         }
     }
 
@@ -110,6 +114,7 @@ impl Why {
             Why::DriverDeaf => "the cell driver stopped reading its cells".into(),
             Why::NeverReady => "the jail failed before its interpreter was ready".into(),
             Why::OwnerGone => "the process that owned the session (its lifeline's other end) ended".into(),
+            Why::Cancelled(sig) => format!("the session supervisor got {} (a `jail pool` cancel, or a kill)", sig.as_str()),
         }
     }
 }
@@ -409,6 +414,11 @@ fn supervise(req: RunRequest, hook: Rc<Serve>, paths: Leftovers) -> ! {
             sys::exit_now(0);
         }
     }
+    // After the janitor's fork (it keeps the default death), before any
+    // thread: SIGTERM, SIGINT and SIGHUP end the session as a cancel
+    // (serve.rs), its cell in flight `cancelled`, everything cleaned up as
+    // a stop does. Unarmed, they kill us, and the janitor cleans up.
+    let _ = crate::cancel::arm();
     let mut req = req;
     req.session = Some(Rc::clone(&hook));
     let result = crate::supervisor::run(&req);

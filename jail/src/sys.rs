@@ -179,6 +179,17 @@ pub fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
 
+/// `pidfd_send_signal(pidfd, sig, NULL, 0)`: the signal reaches the process
+/// the descriptor was opened for, never one that reused its pid.
+pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: nix::sys::signal::Signal) -> io::Result<()> {
+    // SAFETY: plain syscall on a descriptor we borrow, a valid signal
+    // number, no siginfo (NULL) and no flags.
+    check(unsafe {
+        libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), sig as libc::c_int, std::ptr::null::<libc::siginfo_t>(), 0)
+    })?;
+    Ok(())
+}
+
 /// `openat2(dirfd, path, {flags, 0, resolve})`.
 pub fn openat2(dirfd: Option<BorrowedFd<'_>>, path: &Path, flags: libc::c_int, resolve: u64) -> io::Result<OwnedFd> {
     openat2_mode(dirfd, path, flags, 0, resolve)

@@ -311,13 +311,65 @@ def test_an_input_folder_with_binary_files_and_folders_is_sent_as_a_tar(server, 
     ]
 
 
-def test_what_the_service_lacks_is_refused_naming_the_gap(server, tmp_path):
+def test_what_the_service_lacks_is_refused_naming_the_gap(server):
     with pytest.raises(SandboxError, match="no argv"):
         RemoteSandbox(server.url, TOKEN).run("print(1)", args=["x"])
+
+
+def test_a_remote_session_reads_the_input_folder_and_its_artifacts_are_fetched_once_it_ends(server, tmp_path):
     inp = tmp_path / "in"
-    inp.mkdir()
-    with pytest.raises(SandboxError, match="sessions take no input"):
-        RemoteSandbox(server.url, TOKEN, input=inp).session()
+    (inp / "raw").mkdir(parents=True)
+    blob = bytes(range(256)) * 8
+    (inp / "raw" / "blob.bin").write_bytes(blob)
+    (inp / "table.csv").write_text("a,b\n1,2\n")
+    with RemoteSandbox(server.url, TOKEN, input=inp).session() as s:
+        seen = s.run(
+            "import hashlib, os\n"
+            "print(sorted(os.listdir('/workspace/input')))\n"
+            "print(hashlib.sha256(open('/workspace/input/raw/blob.bin', 'rb').read()).hexdigest())\n"
+        )
+        assert seen.ok, seen.stderr
+        assert seen.stdout.splitlines() == ["['raw', 'table.csv']", hashlib.sha256(blob).hexdigest()]
+        s.run("rows = open('/workspace/input/table.csv').read()")
+        s.run("open('/workspace/output/copy.csv', 'w').write(rows.upper())")
+    assert s.closing is not None
+    by_path = {a.path: a for a in s.closing.artifacts}
+    assert set(by_path) == {"copy.csv"}, s.closing.result["artifacts"]
+    copy = by_path["copy.csv"]
+    assert isinstance(copy, RemoteArtifact) and (copy.session_id, copy.run_id) == (s.id, None)
+    assert copy.read_bytes() == b"A,B\n1,2\n"
+    with pytest.raises(ArtifactMismatchError):
+        dataclasses.replace(copy, sha256="0" * 64).read_bytes()
+
+
+def test_a_followed_runs_artifacts_are_there_as_soon_as_its_result_is(remote):
+    for i in range(5):
+        got = []
+        ex = remote.run(f"print('made {i}')\nopen('n.txt', 'w').write('{i}')", on_stdout=got.append)
+        assert "".join(got) == f"made {i}\n"
+        assert [a.read_bytes() for a in ex.artifacts] == [str(i).encode()]
+
+
+def test_a_followed_run_this_client_stops_following_is_cancelled_on_the_service(remote, monkeypatch):
+    cancelled = []
+    cancel = remote._cancel
+
+    def spy(run_id: str) -> None:
+        cancelled.append(run_id)
+        cancel(run_id)
+
+    monkeypatch.setattr(remote, "_cancel", spy)
+
+    def stop(text: str) -> None:
+        raise KeyboardInterrupt("the user had enough")
+
+    started = time.monotonic()
+    with pytest.raises(KeyboardInterrupt):
+        remote.run("import time\nprint('going', flush=True)\ntime.sleep(60)\n", on_stdout=stop)
+    assert len(cancelled) == 1
+    state = remote._json("GET", f"/v1/runs/{cancelled[0]}", None, timeout=10)
+    assert (state["state"], state["result"]["status"]) == ("done", "cancelled"), state
+    assert time.monotonic() - started < 20, "the run was not left to its 60 s"
 
 
 def test_a_setup_failure_on_the_service_is_a_setup_error(rootfs, tmp_path):

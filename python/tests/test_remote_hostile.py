@@ -207,7 +207,28 @@ def test_a_broken_event_stream_is_followed_again_without_repeating_a_chunk(stand
     assert Handler.seen.count(("GET", f"/v1/runs/{RUN_ID}/events")) == 2
 
 
-def test_events_that_end_without_a_result_are_a_run_the_service_failed(stand_in):
+def test_a_run_the_service_failed_ends_its_events_with_an_error_raised_as_its_code(stand_in):
+    routes, sandbox = stand_in
+    routes[("POST", "/v1/runs")] = lambda h: (202, {}, json.dumps({"id": RUN_ID, "state": "running", "result": None}).encode())
+    error = {"type": "error", "error": {"code": "pool_lost", "message": "the warm pool ended: send it again"}}
+    routes[("GET", f"/v1/runs/{RUN_ID}/events")] = lambda h: (
+        200,
+        {"Content-Type": "text/event-stream"},
+        b': keepalive\n\ndata: {"type":"stdout","data":"part\\n"}\n\ndata: '
+        + json.dumps(error).encode()
+        + b"\n\nevent: end\ndata: {}\n\n",
+    )
+    got: List[str] = []
+    with pytest.raises(RemoteError) as info:
+        sandbox.run("print(1)", on_stdout=got.append)
+    e = info.value
+    assert (e.status, e.code) == (None, "pool_lost") and "send it again" in e.message, str(e)
+    assert got == ["part\n"], "the chunks before the error are handed on, the keepalive is not"
+    # The end of the events is the end: no poll of the run's state, no cancel of a run that ended.
+    assert Handler.seen == [("POST", "/v1/runs"), ("GET", f"/v1/runs/{RUN_ID}/events")], Handler.seen
+
+
+def test_events_that_end_with_neither_a_result_nor_an_error_are_refused(stand_in):
     routes, sandbox = stand_in
     routes[("POST", "/v1/runs")] = lambda h: (202, {}, json.dumps({"id": RUN_ID, "state": "running", "result": None}).encode())
     routes[("GET", f"/v1/runs/{RUN_ID}/events")] = lambda h: (
@@ -215,10 +236,32 @@ def test_events_that_end_without_a_result_are_a_run_the_service_failed(stand_in)
         {"Content-Type": "text/event-stream"},
         b'data: {"type":"stdout","data":"x"}\n\nevent: end\ndata: {}\n\n',
     )
-    running = json.dumps({"id": RUN_ID, "state": "running", "result": None}).encode()
-    routes[("GET", f"/v1/runs/{RUN_ID}")] = lambda h: (200, {}, running)
-    with pytest.raises(SandboxProtocolError, match="without a result"):
+    with pytest.raises(SandboxProtocolError, match="neither a result nor an error"):
         sandbox.run("print(1)", on_stdout=lambda t: None)
+
+
+def test_an_event_stream_silent_past_its_keepalives_is_opened_again_then_the_run_cancelled(stand_in, monkeypatch):
+    routes, sandbox = stand_in
+    monkeypatch.setattr(remote_module, "EVENTS_SILENCE", 1.0)
+    routes[("POST", "/v1/runs")] = lambda h: (202, {}, json.dumps({"id": RUN_ID, "state": "running", "result": None}).encode())
+
+    def silent(h: Handler):
+        # Headers, then nothing: no event, no keepalive.
+        h.send_response(200)
+        h.send_header("Content-Type", "text/event-stream")
+        h.end_headers()
+        h.wfile.flush()
+        time.sleep(3)
+
+    routes[("GET", f"/v1/runs/{RUN_ID}/events")] = silent
+    routes[("DELETE", f"/v1/runs/{RUN_ID}")] = lambda h: (200, {}, json.dumps({"id": RUN_ID, "state": "done"}).encode())
+    started = time.monotonic()
+    with pytest.raises(RemoteConnectionError, match="cancelled on the service"):
+        RemoteSandbox(sandbox.url, TOKEN, request_timeout=2, retries=1).run("print(1)", on_stdout=lambda t: None)
+    assert time.monotonic() - started < 10
+    events = [k for k in Handler.seen if k[0] == "GET"]
+    assert len(events) == 2, f"opened once more after the silence: {Handler.seen}"
+    assert Handler.seen[-1] == ("DELETE", f"/v1/runs/{RUN_ID}"), "a run no longer followed is cancelled"
 
 
 def test_a_refused_event_stream_is_the_services_error(stand_in):

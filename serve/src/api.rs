@@ -27,7 +27,8 @@ pub struct ErrorBody {
 #[derive(Serialize, ToSchema)]
 pub struct ErrorDetail {
     /// A stable name: `bad_request`, `unauthorized`, `not_found`, `too_large`, `busy`, `draining`,
-    /// `failed`, `pool_lost` (the warm pool ended while the run was in it: send it again).
+    /// `failed`, `pool_lost` (the warm pool ended while the run was in it: send it again),
+    /// `cancelled` (the run was cancelled before it reached a jail: nothing ran).
     pub code: String,
     /// The request field at fault, when one is.
     pub field: Option<String>,
@@ -65,6 +66,10 @@ impl ApiError {
     }
     pub fn failed(message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "failed", message)
+    }
+    /// Cancelled (`DELETE /v1/runs/{id}`) before it reached a jail: 409.
+    pub fn cancelled(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::CONFLICT, "cancelled", message)
     }
     /// The warm pool ended with the run in it: 502, and a retry may succeed.
     pub fn pool_lost(message: impl Into<String>) -> ApiError {
@@ -110,8 +115,10 @@ pub struct RunRequest {
     pub input_tar: Option<String>,
     #[serde(default)]
     pub limits: Limits,
-    /// `true` (the default): reply when the run ends, with its result.
-    /// `false`: reply 202 with the id at once; follow `/v1/runs/{id}/events`.
+    /// `true` (the default): reply when the run ends, with its result (a
+    /// client that goes away cancels the run). `false`: reply 202 with the
+    /// id at once; follow `/v1/runs/{id}/events` or poll `/v1/runs/{id}`;
+    /// `DELETE /v1/runs/{id}` cancels it.
     #[serde(default = "yes")]
     pub wait: bool,
 }
@@ -131,11 +138,14 @@ pub struct Limits {
 }
 
 /// A run's reply: its id and, once it ended, the jail's result document
-/// (schema/result.schema.json, `jail schema`).
+/// (schema/result.schema.json, `jail schema`), or why there is none.
 #[derive(Serialize, ToSchema)]
 pub struct RunReply {
     pub id: String,
-    /// `running` or `done`.
+    /// `running`; `done`: it ended and `result` is its document, whatever
+    /// its status (`cancelled` after a `DELETE`); `failed`: it ended
+    /// without one (the jail printed no result, the warm pool was lost, it
+    /// was cancelled before it reached a jail) and `error` says why.
     pub state: String,
     /// Where the run runs: `pool` (a jail made ahead by the warm pool) or
     /// `spawn` (a `jail run` of its own). Absent for session cells.
@@ -143,14 +153,42 @@ pub struct RunReply {
     pub backend: Option<String>,
     #[schema(value_type = Option<Object>)]
     pub result: Option<serde_json::Value>,
+    /// Why a `failed` run has no result: `code` (`failed`, `pool_lost`,
+    /// `cancelled`) and `message`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorDetail>,
 }
 
-/// `POST /v1/sessions`.
+impl RunReply {
+    /// A session's cell or closing result.
+    pub fn done(id: &str, result: serde_json::Value) -> RunReply {
+        RunReply {
+            id: id.into(),
+            state: "done".into(),
+            backend: None,
+            result: Some(result),
+            error: None,
+        }
+    }
+}
+
+/// `POST /v1/sessions` (an empty body is `{}`).
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SessionRequest {
+    /// Limits of the session: `timeout_secs` is each cell's wall-clock
+    /// limit, `memory_mib` the whole session's.
     #[serde(default)]
     pub limits: Limits,
+    /// Input files by name (UTF-8 text), at /workspace/input/NAME for
+    /// every cell, as a run's `files`.
+    #[serde(default)]
+    pub files: BTreeMap<String, String>,
+    /// Input files as a tar archive, base64-encoded, optionally
+    /// gzip-compressed, checked and bounded exactly as a run's `input_tar`.
+    #[serde(default)]
+    #[schema(format = Byte)]
+    pub input_tar: Option<String>,
 }
 
 /// `POST /v1/sessions/{id}/exec`.
@@ -164,6 +202,9 @@ pub struct ExecRequest {
 #[derive(Serialize, ToSchema)]
 pub struct SessionReply {
     pub id: String,
+    /// Where its jail came from: `pool` (a jail the warm pool made ahead,
+    /// its preload imported) or `spawn` (a `jail session start` of its own).
+    pub backend: String,
 }
 
 /// Parse a JSON body into `T`, naming the field at fault.

@@ -3,6 +3,11 @@
 //! the warm pool (one `jail pool` child, JSON lines). Either way each run's
 //! supervisor is a process of its own, so a crashing run cannot take the
 //! server down; `route` says which backend takes a run.
+//!
+//! A backend appends a run's events to its log as they come, all but the
+//! last: the caller (runs.rs, `record`) stores how the run ended, then
+//! appends its `result` event (or an `error` event) and finishes the log,
+//! so a follower that has seen the last event finds the run ended.
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -11,6 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
+
+use crate::cancel::Cancel;
 
 /// One run, staged: `dir/main.py`, `dir/input/` when there is input; the
 /// jail's output folder is made in `dir` (spawn: a fresh one, TMPDIR;
@@ -49,6 +56,22 @@ impl EventLog {
         }
         self.changed.notify_waiters();
     }
+    /// Wait until the log is finished, at most `within`: whether it is.
+    pub async fn wait_finished(&self, within: std::time::Duration) -> bool {
+        let until = tokio::time::Instant::now() + within;
+        loop {
+            let waiting = self.changed.notified();
+            tokio::pin!(waiting);
+            waiting.as_mut().enable();
+            if self.since(usize::MAX).1 {
+                return true;
+            }
+            if tokio::time::timeout_at(until, waiting).await.is_err() {
+                return self.since(usize::MAX).1;
+            }
+        }
+    }
+
     /// The lines from `from` on, and whether the log is complete.
     pub fn since(&self, from: usize) -> (Vec<Arc<str>>, bool) {
         match self.lines.lock() {
@@ -56,6 +79,16 @@ impl EventLog {
             Err(_) => (Vec::new(), true),
         }
     }
+}
+
+/// The event that ends a finished run's log, as `jail run --events` ends it.
+pub fn result_event(result: &serde_json::Value) -> String {
+    serde_json::json!({"type": "result", "result": result}).to_string()
+}
+
+/// The event that ends the log of a run that ended without a result.
+pub fn error_event(code: &str, message: &str) -> String {
+    serde_json::json!({"type": "error", "error": {"code": code, "message": message}}).to_string()
 }
 
 /// Finishes a run's log however the run's future ends (a client that went
@@ -81,11 +114,17 @@ pub enum RunError {
     /// never started, and may run elsewhere (its log is left open).
     #[error("{0}")]
     NotStarted(String),
+    /// Cancelled before it reached a jail: nothing ran (a 409).
+    #[error("{0}")]
+    Cancelled(String),
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 pub trait Backend: Send + Sync + 'static {
-    /// Run `job`, appending its events to `log`; the result document.
-    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>) -> BoxFuture<'a, Result<serde_json::Value, RunError>>;
+    /// Run `job`, appending its events but the last to `log` (the log is
+    /// not finished here); stop it when `cancel` is asked (it still ends
+    /// with its result: `cancelled`). The result document.
+    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>, cancel: Arc<Cancel>)
+        -> BoxFuture<'a, Result<serde_json::Value, RunError>>;
 }

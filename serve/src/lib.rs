@@ -3,7 +3,8 @@
 //! their own: the jail must fork from a single-threaded process, and a
 //! crashing run cannot take the server down. Runs go to a warm pool (one
 //! `jail pool` child, `--pool-size`) or, when the pool's jails cannot honour
-//! them, to a `jail run` of their own. Runs die with the server
+//! them, to a `jail run` of their own; sessions likewise take a pooled jail
+//! or a `jail session start` of their own. Runs die with the server
 //! (PR_SET_PDEATHSIG; the pool's jails hold its lifeline), and a janitor
 //! process removes the work folder and stops leftover sessions should the
 //! server be killed.
@@ -13,14 +14,18 @@
 //! - `backend`: the seam where a run runs; `spawn` (`jail run --events`
 //!   per run), `pool` (the warm pool's client and keeper), `route` (which
 //!   of the two takes a run).
-//! - `input`: a run's input folder from `files` and `input_tar`, planned in
-//!   memory and written without following a link.
+//! - `cancel`: a run's cancel (DELETE, or a waiting client that left);
+//!   `artifacts`: an accepted artifact's bytes, of a run or a session.
+//! - `input`: a run's or a session's input folder from `files` and
+//!   `input_tar`, planned in memory and written without following a link.
 //! - `metrics`: Prometheus text; `janitor`: cleanup after the server's death.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod api;
+mod artifacts;
 mod backend;
+mod cancel;
 mod config;
 pub mod input;
 mod janitor;

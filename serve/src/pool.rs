@@ -30,14 +30,9 @@ use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
 use crate::backend::{Backend, BoxFuture, EventLog, Job, RunError};
+use crate::cancel::Cancel;
 use crate::route::PoolShape;
 use wire::{Line, Read, Reply};
-
-/// Whether the pool takes `{"op": "cancel", "id": ID}` (stop request ID's
-/// jail now; its reply follows as usual). The protocol has no such op
-/// yet, so a client that goes away leaves its pool run to its wall time
-/// (its slot held until then). Flip when `jail pool` gains it.
-pub const CANCEL: bool = false;
 
 /// How long a new pool may take to make its first jail and answer.
 const START_WAIT: Duration = Duration::from_secs(120);
@@ -211,6 +206,7 @@ impl Pool {
             waiting: Mutex::new(HashMap::new()),
             closed: AtomicBool::new(false),
             next: AtomicU64::new(0),
+            sessions: AtomicBool::new(true),
         });
         tokio::spawn(write_lines(stdin, lines));
         tokio::spawn(read_lines(Arc::clone(&link), stdout));
@@ -353,6 +349,18 @@ pub struct Link {
     /// Set once its stdout ended: nothing more is sent.
     closed: AtomicBool,
     next: AtomicU64,
+    /// Cleared when the pool said it can never hand out a session.
+    sessions: AtomicBool,
+}
+
+/// Why the pool gave no session.
+#[derive(Debug)]
+pub enum SessionRefused {
+    /// This pool never hands sessions out (its policy binds each jail's
+    /// output folder): start them on their own.
+    Never,
+    /// This time: the reason.
+    Failed(String),
 }
 
 impl Link {
@@ -397,13 +405,49 @@ impl Link {
         }
     }
 
-    /// Stop request `id` (when the pool can: `CANCEL`); its reply still
-    /// comes, and releases what the run holds.
-    pub fn cancel(&self, id: &str) {
-        if CANCEL {
-            if let Some(s) = lock(&self.send).as_ref() {
-                let _ = s.send(wire::cancel_line(id));
+    /// Whether sessions may be asked of this pool.
+    pub fn takes_sessions(&self) -> bool {
+        self.sessions.load(Ordering::SeqCst)
+    }
+
+    /// A session from the pool (`{"op": "session"}`): a ready jail, its
+    /// preload imported, with `input` copied in and `output` as its output
+    /// folder. The answer's `{"handle", "id", "pid", "output_dir"}`.
+    pub async fn session(
+        &self,
+        id: &str,
+        input: Option<&std::path::Path>,
+        output: &std::path::Path,
+    ) -> Result<Value, SessionRefused> {
+        let failed = |m: String| SessionRefused::Failed(m);
+        // A turn like a run's while it claims a jail (not for the session's life).
+        let _turn = self.gate.acquire().await.map_err(|_| failed("the warm pool was closed".into()))?;
+        let rx = self.send(wire::session_line(id, input, output), id.into(), None).map_err(failed)?;
+        match tokio::time::timeout(QUEUE_GRACE, rx).await {
+            Err(_) => {
+                lock(&self.waiting).remove(id);
+                Err(failed(format!("the warm pool did not hand out a session within {QUEUE_GRACE:?}")))
             }
+            Ok(Ok(Reply::Session(v))) if v.get("handle").is_some_and(Value::is_string) => Ok(v),
+            Ok(Ok(Reply::Error { code, message })) if wire::refuses_sessions(&code, &message) => {
+                self.sessions.store(false, Ordering::SeqCst);
+                Err(SessionRefused::Never)
+            }
+            Ok(Ok(Reply::Error { code, message })) => {
+                Err(failed(format!("the warm pool refused the session ({code}): {message}")))
+            }
+            Ok(Ok(Reply::Lost(why))) => Err(failed(why)),
+            Ok(Ok(other)) => Err(failed(format!("the warm pool answered a session with {other:?}"))),
+            Ok(Err(_)) => Err(failed("the warm pool ended".into())),
+        }
+    }
+
+    /// Stop request `id` (`{"op": "cancel"}`): its jail is stopped at once;
+    /// its reply still comes (its result, `cancelled`), and releases what
+    /// the run holds.
+    pub fn cancel(&self, id: &str) {
+        if let Some(s) = lock(&self.send).as_ref() {
+            let _ = s.send(wire::cancel_line(id));
         }
     }
 
@@ -437,6 +481,8 @@ impl Link {
                 waiter.logged += text.len() as u64;
                 log.push(&text);
             }
+            // The answer to a cancel of a run already answered: nothing waits for it.
+            Line::Reply(_, Reply::Error { code, .. }) if code == "unknown_id" => {}
             Line::Reply(id, reply) => {
                 let Some(waiter) = lock(&self.waiting).remove(&id) else { return };
                 if waiter.dropped > 0 {
@@ -463,38 +509,54 @@ impl Link {
 }
 
 impl Backend for Link {
-    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>) -> BoxFuture<'a, Result<Value, RunError>> {
+    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>, cancel: Arc<Cancel>) -> BoxFuture<'a, Result<Value, RunError>> {
         Box::pin(async move {
             // Waiting here is bounded by the runs ahead, each by its deadline.
-            let _turn = self.gate.acquire().await.map_err(|_| RunError::PoolLost("the warm pool was closed".into()))?;
+            let _turn = tokio::select! {
+                turn = self.gate.acquire() => turn.map_err(|_| RunError::PoolLost("the warm pool was closed".into()))?,
+                () = cancel.wait() => return Err(RunError::Cancelled(NOT_RUN.into())),
+            };
             let deadline = job.timeout + crate::spawn::HUNG_GRACE + QUEUE_GRACE;
             let events = self.streams_events();
             let rx = self
                 .send(wire::run_line(&job, events), job.id.clone(), Some(Arc::clone(&log)))
                 .map_err(|why| RunError::PoolLost(format!("{why}: the run did not start; send it again")))?;
-            let reply = tokio::time::timeout(deadline, rx).await;
+            let answered = async {
+                tokio::pin!(rx);
+                let mut asked = false;
+                loop {
+                    tokio::select! {
+                        reply = &mut rx => return reply,
+                        // Its reply still comes: its result, `cancelled`.
+                        () = cancel.wait(), if !asked => {
+                            asked = true;
+                            self.cancel(&job.id);
+                        }
+                    }
+                }
+            };
+            let reply = tokio::time::timeout(deadline, answered).await;
             let result = match reply {
                 Err(_) => {
                     lock(&self.waiting).remove(&job.id);
-                    log.finish();
                     return Err(RunError::Failed(format!("the warm pool did not answer within {deadline:?}")));
                 }
-                Ok(Err(_)) => Err(RunError::PoolLost("the warm pool ended: the run did not finish; send it again".into())),
-                Ok(Ok(Reply::Result(v))) => Ok(v),
-                Ok(Ok(Reply::Lost(why))) => Err(RunError::PoolLost(format!("{why}: the run did not finish; send it again"))),
+                Ok(Err(_)) => {
+                    return Err(RunError::PoolLost("the warm pool ended: the run did not finish; send it again".into()))
+                }
+                Ok(Ok(Reply::Result(v))) => v,
+                Ok(Ok(Reply::Lost(why))) => {
+                    return Err(RunError::PoolLost(format!("{why}: the run did not finish; send it again")))
+                }
                 Ok(Ok(Reply::Error { code, message })) if wire::never_started(&code, &message) => {
                     return Err(RunError::NotStarted(format!("the warm pool's jail was dead before the run started: {message}")));
                 }
+                Ok(Ok(Reply::Error { code, message })) if code == "cancelled" => return Err(RunError::Cancelled(message)),
                 Ok(Ok(Reply::Error { code, message })) => {
-                    Err(RunError::Failed(format!("the warm pool refused the run ({code}): {message}")))
+                    return Err(RunError::Failed(format!("the warm pool refused the run ({code}): {message}")))
                 }
-                Ok(Ok(Reply::Stats(_))) => Err(RunError::Failed("the warm pool answered the run with stats".into())),
-            };
-            let result = match result {
-                Ok(r) => r,
-                Err(e) => {
-                    log.finish();
-                    return Err(e);
+                Ok(Ok(Reply::Stats(_) | Reply::Session(_))) => {
+                    return Err(RunError::Failed("the warm pool answered the run with something else".into()))
                 }
             };
             if !events {
@@ -502,13 +564,14 @@ impl Backend for Link {
                     log.push(&line);
                 }
             }
-            log.push(&wire::result_event(&result));
-            log.finish();
             jail::schema::check_version(&result).map_err(|e| RunError::Failed(e.to_string()))?;
             Ok(result)
         })
     }
 }
+
+/// Why a cancelled run that never reached the pool did not run.
+const NOT_RUN: &str = "the run was cancelled before it reached the warm pool: nothing ran";
 
 /// The pool's stdin: lines in order, each with its newline.
 async fn write_lines(mut stdin: tokio::process::ChildStdin, mut lines: mpsc::UnboundedReceiver<String>) {
@@ -580,6 +643,14 @@ def say(obj):
 held = []
 for line in sys.stdin:
     req = json.loads(line)
+    if req.get("op") == "cancel":
+        found = [h for h in held if h[0] == req["id"]]
+        if found:
+            held.remove(found[0])
+            say({"id": req["id"], "result": dict(found[0][1], status="cancelled")})
+        else:
+            say({"id": req["id"], "error": {"code": "unknown_id", "message": "not in flight"}})
+        continue
     if req.get("op") == "stats":
         say({"id": req.get("id"), "stats": {"size": 2, "ready": 2, "making": 0, "in_use": 0,
              "refill_ms": {"last": 40.0, "mean": 42.0}, "idle_rss_bytes": 1}})
@@ -653,7 +724,7 @@ for line in sys.stdin:
 
     async fn run(link: &Arc<Link>, job: Job) -> (Result<Value, RunError>, Arc<EventLog>) {
         let log = Arc::new(EventLog::default());
-        (link.run(job, Arc::clone(&log)).await, log)
+        (link.run(job, Arc::clone(&log), Arc::default()).await, log)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -667,8 +738,8 @@ for line in sys.stdin:
             assert_eq!(r.unwrap()["stdout"]["text"], format!("ran {id}"));
             let events = lines(&log);
             let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
-            assert_eq!(kinds, ["stdout", "artifact", "result"], "the events are made from the result: {events:?}");
-            assert!(log.since(0).1, "the log is finished");
+            assert_eq!(kinds, ["stdout", "artifact"], "the events are made from the result: {events:?}");
+            assert!(!log.since(0).1, "the log is the caller's to finish, once the run is recorded");
         }
         let snap = pool.snapshot().await;
         assert_eq!(snap.stats.unwrap()["refill_ms"]["mean"], 42.0);
@@ -685,7 +756,7 @@ for line in sys.stdin:
         let log = Arc::new(EventLog::default());
         let task = tokio::spawn({
             let (link, log, job) = (Arc::clone(&link), Arc::clone(&log), fake.job("c"));
-            async move { link.run(job, log).await }
+            async move { link.run(job, log, Arc::default()).await }
         });
         let until = Instant::now() + Duration::from_secs(10);
         while log.since(0).0.is_empty() {
@@ -697,7 +768,39 @@ for line in sys.stdin:
         assert!(matches!(link.call(wire::stats_line("release"), "release".into()).await, Some(Reply::Stats(_))));
         assert_eq!(task.await.unwrap().unwrap()["status"], "ok");
         let kinds: Vec<String> = lines(&log).iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect();
-        assert_eq!(kinds, ["stdout", "result"], "nothing made up when the pool streamed");
+        assert_eq!(kinds, ["stdout"], "nothing made up when the pool streamed");
+        pool.shut_down().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_pool_run_ends_with_its_reply_and_a_late_unknown_id_is_dropped() {
+        let fake = Fake::new();
+        let pool = Pool::start(fake.config("events")).await.unwrap();
+        let link = pool.link().unwrap();
+        let (log, cancel) = (Arc::new(EventLog::default()), Arc::new(Cancel::default()));
+        let task = tokio::spawn({
+            let (link, log, cancel, job) = (Arc::clone(&link), Arc::clone(&log), Arc::clone(&cancel), fake.job("k"));
+            async move { link.run(job, log, cancel).await }
+        });
+        let until = Instant::now() + Duration::from_secs(10);
+        while log.since(0).0.is_empty() {
+            assert!(Instant::now() < until, "the run never started");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        cancel.ask();
+        let r = tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap().unwrap();
+        assert_eq!(r["status"], "cancelled");
+        // A second cancel of the answered run: the pool says unknown_id, and
+        // nothing waits for that.
+        link.cancel("k");
+        assert!(pool.snapshot().await.stats.is_some(), "the link serves on");
+        // Cancelled before it was sent: nothing reaches the pool.
+        let asked = Arc::new(Cancel::default());
+        asked.ask();
+        let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| link.gate.acquire())).await;
+        let e = link.run(fake.job("never"), Arc::default(), asked).await.unwrap_err();
+        assert!(matches!(e, RunError::Cancelled(_)), "{e}");
+        drop(held);
         pool.shut_down().await;
     }
 
@@ -706,10 +809,9 @@ for line in sys.stdin:
         let fake = Fake::new();
         let pool = Pool::start(fake.config("dies")).await.unwrap();
         let link = pool.link().unwrap();
-        let (r, log) = run(&link, fake.job("d")).await;
+        let (r, _) = run(&link, fake.job("d")).await;
         let e = r.unwrap_err();
         assert!(matches!(&e, RunError::PoolLost(m) if m.contains("ended")), "{e}");
-        assert!(log.since(0).1, "a lost run's log is finished");
         let until = Instant::now() + Duration::from_secs(20);
         let link = loop {
             if let Some(l) = pool.link() {

@@ -1,7 +1,8 @@
-//! `/v1/runs`: start a run, follow its events, fetch its artifacts.
+//! `/v1/runs`: start a run, follow its events (a keepalive comment while
+//! it is silent), cancel it, fetch its artifacts.
 
 use std::convert::Infallible;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,15 +12,14 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
-use crate::api::{parse, ApiError, Limits, RunReply, RunRequest};
+use crate::api::{parse, ApiError, ErrorDetail, Limits, RunReply, RunRequest};
 use crate::backend::{Backend, EventLog, FinishOnDrop, Job, RunError};
+use crate::cancel::CancelOnDrop;
 use crate::config::Tenant;
 use crate::pool::Link;
-use crate::state::{make_run_dir, new_id, run_dir_mode, Run, Shared, Slot};
-use crate::{input, route};
+use crate::state::{make_run_dir, new_id, run_dir_mode, End, Run, Shared, Slot};
+use crate::{artifacts, input, route};
 
-/// Bytes of one artifact served at most.
-const MAX_ARTIFACT_BYTES: u64 = 256 << 20;
 /// Input files one run may be sent.
 const MAX_FILES: usize = 256;
 
@@ -71,9 +71,12 @@ fn check_file_name(name: &str) -> Result<(), ApiError> {
 
 /// The input planned from `files` and `input_tar`, off the async threads:
 /// a bad archive is a 400 naming `input_tar` before anything is staged.
-async fn plan_input(req: &mut RunRequest, bytes: usize) -> Result<input::Plan, ApiError> {
-    let files = std::mem::take(&mut req.files);
-    let tar = req.input_tar.take();
+pub async fn plan_input(
+    files: &mut std::collections::BTreeMap<String, String>,
+    tar: Option<String>,
+    bytes: usize,
+) -> Result<input::Plan, ApiError> {
+    let files = std::mem::take(files);
     let bounds = input::Bounds::with_bytes(bytes as u64);
     tokio::task::spawn_blocking(move || input::plan(&files, tar.as_deref(), &bounds))
         .await
@@ -103,35 +106,50 @@ impl Drop for Staging {
 async fn stage(dir: &Path, code: String, plan: input::Plan) -> Result<Option<PathBuf>, ApiError> {
     make_run_dir(dir)?;
     let staging = Staging(Some(dir.to_path_buf()));
-    let (dir_mode, file_mode) = (run_dir_mode(), run_dir_mode() & 0o644);
     let main = input::Plan::one_file("main.py", code.into_bytes());
-    let input = (!plan.is_empty()).then(|| dir.join("input"));
-    if let Some(inner) = &input {
-        make_run_dir(inner)?;
-    }
-    let (root, inner) = (dir.to_path_buf(), input.clone());
-    tokio::task::spawn_blocking(move || {
-        input::write(&main, &root, dir_mode, file_mode)?;
-        if let Some(inner) = inner {
-            input::write(&plan, &inner, dir_mode, file_mode)?;
-        }
-        Ok::<_, input::WriteError>(())
-    })
-    .await
-    .map_err(|e| ApiError::failed(format!("staging the run: {e}")))?
-    .map_err(|e| ApiError::failed(e.to_string()))?;
+    write_plan(dir.to_path_buf(), main).await?;
+    let input = stage_input(dir, plan).await?;
     staging.keep();
     Ok(input)
+}
+
+/// Write the planned input into `dir/input` (made for it; nothing when
+/// the plan is empty): the input folder of a run, or of a session.
+pub async fn stage_input(dir: &Path, plan: input::Plan) -> Result<Option<PathBuf>, ApiError> {
+    if plan.is_empty() {
+        return Ok(None);
+    }
+    let inner = dir.join("input");
+    make_run_dir(&inner)?;
+    let staging = Staging(Some(inner.clone()));
+    write_plan(inner.clone(), plan).await?;
+    staging.keep();
+    Ok(Some(inner))
+}
+
+/// Write `plan` beneath `root`, off the async threads, in the modes a
+/// run's jail reads.
+async fn write_plan(root: PathBuf, plan: input::Plan) -> Result<(), ApiError> {
+    let (dir_mode, file_mode) = (run_dir_mode(), run_dir_mode() & 0o644);
+    tokio::task::spawn_blocking(move || input::write(&plan, &root, dir_mode, file_mode))
+        .await
+        .map_err(|e| ApiError::failed(format!("staging the input: {e}")))?
+        .map_err(|e| ApiError::failed(e.to_string()))
 }
 
 fn check_request(req: &RunRequest) -> Result<(), ApiError> {
     if req.code.trim().is_empty() {
         return Err(ApiError::field("code", "`code` is empty: send the Python source to run"));
     }
-    if req.files.len() > MAX_FILES {
+    check_files(&req.files)
+}
+
+/// `files`: at most `MAX_FILES`, each name one path component.
+pub fn check_files(files: &std::collections::BTreeMap<String, String>) -> Result<(), ApiError> {
+    if files.len() > MAX_FILES {
         return Err(ApiError::field("files", format!("more than {MAX_FILES} files: send them as `input_tar`")));
     }
-    req.files.keys().try_for_each(|n| check_file_name(n))
+    files.keys().try_for_each(|n| check_file_name(n))
 }
 
 #[utoipa::path(post, path = "/v1/runs", request_body = RunRequest,
@@ -177,45 +195,51 @@ async fn start(state: &Shared, headers: &HeaderMap, body: Body) -> Result<Respon
     drop(body);
     check_request(&req)?;
     let (timeout, memory_mib) = checked_limits(&req.limits, &tenant)?;
-    let plan = plan_input(&mut req, bytes_in).await?;
+    let plan = plan_input(&mut req.files, req.input_tar.take(), bytes_in).await?;
     let slot = state.take_slot(&tenant)?;
     let id = new_id()?;
     let dir = state.tenant_dir(&tenant)?.join(&id);
     let input = stage(&dir, std::mem::take(&mut req.code), plan).await?;
     let link = route(state, &route::Shape { memory_mib, timeout, followed: !req.wait });
-    let backend = if link.is_some() { "pool" } else { "spawn" };
-    let log = Arc::new(EventLog::default());
-    let run = Arc::new(Run {
-        dir: dir.clone(),
-        log: Arc::clone(&log),
-        result: Default::default(),
-        backend: backend.into(),
-    });
+    let run = Arc::new(Run::new(dir.clone(), if link.is_some() { "pool" } else { "spawn" }));
     state.keep_run(&tenant, &id, Arc::clone(&run));
     let job = Job { id: id.clone(), dir, input, timeout, memory_mib };
-    let reply = |state: &str, run: &Run, result| RunReply {
-        id: id.clone(),
-        state: state.into(),
-        backend: Some(run.backend().into()),
-        result,
-    };
     if req.wait {
         // Run inside the request: a client that goes away drops this
-        // future, and with it the run (spawn: its group is stopped; pool:
-        // see `execute`).
+        // future, which cancels the run (see `execute`).
         let result = execute(state, job, Arc::clone(&run), slot, link).await?;
-        return Ok(Json(reply("done", &run, Some(result))).into_response());
+        return Ok(Json(reply_of(&id, &run, End::Done(result))).into_response());
     }
-    let running = reply("running", &run, None);
+    let running = reply_of(&id, &run, End::Running);
     let owned = Arc::clone(state);
     tokio::spawn(async move {
+        // Its end is recorded in the run (GET /v1/runs/{id}, its events).
         let _ = execute(&owned, job, run, slot, link).await;
     });
     Ok((StatusCode::ACCEPTED, Json(running)).into_response())
 }
 
-/// Run `job` on the pool (`link`) or a `jail run` of its own, holding the
-/// run's slot until it has really ended.
+/// The reply for run `id` at `end`.
+fn reply_of(id: &str, run: &Run, end: End) -> RunReply {
+    let (state, result, error) = match end {
+        End::Running => ("running", None, None),
+        End::Done(result) => ("done", Some(result), None),
+        End::Failed { code, message } => ("failed", None, Some(ErrorDetail { code: code.into(), field: None, message })),
+    };
+    RunReply {
+        id: id.into(),
+        state: state.into(),
+        backend: Some(run.backend().into()),
+        result,
+        error,
+    }
+}
+
+/// Run `job` on the pool (`link`) or a `jail run` of its own, in a task of
+/// its own that holds the run's slot until the run has really ended and
+/// records how it ended: a client that goes away cannot start more runs
+/// than its token allows. Dropping this future (the waiting client went
+/// away) cancels the run, which then ends at once (`cancelled`).
 async fn execute(
     state: &Shared,
     job: Job,
@@ -224,58 +248,45 @@ async fn execute(
     link: Option<Arc<Link>>,
 ) -> Result<serde_json::Value, ApiError> {
     let started = Instant::now();
-    let Some(link) = link else {
-        // Followers of its events are not left waiting if the client goes away.
-        let _finish = FinishOnDrop(Arc::clone(&run.log));
-        let outcome = state.spawn.run(job, Arc::clone(&run.log)).await;
-        drop(slot);
-        return record(state, &run, started, outcome);
-    };
-    // The pool cannot stop a request it was sent (unless `pool::CANCEL`),
-    // so the run goes on in a task of its own that holds the slot until
-    // the pool answers: a client that goes away cannot start more runs
-    // than its token allows. Dropping this future asks the pool to cancel.
-    let id = job.id.clone();
-    let (owned, held) = (Arc::clone(state), Arc::clone(&link));
+    let cancel = CancelOnDrop::new(Arc::clone(&run.cancel));
+    let owned = Arc::clone(state);
     let task = tokio::spawn(async move {
-        let mut outcome = held.run(job.clone(), Arc::clone(&run.log)).await;
-        if let Err(RunError::NotStarted(why)) = &outcome {
-            // The pool handed out a dead jail (see wire::never_started):
-            // the step never ran, so it runs once, on a jail of its own.
-            eprintln!("jail serve: run {}: {why}: running it with jail run", job.id);
-            owned.metrics.spawned("pool_jail_dead");
-            if let Ok(mut b) = run.backend.lock() {
-                *b = "spawn";
-            }
-            outcome = owned.spawn.run(job, Arc::clone(&run.log)).await;
-        }
+        // Followers of its events are never left waiting, even on a panic.
+        let _finish = FinishOnDrop(Arc::clone(&run.log));
+        let outcome = match link {
+            Some(link) => on_pool(&owned, &link, job, &run).await,
+            None => owned.spawn.run(job, Arc::clone(&run.log), Arc::clone(&run.cancel)).await,
+        };
         drop(slot);
         record(&owned, &run, started, outcome)
     });
-    let cancel = CancelOnDrop(Some((link, id)));
     let done = task.await;
     cancel.disarm();
     done.map_err(|e| ApiError::failed(format!("the run's task ended: {e}")))?
 }
 
-/// Asks the pool to cancel a request whose client went away.
-struct CancelOnDrop(Option<(Arc<Link>, String)>);
-
-impl CancelOnDrop {
-    fn disarm(mut self) {
-        self.0 = None;
+/// A run on the pool; one whose pooled jail was dead before its code was
+/// sent runs once more, on a jail of its own.
+async fn on_pool(state: &Shared, link: &Link, job: Job, run: &Run) -> Result<serde_json::Value, RunError> {
+    let outcome = link.run(job.clone(), Arc::clone(&run.log), Arc::clone(&run.cancel)).await;
+    let Err(RunError::NotStarted(why)) = &outcome else { return outcome };
+    if run.cancel.asked() {
+        return Err(RunError::Cancelled("the run was cancelled before it reached a jail: nothing ran".into()));
     }
+    // The pool handed out a dead jail (see wire::never_started): the step
+    // never ran, so it runs once, on a jail of its own.
+    eprintln!("jail serve: run {}: {why}: running it with jail run", job.id);
+    state.metrics.spawned("pool_jail_dead");
+    if let Ok(mut b) = run.backend.lock() {
+        *b = "spawn";
+    }
+    state.spawn.run(job, Arc::clone(&run.log), Arc::clone(&run.cancel)).await
 }
 
-impl Drop for CancelOnDrop {
-    fn drop(&mut self) {
-        if let Some((link, id)) = self.0.take() {
-            link.cancel(&id);
-        }
-    }
-}
-
-/// A run ended: its metrics, its result kept for `GET /v1/runs/{id}`.
+/// A run ended: its metrics; how it ended kept in the run for `GET
+/// /v1/runs/{id}` and its artifacts, and only then its last event (its
+/// result, or an `error` event) logged and the log finished, so a follower
+/// that has seen the end finds the run ended.
 fn record(
     state: &Shared,
     run: &Run,
@@ -283,45 +294,75 @@ fn record(
     outcome: Result<serde_json::Value, RunError>,
 ) -> Result<serde_json::Value, ApiError> {
     state.metrics.ran_on(run.backend());
-    match outcome {
+    let ended = match outcome {
         Ok(result) => {
             let status = result.get("status").and_then(|s| s.as_str()).unwrap_or("unknown").to_owned();
             let denials = result.get("denials").and_then(|d| d.as_array()).map_or(0, |d| d.len() as u64);
             state.metrics.run(&status, started.elapsed(), denials);
-            if let Ok(mut r) = run.result.lock() {
-                *r = Some(result.clone());
-            }
+            run.set_end(End::Done(result.clone()));
+            run.log.push(&crate::backend::result_event(&result));
             Ok(result)
         }
         Err(e) => {
             state.metrics.run("error", started.elapsed(), 0);
-            Err(match e {
+            let error = match e {
                 RunError::Failed(m) | RunError::NotStarted(m) => ApiError::failed(m),
                 RunError::PoolLost(m) => ApiError::pool_lost(m),
-            })
+                RunError::Cancelled(m) => ApiError::cancelled(m),
+            };
+            run.set_end(End::Failed { code: error.code, message: error.message.clone() });
+            run.log.push(&crate::backend::error_event(error.code, &error.message));
+            Err(error)
         }
-    }
+    };
+    run.log.finish();
+    ended
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}", params(("id" = String, Path)),
     responses((status = 200, body = RunReply), (status = 404, body = crate::api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get(State(state): State<Shared>, headers: HeaderMap, UrlPath(id): UrlPath<String>) -> Response {
-    let reply = (|| {
-        let tenant = state.tenant(&headers)?;
-        let run = state.run(tenant, &id)?;
-        let result = run.result.lock().map_err(|_| ApiError::failed("lock poisoned"))?.clone();
-        let state = if result.is_some() { "done" } else { "running" };
-        Ok::<_, ApiError>(RunReply { id, state: state.into(), backend: Some(run.backend().into()), result })
-    })();
+    let reply = state.tenant(&headers).and_then(|t| state.run(t, &id)).map(|run| reply_of(&id, &run, run.end()));
     match reply {
         Ok(r) => Json(r).into_response(),
         Err(e) => e.into_response(),
     }
 }
 
+/// How long `DELETE /v1/runs/{id}` waits for the run to end: a cancelled
+/// `jail run` kills its tree and removes its cgroup, a pool's jail the same.
+const CANCEL_WAIT: Duration = Duration::from_secs(15);
+
+#[utoipa::path(delete, path = "/v1/runs/{id}", params(("id" = String, Path)),
+    description = "Cancel a run of this token: its jail is stopped at once (a `jail run`: SIGTERM; a pooled jail: the pool's cancel). \
+Answers once it has ended (at most 15 s): `done` with its result, status `cancelled` (or its own status when it had \
+just ended), or `failed` with `error.code` `cancelled` when it had not reached a jail. A run that ended already is \
+left as it is. 202 with `running` when it has not ended within the wait.",
+    responses((status = 200, body = RunReply), (status = 202, body = RunReply), (status = 404, body = crate::api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn cancel(State(state): State<Shared>, headers: HeaderMap, UrlPath(id): UrlPath<String>) -> Response {
+    let run = match state.tenant(&headers).and_then(|t| state.run(t, &id)) {
+        Ok(r) => r,
+        Err(e) => return e.into_response(),
+    };
+    run.cancel.ask();
+    let ended = run.log.wait_finished(CANCEL_WAIT).await;
+    let reply = reply_of(&id, &run, run.end());
+    let code = if ended { StatusCode::OK } else { StatusCode::ACCEPTED };
+    (code, Json(reply)).into_response()
+}
+
+/// A comment line sent on an event stream that has been silent this long,
+/// so that a client's read timeout need not cover the whole run.
+pub const KEEPALIVE: Duration = Duration::from_secs(15);
+
 #[utoipa::path(get, path = "/v1/runs/{id}/events", params(("id" = String, Path)),
-    responses((status = 200, description = "text/event-stream: each event of `jail run --events` as one `data:` line, then `event: end`"),
+    responses((status = 200, description = "text/event-stream: each event of `jail run --events` as one `data:` line, \
+the last one `{\"type\": \"result\", \"result\": {...}}` or, for a run that ended without a result, \
+`{\"type\": \"error\", \"error\": {\"code\", \"message\"}}`; then `event: end`. The run is recorded as ended \
+(`GET /v1/runs/{id}`, its artifacts) before its last event is sent. A `: keepalive` comment comes after every 15 s \
+without an event."),
               (status = 404, body = crate::api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn events(State(state): State<Shared>, headers: HeaderMap, UrlPath(id): UrlPath<String>) -> Response {
@@ -334,12 +375,15 @@ pub async fn events(State(state): State<Shared>, headers: HeaderMap, UrlPath(id)
             return None;
         }
         loop {
-            if let Some(step) = next_chunk(&run.log, from).await {
-                return Some(match step {
-                    Some((text, next)) => (Ok::<_, Infallible>(Bytes::from(text)), (run, next, false)),
-                    None => (Ok(Bytes::from_static(b"event: end\ndata: {}\n\n")), (run, from, true)),
-                });
-            }
+            let step = match tokio::time::timeout(KEEPALIVE, next_chunk(&run.log, from)).await {
+                Err(_) => return Some((Ok::<_, Infallible>(Bytes::from_static(b": keepalive\n\n")), (run, from, false))),
+                Ok(None) => continue,
+                Ok(Some(step)) => step,
+            };
+            return Some(match step {
+                Some((text, next)) => (Ok(Bytes::from(text)), (run, next, false)),
+                None => (Ok(Bytes::from_static(b"event: end\ndata: {}\n\n")), (run, from, true)),
+            });
         }
     });
     (
@@ -390,56 +434,10 @@ pub async fn artifact(
     }
 }
 
-/// Only a path the result lists as an accepted artifact is served, read
-/// without following any link, bounded.
+/// The run's result must be in (its end recorded) and list `path`.
 fn read_artifact(state: &Shared, headers: &HeaderMap, id: &str, path: &str) -> Result<(Vec<u8>, String), ApiError> {
     let tenant = state.tenant(headers)?;
     let run = state.run(tenant, id)?;
-    let result = run.result.lock().map_err(|_| ApiError::failed("lock poisoned"))?.clone();
-    let result = result.ok_or_else(|| ApiError::not_found("finished run"))?;
-    let listed = result
-        .get("artifacts")
-        .and_then(|a| a.as_array())
-        .and_then(|a| a.iter().find(|x| x.get("path").and_then(|p| p.as_str()) == Some(path)).cloned());
-    let listed = listed.ok_or_else(|| ApiError::not_found("accepted artifact at this path"))?;
-    let rel = Path::new(path);
-    if !rel.components().all(|c| matches!(c, Component::Normal(_))) {
-        return Err(ApiError::not_found("artifact at this path"));
-    }
-    let out = result
-        .get("output_dir")
-        .and_then(|d| d.as_str())
-        .map(PathBuf::from)
-        .filter(|d| d.starts_with(&run.dir))
-        .ok_or_else(|| ApiError::not_found("output folder for this run"))?;
-    let bytes = read_beneath(&out, rel)?;
-    let media = listed.get("media_type").and_then(|m| m.as_str()).unwrap_or("application/octet-stream").to_owned();
-    Ok((bytes, media))
-}
-
-fn read_beneath(dir: &Path, rel: &Path) -> Result<Vec<u8>, ApiError> {
-    use std::io::Read;
-    const RESOLVE_BENEATH: u64 = 0x08;
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
-    let root = jail::sys::openat2(None, dir, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, RESOLVE_NO_SYMLINKS)
-        .map_err(|e| ApiError::failed(format!("open {}: {e}", dir.display())))?;
-    use std::os::fd::AsFd;
-    let fd = jail::sys::openat2(
-        Some(root.as_fd()),
-        rel,
-        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
-        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-    )
-    .map_err(|_| ApiError::not_found("readable artifact at this path"))?;
-    let file = std::fs::File::from(fd);
-    let meta = file.metadata().map_err(|e| ApiError::failed(format!("fstat: {e}")))?;
-    if !meta.is_file() || meta.len() > MAX_ARTIFACT_BYTES {
-        return Err(ApiError::not_found("regular artifact of a servable size at this path"));
-    }
-    let mut bytes = Vec::new();
-    file.take(MAX_ARTIFACT_BYTES)
-        .read_to_end(&mut bytes)
-        .map_err(|e| ApiError::failed(format!("read artifact: {e}")))?;
-    Ok(bytes)
+    let End::Done(result) = run.end() else { return Err(ApiError::not_found("finished run")) };
+    artifacts::listed(&result, &run.dir, path)
 }

@@ -52,8 +52,8 @@ pub enum ServeError {
 #[derive(OpenApi)]
 #[openapi(
     info(title = "jail serve", description = "Python runs and sessions, each in a fresh Linux jail"),
-    paths(runs::create, runs::get, runs::events, runs::artifact, sessions::create, sessions::exec,
-          sessions::delete, healthz, readyz, metrics),
+    paths(runs::create, runs::get, runs::cancel, runs::events, runs::artifact, sessions::create, sessions::exec,
+          sessions::delete, sessions::artifact, healthz, readyz, metrics),
     modifiers(&Bearer)
 )]
 struct Doc;
@@ -118,12 +118,13 @@ async fn not_found() -> Response {
 pub fn router(state: Shared) -> Router {
     Router::new()
         .route("/v1/runs", post(runs::create))
-        .route("/v1/runs/{id}", get(runs::get))
+        .route("/v1/runs/{id}", get(runs::get).delete(runs::cancel))
         .route("/v1/runs/{id}/events", get(runs::events))
         .route("/v1/runs/{id}/artifacts/{*path}", get(runs::artifact))
         .route("/v1/sessions", post(sessions::create))
         .route("/v1/sessions/{id}/exec", post(sessions::exec))
         .route("/v1/sessions/{id}", delete(sessions::delete))
+        .route("/v1/sessions/{id}/artifacts/{*path}", get(sessions::artifact))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
@@ -166,6 +167,13 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         .prefix("jsv-")
         .tempdir_in(&tmp)
         .map_err(|e| ServeError::Work(tmp.clone(), e))?;
+    {
+        // As the work folder: a root server's jails reach their session's
+        // input folder beneath it.
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::Permissions::from_mode(crate::state::private_mode());
+        std::fs::set_permissions(sessions.path(), mode).map_err(|e| ServeError::Work(tmp.clone(), e))?;
+    }
     // Before the runtime and its threads: the janitor must outlive us.
     let _janitor = janitor::start(&[work.path(), sessions.path()]).map_err(ServeError::Janitor)?;
     let mut flags: Vec<OsString> = Vec::new();

@@ -1,32 +1,46 @@
 //! `/v1/sessions`: one jail, one interpreter, many cells (`jail session
-//! start|exec|stop`). Each session's supervisor is a process of its own;
-//! its handle lives in the session's private folder (XDG_RUNTIME_DIR), so
-//! the janitor can stop it should the server die.
+//! start|exec|stop`). A session's input (`files`, `input_tar`) is planned
+//! and staged as a run's (input.rs) in the session's own folder. Its jail
+//! comes from the warm pool when the pool's jails fit its limits (`{"op":
+//! "session"}`: a jail made ahead, its preload imported, the input copied
+//! in, each cell's wall time lowered to the session's with `jail session
+//! exec --timeout`), else from a `jail session start` of its own (and
+//! always when the pool's policy binds each jail's output folder, which it
+//! says once). Each session's supervisor is a process of its own; its
+//! handle lives in a private folder (XDG_RUNTIME_DIR), so the janitor can
+//! stop it should the server die. A session ended by `DELETE` is kept, its
+//! closing result and folder, so its accepted artifacts can be fetched.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tokio::io::AsyncReadExt;
 
 use crate::api::{parse, ApiError, ExecRequest, RunReply, SessionReply, SessionRequest};
 use crate::config::Tenant;
-use crate::runs::{checked_limits, read_body};
+use crate::pool::SessionRefused;
+use crate::runs::{check_files, checked_limits, plan_input, read_body, stage_input};
 use crate::state::{make_private_dir, new_id, Shared};
+use crate::{artifacts, input, route};
 
 /// Bytes of a session command's output read at most.
 const MAX_REPLY_BYTES: u64 = 64 << 20;
 
 pub struct Session {
     pub dir: PathBuf,
-    /// `None` while `jail session start` runs (the place is reserved).
+    /// `None` while the session is being started (the place is reserved).
     handle: Option<String>,
+    /// Each cell's wall time (`jail session exec --timeout`): a pooled
+    /// jail's own is the pool's, the longest any tenant may ask.
+    cell_timeout: Duration,
     /// One cell at a time.
     busy: tokio::sync::Mutex<u64>,
 }
@@ -38,6 +52,13 @@ impl Drop for Session {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// A session ended by `DELETE`: its closing result (the artifacts it
+/// lists) and its folder (the output they are in), until it is forgotten.
+pub struct Ended {
+    session: Arc<Session>,
+    closing: serde_json::Value,
 }
 
 /// Run `jail ARGS` with the session's environment; its stdout, bounded.
@@ -89,7 +110,8 @@ fn reply<T: serde::Serialize>(state: &Shared, r: Result<(StatusCode, T), ApiErro
 
 #[utoipa::path(post, path = "/v1/sessions", request_body = SessionRequest,
     responses((status = 201, body = SessionReply), (status = 400, body = crate::api::ErrorBody),
-              (status = 429, body = crate::api::ErrorBody), (status = 503, body = crate::api::ErrorBody)),
+              (status = 413, body = crate::api::ErrorBody), (status = 429, body = crate::api::ErrorBody),
+              (status = 503, body = crate::api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create(State(state): State<Shared>, headers: HeaderMap, body: Body) -> Response {
     let r = start(&state, &headers, body).await;
@@ -98,31 +120,93 @@ pub async fn create(State(state): State<Shared>, headers: HeaderMap, body: Body)
 
 async fn start(state: &Shared, headers: &HeaderMap, body: Body) -> Result<(StatusCode, SessionReply), ApiError> {
     let tenant = state.tenant(headers)?.clone();
-    let body = read_body(body, tenant.max_bytes_in.min(state.max_body)).await?;
-    let req: SessionRequest = if body.is_empty() { SessionRequest::default() } else { parse(&body)? };
+    let bytes_in = tenant.max_bytes_in.min(state.max_body);
+    let body = read_body(body, bytes_in).await?;
+    let mut req: SessionRequest = if body.is_empty() { SessionRequest::default() } else { parse(&body)? };
+    drop(body);
+    check_files(&req.files)?;
     let (timeout, memory) = checked_limits(&req.limits, &tenant)?;
+    let plan = plan_input(&mut req.files, req.input_tar.take(), bytes_in).await?;
     if state.draining.load(Ordering::SeqCst) {
         return Err(ApiError::draining());
     }
     let id = new_id()?;
     let dir = reserve(state, &tenant, &id)?;
+    let opened = open(state, &id, &dir, plan, timeout, memory).await;
+    let mut h = state.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
+    let mine = h.entry(tenant.name.clone()).or_default();
+    let (handle, backend) = match opened {
+        Ok(o) => o,
+        Err(e) => {
+            mine.sessions.remove(&id);
+            let _ = std::fs::remove_dir_all(&dir);
+            return Err(e);
+        }
+    };
+    let session = Arc::new(Session {
+        dir,
+        handle: Some(handle),
+        cell_timeout: timeout,
+        busy: tokio::sync::Mutex::new(0),
+    });
+    mine.sessions.insert(id.clone(), session);
+    Ok((StatusCode::CREATED, SessionReply { id, backend: backend.into() }))
+}
+
+/// Stage the input in `dir/input`, then start the session's jail: from the
+/// pool when its jails fit, else `jail session start`. Its handle and
+/// where it came from.
+async fn open(
+    state: &Shared,
+    id: &str,
+    dir: &Path,
+    plan: input::Plan,
+    timeout: Duration,
+    memory: u64,
+) -> Result<(String, &'static str), ApiError> {
+    let input = stage_input(dir, plan).await?;
+    if let Some(link) = pool_for(state, timeout, memory) {
+        // Its output folder: made by the pool, beneath the session's.
+        match link.session(&format!("session-{id}"), input.as_deref(), &dir.join("output")).await {
+            Ok(v) => {
+                if let Some(handle) = v["handle"].as_str() {
+                    return Ok((handle.to_owned(), "pool"));
+                }
+            }
+            Err(SessionRefused::Never) => {
+                eprintln!("jail serve: the warm pool's policy binds each jail's output folder: sessions start on their own")
+            }
+            Err(SessionRefused::Failed(why)) => {
+                eprintln!("jail serve: session {id}: {why}: starting it with jail session start")
+            }
+        }
+    }
     let mut args: Vec<std::ffi::OsString> = vec!["session".into(), "start".into(), "--json".into()];
     args.extend(state.session_flags.iter().cloned());
     args.extend(["--timeout".into(), timeout.as_secs_f64().to_string().into()]);
     args.extend(["--memory".into(), format!("{memory}M").into()]);
+    if let Some(input) = &input {
+        args.extend(["--input".into(), input.into()]);
+    }
+    // No --output: `jail session start` makes a fresh one in TMPDIR, the
+    // session's folder, in the mode the policy's output needs.
     let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    let started = jail(state, &dir, &refs).await.and_then(|o| json(&o));
-    let handle = started.as_ref().ok().and_then(|v| v.get("handle")).and_then(|h| h.as_str()).map(str::to_owned);
-    let mut h = state.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
-    let mine = h.entry(tenant.name.clone()).or_default();
-    let Some(handle) = handle else {
-        mine.sessions.remove(&id);
-        let _ = std::fs::remove_dir_all(&dir);
-        return Err(started.err().unwrap_or_else(|| ApiError::failed("jail session start gave no handle")));
-    };
-    let session = Arc::new(Session { dir, handle: Some(handle), busy: tokio::sync::Mutex::new(0) });
-    mine.sessions.insert(id.clone(), session);
-    Ok((StatusCode::CREATED, SessionReply { id }))
+    let started = json(&jail(state, dir, &refs).await?)?;
+    let handle = started.get("handle").and_then(|h| h.as_str()).map(str::to_owned);
+    handle.map(|h| (h, "spawn")).ok_or_else(|| ApiError::failed("jail session start gave no handle"))
+}
+
+/// The pool's link when a session of these limits can come from it: the
+/// pool is up and takes sessions, its jails have this memory, and its
+/// wall time is at least the session's cells' (each cell lowers it).
+fn pool_for(state: &Shared, timeout: Duration, memory: u64) -> Option<Arc<crate::pool::Link>> {
+    let pool = state.pool.as_ref()?;
+    let link = pool.link().filter(|l| l.takes_sessions())?;
+    let shape = route::Shape { memory_mib: memory, timeout, followed: false };
+    match route::choose(&shape, route::PoolState::Up(pool.shape(&link))) {
+        route::Choice::Pool => Some(link),
+        route::Choice::Spawn(_) => None,
+    }
 }
 
 /// Count the session against the tenant's quota before it starts (a
@@ -140,7 +224,12 @@ fn reserve(state: &Shared, tenant: &Tenant, id: &str) -> Result<PathBuf, ApiErro
         )));
     }
     make_private_dir(&dir)?;
-    let placeholder = Session { dir: dir.clone(), handle: None, busy: tokio::sync::Mutex::new(0) };
+    let placeholder = Session {
+        dir: dir.clone(),
+        handle: None,
+        cell_timeout: Duration::ZERO,
+        busy: tokio::sync::Mutex::new(0),
+    };
     mine.sessions.insert(id.into(), Arc::new(placeholder));
     Ok(dir)
 }
@@ -177,10 +266,19 @@ async fn exec_cell(state: &Shared, headers: &HeaderMap, id: &str, body: Body) ->
     let cell = session.dir.join(format!("cell-{n}.py"));
     std::fs::write(&cell, &req.code).map_err(|e| ApiError::failed(format!("write {}: {e}", cell.display())))?;
     let handle = session.handle.as_deref().unwrap_or_default();
-    let out = jail(state, &session.dir, &["session".as_ref(), "exec".as_ref(), handle.as_ref(), cell.as_os_str()]).await;
+    let wall = session.cell_timeout.as_secs_f64().to_string();
+    let args = [
+        "session".as_ref(),
+        "exec".as_ref(),
+        "--timeout".as_ref(),
+        wall.as_ref(),
+        handle.as_ref(),
+        cell.as_os_str(),
+    ];
+    let out = jail(state, &session.dir, &args).await;
     let _ = std::fs::remove_file(&cell);
     let result = json(&out?)?;
-    Ok((StatusCode::OK, RunReply { id: id.into(), state: "done".into(), backend: None, result: Some(result) }))
+    Ok((StatusCode::OK, RunReply::done(id, result)))
 }
 
 #[utoipa::path(delete, path = "/v1/sessions/{id}", params(("id" = String, Path)),
@@ -203,7 +301,30 @@ async fn stop(state: &Shared, headers: &HeaderMap, id: &str) -> Result<(StatusCo
         }
     }
     let result = json(&out?)?;
-    Ok((StatusCode::OK, RunReply { id: id.into(), state: "done".into(), backend: None, result: Some(result) }))
+    // Kept, folder and all, for its artifacts (the oldest goes).
+    let ended = Ended { session: Arc::clone(&session), closing: result.clone() };
+    state.keep_ended(&tenant, id, Arc::new(ended));
+    Ok((StatusCode::OK, RunReply::done(id, result)))
+}
+
+#[utoipa::path(get, path = "/v1/sessions/{id}/artifacts/{path}", params(("id" = String, Path), ("path" = String, Path)),
+    description = "An accepted artifact of a session ended by `DELETE /v1/sessions/{id}`: only a path its closing result \
+lists, read without following a link. The service keeps a token's last 64 ended sessions.",
+    responses((status = 200, description = "the artifact's bytes"), (status = 404, body = crate::api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn artifact(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath((id, path)): UrlPath<(String, String)>,
+) -> Response {
+    let read = state
+        .tenant(&headers)
+        .and_then(|t| state.ended_session(t, &id))
+        .and_then(|ended| artifacts::listed(&ended.closing, &ended.session.dir, &path));
+    match read {
+        Ok((bytes, media)) => ([(header::CONTENT_TYPE, media)], bytes).into_response(),
+        Err(e) => e.into_response(),
+    }
 }
 
 /// Stop every open session (the drain's last step).

@@ -1,7 +1,9 @@
 //! The spawn backend: each run a `jail run --events` process of its own,
 //! in its own process group, SIGTERM on the server's death
-//! (PR_SET_PDEATHSIG), the group terminated when the request that owns it
-//! goes away (dropping the run's future stops it).
+//! (PR_SET_PDEATHSIG). A cancel (a DELETE, or a waiting client that went
+//! away) sends the group SIGTERM: `jail run` kills its tree, cleans up and
+//! prints its result, `cancelled` (cancel.rs in jail). Dropping the run's
+//! future terminates the group too, then kills it after `STOP_GRACE`.
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -14,6 +16,7 @@ use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
 
 use crate::backend::{Backend, BoxFuture, EventLog, Job, RunError};
+use crate::cancel::Cancel;
 
 /// Bytes of one run's event stream (and so its result) read at most.
 pub const MAX_EVENT_BYTES: u64 = 64 << 20;
@@ -51,7 +54,12 @@ impl SpawnBackend {
 }
 
 impl Backend for SpawnBackend {
-    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>) -> BoxFuture<'a, Result<serde_json::Value, RunError>> {
+    fn run<'a>(
+        &'a self,
+        job: Job,
+        log: Arc<EventLog>,
+        cancel: Arc<Cancel>,
+    ) -> BoxFuture<'a, Result<serde_json::Value, RunError>> {
         Box::pin(async move {
             let failed = |m: String| RunError::Failed(m);
             let mut child = self
@@ -71,12 +79,14 @@ impl Backend for SpawnBackend {
                 let Some(out) = stdout else { return };
                 let mut lines = BufReader::new(out.take(MAX_EVENT_BYTES)).lines();
                 while let Ok(Some(line)) = lines.next_line().await {
-                    log.push(&line);
                     if let Ok(serde_json::Value::Object(mut event)) = serde_json::from_str(&line) {
                         if event.get("type").and_then(|t| t.as_str()) == Some("result") {
+                            // The last event: the caller logs it once the run is recorded.
                             result = event.remove("result");
+                            continue;
                         }
                     }
+                    log.push(&line);
                 }
             };
             let mut err = Vec::new();
@@ -85,12 +95,25 @@ impl Backend for SpawnBackend {
                     let _ = s.take(MAX_JAIL_STDERR_BYTES).read_to_end(&mut err).await;
                 }
             };
-            let waited = tokio::time::timeout(job.timeout + HUNG_GRACE, async {
+            let work = async {
                 tokio::join!(read, read_err);
                 child.wait().await
+            };
+            let waited = tokio::time::timeout(job.timeout + HUNG_GRACE, async {
+                tokio::pin!(work);
+                let mut stopped = false;
+                loop {
+                    tokio::select! {
+                        done = &mut work => return done,
+                        () = cancel.wait(), if !stopped => {
+                            // It goes on to print its result: `cancelled`.
+                            stopped = true;
+                            guard.terminate();
+                        }
+                    }
+                }
             })
             .await;
-            log.finish();
             let status = match waited {
                 Ok(Ok(status)) => status,
                 Ok(Err(e)) => return Err(failed(format!("waiting for the jail: {e}"))),
@@ -118,6 +141,12 @@ impl Group {
     }
     fn done(mut self) {
         self.pgid = None;
+    }
+    /// SIGTERM to the group, which stays ours (its leader is not reaped).
+    fn terminate(&self) {
+        if let Some(pgid) = self.pgid {
+            let _ = killpg(pgid, Signal::SIGTERM);
+        }
     }
 }
 

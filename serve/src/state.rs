@@ -11,6 +11,7 @@ use axum::http::{HeaderMap, StatusCode};
 
 use crate::api::ApiError;
 use crate::backend::EventLog;
+use crate::cancel::Cancel;
 use crate::config::Tenant;
 use crate::metrics::Metrics;
 
@@ -22,15 +23,49 @@ const KEPT_RUNS: usize = 64;
 pub struct Run {
     pub dir: PathBuf,
     pub log: Arc<EventLog>,
-    pub result: Mutex<Option<serde_json::Value>>,
+    /// How it ended: set before its log is finished (runs.rs, `record`).
+    pub end: Mutex<End>,
     /// `pool` or `spawn`: where it runs (a run the pool could not start
     /// moves to `spawn`).
     pub backend: Mutex<&'static str>,
+    /// Asked by `DELETE /v1/runs/{id}`, or by a waiting client that left.
+    pub cancel: Arc<Cancel>,
+}
+
+/// Where a run is.
+#[derive(Debug, Clone, Default)]
+pub enum End {
+    #[default]
+    Running,
+    /// It ended with this result document (whatever its status).
+    Done(serde_json::Value),
+    /// It ended without one: the error code and message.
+    Failed { code: &'static str, message: String },
 }
 
 impl Run {
+    pub fn new(dir: PathBuf, backend: &'static str) -> Run {
+        Run {
+            dir,
+            log: Arc::default(),
+            end: Mutex::default(),
+            backend: Mutex::new(backend),
+            cancel: Arc::default(),
+        }
+    }
+
     pub fn backend(&self) -> &'static str {
         self.backend.lock().map(|b| *b).unwrap_or("spawn")
+    }
+
+    pub fn end(&self) -> End {
+        self.end.lock().map(|e| e.clone()).unwrap_or_default()
+    }
+
+    pub fn set_end(&self, end: End) {
+        if let Ok(mut e) = self.end.lock() {
+            *e = end;
+        }
     }
 }
 
@@ -47,6 +82,10 @@ pub struct Holdings {
     pub sessions: HashMap<String, Arc<crate::sessions::Session>>,
     pub runs: HashMap<String, Arc<Run>>,
     order: VecDeque<String>,
+    /// Sessions ended by a DELETE: their closing result and folder, for
+    /// their artifacts; the oldest goes past `KEPT_RUNS`.
+    ended: HashMap<String, Arc<crate::sessions::Ended>>,
+    ended_order: VecDeque<String>,
 }
 
 pub struct AppState {
@@ -150,6 +189,28 @@ impl AppState {
                 mine.runs.remove(&old);
             }
         }
+    }
+
+    /// Keep an ended session of the tenant's for its artifacts.
+    pub fn keep_ended(&self, tenant: &Tenant, id: &str, ended: Arc<crate::sessions::Ended>) {
+        let Ok(mut h) = self.holdings.lock() else { return };
+        let mine = h.entry(tenant.name.clone()).or_default();
+        mine.ended.insert(id.into(), ended);
+        mine.ended_order.push_back(id.into());
+        while mine.ended_order.len() > KEPT_RUNS {
+            if let Some(old) = mine.ended_order.pop_front() {
+                mine.ended.remove(&old);
+            }
+        }
+    }
+
+    /// The tenant's ended session `id`.
+    pub fn ended_session(&self, tenant: &Tenant, id: &str) -> Result<Arc<crate::sessions::Ended>, ApiError> {
+        let h = self.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
+        h.get(&tenant.name)
+            .and_then(|t| t.ended.get(id))
+            .cloned()
+            .ok_or_else(|| ApiError::not_found("ended session"))
     }
 
     /// The tenant's run `id`; another tenant's is not found either.

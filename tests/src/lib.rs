@@ -490,6 +490,11 @@ impl Pool {
         self.replies.recv_timeout(std::time::Duration::from_secs(60)).expect("a reply within 60 s")
     }
 
+    /// The next line the pool wrote, if one comes within `wait`.
+    pub fn reply_within(&self, wait: std::time::Duration) -> Option<serde_json::Value> {
+        self.replies.recv_timeout(wait).ok()
+    }
+
     /// Send a request and wait for its reply (no other in flight).
     pub fn call(&mut self, request: serde_json::Value) -> serde_json::Value {
         self.send(&request.to_string());

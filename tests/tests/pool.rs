@@ -227,6 +227,174 @@ fn sigterm_lets_the_request_in_flight_finish_then_leaves_nothing() {
     assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
+/// Gone, or a zombie its new parent has yet to reap.
+fn is_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(_) => true,
+        Ok(stat) => stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z')),
+    }
+}
+
+/// The next line that is not a live event (a step asked with `events`
+/// streams its chunks before its reply).
+fn answer(pool: &Pool) -> Value {
+    loop {
+        let line = pool.reply();
+        if line["event"].is_null() {
+            return line;
+        }
+    }
+}
+
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_cancelled_step_ends_at_once_as_cancelled_its_jail_gone_and_the_pool_keeps_serving() {
+    let sb = Sandbox::new();
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let _guard = KillOnPanic(pool.child.id());
+    pool.wait_ready(1);
+    let marker = format!("pool-cancel-canary-{}", std::process::id());
+    let code = format!(
+        "import subprocess, time\nsubprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n\
+         print('started', flush=True)\ntime.sleep(60)\n"
+    );
+    pool.send(&json!({"id": "long", "events": true, "code": code}).to_string());
+    let first = pool.reply();
+    // Live and unbuffered: the newline may come as a chunk of its own.
+    assert_eq!(first["id"], "long", "{first}");
+    assert!(first["event"]["data"].as_str().is_some_and(|d| d.starts_with("started")), "{first}");
+    let until = Instant::now() + Duration::from_secs(10);
+    while host_processes_with(&marker).is_empty() {
+        assert!(Instant::now() < until, "the step's own process never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The claimed jail: its session supervisor (and janitor) and what runs in it.
+    let jail = host_processes_with(&sb.dir.path().display().to_string());
+    let supervisors: Vec<u32> = jail.iter().copied().filter(|p| cmdline(*p).contains("session start")).collect();
+    assert!(!supervisors.is_empty(), "no session supervisor among {jail:?}");
+    let asked = Instant::now();
+    pool.send(r#"{"op":"cancel","id":"long"}"#);
+    let reply = answer(&pool);
+    let took = asked.elapsed();
+    assert_eq!(reply["id"], "long", "the cancel has no line of its own: {reply}");
+    let r = result(&reply);
+    assert_eq!(r["status"], "cancelled", "{r}");
+    assert_eq!(r["supervisor"]["cancelled_by"], "pool_caller", "{r}");
+    assert_eq!((&r["artifacts"], &r["output_dir"]), (&json!([]), &Value::Null), "{r}");
+    eprintln!("cancelled step answered {took:?} after the cancel");
+    assert!(took < Duration::from_secs(1), "the cancelled step took {took:?} to end");
+    // Gone when the reply came: the jail's processes, the step's own, its cgroups.
+    assert!(host_processes_with(&marker).is_empty(), "the step's process outlived the cancel");
+    let left: Vec<u32> = jail.iter().copied().filter(|p| !is_gone(*p)).collect();
+    assert_eq!(
+        left,
+        Vec::<u32>::new(),
+        "a process of the cancelled jail is left: {:?}",
+        left.iter().map(|p| cmdline(*p)).collect::<Vec<_>>()
+    );
+    for s in &supervisors {
+        assert_eq!(cgroups_left_by(*s), Vec::<PathBuf>::new(), "the cancelled jail left a cgroup");
+    }
+    // A finished or unknown id: an error line naming it, and nothing else.
+    for id in ["long", "never-sent"] {
+        pool.send(&json!({"op": "cancel", "id": id}).to_string());
+        let e = answer(&pool);
+        assert_eq!((&e["id"], &e["error"]["code"]), (&json!(id), &json!("unknown_id")), "{e}");
+    }
+    pool.send(r#"{"op":"cancel","id":"x","code":"1"}"#);
+    assert_eq!(answer(&pool)["error"]["code"], "bad_request");
+    // The pool keeps serving, on a fresh jail.
+    let next = pool.call(json!({"id": "next", "code": "print('next')"}));
+    assert_eq!(result(&next)["stdout"]["text"], "next\n", "{next}");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+#[test]
+fn a_request_cancelled_while_it_waits_for_a_jail_gets_one_error_and_runs_nothing() {
+    let sb = Sandbox::new();
+    let mut pool = Pool::start(&sb, 1, &[]);
+    let _guard = KillOnPanic(pool.child.id());
+    pool.wait_ready(1);
+    let out = sb.dir.path().join("tmp/waited-out");
+    pool.send(r#"{"id":"busy","events":true,"code":"import time; print('busy', flush=True); time.sleep(60)"}"#);
+    let first = pool.reply();
+    assert!(first["event"]["data"].as_str().is_some_and(|d| d.starts_with("busy")), "the only jail is taken: {first}");
+    // The cancel right behind it: the request is still waiting for the
+    // jail being made for it.
+    let waits = json!({"id": "waits", "output": out, "code": "open('/workspace/output/ran', 'w').write('x')"});
+    pool.send(&format!("{waits}\n{}", r#"{"op":"cancel","id":"waits"}"#));
+    let e = answer(&pool);
+    assert_eq!((&e["id"], &e["error"]["code"]), (&json!("waits"), &json!("cancelled")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap().contains("nothing ran"), "{e}");
+    assert!(!out.exists(), "the cancelled request's output was made: it ran");
+    pool.send(r#"{"op":"cancel","id":"busy"}"#);
+    let r = answer(&pool);
+    assert_eq!((&r["id"], &result(&r)["status"]), (&json!("busy"), &json!("cancelled")), "{r}");
+    // Each got exactly one reply: the next line is the next request's.
+    let next = pool.call(json!({"id": "next", "code": "print(1)"}));
+    assert_eq!(result(&next)["status"], "ok");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
+/// SIGKILL for a process when the test fails.
+struct KillOnPanic(u32);
+
+impl Drop for KillOnPanic {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.0 as i32), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+}
+
+/// Two requests for one jail and the drain right behind them (the end of
+/// stdin, or SIGTERM): the second waits for a jail the drain must still
+/// make. Both are answered, then the pool exits 0 leaving nothing.
+#[test]
+fn requests_taken_before_the_drain_are_all_answered_then_the_pool_exits_leaving_nothing() {
+    for how in ["end of stdin", "SIGTERM"] {
+        let sb = Sandbox::new();
+        let mut pool = Pool::start(&sb, 1, &[]);
+        // A pool that hangs must not outlive a failed test.
+        let _guard = KillOnPanic(pool.child.id());
+        pool.wait_ready(1);
+        let (a, b) = (json!({"id": "a", "code": "print('a')"}), json!({"id": "b", "code": "print('b')"}));
+        pool.send(&format!("{a}\n{b}"));
+        if how == "SIGTERM" {
+            // Both lines read before the signal: the pool reads them at once.
+            std::thread::sleep(Duration::from_millis(100));
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        } else {
+            drop(pool.stdin.take());
+        }
+        let mut said = std::collections::BTreeMap::new();
+        for _ in 0..2 {
+            let r = pool
+                .reply_within(Duration::from_secs(30))
+                .unwrap_or_else(|| panic!("{how}: a request was never answered: {said:?}"));
+            said.insert(r["id"].as_str().unwrap_or("?").to_string(), result(&r)["stdout"]["text"].clone());
+        }
+        assert_eq!(said, [("a".to_string(), json!("a\n")), ("b".to_string(), json!("b\n"))].into(), "{how}");
+        let until = Instant::now() + Duration::from_secs(30);
+        let status = loop {
+            if let Some(st) = pool.child.try_wait().unwrap() {
+                break st;
+            }
+            assert!(Instant::now() < until, "{how}: the pool never exited");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        assert!(status.success(), "{how}: {status:?}");
+        assert_pool_gone(&sb, &sb.pool_tmp());
+    }
+}
+
 #[test]
 fn a_step_asked_with_events_streams_its_output_before_the_reply_in_order_and_capped() {
     let sb = Sandbox::new();

@@ -316,10 +316,15 @@ fn every_endpoint_answers_and_a_run_sends_back_its_result_events_and_artifacts()
         "/v1/sessions",
         "/v1/sessions/{id}/exec",
         "/v1/sessions/{id}",
+        "/v1/sessions/{id}/artifacts/{path}",
         "/metrics",
     ] {
         assert!(doc["paths"][path].is_object(), "/openapi.json lacks {path}");
     }
+    assert!(doc["paths"]["/v1/runs/{id}"]["delete"].is_object(), "/openapi.json lacks DELETE /v1/runs/{{id}}");
+    assert!(doc["components"]["schemas"]["RunReply"]["properties"]["error"].is_object(), "{doc}");
+    let session = &doc["components"]["schemas"]["SessionRequest"]["properties"];
+    assert!(session["files"].is_object() && session["input_tar"]["format"] == "byte", "{session}");
     let props = &doc["components"]["schemas"]["RunRequest"]["properties"];
     assert!(props["code"].is_object(), "{doc}");
     assert_eq!(props["input_tar"]["format"], "byte", "input_tar is documented as base64: {props}");
@@ -692,37 +697,282 @@ fn a_client_that_disconnects_mid_run_kills_the_run() {
     assert!(s.call("GET", "/metrics", None, None).body.contains("jail_runs_in_flight 0"));
 }
 
-/// The pool's protocol has no way to stop a request it was sent (see
-/// serve/src/pool.rs, `CANCEL`): a pool run whose client went away runs to
-/// its wall time, and holds its tenant's slot until then, so a client
-/// cannot get more runs going than its token allows by hanging up.
+/// The pool's cancel op (`{"op": "cancel"}`): a pool run whose client goes
+/// away is stopped at once, its jail gone, its tenant's slot free again.
 #[test]
-fn a_client_that_disconnects_mid_pool_run_holds_its_slot_until_the_run_ends() {
-    let s = Server::start(&[]);
-    let body = json!({"code": "import time\ntime.sleep(60)", "limits": {"timeout_secs": 4}}).to_string();
-    let conn = connect(s.addr, "POST", "/v1/runs", Some(BOB), Some(&body));
-    eventually(Duration::from_secs(10), "the run did not reach a pooled jail", || s.metric("jail_pool_in_use") == Some(1.0));
-    drop(conn);
-    std::thread::sleep(Duration::from_millis(300));
-    let next = s.run(BOB, json!({"code": "print('next')"}));
-    assert_eq!(next.status, 429, "bob's one slot is still the abandoned run's: {next:?}");
-    eventually(Duration::from_secs(20), "the abandoned run never ended", || s.metric("jail_runs_in_flight") == Some(0.0));
-    assert_eq!(s.metric("jail_runs_total{status=\"timeout_wall\"}"), Some(1.0), "it ended at its wall time");
-    let next = s.run(BOB, json!({"code": "print('next')"})).json();
-    assert_eq!(next["result"]["stdout"]["text"], "next\n", "{next}");
-}
-
-/// Needs `{"op": "cancel", "id": ID}` in `jail pool`'s protocol and
-/// `pool::CANCEL` set: then a pool run whose client goes away stops at once.
-#[test]
-#[ignore = "needs a cancel op in jail pool's protocol (serve/src/pool.rs CANCEL)"]
 fn a_client_that_disconnects_mid_pool_run_kills_it() {
     let s = Server::start(&[]);
-    let body = json!({"code": "import time\ntime.sleep(60)"}).to_string();
-    let conn = connect(s.addr, "POST", "/v1/runs", Some(ALICE), Some(&body));
-    eventually(Duration::from_secs(10), "the run did not reach a pooled jail", || s.metric("jail_pool_in_use") == Some(1.0));
+    let marker = format!("abandoned-{}", std::process::id());
+    let code = format!(
+        "import subprocess, time\nsubprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\ntime.sleep(60)"
+    );
+    let body = json!({"code": code}).to_string();
+    let conn = connect(s.addr, "POST", "/v1/runs", Some(BOB), Some(&body));
+    eventually(Duration::from_secs(10), "the run did not start in a pooled jail", || !host_processes_with(&marker).is_empty());
+    assert_eq!(s.metric("jail_pool_in_use"), Some(1.0));
     drop(conn);
-    eventually(Duration::from_secs(10), "the run outlived its client", || s.metric("jail_runs_in_flight") == Some(0.0));
+    let gone = Instant::now();
+    eventually(Duration::from_secs(5), "the run outlived its client", || s.metric("jail_runs_in_flight") == Some(0.0));
+    eprintln!("pool run ended {:?} after its client went away", gone.elapsed());
+    assert!(host_processes_with(&marker).is_empty(), "the run's process outlived it");
+    assert_eq!(s.metric("jail_runs_total{status=\"cancelled\"}"), Some(1.0), "{}", s.call("GET", "/metrics", None, None).body);
+    // Bob's one slot is free again, and the pool serves on.
+    let next = s.run(BOB, json!({"code": "print('next')"})).json();
+    assert_eq!((&next["backend"], &next["result"]["stdout"]["text"]), (&json!("pool"), &json!("next\n")), "{next}");
+}
+
+/// A session's input is `files` and `input_tar` as a run's; its jail
+/// comes from the pool when the pool's jails fit (its cells' wall time
+/// lowered to the session's), else from `jail session start`; once it is
+/// deleted, the artifacts its closing result lists are served, and nothing
+/// else.
+#[test]
+fn a_session_takes_input_files_and_its_artifacts_are_served_once_it_ends() {
+    use tar::EntryType::{Directory, Regular};
+    let tar = tar_of(&[("data/", Directory, b"", ""), ("data/a.csv", Regular, b"x,y\n1,2\n", "")]);
+    let short = |b: &[u8]| jail::digest::sha256_hex(b)[..16].to_string();
+    let want = json!({"data": "dir", "data/a.csv": short(b"x,y\n1,2\n"), "in.txt": short(b"hello")});
+    for (s, backend) in [(Server::start(&[]), "pool"), (Server::without_pool(&[]), "spawn")] {
+        let body = json!({"files": {"in.txt": "hello"}, "input_tar": b64(&gzip(&tar)), "limits": {"timeout_secs": 2}});
+        let made = s.call("POST", "/v1/sessions", Some(ALICE), Some(&body.to_string()));
+        assert_eq!(made.status, 201, "{made:?}");
+        assert_eq!(made.json()["backend"], backend, "{made:?}");
+        let sid = made.json()["id"].as_str().unwrap().to_owned();
+        let exec = |code: &str| {
+            s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&json!({"code": code}).to_string()))
+                .json()
+        };
+        let seen = exec(LIST_INPUT);
+        let got: Value = serde_json::from_str(seen["result"]["stdout"]["text"].as_str().unwrap().trim()).unwrap();
+        assert_eq!(got, want, "{backend}: {seen}");
+        // Each cell has the session's wall time (2 s), the pool's jail too.
+        let started = Instant::now();
+        let slow = exec("import time\ntime.sleep(30)");
+        assert_eq!(slow["result"]["status"], "timeout_wall", "{backend}: {slow}");
+        assert!(started.elapsed() < Duration::from_secs(10), "{backend}: the cell ran {:?}", started.elapsed());
+        let wrote = exec("open('/workspace/output/report.txt', 'w').write('from the session')");
+        assert_eq!(wrote["result"]["status"], "ok", "{backend}: {wrote}");
+        let art = format!("/v1/sessions/{sid}/artifacts/report.txt");
+        assert_eq!(s.call("GET", &art, Some(ALICE), None).status, 404, "served before the session ended");
+        let closing = s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).json();
+        let paths: Vec<&str> = closing["result"]["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a["path"].as_str())
+            .collect();
+        assert_eq!(paths, ["report.txt"], "{backend}: {closing}");
+        let got = s.call("GET", &art, Some(ALICE), None);
+        assert_eq!((got.status, got.body.as_str()), (200, "from the session"), "{backend}: {got:?}");
+        assert_eq!(s.call("GET", &art, Some(BOB), None).status, 404, "bob reached alice's session artifact");
+        for other in ["main.py", "../report.txt", "in.txt"] {
+            let r = s.call("GET", &format!("/v1/sessions/{sid}/artifacts/{other}"), Some(ALICE), None);
+            assert_eq!(r.status, 404, "{backend}: {other}: {r:?}");
+        }
+        // A bad archive: 400 naming input_tar, nothing started or left.
+        let bad = json!({"input_tar": b64(&tar_of(&[("passwd", tar::EntryType::Symlink, b"", "/etc/passwd")]))});
+        let r = s.call("POST", "/v1/sessions", Some(ALICE), Some(&bad.to_string()));
+        assert_eq!((r.status, r.error().0.as_deref()), (400, Some("input_tar")), "{r:?}");
+        let bad = json!({"files": {"a/b": "x"}});
+        let r = s.call("POST", "/v1/sessions", Some(ALICE), Some(&bad.to_string()));
+        assert_eq!((r.status, r.error().0.as_deref()), (400, Some("files.a/b")), "{r:?}");
+        assert_eq!(s.metric("jail_sessions_open"), Some(0.0));
+    }
+}
+
+/// A pool whose policy binds each jail's output folder (`output_size:
+/// "unlimited"`) hands out no session: it says so once, and sessions start
+/// on their own, input and artifacts alike.
+#[test]
+fn a_session_the_pool_cannot_hand_out_starts_on_its_own() {
+    let mut p: Value = serde_json::from_slice(&std::fs::read(repo().join("policies/default.json")).unwrap()).unwrap();
+    p["filesystem"]["output_size"] = "unlimited".into();
+    p["limits"]["file_size"] = "unlimited".into();
+    let mut policy = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
+    policy.write_all(p.to_string().as_bytes()).unwrap();
+    std::fs::set_permissions(policy.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let s = Server::start(&["--policy", policy.path().to_str().unwrap()]);
+    for _ in 0..2 {
+        let made = s.call("POST", "/v1/sessions", Some(ALICE), Some(&json!({"files": {"in.txt": "x"}}).to_string()));
+        assert_eq!((made.status, &made.json()["backend"]), (201, &json!("spawn")), "{made:?}");
+        let sid = made.json()["id"].as_str().unwrap().to_owned();
+        let code = json!({"code": "open('/workspace/output/o.txt', 'w').write(open('/workspace/input/in.txt').read())"});
+        let cell = s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&code.to_string())).json();
+        assert_eq!(cell["result"]["status"], "ok", "{cell}");
+        assert_eq!(s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).status, 200);
+        let art = s.call("GET", &format!("/v1/sessions/{sid}/artifacts/o.txt"), Some(ALICE), None);
+        assert_eq!((art.status, art.body.as_str()), (200, "x"), "{art:?}");
+    }
+    assert_eq!(s.said().matches("sessions start on their own").count(), 1, "{}", s.said());
+}
+
+/// The run's events in an SSE body, parsed: each block's `data:`, less
+/// the `event: end` block and comments.
+fn sse_events(body: &str) -> Vec<Value> {
+    body.split("\n\n")
+        .filter(|block| !block.lines().any(|l| l.starts_with("event:")))
+        .filter_map(|block| block.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// Read an open event stream until its `result` (or `error`) event:
+/// the text so far.
+fn read_until_last_event(stream: &mut TcpStream) -> String {
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        let text = String::from_utf8_lossy(&seen).into_owned();
+        if text.contains("\"type\":\"result\"") || text.contains("\"type\":\"error\"") {
+            return text;
+        }
+        let n = stream.read(&mut buf).unwrap();
+        assert!(n > 0, "the stream ended before its last event: {text}");
+        seen.extend_from_slice(&buf[..n]);
+    }
+}
+
+/// The last event of a run's stream comes once the run is recorded: its
+/// state is `done` and its artifact is served at once, never a 404 "no
+/// finished run", on either backend.
+#[test]
+fn a_run_is_recorded_before_its_last_event_so_its_artifacts_are_there_at_once() {
+    for (s, backend) in [(Server::start(&[]), "pool"), (Server::without_pool(&[]), "spawn")] {
+        for i in 0..8 {
+            let code = format!("open('/workspace/output/n.txt', 'w').write('{i}')");
+            let r = s.run(ALICE, json!({"code": code, "wait": false})).json();
+            let id = r["id"].as_str().unwrap().to_owned();
+            let mut stream = connect(s.addr, "GET", &format!("/v1/runs/{id}/events"), Some(ALICE), None);
+            stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            read_until_last_event(&mut stream);
+            let now = s.call("GET", &format!("/v1/runs/{id}"), Some(ALICE), None).json();
+            assert_eq!((&now["state"], &now["backend"]), (&json!("done"), &json!(backend)), "{now}");
+            let art = s.call("GET", &format!("/v1/runs/{id}/artifacts/n.txt"), Some(ALICE), None);
+            assert_eq!((art.status, art.body.as_str()), (200, i.to_string().as_str()), "{backend}: {art:?}");
+        }
+    }
+}
+
+/// A `"wait": false` run that ends without a result (here: its pool is
+/// killed under it) is `failed` with the error, and its events end with an
+/// `error` event, never left `running`.
+#[test]
+fn a_followed_run_that_fails_in_the_backend_says_failed_and_its_events_end_with_an_error() {
+    let s = Server::start(&[]);
+    let pool = s.pool_processes();
+    let r = s
+        .run(ALICE, json!({"code": "import time\nprint('going', flush=True)\ntime.sleep(30)", "wait": false}))
+        .json();
+    assert_eq!(r["backend"], "pool", "{r}");
+    let id = r["id"].as_str().unwrap().to_owned();
+    eventually(Duration::from_secs(20), "the run did not reach the pool", || s.metric("jail_pool_in_use") == Some(1.0));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool[0] as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    let mut got = Value::Null;
+    eventually(Duration::from_secs(20), "the run stayed running", || {
+        got = s.call("GET", &format!("/v1/runs/{id}"), Some(ALICE), None).json();
+        got["state"] != "running"
+    });
+    assert_eq!((&got["state"], &got["error"]["code"]), (&json!("failed"), &json!("pool_lost")), "{got}");
+    assert!(got["error"]["message"].as_str().unwrap().contains("send it again"), "{got}");
+    assert!(got["result"].is_null(), "{got}");
+    let ev = s.call("GET", &format!("/v1/runs/{id}/events"), Some(ALICE), None);
+    let events = sse_events(&ev.body);
+    let last = events.last().unwrap();
+    assert_eq!((&last["type"], &last["error"]["code"]), (&json!("error"), &json!("pool_lost")), "{}", ev.body);
+    assert!(ev.body.trim_end().ends_with("event: end\ndata: {}"), "{}", ev.body);
+}
+
+/// `DELETE /v1/runs/{id}` on either backend: the run is stopped at once,
+/// the reply (and later GETs, and its events) say `done` with a
+/// `cancelled` result; nothing of it is left; a waiting POST of the same
+/// run gets that result; another tenant's run, or an unknown one, is 404;
+/// a finished run is left as it was.
+#[test]
+fn delete_cancels_a_run_of_its_tenant_on_either_backend() {
+    for (s, backend) in [(Server::start(&[]), "pool"), (Server::without_pool(&[]), "spawn")] {
+        let marker = format!("deleted-{backend}-{}", std::process::id());
+        let code = format!(
+            "import subprocess, time\nsubprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n\
+             print('going', flush=True)\ntime.sleep(60)"
+        );
+        let r = s.run(ALICE, json!({"code": code, "wait": false})).json();
+        assert_eq!(r["backend"], backend, "{r}");
+        let id = r["id"].as_str().unwrap().to_owned();
+        eventually(Duration::from_secs(20), "the run did not start", || !host_processes_with(&marker).is_empty());
+        let path = format!("/v1/runs/{id}");
+        assert_eq!(s.call("DELETE", &path, Some(BOB), None).status, 404, "bob cancelled alice's run");
+        assert!(!host_processes_with(&marker).is_empty(), "bob's DELETE stopped it");
+        let asked = Instant::now();
+        let d = s.call("DELETE", &path, Some(ALICE), None);
+        let took = asked.elapsed();
+        assert_eq!(d.status, 200, "{d:?}");
+        let v = d.json();
+        assert_eq!((&v["state"], &v["result"]["status"]), (&json!("done"), &json!("cancelled")), "{v}");
+        let by = if backend == "pool" { "pool_caller" } else { "SIGTERM" };
+        assert_eq!(v["result"]["supervisor"]["cancelled_by"], by, "{v}");
+        validate_result(&v["result"]).unwrap();
+        eprintln!("{backend}: DELETE answered in {took:?}");
+        assert!(took < Duration::from_secs(5), "{backend}: the cancel took {took:?}");
+        assert!(host_processes_with(&marker).is_empty(), "{backend}: the run's process outlived the DELETE");
+        assert_eq!(s.call("GET", &path, Some(ALICE), None).json()["result"]["status"], "cancelled");
+        let ev = s.call("GET", &format!("{path}/events"), Some(ALICE), None);
+        let events = sse_events(&ev.body);
+        assert_eq!(events.last().unwrap()["result"]["status"], "cancelled", "{}", ev.body);
+        eventually(Duration::from_secs(5), "the slot stayed taken", || s.metric("jail_runs_in_flight") == Some(0.0));
+        // Again, and on a finished run: as it was.
+        let again = s.call("DELETE", &path, Some(ALICE), None);
+        assert_eq!((again.status, &again.json()["result"]["status"]), (200, &json!("cancelled")));
+        let ok = s.run(ALICE, json!({"code": "print('kept')"})).json();
+        let done = s.call("DELETE", &format!("/v1/runs/{}", ok["id"].as_str().unwrap()), Some(ALICE), None).json();
+        assert_eq!((&done["state"], &done["result"]["status"]), (&json!("done"), &json!("ok")), "{done}");
+        assert_eq!(s.call("DELETE", "/v1/runs/0123456789abcdef0123456789abcdef", Some(ALICE), None).status, 404);
+        // A waiting POST whose run is cancelled from elsewhere gets its result.
+        let addr = s.addr;
+        let body = json!({"code": "import time\nprint('waits', flush=True)\ntime.sleep(60)"}).to_string();
+        let waiting = std::thread::spawn(move || request(addr, "POST", "/v1/runs", Some(ALICE), Some(&body)));
+        let mut wid = String::new();
+        eventually(Duration::from_secs(20), "the waited run is not listed", || {
+            wid = newest_running(&s, &id);
+            !wid.is_empty()
+        });
+        assert_eq!(s.call("DELETE", &format!("/v1/runs/{wid}"), Some(ALICE), None).status, 200);
+        let w = waiting.join().unwrap();
+        assert_eq!((w.status, &w.json()["result"]["status"]), (200, &json!("cancelled")), "{w:?}");
+    }
+}
+
+/// The id of a run of alice's that is running, other than `not`: found
+/// through its folder in the work folder.
+fn newest_running(s: &Server, not: &str) -> String {
+    for dir in s.tenant_entries("alice") {
+        let id = dir.file_name().unwrap().to_string_lossy().into_owned();
+        if id != not && s.call("GET", &format!("/v1/runs/{id}"), Some(ALICE), None).json()["state"] == "running" {
+            return id;
+        }
+    }
+    String::new()
+}
+
+/// An event stream that has nothing to say for 15 s says `: keepalive`, so a
+/// client's read timeout below the run's length is enough.
+#[test]
+fn a_silent_event_stream_sends_a_keepalive_every_15_seconds() {
+    let s = Server::start(&[]);
+    let r = s.run(ALICE, json!({"code": "import time\ntime.sleep(17)\nprint('late')", "wait": false})).json();
+    let id = r["id"].as_str().unwrap();
+    let mut stream = connect(s.addr, "GET", &format!("/v1/runs/{id}/events"), Some(ALICE), None);
+    // Past the keepalive's 15 s, short of the run's 17.
+    stream.set_read_timeout(Some(Duration::from_secs(16))).unwrap();
+    let mut text = String::new();
+    let mut buf = [0u8; 4096];
+    while !text.contains("event: end") {
+        let n = stream.read(&mut buf).unwrap_or_else(|e| panic!("16 s without a byte ({e}): {text}"));
+        assert!(n > 0, "the stream ended early: {text}");
+        text.push_str(&String::from_utf8_lossy(&buf[..n]));
+    }
+    let keepalive = text.find(": keepalive\n\n").unwrap_or_else(|| panic!("no keepalive: {text}"));
+    assert!(keepalive < text.find("late").unwrap(), "{text}");
+    assert_eq!(sse_events(&text).last().unwrap()["result"]["stdout"]["text"], "late\n", "{text}");
 }
 
 /// SIGTERM with a run in flight: it finishes, new ones get 503, the server

@@ -238,6 +238,35 @@ fn a_dead_interpreter_ends_the_session_with_a_clear_status() {
 }
 
 #[test]
+fn sigterm_to_the_session_supervisor_cancels_the_cell_in_flight_and_ends_the_session() {
+    let sb = Sandbox::new();
+    let marker = format!("cancelled-{}", std::process::id());
+    let s = sb.start_session();
+    let cell = format!(
+        "import subprocess, time\nsubprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\ntime.sleep(60)\n"
+    );
+    let pid = s.pid;
+    let killer = std::thread::spawn(move || {
+        let until = Instant::now() + Duration::from_secs(10);
+        while host_processes_with(&marker).is_empty() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let at = Instant::now();
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM).unwrap();
+        at
+    });
+    let (v, out) = s.exec(&cell);
+    let took = killer.join().unwrap().elapsed();
+    assert!(took < Duration::from_secs(2), "the cancelled cell answered {took:?} after the signal");
+    assert_eq!(v["status"], "cancelled", "{v}");
+    assert_eq!(v["supervisor"]["cancelled_by"], "SIGTERM", "{v}");
+    assert_eq!(v["session"]["why"], "cancelled", "{v}");
+    assert_eq!(out.status.code(), Some(143), "exits as a cancelled run does");
+    assert_session_gone(&sb, &s, &format!("cancelled-{}", std::process::id()));
+    assert_ended(&s, "SIGTERM");
+}
+
+#[test]
 fn sigkill_of_the_session_supervisor_leaves_nothing_behind() {
     let sb = Sandbox::new();
     let marker = format!("orphan-{}", std::process::id());

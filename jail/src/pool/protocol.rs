@@ -39,8 +39,14 @@ struct LimitsFile {
 #[derive(Debug, PartialEq)]
 pub enum Line {
     Run(Request),
-    Stats { id: Option<String> },
+    Stats {
+        id: Option<String>,
+    },
     Session(SessionRequest),
+    /// `{"op": "cancel", "id": ID}`: stop request ID (run/cancel.rs).
+    Cancel {
+        id: String,
+    },
 }
 
 /// A made jail handed out as a session (`"op": "session"`): the caller
@@ -138,10 +144,11 @@ pub fn parse_line(line: &str, ceilings: Ceilings) -> Result<Line, ProtocolError>
     match file.op.as_deref() {
         Some("stats") => stats(file),
         Some("session") => session(file).map(Line::Session),
+        Some("cancel") => cancel(file),
         Some(op) => Err(ProtocolError::new(
             id.as_deref(),
             "bad_request",
-            format!("op {op:?} is unknown: the ops are \"stats\" and \"session\""),
+            format!("op {op:?} is unknown: the ops are \"stats\", \"session\" and \"cancel\""),
         )),
         None => request(file, ceilings).map(Line::Run),
     }
@@ -163,6 +170,36 @@ fn stats(file: LineFile) -> Result<Line, ProtocolError> {
         return Err(ProtocolError::new(file.id.as_deref(), "bad_request", msg));
     }
     Ok(Line::Stats { id: file.id })
+}
+
+fn cancel(file: LineFile) -> Result<Line, ProtocolError> {
+    let Some(id) = file.id.clone() else {
+        return Err(ProtocolError::new(None, "bad_request", "the cancel line has no \"id\": name the request to stop"));
+    };
+    let extra = file.code.is_some()
+        || file.script.is_some()
+        || file.input.is_some()
+        || file.output.is_some()
+        || file.events.is_some()
+        || !file.args.is_empty()
+        || file.limits.wall_time_secs.is_some();
+    if extra {
+        let msg = "a cancel line takes only \"op\" and \"id\" (the id of the request to stop)";
+        return Err(ProtocolError::new(Some(&id), "bad_request", msg));
+    }
+    Ok(Line::Cancel { id })
+}
+
+/// The answer to a cancel of `id` when no request of that id is in flight
+/// (never sent, refused, or already answered: then it comes after that
+/// reply), without its newline.
+pub fn unknown_id_reply(id: &str) -> String {
+    ProtocolError::new(
+        Some(id),
+        "unknown_id",
+        "no request with this id is in flight (unknown, or already answered): nothing to cancel",
+    )
+    .reply()
 }
 
 fn session(file: LineFile) -> Result<SessionRequest, ProtocolError> {
@@ -235,7 +272,9 @@ fn within(name: &str, value: Option<f64>, most: Duration) -> Result<Duration, Li
     if !(v > 0.0 && v.is_finite()) {
         return Err(("bad_request", format!("limits.{name} is {v}: give a number of seconds above 0")));
     }
-    let asked = Duration::from_secs_f64(v);
+    // Compared before the conversion: a number past what a Duration holds
+    // (1e300) would make `from_secs_f64` panic, and a panic aborts the pool.
+    let asked = Duration::try_from_secs_f64(v).unwrap_or(Duration::MAX);
     if asked > most {
         return Err((
             "limit_above_policy",
@@ -312,6 +351,22 @@ mod tests {
     }
 
     #[test]
+    fn a_cancel_line_names_the_request_and_nothing_else() {
+        assert_eq!(parse_line(r#"{"op":"cancel","id":"r1"}"#, CEIL).unwrap(), Line::Cancel { id: "r1".into() });
+        for (line, id) in [
+            (r#"{"op":"cancel"}"#, None),
+            (r#"{"op":"cancel","id":"r","code":"1"}"#, Some("r")),
+            (r#"{"op":"cancel","id":"r","limits":{"wall_time_secs":1}}"#, Some("r")),
+            (r#"{"op":"cancel","id":""}"#, None),
+        ] {
+            let e = err(line);
+            assert_eq!((e.code, e.id.as_deref()), ("bad_request", id), "{line}: {}", e.message);
+        }
+        let v: Value = serde_json::from_str(&unknown_id_reply("gone")).unwrap();
+        assert_eq!((&v["id"], &v["error"]["code"]), (&json!("gone"), &json!("unknown_id")));
+    }
+
+    #[test]
     fn bad_lines_get_a_code_and_keep_the_id_they_had() {
         for (line, code, id) in [
             ("not json", "malformed", None),
@@ -326,6 +381,7 @@ mod tests {
             (r#"{"id":"x","code":"1","input":"/a/../etc"}"#, "bad_request", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":0}}"#, "bad_request", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":16}}"#, "limit_above_policy", Some("x")),
+            (r#"{"id":"x","code":"1","limits":{"wall_time_secs":1e300}}"#, "limit_above_policy", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"cpu_time_secs":1}}"#, "unknown_field", Some("x")),
             (r#"{"id":"x","code":"1","events":"yes"}"#, "malformed", Some("x")),
         ] {

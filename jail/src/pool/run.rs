@@ -1,7 +1,8 @@
 //! The pool itself: jails made ahead as `jail session` children with the
 //! preload imported, each claimed by one request and destroyed after it,
 //! or handed out whole as a session (handout.rs), a replacement made in the
-//! background (the protocol is in pool.rs).
+//! background; a request in flight can be cancelled (cancel.rs). The
+//! protocol is in pool.rs.
 //!
 //! A pooled jail is a session started by this pool (`jail session start`,
 //! run as a child process so no thread forks): the same namespaces, mounts,
@@ -19,9 +20,10 @@
 //! output folder is the jail's, renamed to the request's `output` when one
 //! is named, else named in the reply's `output_dir`.
 
+mod cancel;
 mod handout;
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::fs;
 use std::io::{self, BufRead, Read, Write};
@@ -114,8 +116,11 @@ struct State {
     ready: VecDeque<Jail>,
     making: usize,
     in_use: usize,
-    /// Request ids in flight (claimed or waiting for a jail).
-    inflight: HashSet<String>,
+    /// Requests in `claim`, waiting for a jail: while draining, jails are
+    /// made for them alone (`State::wanted`).
+    waiting: usize,
+    /// Requests in flight (checked, waiting for a jail, or running), by id.
+    inflight: HashMap<String, Arc<cancel::Flight>>,
     draining: bool,
     /// Set when jails cannot be made: waiting requests get it as an error.
     broken: Option<String>,
@@ -280,13 +285,25 @@ fn is_root() -> bool {
     nix::unistd::geteuid().is_root()
 }
 
+impl State {
+    /// Whether one more jail is wanted: always, until the pool drains;
+    /// then only for requests taken before it that wait for one (each
+    /// taken request is answered), beyond the jails ready or being made.
+    fn wanted(&self) -> bool {
+        !self.draining || self.waiting > self.ready.len() + self.making
+    }
+}
+
 impl Pool {
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     fn say(&self, line: &str) {
-        let mut out = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        Pool::write_line(self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner), line);
+    }
+
+    fn write_line(mut out: std::sync::MutexGuard<'_, io::Stdout>, line: &str) {
         let _ = out.write_all(line.as_bytes());
         let _ = out.write_all(b"\n");
         let _ = out.flush();
@@ -326,7 +343,7 @@ impl Pool {
     fn refill(self: &Arc<Self>) {
         {
             let mut st = self.lock();
-            if st.draining || st.broken.is_some() {
+            if st.broken.is_some() || !st.wanted() {
                 return;
             }
             st.making += 1;
@@ -337,7 +354,8 @@ impl Pool {
             let mut st = p.lock();
             st.making -= 1;
             match made {
-                Ok(jail) if st.draining => {
+                // Draining, and no request waits for it.
+                Ok(jail) if st.draining && st.waiting <= st.ready.len() => {
                     drop(st);
                     jail.destroy();
                     p.changed.notify_all();
@@ -494,15 +512,17 @@ impl Pool {
         match protocol::parse_line(text, self.cfg.ceilings) {
             Err(e) => self.say(&e.reply()),
             Ok(Line::Stats { id }) => self.say(&json!({"id": id, "stats": self.stats()}).to_string()),
-            Ok(Line::Run(req)) => self.start(req.id.clone(), move |p| p.serve(req)),
-            Ok(Line::Session(req)) => self.start(req.id.clone(), move |p| p.serve_session(req)),
+            Ok(Line::Run(req)) => self.start(req.id.clone(), move |p, f| p.serve(req, f)),
+            Ok(Line::Session(req)) => self.start(req.id.clone(), move |p, f| p.serve_session(req, f)),
+            Ok(Line::Cancel { id }) => self.cancel(&id),
         }
     }
 
     /// Take request `id` in: refused while draining or while another with
     /// its id is in flight; else `work` runs on a thread of its own and its
     /// reply line is written when it is done.
-    fn start(self: &Arc<Self>, id: String, work: impl FnOnce(&Arc<Pool>) -> String + Send + 'static) {
+    fn start(self: &Arc<Self>, id: String, work: impl FnOnce(&Arc<Pool>, &cancel::Flight) -> String + Send + 'static) {
+        let flight = cancel::flight();
         {
             let mut st = self.lock();
             let err = |code, msg: &str| ProtocolError { id: Some(id.clone()), code, message: msg.into() };
@@ -510,16 +530,17 @@ impl Pool {
                 drop(st);
                 return self.say(&err("draining", "the pool is shutting down: start a new pool").reply());
             }
-            if !st.inflight.insert(id.clone()) {
+            if st.inflight.contains_key(&id) {
                 drop(st);
                 return self
                     .say(&err("duplicate_id", "a request with this id is in flight: give each request its own id").reply());
             }
+            st.inflight.insert(id.clone(), Arc::clone(&flight));
         }
         let p = Arc::clone(self);
         std::thread::spawn(move || {
-            let reply = work(&p);
-            p.say(&reply);
+            let reply = work(&p, &flight);
+            p.answer(&id, &reply);
             p.lock().inflight.remove(&id);
             p.changed.notify_all();
         });
@@ -552,7 +573,7 @@ impl Pool {
     }
 
     /// One request, start to reply line.
-    fn serve(self: &Arc<Self>, req: Request) -> String {
+    fn serve(self: &Arc<Self>, req: Request, flight: &cancel::Flight) -> String {
         let fail = |code: &'static str, message: String| ProtocolError { id: Some(req.id.clone()), code, message }.reply();
         // Everything about the request is checked before a jail is claimed.
         let code = match &req.source {
@@ -572,11 +593,17 @@ impl Pool {
                 return fail("bad_request", e);
             }
         }
-        let jail = match self.claim() {
+        let jail = match self.claim(flight) {
             Ok(j) => j,
-            Err(e) => return fail("internal", e),
+            Err(Claim::Cancelled) => return fail("cancelled", NOT_RUN.into()),
+            Err(Claim::Failed(e)) => return fail("internal", e),
         };
-        let reply = self.run_in(&jail, &req, code);
+        if flight.is_cancelled() {
+            // It ran nothing: the next request takes it.
+            self.give_back(jail);
+            return fail("cancelled", NOT_RUN.into());
+        }
+        let reply = self.run_in(&jail, &req, code, flight);
         // The slot (the input's copy, anything not handed over) goes now.
         if reply.is_err() {
             // Never left running: a jail that may have run code is not reused.
@@ -591,14 +618,36 @@ impl Pool {
         self.changed.notify_all();
         match reply {
             Ok(result) => protocol::result_reply(&req.id, &result),
+            // Cancelled before its code reached the jail, or it failed then.
+            Err(_) if flight.is_cancelled() => fail("cancelled", NOT_RUN.into()),
             Err(e) => fail("internal", e),
         }
     }
 
-    /// Take a ready jail, waiting for one (made now if none is coming).
-    fn claim(self: &Arc<Self>) -> Result<Jail, String> {
+    /// A claimed jail that ran nothing, back to the front of the ready ones.
+    fn give_back(&self, jail: Jail) {
+        let mut st = self.lock();
+        st.in_use -= 1;
+        st.ready.push_front(jail);
+        drop(st);
+        self.changed.notify_all();
+    }
+
+    /// Take a ready jail, waiting for one (made now if none is coming),
+    /// unless the request is cancelled meanwhile.
+    fn claim(self: &Arc<Self>, flight: &cancel::Flight) -> Result<Jail, Claim> {
+        self.lock().waiting += 1;
+        let got = self.claim_waiting(flight);
+        self.lock().waiting -= 1;
+        got
+    }
+
+    fn claim_waiting(self: &Arc<Self>, flight: &cancel::Flight) -> Result<Jail, Claim> {
         let mut st = self.lock();
         loop {
+            if flight.is_cancelled() {
+                return Err(Claim::Cancelled);
+            }
             if let Some(jail) = st.ready.pop_front() {
                 if !jail.alive() {
                     // It ended while it waited (session.idle_timeout_secs,
@@ -613,10 +662,11 @@ impl Pool {
                 return Ok(jail);
             }
             if let Some(b) = &st.broken {
-                return Err(format!("{b}: see the pool's stderr, fix the cause and start a new pool"));
+                return Err(Claim::Failed(format!("{b}: see the pool's stderr, fix the cause and start a new pool")));
             }
-            if st.making == 0 && !st.draining {
-                // Nothing is coming (a refill gave up): make one now.
+            if st.making == 0 {
+                // Nothing is coming (a refill gave up, or the pool drains
+                // and this request was taken before): make one now.
                 drop(st);
                 self.refill();
                 st = self.lock();
@@ -626,7 +676,7 @@ impl Pool {
         }
     }
 
-    fn run_in(&self, jail: &Jail, req: &Request, code: String) -> Result<Value, String> {
+    fn run_in(&self, jail: &Jail, req: &Request, code: String, flight: &cancel::Flight) -> Result<Value, String> {
         if let Some(input) = &req.input {
             copy_tree(input, &jail.input(), is_root()).map_err(|e| format!("copy the input {}: {e}", input.display()))?;
         }
@@ -641,6 +691,9 @@ impl Pool {
         if set["status"] != "ok" {
             return Err(format!("set sys.argv in the jail: {}", set["status"]));
         }
+        if !flight.enter(jail.supervisor) {
+            return Err("cancelled before its code was sent".into());
+        }
         let cell = if req.events {
             // Each event on our stdout as it comes, tagged with the request.
             let mut tell = |ev: &str| self.say(&protocol::event_line(&req.id, ev));
@@ -648,6 +701,12 @@ impl Pool {
         } else {
             session::exec_within(&jail.handle, code, Some(req.wall_time))
         };
+        if let Some(supervisor) = flight.leave() {
+            // A cancel reached the jail: it is ending. Replied once it is
+            // gone, with what the cell said.
+            cancel::wait_gone(&supervisor);
+            return cell.map(cancel::cancelled_result).map_err(|e| format!("run the step: {e}"));
+        }
         // The step is over: the jail is stopped whatever the cell did, and
         // its closing result carries the artifacts it left.
         let closing = session::stop(&jail.handle);
@@ -678,6 +737,17 @@ impl Pool {
         }
         Ok(result)
     }
+}
+
+/// The error reply's message of a request cancelled before its code ran.
+const NOT_RUN: &str = "the request was cancelled (op cancel) before its code reached a jail: nothing ran";
+
+/// Why a claim gave no jail.
+enum Claim {
+    /// The request was cancelled while it waited.
+    Cancelled,
+    /// No jail can be made: the reason.
+    Failed(String),
 }
 
 /// Drop the rest of an over-long line, a buffer at a time: never more

@@ -118,6 +118,8 @@ fn cut_head(s: &str, max: usize) -> String {
 pub enum Overrun {
     Wall,
     Cpu,
+    /// The session was cancelled (SIGTERM to its supervisor) mid-cell.
+    Cancelled,
 }
 
 /// How the interpreter died, from PID 1's status report.
@@ -158,6 +160,7 @@ pub fn status_of(f: &Facts) -> (Status, Option<i32>, Option<i32>) {
         (None, None) => (None, None),
     };
     let status = match (f.overrun, code, signal) {
+        (Some(Overrun::Cancelled), _, _) => Status::Cancelled,
         (Some(Overrun::Wall), _, _) => Status::TimeoutWall,
         (Some(Overrun::Cpu), _, _) => Status::TimeoutCpu,
         (None, Some(c), _) if f.oom && c != 0 => Status::OomKilled,
@@ -235,6 +238,17 @@ mod tests {
         assert_eq!(status_of(&f).0, Status::TimeoutWall);
         let f = Facts { death: Some(Death::Killed), overrun: Some(Overrun::Cpu), ..facts() };
         assert_eq!(status_of(&f), (Status::TimeoutCpu, None, Some(libc::SIGKILL)));
+    }
+
+    #[test]
+    fn a_cancel_wins_over_a_timeout_as_a_runs_does() {
+        let f = Facts {
+            death: Some(Death::Killed),
+            overrun: Some(Overrun::Cancelled),
+            oom: true,
+            ..facts()
+        };
+        assert_eq!(status_of(&f), (Status::Cancelled, None, Some(libc::SIGKILL)));
     }
 
     #[test]

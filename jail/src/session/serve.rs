@@ -12,6 +12,12 @@
 //! Output written later by something the cell left running lands in the
 //! next cell's streams.
 //!
+//! SIGTERM, SIGINT or SIGHUP to the session supervisor (armed in
+//! session.rs, read from cancel.rs's signalfd) cancel the session: the
+//! cell in flight is killed at once and answered `cancelled`
+//! (`supervisor.cancelled_by` names the signal), and the session ends as a
+//! stop ends it. This is how `jail pool` stops a step (pool/run/cancel.rs).
+//!
 //! A cell asked with `events` also sends its streams live to its client
 //! (live.rs): the loop writes them without blocking, reads the cell's pipes
 //! only while the client keeps up (until the cell is past its time), and
@@ -102,6 +108,8 @@ enum Slot {
     Notify,
     Listener,
     Lifeline,
+    /// A cancelling signal came (cancel.rs).
+    Cancel,
     /// The running cell's client can take more of its live events.
     LiveOut,
     /// A finished cell's client can take more of its tail (live.rs).
@@ -129,6 +137,8 @@ struct Loop<'s, 'w, 'm> {
     buf: Vec<u8>,
     /// Finished cells' live events still on their way to their clients.
     tails: Vec<Tail>,
+    /// The signal that cancelled the session, once one came.
+    cancelled: Option<Signal>,
 }
 
 /// Serve the session until it ends; the tree is dead or dying when this
@@ -174,6 +184,7 @@ pub(crate) fn serve(
         spill_err: Capture::new(cap.1, OutputMode::Capture, Target::Stderr),
         buf: vec![0u8; 64 * 1024],
         tails: Vec::new(),
+        cancelled: None,
     };
     let lifetime = limits.wall;
     let mut next_cpu_check = Instant::now();
@@ -209,6 +220,10 @@ pub(crate) fn serve(
         if let Some(fd) = s.lifeline.as_ref().filter(|_| !matches!(l.phase, Phase::Ending { .. })) {
             fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
             which.push(Slot::Lifeline);
+        }
+        if let Some(fd) = crate::cancel::fd().filter(|_| !l.exited && l.cancelled.is_none()) {
+            fds.push(PollFd::new(fd, PollFlags::POLLIN));
+            which.push(Slot::Cancel);
         }
         if matches!(l.phase, Phase::Idle { .. }) {
             fds.push(PollFd::new(s.listener.as_fd(), PollFlags::POLLIN));
@@ -263,6 +278,10 @@ pub(crate) fn serve(
         l.check_timers(now);
     }
     l.finish_cell_at_death();
+    if let Some(sig) = l.cancelled {
+        // The closing result says so, as a cancelled run's does.
+        ending = Ending::Cancelled(sig);
+    }
     if matches!(l.phase, Phase::Starting) {
         s.set_end(Why::NeverReady, None);
     }
@@ -325,6 +344,12 @@ impl Loop<'_, '_, '_> {
             // The owner's end closed (or it wrote, which it never does):
             // the owner is gone, and so is the session.
             Slot::Lifeline => self.end(Why::OwnerGone, None),
+            Slot::Cancel => {
+                if let Some(sig) = crate::cancel::received() {
+                    self.cancelled = Some(sig);
+                    self.end(Why::Cancelled(sig), None);
+                }
+            }
             Slot::LiveOut => {
                 if let Phase::Running(c) = &mut self.phase {
                     c.stdout.flush_out();
@@ -596,8 +621,11 @@ impl Loop<'_, '_, '_> {
     /// when idle), and the tree is killed if it is not gone soon.
     fn end(&mut self, why: Why, stopper: Option<UnixStream>) {
         if let Phase::Running(c) = &mut self.phase {
-            // The cell in flight is cut short: its client learns why.
-            if c.interrupted.is_none() {
+            // The cell in flight is cut short: its client learns why (a
+            // cancel wins over a timeout, as it does for a run).
+            if matches!(why, Why::Cancelled(_)) {
+                c.interrupted = Some((Overrun::Cancelled, Instant::now()));
+            } else if c.interrupted.is_none() {
                 c.interrupted = Some((Overrun::Wall, Instant::now()));
             }
             self.kill_tree();
@@ -686,6 +714,9 @@ impl Loop<'_, '_, '_> {
         let denials_now = self.watch.tally.denials(self.watch.model);
         result.denials = cell::denials_since(&c.denials_start, &denials_now);
         result.timings = Timings { total_ms: wall_ms, setup_ms: None, stages: Default::default() };
+        if facts.overrun == Some(Overrun::Cancelled) {
+            result.supervisor.cancelled_by = self.cancelled.map(|s| s.as_str().to_string());
+        }
         result.session = Some(self.s.info(c.id, self.s.end_why().as_ref()));
         let answer = Answer { result: serde_json::to_value(&result).ok(), error: None };
         match c.live {

@@ -6,10 +6,18 @@ What it speaks (README "As a service", ``GET /openapi.json``):
 - ``POST /v1/runs`` with ``"wait": true`` when no live callback is asked
   for (the run is tied to the request: a client that goes away ends it),
   else ``"wait": false`` and ``GET /v1/runs/{id}/events`` (server-sent
-  events: each ``jail run --events`` line, then ``event: end``).
+  events: each ``jail run --events`` line, the last one the ``result`` or
+  ``error`` event, then ``event: end``; a ``: keepalive`` comment every 15 s
+  of silence). The service records the run before it sends its last event,
+  so its artifacts are there once the result event is. A followed run this
+  client stops following (an exception in a callback, Ctrl-C, a timeout)
+  is cancelled: ``DELETE /v1/runs/{id}``.
 - ``GET /v1/runs/{id}/artifacts/{path}`` for an accepted artifact's bytes,
   checked against the ``sha256`` and ``bytes`` the result lists.
-- ``POST /v1/sessions``, ``POST /v1/sessions/{id}/exec``, ``DELETE /v1/sessions/{id}``.
+- ``POST /v1/sessions`` (with the input folder's ``files`` or
+  ``input_tar``), ``POST /v1/sessions/{id}/exec``, ``DELETE
+  /v1/sessions/{id}``, and ``GET /v1/sessions/{id}/artifacts/{path}`` for
+  the artifacts a deleted session's closing result lists.
 
 The service is trusted less than the local binary: every request has a
 timeout, every reply is read up to a cap, every result's
@@ -73,6 +81,12 @@ WAIT_SLACK = 60.0
 #: Seconds a run or cell is waited for when no timeout is given (the
 #: tenant's most applies then, which the client cannot know).
 DEFAULT_WAIT = 900.0
+#: Seconds an event stream may be silent before it is deemed broken and
+#: opened again: the service sends a keepalive comment every 15 s.
+EVENTS_SILENCE = 45.0
+#: Seconds a cancel (``DELETE /v1/runs/{id}``) of a run this client stops
+#: following is given.
+CANCEL_TIMEOUT = 20.0
 
 # Ids the service makes are 128 random bits in hex; anything else is not put in a URL.
 _ID = re.compile(r"^[0-9A-Za-z_-]{1,128}$")
@@ -137,12 +151,14 @@ class RemoteArtifact(Artifact):
     ``bytes``; ``output_dir`` and ``host_path`` are ``None``.
 
     Attributes:
-        run_id: The run whose output it is (``None`` for a session's closing
-            result: the service serves no session artifacts).
+        run_id: The run whose output it is, or ``None``.
+        session_id: The session whose closing result lists it (``GET
+            /v1/sessions/{id}/artifacts/{path}``), or ``None``.
     """
 
     run_id: Optional[str] = None
     sandbox: Optional["RemoteSandbox"] = field(default=None, repr=False, compare=False)
+    session_id: Optional[str] = None
 
     def read_bytes(self) -> bytes:
         """The artifact's content, fetched from the service and checked.
@@ -150,14 +166,12 @@ class RemoteArtifact(Artifact):
         Raises:
             ArtifactMismatchError: The size or sha256 differs from the result's.
             RemoteError: The service refused (for example 404: the service
-                keeps a tenant's last 64 runs, older ones are gone).
-            SandboxError: The artifact was deleted, or belongs to a session.
+                keeps a tenant's last 64 runs and 64 ended sessions, older
+                ones are gone).
+            SandboxError: The artifact was deleted.
         """
-        if self.sandbox is None or self.run_id is None:
-            raise SandboxError(
-                f"artifact {self.path}: the service serves artifacts of runs only (GET /v1/runs/ID/artifacts/PATH), "
-                "not of sessions: write the file from a RemoteSandbox.run to fetch it"
-            )
+        if self.sandbox is None or (self.run_id is None and self.session_id is None):
+            raise SandboxError(f"artifact {self.path}: it belongs to no run or ended session of the service")
         return self.sandbox._fetch_artifact(self)
 
 
@@ -264,8 +278,9 @@ class RemoteSandbox:
 
         With ``on_stdout`` or ``on_stderr`` the run is started with
         ``"wait": false`` and followed through its server-sent events, so the
-        callbacks get each chunk as the code writes it; the run then goes on
-        on the service if this client goes away (until its timeout). Without
+        callbacks get each chunk as the code writes it; if the following
+        stops before the run ends (a callback raised, Ctrl-C, a timeout) the
+        run is cancelled on the service (``DELETE /v1/runs/{id}``). Without
         them the reply waits for the run, and a client that goes away ends it.
 
         Args:
@@ -332,25 +347,27 @@ class RemoteSandbox:
             session_id: Attach to a session this token opened before (its
                 ``id``) instead of starting one.
 
+        The sandbox's ``input`` folder is sent with the request, as a run's
+        (``files`` or ``input_tar``), and read by every cell at
+        ``/workspace/input``.
+
         Raises:
             RemoteError: The service refused (for example 429: the token's sessions are all open).
-            SandboxError: The sandbox has an ``input`` folder: the service's sessions take none.
+            SandboxError: The input folder holds a link or a special file, or is too large.
         """
         if session_id is not None:
             if not isinstance(session_id, str) or not _ID.match(session_id):
                 raise SandboxError(f"session id {session_id!r} is not an id the service makes: check it")
             return RemoteSession(self, session_id, self._cell_limit(timeout))
-        if self.input is not None:
-            raise SandboxError(
-                "the service's sessions take no input files (POST /v1/sessions has no files field): "
-                "use RemoteSandbox.run for code that reads input, or a local Sandbox(input=...).session()"
-            )
         limit = self._cell_limit(timeout)
         limits = self._limits(limit)
         mib = _mib(memory)
         if mib is not None:
             limits["memory_mib"] = mib
-        reply = self._json("POST", "/v1/sessions", {"limits": limits}, timeout=self.request_timeout, ok=(201,))
+        body: Dict[str, Any] = {"limits": limits}
+        if self.input is not None:
+            body.update(input_payload(self.input))
+        reply = self._json("POST", "/v1/sessions", body, timeout=self.request_timeout, ok=(201,))
         return RemoteSession(self, _id_of(reply), limit)
 
     # ------------------------------------------------------------- the pieces
@@ -371,7 +388,7 @@ class RemoteSandbox:
             return float(self.wait_timeout)
         return (float(limit) if limit is not None and limit > 0 else DEFAULT_WAIT) + WAIT_SLACK
 
-    def _execution(self, result: Any, run_id: Optional[str]) -> Execution:
+    def _execution(self, result: Any, run_id: Optional[str], session_id: Optional[str] = None) -> Execution:
         _check_result_shape(result)
 
         def make(a: Dict[str, Any]) -> Artifact:
@@ -386,6 +403,7 @@ class RemoteSandbox:
                 output_dir=None,
                 run_id=run_id,
                 sandbox=self,
+                session_id=session_id,
             )
 
         return _checked(result, "", make, run_id)
@@ -395,73 +413,90 @@ class RemoteSandbox:
     ) -> Dict[str, Any]:
         """The run's result, read from its server-sent events; each chunk
         handed to its callback as it comes. A dropped stream is opened again
-        (the service replays it from the start; what was handed on is skipped)."""
+        (the service replays it from the start; what was handed on is skipped).
+        The service records the run before its last event, so once the
+        result event is here its artifacts are too; a run that ended without
+        a result ends with an ``error`` event, raised as :class:`RemoteError`."""
         callbacks = {"stdout": on_stdout, "stderr": on_stderr}
         deadline = time.monotonic() + wait_for
         result: Optional[Dict[str, Any]] = None
+        failure: Optional[Dict[str, Any]] = None
         seen = 0
         reconnects = 0
-        while True:
-            handed = 0
-            try:
-                for data in self._events(run_id, deadline):
-                    handed += 1
-                    if handed <= seen:
-                        continue
-                    seen = handed
-                    try:
-                        event = json.loads(data)
-                    except ValueError:
-                        raise SandboxProtocolError(f"run {run_id}: an event is not JSON: {data[:200]!r}") from None
-                    if not isinstance(event, dict):
-                        raise SandboxProtocolError(f"run {run_id}: an event is not a JSON object: {data[:200]!r}")
-                    kind = event.get("type")
-                    if kind in callbacks:
-                        cb = callbacks[kind]
-                        if cb is not None:
-                            cb(_chunk_text(event))
-                    elif kind == "result":
-                        found = event.get("result")
-                        if not isinstance(found, dict):
-                            raise SandboxProtocolError(f"run {run_id}: the result event holds no result object")
-                        result = found
-                break
-            except _StreamDropped as e:
-                reconnects += 1
-                if reconnects > self.retries or time.monotonic() >= deadline:
-                    raise RemoteConnectionError(
-                        f"run {run_id}: the event stream broke {reconnects} times ({e}): "
-                        "check the network to the service; the run's result stays at GET /v1/runs/ID",
-                        status=None,
-                        method="GET",
-                        path=f"/v1/runs/{run_id}/events",
-                    ) from None
-        # The service marks the run done (and serves its artifacts) a moment
-        # after the last event: wait for that, so read_bytes() finds them. A
-        # stream that ended with no result is a run the service failed.
-        until = time.monotonic() + self.request_timeout
-        while True:
-            reply = self._json("GET", f"/v1/runs/{run_id}", None, timeout=self.request_timeout, ok=(200,))
-            done = reply.get("result")
-            if reply.get("state") == "done" and isinstance(done, dict):
-                return result if result is not None else done
-            if time.monotonic() >= until:
-                break
-            time.sleep(0.05)
+        try:
+            while True:
+                handed = 0
+                try:
+                    for data in self._events(run_id, deadline):
+                        handed += 1
+                        if handed <= seen:
+                            continue
+                        seen = handed
+                        try:
+                            event = json.loads(data)
+                        except ValueError:
+                            raise SandboxProtocolError(f"run {run_id}: an event is not JSON: {data[:200]!r}") from None
+                        if not isinstance(event, dict):
+                            raise SandboxProtocolError(f"run {run_id}: an event is not a JSON object: {data[:200]!r}")
+                        kind = event.get("type")
+                        if kind in callbacks:
+                            cb = callbacks[kind]
+                            if cb is not None:
+                                cb(_chunk_text(event))
+                        elif kind == "result":
+                            found = event.get("result")
+                            if not isinstance(found, dict):
+                                raise SandboxProtocolError(f"run {run_id}: the result event holds no result object")
+                            result = found
+                        elif kind == "error":
+                            error = event.get("error")
+                            failure = error if isinstance(error, dict) else {}
+                    break
+                except _StreamDropped as e:
+                    reconnects += 1
+                    if reconnects > self.retries or time.monotonic() >= deadline:
+                        raise RemoteConnectionError(
+                            f"run {run_id}: the event stream broke {reconnects} times ({e}): "
+                            "check the network to the service; the run was cancelled on the service",
+                            status=None,
+                            method="GET",
+                            path=f"/v1/runs/{run_id}/events",
+                        ) from None
+        except BaseException:
+            # Not followed to its end: not left running on the service.
+            self._cancel(run_id)
+            raise
         if result is not None:
-            raise SandboxProtocolError(
-                f"run {run_id}: its events ended with a result but the service still calls it "
-                f"{reply.get('state')!r} after {self.request_timeout:.0f} s: its artifacts cannot be fetched"
+            return result
+        path = f"/v1/runs/{run_id}/events"
+        if failure is not None:
+            code = failure.get("code") if isinstance(failure.get("code"), str) else None
+            message = str(failure.get("message") or "")[:2000]
+            raise RemoteError(
+                f"run {run_id} failed on the service ({code}): {message}",
+                status=None,
+                code=code,
+                message=message,
+                method="GET",
+                path=path,
             )
-        raise SandboxProtocolError(
-            f"run {run_id}: the service ended its events without a result (state {reply.get('state')!r}): "
-            "the run failed on the service; its log says why"
-        )
+        raise SandboxProtocolError(f"run {run_id}: the service ended its events with neither a result nor an error")
+
+    def _cancel(self, run_id: str) -> None:
+        """Cancel a run (``DELETE /v1/runs/{id}``), as well as can be: the
+        caller is already on its way out with another error."""
+        try:
+            self._json("DELETE", f"/v1/runs/{run_id}", None, timeout=CANCEL_TIMEOUT, ok=(200, 202))
+        except (SandboxError, OSError):
+            pass
 
     def _events(self, run_id: str, deadline: float) -> Iterator[str]:
         """The ``data`` of each server-sent event of the run, until ``event: end``."""
         path = f"/v1/runs/{run_id}/events"
-        conn, resp = self._send("GET", path, None, timeout=max(1.0, deadline - time.monotonic()), accept="text/event-stream")
+        # Each read waits at most EVENTS_SILENCE: the service sends a
+        # keepalive every 15 s, so silence that long is a broken connection.
+        silence = min(max(1.0, deadline - time.monotonic()), EVENTS_SILENCE)
+        conn, resp = self._send("GET", path, None, timeout=silence, accept="text/event-stream")
         try:
             if resp.status != 200:
                 raise _error("GET", path, resp, 0)
@@ -483,13 +518,7 @@ class RemoteSandbox:
                 try:
                     raw = resp.readline(budget + 1)
                 except socket.timeout:
-                    raise RemoteTimeoutError(
-                        f"run {run_id}: the service sent nothing for the run's whole limit: it is stuck "
-                        "(raise wait_timeout for longer runs)",
-                        status=None,
-                        method="GET",
-                        path=path,
-                    ) from None
+                    raise _StreamDropped(f"nothing, not even a keepalive, for {silence:.0f} s") from None
                 except (OSError, http.client.HTTPException) as e:
                     raise _StreamDropped(str(e) or type(e).__name__) from None
                 if not raw:
@@ -525,7 +554,8 @@ class RemoteSandbox:
         want = artifact.bytes
         if want > MAX_ARTIFACT_BYTES:
             raise SandboxProtocolError(f"artifact {artifact.path}: {want} bytes is over this client's {MAX_ARTIFACT_BYTES}")
-        path = f"/v1/runs/{artifact.run_id}/artifacts/{urllib.parse.quote(artifact.path, safe='/')}"
+        owner = f"runs/{artifact.run_id}" if artifact.run_id is not None else f"sessions/{artifact.session_id}"
+        path = f"/v1/{owner}/artifacts/{urllib.parse.quote(artifact.path, safe='/')}"
         conn, resp = self._call("GET", path, None, timeout=self.request_timeout, ok=(200,))
         try:
             length = resp.getheader("Content-Length")
@@ -672,7 +702,9 @@ class RemoteSession:
 
     Attributes:
         id: The service's session id (give it to ``RemoteSandbox.session(session_id=...)`` to attach again).
-        closing: The closing result once :meth:`close` ran.
+        closing: The closing result once :meth:`close` ran: its artifacts
+            (what the cells left in ``/workspace/output`` that passed) are
+            :class:`RemoteArtifact`\ s, fetched from the service by ``read_bytes()``.
     """
 
     def __init__(self, sandbox: RemoteSandbox, session_id: str, timeout: Optional[float]) -> None:
@@ -741,7 +773,7 @@ class RemoteSession:
             if e.status == 404:
                 raise self._gone(e) from e
             raise
-        self.closing = self.sandbox._execution(reply.get("result"), None)
+        self.closing = self.sandbox._execution(reply.get("result"), None, self.id)
         return self.closing
 
     def __enter__(self) -> "RemoteSession":

@@ -33,6 +33,24 @@ pub fn run_line(job: &Job, events: bool) -> String {
     req.to_string()
 }
 
+/// A session from the pool (`{"op": "session"}`): a ready jail (its
+/// preload imported) handed over with `input` copied into its read-only
+/// `/workspace/input` and `output` (made when absent) as its output folder.
+pub fn session_line(id: &str, input: Option<&std::path::Path>, output: &std::path::Path) -> String {
+    let mut req = json!({"id": id, "op": "session", "output": output.to_string_lossy()});
+    if let Some(input) = input {
+        req["input"] = Value::from(input.to_string_lossy());
+    }
+    req.to_string()
+}
+
+/// Whether an error reply to a session request says this pool can never
+/// hand one out: its policy binds each jail's output folder when it is
+/// made (`output_size: "unlimited"`). Sessions then start on their own.
+pub fn refuses_sessions(code: &str, message: &str) -> bool {
+    code == "bad_request" && message.contains("output_size")
+}
+
 /// A line asking for the pool's stats.
 pub fn stats_line(id: &str) -> String {
     json!({"op": "stats", "id": id}).to_string()
@@ -51,8 +69,9 @@ pub fn takes_events(reply: &Reply) -> bool {
     !matches!(reply, Reply::Error { code, message } if code == "unknown_field" && message.contains("events"))
 }
 
-/// Ask the pool to stop request `id` (not in the protocol yet: see
-/// `pool::CANCEL`).
+/// Ask the pool to stop request `id`: its jail is stopped, and its reply
+/// (its result, `cancelled`) still comes; an id the pool has answered
+/// already gets an `unknown_id` error line after that reply.
 pub fn cancel_line(id: &str) -> String {
     json!({"op": "cancel", "id": id}).to_string()
 }
@@ -86,6 +105,8 @@ pub enum Reply {
         message: String,
     },
     Stats(Value),
+    /// A session handed out: `{"handle", "id", "pid", "output_dir"}`.
+    Session(Value),
     /// The pool ended before answering (said by the server, not the pool).
     Lost(String),
 }
@@ -103,6 +124,9 @@ pub fn parse_line(line: &[u8]) -> Line {
     }
     if let Some(stats) = v.remove("stats") {
         return Line::Reply(id, Reply::Stats(stats));
+    }
+    if let Some(session) = v.remove("session") {
+        return Line::Reply(id, Reply::Session(session));
     }
     if let Some(error) = v.remove("error") {
         let text = |k: &str| error.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
@@ -180,11 +204,6 @@ pub fn events_from_result(result: &Value) -> Vec<String> {
     events
 }
 
-/// The result event that ends a run's log, as `jail run --events` ends it.
-pub fn result_event(result: &Value) -> String {
-    json!({"type": "result", "result": result}).to_string()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -224,6 +243,10 @@ mod tests {
             Line::Reply("a".into(), Reply::Error { code: "bad_request".into(), message: "m".into() })
         );
         assert_eq!(parse_line(br#"{"id":"s","stats":{"ready":1}}"#), Line::Reply("s".into(), Reply::Stats(json!({"ready":1}))));
+        assert_eq!(
+            parse_line(br#"{"id":"s","session":{"handle":"/h.sock"}}"#),
+            Line::Reply("s".into(), Reply::Session(json!({"handle":"/h.sock"})))
+        );
         assert!(matches!(parse_line(br#"{"id":null,"error":{"code":"malformed"}}"#), Line::Stray(_)));
         assert!(matches!(parse_line(b"not json"), Line::Stray(_)));
     }
@@ -248,6 +271,19 @@ mod tests {
         assert!(never_started("internal", dead));
         assert!(!never_started("internal", "run the step: the session ended"));
         assert!(!never_started("bad_request", dead));
+    }
+
+    #[test]
+    fn a_session_line_names_its_folders_and_a_pool_that_binds_outputs_refuses_for_good() {
+        let v: Value = serde_json::from_str(&session_line("s1", Some("/w/in".as_ref()), "/w/out".as_ref())).unwrap();
+        assert_eq!(v, json!({"id": "s1", "op": "session", "input": "/w/in", "output": "/w/out"}));
+        let v: Value = serde_json::from_str(&session_line("s2", None, "/w/out".as_ref())).unwrap();
+        assert_eq!(v.get("input"), None);
+        let unlimited =
+            "this pool's policy binds each jail's output folder when it is made (filesystem.output_size \"unlimited\")";
+        assert!(refuses_sessions("bad_request", unlimited));
+        assert!(!refuses_sessions("bad_request", "input /x: no such folder"));
+        assert!(!refuses_sessions("internal", unlimited));
     }
 
     #[test]

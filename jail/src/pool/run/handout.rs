@@ -21,13 +21,13 @@ use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{check_input, copy_tree, fresh_output, is_root, Jail, Pool};
+use super::{cancel::Flight, check_input, copy_tree, fresh_output, is_root, Claim, Jail, Pool, NOT_RUN};
 use crate::pool::protocol::{ProtocolError, SessionRequest};
 use crate::session;
 
 impl Pool {
     /// One session request, start to reply line.
-    pub(super) fn serve_session(self: &Arc<Self>, req: SessionRequest) -> String {
+    pub(super) fn serve_session(self: &Arc<Self>, req: SessionRequest, flight: &Flight) -> String {
         let fail = |code: &'static str, message: String| ProtocolError { id: Some(req.id.clone()), code, message }.reply();
         // Everything about the request is checked before a jail is claimed.
         if !self.cfg.output_capped {
@@ -53,14 +53,29 @@ impl Pool {
                 Err(e) => return fail("internal", e),
             },
         };
-        let jail = match self.claim() {
+        let jail = match self.claim(flight) {
             Ok(j) => j,
             Err(e) => {
                 forget(&out, made);
-                return fail("internal", e);
+                return match e {
+                    Claim::Cancelled => fail("cancelled", NOT_RUN.into()),
+                    Claim::Failed(e) => fail("internal", e),
+                };
             }
         };
-        let handed = self.hand_out(&jail, &req, &out);
+        if flight.is_cancelled() {
+            forget(&out, made);
+            self.give_back(jail);
+            return fail("cancelled", NOT_RUN.into());
+        }
+        let handed = self.hand_out(&jail, &req, &out).and_then(|()| {
+            // A cancel while it was handed over: never handed out.
+            if flight.is_cancelled() {
+                Err(NOT_RUN.into())
+            } else {
+                Ok(())
+            }
+        });
         self.lock().in_use -= 1;
         // Its replacement at once: this jail is the caller's until it ends.
         self.refill();
@@ -77,7 +92,8 @@ impl Pool {
                 // Never handed out, never used again.
                 jail.destroy();
                 forget(&out, made);
-                fail("internal", e)
+                let code = if flight.is_cancelled() { "cancelled" } else { "internal" };
+                fail(code, e)
             }
         }
     }

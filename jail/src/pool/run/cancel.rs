@@ -1,0 +1,220 @@
+//! Stopping a request in flight: `{"op": "cancel", "id": ID}` (the
+//! protocol is in pool.rs).
+//!
+//! Each request in flight has a [`Flight`]. A cancel marks it; what that
+//! does depends on where the request is:
+//!
+//! - still checked, or waiting for a jail (`claim`): it gives up there, a
+//!   claimed jail that ran nothing goes back to the ready ones, and the
+//!   reply is the error `cancelled` (nothing ran);
+//! - its code sent to a claimed jail ([`Flight::enter`] to
+//!   [`Flight::leave`]): the jail's session supervisor gets SIGTERM through
+//!   a pidfd opened at the claim (never a process that reused its pid);
+//!   the session kills the cell's tree at once and answers the cell
+//!   `cancelled` (session/serve.rs), then ends as a stop ends it. The pool
+//!   waits for that supervisor to be gone (so the jail is gone, cgroup and
+//!   all, when the reply is written) and replies with the cell's result,
+//!   `supervisor.cancelled_by: "pool_caller"`, no artifacts and no output
+//!   folder, as a cancelled `jail run` leaves none;
+//! - answered, or never known: the cancel's own answer is the error
+//!   `unknown_id`, written after that request's reply ([`Flight::answered`]
+//!   is marked while the pool holds its stdout to write the reply).
+//!
+//! Either way the request gets exactly one reply.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use serde_json::Value;
+
+use super::Pool;
+use crate::pool::protocol;
+
+/// `supervisor.cancelled_by` of a step its pool's caller cancelled.
+pub const BY_POOL_CALLER: &str = "pool_caller";
+/// How long a cancelled jail's session supervisor gets to kill the cell's
+/// tree, remove its cgroup and end, before it is killed (its janitor then
+/// cleans up).
+const STOP_WAIT: Duration = Duration::from_secs(20);
+
+/// One request in flight, as a cancel sees it.
+#[derive(Default)]
+pub(super) struct Flight {
+    state: Mutex<Stage>,
+}
+
+#[derive(Default)]
+struct Stage {
+    /// A cancel came.
+    cancelled: bool,
+    /// While the step's code runs: the claimed jail's session supervisor.
+    jail: Option<OwnedFd>,
+    /// Once a cancel signalled it: the same, to wait for its end.
+    signalled: Option<OwnedFd>,
+    /// Its reply is being written: a cancel now is `unknown_id`.
+    answered: bool,
+}
+
+impl Flight {
+    fn stage(&self) -> MutexGuard<'_, Stage> {
+        self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Cancel it; false when its reply is already out (or going out).
+    fn cancel(&self) -> bool {
+        let mut st = self.stage();
+        if st.answered {
+            return false;
+        }
+        st.cancelled = true;
+        if let Some(pidfd) = st.jail.take() {
+            // A supervisor that just ended (ESRCH) has nothing left to stop.
+            let _ = crate::sys::pidfd_send_signal(pidfd.as_fd(), Signal::SIGTERM);
+            st.signalled = Some(pidfd);
+        }
+        true
+    }
+
+    pub(super) fn is_cancelled(&self) -> bool {
+        self.stage().cancelled
+    }
+
+    /// The step's code is about to go to the jail whose session supervisor
+    /// is `supervisor`: from now on a cancel signals it. False when a
+    /// cancel came first: send nothing.
+    pub(super) fn enter(&self, supervisor: u32) -> bool {
+        let mut st = self.stage();
+        if st.cancelled {
+            return false;
+        }
+        // The jail was alive at the claim (`Jail::alive`); a pidfd that
+        // cannot be opened means it ended since, and the step fails on
+        // its own.
+        st.jail = crate::sys::pidfd_open(nix::unistd::Pid::from_raw(supervisor as i32)).ok();
+        true
+    }
+
+    /// The step's cell returned: no signal from now on. The supervisor's
+    /// pidfd when a cancel signalled it.
+    pub(super) fn leave(&self) -> Option<OwnedFd> {
+        let mut st = self.stage();
+        st.jail = None;
+        st.signalled.take()
+    }
+
+    /// Its reply is being written.
+    fn answered(&self) {
+        self.stage().answered = true;
+    }
+}
+
+impl Pool {
+    /// `{"op": "cancel", "id": id}`: no line of its own when `id` is in
+    /// flight (its reply follows), else `unknown_id`.
+    pub(super) fn cancel(&self, id: &str) {
+        // Marked under the state lock: a claim that checks the mark under
+        // it, then waits, cannot miss the wake-up below.
+        let taken = self.lock().inflight.get(id).is_some_and(|f| f.cancel());
+        if taken {
+            self.changed.notify_all();
+        } else {
+            self.say(&protocol::unknown_id_reply(id));
+        }
+    }
+
+    /// Write request `id`'s reply, marked answered first while the output
+    /// is held: a cancel that finds it answered says so after this line.
+    pub(super) fn answer(&self, id: &str, line: &str) {
+        let out = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(f) = self.lock().inflight.get(id) {
+            f.answered();
+        }
+        Pool::write_line(out, line);
+    }
+}
+
+/// A flight for a request taken in.
+pub(super) fn flight() -> Arc<Flight> {
+    Arc::new(Flight::default())
+}
+
+/// Wait for the cancelled jail's supervisor to be gone (its tree killed,
+/// its cgroup removed); past [`STOP_WAIT`] it is killed.
+pub(super) fn wait_gone(pidfd: &OwnedFd) {
+    let until = Instant::now() + STOP_WAIT;
+    if !readable_by(pidfd, until) {
+        let _ = crate::sys::pidfd_send_signal(pidfd.as_fd(), Signal::SIGKILL);
+        readable_by(pidfd, Instant::now() + Duration::from_secs(5));
+    }
+}
+
+fn readable_by(fd: &OwnedFd, until: Instant) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        let timeout = PollTimeout::try_from(left.as_millis() as u64).unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, timeout) {
+            Ok(n) if n > 0 => return true,
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return false,
+        }
+    }
+}
+
+/// The reply's result of a step a cancel reached: the cell's own, said to
+/// be the caller's doing when it ended `cancelled` (a cell that finished
+/// just before keeps its status); no artifacts and no output folder, as a
+/// cancelled `jail run` leaves none.
+pub(super) fn cancelled_result(mut cell: Value) -> Value {
+    if let Value::Object(m) = &mut cell {
+        m.remove("session");
+        m.insert("artifacts".into(), Value::Array(Vec::new()));
+        m.insert("output_dir".into(), Value::Null);
+        if m.get("status").and_then(Value::as_str) == Some("cancelled") {
+            if let Some(Value::Object(sup)) = m.get_mut("supervisor") {
+                sup.insert("cancelled_by".into(), Value::from(BY_POOL_CALLER));
+            }
+        }
+    }
+    cell
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_cancel_before_the_code_stops_it_going_and_after_the_reply_is_refused() {
+        let f = Flight::default();
+        assert!(f.cancel() && f.is_cancelled());
+        assert!(!f.enter(std::process::id()), "nothing is sent once cancelled");
+        let f = Flight::default();
+        f.answered();
+        assert!(!f.cancel() && !f.is_cancelled(), "an answered request is not in flight");
+    }
+
+    #[test]
+    fn a_cancel_while_the_code_runs_signals_the_jail_once_and_leave_ends_that() {
+        let f = Flight::default();
+        assert!(f.enter(std::process::id()));
+        assert!(f.leave().is_none(), "not signalled");
+        // After leave nothing is signalled (this test's own pid would be).
+        assert!(f.cancel());
+        assert!(f.leave().is_none());
+    }
+
+    #[test]
+    fn a_cancelled_cells_result_names_the_caller_and_delivers_nothing() {
+        let cell = json!({"status": "cancelled", "supervisor": {"cancelled_by": "SIGTERM"}, "session": {},
+                          "artifacts": [{"path": "a"}], "output_dir": "/x"});
+        let r = cancelled_result(cell);
+        assert_eq!(r["supervisor"]["cancelled_by"], BY_POOL_CALLER);
+        assert_eq!((&r["artifacts"], &r["output_dir"], r.get("session")), (&json!([]), &Value::Null, None));
+        let done = cancelled_result(json!({"status": "ok", "supervisor": {"cancelled_by": null}}));
+        assert_eq!((&done["status"], &done["supervisor"]["cancelled_by"]), (&json!("ok"), &Value::Null));
+    }
+}
