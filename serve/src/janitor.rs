@@ -60,7 +60,7 @@ fn told(bytes: &[u8]) -> Option<crate::nest::Record> {
         nest: Option<crate::nest::Record>,
     }
     let text = String::from_utf8_lossy(bytes);
-    let last = text.lines().filter_map(|l| serde_json::from_str::<Line>(l).ok()).last()?;
+    let last = text.lines().filter_map(|l| serde_json::from_str::<Line>(l).ok()).next_back()?;
     last.nest
 }
 
