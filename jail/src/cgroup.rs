@@ -174,7 +174,7 @@ pub fn parse_proc_cgroup(text: &str) -> Membership {
 
 /// The directory of cgroup `path` in a hierarchy mounted at `mount` showing
 /// cgroup `root` there; `None` when the cgroup lies outside the mount.
-fn dir_of(mount: &Path, root: &Path, path: &Path) -> Option<PathBuf> {
+pub fn dir_of(mount: &Path, root: &Path, path: &Path) -> Option<PathBuf> {
     let rel = path.strip_prefix(root).ok()?;
     Some(if rel.as_os_str().is_empty() { mount.to_path_buf() } else { mount.join(rel) })
 }
@@ -222,11 +222,14 @@ pub struct Discovery {
     pub v1: Result<Candidate, String>,
 }
 
-fn writable(dir: &Path) -> bool {
+/// Whether this process may create cgroups in `dir` (write and search).
+pub fn writable(dir: &Path) -> bool {
     nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK).is_ok()
 }
 
-fn read_words(path: &Path) -> Vec<String> {
+/// The words of a cgroup file (`cgroup.controllers`,
+/// `cgroup.subtree_control`); none when it cannot be read.
+pub fn read_words(path: &Path) -> Vec<String> {
     std::fs::read_to_string(path).unwrap_or_default().split_whitespace().map(String::from).collect()
 }
 
@@ -856,8 +859,8 @@ fn open_with(path: PathBuf, opts: &std::fs::OpenOptions) -> Result<OwnedFd, Cgro
 }
 
 /// v2 needs each controller enabled in the parent's `cgroup.subtree_control`
-/// before a child cgroup gets its files.
-fn enable_controllers(p: &Parent) -> Result<(), CgroupError> {
+/// before a child cgroup gets its files. Writes only those not enabled yet.
+pub fn enable_controllers(p: &Parent) -> Result<(), CgroupError> {
     let path = p.dir.join("cgroup.subtree_control");
     let enabled = read_words(&path);
     let missing: Vec<String> = p.controllers.iter().filter(|c| !enabled.contains(c)).map(|c| format!("+{c}")).collect();
@@ -884,7 +887,8 @@ fn freeze_v1(dir: &Path) -> bool {
     false
 }
 
-fn procs_of(dir: &Path) -> Vec<i32> {
+/// The processes `dir/cgroup.procs` lists.
+pub fn procs_of(dir: &Path) -> Vec<i32> {
     std::fs::read_to_string(dir.join("cgroup.procs"))
         .unwrap_or_default()
         .split_whitespace()

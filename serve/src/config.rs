@@ -47,6 +47,16 @@ pub struct ServeArgs {
     /// or their tenant's most) is this go to the pool, others to `jail run`.
     #[arg(long, value_name = "MIB", default_value_t = 512, value_parser = clap::value_parser!(u64).range(16..))]
     pub pool_memory: u64,
+    /// Do not nest the server's cgroup. By default, when its own cgroup is
+    /// a cgroup v2 it may write, offering memory, pids and cpu and holding
+    /// no other process, the server moves itself and its janitor into a
+    /// new leaf `<own>/serve` and gives every run, session and pooled jail
+    /// a cgroup of its own beneath `<own>/runs` (`--cgroup-parent`),
+    /// removed again at exit; when it cannot, it says why once and each
+    /// run finds its cgroup as `jail run` does. `/metrics`
+    /// `jail_run_cgroups{mode}` and `/readyz` say which.
+    #[arg(long)]
+    pub no_nest_cgroup: bool,
 }
 
 /// One tenant as the tokens file gives it.

@@ -2,7 +2,10 @@
 //! the read end of a pipe whose write end only the server has. When the
 //! server dies, however it dies, the janitor reads end-of-file, stops the
 //! sessions left in the work folder (their supervisors are setsid'd, so no
-//! parent-death signal reaches them), and removes the folder.
+//! parent-death signal reaches them), removes the folder, and undoes the
+//! server's nested cgroups (nest.rs), which the server names on the pipe
+//! before it makes them: one JSON line `{"nest": RECORD}`, or `{"nest":
+//! null}` once it has undone them itself.
 
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -18,6 +21,11 @@ pub const PGID_FILE: &str = "jail.pgid";
 /// How long the janitor keeps trying to remove the folder while runs that
 /// got their SIGTERM finish cleaning up.
 const REMOVE_FOR: Duration = Duration::from_secs(20);
+/// How long the janitor tries to remove the server's cgroups while the
+/// runs' processes finish.
+const CGROUPS_FOR: Duration = Duration::from_secs(20);
+/// Bytes of the pipe kept: the server writes a few short lines.
+const MAX_TOLD_BYTES: usize = 64 << 10;
 /// How deep under the work folder a session socket is looked for
 /// (ID/jail/sessions/ID.sock).
 const MAX_DEPTH: usize = 6;
@@ -36,11 +44,36 @@ pub fn start(dirs: &[&Path]) -> std::io::Result<Child> {
         .spawn()
 }
 
+/// Tell the janitor which nested cgroups to undo after the server's death
+/// (`None`: none, the server undid them).
+pub fn tell(janitor: &mut Child, record: Option<&crate::nest::Record>) -> std::io::Result<()> {
+    use std::io::Write;
+    let stdin = janitor.stdin.as_mut().ok_or_else(|| std::io::Error::other("the janitor's pipe is closed"))?;
+    let line = serde_json::json!({ "nest": record }).to_string();
+    stdin.write_all(format!("{line}\n").as_bytes())
+}
+
+/// The last record the server told, from what it wrote on the pipe. Pure.
+fn told(bytes: &[u8]) -> Option<crate::nest::Record> {
+    #[derive(serde::Deserialize)]
+    struct Line {
+        nest: Option<crate::nest::Record>,
+    }
+    let text = String::from_utf8_lossy(bytes);
+    let last = text.lines().filter_map(|l| serde_json::from_str::<Line>(l).ok()).next_back()?;
+    last.nest
+}
+
 pub fn main(dirs: &[PathBuf]) -> ExitCode {
     use std::io::Read;
-    let mut sink = [0u8; 64];
+    let mut sink = [0u8; 4096];
+    let mut heard = Vec::new();
     // Returns on end-of-file (the server is gone) or an error.
-    while matches!(std::io::stdin().read(&mut sink), Ok(n) if n > 0) {}
+    while let Ok(n @ 1..) = std::io::stdin().read(&mut sink) {
+        if heard.len() + n <= MAX_TOLD_BYTES {
+            heard.extend_from_slice(&sink[..n]);
+        }
+    }
     let jail = std::env::current_exe().map(|e| e.with_file_name("jail")).unwrap_or_else(|_| "jail".into());
     for dir in dirs {
         let (socks, groups) = leftovers(dir, 0);
@@ -57,6 +90,19 @@ pub fn main(dirs: &[PathBuf]) -> ExitCode {
             if std::fs::remove_dir_all(dir).is_err() {
                 std::thread::sleep(Duration::from_millis(200));
             }
+        }
+    }
+    // After the runs: their cgroups lie beneath the server's `runs`.
+    if let Some(record) = told(&heard) {
+        let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
+        if let Err(e) = crate::nest::tear_down(&record, me, Instant::now() + CGROUPS_FOR) {
+            // The server's stderr, which the janitor shares: the one place
+            // this can be said.
+            eprintln!(
+                "jail serve janitor: left the server's cgroups in {}: {}",
+                record.dir.display(),
+                jail::stage::chain_line(&e)
+            );
         }
     }
     ExitCode::SUCCESS
@@ -99,4 +145,21 @@ fn stop_session(jail: &Path, sock: &Path) {
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_last_line_the_server_wrote_is_what_the_janitor_undoes() {
+        let record = r#"{"nest":{"dir":"/sys/fs/cgroup/pod","enabled":["memory","pids","cpu"]}}"#;
+        let got = told(format!("{record}\n").as_bytes()).unwrap();
+        assert_eq!(got.dir, PathBuf::from("/sys/fs/cgroup/pod"));
+        assert_eq!(got.enabled, vec!["memory", "pids", "cpu"]);
+        assert_eq!(told(format!("{record}\n{{\"nest\":null}}\n").as_bytes()), None, "undone by the server");
+        assert_eq!(told(b""), None);
+        // A line cut short by the server's death is not a record.
+        assert_eq!(told(&record.as_bytes()[..20]), None);
+    }
 }

@@ -19,6 +19,8 @@
 //! - `input`: a run's or a session's input folder from `files` and
 //!   `input_tar`, planned in memory and written without following a link.
 //! - `metrics`: Prometheus text; `janitor`: cleanup after the server's death.
+//! - `nest`: the server's own cgroup made the parent of every run's cgroup
+//!   (`--no-nest-cgroup` turns it off).
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
@@ -30,6 +32,7 @@ mod config;
 pub mod input;
 mod janitor;
 mod metrics;
+mod nest;
 mod pool;
 mod route;
 mod runs;

@@ -1,6 +1,7 @@
 //! The server: routes, the OpenAPI document, start (the janitor, then the
-//! warm pool, then the listener) and drain (in-flight runs, sessions, then
-//! the pool closed).
+//! server's cgroup nested for the runs, then the warm pool, then the
+//! listener) and drain (in-flight runs, sessions, then the pool closed;
+//! the janitor removes the nested cgroups once the server is gone).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -17,10 +18,11 @@ use axum::{Json, Router};
 use utoipa::OpenApi;
 
 use crate::config::{load_tenants, ConfigError, ServeArgs, Tenant};
+use crate::nest::RunCgroups;
 use crate::pool::{Health, Pool, PoolConfig};
 use crate::spawn::SpawnBackend;
 use crate::state::{AppState, Shared};
-use crate::{janitor, runs, sessions};
+use crate::{janitor, nest, runs, sessions};
 
 /// How long open connections (event streams) get after the drain.
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
@@ -74,7 +76,7 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "takes runs"),
+#[utoipa::path(get, path = "/readyz", responses((status = 200, description = "takes runs (a second line says where runs get their cgroups)"),
     (status = 503, description = "draining, full, or the warm pool is restarting or was given up (the body says which and why)")))]
 async fn readyz(State(state): State<Shared>) -> Response {
     if state.draining.load(Ordering::SeqCst) {
@@ -88,7 +90,7 @@ async fn readyz(State(state): State<Shared>) -> Response {
     match state.pool.as_ref().map(|p| p.health()) {
         Some(Health::Restarting(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("pool restarting: {why}\n")).into_response(),
         Some(Health::Failed(why)) => (StatusCode::SERVICE_UNAVAILABLE, format!("pool failed: {why}\n")).into_response(),
-        _ => "ready\n".into_response(),
+        _ => format!("ready\n{}", state.run_cgroups.readiness()).into_response(),
     }
 }
 
@@ -98,12 +100,13 @@ async fn metrics(State(state): State<Shared>) -> Response {
         Some(p) => Some(p.snapshot().await),
         None => None,
     };
-    let text = state.metrics.render(
+    let mut text = state.metrics.render(
         state.in_flight.load(Ordering::SeqCst),
         state.sessions_open(),
         state.draining.load(Ordering::SeqCst),
         pool.as_ref(),
     );
+    state.run_cgroups.render(&mut text);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -175,13 +178,26 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         std::fs::set_permissions(sessions.path(), mode).map_err(|e| ServeError::Work(tmp.clone(), e))?;
     }
     // Before the runtime and its threads: the janitor must outlive us.
-    let _janitor = janitor::start(&[work.path(), sessions.path()]).map_err(ServeError::Janitor)?;
+    let mut janitor = janitor::start(&[work.path(), sessions.path()]).map_err(ServeError::Janitor)?;
+    // Before the runtime too: a process joins a cgroup with all its
+    // threads, and every jail must be started after it (nest.rs).
+    let run_cgroups = match args.no_nest_cgroup {
+        true => RunCgroups::Off,
+        false => nest::start(&mut janitor, args.policy.as_deref()),
+    };
+    if let Some(line) = run_cgroups.said() {
+        eprintln!("jail serve: {line}");
+    }
     let mut flags: Vec<OsString> = Vec::new();
     if let Some(p) = &args.policy {
         flags.extend(["--policy".into(), p.into()]);
     }
     if let Some(r) = &args.rootfs {
         flags.extend(["--rootfs".into(), r.into()]);
+    }
+    // Runs, sessions and the pool's jails alike.
+    if let RunCgroups::Nested { runs, .. } = &run_cgroups {
+        flags.extend(["--cgroup-parent".into(), runs.into()]);
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
     let pool = match args.pool_size {
@@ -209,12 +225,16 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         in_flight: Default::default(),
         draining: Default::default(),
         metrics: Default::default(),
+        run_cgroups,
     });
     runtime.block_on(run(args, Arc::clone(&state)))?;
     drop(runtime);
     drop(state);
     drop(work);
     drop(sessions);
+    // Its end of the pipe closes as the process exits: the janitor then
+    // removes the nested cgroups, which the server, in one, cannot.
+    drop(janitor);
     Ok(())
 }
 

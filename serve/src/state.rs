@@ -105,6 +105,8 @@ pub struct AppState {
     pub in_flight: AtomicUsize,
     pub draining: AtomicBool,
     pub metrics: Metrics,
+    /// Where the runs get their cgroups (nest.rs).
+    pub run_cgroups: crate::nest::RunCgroups,
 }
 
 pub type Shared = Arc<AppState>;

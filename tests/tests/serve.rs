@@ -50,6 +50,12 @@ impl Server {
     }
 
     fn launch(extra: &[&str]) -> Server {
+        Server::launch_in(None, extra)
+    }
+
+    /// A server started in `cgroup` (a wrapper moves itself there, then
+    /// execs the server), with no `JAIL_CGROUP_PARENT`: it nests its own.
+    fn launch_in(cgroup: Option<&TestCgroup>, extra: &[&str]) -> Server {
         let bin = jail_bin().with_file_name("jail-serve");
         assert!(bin.is_file(), "no {} (cargo build -p jail-serve)", bin.display());
         let mut tokens = tempfile::NamedTempFile::new().unwrap();
@@ -65,7 +71,16 @@ impl Server {
         // The jails of a root server run as an unprivileged uid that must
         // reach its run folder beneath this one.
         std::fs::set_permissions(work.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
-        let mut child = Command::new(&bin)
+        let mut cmd = match cgroup {
+            None => Command::new(&bin),
+            Some(cg) => {
+                let mut c = Command::new("/bin/sh");
+                c.arg("-c").arg("echo $$ > \"$0\" && exec \"$@\"").arg(cg.dir.join("cgroup.procs")).arg(&bin);
+                c.env_remove("JAIL_CGROUP_PARENT");
+                c
+            }
+        };
+        let mut child = cmd
             .args(["--listen", "127.0.0.1:0", "--tokens"])
             .arg(tokens.path())
             .arg("--work-dir")
@@ -1357,4 +1372,227 @@ fn bounded_request(addr: SocketAddr, body: &str, deadline: Duration) -> Result<R
         body.to_owned()
     };
     Ok(Reply { status, headers: headers.to_owned(), body })
+}
+
+// ------------------------------------------------------------ run cgroups
+
+/// The controllers a nested server gives each run (jail's `V2_CONTROLLERS`).
+const RUN_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
+
+/// A cgroup v2 this test makes for one server, beneath the v2 root (as
+/// root) or `JAIL_CGROUP_PARENT` (a delegated cgroup given to an ordinary
+/// user, as tests/vm/guest.sh gives one), offering memory, pids and cpu:
+/// what a pod's container or a systemd unit with `Delegate=yes` gives the
+/// server. Removed on drop, once the server's janitor has left it.
+struct TestCgroup {
+    /// As in /proc/self/cgroup.
+    path: PathBuf,
+    dir: PathBuf,
+}
+
+impl TestCgroup {
+    /// `None` after recording why this host cannot have one.
+    fn make() -> Option<TestCgroup> {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let layout = jail::cgroup::parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap());
+        let elsewhere = "the VM matrix's pure cgroup v2 guests run it (tests/vm/tests.txt)";
+        let Some((mount, root)) = layout.unified else {
+            covered_elsewhere(&format!("no cgroup2 filesystem is mounted here; {elsewhere}"));
+            return None;
+        };
+        let offered = jail::cgroup::read_words(&mount.join("cgroup.controllers"));
+        if !RUN_CONTROLLERS.iter().all(|c| offered.iter().any(|o| o == c)) {
+            covered_elsewhere(&format!(
+                "this host's cgroup v2 offers [{}], not memory, pids and cpu (a hybrid host: they are on v1); {elsewhere}",
+                offered.join(" ")
+            ));
+            return None;
+        }
+        let given = std::env::var_os("JAIL_CGROUP_PARENT").filter(|v| !v.is_empty()).map(PathBuf::from);
+        let parent = match (is_root(), given) {
+            (true, _) => root.clone(),
+            (false, Some(p)) => p,
+            (false, None) => {
+                skip("no cgroup v2 this user may write: run as root, or give JAIL_CGROUP_PARENT a delegated cgroup");
+                return None;
+            }
+        };
+        let pdir = jail::cgroup::dir_of(&mount, &root, &parent).unwrap();
+        let enabled = jail::cgroup::read_words(&pdir.join("cgroup.subtree_control"));
+        if !RUN_CONTROLLERS.iter().all(|c| enabled.iter().any(|e| e == c)) {
+            if parent == root {
+                // The host's own root: not the test's to change.
+                skip(&format!("the cgroup v2 root {} does not enable memory, pids and cpu for its children", pdir.display()));
+                return None;
+            }
+            // A delegated parent given for runs: enabled as `jail run` enables them.
+            let want = jail::cgroup::Parent { dir: pdir.clone(), controllers: RUN_CONTROLLERS.map(String::from).to_vec() };
+            jail::cgroup::enable_controllers(&want).unwrap();
+        }
+        let name = format!("serve-test-{}-{}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+        let dir = pdir.join(&name);
+        std::fs::create_dir(&dir).unwrap();
+        Some(TestCgroup { path: parent.join(&name), dir })
+    }
+
+    /// The cgroups beneath it.
+    fn children(&self) -> Vec<String> {
+        std::fs::read_dir(&self.dir)
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().is_dir())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn procs(&self) -> Vec<i32> {
+        jail::cgroup::procs_of(&self.dir)
+    }
+
+    fn enabled(&self) -> Vec<String> {
+        jail::cgroup::read_words(&self.dir.join("cgroup.subtree_control"))
+    }
+
+    /// The server's cgroups are gone and nothing is left in its own: the
+    /// janitor has moved back into it, undone it, and exited.
+    fn wait_left_as_made(&self, within: Duration) {
+        eventually(within, "the server's cgroups outlived it", || self.children().is_empty());
+        assert_eq!(self.enabled(), Vec::<String>::new(), "the controllers the server enabled stayed enabled");
+        eventually(within, "the janitor did not exit", || self.procs().is_empty());
+    }
+}
+
+impl Drop for TestCgroup {
+    fn drop(&mut self) {
+        let until = Instant::now() + Duration::from_secs(30);
+        while std::fs::remove_dir(&self.dir).is_err() && self.dir.exists() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+/// The cgroup of `pid`, as in /proc/self/cgroup.
+fn cgroup_of(pid: u32) -> PathBuf {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/cgroup")).unwrap_or_default();
+    jail::cgroup::parse_proc_cgroup(&text).unified.unwrap_or_default()
+}
+
+/// The result's memory, pids and cpus are each enforced by a cgroup v2.
+fn assert_limits_by_cgroup_v2(result: &Value, what: &str) {
+    for limit in ["memory", "pids", "cpus"] {
+        assert_eq!(result["limits"][limit]["enforced_by"], "cgroup_v2", "{what}: limits.{limit}: {result}");
+    }
+}
+
+/// A server in a cgroup v2 of its own nests it: it moves into `serve`,
+/// and its pooled jails, spawned runs and sessions each get a cgroup of
+/// their own beneath `runs`; after a SIGTERM drain the janitor removes both
+/// and leaves the server's cgroup as it was made.
+#[test]
+fn a_server_in_a_cgroup_v2_of_its_own_gives_every_run_a_cgroup_and_removes_them_after_a_drain() {
+    let Some(cg) = TestCgroup::make() else { return };
+    let mut s = Server::launch_in(Some(&cg), &["--pool-size", "1", "--pool-memory", POOL_MEMORY]);
+    let runs = cg.path.join("runs");
+    assert!(s.said().contains(&format!("each run gets a cgroup of its own beneath {}", runs.display())), "{}", s.said());
+    assert_eq!(cgroup_of(s.child.id()), cg.path.join("serve"), "the server is not in its leaf");
+    assert_eq!(cg.procs(), Vec::<i32>::new(), "a process stayed in the server's own cgroup");
+    for c in RUN_CONTROLLERS {
+        assert!(cg.enabled().iter().any(|e| e == c), "{c} is not enabled for the runs: {:?}", cg.enabled());
+    }
+    assert_eq!(s.metric("jail_run_cgroups{mode=\"nested\"}"), Some(1.0));
+    let ready = s.call("GET", "/readyz", None, None);
+    assert_eq!((ready.status, ready.body.contains(&format!("nested beneath {}", runs.display()))), (200, true), "{ready:?}");
+
+    // The pool's jail (`jail pool`, made with --cgroup-parent).
+    wait_ready(&s, 1.0);
+    let r = s.run(ALICE, json!({"code": "print('pooled')", "limits": {"timeout_secs": 60}})).json();
+    assert_eq!(r["backend"], "pool", "{r}");
+    assert_limits_by_cgroup_v2(&r["result"], "a pooled run");
+    // A `jail run` of its own, seen in `runs` while it runs.
+    let r = s.run(
+        ALICE,
+        json!({"code": "import time; time.sleep(4); print('spawned')", "limits": {"memory_mib": 128, "timeout_secs": 60},
+               "wait": false}),
+    );
+    assert_eq!(r.status, 202, "{r:?}");
+    let id = r.json()["id"].as_str().unwrap().to_owned();
+    let runs_dir = cg.dir.join("runs");
+    eventually(Duration::from_secs(30), "the spawned run's cgroup never appeared beneath runs", || {
+        std::fs::read_dir(&runs_dir).is_ok_and(|d| {
+            d.flatten()
+                .any(|e| e.file_name().to_string_lossy().starts_with("jail-") && e.path().join("tree").is_dir())
+        })
+    });
+    let mut got = Value::Null;
+    eventually(Duration::from_secs(60), "the spawned run did not finish", || {
+        got = s.call("GET", &format!("/v1/runs/{id}"), Some(ALICE), None).json();
+        got["state"] == "done"
+    });
+    assert_eq!((&got["backend"], &got["result"]["stdout"]["text"]), (&json!("spawn"), &json!("spawned\n")), "{got}");
+    assert_limits_by_cgroup_v2(&got["result"], "a spawned run");
+    // A session (`jail session start`).
+    let sess = s.call("POST", "/v1/sessions", Some(ALICE), Some("{}"));
+    assert_eq!(sess.status, 201, "{sess:?}");
+    let sid = sess.json()["id"].as_str().unwrap().to_owned();
+    let cell = s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&json!({"code": "print(1)"}).to_string()));
+    assert_eq!(cell.status, 200, "{cell:?}");
+    assert_limits_by_cgroup_v2(&cell.json()["result"], "a session's cell");
+
+    s.signal(nix::sys::signal::Signal::SIGTERM);
+    let status = s.child.wait().unwrap();
+    assert!(status.success(), "the server exits 0 after a drain: {status}\n{}", s.said());
+    cg.wait_left_as_made(Duration::from_secs(60));
+    assert!(!s.said().contains("janitor: left"), "{}", s.said());
+}
+
+/// After a SIGKILL of a nested server with a run and a session going, its
+/// janitor removes the server's cgroups once their processes are gone.
+#[test]
+fn sigkill_of_a_nested_server_leaves_none_of_its_cgroups() {
+    let Some(cg) = TestCgroup::make() else { return };
+    let s = Server::launch_in(Some(&cg), &["--pool-size", "0"]);
+    assert_eq!(s.metric("jail_run_cgroups{mode=\"nested\"}"), Some(1.0), "{}", s.said());
+    assert_eq!(s.run(ALICE, json!({"code": "import time; time.sleep(60)", "wait": false})).status, 202);
+    assert_eq!(s.call("POST", "/v1/sessions", Some(ALICE), None).status, 201);
+    let runs_dir = cg.dir.join("runs");
+    eventually(Duration::from_secs(30), "the run's and the session's cgroups never appeared", || {
+        std::fs::read_dir(&runs_dir).map(|d| d.flatten().count() >= 2).unwrap_or(false)
+    });
+    s.signal(nix::sys::signal::Signal::SIGKILL);
+    cg.wait_left_as_made(Duration::from_secs(90));
+    eventually(Duration::from_secs(15), "a process of a run or session outlived the server", || {
+        host_processes_with(&s.marker()).iter().all(|p| *p == s.child.id())
+    });
+    assert!(!s.said().contains("janitor: left"), "{}", s.said());
+}
+
+/// A server that cannot nest (here: its cgroup is shared with this test,
+/// or a hybrid host's cgroup v2 offers no controller, or a parent is
+/// given) says why once, and each run gets what `jail run` alone would
+/// give it, reported in its result; `--no-nest-cgroup` says nothing.
+#[test]
+fn a_server_that_cannot_nest_its_cgroup_says_why_once_and_its_runs_report_their_own() {
+    let s = Server::without_pool(&[]);
+    let lines: Vec<String> = s.said().lines().filter(|l| l.contains("not nested")).map(String::from).collect();
+    assert_eq!(lines.len(), 1, "{}", s.said());
+    assert!(lines[0].contains("Fix: ") && lines[0].contains("--no-nest-cgroup"), "{}", lines[0]);
+    assert_eq!(s.metric("jail_run_cgroups{mode=\"fallback\"}"), Some(1.0));
+    assert_eq!(s.metric("jail_run_cgroups{mode=\"nested\"}"), Some(0.0));
+    let ready = s.call("GET", "/readyz", None, None);
+    assert_eq!((ready.status, ready.body.contains("run cgroups: fallback (")), (200, true), "{ready:?}");
+    let r = s.run(ALICE, json!({"code": "print(1)"})).json();
+    assert_eq!(r["result"]["status"], "ok", "{r}");
+    let memory = &r["result"]["limits"]["memory"]["enforced_by"];
+    assert_eq!(memory.as_str(), Some(expected_backend().as_str()), "{r}");
+    if memory == "rlimit" {
+        let degraded = r["result"]["isolation"]["degraded"].to_string();
+        assert!(degraded.contains("memory"), "no cgroup, and the result does not say so: {r}");
+    }
+    drop(s);
+
+    let s = Server::without_pool(&["--no-nest-cgroup"]);
+    assert!(!s.said().contains("not nested"), "{}", s.said());
+    assert_eq!(s.metric("jail_run_cgroups{mode=\"off\"}"), Some(1.0));
 }

@@ -80,8 +80,11 @@ rm -rf "$root"/usr/share/doc/* "$root"/usr/share/man/* "$root"/usr/share/locale/
        "$root"/var/lib/apt/lists/* "$root"/var/cache/apt/*.bin "$root"/var/cache/apt/archives/*.deb
 
 # An ext4 image filled from the folder (no loop mount needed); sparse, with
-# room for the payload the guest unpacks (the guest writes to a snapshot).
-size_mb=$(( $(du -sm "$root" | cut -f1) + 1536 ))
+# room for the payload the guest unpacks (the guest writes to a snapshot):
+# 1.5 GiB of debug binaries and the rootfs (jail-serve's 120 MB filled the
+# 1.5 GiB this had, and the user part ran out of space), plus what the
+# tests write in /tmp.
+size_mb=$(( $(du -sm "$root" | cut -f1) + 3072 ))
 truncate -s "${size_mb}M" "$work/root.img"
 mkfs.ext4 -q -F -L jail-vm -d "$root" "$work/root.img"
 mv "$work/root.img" "$out"

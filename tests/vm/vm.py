@@ -443,7 +443,8 @@ def test_binaries() -> dict[str, Path]:
 
 
 def build_payload(share_dir: Path, tests: list[TestLine], rootfs: Path) -> Path:
-    cargo("build", "-p", "jail", "--quiet")
+    # jail-serve for the serve tests: it runs the `jail` beside it.
+    cargo("build", "-p", "jail", "-p", "jail-serve", "--quiet")
     target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
     jail = target / "debug/jail"
     bins = test_binaries()
@@ -476,6 +477,7 @@ def build_payload(share_dir: Path, tests: list[TestLine], rootfs: Path) -> Path:
     payload = share_dir / "payload.tar"
     with tarfile.open(payload, "w", format=tarfile.GNU_FORMAT) as tar:
         tar.add(jail, "bin/jail", filter=normalise)
+        tar.add(jail.with_name("jail-serve"), "bin/jail-serve", filter=normalise)
         for name in names:
             tar.add(bins[name], f"bin/{name}", filter=normalise)
         for d in ("policies", "examples", "schema"):
