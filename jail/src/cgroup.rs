@@ -1081,18 +1081,7 @@ mod tests {
     fn on_a_fake_hybrid_host_v1_is_chosen_and_gets_its_limit_files() {
         let t = tempfile::tempdir().unwrap();
         let root = t.path();
-        fake(
-            root,
-            &[
-                ("unified", &[("cgroup.controllers", ""), ("cgroup.subtree_control", "")]),
-                ("memory/process_api/abc", &[]),
-                ("pids", &[]),
-                ("cpu", &[]),
-                ("cpuacct", &[]),
-                ("freezer", &[]),
-            ],
-        );
-        let d = discover(&v1_layout(root), &parse_proc_cgroup(HYBRID_CGROUP), None);
+        let d = fake_hybrid_host(root);
         assert!(d.v2.as_ref().unwrap_err().contains("offers none of memory, pids, cpu"), "{:?}", d.v2);
         let choice = choose(&d, &all());
         let c = choice.candidate.unwrap();
@@ -1134,8 +1123,9 @@ mod tests {
         );
     }
 
-    /// The fake hybrid host of the test above, with v1 chosen.
-    fn fake_hybrid(root: &Path) -> Candidate {
+    /// A fake hybrid host: v2 mounted with no controllers, memory, pids
+    /// and cpu on v1, this process in a memory cgroup of its own.
+    fn fake_hybrid_host(root: &Path) -> Discovery {
         fake(
             root,
             &[
@@ -1147,8 +1137,12 @@ mod tests {
                 ("freezer", &[]),
             ],
         );
-        let d = discover(&v1_layout(root), &parse_proc_cgroup(HYBRID_CGROUP), None);
-        choose(&d, &all()).candidate.unwrap()
+        discover(&v1_layout(root), &parse_proc_cgroup(HYBRID_CGROUP), None)
+    }
+
+    /// The fake hybrid host, with v1 chosen.
+    fn fake_hybrid(root: &Path) -> Candidate {
+        choose(&fake_hybrid_host(root), &all()).candidate.unwrap()
     }
 
     #[test]
