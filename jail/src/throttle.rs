@@ -53,8 +53,20 @@ pub const MAX_PROCESSES: usize = 8192;
 /// Bytes read, at most, from one `/proc` file.
 pub const MAX_FILE_BYTES: u64 = 64 * 1024;
 
-/// Passes of one stop sweep before it is counted as unsettled.
-pub const STOP_PASSES: usize = 32;
+/// Passes of one stop sweep before it is counted as unsettled: 16 a
+/// [`PASS_GAP`] apart, the rest a [`SLOW_PASS_GAP`] apart (at most about
+/// 60 ms in all, for a tree that resumes itself on a loaded host).
+pub const STOP_PASSES: usize = 64;
+
+/// The pause between the first 16 passes of a stop sweep.
+const PASS_GAP: Duration = Duration::from_micros(500);
+
+/// The pause between later passes: on a loaded host a stopped process may
+/// wait this long for a CPU before a SIGCONT it had in flight lands, and
+/// a sweep that outruns the scheduler never sees the tree settle (a CI run
+/// of the test suite, its CPU hogs in parallel, counted one unsettled stop
+/// in eleven with 32 passes 0.5 ms apart).
+const SLOW_PASS_GAP: Duration = Duration::from_millis(1);
 
 /// The precision `limits.cpus.detail` states, in words.
 pub fn precision_words() -> String {
@@ -282,7 +294,7 @@ impl Throttle {
     fn stop(&mut self) {
         self.stats.stops += 1;
         let mut quiet = 0;
-        for _ in 0..STOP_PASSES {
+        for pass in 0..STOP_PASSES {
             let mut sent = 0;
             for s in scan(self.root).iter().filter(|s| s.pid != self.root.as_raw() && !s.held()) {
                 // Runnable but not yet scheduled, or in uninterruptible
@@ -301,7 +313,7 @@ impl Throttle {
                 return;
             }
             // A SIGCONT some process had already in flight lands now.
-            std::thread::sleep(Duration::from_micros(500));
+            std::thread::sleep(if pass < 16 { PASS_GAP } else { SLOW_PASS_GAP });
         }
         self.stats.unsettled += 1;
     }
