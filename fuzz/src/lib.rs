@@ -66,15 +66,21 @@ unsafe impl GlobalAlloc for Counting {
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
 
-/// Run `parse` and fail when its peak heap passes `memory` bytes or its
-/// time passes `time`.
-pub fn within<T>(memory: usize, time: Duration, parse: impl FnOnce() -> T) -> T {
+/// Run `parse`: what it returned, its peak heap above what was in use
+/// before it, and its time.
+fn measured<T>(parse: impl FnOnce() -> T) -> (T, usize, Duration) {
     let base = CURRENT.load(Ordering::Relaxed);
     PEAK.store(base, Ordering::Relaxed);
     let started = Instant::now();
     let out = parse();
     let took = started.elapsed();
-    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    (out, PEAK.load(Ordering::Relaxed).saturating_sub(base), took)
+}
+
+/// Run `parse` and fail when its peak heap passes `memory` bytes or its
+/// time passes `time`.
+pub fn within<T>(memory: usize, time: Duration, parse: impl FnOnce() -> T) -> T {
+    let (out, peak, took) = measured(parse);
     assert!(peak <= memory, "the parse peaked at {peak} bytes of heap, over its {memory}-byte budget");
     assert!(took <= time, "the parse took {took:?}, over {time:?}");
     out
@@ -82,12 +88,7 @@ pub fn within<T>(memory: usize, time: Duration, parse: impl FnOnce() -> T) -> T 
 
 /// Run `parse` and check it against `parser`'s budgets for `input` bytes.
 pub fn within_budget<T>(parser: Parser, input: usize, parse: impl FnOnce() -> T) -> T {
-    let base = CURRENT.load(Ordering::Relaxed);
-    PEAK.store(base, Ordering::Relaxed);
-    let started = Instant::now();
-    let out = parse();
-    let took = started.elapsed();
-    let peak = PEAK.load(Ordering::Relaxed).saturating_sub(base);
+    let (out, peak, took) = measured(parse);
     let budget = memory_budget(parser, input);
     assert!(peak <= budget, "{parser:?}: the parse of {input} bytes peaked at {peak} bytes of heap, over its {budget}-byte budget");
     let limit = FILE_SCAN_TIME + Duration::from_secs(1);
