@@ -7,10 +7,28 @@
 
 use std::path::{Component, Path, PathBuf};
 
+use axum::http::header;
+use axum::response::{IntoResponse, Response};
+use jail::sys::{RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS};
+
 use crate::api::ApiError;
 
 /// Bytes of one artifact served at most.
 const MAX_ARTIFACT_BYTES: u64 = 256 << 20;
+
+/// The reply to an artifact request: `read` (the lookup and [`listed`]:
+/// blocking file I/O of up to `MAX_ARTIFACT_BYTES`) runs on tokio's
+/// blocking threads, not on the worker serving other requests.
+pub async fn respond<F>(read: F) -> Response
+where
+    F: FnOnce() -> Result<(Vec<u8>, String), ApiError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(read).await {
+        Ok(Ok((bytes, media))) => ([(header::CONTENT_TYPE, media)], bytes).into_response(),
+        Ok(Err(e)) => e.into_response(),
+        Err(e) => ApiError::failed(format!("read artifact: {e}")).into_response(),
+    }
+}
 
 /// The bytes and media type of the artifact `path` that `result` lists,
 /// from its `output_dir`, which must be beneath `within`.
@@ -37,9 +55,6 @@ pub fn listed(result: &serde_json::Value, within: &Path, path: &str) -> Result<(
 
 fn read_beneath(dir: &Path, rel: &Path) -> Result<Vec<u8>, ApiError> {
     use std::io::Read;
-    const RESOLVE_BENEATH: u64 = 0x08;
-    const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-    const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
     let root = jail::sys::openat2(None, dir, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, RESOLVE_NO_SYMLINKS)
         .map_err(|e| ApiError::failed(format!("open {}: {e}", dir.display())))?;
     use std::os::fd::AsFd;

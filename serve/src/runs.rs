@@ -428,10 +428,7 @@ pub async fn artifact(
     headers: HeaderMap,
     UrlPath((id, path)): UrlPath<(String, String)>,
 ) -> Response {
-    match read_artifact(&state, &headers, &id, &path) {
-        Ok((bytes, media)) => ([(header::CONTENT_TYPE, media)], bytes).into_response(),
-        Err(e) => e.into_response(),
-    }
+    artifacts::respond(move || read_artifact(&state, &headers, &id, &path)).await
 }
 
 /// The run's result must be in (its end recorded) and list `path`.

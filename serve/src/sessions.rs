@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, State};
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use tokio::io::AsyncReadExt;
@@ -317,14 +317,11 @@ pub async fn artifact(
     headers: HeaderMap,
     UrlPath((id, path)): UrlPath<(String, String)>,
 ) -> Response {
-    let read = state
-        .tenant(&headers)
-        .and_then(|t| state.ended_session(t, &id))
-        .and_then(|ended| artifacts::listed(&ended.closing, &ended.session.dir, &path));
-    match read {
-        Ok((bytes, media)) => ([(header::CONTENT_TYPE, media)], bytes).into_response(),
-        Err(e) => e.into_response(),
-    }
+    artifacts::respond(move || {
+        let ended = state.tenant(&headers).and_then(|t| state.ended_session(t, &id))?;
+        artifacts::listed(&ended.closing, &ended.session.dir, &path)
+    })
+    .await
 }
 
 /// Stop every open session (the drain's last step).
