@@ -128,7 +128,7 @@ fn number<T: std::str::FromStr>(b: &[u8]) -> Option<T> {
 }
 
 /// At most [`MAX_FILE_BYTES`] of a `/proc` file, never through a link.
-fn read_bounded(path: &str) -> Option<Vec<u8>> {
+pub(crate) fn read_bounded(path: &str) -> Option<Vec<u8>> {
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
@@ -140,7 +140,7 @@ fn read_bounded(path: &str) -> Option<Vec<u8>> {
 }
 
 /// The children of every thread of `pid`, appended to `out`.
-fn children_of(pid: i32, out: &mut Vec<i32>) {
+pub(crate) fn children_of(pid: i32, out: &mut Vec<i32>) {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return };
     for task in tasks.flatten().take(MAX_PROCESSES) {
         let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<i32>().ok()) else { continue };

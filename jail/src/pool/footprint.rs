@@ -19,7 +19,7 @@
 //! dumpable), so for a process whose rollup is refused its `rss` stands in
 //! (an upper bound: PID 1 is small, and mostly shared pages).
 
-use std::fs;
+use crate::throttle::{children_of, read_bounded};
 
 /// Processes of one jail looked at, at most (a bound on the reads).
 const MAX_PROCESSES: usize = 4096;
@@ -40,26 +40,42 @@ impl Footprint {
     }
 }
 
-/// The jail under the session supervisor `supervisor`.
+/// The jail under the session supervisor `supervisor`, all three figures.
 pub fn of_jail(supervisor: u32) -> Footprint {
     let mut total = Footprint::default();
-    let mut todo = vec![supervisor];
+    for pid in jail_processes(supervisor) {
+        total.add(of_process(pid));
+    }
+    total
+}
+
+/// The jail's `rss` alone: what the pool records as each jail is made,
+/// without the rollup's walk of every mapping of the preloaded interpreter.
+pub fn rss_of_jail(supervisor: u32) -> u64 {
+    jail_processes(supervisor).into_iter().map(|pid| status_of(pid).0).sum()
+}
+
+/// The descendants of `supervisor`, not itself, at most [`MAX_PROCESSES`]
+/// looked at, each /proc file read bounded and without following a link
+/// (throttle.rs's walk).
+fn jail_processes(supervisor: u32) -> Vec<i32> {
+    let mut todo = vec![supervisor as i32];
+    let mut found = Vec::new();
     let mut seen = 0;
     while let Some(pid) = todo.pop() {
         seen += 1;
         if seen > MAX_PROCESSES {
             break;
         }
-        if pid != supervisor {
-            total.add(of_process(pid));
+        if pid != supervisor as i32 {
+            found.push(pid);
         }
-        let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else { continue };
-        for t in tasks.flatten() {
-            let children = fs::read_to_string(t.path().join("children")).unwrap_or_default();
-            todo.extend(children.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        if todo.len() < MAX_PROCESSES {
+            children_of(pid, &mut todo);
+            todo.truncate(MAX_PROCESSES);
         }
     }
-    total
+    found
 }
 
 /// The mean of several jails' footprints (`None` when there are none).
@@ -75,12 +91,20 @@ pub fn mean(jails: &[Footprint]) -> Option<Footprint> {
     Some(Footprint { rss: sum.rss / n, pss: sum.pss / n, anon: sum.anon / n })
 }
 
-fn of_process(pid: u32) -> Footprint {
-    let status = fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    let rss = kib_field(&status, "VmRSS:").unwrap_or(0);
-    let anon = kib_field(&status, "RssAnon:").unwrap_or(0);
-    let rollup = fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).unwrap_or_default();
+fn of_process(pid: i32) -> Footprint {
+    let (rss, anon) = status_of(pid);
+    let rollup = text_of(&format!("/proc/{pid}/smaps_rollup"));
     Footprint { rss, pss: kib_field(&rollup, "Pss:").unwrap_or(rss), anon }
+}
+
+/// `VmRSS` and `RssAnon` of `/proc/PID/status`, in bytes (0 when unread).
+fn status_of(pid: i32) -> (u64, u64) {
+    let status = text_of(&format!("/proc/{pid}/status"));
+    (kib_field(&status, "VmRSS:").unwrap_or(0), kib_field(&status, "RssAnon:").unwrap_or(0))
+}
+
+fn text_of(path: &str) -> String {
+    read_bounded(path).map(|b| String::from_utf8_lossy(&b).into_owned()).unwrap_or_default()
 }
 
 /// A `Name:   123 kB` line of a /proc file, in bytes.
@@ -116,7 +140,7 @@ mod tests {
 
     #[test]
     fn this_process_has_a_footprint() {
-        let me = of_process(std::process::id());
+        let me = of_process(std::process::id() as i32);
         assert!(me.rss > 0 && me.pss > 0 && me.pss <= me.rss && me.anon > 0, "{me:?}");
     }
 }

@@ -422,7 +422,7 @@ impl Pool {
         })();
         match made {
             Ok(jail) => {
-                let rss = footprint::of_jail(jail.supervisor).rss;
+                let rss = footprint::rss_of_jail(jail.supervisor);
                 let ms = started.elapsed().as_secs_f64() * 1000.0;
                 let mut st = self.lock();
                 st.refill_last_ms = ms;
