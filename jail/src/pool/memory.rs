@@ -129,9 +129,8 @@ fn limit_files(layout: &Layout, me: &Membership, root: &Path) -> Vec<PathBuf> {
             _ => return Vec::new(),
         },
     };
-    let Ok(rel) = path.strip_prefix(at) else { return Vec::new() };
     let base = root.join(mount.strip_prefix("/").unwrap_or(mount));
-    let mut dir = base.join(rel);
+    let Some(mut dir) = crate::cgroup::dir_of(&base, at, path) else { return Vec::new() };
     let mut files = Vec::new();
     for _ in 0..MAX_LEVELS {
         files.push(dir.join(file));
