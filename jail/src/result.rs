@@ -215,9 +215,9 @@ pub struct Throttled {
     pub stops: u64,
     /// Wall time the tree spent stopped, in all.
     pub stopped_ms: f64,
-    /// Stops whose sweep did not find every process stopped within its
-    /// passes (processes forking or resuming each other faster than the
-    /// sweep); 0 when every stop held the whole tree.
+    /// Stops that ended before any of their sweeps found every process
+    /// stopped (processes forking or resuming each other faster than the
+    /// sweeps); 0 when every stop held the whole tree.
     pub unsettled: u64,
 }
 
