@@ -421,7 +421,9 @@ async fn next_chunk(log: &EventLog, from: usize) -> Option<Option<(String, usize
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}/artifacts/{path}", params(("id" = String, Path), ("path" = String, Path)),
-    responses((status = 200, description = "the artifact's bytes"), (status = 404, body = crate::api::ErrorBody)),
+    responses((status = 200, description = "the artifact's bytes"), (status = 404, body = crate::api::ErrorBody),
+        (status = 409, description = "`changed`: the file no longer has the listed size and sha256", body = crate::api::ErrorBody),
+        (status = 429, description = "`busy`: artifact replies in flight hold the read budget", body = crate::api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn artifact(
     State(state): State<Shared>,
@@ -432,7 +434,7 @@ pub async fn artifact(
 }
 
 /// The run's result must be in (its end recorded) and list `path`.
-fn read_artifact(state: &Shared, headers: &HeaderMap, id: &str, path: &str) -> Result<(Vec<u8>, String), ApiError> {
+fn read_artifact(state: &Shared, headers: &HeaderMap, id: &str, path: &str) -> Result<artifacts::Found, ApiError> {
     let tenant = state.tenant(headers)?;
     let run = state.run(tenant, id)?;
     let End::Done(result) = run.end() else { return Err(ApiError::not_found("finished run")) };

@@ -310,7 +310,9 @@ async fn stop(state: &Shared, headers: &HeaderMap, id: &str) -> Result<(StatusCo
 #[utoipa::path(get, path = "/v1/sessions/{id}/artifacts/{path}", params(("id" = String, Path), ("path" = String, Path)),
     description = "An accepted artifact of a session ended by `DELETE /v1/sessions/{id}`: only a path its closing result \
 lists, read without following a link. The service keeps a token's last 64 ended sessions.",
-    responses((status = 200, description = "the artifact's bytes"), (status = 404, body = crate::api::ErrorBody)),
+    responses((status = 200, description = "the artifact's bytes"), (status = 404, body = crate::api::ErrorBody),
+        (status = 409, description = "`changed`: the file no longer has the listed size and sha256", body = crate::api::ErrorBody),
+        (status = 429, description = "`busy`: artifact replies in flight hold the read budget", body = crate::api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn artifact(
     State(state): State<Shared>,
