@@ -58,18 +58,8 @@ impl EventLog {
     }
     /// Wait until the log is finished, at most `within`: whether it is.
     pub async fn wait_finished(&self, within: std::time::Duration) -> bool {
-        let until = tokio::time::Instant::now() + within;
-        loop {
-            let waiting = self.changed.notified();
-            tokio::pin!(waiting);
-            waiting.as_mut().enable();
-            if self.since(usize::MAX).1 {
-                return true;
-            }
-            if tokio::time::timeout_at(until, waiting).await.is_err() {
-                return self.since(usize::MAX).1;
-            }
-        }
+        let finished = crate::cancel::until(&self.changed, || self.since(usize::MAX).1);
+        tokio::time::timeout(within, finished).await.is_ok() || self.since(usize::MAX).1
     }
 
     /// The lines from `from` on, and whether the log is complete.
@@ -117,6 +107,13 @@ pub enum RunError {
     /// Cancelled before it reached a jail: nothing ran (a 409).
     #[error("{0}")]
     Cancelled(String),
+}
+
+impl RunError {
+    /// Cancelled while it waited for a jail: nothing ran.
+    pub fn not_run() -> RunError {
+        RunError::Cancelled("the run was cancelled before it reached a jail: nothing ran".into())
+    }
 }
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

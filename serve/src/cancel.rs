@@ -28,16 +28,40 @@ impl Cancel {
 
     /// Resolves once the cancel is asked (at once if it was).
     pub async fn wait(&self) {
+        until(&self.notify, || self.asked()).await
+    }
+
+    /// Await `work` to its end; if the cancel is asked first, call `stop`
+    /// once and go on awaiting it (a stopped run still ends with its
+    /// result, `cancelled`).
+    pub async fn until_done<T>(&self, work: impl std::future::Future<Output = T>, stop: impl FnOnce()) -> T {
+        tokio::pin!(work);
+        let mut stop = Some(stop);
         loop {
-            let waiting = self.notify.notified();
-            tokio::pin!(waiting);
-            // Registered before the look: an ask in between still wakes us.
-            waiting.as_mut().enable();
-            if self.asked() {
-                return;
+            tokio::select! {
+                done = &mut work => return done,
+                () = self.wait(), if stop.is_some() => {
+                    if let Some(stop) = stop.take() {
+                        stop();
+                    }
+                }
             }
-            waiting.await;
         }
+    }
+}
+
+/// Resolves once `holds()` does, looked at first and then after each
+/// wake of `notify` (whose wakers call `notify_waiters` after the change).
+pub async fn until(notify: &Notify, holds: impl Fn() -> bool) {
+    loop {
+        let waiting = notify.notified();
+        tokio::pin!(waiting);
+        // Registered before the look: a change in between still wakes us.
+        waiting.as_mut().enable();
+        if holds() {
+            return;
+        }
+        waiting.await;
     }
 }
 
@@ -83,5 +107,31 @@ mod tests {
         let quiet = Arc::new(Cancel::default());
         CancelOnDrop::new(Arc::clone(&quiet)).disarm();
         assert!(!quiet.asked());
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn work_asked_to_stop_is_stopped_once_and_still_awaited_to_its_end() {
+        let c = Arc::new(Cancel::default());
+        let stops = std::sync::atomic::AtomicUsize::new(0);
+        let (tx, rx) = tokio::sync::oneshot::channel::<&str>();
+        let asker = {
+            let c = Arc::clone(&c);
+            tokio::spawn(async move {
+                c.ask();
+                tokio::task::yield_now().await;
+                c.ask();
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                tx.send("its result").unwrap();
+            })
+        };
+        let end = c.until_done(rx, || {
+            stops.fetch_add(1, Ordering::SeqCst);
+        });
+        assert_eq!(tokio::time::timeout(Duration::from_secs(1), end).await.unwrap().unwrap(), "its result");
+        assert_eq!(stops.load(Ordering::SeqCst), 1);
+        asker.await.unwrap();
+        // Never asked: never stopped.
+        let quiet = Cancel::default();
+        assert_eq!(quiet.until_done(async { 7 }, || panic!("stopped")).await, 7);
     }
 }

@@ -412,13 +412,14 @@ impl Link {
 
     /// A session from the pool (`{"op": "session"}`): a ready jail, its
     /// preload imported, with `input` copied in and `output` as its output
-    /// folder. The answer's `{"handle", "id", "pid", "output_dir"}`.
+    /// folder. Its handle, from the answer's `{"handle", "id", "pid",
+    /// "output_dir"}`.
     pub async fn session(
         &self,
         id: &str,
         input: Option<&std::path::Path>,
         output: &std::path::Path,
-    ) -> Result<Value, SessionRefused> {
+    ) -> Result<String, SessionRefused> {
         let failed = |m: String| SessionRefused::Failed(m);
         // A turn like a run's while it claims a jail (not for the session's life).
         let _turn = self.gate.acquire().await.map_err(|_| failed("the warm pool was closed".into()))?;
@@ -428,7 +429,10 @@ impl Link {
                 lock(&self.waiting).remove(id);
                 Err(failed(format!("the warm pool did not hand out a session within {QUEUE_GRACE:?}")))
             }
-            Ok(Ok(Reply::Session(v))) if v.get("handle").is_some_and(Value::is_string) => Ok(v),
+            Ok(Ok(Reply::Session(v))) => match v.get("handle").and_then(Value::as_str) {
+                Some(handle) => Ok(handle.to_owned()),
+                None => Err(failed(format!("the warm pool's session reply has no handle: {v}"))),
+            },
             Ok(Ok(Reply::Error { code, message })) if wire::refuses_sessions(&code, &message) => {
                 self.sessions.store(false, Ordering::SeqCst);
                 Err(SessionRefused::Never)
@@ -514,27 +518,15 @@ impl Backend for Link {
             // Waiting here is bounded by the runs ahead, each by its deadline.
             let _turn = tokio::select! {
                 turn = self.gate.acquire() => turn.map_err(|_| RunError::PoolLost("the warm pool was closed".into()))?,
-                () = cancel.wait() => return Err(RunError::Cancelled(NOT_RUN.into())),
+                () = cancel.wait() => return Err(RunError::not_run()),
             };
             let deadline = job.timeout + crate::spawn::HUNG_GRACE + QUEUE_GRACE;
             let events = self.streams_events();
             let rx = self
                 .send(wire::run_line(&job, events), job.id.clone(), Some(Arc::clone(&log)))
                 .map_err(|why| RunError::PoolLost(format!("{why}: the run did not start; send it again")))?;
-            let answered = async {
-                tokio::pin!(rx);
-                let mut asked = false;
-                loop {
-                    tokio::select! {
-                        reply = &mut rx => return reply,
-                        // Its reply still comes: its result, `cancelled`.
-                        () = cancel.wait(), if !asked => {
-                            asked = true;
-                            self.cancel(&job.id);
-                        }
-                    }
-                }
-            };
+            // Stopped, its reply still comes: its result, `cancelled`.
+            let answered = cancel.until_done(rx, || self.cancel(&job.id));
             let reply = tokio::time::timeout(deadline, answered).await;
             let result = match reply {
                 Err(_) => {
@@ -569,9 +561,6 @@ impl Backend for Link {
         })
     }
 }
-
-/// Why a cancelled run that never reached the pool did not run.
-const NOT_RUN: &str = "the run was cancelled before it reached the warm pool: nothing ran";
 
 /// The pool's stdin: lines in order, each with its newline.
 async fn write_lines(mut stdin: tokio::process::ChildStdin, mut lines: mpsc::UnboundedReceiver<String>) {

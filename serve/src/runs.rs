@@ -271,7 +271,7 @@ async fn on_pool(state: &Shared, link: &Link, job: Job, run: &Run) -> Result<ser
     let outcome = link.run(job.clone(), Arc::clone(&run.log), Arc::clone(&run.cancel)).await;
     let Err(RunError::NotStarted(why)) = &outcome else { return outcome };
     if run.cancel.asked() {
-        return Err(RunError::Cancelled("the run was cancelled before it reached a jail: nothing ran".into()));
+        return Err(RunError::not_run());
     }
     // The pool handed out a dead jail (see wire::never_started): the step
     // never ran, so it runs once, on a jail of its own.

@@ -168,11 +168,7 @@ async fn open(
     if let Some(link) = pool_for(state, timeout, memory) {
         // Its output folder: made by the pool, beneath the session's.
         match link.session(&format!("session-{id}"), input.as_deref(), &dir.join("output")).await {
-            Ok(v) => {
-                if let Some(handle) = v["handle"].as_str() {
-                    return Ok((handle.to_owned(), "pool"));
-                }
-            }
+            Ok(handle) => return Ok((handle, "pool")),
             Err(SessionRefused::Never) => {
                 eprintln!("jail serve: the warm pool's policy binds each jail's output folder: sessions start on their own")
             }

@@ -99,21 +99,8 @@ impl Backend for SpawnBackend {
                 tokio::join!(read, read_err);
                 child.wait().await
             };
-            let waited = tokio::time::timeout(job.timeout + HUNG_GRACE, async {
-                tokio::pin!(work);
-                let mut stopped = false;
-                loop {
-                    tokio::select! {
-                        done = &mut work => return done,
-                        () = cancel.wait(), if !stopped => {
-                            // It goes on to print its result: `cancelled`.
-                            stopped = true;
-                            guard.terminate();
-                        }
-                    }
-                }
-            })
-            .await;
+            // Stopped, it goes on to print its result: `cancelled`.
+            let waited = tokio::time::timeout(job.timeout + HUNG_GRACE, cancel.until_done(work, || guard.terminate())).await;
             let status = match waited {
                 Ok(Ok(status)) => status,
                 Ok(Err(e)) => return Err(failed(format!("waiting for the jail: {e}"))),

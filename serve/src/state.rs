@@ -80,12 +80,40 @@ impl Drop for Run {
 pub struct Holdings {
     pub runs_in_flight: usize,
     pub sessions: HashMap<String, Arc<crate::sessions::Session>>,
-    pub runs: HashMap<String, Arc<Run>>,
-    order: VecDeque<String>,
+    runs: Kept<Arc<Run>>,
     /// Sessions ended by a DELETE: their closing result and folder, for
-    /// their artifacts; the oldest goes past `KEPT_RUNS`.
-    ended: HashMap<String, Arc<crate::sessions::Ended>>,
-    ended_order: VecDeque<String>,
+    /// their artifacts.
+    ended: Kept<Arc<crate::sessions::Ended>>,
+}
+
+/// The last `KEPT_RUNS` of something a tenant made, by id; the oldest goes
+/// first (and with it, by its Drop, its folder).
+struct Kept<T> {
+    by_id: HashMap<String, T>,
+    order: VecDeque<String>,
+}
+
+impl<T> Default for Kept<T> {
+    fn default() -> Self {
+        Kept { by_id: HashMap::new(), order: VecDeque::new() }
+    }
+}
+
+impl<T> Kept<T> {
+    fn insert(&mut self, id: &str, value: T) {
+        if self.by_id.insert(id.into(), value).is_none() {
+            self.order.push_back(id.into());
+        }
+        while self.order.len() > KEPT_RUNS {
+            if let Some(old) = self.order.pop_front() {
+                self.by_id.remove(&old);
+            }
+        }
+    }
+
+    fn get(&self, id: &str) -> Option<&T> {
+        self.by_id.get(id)
+    }
 }
 
 pub struct AppState {
@@ -181,29 +209,18 @@ impl AppState {
         Ok(dir)
     }
 
+    /// Keep a run of the tenant's for its result, events and artifacts.
     pub fn keep_run(&self, tenant: &Tenant, id: &str, run: Arc<Run>) {
         let Ok(mut h) = self.holdings.lock() else { return };
         let mine = h.entry(tenant.name.clone()).or_default();
-        mine.runs.insert(id.into(), run);
-        mine.order.push_back(id.into());
-        while mine.order.len() > KEPT_RUNS {
-            if let Some(old) = mine.order.pop_front() {
-                mine.runs.remove(&old);
-            }
-        }
+        mine.runs.insert(id, run);
     }
 
     /// Keep an ended session of the tenant's for its artifacts.
     pub fn keep_ended(&self, tenant: &Tenant, id: &str, ended: Arc<crate::sessions::Ended>) {
         let Ok(mut h) = self.holdings.lock() else { return };
         let mine = h.entry(tenant.name.clone()).or_default();
-        mine.ended.insert(id.into(), ended);
-        mine.ended_order.push_back(id.into());
-        while mine.ended_order.len() > KEPT_RUNS {
-            if let Some(old) = mine.ended_order.pop_front() {
-                mine.ended.remove(&old);
-            }
-        }
+        mine.ended.insert(id, ended);
     }
 
     /// The tenant's ended session `id`.
@@ -279,4 +296,24 @@ pub fn new_id() -> Result<String, ApiError> {
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes).map_err(|e| ApiError::failed(format!("getrandom: {e}")))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kept_holds_the_last_ones_and_a_second_insert_of_an_id_is_not_a_second_place() {
+        let mut kept = Kept::default();
+        for i in 0..KEPT_RUNS + 10 {
+            kept.insert(&format!("r{i}"), i);
+        }
+        assert_eq!(kept.by_id.len(), KEPT_RUNS);
+        assert!(kept.get("r9").is_none() && kept.get("r10") == Some(&10));
+        // Replaced in place: the queue does not grow, so nothing newer goes.
+        kept.insert("r10", 100);
+        assert_eq!((kept.order.len(), kept.get("r10")), (KEPT_RUNS, Some(&100)));
+        kept.insert("new", 0);
+        assert!(kept.get("r10").is_none() && kept.get("r11").is_some() && kept.get("new").is_some());
+    }
 }
