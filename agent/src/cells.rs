@@ -214,8 +214,7 @@ pub(crate) fn stop_handle(jail: &Path, handle: &Path) -> Result<Option<RunResult
     }
     let value: serde_json::Value =
         serde_json::from_slice(&out.stdout).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
-    jail::schema::check_version(&value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
-    serde_json::from_value(value).map(Some).map_err(|e| RunnerError::Contract { cause: e.to_string() })
+    crate::runner::result_of(value).map(Some)
 }
 
 /// Stop every live session of this process (the signal path).

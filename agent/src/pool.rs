@@ -285,15 +285,13 @@ impl Pool {
                 v["error"]["code"].as_str().unwrap_or("no code"),
                 v["error"]["message"].as_str().unwrap_or("no message")
             ),
-            Err(Gone::Ended) => {
-                let why = format!("the warm pool ended ({})", link.exit_words());
-                let Some(link) = take_link(&mut state) else { return Err(NoClaim::Unavailable(why)) };
-                link.end();
-                *state = State::Failed(why.clone());
-                why
-            }
-            Err(Gone::Silent) => {
-                let why = format!("the warm pool did not answer a claim within {} s", CLAIM_WAIT.as_secs());
+            Err(gone) => {
+                // The pool is gone for this run: later sub-tasks start their
+                // own sessions without asking it again.
+                let why = match gone {
+                    Gone::Ended => format!("the warm pool ended ({})", link.exit_words()),
+                    Gone::Silent => format!("the warm pool did not answer a claim within {} s", CLAIM_WAIT.as_secs()),
+                };
                 if let Some(link) = take_link(&mut state) {
                     link.end();
                 }

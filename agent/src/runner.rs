@@ -172,11 +172,7 @@ impl Runner {
             status: status.to_string(),
             stderr: crate::llm::excerpt(&String::from_utf8_lossy(&err), 400),
         })?;
-        // A document of another schema version is refused before it is read
-        // (jail/src/schema.rs): its fields may not mean what ours do.
-        jail::schema::check_version(&value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
-        let result: RunResult = serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
-        Ok(Step { result, duration: started.elapsed() })
+        Ok(Step { result: result_of(value)?, duration: started.elapsed() })
     }
 }
 
@@ -253,8 +249,7 @@ impl Runner {
             status: out.status.to_string(),
             stderr: crate::llm::excerpt(String::from_utf8_lossy(&out.stderr).trim(), 400),
         })?;
-        jail::schema::check_version(&value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
-        serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })
+        result_of(value)
     }
 
     /// Run `code` as the session's next cell (`jail session exec HANDLE -`).
@@ -316,8 +311,7 @@ impl Runner {
         let (out, err) = (out.unwrap_or_default(), err.unwrap_or_default());
         let value: serde_json::Value = serde_json::from_slice(&out)
             .map_err(|_| RunnerError::NoResult { status: status.to_string(), stderr: crate::llm::excerpt(err.trim(), 400) })?;
-        jail::schema::check_version(&value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
-        let mut result: RunResult = serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
+        let mut result = result_of(value)?;
         // A cell's result reports the session's whole lifetime as its
         // `wall_time_secs`; the limit this cell ran under is the `--timeout`
         // the session was started with.
@@ -331,6 +325,14 @@ impl Runner {
         }
         Ok(Step { result, duration: started.elapsed() })
     }
+}
+
+/// A result document read as ours. One of another schema version is
+/// refused before it is read (jail/src/schema.rs): its fields may not mean
+/// what ours do.
+pub(crate) fn result_of(value: serde_json::Value) -> Result<RunResult, RunnerError> {
+    jail::schema::check_version(&value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
+    serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })
 }
 
 /// The session's folders: input, output and code.
