@@ -271,3 +271,13 @@ def test_a_refused_event_stream_is_the_services_error(stand_in):
     with pytest.raises(RemoteError) as info:
         sandbox.run("print(1)", on_stdout=lambda t: None)
     assert (info.value.status, info.value.code) == (404, "not_found")
+
+
+def test_an_https_url_speaks_tls_and_a_plain_http_answer_is_a_tls_failure(stand_in):
+    routes, sandbox = stand_in
+    routes[("POST", "/v1/runs")] = done(result())
+    port = sandbox.url.rsplit(":", 1)[1]
+    tls = RemoteSandbox(f"https://127.0.0.1:{port}", TOKEN, request_timeout=2, retries=0)
+    with pytest.raises(RemoteConnectionError, match="TLS with https://127.0.0.1"):
+        tls.run("print(1)")
+    assert ("POST", "/v1/runs") not in Handler.seen, "the request went out in plain HTTP"

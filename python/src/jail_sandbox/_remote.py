@@ -59,6 +59,7 @@ from ._sandbox import (
     SandboxError,
     SandboxProtocolError,
     SessionClosedError,
+    _artifact_fields,
     _checked,
     _chunk_text,
 )
@@ -237,6 +238,8 @@ class RemoteSandbox:
             raise SandboxError(f"service URL {url!r} has a bad port: check JAIL_URL") from None
         self.url = url.rstrip("/")
         self._scheme = parts.scheme
+        # One TLS context (its CA store loaded once) for every connection.
+        self._tls = ssl.create_default_context() if parts.scheme == "https" else None
         self._host = parts.hostname
         self._port = port
         self._prefix = parts.path.rstrip("/")
@@ -392,19 +395,7 @@ class RemoteSandbox:
         _check_result_shape(result)
 
         def make(a: Dict[str, Any]) -> Artifact:
-            return RemoteArtifact(
-                path=a["path"],
-                sha256=a.get("sha256"),
-                media_type=a.get("media_type"),
-                summary=a.get("summary"),
-                change=a.get("change") or "",
-                bytes=int(a.get("bytes") or 0),
-                flags=list(a.get("flags") or []),
-                output_dir=None,
-                run_id=run_id,
-                sandbox=self,
-                session_id=session_id,
-            )
+            return RemoteArtifact(**_artifact_fields(a), output_dir=None, run_id=run_id, sandbox=self, session_id=session_id)
 
         return _checked(result, "", make, run_id)
 
@@ -604,10 +595,11 @@ class RemoteSandbox:
         """Send a request; an answer with a status in ``ok``. 429 and 503 with
         ``Retry-After`` are sent again (nothing ran), a GET that could not
         connect too; any other status is a :class:`RemoteError`."""
+        payload = _encode(body)
         attempt = 0
         while True:
             try:
-                conn, resp = self._send(method, path, body, timeout=timeout)
+                conn, resp = self._send(method, path, payload, timeout=timeout)
             except RemoteTimeoutError:
                 raise
             except RemoteConnectionError:
@@ -635,11 +627,12 @@ class RemoteSandbox:
             raise error
 
     def _send(
-        self, method: str, path: str, body: Optional[Dict[str, Any]], *, timeout: float, accept: str = "application/json"
+        self, method: str, path: str, payload: Optional[bytes], *, timeout: float, accept: str = "application/json"
     ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """One request; ``payload`` is a JSON body made by :func:`_encode`."""
         conn: http.client.HTTPConnection
-        if self._scheme == "https":
-            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=ssl.create_default_context())
+        if self._tls is not None:
+            conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._tls)
         else:
             conn = http.client.HTTPConnection(self._host, self._port, timeout=timeout)
         headers = {
@@ -647,12 +640,7 @@ class RemoteSandbox:
             "Accept": accept,
             "User-Agent": "jail-sandbox (python)",
         }
-        payload = None
-        if body is not None:
-            try:
-                payload = json.dumps(body, ensure_ascii=False).encode("utf-8")
-            except UnicodeEncodeError as e:
-                raise SandboxError(f"the request holds text that is not valid Unicode ({e.reason}): send str without lone surrogates") from None
+        if payload is not None:
             headers["Content-Type"] = "application/json"
         try:
             conn.request(method, self._prefix + path, body=payload, headers=headers)
@@ -684,6 +672,16 @@ class RemoteSandbox:
                 path=path,
             ) from None
         return conn, resp
+
+
+def _encode(body: Optional[Dict[str, Any]]) -> Optional[bytes]:
+    """A request's JSON body, made once however often it is sent."""
+    if body is None:
+        return None
+    try:
+        return json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise SandboxError(f"the request holds text that is not valid Unicode ({e.reason}): send str without lone surrogates") from None
 
 
 class RemoteSession:

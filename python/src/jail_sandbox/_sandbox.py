@@ -403,6 +403,20 @@ class Sandbox:
         return execution
 
 
+def _artifact_fields(a: Dict[str, Any]) -> Dict[str, Any]:
+    """An ``artifacts`` entry's fields as :class:`Artifact` takes them, for
+    the local and the remote artifact alike."""
+    return {
+        "path": a["path"],
+        "sha256": a.get("sha256"),
+        "media_type": a.get("media_type"),
+        "summary": a.get("summary"),
+        "change": a.get("change") or "",
+        "bytes": int(a.get("bytes") or 0),
+        "flags": list(a.get("flags") or []),
+    }
+
+
 def _checked(
     result: Any,
     jail_stderr: str,
@@ -564,16 +578,7 @@ def _execution(
     artifacts = [
         make_artifact(a)
         if make_artifact is not None
-        else Artifact(
-            path=a["path"],
-            sha256=a.get("sha256"),
-            media_type=a.get("media_type"),
-            summary=a.get("summary"),
-            change=a.get("change", ""),
-            bytes=int(a.get("bytes") or 0),
-            flags=list(a.get("flags") or []),
-            output_dir=out_dir,
-        )
+        else Artifact(**_artifact_fields(a), output_dir=out_dir)
         for a in r.get("artifacts") or []
     ]
     stdout = r.get("stdout") or {}
