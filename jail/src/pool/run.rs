@@ -888,6 +888,28 @@ pub fn copy_tree(from: &Path, to: &Path, readable: bool) -> io::Result<()> {
     Ok(())
 }
 
+/// Whether the process of `pidfd` ended (its pidfd became readable) by
+/// `until`; with no `until`, block until it has.
+fn ended_by(pidfd: &OwnedFd, until: Option<Instant>) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    loop {
+        let timeout = match until {
+            None => PollTimeout::NONE,
+            Some(until) => {
+                let left = until.saturating_duration_since(Instant::now());
+                PollTimeout::try_from(left.as_millis() as u64).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, timeout) {
+            Ok(n) if n > 0 => return true,
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return false,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

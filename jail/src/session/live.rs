@@ -19,7 +19,7 @@
 //! has not taken that within [`ANSWER_WAIT`] loses it.
 
 use std::cell::RefCell;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
@@ -38,26 +38,25 @@ pub(crate) fn open(client: &UnixStream, stdout_cap: u64, stderr_cap: u64) -> Rc<
 /// A finished cell's events on their way to its client.
 pub(crate) struct Tail {
     events: Rc<RefCell<Events>>,
-    /// A duplicate of the socket the relay writes, to poll for POLLOUT.
-    poll: Option<OwnedFd>,
     /// The cell's deadline: the chunk events wait this long for the client.
     until: Instant,
     /// The answer line, until it is queued behind the chunks.
     answer: Option<Vec<u8>>,
     /// Once the answer is queued: when the client has had long enough.
     give_up: Option<Instant>,
-    _client: UnixStream,
+    /// The socket the relay writes (through a descriptor of its own, the
+    /// same open file description): polled for POLLOUT.
+    client: UnixStream,
 }
 
 impl Tail {
     pub(crate) fn new(events: Rc<RefCell<Events>>, client: UnixStream, until: Instant, answer: Vec<u8>) -> Tail {
-        let poll = events.borrow().poll_fd();
-        Tail { events, poll, until, answer: Some(answer), give_up: None, _client: client }
+        Tail { events, until, answer: Some(answer), give_up: None, client }
     }
 
     /// The descriptor to poll for POLLOUT while bytes wait for the client.
     pub(crate) fn pending_out(&self) -> Option<BorrowedFd<'_>> {
-        self.events.borrow().pending().then(|| self.poll.as_ref().map(|fd| fd.as_fd())).flatten()
+        self.events.borrow().pending().then(|| self.client.as_fd())
     }
 
     /// The client's socket is writable: write what it takes.

@@ -144,23 +144,9 @@ pub(super) fn flight() -> Arc<Flight> {
 /// its cgroup removed); past [`STOP_WAIT`] it is killed.
 pub(super) fn wait_gone(pidfd: &OwnedFd) {
     let until = Instant::now() + STOP_WAIT;
-    if !readable_by(pidfd, until) {
+    if !super::ended_by(pidfd, Some(until)) {
         let _ = crate::sys::pidfd_send_signal(pidfd.as_fd(), Signal::SIGKILL);
-        readable_by(pidfd, Instant::now() + Duration::from_secs(5));
-    }
-}
-
-fn readable_by(fd: &OwnedFd, until: Instant) -> bool {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    loop {
-        let left = until.saturating_duration_since(Instant::now());
-        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-        let timeout = PollTimeout::try_from(left.as_millis() as u64).unwrap_or(PollTimeout::MAX);
-        match poll(&mut fds, timeout) {
-            Ok(n) if n > 0 => return true,
-            Err(nix::errno::Errno::EINTR) => continue,
-            _ => return false,
-        }
+        super::ended_by(pidfd, Some(Instant::now() + Duration::from_secs(5)));
     }
 }
 

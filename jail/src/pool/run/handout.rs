@@ -14,7 +14,6 @@
 
 use std::fs;
 use std::io;
-use std::os::fd::AsFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -116,24 +115,12 @@ impl Pool {
             // the adoption just now, and only its end closes the socket.
             let pid = nix::unistd::Pid::from_raw(jail.supervisor as i32);
             if let Ok(pidfd) = crate::sys::pidfd_open(pid) {
-                wait_readable(&pidfd);
+                super::ended_by(&pidfd, None);
             }
             let _ = fs::remove_dir_all(&jail.slot);
             p.lock().sessions.remove(&jail.supervisor);
             p.changed.notify_all();
         });
-    }
-}
-
-/// Block until `fd` (a pidfd) is readable: its process ended.
-fn wait_readable(fd: &std::os::fd::OwnedFd) {
-    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-    loop {
-        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-        match poll(&mut fds, PollTimeout::NONE) {
-            Err(nix::errno::Errno::EINTR) => continue,
-            _ => return,
-        }
     }
 }
 
