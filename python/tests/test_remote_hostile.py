@@ -281,3 +281,31 @@ def test_an_https_url_speaks_tls_and_a_plain_http_answer_is_a_tls_failure(stand_
     with pytest.raises(RemoteConnectionError, match="TLS with https://127.0.0.1"):
         tls.run("print(1)")
     assert ("POST", "/v1/runs") not in Handler.seen, "the request went out in plain HTTP"
+
+
+def test_a_reply_dripped_a_byte_at_a_time_is_a_timeout_not_a_hang(stand_in):
+    routes, sandbox = stand_in
+    stop = threading.Event()
+
+    def drip(h: Handler) -> None:
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.send_header("Content-Length", "100000")
+        h.end_headers()
+        # Each byte well within the 2 s per-read timeout, for ever.
+        while not stop.is_set():
+            try:
+                h.wfile.write(b" ")
+                h.wfile.flush()
+            except OSError:
+                return
+            time.sleep(0.2)
+
+    routes[("POST", "/v1/runs")] = drip
+    started = time.monotonic()
+    try:
+        with pytest.raises(RemoteTimeoutError, match="slower than 64 KiB/s"):
+            sandbox._json("POST", "/v1/runs", {"code": "pass"}, timeout=2)
+    finally:
+        stop.set()
+    assert time.monotonic() - started < 6, "bounded by the timeout, not by the byte count"

@@ -72,6 +72,10 @@ MAX_ERROR_BYTES = 64 << 10
 MAX_EVENTS_BYTES = 80 << 20
 #: Bytes of one artifact fetched at most (the service serves at most 256 MiB).
 MAX_ARTIFACT_BYTES = 256 << 20
+#: Bytes a second a reply's body must come at, past the request's timeout.
+MIN_READ_RATE = 64 << 10
+#: Bytes asked of the socket at a time while a body is read.
+READ_CHUNK = 1 << 20
 #: Bytes of an input folder sent at most, before encoding.
 MAX_INPUT_BYTES = 256 << 20
 #: Input files the ``files`` field may carry; more go as a tar.
@@ -197,7 +201,8 @@ class RemoteSandbox:
         timeout: Wall-clock limit of a run in seconds (default: the token's most).
         memory: Memory of a run, ``"256M"``/``"1G"`` or an int of MiB (default: the token's most).
         request_timeout: Seconds to connect and for each read of a call that
-            does not wait for code (default 30).
+            does not wait for code (default 30); a reply's body still coming
+            after it must come at 64 KiB/s at least.
         wait_timeout: Seconds a run or cell is waited for at most (default:
             its timeout plus 60 s, or 15 minutes when no timeout is given).
         retries: How many times a request refused with 429 or 503 and a
@@ -554,7 +559,7 @@ class RemoteSandbox:
                 raise ArtifactMismatchError(
                     f"artifact {artifact.path}: the service sends {length} bytes, its result lists {want}: refused"
                 )
-            data = _read(resp, want + 1, path)
+            data = _read(resp, want + 1, path, self.request_timeout)
         finally:
             conn.close()
         if len(data) != want:
@@ -578,7 +583,7 @@ class RemoteSandbox:
         """Send a request, take a JSON object back (bounded)."""
         conn, resp = self._call(method, path, body, timeout=timeout, ok=ok)
         try:
-            raw = _read(resp, MAX_REPLY_BYTES, path)
+            raw = _read(resp, MAX_REPLY_BYTES, path, timeout)
         finally:
             conn.close()
         try:
@@ -702,7 +707,7 @@ class RemoteSession:
         id: The service's session id (give it to ``RemoteSandbox.session(session_id=...)`` to attach again).
         closing: The closing result once :meth:`close` ran: its artifacts
             (what the cells left in ``/workspace/output`` that passed) are
-            :class:`RemoteArtifact`\ s, fetched from the service by ``read_bytes()``.
+            :class:`RemoteArtifact` objects, fetched from the service by ``read_bytes()``.
     """
 
     def __init__(self, sandbox: RemoteSandbox, session_id: str, timeout: Optional[float]) -> None:
@@ -943,21 +948,39 @@ def _id_of(reply: Dict[str, Any]) -> str:
     return value
 
 
-def _read(resp: http.client.HTTPResponse, limit: int, path: str) -> bytes:
-    """The body, at most ``limit`` bytes; more is refused."""
-    try:
-        data = resp.read(limit + 1)
-    except socket.timeout:
-        raise RemoteTimeoutError(
-            f"{path}: the service stopped sending its reply: it is stuck or the network drops packets",
-            status=None,
-            path=path,
-        ) from None
-    except (OSError, http.client.HTTPException) as e:
-        raise RemoteConnectionError(f"{path}: the reply broke off ({e or type(e).__name__})", status=None, path=path) from None
-    if len(data) > limit:
+def _read(resp: http.client.HTTPResponse, limit: int, path: str, within: float) -> bytes:
+    """The body, at most ``limit`` bytes; more is refused. Bounded in time as
+    well as per read: a body still coming after ``within`` seconds must have
+    come at :data:`MIN_READ_RATE` bytes a second at least, so a service that
+    drips a byte now and then cannot hold the caller for ever."""
+    started = time.monotonic()
+    chunks: List[bytes] = []
+    got = 0
+    while got <= limit:
+        if time.monotonic() - started > within + got / MIN_READ_RATE:
+            raise RemoteTimeoutError(
+                f"{path}: the reply came slower than {MIN_READ_RATE >> 10} KiB/s ({got} bytes in "
+                f"{time.monotonic() - started:.0f} s): the service is stuck or the network is too slow",
+                status=None,
+                path=path,
+            )
+        try:
+            chunk = resp.read1(min(READ_CHUNK, limit + 1 - got))
+        except socket.timeout:
+            raise RemoteTimeoutError(
+                f"{path}: the service stopped sending its reply: it is stuck or the network drops packets",
+                status=None,
+                path=path,
+            ) from None
+        except (OSError, http.client.HTTPException) as e:
+            raise RemoteConnectionError(f"{path}: the reply broke off ({e or type(e).__name__})", status=None, path=path) from None
+        if not chunk:
+            break
+        chunks.append(chunk)
+        got += len(chunk)
+    if got > limit:
         raise SandboxProtocolError(f"{path}: the service's reply is over {limit} bytes: refused")
-    return data
+    return b"".join(chunks)
 
 
 def _retry_after(value: Optional[str]) -> Optional[float]:
