@@ -17,17 +17,16 @@
 //!   its share within [`BUDGET_WAIT`] gets 429 `busy`.
 
 use std::path::{Component, Path, PathBuf};
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::http::header;
+use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use jail::sys::{RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::ApiError;
-use axum::http::StatusCode;
 
 /// Bytes of one artifact served at most.
 const MAX_ARTIFACT_BYTES: u64 = 256 << 20;
@@ -41,11 +40,11 @@ const UNIT: u64 = 1 << 20;
 /// How long a request waits for its share of the budget.
 const BUDGET_WAIT: Duration = Duration::from_secs(10);
 
-static BUDGET: LazyLock<std::sync::Arc<Semaphore>> =
-    LazyLock::new(|| std::sync::Arc::new(Semaphore::new((BUDGET_BYTES / UNIT) as usize)));
+static BUDGET: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new((BUDGET_BYTES / UNIT) as usize)));
 
 /// An artifact found, opened and checked against its listing, not read yet.
 pub struct Found {
+    path: String,
     file: std::fs::File,
     bytes: u64,
     sha256: String,
@@ -65,13 +64,13 @@ where
     }
 }
 
-async fn serve<F>(find: F, budget: &std::sync::Arc<Semaphore>, wait: Duration) -> Result<Response, ApiError>
+async fn serve<F>(find: F, budget: &Arc<Semaphore>, wait: Duration) -> Result<Response, ApiError>
 where
     F: FnOnce() -> Result<Found, ApiError> + Send + 'static,
 {
     let found = blocking(find).await?;
     let units = found.bytes.div_ceil(UNIT).max(1) as u32;
-    let permit = tokio::time::timeout(wait, std::sync::Arc::clone(budget).acquire_many_owned(units))
+    let permit = tokio::time::timeout(wait, Arc::clone(budget).acquire_many_owned(units))
         .await
         .map_err(|_| ApiError::busy("artifact replies hold the service's read budget now: retry shortly"))?
         .map_err(|e| ApiError::failed(format!("artifact budget: {e}")))?;
@@ -128,7 +127,7 @@ pub fn listed(result: &serde_json::Value, within: &Path, path: &str) -> Result<F
         return Err(changed(path));
     }
     let media = listed.get("media_type").and_then(|m| m.as_str()).unwrap_or("application/octet-stream").to_owned();
-    Ok(Found { file, bytes, sha256, media })
+    Ok(Found { path: path.to_owned(), file, bytes, sha256, media })
 }
 
 fn changed(path: &str) -> ApiError {
@@ -166,11 +165,7 @@ fn read_checked(found: Found) -> Result<Vec<u8>, ApiError> {
         .read_to_end(&mut bytes)
         .map_err(|e| ApiError::failed(format!("read artifact: {e}")))?;
     if bytes.len() as u64 != found.bytes || jail::digest::sha256_hex(&bytes) != found.sha256 {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            "changed",
-            "the artifact is no longer what the result lists (its size or sha256 differs): it was written after the result was made",
-        ));
+        return Err(changed(&found.path));
     }
     Ok(bytes)
 }
