@@ -224,8 +224,8 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
     let jail_bin = runner::find_jail(a.jail.as_deref());
     let rootfs = a.rootfs.clone().or_else(|| packages_rootfs(&policy, &jail_bin));
     if let Some(t) = a.step_timeout {
-        if !(t > 0.0 && t <= 86_400.0) {
-            bail!("--step-timeout {t} is out of range: give seconds above 0 and at most 86400");
+        if jail::seconds::limit(t, 86_400.0).is_none() {
+            bail!("--step-timeout {t} is out of range: give seconds {}", jail::seconds::range(86_400.0));
         }
     }
     if a.pool_size > agent::pool::MAX_SIZE {

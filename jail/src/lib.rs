@@ -4,7 +4,8 @@
 //! The map, in the order one run uses the modules (DESIGN.md §6):
 //! - `hostenv`, `locate`, `inline`: what the caller's environment gives a run (read once by main.rs),
 //!   which rootfs it uses, and a script given as `-c CODE` or on stdin.
-//! - `policy`: the policy file, validated (with `digest` for its hash; `field` is the leaf error the facility validators return).
+//! - `policy`: the policy file, validated (with `digest` for its hash; `field` is the leaf error the facility validators return;
+//!   `seconds` is the one check of a time limit, shared with the flags, the pool, the service and the MCP server).
 //! - `supervisor`: one run's steps, in order; each step is one of the rooms below.
 //! - `host`: the machine read once: caller, leased host uid (`hostuid`), kernel features, rlimits, the run cgroup.
 //! - `cgroup`, `limits`, `rlimits`: the run cgroup, and what enforces each limit.
@@ -81,6 +82,7 @@ mod rlimits;
 pub mod rootfs;
 pub mod schema;
 pub mod seccomp;
+pub mod seconds;
 pub mod session;
 pub mod stage;
 mod step;

@@ -5,7 +5,6 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 use jail::hostenv::{self, HostEnv};
@@ -289,11 +288,11 @@ struct RunArgs {
     args: Vec<String>,
 }
 
-/// Seconds above 0 and at most a day (`jail session exec --timeout`).
+/// Seconds from 1 ms to a day (`jail session exec --timeout`).
 fn positive_secs(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(t) if t > 0.0 && t <= 86_400.0 => Ok(t),
-        _ => Err(format!("{text} is not seconds above 0 and at most 86400")),
+        Ok(t) if jail::seconds::limit(t, 86_400.0).is_some() => Ok(t),
+        _ => Err(format!("{text} is not seconds {}", jail::seconds::range(86_400.0))),
     }
 }
 
@@ -407,17 +406,16 @@ fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<InlineScript>), 
         message: format!("{e} (check it with `jail check FILE`)"),
         causes: vec![],
     })?;
-    let timeout = match args.timeout {
-        None => None,
-        Some(t) if t > 0.0 && t <= 86_400.0 => Some(Duration::from_secs_f64(t)),
-        Some(t) => {
-            return Err(SetupError {
+    let timeout = args
+        .timeout
+        .map(|t| {
+            jail::seconds::limit(t, 86_400.0).ok_or_else(|| SetupError {
                 stage: "input".into(),
-                message: format!("--timeout {t} is out of range: give seconds above 0 and at most 86400"),
+                message: format!("--timeout {t} is out of range: give seconds {}", jail::seconds::range(86_400.0)),
                 causes: vec![],
             })
-        }
-    };
+        })
+        .transpose()?;
     let overrides = Overrides {
         memory: args.memory,
         cpus: args.cpus,

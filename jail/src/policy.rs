@@ -11,6 +11,8 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::seconds;
+
 // The validated `artifacts` section is the artifacts module's own type, as
 // `seccomp::Model` and `landlock::Settings` are theirs: the judgement never
 // imports the policy.
@@ -607,8 +609,8 @@ impl Policy {
         let identity = validate_identity(&file.identity)?;
         let environment = validate_environment(&file.environment)?;
         let wall = file.limits.wall_time_secs.unwrap_or(15.0);
-        if !(wall > 0.0 && wall <= 86_400.0) {
-            return Err(PolicyError::field("limits.wall_time_secs", format!("is {wall}, must be above 0 and at most 86400")));
+        if seconds::limit(wall, 86_400.0).is_none() {
+            return Err(PolicyError::field("limits.wall_time_secs", format!("is {wall}, must be {}", seconds::range(86_400.0))));
         }
         let limits = validate_limits(&file.limits, wall)?;
         let tmp_sizing = match &file.filesystem.tmp_size {
@@ -691,9 +693,10 @@ fn is_module_name(name: &str) -> bool {
 }
 
 fn validate_session(f: &SessionFile) -> Result<Session, PolicyError> {
-    let secs = |name: &str, value: Option<f64>, default: f64, most: f64| match value.unwrap_or(default) {
-        v if v > 0.0 && v <= most => Ok(Duration::from_secs_f64(v)),
-        v => Err(PolicyError::field(&format!("session.{name}"), format!("is {v}, must be above 0 and at most {most}"))),
+    let secs = |name: &str, value: Option<f64>, default: f64, most: f64| {
+        let v = value.unwrap_or(default);
+        seconds::limit(v, most)
+            .ok_or_else(|| PolicyError::field(&format!("session.{name}"), format!("is {v}, must be {}", seconds::range(most))))
     };
     let session = Session {
         interrupt_grace: secs("interrupt_grace_secs", f.interrupt_grace_secs, 2.0, 60.0)?,
@@ -840,10 +843,9 @@ fn check_cgroup_parent(p: &str) -> Result<PathBuf, String> {
 }
 
 fn check_cpu_time(v: f64) -> Result<f64, String> {
-    if v > 0.0 && v <= 86_400.0 {
-        Ok(v)
-    } else {
-        Err(format!("is {v}, must be above 0 and at most 86400 seconds"))
+    match seconds::limit(v, 86_400.0) {
+        Some(_) => Ok(v),
+        None => Err(format!("is {v}, must be {} seconds", seconds::range(86_400.0))),
     }
 }
 
@@ -1279,6 +1281,10 @@ mod tests {
         )
         .unwrap());
         assert!(!check_round_trip(r#"{"version":1,"limits":{"wall_time_secs":0}}"#, base).unwrap());
+        // Under 1 ms a time limit would be a zero Duration: refused, not a limit already past.
+        assert!(!check_round_trip(r#"{"version":1,"limits":{"wall_time_secs":1e-15}}"#, base).unwrap());
+        assert!(!check_round_trip(r#"{"version":1,"limits":{"cpu_time_secs":0.0001}}"#, base).unwrap());
+        assert!(!check_round_trip(r#"{"version":1,"session":{"interrupt_grace_secs":1e-9}}"#, base).unwrap());
         assert!(!check_round_trip("\u{0}{", base).unwrap());
         // The corpus the fuzzer starts from must round-trip too.
         let corpus = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fuzz/corpus/policy_loader");

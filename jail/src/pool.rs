@@ -32,7 +32,7 @@
 //!   `output_dir` names a fresh `jail-output-*` folder in the temp dir.
 //! - `args` (optional): the script's `sys.argv[1:]` (`sys.argv[0]` is
 //!   `-c` for `code`, the file name for `script`).
-//! - `limits` (optional): `wall_time_secs`, above 0 and at most the pool's
+//! - `limits` (optional): `wall_time_secs`, at least 0.001 and at most the pool's
 //!   (`--timeout` or the policy's). CPU time, memory, pids and CPUs are the
 //!   pool's (set when the jail was made) and cannot be changed per request.
 //! - `events` (optional, `true` or `false`): the step's output live, below.

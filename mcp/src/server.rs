@@ -69,7 +69,7 @@ pub enum McpError {
     Policy(#[from] jail::policy::PolicyError),
     #[error("{0}")]
     Override(String),
-    #[error("--timeout {0} is out of range: give seconds above 0 and at most 86400")]
+    #[error("--timeout {0} is out of range: give seconds {range}", range = jail::seconds::range(86_400.0))]
     Timeout(f64),
     #[error("cannot find this binary, to find `jail` beside it: {0}")]
     SelfExe(std::io::Error),
@@ -112,8 +112,7 @@ impl Config {
         policy.apply_overrides(&overrides).map_err(McpError::Override)?;
         let ceiling = match args.timeout {
             None => policy.limits.wall_time,
-            Some(t) if t > 0.0 && t <= 86_400.0 => Duration::from_secs_f64(t),
-            Some(t) => return Err(McpError::Timeout(t)),
+            Some(t) => jail::seconds::limit(t, 86_400.0).ok_or(McpError::Timeout(t))?,
         };
         let mut run_flags = Vec::new();
         let mut flag = |name: &str, value: Option<std::ffi::OsString>| {
@@ -149,13 +148,13 @@ impl Config {
         let max = self.ceiling.as_secs_f64();
         let timeout = match req.timeout_seconds {
             None => self.ceiling,
-            Some(t) if t > 0.0 && t <= max => Duration::from_secs_f64(t),
-            Some(t) => {
-                return Err(format!(
-                    "`timeout_seconds` {t} is out of range: give seconds above 0 and at most {max} (this server's limit; \
-                     its operator raises it with `jail mcp --timeout SECS`)"
-                ))
-            }
+            Some(t) => jail::seconds::limit(t, max).ok_or_else(|| {
+                format!(
+                    "`timeout_seconds` {t} is out of range: give seconds {} (this server's limit; \
+                     its operator raises it with `jail mcp --timeout SECS`)",
+                    jail::seconds::range(max)
+                )
+            })?,
         };
         let staging = self.allowlist.stage(&req.input).map_err(|e| e.to_string())?;
         Ok((timeout, staging))
@@ -188,7 +187,7 @@ pub struct RunPython {
     /// that folder's name (the server's instructions list them).
     #[serde(default)]
     pub input: Vec<String>,
-    /// Wall-clock limit in seconds, at most the server's (its default).
+    /// Wall-clock limit in seconds, at least 0.001 and at most the server's (its default).
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
 }
@@ -201,7 +200,7 @@ pub struct SessionStart {
     /// copied to /workspace/input, or one folder mounted there read-only.
     #[serde(default)]
     pub input: Vec<String>,
-    /// Wall-clock limit of each cell in seconds, at most the server's (its default).
+    /// Wall-clock limit of each cell in seconds, at least 0.001 and at most the server's (its default).
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
 }

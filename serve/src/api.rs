@@ -131,7 +131,7 @@ fn yes() -> bool {
 #[derive(Debug, Default, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Limits {
-    /// Wall-clock seconds (default: the tenant's most).
+    /// Wall-clock seconds, at least 0.001 (default: the tenant's most).
     pub timeout_secs: Option<f64>,
     /// Memory of the whole run in MiB (default: the tenant's most).
     pub memory_mib: Option<u64>,

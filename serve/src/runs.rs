@@ -39,13 +39,12 @@ pub fn checked_limits(limits: &Limits, tenant: &Tenant) -> Result<(Duration, u64
     let most = tenant.max_timeout.as_secs_f64();
     let timeout = match limits.timeout_secs {
         None => tenant.max_timeout,
-        Some(t) if t > 0.0 && t <= most => Duration::from_secs_f64(t),
-        Some(t) => {
-            return Err(ApiError::field(
+        Some(t) => jail::seconds::limit(t, most).ok_or_else(|| {
+            ApiError::field(
                 "limits.timeout_secs",
-                format!("{t} is out of range: give seconds above 0 and at most {most} (this token's limit)"),
-            ))
-        }
+                format!("{t} is out of range: give seconds {} (this token's limit)", jail::seconds::range(most)),
+            )
+        })?,
     };
     let memory = match limits.memory_mib {
         None => tenant.max_memory_mib,

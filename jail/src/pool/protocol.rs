@@ -8,6 +8,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::seconds;
+
 /// Longest request line the pool reads; a longer one is `malformed`.
 pub const MAX_LINE_BYTES: usize = 4 << 20;
 const MAX_ID_CHARS: usize = 128;
@@ -269,8 +271,8 @@ type LimitError = (&'static str, String);
 
 fn within(name: &str, value: Option<f64>, most: Duration) -> Result<Duration, LimitError> {
     let Some(v) = value else { return Ok(most) };
-    if !(v > 0.0 && v.is_finite()) {
-        return Err(("bad_request", format!("limits.{name} is {v}: give a number of seconds above 0")));
+    if !(v >= seconds::LEAST && v.is_finite()) {
+        return Err(("bad_request", format!("limits.{name} is {v}: give a number of seconds of at least {}", seconds::LEAST)));
     }
     // Compared before the conversion: a number past what a Duration holds
     // (1e300) would make `from_secs_f64` panic, and a panic aborts the pool.
@@ -380,6 +382,8 @@ mod tests {
             (r#"{"id":"x","script":"rel.py"}"#, "bad_request", Some("x")),
             (r#"{"id":"x","code":"1","input":"/a/../etc"}"#, "bad_request", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":0}}"#, "bad_request", Some("x")),
+            // A positive number under 1 ms would be a zero Duration (found by fuzz/pool_line).
+            (r#"{"id":"x","code":"1","limits":{"wall_time_secs":1e-15}}"#, "bad_request", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":16}}"#, "limit_above_policy", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"wall_time_secs":1e300}}"#, "limit_above_policy", Some("x")),
             (r#"{"id":"x","code":"1","limits":{"cpu_time_secs":1}}"#, "unknown_field", Some("x")),
