@@ -204,6 +204,7 @@ pub struct Usage {
     pub oom_kills: Option<u64>,
     /// What the supervisor's CPU throttle did (`limits.cpus` enforced by
     /// `supervisor`: no cpu cgroup); `null` when it was not the enforcer.
+    /// In a session, what it did during this cell.
     #[serde(default)]
     pub throttled: Option<Throttled>,
 }

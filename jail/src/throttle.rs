@@ -365,6 +365,18 @@ impl Throttle {
         }
         t
     }
+
+    /// What the throttle did since it reported `before` (a session's cell:
+    /// the quota holds across cells, each cell's result says what it cost
+    /// this one). A stop that spans the cell's start counts in both.
+    pub fn report_since(&self, before: &Throttled, now: Instant) -> Throttled {
+        let t = self.report(now);
+        Throttled {
+            stops: t.stops.saturating_sub(before.stops),
+            stopped_ms: (t.stopped_ms - before.stopped_ms).max(0.0),
+            unsettled: t.unsettled.saturating_sub(before.unsettled),
+        }
+    }
 }
 
 #[cfg(test)]

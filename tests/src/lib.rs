@@ -642,6 +642,42 @@ def sc(nr, *args):
     return r, ctypes.get_errno()
 "#;
 
+/// A CPU hog for `secs` of wall time in which every process resumes every
+/// other (PID 1 included) as fast as it can, and forks new hogs on the way:
+/// each stop of the supervisor's throttle must still hold them all. It
+/// waits for every child, so `os.times()` at its end counts them all.
+pub fn sigcont_hog(secs: f64) -> String {
+    format!(
+        r#"
+import os, signal, time
+end = time.monotonic() + {secs}
+def wake_all():
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                os.kill(int(name), signal.SIGCONT)
+            except OSError:
+                pass
+kids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        while time.monotonic() < end:
+            wake_all()
+        os._exit(0)
+    kids.append(pid)
+while time.monotonic() < end:
+    pid = os.fork()
+    if pid == 0:
+        wake_all()
+        os._exit(0)
+    os.waitpid(pid, 0)
+for k in kids:
+    os.waitpid(k, 0)
+"#
+    )
+}
+
 /// Processes on the host whose command line contains `marker`.
 pub fn host_processes_with(marker: &str) -> Vec<u32> {
     let mut found = Vec::new();

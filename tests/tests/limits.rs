@@ -179,7 +179,7 @@ fn hog_at_its_quota(source: &str) -> RunResult {
     first.expect("two runs")
 }
 
-const HOG_WALL: &str = "3.0";
+const HOG_WALL: f64 = 3.0;
 
 #[test]
 fn cpu_hog_under_half_a_core_gets_about_half_a_core() {
@@ -224,37 +224,7 @@ for k in kids:
 
 #[test]
 fn a_hog_that_sends_sigcont_to_every_pid_it_sees_is_still_held() {
-    // Every process resumes every other (PID 1 included) as fast as it can,
-    // and forks new hogs on the way: each stop must still hold them all.
-    hog_at_its_quota(&format!(
-        r#"
-import os, signal, time
-end = time.monotonic() + {HOG_WALL}
-def wake_all():
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                os.kill(int(name), signal.SIGCONT)
-            except OSError:
-                pass
-kids = []
-for _ in range(2):
-    pid = os.fork()
-    if pid == 0:
-        while time.monotonic() < end:
-            wake_all()
-        os._exit(0)
-    kids.append(pid)
-while time.monotonic() < end:
-    pid = os.fork()
-    if pid == 0:
-        wake_all()
-        os._exit(0)
-    os.waitpid(pid, 0)
-for k in kids:
-    os.waitpid(k, 0)
-"#
-    ));
+    hog_at_its_quota(&sigcont_hog(HOG_WALL));
 }
 
 #[test]

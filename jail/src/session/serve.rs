@@ -43,7 +43,7 @@ use crate::capture::{Capture, Target};
 use crate::cgroup::{CgroupUsage, RunCgroup};
 use crate::events::Events;
 use crate::request::OutputMode;
-use crate::result::{Denial, PythonError, Timings, Usage};
+use crate::result::{Denial, PythonError, Throttled, Timings, Usage};
 use crate::sync::{self, Report};
 use crate::watch::{ChildPipes, Deadlines, Ending, Watch};
 use crate::{limits, seccomp, sys};
@@ -72,6 +72,8 @@ struct Cell {
     deadline: Instant,
     cpu_start: Option<u64>,
     usage_start: Option<CgroupUsage>,
+    /// The supervisor's throttle at the start (no cpu cgroup).
+    throttled_start: Option<Throttled>,
     denials_start: Vec<Denial>,
     stdout: Capture,
     stderr: Capture,
@@ -514,6 +516,7 @@ impl Loop<'_, '_, '_> {
             deadline: now + cell_wall(self.s.limits.wall, wall_secs),
             cpu_start: self.cgroup.and_then(RunCgroup::cpu_ns),
             usage_start: self.cgroup.map(RunCgroup::usage),
+            throttled_start: self.watch.throttle.as_ref().map(|t| t.report(now)),
             denials_start: self.watch.tally.denials(self.watch.model),
             stdout: std::mem::replace(&mut self.spill_out, Capture::new(cap_out, OutputMode::Capture, Target::Stdout)),
             stderr: std::mem::replace(&mut self.spill_err, Capture::new(cap_err, OutputMode::Capture, Target::Stderr)),
@@ -711,6 +714,10 @@ impl Loop<'_, '_, '_> {
         result.stderr = stderr;
         let wall_ms = c.started.elapsed().as_secs_f64() * 1000.0;
         result.usage = usage_of(wall_ms, c.usage_start.as_ref(), usage_now.as_ref());
+        result.usage.throttled = match (&self.watch.throttle, &c.throttled_start) {
+            (Some(t), Some(before)) => Some(t.report_since(before, Instant::now())),
+            _ => None,
+        };
         let denials_now = self.watch.tally.denials(self.watch.model);
         result.denials = cell::denials_since(&c.denials_start, &denials_now);
         result.timings = Timings { total_ms: wall_ms, setup_ms: None, stages: Default::default() };
