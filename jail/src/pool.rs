@@ -97,9 +97,10 @@
 //! drains stops it (what passed reaches `output`), and a pool killed with
 //! SIGKILL ends it all the same. `{"op": "stats"}` counts the sessions
 //! handed out and not ended in `sessions`. Its `session.idle_timeout_secs`
-//! counts from the hand-over; its `max_lifetime_secs` from when the jail
-//! was made. A ready jail that ended while it waited (either limit) is
-//! never handed out: the claim takes the next.
+//! and `max_lifetime_secs` count from the hand-over (a ready jail waiting
+//! in the pool is held to both from when it was made). A ready jail that
+//! ended while it waited (either limit) is never handed out: the claim
+//! takes the next.
 //!
 //! `{"op": "stats"}` (an `id` is optional) answers
 //! `{"id": ..., "stats": {"size": N, "ready": R, "making": K, "in_use": U,

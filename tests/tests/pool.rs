@@ -714,24 +714,26 @@ fn a_pool_that_drains_stops_its_sessions_and_their_output_is_delivered() {
 }
 
 #[test]
-fn a_jail_that_ended_while_it_waited_is_never_handed_out_and_a_session_idles_from_its_hand_over() {
+fn a_jail_that_ended_while_it_waited_is_never_handed_out_and_a_session_idles_and_lives_from_its_hand_over() {
     let sb = Sandbox::new();
     let text = std::fs::read_to_string(repo().join("policies/default.json")).unwrap();
     let mut v: Value = serde_json::from_str(&text).unwrap();
     v.as_object_mut().unwrap().remove("rootfs");
-    v["session"] = json!({"interrupt_grace_secs": 1, "idle_timeout_secs": 4, "max_lifetime_secs": 120});
+    v["session"] = json!({"interrupt_grace_secs": 1, "idle_timeout_secs": 4, "max_lifetime_secs": 5});
     let policy = sb.dir.path().join("policy.json");
     std::fs::write(&policy, v.to_string()).unwrap();
     std::fs::set_permissions(&policy, std::fs::Permissions::from_mode(0o644)).unwrap();
     let mut pool = Pool::start(&sb, 1, &["--policy", policy.to_str().unwrap()]);
     pool.wait_ready(1);
-    // A session handed out 3 s into its jail's idle time: its 4 s count
-    // from the hand-over, not from when the jail was made.
+    // A session handed out 3 s into its jail's idle time: its 4 s idle
+    // and 5 s lifetime count from the hand-over, not from when the jail
+    // was made (5.5 s before the cell).
     std::thread::sleep(Duration::from_secs(3));
     let s = pool_session(&mut pool, json!({"id": "s", "op": "session"}));
     std::thread::sleep(Duration::from_millis(2500));
     let (v, _) = s.exec("print('still here')\n");
     assert_eq!(v["stdout"]["text"], "still here\n", "{v}");
+    assert_eq!(v["session"]["ended"], false, "{v}");
     closing(&s);
     // The replacement waits past its idle timeout and ends: the next
     // request gets a live jail, not the dead one.

@@ -141,6 +141,9 @@ struct Loop<'s, 'w, 'm> {
     tails: Vec<Tail>,
     /// The signal that cancelled the session, once one came.
     cancelled: Option<Signal>,
+    /// When `session.max_lifetime_secs` ends the session: from the jail's
+    /// start, or from a pool's hand-over to its caller.
+    lifetime: Instant,
 }
 
 /// Serve the session until it ends; the tree is dead or dying when this
@@ -187,13 +190,13 @@ pub(crate) fn serve(
         buf: vec![0u8; 64 * 1024],
         tails: Vec::new(),
         cancelled: None,
+        lifetime: limits.wall,
     };
-    let lifetime = limits.wall;
     let mut next_cpu_check = Instant::now();
     let mut ending = Ending::Exited;
     while !l.exited || l.pipes.any() {
         let now = Instant::now();
-        let wake = l.next_wake(lifetime, next_cpu_check);
+        let wake = l.next_wake(next_cpu_check);
         let timeout = if l.exited {
             PollTimeout::from(200u16)
         } else {
@@ -263,7 +266,7 @@ pub(crate) fn serve(
             continue;
         }
         let now = Instant::now();
-        if now >= lifetime && !matches!(l.phase, Phase::Ending { .. }) {
+        if now >= l.lifetime && !matches!(l.phase, Phase::Ending { .. }) {
             ending = Ending::WallTimeout;
             l.end(Why::MaxLifetime, None);
         }
@@ -298,8 +301,8 @@ pub(crate) fn serve(
 
 impl Loop<'_, '_, '_> {
     /// The earliest time the loop must look at its clocks again.
-    fn next_wake(&self, lifetime: Instant, next_cpu_check: Instant) -> Instant {
-        let mut wake = lifetime;
+    fn next_wake(&self, next_cpu_check: Instant) -> Instant {
+        let mut wake = self.lifetime;
         match &self.phase {
             Phase::Starting => {}
             Phase::Idle { since } => wake = wake.min(*since + self.s.session.idle_timeout),
@@ -482,8 +485,11 @@ impl Loop<'_, '_, '_> {
         let taken = self.s.adoption.borrow_mut().take(dir, self.cells);
         let answer = match taken {
             Ok(()) => {
-                // The caller's session starts now: its idle time too.
-                self.phase = Phase::Idle { since: Instant::now() };
+                // The caller's session starts now: its idle time and its
+                // lifetime too, however long the jail waited in the pool.
+                let now = Instant::now();
+                self.phase = Phase::Idle { since: now };
+                self.lifetime = now + self.s.session.max_lifetime;
                 self.s.retarget_template(dir);
                 Answer { result: Some(serde_json::json!({"output_dir": dir})), error: None }
             }
