@@ -368,7 +368,8 @@ impl Throttle {
 
     /// What the throttle did since it reported `before` (a session's cell:
     /// the quota holds across cells, each cell's result says what it cost
-    /// this one). A stop that spans the cell's start counts in both.
+    /// this one). A stop under way at `before` counts in the earlier
+    /// report; its stopped time is split at `before`.
     pub fn report_since(&self, before: &Throttled, now: Instant) -> Throttled {
         let t = self.report(now);
         Throttled {
