@@ -63,9 +63,13 @@ pub struct Caps {
     pub run_tokens: u64,
     /// Tool calls run from one reply; the rest are answered with an error.
     pub calls_per_reply: usize,
-    /// Wall-clock time the whole run may take (a resumed run: from resuming).
+    /// Wall-clock time the whole run may take (a resumed run: from resuming),
+    /// at most [`MOST_DEADLINE`].
     pub deadline: Duration,
 }
+
+/// The longest `deadline` a run takes: a week.
+pub const MOST_DEADLINE: Duration = Duration::from_secs(7 * 86_400);
 
 impl Default for Caps {
     fn default() -> Caps {

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Caps, Config, Progress};
+use crate::agent::{Caps, Config, Progress, MOST_DEADLINE};
 use crate::export::Accepted;
 use crate::llm::{LlmConfig, Message, ToolCall};
 use crate::runner::Runner;
@@ -252,7 +252,9 @@ impl Settings {
                 run_steps: self.run_steps,
                 run_tokens: self.run_tokens,
                 calls_per_reply: self.calls_per_reply,
-                deadline: Duration::from_secs_f64(self.deadline_secs.max(1.0)),
+                // A state.json edited by hand can hold any finite number
+                // (1e300 would panic the conversion): held to --deadline's range.
+                deadline: Duration::from_secs_f64(self.deadline_secs.clamp(1.0, MOST_DEADLINE.as_secs_f64())),
             },
             budget: Budget::default(),
             owner,

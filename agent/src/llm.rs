@@ -316,7 +316,9 @@ impl Client {
 pub fn retry_after(value: &str, now: std::time::SystemTime) -> Option<Duration> {
     let v = value.trim();
     if let Ok(secs) = v.parse::<f64>() {
-        return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs));
+        // Past what a Duration holds (1e300) is as long as the caller's cap:
+        // a server's header must not panic the conversion.
+        return (secs.is_finite() && secs >= 0.0).then(|| Duration::try_from_secs_f64(secs).unwrap_or(Duration::MAX));
     }
     let at = http_date(v)?;
     let now = now.duration_since(std::time::UNIX_EPOCH).ok()?.as_secs() as i64;
@@ -482,6 +484,7 @@ mod tests {
         let now = UNIX_EPOCH + Duration::from_secs(784_111_770); // Sun, 06 Nov 1994 08:49:30 GMT
         assert_eq!(retry_after("7", now), Some(Duration::from_secs(7)));
         assert_eq!(retry_after("0.5", now), Some(Duration::from_millis(500)));
+        assert_eq!(retry_after("1e300", now), Some(Duration::MAX), "no panic: the caller caps it");
         assert_eq!(retry_after("Sun, 06 Nov 1994 08:49:37 GMT", now), Some(Duration::from_secs(7)));
         assert_eq!(retry_after("Sun, 06 Nov 1994 08:49:00 GMT", now), Some(Duration::ZERO), "a date past is no wait");
         assert_eq!(retry_after("Tue, 29 Feb 2000 00:00:00 GMT", UNIX_EPOCH), Some(Duration::from_secs(951_782_400)));

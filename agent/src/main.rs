@@ -350,7 +350,7 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
         "h" => n * 3600.0,
         _ => return Err(format!("`{s}`: the unit is s, m or h")),
     };
-    if !(secs > 0.0 && secs <= 7.0 * 86_400.0) {
+    if !(secs > 0.0 && secs <= run::MOST_DEADLINE.as_secs_f64()) {
         return Err(format!("`{s}` is out of range: give more than 0 and at most a week"));
     }
     Ok(Duration::from_secs_f64(secs))
