@@ -224,8 +224,8 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
     let jail_bin = runner::find_jail(a.jail.as_deref());
     let rootfs = a.rootfs.clone().or_else(|| packages_rootfs(&policy, &jail_bin));
     if let Some(t) = a.step_timeout {
-        if jail::seconds::limit(t, 86_400.0).is_none() {
-            bail!("--step-timeout {t} is out of range: give seconds {}", jail::seconds::range(86_400.0));
+        if jail::seconds::limit(t, jail::seconds::MOST).is_none() {
+            bail!("--step-timeout {t} is out of range: give seconds {}", jail::seconds::range(jail::seconds::MOST));
         }
     }
     if a.pool_size > agent::pool::MAX_SIZE {

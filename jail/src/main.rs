@@ -127,8 +127,8 @@ enum SessionCommand {
         events: bool,
         /// This cell's wall-clock limit in seconds: lowers the session's
         /// (`--timeout` at start, or the policy's), never raises it.
-        #[arg(long, value_name = "SECS", value_parser = positive_secs)]
-        timeout: Option<f64>,
+        #[arg(long, value_name = "SECS", value_parser = seconds_arg)]
+        timeout: Option<std::time::Duration>,
         /// The handle `jail session start` printed.
         handle: PathBuf,
         /// The cell's code: a file, or `-` for stdin.
@@ -288,12 +288,12 @@ struct RunArgs {
     args: Vec<String>,
 }
 
-/// Seconds from 1 ms to a day (`jail session exec --timeout`).
-fn positive_secs(text: &str) -> Result<f64, String> {
-    match text.parse::<f64>() {
-        Ok(t) if jail::seconds::limit(t, 86_400.0).is_some() => Ok(t),
-        _ => Err(format!("{text} is not seconds {}", jail::seconds::range(86_400.0))),
-    }
+/// Seconds from 1 ms to a day, as a limit (`jail session exec --timeout`).
+fn seconds_arg(text: &str) -> Result<std::time::Duration, String> {
+    text.parse::<f64>()
+        .ok()
+        .and_then(|t| jail::seconds::limit(t, jail::seconds::MOST))
+        .ok_or_else(|| format!("{text} is not seconds {}", jail::seconds::range(jail::seconds::MOST)))
 }
 
 fn main() -> ExitCode {
@@ -409,9 +409,9 @@ fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<InlineScript>), 
     let timeout = args
         .timeout
         .map(|t| {
-            jail::seconds::limit(t, 86_400.0).ok_or_else(|| SetupError {
+            jail::seconds::limit(t, jail::seconds::MOST).ok_or_else(|| SetupError {
                 stage: "input".into(),
-                message: format!("--timeout {t} is out of range: give seconds {}", jail::seconds::range(86_400.0)),
+                message: format!("--timeout {t} is out of range: give seconds {}", jail::seconds::range(jail::seconds::MOST)),
                 causes: vec![],
             })
         })
@@ -601,8 +601,7 @@ fn session(command: SessionCommand) -> ExitCode {
                 Err(e) => fail(chain(&e)),
             }
         }
-        SessionCommand::Exec { events, timeout, handle, file } => {
-            let wall = timeout.map(std::time::Duration::from_secs_f64);
+        SessionCommand::Exec { events, timeout: wall, handle, file } => {
             let code = if file.as_os_str() == "-" {
                 let mut text = String::new();
                 std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map(|_| text)

@@ -609,8 +609,11 @@ impl Policy {
         let identity = validate_identity(&file.identity)?;
         let environment = validate_environment(&file.environment)?;
         let wall = file.limits.wall_time_secs.unwrap_or(15.0);
-        if seconds::limit(wall, 86_400.0).is_none() {
-            return Err(PolicyError::field("limits.wall_time_secs", format!("is {wall}, must be {}", seconds::range(86_400.0))));
+        if seconds::limit(wall, seconds::MOST).is_none() {
+            return Err(PolicyError::field(
+                "limits.wall_time_secs",
+                format!("is {wall}, must be {}", seconds::range(seconds::MOST)),
+            ));
         }
         let limits = validate_limits(&file.limits, wall)?;
         let tmp_sizing = match &file.filesystem.tmp_size {
@@ -700,8 +703,8 @@ fn validate_session(f: &SessionFile) -> Result<Session, PolicyError> {
     };
     let session = Session {
         interrupt_grace: secs("interrupt_grace_secs", f.interrupt_grace_secs, 2.0, 60.0)?,
-        idle_timeout: secs("idle_timeout_secs", f.idle_timeout_secs, 600.0, 86_400.0)?,
-        max_lifetime: secs("max_lifetime_secs", f.max_lifetime_secs, 3_600.0, 86_400.0)?,
+        idle_timeout: secs("idle_timeout_secs", f.idle_timeout_secs, 600.0, seconds::MOST)?,
+        max_lifetime: secs("max_lifetime_secs", f.max_lifetime_secs, 3_600.0, seconds::MOST)?,
     };
     if session.idle_timeout > session.max_lifetime {
         return Err(PolicyError::field("session.idle_timeout_secs", "is longer than session.max_lifetime_secs: lower it"));
@@ -843,9 +846,9 @@ fn check_cgroup_parent(p: &str) -> Result<PathBuf, String> {
 }
 
 fn check_cpu_time(v: f64) -> Result<f64, String> {
-    match seconds::limit(v, 86_400.0) {
+    match seconds::limit(v, seconds::MOST) {
         Some(_) => Ok(v),
-        None => Err(format!("is {v}, must be {} seconds", seconds::range(86_400.0))),
+        None => Err(format!("is {v}, must be {} seconds", seconds::range(seconds::MOST))),
     }
 }
 

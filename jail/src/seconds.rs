@@ -10,6 +10,9 @@ use std::time::Duration;
 /// `Duration`, a limit already past before the script starts.
 pub const LEAST: f64 = 0.001;
 
+/// The longest time limit a policy, a flag or a request takes: a day.
+pub const MOST: f64 = 86_400.0;
+
 /// `v` seconds as a time limit, or `None` when it is not a finite number
 /// from [`LEAST`] to `most`.
 pub fn limit(v: f64, most: f64) -> Option<Duration> {

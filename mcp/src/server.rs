@@ -69,7 +69,7 @@ pub enum McpError {
     Policy(#[from] jail::policy::PolicyError),
     #[error("{0}")]
     Override(String),
-    #[error("--timeout {0} is out of range: give seconds {range}", range = jail::seconds::range(86_400.0))]
+    #[error("--timeout {0} is out of range: give seconds {range}", range = jail::seconds::range(jail::seconds::MOST))]
     Timeout(f64),
     #[error("cannot find this binary, to find `jail` beside it: {0}")]
     SelfExe(std::io::Error),
@@ -112,7 +112,7 @@ impl Config {
         policy.apply_overrides(&overrides).map_err(McpError::Override)?;
         let ceiling = match args.timeout {
             None => policy.limits.wall_time,
-            Some(t) => jail::seconds::limit(t, 86_400.0).ok_or(McpError::Timeout(t))?,
+            Some(t) => jail::seconds::limit(t, jail::seconds::MOST).ok_or(McpError::Timeout(t))?,
         };
         let mut run_flags = Vec::new();
         let mut flag = |name: &str, value: Option<std::ffi::OsString>| {

@@ -150,8 +150,8 @@ pub fn load_tenants(path: &Path) -> Result<BTreeMap<String, Tenant>, ConfigError
         if t.token.len() < 16 {
             return Err(bad("`token` must be at least 16 characters"));
         }
-        if jail::seconds::limit(t.max_timeout_secs, 86_400.0).is_none() {
-            return Err(bad(&format!("`max_timeout_secs` must be {}", jail::seconds::range(86_400.0))));
+        if jail::seconds::limit(t.max_timeout_secs, jail::seconds::MOST).is_none() {
+            return Err(bad(&format!("`max_timeout_secs` must be {}", jail::seconds::range(jail::seconds::MOST))));
         }
         if t.max_memory_mib < 16 {
             return Err(bad("`max_memory_mib` must be at least 16"));

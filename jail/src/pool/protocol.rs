@@ -271,22 +271,21 @@ type LimitError = (&'static str, String);
 
 fn within(name: &str, value: Option<f64>, most: Duration) -> Result<Duration, LimitError> {
     let Some(v) = value else { return Ok(most) };
+    // Bounded before any conversion: 1e300 would panic `from_secs_f64`,
+    // and a panic aborts the pool.
+    if let Some(asked) = seconds::limit(v, most.as_secs_f64()) {
+        return Ok(asked);
+    }
     if !(v >= seconds::LEAST && v.is_finite()) {
         return Err(("bad_request", format!("limits.{name} is {v}: give a number of seconds of at least {}", seconds::LEAST)));
     }
-    // Compared before the conversion: a number past what a Duration holds
-    // (1e300) would make `from_secs_f64` panic, and a panic aborts the pool.
-    let asked = Duration::try_from_secs_f64(v).unwrap_or(Duration::MAX);
-    if asked > most {
-        return Err((
-            "limit_above_policy",
-            format!(
-                "limits.{name} is {v}, above the pool's {}: lower it or start the pool with a larger --timeout",
-                most.as_secs_f64()
-            ),
-        ));
-    }
-    Ok(asked)
+    Err((
+        "limit_above_policy",
+        format!(
+            "limits.{name} is {v}, above the pool's {}: lower it or start the pool with a larger --timeout",
+            most.as_secs_f64()
+        ),
+    ))
 }
 
 #[cfg(test)]
