@@ -678,6 +678,40 @@ for k in kids:
     )
 }
 
+/// A CPU hog that ran under `--cpus cores` (a run, or a session's cell)
+/// and used `share` of a core over `wall_ms` is held to its quota: by the
+/// run cgroup where there is one, else by the supervisor's throttle
+/// (throttle.rs) within its stated precision. At 0.2 or below the throttle
+/// must have stopped the tree (`usage.throttled`): at 0.5 a hog on a
+/// 2-core host shared with a load of ~9 can get under half a core with no
+/// throttle at all (measured: 0.39 for four busy processes), so only the
+/// lower quota tells the throttle from the load. `seen` says what was
+/// measured, for the failure message.
+pub fn assert_held_to_quota(r: &RunResult, cores: f64, share: f64, wall_ms: f64, seen: &str) {
+    let backend = expected_backend();
+    if backend.starts_with("cgroup_") {
+        assert_eq!(r.limits["cpus"].enforced_by, backend);
+        assert_eq!(r.usage.throttled, None, "the cgroup enforces, not the supervisor");
+        // The quota caps it; a busy shared host may give less.
+        assert!((0.3 * cores..=1.24 * cores).contains(&share), "{seen}");
+    } else {
+        assert_eq!(r.limits["cpus"].enforced_by, "supervisor", "{:?}", r.limits["cpus"]);
+        let detail = r.limits["cpus"].detail.as_deref().unwrap_or("");
+        assert!(detail.contains("SIGSTOP") && detail.contains("50 ms"), "{detail}");
+        assert!(!r.isolation.degraded.iter().any(|d| d.contains("cpus")), "{:?}", r.isolation.degraded);
+        let t = r.usage.throttled.clone().expect("usage.throttled");
+        assert_eq!(t.unsettled, 0, "every stop held the whole tree: {t:?}; {seen}");
+        if cores <= 0.2 {
+            // What the throttle did, so this fails without it under any load.
+            assert!(t.stops >= 3 && t.stopped_ms > 300.0, "{t:?}; {seen}");
+        }
+        // The stated precision: cores x wall, plus one 50 ms period on
+        // each of two busy cores, plus 10 ms ticks, over ~3 s.
+        let bound = cores + (2.0 * 50.0 + 30.0) / wall_ms;
+        assert!((0.3 * cores..=bound).contains(&share), "{seen}, bound {bound:.3}");
+    }
+}
+
 /// Processes on the host whose command line contains `marker`.
 pub fn host_processes_with(marker: &str) -> Vec<u32> {
     let mut found = Vec::new();

@@ -136,16 +136,10 @@ print(forked, flush=True)
 }
 
 /// A CPU hog of `source` for about 3 s of wall time, run under
-/// `--cpus 0.5` and `--cpus 0.2`, held to its quota each time: by the run
-/// cgroup where there is one, else by the supervisor's throttle
-/// (throttle.rs) within its stated precision. At 0.2 the throttle must
-/// have stopped the tree (`usage.throttled`): at 0.5 a hog on this 2-core
-/// host shared with a load of ~9 can get under half a core with no throttle
-/// at all (measured: 0.39 for four busy processes), so only the lower
-/// quota tells the throttle from the load. Returns the 0.5 run.
+/// `--cpus 0.5` and `--cpus 0.2`, held to its quota each time
+/// ([`assert_held_to_quota`]). Returns the 0.5 run.
 fn hog_at_its_quota(source: &str) -> RunResult {
     let sb = Sandbox::new();
-    let backend = expected_backend();
     let mut first = None;
     for (cores, flag) in [(0.5, "0.5"), (0.2, "0.2")] {
         let r = run_with(&sb, &["--cpus", flag, "--timeout", "20"], source);
@@ -153,27 +147,7 @@ fn hog_at_its_quota(source: &str) -> RunResult {
         let share = cpu_ms(&r) / r.usage.wall_ms;
         let seen = format!("--cpus {flag}: used {share:.3} of a core ({} ms CPU in {} ms)", cpu_ms(&r), r.usage.wall_ms);
         eprintln!("{seen}; throttled {:?}", r.usage.throttled);
-        if is_cgroup(&backend) {
-            assert_eq!(r.limits["cpus"].enforced_by, backend);
-            assert_eq!(r.usage.throttled, None, "the cgroup enforces, not the supervisor");
-            // The quota caps it; a busy shared host may give less.
-            assert!((0.3 * cores..=1.24 * cores).contains(&share), "{seen}");
-        } else {
-            assert_eq!(r.limits["cpus"].enforced_by, "supervisor", "{:?}", r.limits["cpus"]);
-            let detail = r.limits["cpus"].detail.as_deref().unwrap_or("");
-            assert!(detail.contains("SIGSTOP") && detail.contains("50 ms"), "{detail}");
-            assert!(!r.isolation.degraded.iter().any(|d| d.contains("cpus")), "{:?}", r.isolation.degraded);
-            let t = r.usage.throttled.clone().expect("usage.throttled");
-            assert_eq!(t.unsettled, 0, "every stop held the whole tree: {t:?}");
-            if flag == "0.2" {
-                // What the throttle did, so this fails without it under any load.
-                assert!(t.stops >= 3 && t.stopped_ms > 300.0, "{t:?}; {seen}");
-            }
-            // The stated precision: cores x wall, plus one 50 ms period on
-            // each of two busy cores, plus 10 ms ticks, over ~3 s.
-            let bound = cores + (2.0 * 50.0 + 30.0) / r.usage.wall_ms;
-            assert!((0.3 * cores..=bound).contains(&share), "{seen}, bound {bound:.3}");
-        }
+        assert_held_to_quota(&r, cores, share, r.usage.wall_ms, &seen);
         first.get_or_insert(r);
     }
     first.expect("two runs")
