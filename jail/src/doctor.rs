@@ -81,6 +81,8 @@ pub struct Context {
     pub cgroup_parent: Option<PathBuf>,
     /// Which policy a run would use (the built-in default or a file), and its hash.
     pub policy: String,
+    /// Each flavour (locate::DEFAULT_ORDER) and where it is found by name, if anywhere.
+    pub flavours: Vec<(String, Option<PathBuf>)>,
 }
 
 /// What the jail will use for resource limits, for this user, and why.
@@ -223,7 +225,33 @@ pub fn run(ctx: &Context) -> Report {
     checks.push(limits);
     checks.push(check("policy", true, ctx.policy.clone(), ""));
     checks.extend(rootfs_checks(&ctx.rootfs));
+    checks.push(flavours_check(&ctx.flavours));
     Report { kernel, uid, checks, cgroup }
+}
+
+/// Which flavours this user has and how to get the other: never a failure,
+/// since either one runs Python (issue 38).
+fn flavours_check(found: &[(String, Option<PathBuf>)]) -> Check {
+    let have = |name: &str| found.iter().find(|(n, _)| n == name).and_then(|(_, p)| p.as_ref());
+    let detail = match (have("data"), have("minimal")) {
+        (Some(d), Some(m)) => format!(
+            "data at {} (runs use it unless --rootfs-name minimal), minimal at {}",
+            d.display(),
+            m.display()
+        ),
+        (Some(d), None) => format!(
+            "data at {} (runs use it); a smaller standard-library-only rootfs: `jail rootfs build minimal` (seconds)",
+            d.display()
+        ),
+        (None, Some(m)) => format!(
+            "minimal at {} (the standard library alone); numpy, pandas, matplotlib and the rest of the data stack: `jail rootfs build data` (minutes, no root needed), which runs then use",
+            m.display()
+        ),
+        (None, None) => {
+            "neither: `jail rootfs build minimal` (seconds) or `jail rootfs build data` (the data stack, minutes)".into()
+        }
+    };
+    Check { name: "rootfs flavours".into(), ok: true, detail, fix: None }
 }
 
 /// The rootfs a run would use, and, for a minimal rootfs (a copy of the
@@ -320,6 +348,23 @@ mod tests {
         let mi = "31 25 0:27 / /sys/fs/cgroup rw,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate\n";
         assert_eq!(cgroup_mode(&cgroup::parse_mountinfo(mi)), "v2");
         assert_eq!(cgroup_mode(&cgroup::parse_mountinfo("")), "none");
+    }
+
+    #[test]
+    fn the_flavour_line_says_what_is_there_and_how_to_get_the_other() {
+        let at = |d: Option<&str>, m: Option<&str>| {
+            vec![
+                ("data".to_string(), d.map(PathBuf::from)),
+                ("minimal".to_string(), m.map(PathBuf::from)),
+            ]
+        };
+        let only_minimal = flavours_check(&at(None, Some("/m")));
+        assert!(only_minimal.ok && only_minimal.detail.contains("`jail rootfs build data`"), "{only_minimal:?}");
+        let only_data = flavours_check(&at(Some("/d"), None));
+        assert!(only_data.detail.starts_with("data at /d") && only_data.detail.contains("build minimal"));
+        let both = flavours_check(&at(Some("/d"), Some("/m")));
+        assert!(both.detail.contains("data at /d") && both.detail.contains("minimal at /m") && !both.detail.contains("build"));
+        assert!(flavours_check(&at(None, None)).detail.contains("`jail rootfs build minimal`"));
     }
 
     #[test]

@@ -10,15 +10,22 @@
 //!    `python-rootfs/out/NAME` there, so `make test` works without installing.
 //!
 //! 1-3 are explicit: the one given is used or the run fails, never a
-//! fall-through to another rootfs. 4-6 are searched for NAME (`minimal`
-//! unless `--rootfs-name` names another, e.g. `data`); a name found nowhere
-//! fails with the command that builds it. The caller reads the environment
-//! (main.rs) and hands the values in.
+//! fall-through to another rootfs. 4-6 are searched for NAME: the one
+//! `--rootfs-name` gives (e.g. `data`), else `default`, which stands for
+//! `data` in any of them, then `minimal` in any of them (issue 38: pandas
+//! works wherever the data rootfs was built, and a host without it runs as
+//! before). A name found nowhere fails with the command that builds it. The
+//! caller reads the environment (main.rs) and hands the values in.
 
 use std::path::{Path, PathBuf};
 
-/// The rootfs a run uses when nothing names one.
-pub const DEFAULT_NAME: &str = "minimal";
+/// The name a run looks up when nothing names a rootfs: an alias for the
+/// names of [`DEFAULT_ORDER`], the first found winning.
+pub const DEFAULT_NAME: &str = "default";
+
+/// What [`DEFAULT_NAME`] stands for, in order: the data stack where it was
+/// built, else the standard library alone.
+pub const DEFAULT_ORDER: [&str; 2] = ["data", "minimal"];
 
 /// The flavours `jail rootfs build` makes (python-rootfs/flavours).
 pub const FLAVOURS: [&str; 2] = ["minimal", "data"];
@@ -71,6 +78,8 @@ pub enum LocateError {
     Missing { path: PathBuf, from: Source, name: String },
     #[error("no rootfs `{name}` found (looked in {looked}): build it with `{build}`, or pass --rootfs DIR")]
     NotFound { name: String, looked: String, build: String },
+    #[error("no rootfs found (looked for `data`, then `minimal`, in {looked}): build one with `jail rootfs build minimal` (seconds), or `jail rootfs build data` for numpy, pandas and matplotlib (minutes), or pass --rootfs DIR")]
+    NoDefault { looked: String },
     #[error("rootfs name `{0}` is not a name: use letters, digits, `-`, `_` and `.` (e.g. minimal, data)")]
     BadName(String),
 }
@@ -104,8 +113,18 @@ pub fn build_tree(exe: &Path) -> Option<PathBuf> {
 }
 
 impl Search {
+    /// The names searched for, in order: [`DEFAULT_ORDER`] for
+    /// [`DEFAULT_NAME`], else the one name.
+    pub fn names(&self) -> Vec<&str> {
+        if self.name == DEFAULT_NAME {
+            DEFAULT_ORDER.to_vec()
+        } else {
+            vec![self.name.as_str()]
+        }
+    }
+
     /// The candidates in order: the first explicit one alone, else the
-    /// named folders.
+    /// named folders, every folder for the first name before the next name.
     pub fn candidates(&self) -> Vec<(Source, PathBuf)> {
         let explicit = [
             (Source::Flag, &self.flag),
@@ -116,12 +135,14 @@ impl Search {
             return vec![(source, path.clone())];
         }
         let mut named = Vec::new();
-        if let Some(d) = &self.user_dir {
-            named.push((Source::User, d.join(&self.name)));
-        }
-        named.push((Source::System, self.system_dir.join(&self.name)));
-        if let Some(repo) = &self.build_tree {
-            named.push((Source::BuildTree, repo.join("python-rootfs/out").join(&self.name)));
+        for name in self.names() {
+            if let Some(d) = &self.user_dir {
+                named.push((Source::User, d.join(name)));
+            }
+            named.push((Source::System, self.system_dir.join(name)));
+            if let Some(repo) = &self.build_tree {
+                named.push((Source::BuildTree, repo.join("python-rootfs/out").join(name)));
+            }
         }
         named
     }
@@ -144,6 +165,17 @@ impl Search {
             if matches!(source, Source::Flag | Source::Env | Source::Policy) {
                 return Err(LocateError::Missing { path: path.clone(), from: *source, name: self.name.clone() });
             }
+        }
+        if self.name == DEFAULT_NAME {
+            // The folders once, not once per name.
+            let folders = candidates.iter().filter_map(|(_, p)| p.parent()).map(|p| p.display().to_string());
+            let mut looked: Vec<String> = Vec::new();
+            for f in folders {
+                if !looked.contains(&f) {
+                    looked.push(f);
+                }
+            }
+            return Err(LocateError::NoDefault { looked: looked.join(", ") });
         }
         let looked = candidates.iter().map(|(_, p)| p.display().to_string()).collect::<Vec<_>>().join(", ");
         Err(LocateError::NotFound { name: self.name.clone(), looked, build: self.build_hint() })
@@ -179,7 +211,7 @@ mod tests {
             flag: None,
             env: None,
             policy: None,
-            name: DEFAULT_NAME.into(),
+            name: "minimal".into(),
             user_dir: Some("/home/u/.local/share/jail/rootfs".into()),
             system_dir: SYSTEM_DIR.into(),
             build_tree: Some("/src/jail".into()),
@@ -205,6 +237,40 @@ mod tests {
         assert_eq!(s.find_with(&both), Ok((Source::System, PathBuf::from("/var/lib/jail/rootfs/minimal"))));
         let tree = only(&["/src/jail/python-rootfs/out/minimal"]);
         assert_eq!(s.find_with(&tree).unwrap().0, Source::BuildTree);
+    }
+
+    #[test]
+    fn by_default_data_is_found_anywhere_before_minimal_is() {
+        let s = Search { name: DEFAULT_NAME.into(), ..search() };
+        let paths: Vec<PathBuf> = s.candidates().into_iter().map(|(_, p)| p).collect();
+        assert_eq!(
+            paths,
+            [
+                "/home/u/.local/share/jail/rootfs/data",
+                "/var/lib/jail/rootfs/data",
+                "/src/jail/python-rootfs/out/data",
+                "/home/u/.local/share/jail/rootfs/minimal",
+                "/var/lib/jail/rootfs/minimal",
+                "/src/jail/python-rootfs/out/minimal",
+            ]
+            .map(PathBuf::from)
+        );
+        let both = only(&["/home/u/.local/share/jail/rootfs/minimal", "/src/jail/python-rootfs/out/data"]);
+        assert_eq!(s.find_with(&both), Ok((Source::BuildTree, PathBuf::from("/src/jail/python-rootfs/out/data"))));
+        let minimal = only(&["/home/u/.local/share/jail/rootfs/minimal"]);
+        assert_eq!(s.find_with(&minimal).unwrap().1, PathBuf::from("/home/u/.local/share/jail/rootfs/minimal"));
+        // A name given is that name alone: no fall-back to another flavour.
+        let s = Search { name: "data".into(), ..search() };
+        assert!(matches!(s.find_with(&minimal), Err(LocateError::NotFound { .. })));
+    }
+
+    #[test]
+    fn no_default_rootfs_is_one_line_naming_both_builds() {
+        let s = Search { name: DEFAULT_NAME.into(), ..search() };
+        let err = s.find_with(&only(&[])).unwrap_err().to_string();
+        assert!(!err.contains('\n'), "{err}");
+        assert!(err.contains("`jail rootfs build minimal`") && err.contains("`jail rootfs build data`"), "{err}");
+        assert_eq!(err.matches("/var/lib/jail/rootfs").count(), 1, "each folder named once: {err}");
     }
 
     #[test]

@@ -88,7 +88,8 @@ struct RootfsArgs {
     /// /var/lib/jail/rootfs, or the build tree).
     #[arg(long, value_name = "DIR")]
     rootfs: Option<PathBuf>,
-    /// The rootfs to look up by name when no folder is given: `minimal`, `data`.
+    /// The rootfs to look up by name when no folder is given: `data`,
+    /// `minimal`, or `default` (`data` where one is built, else `minimal`).
     #[arg(long = "rootfs-name", value_name = "NAME", default_value = locate::DEFAULT_NAME)]
     rootfs_name: String,
 }
@@ -98,8 +99,10 @@ enum RootfsCommand {
     /// Build a rootfs from the recipes built into this binary and install it
     /// (as root into /var/lib/jail/rootfs/NAME, else ~/.local/share/jail/rootfs/NAME).
     Build {
-        /// `minimal` (the host's Python, seconds) or `data` (Debian and the
-        /// data-science stack; root and the network).
+        /// `minimal` (the host's Python, seconds) or `data` (numpy, pandas,
+        /// matplotlib and the rest of the data stack, minutes: as root on
+        /// Debian's Python (debootstrap), else on the host's Python from
+        /// locked, hash-checked wheels, no root).
         flavour: String,
         /// Install into this folder instead (it is replaced).
         #[arg(long, value_name = "DIR")]
@@ -160,7 +163,8 @@ struct SessionStartArgs {
     /// rootfs named by --rootfs-name, as for `jail run`).
     #[arg(long, value_name = "DIR")]
     rootfs: Option<PathBuf>,
-    /// The rootfs to look up by name when no folder is given: `minimal`, `data`.
+    /// The rootfs to look up by name when no folder is given: `data`,
+    /// `minimal`, or `default` (`data` where one is built, else `minimal`).
     #[arg(long = "rootfs-name", value_name = "NAME", default_value = locate::DEFAULT_NAME)]
     rootfs_name: String,
     /// Wall-clock limit of each cell in seconds (overrides the policy).
@@ -375,6 +379,12 @@ fn run(args: RunArgs) -> ExitCode {
                 "jail: the script's output passed limits.stdout_bytes or limits.stderr_bytes; the rest was dropped (status output_limit)\n",
             ),
             _ => {}
+        }
+        // Where the files that passed are: a fresh folder has a name
+        // no one typed (issue 38), and one with nothing in it is gone.
+        if let (Some(dir), false) = (&result.output_dir, result.artifacts.is_empty()) {
+            let n = result.artifacts.len();
+            lines.push_str(&format!("jail: {n} file{} in {dir}\n", if n == 1 { "" } else { "s" }));
         }
         // What the jail refused, so a person reading the output learns it.
         for d in &result.denials {
@@ -784,6 +794,15 @@ fn doctor(json: bool, rootfs: &RootfsArgs) -> ExitCode {
             }
             Err(e) => format!("the built-in default does not load: {e}"),
         },
+        flavours: locate::DEFAULT_ORDER
+            .iter()
+            .map(|name| {
+                let by_name = RootfsArgs { rootfs: None, rootfs_name: name.to_string() };
+                let mut search = rootfs_search(&by_name, None);
+                search.env = None;
+                (name.to_string(), search.find().ok().map(|(_, p)| p))
+            })
+            .collect(),
     };
     let report = jail::doctor::run(&ctx);
     if json {

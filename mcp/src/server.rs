@@ -40,9 +40,14 @@ pub struct McpArgs {
     /// Policy file (default: the built-in policies/default.json).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
-    /// Root filesystem folder (default: JAIL_ROOTFS, then the policy's).
+    /// Root filesystem folder (default: JAIL_ROOTFS, the policy's, then the
+    /// rootfs named by --rootfs-name, as for `jail run`).
     #[arg(long, value_name = "DIR")]
     pub rootfs: Option<PathBuf>,
+    /// The rootfs to look up by name when no folder is given: `data`,
+    /// `minimal` (default: `data` where one is built, else `minimal`).
+    #[arg(long = "rootfs-name", value_name = "NAME")]
+    pub rootfs_name: Option<String>,
     /// Wall-clock limit of a call in seconds, and the most a call may ask
     /// for (default: the policy's `limits.wall_time_secs`).
     #[arg(long, value_name = "SECS")]
@@ -123,6 +128,7 @@ impl Config {
         };
         flag("--policy", args.policy.clone().map(Into::into));
         flag("--rootfs", args.rootfs.clone().map(Into::into));
+        flag("--rootfs-name", args.rootfs_name.clone().map(Into::into));
         flag("--memory", args.memory.clone().map(Into::into));
         flag("--cpus", args.cpus.clone().map(Into::into));
         flag("--pids", args.pids.clone().map(Into::into));

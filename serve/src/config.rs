@@ -32,9 +32,14 @@ pub struct ServeArgs {
     /// Policy file passed to every run (default: the built-in policy).
     #[arg(long, value_name = "FILE")]
     pub policy: Option<PathBuf>,
-    /// Root filesystem folder passed to every run (default: jail's lookup).
+    /// Root filesystem folder passed to every run (default: jail's lookup,
+    /// by --rootfs-name).
     #[arg(long, value_name = "DIR")]
     pub rootfs: Option<PathBuf>,
+    /// The rootfs jail looks up by name when --rootfs is not given: `data`,
+    /// `minimal` (default: `data` where one is built, else `minimal`).
+    #[arg(long = "rootfs-name", value_name = "NAME")]
+    pub rootfs_name: Option<String>,
     /// Seconds a SIGTERM waits for in-flight runs before the server exits anyway.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub drain_secs: u64,

@@ -195,6 +195,9 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     if let Some(r) = &args.rootfs {
         flags.extend(["--rootfs".into(), r.into()]);
     }
+    if let Some(n) = &args.rootfs_name {
+        flags.extend(["--rootfs-name".into(), n.into()]);
+    }
     // Runs, sessions and the pool's jails alike.
     if let RunCgroups::Nested { runs, .. } = &run_cgroups {
         flags.extend(["--cgroup-parent".into(), runs.into()]);

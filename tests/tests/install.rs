@@ -129,10 +129,28 @@ fn an_installed_and_moved_binary_builds_its_rootfs_and_runs_code_from_anywhere()
     assert_eq!(found["ok"], true, "{found}");
     assert!(found["detail"].as_str().unwrap().starts_with(&rootfs.display().to_string()), "{found}");
     assert!(find("policy")["detail"].as_str().unwrap().contains("built-in"));
+    // Which flavours this user has, and how to get the other.
+    let flavours = find("rootfs flavours")["detail"].as_str().unwrap().to_string();
+    assert!(flavours.contains(&format!("minimal at {}", rootfs.display())), "{flavours}");
+    if !Path::new("/var/lib/jail/rootfs/data").exists() {
+        assert!(flavours.contains("`jail rootfs build data`"), "{flavours}");
+    }
     let all = serde_json::to_string(&v).unwrap();
     assert!(!all.contains("/../") && !all.contains("/./"), "a path in doctor's report is not canonical: {all}");
     let fresh = checks.iter().find(|c| c["name"] == "rootfs python");
     assert!(fresh.is_none_or(|c| c["ok"] == true), "the rootfs was just built from the host's Python: {fresh:?}");
+
+    // Issue 38: a rootfs named `data` beside it is what runs get by
+    // default (here a second minimal build under that name, standing in
+    // for the data stack), `--rootfs-name minimal` still the minimal one.
+    let data = i.home.join(".local/share/jail/rootfs/data");
+    let out = bare(&i.jail, &i.home).args(["rootfs", "build", "minimal", "--dest"]).arg(&data).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let data = std::fs::canonicalize(data).unwrap();
+    let by_default = result(&run(&i, &["--json", "-c", "print(1)"], None));
+    assert_eq!(Path::new(&by_default.isolation.rootfs), data, "data is the default where it is built");
+    let named = result(&run(&i, &["--json", "--rootfs-name", "minimal", "-c", "print(1)"], None));
+    assert_eq!(Path::new(&named.isolation.rootfs), rootfs, "--rootfs-name names one");
 }
 
 #[test]
@@ -185,12 +203,26 @@ fn c_with_a_code_dir_is_refused() {
 fn without_any_rootfs_the_error_names_the_command_that_builds_it() {
     let i = install();
     let out = run(&i, &["-c", "print(1)"], None);
-    if Path::new("/var/lib/jail/rootfs/minimal").exists() {
+    if ["minimal", "data"].iter().any(|n| Path::new("/var/lib/jail/rootfs").join(n).exists()) {
         // This host has a system rootfs, which an installed binary finds.
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
         return;
     }
-    refused(&out, &["no rootfs `minimal` found", "jail rootfs build minimal"]);
+    // By default: data, else minimal; neither is one line naming both builds.
+    refused(
+        &out,
+        &[
+            "no rootfs found",
+            "`data`, then `minimal`",
+            "jail rootfs build minimal",
+            "jail rootfs build data",
+        ],
+    );
+    // A name given is looked up alone, and its build named.
+    refused(
+        &run(&i, &["--rootfs-name", "data", "-c", "print(1)"], None),
+        &["no rootfs `data` found", "jail rootfs build data"],
+    );
     refused(&run(&i, &["--rootfs-name", "../x", "-c", "print(1)"], None), &["is not a name"]);
 }
 
