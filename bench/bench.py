@@ -10,6 +10,7 @@ Usage: bench/bench.py [--quick] [--jail PATH] [--rootfs DIR] [--data-rootfs DIR]
 """
 
 import argparse
+import atexit
 import concurrent.futures
 import json
 import os
@@ -260,7 +261,10 @@ class PoolClient:
         if policy:
             cmd += ["--policy", policy]
         self.size = size
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        # TMPDIR in the bench's work folder: what the pool makes there (a
+        # step's output folder) goes with it (issue 38: no litter in /tmp).
+        env = dict(os.environ, TMPDIR=os.path.dirname(runners.out))
+        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
         self.n = 0
         self.wait_full()
 
@@ -388,6 +392,8 @@ def main():
     n = 10 if args.quick else 40
     seq_total = 50 if args.quick else 200
     work = tempfile.mkdtemp(prefix="jail-bench-")
+    # Removed however the bench ends (a failed step exits early).
+    atexit.register(shutil.rmtree, work, True)
     runners = Runners(args, work)
     if not runners.bwrap:
         print("bench: bubblewrap not found; its column is left out (make bench installs it)")

@@ -16,7 +16,7 @@ pub use crate::launch::Leftovers;
 use crate::layers;
 use crate::plan;
 use crate::request::{prepare, Identity};
-use crate::result::{RunResult, Status};
+use crate::result::RunResult;
 use crate::stage::Stage;
 use crate::step::{Clock, Step};
 use crate::sys;
@@ -100,14 +100,16 @@ fn plan_and_make(
     Ok((jail, before))
 }
 
-/// The supervisor's own figures, and no litter: a run that never started,
-/// or was cancelled before it wrote anything, leaves no output dir we made
-/// for it.
+/// The supervisor's own figures, and no litter: an output dir we made for
+/// the run (no `--output`) that holds nothing once the run is over (it
+/// never started, was cancelled, or left no file that passed) is removed
+/// and the result names none (issue 38: `jail run -c 'print(1)'` used to
+/// leave an empty `jail-output-*` folder every time). A folder the caller
+/// gave is never touched.
 fn finish(req: &RunRequest, prepared: &crate::request::Prepared, mut result: RunResult) -> RunResult {
     result.supervisor.max_rss_bytes = sys::self_max_rss_bytes();
-    // remove_dir refuses if anything is in it.
-    let gone = matches!(result.status, Status::SetupFailed | Status::Cancelled);
-    if gone && req.output.is_none() && std::fs::remove_dir(&prepared.output_dir).is_ok() {
+    // remove_dir refuses if anything is in it, so an artifact is never lost.
+    if req.output.is_none() && std::fs::remove_dir(&prepared.output_dir).is_ok() {
         result.output_dir = None;
     }
     result

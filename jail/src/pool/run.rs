@@ -715,15 +715,17 @@ impl Pool {
         // a fresh one in the temp dir (the same filesystem: the work dir is
         // in it) that the reply names.
         let out = match &req.output {
-            Some(want) => hand_over(&jail.out, want).map(|()| want.clone()),
-            None => {
-                fresh_output(&self.cfg.temp_dir).and_then(|o| hand_over(&jail.out, &o).map(|()| o).map_err(|e| e.to_string()))
-            }
+            Some(want) => hand_over(&jail.out, want).map(|()| Some(want.clone())),
+            None => fresh_output(&self.cfg.temp_dir)
+                .and_then(|o| hand_over(&jail.out, &o).map(|()| o).map_err(|e| e.to_string()))
+                // A fresh folder the step left empty goes, as `jail run`'s
+                // does (supervisor.rs `finish`): no litter (issue 38).
+                .map(|o| fs::remove_dir(&o).is_err().then_some(o)),
         }
         .map_err(|e| format!("hand over the output folder: {e}"))?;
         if let Value::Object(m) = &mut result {
             m.remove("session");
-            m.insert("output_dir".into(), Value::from(out.display().to_string()));
+            m.insert("output_dir".into(), out.map_or(Value::Null, |o| Value::from(o.display().to_string())));
             if let Ok(c) = &closing {
                 m.insert("artifacts".into(), c["artifacts"].clone());
             }
