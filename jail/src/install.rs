@@ -1,5 +1,6 @@
 //! `jail rootfs build|list`: the rootfs recipes (python-rootfs/build.sh and
-//! every file it uses) are embedded in the binary, so an installed `jail`
+//! every file it uses, the data flavour's root-free path data-wheels.sh and
+//! its per-Python locks in wheels/ too) are embedded in the binary, so an installed `jail`
 //! (`make install`, `cargo install --path jail`) can build its own rootfs
 //! with no source tree. A build unpacks them into a private temp folder and
 //! runs build.sh there with the install folder as its destination; build.sh
@@ -19,6 +20,12 @@ const RECIPES: &[(&str, &str, u32)] = &[
     ("manifest.py", include_str!("../../python-rootfs/manifest.py"), 0o644),
     ("wheel-target.sh", include_str!("../../python-rootfs/wheel-target.sh"), 0o755),
     ("data.lock", include_str!("../../python-rootfs/data.lock"), 0o644),
+    ("data-wheels.sh", include_str!("../../python-rootfs/data-wheels.sh"), 0o755),
+    ("wheels/cp39.lock", include_str!("../../python-rootfs/wheels/cp39.lock"), 0o644),
+    ("wheels/cp310.lock", include_str!("../../python-rootfs/wheels/cp310.lock"), 0o644),
+    ("wheels/cp311.lock", include_str!("../../python-rootfs/wheels/cp311.lock"), 0o644),
+    ("wheels/cp312.lock", include_str!("../../python-rootfs/wheels/cp312.lock"), 0o644),
+    ("wheels/cp313.lock", include_str!("../../python-rootfs/wheels/cp313.lock"), 0o644),
     ("data-site/sitecustomize.py", include_str!("../../python-rootfs/data-site/sitecustomize.py"), 0o644),
 ];
 
@@ -164,9 +171,14 @@ mod tests {
         for (name, text, _) in RECIPES {
             assert_eq!(std::fs::read_to_string(repo.join(name)).unwrap(), *text, "{name}");
         }
-        // Every flavour's recipe is embedded.
+        // Every flavour's recipe is embedded, and every lock of the data
+        // flavour without root.
         for f in FLAVOURS {
             assert!(RECIPES.iter().any(|(n, _, _)| *n == format!("flavours/{f}.sh")), "{f}");
+        }
+        for lock in std::fs::read_dir(repo.join("wheels")).unwrap() {
+            let name = format!("wheels/{}", lock.unwrap().file_name().to_string_lossy());
+            assert!(RECIPES.iter().any(|(n, _, _)| *n == name), "{name} is not in RECIPES");
         }
         let t = tempfile::tempdir().unwrap();
         unpack(t.path()).unwrap();

@@ -4,9 +4,11 @@
 # matplotlib, seaborn, scipy, scikit-learn, openpyxl, python-pptx,
 # python-docx, pillow, tabulate and what they need), filled into "$1".
 #
-# Needs root (debootstrap and chroot do), debootstrap, and the network: the
-# Debian mirror configured in /etc/apt/sources.list* (or JAIL_DEBIAN_MIRROR)
-# and PyPI for the wheels, each checked against its sha256 in data.lock.
+# As root: needs debootstrap and the network: the Debian mirror configured
+# in /etc/apt/sources.list* (or JAIL_DEBIAN_MIRROR) and PyPI for the wheels,
+# each checked against its sha256 in data.lock. As an ordinary user (or with
+# JAIL_DATA_FROM=wheels) it is data-wheels.sh instead: the host's Python and
+# the wheels locked for it in wheels/, no root.
 # Everything is done at build time: bytecode is compiled by the rootfs's own
 # interpreter and matplotlib's font list is built, so nothing is compiled or
 # written into the rootfs at run time.
@@ -24,7 +26,11 @@ site=/usr/local/lib/python$pyver/dist-packages
 share=/usr/share/jail
 
 die() { echo "data.sh: $*" >&2; exit 1; }
-[ "$(id -u)" = 0 ] || die "needs root (debootstrap and chroot do): run it as root, e.g. sudo make rootfs-data"
+# An ordinary user (or JAIL_DATA_FROM=wheels) gets the same stack without
+# root: the host's Python with the locked wheels on top (data-wheels.sh).
+if [ "$(id -u)" != 0 ] || [ "${JAIL_DATA_FROM:-}" = wheels ]; then
+    exec bash "$here/data-wheels.sh" "$root"
+fi
 command -v debootstrap >/dev/null || die "debootstrap not found: apt-get install debootstrap"
 command -v unshare >/dev/null || die "unshare not found: apt-get install util-linux"
 

@@ -74,7 +74,10 @@ fi
 mkdir -p "$root/usr/sbin" "$root/usr/lib/locale"
 ln -s usr/sbin "$root/sbin"
 cp -p /sbin/ldconfig "$root/usr/sbin/ldconfig"
-[ -d /usr/lib/locale/C.utf8 ] && cp -a /usr/lib/locale/C.utf8 "$root/usr/lib/locale/"
+# (C.utf8 from glibc 2.35 on; Debian 11's glibc 2.31 ships it as C.UTF-8.)
+for locale in C.utf8 C.UTF-8; do
+    [ -d "/usr/lib/locale/$locale" ] && cp -a "/usr/lib/locale/$locale" "$root/usr/lib/locale/"
+done
 
 # A loader cache, so every library is found at the first try instead of after
 # a dozen glibc-hwcaps probes per library.
