@@ -1,29 +1,25 @@
-# The Python package (python/): a maturin wheel with the jail binary inside,
-# and its pytest suite against the real binary and rootfs (RemoteSandbox's
-# tests against a jail-serve on loopback).
-PYTHON_WHEEL_PROFILE ?= release
+# The Python package (python/): a manylinux_2_31 wheel packed from the
+# workspace's release build (`make release`: jail, jail-mcp, jail-serve,
+# glibc >= 2.31, libseccomp static) by python/pack.py, and its pytest suite
+# against the real binaries and rootfs (RemoteSandbox's tests against the
+# release jail-serve on loopback); then the same wheel in fresh Debian 11
+# and Debian 13 userlands (python/userland.sh).
 PYTHON_WHEELS := target/wheels
-# Where cargo puts the PYTHON_WHEEL_PROFILE build (`dev` builds into debug/).
-PYTHON_SERVE_DIR := target/$(if $(filter dev,$(PYTHON_WHEEL_PROFILE)),debug,$(PYTHON_WHEEL_PROFILE))
 
-.PHONY: python-venv python-wheel python-serve test-python
+.PHONY: python-venv python-wheel python-api test-python test-python-userlands
 
-python-venv: ## the pinned venv for the Python package (maturin, pytest, example frameworks), cached
+python-venv: ## the pinned venv for the Python package's tests (pytest, auditwheel, the frameworks the integrations plug into), cached
 	@python/venv.sh >/dev/null
 
-# `--auditwheel skip`: the wheel links the host's libseccomp2 (Debian and
-# Ubuntu have it; the jail needs it anyway) rather than bundling it, since
-# maturin's repair patches cargo's own binary in place through a hard link;
-# so its tag is plain `linux_x86_64`, not manylinux.
-python-wheel: python-venv ## build the jail-sandbox wheel (the jail binary + the Python client) into target/wheels
-	@venv=$$(python/venv.sh) && rm -f $(PYTHON_WHEELS)/jail_sandbox-*.whl && \
-	(cd python && "$$venv/bin/maturin" build --quiet --profile $(PYTHON_WHEEL_PROFILE) --compatibility linux --auditwheel skip --out $(CURDIR)/$(PYTHON_WHEELS) -i /usr/bin/python3) >&2 && \
-	ls $(PYTHON_WHEELS)/jail_sandbox-*.whl
+python-wheel: release ## pack the jail-sandbox wheel (the release jail, jail-mcp, jail-serve + the Python client) into target/wheels: no second build
+	@rm -f $(PYTHON_WHEELS)/jail_sandbox-*.whl
+	/usr/bin/python3 python/pack.py --bin target/release --out $(PYTHON_WHEELS)
 
-# jail-serve runs each request with the `jail` beside it, so both are built
-# into the same folder; the suite's fixture starts that jail-serve.
-python-serve: ## build jail-serve and jail (PYTHON_WHEEL_PROFILE) for RemoteSandbox's tests
-	$(CARGO) build --quiet --profile $(PYTHON_WHEEL_PROFILE) -p jail -p jail-serve
+python-api: ## regenerate python/API.md, the API reference, from the package's docstrings
+	/usr/bin/python3 python/apidoc.py > python/API.md
 
-test-python: python-wheel python-serve rootfs ## install the wheel into the venv and run the pytest suite (python/tests; RemoteSandbox against jail-serve on loopback), as root then as an ordinary user
-	JAIL_SERVE=$(CURDIR)/$(PYTHON_SERVE_DIR)/jail-serve python/test.sh $$(ls $(PYTHON_WHEELS)/jail_sandbox-*.whl)
+test-python: python-wheel python-venv rootfs ## install the wheel into the venv and run the pytest suite (python/tests; RemoteSandbox against jail-serve on loopback), as root then as an ordinary user
+	JAIL_SERVE=$(CURDIR)/target/release/jail-serve python/test.sh $$(ls $(PYTHON_WHEELS)/jail_sandbox-*.whl)
+
+test-python-userlands: python-wheel ## the wheel in fresh Debian 11 (glibc 2.31) and Debian 13 userlands (debootstrap, cached in /var/cache/jail-userlands), as an ordinary user: Sandbox().run, a data rootfs built without root, a pandas chart (root)
+	python/userland.sh $$(ls $(PYTHON_WHEELS)/jail_sandbox-*.whl) bullseye trixie

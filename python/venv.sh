@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The venv `make python-wheel` and `make test-python` use: maturin, pytest
-# and the frameworks the examples plug into, pinned in
+# The venv `make test-python` uses: pytest, auditwheel and the frameworks
+# the package's integrations plug into, pinned in
 # python/requirements-test.txt, from PyPI. Idempotent: a venv whose stamp
 # matches the requirements is kept. Readable by every user (the suite runs
 # as jailtest too).
