@@ -1,7 +1,11 @@
 """The suite runs against the installed wheel (its bundled `jail` binary)
 and the real rootfs: `make test-python` sets JAIL_ROOTFS to the build's
-minimal rootfs, and JAIL_SERVE to the `jail-serve` the remote tests start.
-As root it runs again as an ordinary user."""
+minimal rootfs, JAIL_SERVE to the `jail-serve` the remote tests start,
+JAIL_WHEEL to the wheel itself and JAIL_WHEELS to a folder of the data
+stack's locked wheels (a warm cache: the data rootfs is built from it
+without root, once per session, unless JAIL_DATA_ROOTFS names one). As
+root it runs again as an ordinary user. The issue 38 targets are printed
+at the end (``figure``)."""
 
 from __future__ import annotations
 
@@ -25,6 +29,23 @@ REPO = Path(__file__).resolve().parents[2]
 # The sandbox's host gid for a run started by root (policies/default.json,
 # identity.root_host_gid): a folder the script writes must be its group's.
 ROOT_HOST_GID = 1879048192
+
+
+#: Figures the suite measured, printed at its end: (what, value, target).
+FIGURES: List[tuple] = []
+
+
+def figure(what: str, value: str, target: str) -> None:
+    """Record a measured figure for the end-of-suite summary."""
+    FIGURES.append((what, value, target))
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    if not FIGURES:
+        return
+    terminalreporter.section("issue 38 targets, measured on this machine in this run")
+    for what, value, target in FIGURES:
+        terminalreporter.write_line(f"{what}: {value} (target: {target})")
 
 
 def pytest_configure(config) -> None:
@@ -54,6 +75,38 @@ def shared_folder(path: Path) -> Path:
         os.chown(path, -1, ROOT_HOST_GID)
         path.chmod(0o775)
     return path
+
+
+def the_wheels() -> Path:
+    value = os.environ.get("JAIL_WHEELS")
+    if not value or not Path(value).is_dir():
+        pytest.fail("JAIL_WHEELS is not a folder of the locked wheels: run the suite with `make test-python`")
+    return Path(value)
+
+
+@pytest.fixture(scope="session")
+def data_rootfs():
+    """A data rootfs: JAIL_DATA_ROOTFS, else built once for the session the
+    way an ordinary user builds it (`jail rootfs build data`: the host's
+    Python and the locked wheels, from JAIL_WHEELS), as root too."""
+    value = os.environ.get("JAIL_DATA_ROOTFS")
+    if value:
+        yield Path(value)
+        return
+    from jail_sandbox import find_jail
+
+    # Beneath TMPDIR, not pytest's 0700 temp: a root run's sandbox uid reads it.
+    top = Path(tempfile.mkdtemp(prefix="jail-py-data-"))
+    top.chmod(0o755)
+    dest = top / "data"
+    env = dict(os.environ, JAIL_WHEELS=str(the_wheels()), JAIL_DATA_FROM="wheels")
+    env.pop("JAIL_ROOTFS", None)
+    done = subprocess.run(
+        [str(find_jail()), "rootfs", "build", "data", "--dest", str(dest)], env=env, capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    yield dest
+    shutil.rmtree(top, ignore_errors=True)
 
 
 @pytest.fixture()

@@ -8,8 +8,13 @@ Python objects::
     execution = sandbox.run("print(6 * 7)", on_stdout=print)
     assert execution.stdout == "42\\n"
 
-Each :meth:`Sandbox.run` is its own jail; state does not carry over between
-runs. For stateful cells, :meth:`Sandbox.session` keeps one jail::
+Runs use the data rootfs (numpy, pandas, matplotlib, ...; ``jail rootfs
+build data``, no root needed) where one is built, else the minimal one
+(``rootfs_name=`` names one). Each :meth:`Sandbox.run` is its own jail;
+state does not carry over between runs. From a sandbox's second run on,
+runs go to a warm pool of jails made ahead (``pool=N``; ``pool=0`` for
+none), with the data stack imported before any run. For stateful cells,
+:meth:`Sandbox.session` keeps one jail::
 
     with sandbox.session() as s:
         s.run("x = 41")
@@ -24,6 +29,9 @@ carrying the HTTP status, the service's error code, field and message::
     remote = RemoteSandbox("http://127.0.0.1:8080", token)
     execution = remote.run("open('out.txt', 'w').write('hi')")
     assert execution.artifacts[0].read_bytes() == b"hi"
+
+Agent frameworks plug in through :mod:`jail_sandbox.integrations`
+(smolagents, LangChain/LangGraph, the OpenAI Agents SDK).
 """
 
 from ._remote import (

@@ -1,5 +1,6 @@
-"""The client: run code through the ``jail`` binary (``jail run --events``)
-and turn its event stream into callbacks and an :class:`Execution`.
+"""The client: run code through the ``jail`` binary (``jail run --events``,
+or a ``jail pool`` child kept warm) and turn its event stream into
+callbacks and an :class:`Execution`.
 
 Every :meth:`Sandbox.run` is one fresh jail: new namespaces, a read-only
 Python rootfs, no network, the policy's limits. Nothing persists between
@@ -10,16 +11,20 @@ from __future__ import annotations
 
 import base64
 import builtins
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 import sysconfig
-import tempfile
 import threading
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+
+from . import _scratch
+from ._pool import REPLY_GRACE, Pool, PoolError
 
 PathLike = Union[str, "os.PathLike[str]"]
 Callback = Callable[[str], None]
@@ -127,6 +132,8 @@ class Artifact:
     bytes: int
     flags: List[Any]
     output_dir: Optional[Path]
+    # The folder this client made for the run, kept while the artifact is.
+    _owner: Any = field(default=None, repr=False, compare=False)
 
     @property
     def host_path(self) -> Optional[Path]:
@@ -156,10 +163,16 @@ class Execution:
         exit_code: The interpreter's exit status, ``None`` if it was killed.
         usage: Time and memory the run used.
         artifacts: Accepted output files, in the result's order.
-        output_dir: The host folder the artifacts are in (``None`` for a
-            :class:`~jail_sandbox.RemoteSandbox` run: its files stay on the service).
+        output_dir: The host folder the artifacts are in: the ``output`` the
+            sandbox was given, else a folder made for this run, which is
+            removed once this object and its artifacts are gone (copy what
+            you keep); ``None`` when the run left no file, and for a
+            :class:`~jail_sandbox.RemoteSandbox` run (its files stay on the service).
         result: The whole result document, as ``jail run --json`` prints it.
         run_id: The service's id of the run (:class:`~jail_sandbox.RemoteSandbox`), else ``None``.
+        backend: Where a local run ran: ``pool`` (a jail of the sandbox's
+            warm pool) or ``run`` (a ``jail run`` of its own); ``None`` for
+            a session's cell and a remote run.
     """
 
     status: str
@@ -174,6 +187,9 @@ class Execution:
     stderr_truncated: bool
     result: Dict[str, Any] = field(repr=False)
     run_id: Optional[str] = None
+    backend: Optional[str] = None
+    # The folder this client made for the run (see output_dir).
+    _owner: Any = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:
@@ -214,22 +230,54 @@ def find_jail() -> Path:
     )
 
 
+#: ``Sandbox(pool=AUTO)``, the default: no pool for a sandbox used once; a
+#: pool of one jail from its second run on (repeated runs are what a pool
+#: is for, and an idle jail holds memory).
+AUTO = "auto"
+
+
+def _packaged_policy(name: str) -> Optional[Path]:
+    """A policy file this package ships (``policies/NAME.json``, copied from
+    the repository's policies/ when the wheel is built)."""
+    path = Path(__file__).resolve().parent / "policies" / f"{name}.json"
+    return path if path.is_file() else None
+
+
 class Sandbox:
     """A recipe for jails: which policy, rootfs and folders each run gets.
 
-    Every :meth:`run` starts a fresh jail (new namespaces, read-only rootfs,
-    no network, the policy's limits) and returns when it is gone.
+    Every :meth:`run` gets a fresh jail (new namespaces, read-only rootfs,
+    no network, the policy's limits) and returns when it is gone. With a
+    warm pool (``pool``) the jail was made ahead, its interpreter started
+    and, on the data rootfs, numpy, pandas and matplotlib imported before
+    any untrusted code existed in it; it still serves one run only.
 
     Args:
-        policy: A policy file (default: the binary's built-in default policy).
-        rootfs: The Python root filesystem folder (default: the binary's own lookup,
-            ``$JAIL_ROOTFS`` and the policy's).
+        policy: A policy file (default: the binary's built-in default
+            policy; for a pool on the data rootfs, the shipped data policy,
+            which preloads the data stack).
+        rootfs: The Python root filesystem folder (default: the binary's own
+            lookup: ``$JAIL_ROOTFS``, the policy's, then by ``rootfs_name``).
+        rootfs_name: The rootfs looked up by name: ``"data"`` (numpy,
+            pandas, matplotlib, ...; ``jail rootfs build data``) or
+            ``"minimal"`` (the standard library). Default: ``data`` where one
+            is built, else ``minimal``. A name that is not built raises
+            :class:`SandboxSetupError` naming the command that builds it.
         input: A host folder mounted read-only at ``/workspace/input``.
         output: A host folder mounted at ``/workspace/output`` (the working
-            directory); accepted files land here. Default: a fresh folder per run.
+            directory); accepted files land here and are never removed by
+            this package. Default: a fresh folder per run, removed once its
+            :class:`Execution` is gone (none at all when the run left no file).
         timeout: Wall-clock limit of a run in seconds (default: the policy's).
         memory: Memory of a run, for example ``"512M"`` (default: the policy's).
         cpus: CPU quota in cores, for example ``"0.5"``.
+        pool: Jails kept made ahead by a ``jail pool`` child of this
+            sandbox: ``N`` (started now), ``0`` (never: every run is a
+            ``jail run``), or ``"auto"`` (the default: one jail, from the
+            second run on). A run the pool cannot serve exactly (its own
+            ``output`` folder, ``args``, a timeout above the pool's) is a
+            ``jail run`` of its own. End it with :meth:`close` or a ``with``
+            block (else when the sandbox is garbage-collected, or at exit).
         jail: The ``jail`` binary (default: :func:`find_jail`).
         env: The environment ``jail`` itself runs with (default: ours). The
             code sees only what the policy passes through.
@@ -240,37 +288,72 @@ class Sandbox:
         *,
         policy: Optional[PathLike] = None,
         rootfs: Optional[PathLike] = None,
+        rootfs_name: Optional[str] = None,
         input: Optional[PathLike] = None,
         output: Optional[PathLike] = None,
         timeout: Optional[float] = None,
         memory: Optional[str] = None,
         cpus: Optional[str] = None,
+        pool: Union[int, str] = AUTO,
         jail: Optional[PathLike] = None,
         env: Optional[Dict[str, str]] = None,
     ) -> None:
         self.policy = None if policy is None else Path(policy)
         self.rootfs = None if rootfs is None else Path(rootfs)
-        self.input = None if input is None else Path(input)
+        self.rootfs_name = rootfs_name
+        self.input = None if input is None else Path(input).absolute()
         self.output = None if output is None else Path(output)
         self.timeout = timeout
         self.memory = memory
         self.cpus = cpus
+        if not (pool == AUTO or (isinstance(pool, int) and not isinstance(pool, bool) and 0 <= pool <= 64)):
+            raise ValueError(f"pool={pool!r}: give a number of jails from 0 to 64, or 'auto'")
+        self.pool_size = pool
         self.jail = Path(jail) if jail is not None else find_jail()
         self.env = env
+        self._runs = 0
+        self._pool: Optional[Pool] = None
+        self._pool_failed: Optional[str] = None
+        self._pool_lock = threading.Lock()
+        self._closer: Optional[weakref.finalize] = None
+        if isinstance(pool, int) and pool > 0:
+            self._start_pool(pool, required=True)
 
     def __enter__(self) -> "Sandbox":
         return self
 
     def __exit__(self, *exc: object) -> None:
-        # Nothing to release: every run's jail is gone when run() returns.
-        return None
+        self.close()
+
+    def close(self) -> None:
+        """End the warm pool, if one was started: its jails are destroyed.
+        Runs after this start a new one as needed. Safe to call twice."""
+        with self._pool_lock:
+            closer, self._closer, self._pool = self._closer, None, None
+        if closer is not None:
+            closer()
+
+    def _env(self) -> Dict[str, str]:
+        """``jail``'s environment: TMPDIR is this process's own folder, so
+        the output folders ``jail`` makes for our runs are in it and go
+        when we are done with them (_scratch.py)."""
+        env = dict(os.environ if self.env is None else self.env)
+        env["TMPDIR"] = str(_scratch.folder())
+        return env
+
+    def _rootfs_flags(self) -> List[str]:
+        flags: List[str] = []
+        if self.rootfs is not None:
+            flags += ["--rootfs", str(self.rootfs)]
+        if self.rootfs_name is not None:
+            flags += ["--rootfs-name", self.rootfs_name]
+        return flags
 
     def _flags(self) -> List[str]:
         """The folder and limit flags ``jail run`` and ``jail session start`` share."""
         flags: List[str] = []
         for flag, value in (
             ("--policy", self.policy),
-            ("--rootfs", self.rootfs),
             ("--input", self.input),
             ("--output", self.output),
             ("--memory", self.memory),
@@ -278,7 +361,70 @@ class Sandbox:
         ):
             if value is not None:
                 flags += [flag, str(value)]
-        return flags
+        return flags + self._rootfs_flags()
+
+    def flavour(self) -> Optional[str]:
+        """The flavour (``data``, ``minimal``) of the rootfs this sandbox's
+        runs use, from its manifest (``jail packages --json``); ``None``
+        when there is none or it has no manifest."""
+        try:
+            out = subprocess.run(
+                [str(self.jail), "packages", "--json"] + self._rootfs_flags(),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                env=self._env(),
+                timeout=60,
+            )
+            return str(json.loads(out.stdout)["manifest"]["flavour"]) if out.returncode == 0 else None
+        except (OSError, ValueError, KeyError, TypeError, subprocess.TimeoutExpired):
+            return None
+
+    # ---------------------------------------------------------------- pool
+    def _start_pool(self, size: int, required: bool) -> Optional[Pool]:
+        """Start the ``jail pool`` child. Its policy is ours; without one, on
+        the data rootfs, the shipped data policy (the default policy with
+        numpy, pandas and matplotlib.pyplot preloaded)."""
+        policy = self.policy
+        if policy is None and self.flavour() == "data":
+            policy = _packaged_policy("data")
+        cmd = [str(self.jail), "pool", "--size", str(size)] + self._rootfs_flags()
+        for flag, value in (("--policy", policy), ("--memory", self.memory), ("--cpus", self.cpus)):
+            if value is not None:
+                cmd += [flag, str(value)]
+        if self.timeout is not None:
+            cmd += ["--timeout", repr(float(self.timeout))]
+        try:
+            pool = Pool(cmd, self._env())
+        except OSError as e:
+            if required:
+                raise JailNotFoundError(f"cannot start {self.jail}: {e}") from e
+            self._pool_failed = str(e)
+            return None
+        self._pool = pool
+        self._closer = weakref.finalize(self, pool.close)
+        return pool
+
+    def _pool_for_run(self) -> Optional[Pool]:
+        """The pool a run goes to, started when ``pool`` says so; ``None``
+        when runs are spawned."""
+        with self._pool_lock:
+            self._runs += 1
+            if self._pool is not None:
+                if self._pool.alive:
+                    return self._pool
+                said = self._pool.said()
+                self._pool = None
+                if self.pool_size != AUTO:
+                    raise SandboxSetupError("pool", said or "the sandbox's jail pool ended")
+                # An automatic pool that ended is not started again.
+                self._pool_failed = said or "ended"
+                return None
+            if self.pool_size == AUTO and self._runs >= 2 and self._pool_failed is None:
+                self._start_pool(1, required=False)
+            elif isinstance(self.pool_size, int) and self.pool_size > 0 and self._closer is None:
+                # Closed, and used again.
+                self._start_pool(self.pool_size, required=True)
+            return None
 
     def session(self, *, timeout: Optional[float] = None) -> "Session":
         """Start a :class:`Session`: one jail for many cells that share one
@@ -334,15 +480,71 @@ class Sandbox:
             SandboxProtocolError: ``jail`` printed no result this client reads.
             JailNotFoundError: The binary cannot be started.
         """
-        with tempfile.TemporaryDirectory(prefix="jail-sandbox-") as tmp:
-            script = Path(tmp) / "main.py"
-            script.write_text(code, encoding="utf-8")
-            # The jail copies the script in as the caller, who owns it.
-            script.chmod(0o644)
-            return self._run_script(script, timeout, args, on_stdout, on_stderr, on_artifact)
+        args = list(args)
+        pool = self._pool_for_run()
+        execution = None
+        if pool is not None and self.output is None and not args:
+            execution = self._run_pooled(pool, code, timeout, on_stdout, on_stderr)
+        if execution is None:
+            script_dir = _scratch.new_dir("script")
+            try:
+                script = script_dir / "main.py"
+                script.write_text(code, encoding="utf-8")
+                # The jail copies the script in as the caller, who owns it.
+                script.chmod(0o644)
+                execution = self._run_script(script, timeout, args, on_stdout, on_stderr)
+            finally:
+                shutil.rmtree(script_dir, ignore_errors=True)
+        if on_artifact is not None:
+            for a in execution.artifacts:
+                on_artifact(a)
+        return execution
 
     # E2B's spelling.
     run_code = run
+
+    def _run_pooled(
+        self,
+        pool: Pool,
+        code: str,
+        timeout: Optional[float],
+        on_stdout: Optional[Callback],
+        on_stderr: Optional[Callback],
+    ) -> Optional[Execution]:
+        """The run in a pooled jail; ``None`` when the pool cannot take it
+        (a limit above its own), so it is spawned instead."""
+        request: Dict[str, Any] = {"code": code}
+        if self.input is not None:
+            request["input"] = str(self.input)
+        limit = timeout if timeout is not None else self.timeout
+        if limit is not None:
+            request["limits"] = {"wall_time_secs": float(limit)}
+        callbacks = {"stdout": on_stdout, "stderr": on_stderr}
+
+        def on_event(event: Dict[str, Any]) -> None:
+            cb = callbacks.get(str(event.get("type")))
+            if cb is not None:
+                cb(_chunk_text(event))
+
+        live = on_stdout is not None or on_stderr is not None
+        # The step's own limit bounds the wait; a pool without a timeout
+        # uses the policy's, which may be up to a day.
+        wait = (float(limit) if limit is not None else 24 * 3600.0) + REPLY_GRACE
+        try:
+            result = pool.run(request, wait, on_event if live else None)
+        except PoolError as e:
+            if e.code in ("limit_above_policy",):
+                return None
+            if e.code == "pool_gone" and self.pool_size == AUTO:
+                return None
+            raise SandboxSetupError("pool", e.message) from None
+        execution = dataclasses.replace(_checked(result, "", own=True), backend="pool")
+        if not live:
+            # Without events the pool sends the streams with the result.
+            for cb, text in ((on_stdout, execution.stdout), (on_stderr, execution.stderr)):
+                if cb is not None and text:
+                    cb(text)
+        return execution
 
     def _run_script(
         self,
@@ -351,12 +553,11 @@ class Sandbox:
         args: Iterable[str],
         on_stdout: Optional[Callback],
         on_stderr: Optional[Callback],
-        on_artifact: Optional[Callable[[Artifact], None]],
     ) -> Execution:
         cmd = self.command(script, timeout=timeout, args=args)
         try:
             proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self.env
+                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._env()
             )
         except OSError as e:
             raise JailNotFoundError(f"cannot start {self.jail}: {e}") from e
@@ -396,11 +597,7 @@ class Sandbox:
                 # Refused before a run began (bad arguments).
                 raise SandboxSetupError("arguments", jail_stderr or "jail refused its arguments")
             raise SandboxProtocolError(f"jail exited {returncode} without a result: {jail_stderr[:400]}")
-        execution = _checked(result, jail_stderr)
-        if on_artifact is not None:
-            for a in execution.artifacts:
-                on_artifact(a)
-        return execution
+        return dataclasses.replace(_checked(result, jail_stderr, own=True), backend="run")
 
 
 def _artifact_fields(a: Dict[str, Any]) -> Dict[str, Any]:
@@ -422,11 +619,15 @@ def _checked(
     jail_stderr: str,
     make_artifact: Optional[Callable[[Dict[str, Any]], Artifact]] = None,
     run_id: Optional[str] = None,
+    own: bool = False,
 ) -> Execution:
     """The :class:`Execution` of a result this client reads; a setup failure raised.
 
     ``make_artifact`` builds each artifact instead of a host-folder one (a
-    remote result's ``output_dir`` is a folder on the service, never ours)."""
+    remote result's ``output_dir`` is a folder on the service, never ours).
+    ``own``: the result is a run's end (not a session's cell), so an output
+    folder ``jail`` made for it in this process's folder is this
+    Execution's, removed when it and its artifacts are gone."""
     if not isinstance(result, dict):
         raise SandboxProtocolError(f"the result is not a JSON object: {str(result)[:200]!r}")
     version = result.get("schema_version")
@@ -444,7 +645,7 @@ def _checked(
             stage, message, causes = "unknown", jail_stderr or f"setup failed: {str(setup)[:200]}", []
         raise SandboxSetupError(stage, message, causes, result)
     try:
-        return _execution(result, make_artifact, run_id)
+        return _execution(result, make_artifact, run_id, own)
     except (KeyError, TypeError, AttributeError, ValueError) as e:
         raise SandboxProtocolError(f"the result does not have the documented shape ({type(e).__name__}: {e})") from None
 
@@ -465,8 +666,46 @@ class Session:
 
     def __init__(self, sandbox: "Sandbox", timeout: Optional[float] = None) -> None:
         self.sandbox = sandbox
-        cmd = [str(sandbox.jail), "session", "start", "--json"] + sandbox._flags()
+        self.closing: Optional[Execution] = None
+        self.handle: Optional[str] = None
         limit = timeout if timeout is not None else sandbox.timeout
+        claimed = self._claim(limit)
+        #: ``pool`` (a jail of the sandbox's warm pool, its preload
+        #: imported) or ``start`` (``jail session start``).
+        self.backend = "pool" if claimed is not None else "start"
+        started = claimed or self._start(limit)
+        try:
+            self.handle = str(started["handle"])
+            self.id = str(started["id"])
+            self.pid = int(started["pid"])
+        except (KeyError, TypeError, ValueError):
+            raise SandboxProtocolError(f"jail printed no session handle: {str(started)[:200]!r}") from None
+        # A session dropped without close() is stopped, not left to its idle timeout.
+        self._stopper = weakref.finalize(self, _stop_quietly, str(sandbox.jail), self.handle, sandbox._env())
+
+    def _claim(self, limit: Optional[float]) -> Optional[Dict[str, Any]]:
+        """A session from the sandbox's warm pool (its jail made ahead, the
+        preload imported), when one is up and can serve it: no output
+        folder of the caller's (a pooled session's is made for it), and
+        each cell lowered to ``limit`` within the pool's own."""
+        sandbox = self.sandbox
+        pool = sandbox._pool
+        if pool is None or not pool.alive or sandbox.output is not None:
+            return None
+        if limit is not None and (sandbox.timeout is None or float(limit) > float(sandbox.timeout)):
+            return None
+        self._cell_timeout = limit
+        request: Dict[str, Any] = {"op": "session"}
+        if sandbox.input is not None:
+            request["input"] = str(sandbox.input)
+        try:
+            return pool.run(request, REPLY_GRACE)
+        except PoolError:
+            return None
+
+    def _start(self, limit: Optional[float]) -> Dict[str, Any]:
+        self._cell_timeout = None
+        cmd = [str(self.sandbox.jail), "session", "start", "--json"] + self.sandbox._flags()
         if limit is not None:
             cmd += ["--timeout", repr(float(limit))]
         out = self._call(cmd, None)
@@ -475,20 +714,19 @@ class Session:
             raise SandboxSetupError("session", message)
         try:
             started = json.loads(out.stdout)
-            self.handle: Optional[str] = str(started["handle"])
-            self.id = str(started["id"])
-            self.pid = int(started["pid"])
-        except (ValueError, KeyError, TypeError):
+        except ValueError:
             raise SandboxProtocolError(f"jail session start printed no handle: {out.stdout[:200]!r}") from None
-        self.closing: Optional[Execution] = None
+        if not isinstance(started, dict):
+            raise SandboxProtocolError(f"jail session start printed no handle: {out.stdout[:200]!r}")
+        return started
 
     def _call(self, cmd: List[str], stdin: Optional[bytes]) -> "subprocess.CompletedProcess[bytes]":
         try:
-            return subprocess.run(cmd, input=stdin, capture_output=True, env=self.sandbox.env)
+            return subprocess.run(cmd, input=stdin, capture_output=True, env=self.sandbox._env())
         except OSError as e:
             raise JailNotFoundError(f"cannot start {self.sandbox.jail}: {e}") from e
 
-    def _result(self, cmd: List[str], stdin: Optional[bytes]) -> Execution:
+    def _result(self, cmd: List[str], stdin: Optional[bytes], own: bool = False) -> Execution:
         out = self._call(cmd, stdin)
         jail_stderr = out.stderr.decode("utf-8", "replace").strip()
         try:
@@ -497,7 +735,7 @@ class Session:
             raise SessionClosedError(
                 f"jail session {cmd[2]} exited {out.returncode} without a result: {jail_stderr[:400]}"
             ) from None
-        return _checked(result, jail_stderr)
+        return _checked(result, jail_stderr, own=own)
 
     def run(
         self, code: str, *, on_stdout: Optional[Callback] = None, on_stderr: Optional[Callback] = None
@@ -514,7 +752,10 @@ class Session:
         """
         if self.handle is None:
             raise SessionClosedError("the session is closed: start another with Sandbox.session()")
-        execution = self._result([str(self.sandbox.jail), "session", "exec", self.handle, "-"], code.encode("utf-8"))
+        cmd = [str(self.sandbox.jail), "session", "exec"]
+        if self._cell_timeout is not None:
+            cmd += ["--timeout", repr(float(self._cell_timeout))]
+        execution = self._result(cmd + [self.handle, "-"], code.encode("utf-8"))
         for cb, text in ((on_stdout, execution.stdout), (on_stderr, execution.stderr)):
             if cb is not None and text:
                 cb(text)
@@ -529,7 +770,8 @@ class Session:
         if self.handle is None:
             return self.closing
         handle, self.handle = self.handle, None
-        self.closing = self._result([str(self.sandbox.jail), "session", "stop", handle], None)
+        self._stopper.detach()
+        self.closing = self._result([str(self.sandbox.jail), "session", "stop", handle], None, own=True)
         return self.closing
 
     def __enter__(self) -> "Session":
@@ -542,6 +784,14 @@ class Session:
             # An exception from the block wins; the jail is gone either way.
             if exc[0] is None:
                 raise
+
+
+def _stop_quietly(jail: str, handle: str, env: Dict[str, str]) -> None:
+    """Stop a session no one closed (its closing result is dropped)."""
+    try:
+        subprocess.run([jail, "session", "stop", handle], capture_output=True, env=env, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        pass
 
 
 def _chunk_text(event: Dict[str, Any]) -> str:
@@ -558,6 +808,7 @@ def _execution(
     r: Dict[str, Any],
     make_artifact: Optional[Callable[[Dict[str, Any]], Artifact]] = None,
     run_id: Optional[str] = None,
+    own: bool = False,
 ) -> Execution:
     err = r.get("error")
     error = None
@@ -575,10 +826,11 @@ def _execution(
         pids_peak=u.get("pids_peak"),
     )
     out_dir = Path(r["output_dir"]) if r.get("output_dir") and make_artifact is None else None
+    owner = _scratch.Owned(out_dir) if own and out_dir is not None and _scratch.owns(out_dir) else None
     artifacts = [
         make_artifact(a)
         if make_artifact is not None
-        else Artifact(**_artifact_fields(a), output_dir=out_dir)
+        else Artifact(**_artifact_fields(a), output_dir=out_dir, _owner=owner)
         for a in r.get("artifacts") or []
     ]
     stdout = r.get("stdout") or {}
@@ -596,4 +848,5 @@ def _execution(
         stderr_truncated=bool(stderr.get("truncated")),
         result=r,
         run_id=run_id,
+        _owner=owner,
     )
