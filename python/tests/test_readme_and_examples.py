@@ -1,6 +1,8 @@
 """What users copy: README.md's "From Python" snippets (the local one and
 the RemoteSandbox one, against the suite's `jail-serve`), run exactly as
-written, and the two examples in examples/, run as scripts."""
+written, and the integration examples in examples/, run as scripts against
+the real frameworks from PyPI (python/requirements-test.txt), no LLM: each
+drives the tool or executor object as its framework would."""
 
 from __future__ import annotations
 
@@ -56,7 +58,14 @@ def test_the_langchain_example_runs(rootfs, tmp_path):
     assert '"stdout": "55\\n"' in done.stdout
 
 
-def test_the_smolagents_example_runs(rootfs, tmp_path):
+def test_the_smolagents_example_keeps_state_through_a_session(rootfs, tmp_path):
     done = run_python([str(REPO / "examples" / "smolagents_executor.py")], rootfs, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "raised: ZeroDivisionError" in done.stdout
+    assert "21.3" in done.stdout, "the second action used the first one's `total`"
+
+
+def test_the_openai_agents_example_runs(rootfs, tmp_path):
+    done = run_python([str(REPO / "examples" / "openai_agents_tool.py")], rootfs, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "run_python" in done.stdout and "5.0" in done.stdout
