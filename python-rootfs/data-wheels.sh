@@ -70,17 +70,8 @@ find "$root$site" -depth -type d -name tests -prune -exec rm -rf {} +
 # manylinux policy (libstdc++, libgcc_s, ...): the host's, copied beside
 # the interpreter's as the minimal flavour copies those. What a wheel
 # vendors (numpy.libs, ...) is found inside the rootfs and left alone.
-copy_lib() {
-    local lib=$1 real dest
-    real=$(readlink -f "$lib")
-    case "$(dirname "$real")" in
-        /usr/lib|/lib) dest="$root/usr/lib" ;;
-        /usr/lib64|/lib64) dest="$root/usr/lib64" ;;
-        *) dest="$root/usr/lib/$(basename "$(dirname "$real")")" ;;
-    esac
-    mkdir -p "$dest"
-    [ -e "$dest/$(basename "$lib")" ] || cp -L "$lib" "$dest/$(basename "$lib")"
-}
+# shellcheck source=libs.sh
+. "$here/libs.sh"
 needed=$(find "$root$site" -type f -name '*.so*' -print0 | xargs -0 -r -n 64 ldd 2>/dev/null || true)
 # ldd run on a vendored library alone may miss its vendored neighbour,
 # which the loader finds beside it at run time: only a name the wheels do

@@ -20,6 +20,7 @@ const RECIPES: &[(&str, &str, u32)] = &[
     ("manifest.py", include_str!("../../python-rootfs/manifest.py"), 0o644),
     ("wheel-target.sh", include_str!("../../python-rootfs/wheel-target.sh"), 0o755),
     ("data.lock", include_str!("../../python-rootfs/data.lock"), 0o644),
+    ("libs.sh", include_str!("../../python-rootfs/libs.sh"), 0o644),
     ("data-wheels.sh", include_str!("../../python-rootfs/data-wheels.sh"), 0o755),
     ("wheels/cp39.lock", include_str!("../../python-rootfs/wheels/cp39.lock"), 0o644),
     ("wheels/cp310.lock", include_str!("../../python-rootfs/wheels/cp310.lock"), 0o644),

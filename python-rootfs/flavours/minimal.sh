@@ -31,17 +31,8 @@ tar -C "$stdlib" \
 "$py" -m compileall -q -j 0 "$root$stdlib" >/dev/null 2>&1 || true
 
 # Every shared library the interpreter and its extension modules link.
-copy_lib() {
-    local lib=$1 real dest
-    real=$(readlink -f "$lib")
-    dest="$root/usr/lib/$(basename "$(dirname "$real")")"
-    case "$(dirname "$real")" in
-        /usr/lib|/lib) dest="$root/usr/lib" ;;
-        /usr/lib64|/lib64) dest="$root/usr/lib64" ;;
-    esac
-    mkdir -p "$dest"
-    [ -e "$dest/$(basename "$lib")" ] || cp -L "$lib" "$dest/$(basename "$lib")"
-}
+# shellcheck source=../libs.sh
+. "$here/libs.sh"
 missing=0
 while read -r lib; do
     copy_lib "$lib"
