@@ -203,14 +203,10 @@ class Execution:
 
 
 def find_jail() -> Path:
-    """The ``jail`` binary this package ships: the wheel's own copy beside
-    the package (``jail_sandbox.scripts/jail``, where maturin puts it when it
-    bundles shared libraries), else the one the wheel installed into this
-    environment's scripts folder (``sys.prefix/bin``, or the user scheme's for
-    ``pip install --user``), else ``jail`` on ``PATH``."""
-    bundled = Path(__file__).resolve().parent.parent / "jail_sandbox.scripts" / "jail"
-    if bundled.is_file() and os.access(bundled, os.X_OK):
-        return bundled
+    """The ``jail`` binary this package ships: the one the wheel installed
+    into this environment's scripts folder (``sys.prefix/bin``, or the user
+    scheme's for ``pip install --user``), with ``jail-mcp`` and
+    ``jail-serve`` beside it, else ``jail`` on ``PATH``."""
     names = [sysconfig.get_path("scripts")]
     try:
         names.append(sysconfig.get_path("scripts", f"{os.name}_user"))
@@ -226,7 +222,8 @@ def find_jail() -> Path:
         return Path(on_path)
     raise JailNotFoundError(
         "no jail binary in this environment's scripts folder nor on PATH: "
-        "install the jail-sandbox wheel (`make python-wheel`), or pass Sandbox(jail=PATH)"
+        "install the jail-sandbox wheel (`pip install jail-sandbox`; from a checkout, `make python-wheel`), "
+        "or pass Sandbox(jail=PATH)"
     )
 
 
