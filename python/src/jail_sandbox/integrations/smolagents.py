@@ -52,7 +52,7 @@ def final_answer(answer):
 def _jail_action(source):
     tree = _ast.parse(source, "<action>")
     last = tree.body.pop() if tree.body and isinstance(tree.body[-1], _ast.Expr) else None
-    scope = _sys.modules["__main__"].__dict__
+    scope = globals()  # the session's namespace, which every cell shares
     try:
         exec(compile(tree, "<action>", "exec"), scope)
         if last is not None:
@@ -63,7 +63,7 @@ def _jail_action(source):
         pass
 
 def _jail_variables(data):
-    _sys.modules["__main__"].__dict__.update(_pickle.loads(_b64.b64decode(data)))
+    globals().update(_pickle.loads(_b64.b64decode(data)))
 """
 
 
