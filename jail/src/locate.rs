@@ -163,7 +163,9 @@ impl Search {
                 return Ok((*source, found));
             }
             if matches!(source, Source::Flag | Source::Env | Source::Policy) {
-                return Err(LocateError::Missing { path: path.clone(), from: *source, name: self.name.clone() });
+                // The flavour that would build it: the one named, else minimal.
+                let flavour = if FLAVOURS.contains(&self.name.as_str()) { self.name.as_str() } else { "minimal" };
+                return Err(LocateError::Missing { path: path.clone(), from: *source, name: flavour.to_string() });
             }
         }
         if self.name == DEFAULT_NAME {
@@ -291,6 +293,10 @@ mod tests {
         let s = Search { env: Some("/gone".into()), ..search() };
         let err = s.find_with(&only(&["/var/lib/jail/rootfs/minimal"])).unwrap_err();
         assert!(matches!(err, LocateError::Missing { from: Source::Env, .. }), "{err}");
+        // Asked by the default name too, it names a flavour that builds.
+        let s = Search { flag: Some("/gone".into()), name: DEFAULT_NAME.into(), ..search() };
+        let err = s.find_with(&only(&[])).unwrap_err().to_string();
+        assert!(err.contains("`jail rootfs build minimal --dest /gone`"), "{err}");
         assert!(err.to_string().contains("jail rootfs build minimal"), "{err}");
     }
 

@@ -134,6 +134,9 @@ fn every_shell_block_of_the_readme_runs_as_written() {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    // A process group of its own, so a script past its limit is ended
+    // whole (make, cargo, jail serve), not just its shell.
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
     let mut child = cmd.spawn().unwrap();
     let (mut out, mut err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
     let outs = std::thread::spawn(move || {
@@ -152,9 +155,8 @@ fn every_shell_block_of_the_readme_runs_as_written() {
             break Some(status);
         }
         if started.elapsed() > LIMIT {
-            // Its whole process group would be ours to end; the child
-            // alone is enough for the test to fail with what it said.
-            let _ = child.kill();
+            let group = nix::unistd::Pid::from_raw(child.id() as i32);
+            let _ = nix::sys::signal::killpg(group, nix::sys::signal::Signal::SIGKILL);
             let _ = child.wait();
             break None;
         }
