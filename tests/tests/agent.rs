@@ -2887,3 +2887,73 @@ fn a_reply_of_150_calls_costs_one_save_and_150_appends_and_a_bounded_trace() {
     let saves = state["saves"].as_u64().unwrap_or(u64::MAX);
     assert!(saves < 20, "state.json was written {saves} times for 5 replies");
 }
+
+const TITANIC_LOAD: &str = include_str!("../agent-scripts/titanic_load.py");
+const TITANIC_SUMMARY: &str = include_str!("../agent-scripts/titanic_summary.py");
+const TITANIC_CHARTS: &str = include_str!("../agent-scripts/titanic_charts.py");
+const TITANIC_DECK: &str = include_str!("../agent-scripts/titanic_deck.py");
+
+/// The case study's task, scripted: a three-item EDA of the Titanic list on
+/// the data stack (a summary table through a KeyError and its fix, charts,
+/// a deck), with prompts that grow as a real model's do.
+fn titanic_turns() -> Vec<Turn> {
+    let items = json!({"items": [
+        {"name": "survival-summary", "goal": "survival by class and sex as a table", "skills": ["python-scripts", "eda"],
+         "inputs": ["/workspace/input/titanic.csv"], "outputs": ["/workspace/output/summary.csv"], "success_criteria": "summary.csv has one row per class and sex"},
+        {"name": "charts", "goal": "charts of survival and ages", "skills": ["charts"],
+         "inputs": ["/workspace/input/titanic.csv"], "outputs": ["/workspace/output/survival_by_class_sex.png", "/workspace/output/age_histogram.png"], "success_criteria": "two PNG charts"},
+        {"name": "deck", "goal": "a slide deck of the findings", "skills": ["presentation"],
+         "inputs": ["/workspace/output/summary.csv"], "outputs": ["/workspace/output/presentation.pptx"], "success_criteria": "presentation.pptx opens"}
+    ]});
+    vec![
+        tool_turn(&[("create_todo_list", items.to_string())], (2_400, 380)),
+        tool_turn(&[call("start_next_todo", json!({}))], (2_900, 20)),
+        tool_turn(
+            &[
+                call("read_skill", json!({"name": "eda"})),
+                call("read_file_content", json!({"path": "/workspace/input/titanic.csv", "limit": 20})),
+            ],
+            (3_100, 90),
+        ),
+        tool_turn(&[write("load.py", TITANIC_LOAD), run_file("load.py")], (5_900, 260)),
+        tool_turn(&[write("summary.py", TITANIC_SUMMARY), run_file("summary.py")], (7_400, 330)),
+        tool_turn(&[call("complete_todo", json!({"report": "summary.csv: survival by class and sex; 38% survived overall"}))], (8_300, 80)),
+        tool_turn(&[call("start_next_todo", json!({}))], (3_600, 20)),
+        tool_turn(&[call("read_skill", json!({"name": "charts"})), write("charts.py", TITANIC_CHARTS), run_file("charts.py")], (3_000, 420)),
+        tool_turn(&[call("complete_todo", json!({"report": "two charts"}))], (4_800, 70)),
+        tool_turn(&[call("start_next_todo", json!({}))], (4_100, 20)),
+        tool_turn(&[call("read_skill", json!({"name": "presentation"})), write("deck.py", TITANIC_DECK), run_file("deck.py")], (3_200, 560)),
+        tool_turn(&[call("complete_todo", json!({"report": "presentation.pptx: 4 slides"}))], (5_200, 60)),
+        text_turn("Women and first-class passengers survived far more often; see summary.csv, the two charts and presentation.pptx.", (4_700, 260)),
+    ]
+}
+
+#[test]
+fn a_titanic_eda_on_the_data_stack_ends_with_a_summary_by_item_that_adds_up() {
+    let data = data_rootfs();
+    if skip_unless(data.join("usr/bin/python3").exists(), &format!("no data rootfs at {} (make rootfs-data)", data.display())) {
+        return;
+    }
+    let mut extra = args(&["--step-timeout", "120", "--policy"]);
+    extra.push(repo().join("policies/data.json").display().to_string());
+    extra.push("--rootfs".into());
+    extra.push(data.display().to_string());
+    let e = watch_cli(titanic_turns(), &extra).end();
+    assert_eq!(e.code, Some(0), "{}\n{}", e.stdout, e.stderr());
+    let (_, s) = check_served(&e.run.root, e.mock.served_replies(), e.mock.served_tokens());
+    let items: Vec<(&str, &str)> = s.items.iter().map(|i| (i.name.as_str(), i.outcome.as_str())).collect();
+    assert_eq!(items, [("survival-summary", "done"), ("charts", "done"), ("deck", "done")]);
+    let agents: Vec<Vec<String>> = s.items.iter().map(|i| i.agents.clone()).collect();
+    assert_eq!(agents, [vec!["subagent-1".to_string()], vec!["subagent-2".into()], vec!["subagent-3".into()]]);
+    // By item (with the orchestrator's own line), the tokens are all the run's.
+    let by_item: u64 = s.items.iter().chain([&s.orchestrator]).map(|i| i.tokens_in + i.tokens_out).sum();
+    assert_eq!(by_item, s.total.tokens_in + s.total.tokens_out);
+    assert!(s.items.iter().all(|i| i.wall_ms > 0.0 && i.wall_share > 0.0 && i.wall_share < 1.0), "{:?}", s.items);
+    let read = s.by_tool.iter().find(|t| t.tool == "read_file_content").unwrap();
+    assert!(read.tokens_in > 0, "the CSV read early is paid in every later prompt: {:?}", s.by_tool);
+    for f in ["summary.csv", "survival_by_class_sex.png", "age_histogram.png", "presentation.pptx"] {
+        assert!(e.run.f.export.join(f).is_file(), "{f} was not delivered\n{}", e.stderr());
+    }
+    // The table, for the eye: `cargo test ... -- --nocapture`.
+    eprintln!("{}", e.stdout);
+}
