@@ -288,24 +288,7 @@ pub fn run_with(config: &Config, sinks: Vec<Box<dyn trace::Sink>>) -> Result<Out
     }
     let mut orchestrator = Conversation { span: SpanStart::now(None), ..Conversation::default() };
     let system = ORCHESTRATOR_PROMPT.replace("{skills}", &skills.index());
-    let mut st = Checkpoint {
-        version: crate::checkpoint::VERSION,
-        settings: Settings::of(config),
-        run_id,
-        todo: TodoList::default(),
-        orchestrator: Conversation::default(),
-        sub: None,
-        steps: 0,
-        tokens: 0,
-        orchestrator_steps: 0,
-        orchestrator_tokens: 0,
-        subagents: 0,
-        accepted: Accepted::default(),
-        wall_ms_before: 0.0,
-        finished: false,
-        live_session: None,
-        saves: 0,
-    };
+    let mut st = Checkpoint::new(Settings::of(config), run_id);
     let inputs = {
         let cells = crate::cells::Cells::default();
         let pool = crate::pool::Pool::new(&config.runner, &session, display.clone());

@@ -164,6 +164,28 @@ pub struct Checkpoint {
 }
 
 impl Checkpoint {
+    /// The state of a run that has not begun.
+    pub fn new(settings: Settings, run_id: String) -> Checkpoint {
+        Checkpoint {
+            version: VERSION,
+            settings,
+            run_id,
+            todo: TodoList::default(),
+            orchestrator: Conversation::default(),
+            sub: None,
+            steps: 0,
+            tokens: 0,
+            orchestrator_steps: 0,
+            orchestrator_tokens: 0,
+            subagents: 0,
+            accepted: Accepted::default(),
+            wall_ms_before: 0.0,
+            finished: false,
+            live_session: None,
+            saves: 0,
+        }
+    }
+
     pub fn path(root: &Path) -> PathBuf {
         root.join(FILE)
     }
@@ -458,24 +480,9 @@ mod tests {
             progress: Progress::Quiet,
             trace_content: crate::trace::Content::Recorded,
         };
-        Checkpoint {
-            version: VERSION,
-            settings: Settings::of(&config),
-            run_id: "0".repeat(32),
-            todo: TodoList::default(),
-            orchestrator: Conversation { pending: vec![call("a"), call("b"), call("c")], ..Conversation::default() },
-            sub: None,
-            steps: 1,
-            tokens: 10,
-            orchestrator_steps: 1,
-            orchestrator_tokens: 10,
-            subagents: 0,
-            accepted: Accepted::default(),
-            wall_ms_before: 0.0,
-            finished: false,
-            live_session: None,
-            saves: 0,
-        }
+        let mut st = Checkpoint::new(Settings::of(&config), "0".repeat(32));
+        st.orchestrator.pending = vec![call("a"), call("b"), call("c")];
+        st
     }
 
     fn answered(after: u64, id: &str) -> Answered {

@@ -2250,6 +2250,8 @@ fn watch_cli(turns: Vec<Turn>, extra: &[String]) -> Watched {
         .env("LLM_MODEL", "scripted")
         .env("TMPDIR", &tmp)
         .env("XDG_RUNTIME_DIR", &run_dir)
+        // The run names its rootfs (--rootfs, or --rootfs-name in `extra`).
+        .env_remove("JAIL_ROOTFS")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -2520,8 +2522,13 @@ fn without_a_rootfs_a_policy_with_a_preload_runs_on_the_data_rootfs() {
     if skip_unless(data.join("usr/bin/python3").exists(), &format!("no data rootfs at {} (make rootfs-data)", data.display())) {
         return;
     }
-    // The data rootfs this test may find is the build tree's; not a user's.
+    // The data rootfs where the lookup finds it by name: the user's data
+    // folder (the `jail` under test may not run from its build tree).
     let home = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let named = home.path().join("data/jail/rootfs");
+    std::fs::create_dir_all(&named).unwrap();
+    std::os::unix::fs::symlink(&data, named.join("data")).unwrap();
     let show = "import pandas\nprint('pandas', pandas.__version__)\n";
     let turns = vec![
         tool_turn(&[("create_todo_list", plan(&[("count", &[])]))], (100, 10)),
@@ -2553,7 +2560,7 @@ fn without_a_rootfs_a_policy_with_a_preload_runs_on_the_data_rootfs() {
         .env("LLM_BASE_URL", &mock.base_url)
         .env("LLM_MODEL", "scripted")
         .env("HOME", home.path())
-        .env_remove("XDG_DATA_HOME")
+        .env("XDG_DATA_HOME", home.path().join("data"))
         .env_remove("JAIL_ROOTFS")
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .output()
@@ -2917,14 +2924,37 @@ fn titanic_turns() -> Vec<Turn> {
         ),
         tool_turn(&[write("load.py", TITANIC_LOAD), run_file("load.py")], (5_900, 260)),
         tool_turn(&[write("summary.py", TITANIC_SUMMARY), run_file("summary.py")], (7_400, 330)),
-        tool_turn(&[call("complete_todo", json!({"report": "summary.csv: survival by class and sex; 38% survived overall"}))], (8_300, 80)),
+        tool_turn(
+            &[call(
+                "complete_todo",
+                json!({"report": "summary.csv: survival by class and sex; 38% survived overall"}),
+            )],
+            (8_300, 80),
+        ),
         tool_turn(&[call("start_next_todo", json!({}))], (3_600, 20)),
-        tool_turn(&[call("read_skill", json!({"name": "charts"})), write("charts.py", TITANIC_CHARTS), run_file("charts.py")], (3_000, 420)),
+        tool_turn(
+            &[
+                call("read_skill", json!({"name": "charts"})),
+                write("charts.py", TITANIC_CHARTS),
+                run_file("charts.py"),
+            ],
+            (3_000, 420),
+        ),
         tool_turn(&[call("complete_todo", json!({"report": "two charts"}))], (4_800, 70)),
         tool_turn(&[call("start_next_todo", json!({}))], (4_100, 20)),
-        tool_turn(&[call("read_skill", json!({"name": "presentation"})), write("deck.py", TITANIC_DECK), run_file("deck.py")], (3_200, 560)),
+        tool_turn(
+            &[
+                call("read_skill", json!({"name": "presentation"})),
+                write("deck.py", TITANIC_DECK),
+                run_file("deck.py"),
+            ],
+            (3_200, 560),
+        ),
         tool_turn(&[call("complete_todo", json!({"report": "presentation.pptx: 4 slides"}))], (5_200, 60)),
-        text_turn("Women and first-class passengers survived far more often; see summary.csv, the two charts and presentation.pptx.", (4_700, 260)),
+        text_turn(
+            "Women and first-class passengers survived far more often; see summary.csv, the two charts and presentation.pptx.",
+            (4_700, 260),
+        ),
     ]
 }
 
@@ -2944,14 +2974,26 @@ fn a_titanic_eda_on_the_data_stack_ends_with_a_summary_by_item_that_adds_up() {
     let items: Vec<(&str, &str)> = s.items.iter().map(|i| (i.name.as_str(), i.outcome.as_str())).collect();
     assert_eq!(items, [("survival-summary", "done"), ("charts", "done"), ("deck", "done")]);
     let agents: Vec<Vec<String>> = s.items.iter().map(|i| i.agents.clone()).collect();
-    assert_eq!(agents, [vec!["subagent-1".to_string()], vec!["subagent-2".into()], vec!["subagent-3".into()]]);
+    assert_eq!(
+        agents,
+        [
+            vec!["subagent-1".to_string()],
+            vec!["subagent-2".into()],
+            vec!["subagent-3".into()]
+        ]
+    );
     // By item (with the orchestrator's own line), the tokens are all the run's.
     let by_item: u64 = s.items.iter().chain([&s.orchestrator]).map(|i| i.tokens_in + i.tokens_out).sum();
     assert_eq!(by_item, s.total.tokens_in + s.total.tokens_out);
     assert!(s.items.iter().all(|i| i.wall_ms > 0.0 && i.wall_share > 0.0 && i.wall_share < 1.0), "{:?}", s.items);
     let read = s.by_tool.iter().find(|t| t.tool == "read_file_content").unwrap();
     assert!(read.tokens_in > 0, "the CSV read early is paid in every later prompt: {:?}", s.by_tool);
-    for f in ["summary.csv", "survival_by_class_sex.png", "age_histogram.png", "presentation.pptx"] {
+    for f in [
+        "summary.csv",
+        "survival_by_class_sex.png",
+        "age_histogram.png",
+        "presentation.pptx",
+    ] {
         assert!(e.run.f.export.join(f).is_file(), "{f} was not delivered\n{}", e.stderr());
     }
     // The table, for the eye: `cargo test ... -- --nocapture`.
