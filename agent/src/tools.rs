@@ -170,10 +170,16 @@ fn spec(name: &str, role: Role, skills: &Skills, stateless: bool) -> Value {
 pub fn parse_args<T: DeserializeOwned>(tool: &str, text: &str) -> Result<T, String> {
     let text = if text.trim().is_empty() { "{}" } else { text };
     let v: Value = serde_json::from_str(text).map_err(|e| {
-        format!("the arguments of {tool} are not valid JSON ({e}); send one JSON object that matches the tool's schema")
+        format!(
+            "the arguments of {tool} are not valid JSON ({}); send one JSON object that matches the tool's schema",
+            crate::escape::shown_max(&e.to_string(), 400)
+        )
     })?;
     let v = if v.is_null() { json!({}) } else { v };
-    serde_json::from_value(v).map_err(|e| format!("bad arguments for {tool}: {e}; see the tool's schema"))
+    // serde names the value it could not take, whole: cut, it is the model's.
+    serde_json::from_value(v).map_err(|e| {
+        format!("bad arguments for {tool}: {}; see the tool's schema", crate::escape::shown_max(&e.to_string(), 400))
+    })
 }
 
 /// What the tools need from the run.
@@ -613,6 +619,10 @@ mod tests {
         let e = parse_args::<WriteArgs>("write_python_file", r#"{"path":"a.py"}"#).err().unwrap();
         assert!(e.contains("missing field `content`"), "{e}");
         assert!(parse_args::<NoArgs>("list_input_files", "").is_ok());
+        // A value of the wrong type is named by serde, whole: not echoed whole.
+        let huge = format!(r#"{{"path": "a.py", "offset": "{}"}}"#, "A".repeat(5 << 20));
+        let e = parse_args::<PathArgs>("read_file_content", &huge).err().unwrap();
+        assert!(e.len() < 600, "{} bytes", e.len());
     }
 
     #[test]

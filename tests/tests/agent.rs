@@ -2382,7 +2382,18 @@ const DEAF: &str =
 
 /// A run stopped by `sig` once its step runs `script`: what it left.
 fn stopped_during_a_step(script: &str, sig: nix::sys::signal::Signal, twice: bool) -> (Ended, std::time::Instant) {
-    let w = watch_cli(one_step_turns(script), &args(&["--step-timeout", "60"]));
+    stopped_during_a_step_with(script, sig, twice, &[])
+}
+
+fn stopped_during_a_step_with(
+    script: &str,
+    sig: nix::sys::signal::Signal,
+    twice: bool,
+    extra: &[&str],
+) -> (Ended, std::time::Instant) {
+    let mut a = args(&["--step-timeout", "60"]);
+    a.extend(args(extra));
+    let w = watch_cli(one_step_turns(script), &a);
     w.wait_requests(3, Duration::from_secs(90));
     // The step prints as it starts; its line shows live (or, on a build
     // without live output, the step is well under way 15 s on).
@@ -2399,11 +2410,12 @@ fn stopped_during_a_step(script: &str, sig: nix::sys::signal::Signal, twice: boo
 #[test]
 fn a_signal_during_a_step_stops_the_run_within_2_s_with_no_model_call_after_it_and_everything_saved() {
     use nix::sys::signal::Signal;
-    for (script, sig, what) in [
-        (SLEEPER, Signal::SIGINT, "a sleeping step"),
-        (FORK_BOMB, Signal::SIGTERM, "a fork bomb"),
+    for (script, sig, what, extra) in [
+        (SLEEPER, Signal::SIGINT, "a sleeping step", &[][..]),
+        (FORK_BOMB, Signal::SIGTERM, "a fork bomb", &[][..]),
+        (SLEEPER, Signal::SIGINT, "a sleeping --stateless step", &["--stateless"][..]),
     ] {
-        let (e, at) = stopped_during_a_step(script, sig, false);
+        let (e, at) = stopped_during_a_step_with(script, sig, false, extra);
         let took = e.exited.duration_since(at);
         eprintln!("{what}: {sig} to exit in {} ms", took.as_millis());
         assert_eq!(e.code, Some(128 + sig as i32), "{what}: exit 128 + the signal\n{}", e.stderr());
@@ -2429,6 +2441,19 @@ fn a_signal_during_a_step_stops_the_run_within_2_s_with_no_model_call_after_it_a
         assert!(facts[0].status == "cancelled" || facts[0].status == "timeout_wall", "{what}: {facts:?}");
         assert!(facts[0].wall_ms < 10_000.0, "{what}: the step ran {} ms", facts[0].wall_ms);
         assert_run_left_nothing(&e.run, what);
+        if what == "a sleeping step" {
+            // The stopped run goes on with `resume` from where it stopped:
+            // the sub-agent hears its step was cancelled, and finishes.
+            let mock = MockLlm::start(vec![
+                tool_turn(&[call("complete_todo", json!({"report": "done after all"}))], (100, 5)),
+                text_turn("done.", (100, 5)),
+            ]);
+            let out = resume_cli(root, &mock);
+            assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+            let first = mock.requests()[0].to_string();
+            assert!(first.contains("status: cancelled"), "the resumed sub-agent sees its cancelled step: {first}");
+            assert_eq!(summary_json(root)["stop"], "finished");
+        }
     }
     // A cell deaf to its interrupt is killed after the grace; a second
     // signal ends the agent at once, and still nothing is left.
