@@ -73,14 +73,22 @@ pub fn guard_signals() -> std::io::Result<()> {
         eprintln!(
             "jail-agent: {sig}: stopping: the running step is interrupted, no model call is made, and the state, the summary and the answer so far are saved (a second signal ends at once)"
         );
-        // No session may start from now on; a step in flight stops now.
-        crate::cells::interrupt_running();
-        std::thread::spawn(move || {
+        // Each on a thread of its own, so none can hold up another, nor
+        // this thread's wait for a second signal: no session may start
+        // from now on and a step in flight stops now; past the grace, a
+        // cell still running is killed with its session; past HARD_STOP,
+        // the process ends whatever is still under way.
+        std::thread::spawn(crate::cells::interrupt_running);
+        std::thread::spawn(|| {
             std::thread::sleep(GRACE);
             crate::cells::kill_running();
-            std::thread::sleep(HARD_STOP.saturating_sub(GRACE));
+        });
+        std::thread::spawn(move || {
+            std::thread::sleep(HARD_STOP);
             eprintln!("jail-agent: the run did not stop within {} s of {sig}: ending it now", HARD_STOP.as_secs());
-            crate::cells::stop_all();
+            // The sessions' stops may take as long as their judging: not
+            // waited for past the pool's own bounded end.
+            std::thread::spawn(crate::cells::stop_all);
             crate::pool::end_on_signal();
             std::process::exit(i32::from(exit_status(sig)));
         });
