@@ -1,9 +1,12 @@
 //! One step through the `jail` binary, as a subprocess: in a fresh jail
 //! (`jail run --events --input --output --code SCRIPT`, the script's output
 //! shown as its events arrive), or as a cell of a session (`jail session
-//! exec` on a session claimed from the run's warm pool, pool.rs, or
-//! started here with `jail session start`; cells.rs keeps it); either way
-//! the result is deserialized into the `jail` crate's own `RunResult`.
+//! exec --events` on a session claimed from the run's warm pool, pool.rs,
+//! or started here with `jail session start`; cells.rs keeps it; its
+//! output shown live the same way); either way the result is deserialized
+//! into the `jail` crate's own `RunResult`. Each `jail` runs in a process
+//! group of its own (`jail_command`): a signal reaches the agent alone,
+//! which stops its steps in its own order (stop.rs).
 //! Never in-process: the jail must fork from a single-threaded process, and
 //! it is the jail's subprocess boundary that keeps a step's failure from
 //! becoming ours. The jail gets the agent's environment minus `LLM_*` and
