@@ -2917,6 +2917,7 @@ fn a_reply_of_150_calls_costs_one_save_and_150_appends_and_a_bounded_trace() {
     assert!(trace_bytes < 2 << 20, "a 15 MB reply left {trace_bytes} bytes of trace");
     let state: Value = serde_json::from_str(&std::fs::read_to_string(e.run.root.join("state.json")).unwrap()).unwrap();
     let saves = state["saves"].as_u64().unwrap_or(u64::MAX);
+    eprintln!("150 calls of 100 KB in one reply: {trace_bytes} bytes of trace, state.json written {saves} times");
     assert!(saves < 20, "state.json was written {saves} times for 5 replies");
 }
 
