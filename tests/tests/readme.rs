@@ -167,6 +167,8 @@ fn every_shell_block_of_the_readme_runs_as_written() {
         let _ = std::fs::remove_dir("/var/lib/jail");
     }
     let said = format!("--- stdout\n{stdout}\n--- stderr\n{}", tail(&stderr, 8000));
+    // What each block said, for `--nocapture`.
+    eprintln!("{said}");
     assert!(status.is_some(), "the README's blocks did not end within {LIMIT:?}\n{said}");
     assert!(status.unwrap().success(), "a README block failed ({:?})\n{said}", status);
 
