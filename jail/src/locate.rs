@@ -164,7 +164,11 @@ impl Search {
             }
             if matches!(source, Source::Flag | Source::Env | Source::Policy) {
                 // The flavour that would build it: the one named, else minimal.
-                let flavour = if FLAVOURS.contains(&self.name.as_str()) { self.name.as_str() } else { "minimal" };
+                let flavour = if FLAVOURS.contains(&self.name.as_str()) {
+                    self.name.as_str()
+                } else {
+                    "minimal"
+                };
                 return Err(LocateError::Missing { path: path.clone(), from: *source, name: flavour.to_string() });
             }
         }
