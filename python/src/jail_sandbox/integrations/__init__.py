@@ -74,6 +74,15 @@ class Runner:
         except SandboxSetupError as e:
             return describe_setup_error(e)
 
+    def function(self) -> Any:
+        """``run_python(code: str) -> str``, the plain function a framework
+        turns into a tool (its schema read from the signature)."""
+
+        def run_python(code: str) -> str:
+            return self(code)
+
+        return run_python
+
     def close(self) -> None:
         """End a stateful tool's session."""
         with self.lock:

@@ -48,11 +48,7 @@ def python_tool(
         The tool; ``tool.close()`` ends a stateful tool's session.
     """
     runner = Runner(sandbox, stateful)
-
-    def run_python(code: str) -> str:
-        return runner(code)
-
-    tool = StructuredTool.from_function(func=run_python, name=name, description=description)
+    tool = StructuredTool.from_function(func=runner.function(), name=name, description=description)
     # pydantic model: set through object.__setattr__ so the field check is skipped.
     object.__setattr__(tool, "close", runner.close)
     return tool

@@ -25,29 +25,16 @@ from .. import Sandbox
 from . import DESCRIPTION, Runner
 
 
-def python_tool(
-    sandbox: Optional[Sandbox] = None,
-    *,
-    stateful: bool = False,
-    name: str = "run_python",
-    description: str = DESCRIPTION,
-) -> Any:
-    """An Agents SDK ``FunctionTool`` taking ``code`` (a string of Python).
-
-    Args:
-        sandbox: The jails' recipe (default: ``Sandbox(timeout=30)``).
-        stateful: Run every call as a cell of one session.
-        name: The tool's name, as the model sees it.
-        description: What the model is told the tool does.
-
-    Returns:
-        The tool; ``tool.close()`` ends a stateful tool's session.
-    """
+def python_tool(sandbox: Optional[Sandbox] = None, *, stateful: bool = False, **naming: str) -> Any:
+    """An Agents SDK ``FunctionTool`` taking ``code`` (a string of Python):
+    the arguments (``sandbox``, ``stateful``, ``name``, ``description``)
+    and the answers are :func:`jail_sandbox.integrations.langchain.python_tool`'s;
+    ``tool.close()`` ends a stateful tool's session."""
     runner = Runner(sandbox, stateful)
-
-    def run_python(code: str) -> str:
-        return runner(code)
-
-    tool = function_tool(run_python, name_override=name, description_override=description)
+    tool = function_tool(
+        runner.function(),
+        name_override=naming.get("name", "run_python"),
+        description_override=naming.get("description", DESCRIPTION),
+    )
     tool.close = runner.close  # type: ignore[attr-defined]
     return tool
