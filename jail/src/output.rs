@@ -176,7 +176,8 @@ fn copy_data(from: OwnedFd, to: &OwnedFd) -> io::Result<()> {
 /// parents may be closed to everyone else, a root caller's 0700 temp dir),
 /// then the folder itself again by mode bits, as the host side.
 fn open_host(fs: &mut Acting, host: &Path) -> io::Result<OwnedFd> {
-    let outer = sys::openat2(None, host, libc::O_RDONLY | libc::O_DIRECTORY, RESOLVE_NO_SYMLINKS)?;
+    // The caller's path, taken as every door takes one (accept.rs).
+    let outer = sys::openat2(None, host, libc::O_RDONLY | libc::O_DIRECTORY, crate::accept::RESOLVE)?;
     fs.on(As::Host, || open_dir_at(&outer, OsStr::new(".")))
 }
 
