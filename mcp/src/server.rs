@@ -426,8 +426,11 @@ fn readable(path: &std::path::Path, mode: u32) -> Result<(), String> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
-/// The folder to give as `--input`: an allowlisted folder as it is, or the
-/// allowlisted files copied into `dir/input`.
+/// The folder to give as `--input`: an allowlisted folder as it is (bound
+/// by `jail run`, which takes it as every door does), or the allowlisted
+/// files copied into `dir/input` by the jail crate's acceptor: opened
+/// again beneath their folder without following a link, each keeping its
+/// own mode (never made readable for the jail), never a hard link.
 fn stage_input(dir: &std::path::Path, staging: &Staging) -> Result<Option<PathBuf>, String> {
     Ok(match staging {
         Staging::None => None,
@@ -436,10 +439,12 @@ fn stage_input(dir: &std::path::Path, staging: &Staging) -> Result<Option<PathBu
             let to = dir.join("input");
             std::fs::create_dir(&to).map_err(|e| format!("mkdir {}: {e}", to.display()))?;
             readable(&to, 0o755)?;
+            let into = jail::accept::open_own_dir(&to).map_err(|e| e.to_string())?;
             for (name, from) in files {
-                let dest = to.join(name);
-                std::fs::copy(from, &dest).map_err(|e| format!("copy {} to the jail's input: {e}", from.display()))?;
-                readable(&dest, 0o644)?;
+                let copy_err = |e: jail::accept::AcceptError| format!("copy {e} to the jail's input: {}", e.fix());
+                let file = from.open_file().map_err(copy_err)?;
+                jail::accept::copy_file(file, &from.path(), &into, std::ffi::OsStr::new(name), crate::inputs::MAX_COPY_BYTES)
+                    .map_err(copy_err)?;
             }
             Some(to)
         }
