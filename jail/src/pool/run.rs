@@ -15,10 +15,13 @@
 //!
 //! Folders: each jail is started with its own empty input folder (bound
 //! read-only at /workspace/input) and a fresh output folder. A request's
-//! `input` is copied into that input folder when the jail is claimed (links
-//! copied as links, never followed; the jail sees the copy read-only); its
-//! output folder is the jail's, renamed to the request's `output` when one
-//! is named, else named in the reply's `output_dir`.
+//! `input` is copied into that input folder when the jail is claimed, by
+//! the acceptor every door uses (accept.rs: opened when the request is
+//! checked, copied from that descriptor, links copied as links and never
+//! followed, modes kept, anything refused failing the request by name; the
+//! jail sees the copy read-only); its output folder is the jail's, renamed
+//! to the request's `output` (its parent opened then, without following a
+//! link) when one is named, else named in the reply's `output_dir`.
 
 mod cancel;
 mod handout;
