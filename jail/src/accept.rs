@@ -247,8 +247,9 @@ fn mode_allows(st: &FileStat, uid: Option<u32>, gid: Option<u32>, want: Want, is
     (st.st_mode >> shift) & bits == bits
 }
 
+/// What kind of entry, as far as copying goes (output.rs's mirror too).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
+pub(crate) enum Kind {
     Dir,
     File,
     Symlink,
@@ -257,7 +258,7 @@ enum Kind {
     Device,
 }
 
-fn kind_of(st: &FileStat) -> Kind {
+pub(crate) fn kind_of(st: &FileStat) -> Kind {
     match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
         SFlag::S_IFDIR => Kind::Dir,
         SFlag::S_IFREG => Kind::File,
@@ -272,7 +273,7 @@ fn fstat(fd: &OwnedFd) -> io::Result<FileStat> {
     nix::sys::stat::fstat(fd.as_raw_fd()).map_err(io::Error::from)
 }
 
-fn stat_at(dir: &OwnedFd, name: &OsStr) -> io::Result<FileStat> {
+pub(crate) fn stat_at(dir: &OwnedFd, name: &OsStr) -> io::Result<FileStat> {
     nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io::Error::from)
 }
 
@@ -548,11 +549,11 @@ pub fn copy_tree(from: &OwnedFd, to: &OwnedFd, reach: Reach, bounds: Bounds) -> 
 
 /// The permission bits a copy keeps: no set-id bit (the jail's mounts are
 /// nosuid anyway), nothing added.
-fn permission_bits(st: &FileStat) -> u32 {
+pub(crate) fn permission_bits(st: &FileStat) -> u32 {
     st.st_mode & 0o1777
 }
 
-fn times(st: &FileStat) -> [nix::sys::time::TimeSpec; 2] {
+pub(crate) fn times(st: &FileStat) -> [nix::sys::time::TimeSpec; 2] {
     use nix::sys::time::TimeSpec;
     [
         TimeSpec::new(st.st_atime, st.st_atime_nsec),
@@ -561,7 +562,7 @@ fn times(st: &FileStat) -> [nix::sys::time::TimeSpec; 2] {
 }
 
 /// The names in a folder, without `.` and `..`, sorted.
-fn names(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
+pub(crate) fn names(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
     let mut d = nix::dir::Dir::from(dir.try_clone()?).map_err(io::Error::from)?;
     let mut out = Vec::new();
     for e in d.iter() {
