@@ -230,6 +230,15 @@ fn session_start(tree: &Tree, input: Option<&Path>, output: Option<&Path>) -> Ta
     Taken::Ran(format!("{cell}{}", text_of(&stop)))
 }
 
+/// A pool request: `op` "run" with `code`, or "session", and `fields`.
+fn request(op: &str, code: &str, mut fields: Value) -> Value {
+    match op {
+        "run" => fields["code"] = json!(code),
+        _ => fields["op"] = json!("session"),
+    }
+    fields
+}
+
 /// One request to a running pool.
 fn pool_request(pool: &mut Pool, n: &mut u32, mut req: Value) -> Taken {
     *n += 1;
@@ -313,34 +322,16 @@ fn a_pools_run_and_session_requests_refuse_every_link_trick() {
     for (trick, path) in folder_tricks(&tree.t) {
         for op in ["run", "session"] {
             let door = format!("pool {op} input");
-            let mut req = json!({"input": path});
-            if op == "run" {
-                req["code"] = json!(PROBE);
-            } else {
-                req["op"] = json!("session");
-            }
-            let taken = pool_request(&mut pool, &mut n, req);
+            let taken = pool_request(&mut pool, &mut n, request(op, PROBE, json!({"input": path})));
             tree.assert_nothing_leaked(&door, &trick, &taken);
             assert_refused_link(&tree, &door, &trick, &taken);
             let door = format!("pool {op} output");
-            let mut req = json!({"output": path.join("new")});
-            if op == "run" {
-                req["code"] = json!("open('o.txt', 'w').write('x')");
-            } else {
-                req["op"] = json!("session");
+            for output in [path.join("new"), path.clone()] {
+                let write = "open('o.txt', 'w').write('x')";
+                let taken = pool_request(&mut pool, &mut n, request(op, write, json!({"output": output})));
+                tree.assert_victim_untouched(&door, &trick);
+                assert_refused(&tree, &door, &trick, &taken);
             }
-            let taken = pool_request(&mut pool, &mut n, req);
-            tree.assert_victim_untouched(&door, &trick);
-            assert_refused(&tree, &door, &trick, &taken);
-            let mut req = json!({"output": path});
-            if op == "run" {
-                req["code"] = json!("open('o.txt', 'w').write('x')");
-            } else {
-                req["op"] = json!("session");
-            }
-            let taken = pool_request(&mut pool, &mut n, req);
-            tree.assert_victim_untouched(&door, &trick);
-            assert_refused(&tree, &door, &trick, &taken);
         }
     }
     for (trick, path) in script_tricks(&tree.t) {
@@ -351,13 +342,7 @@ fn a_pools_run_and_session_requests_refuse_every_link_trick() {
     // The real input folder is copied: its hard links are refused, named,
     // and nothing of it reaches the jail.
     for op in ["run", "session"] {
-        let mut req = json!({"input": tree.t.join("in")});
-        if op == "run" {
-            req["code"] = json!(PROBE);
-        } else {
-            req["op"] = json!("session");
-        }
-        let taken = pool_request(&mut pool, &mut n, req);
+        let taken = pool_request(&mut pool, &mut n, request(op, PROBE, json!({"input": tree.t.join("in")})));
         tree.assert_nothing_leaked(&format!("pool {op}"), "an input holding hard links", &taken);
         match &taken {
             Taken::Refused(why) => tree.check(why.contains("hard: a file with 2 names"), || format!("pool {op}: {why}")),
