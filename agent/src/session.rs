@@ -25,7 +25,8 @@
 //! (`jail::accept`): no link followed, links inside copied as links, each
 //! entry's own mode kept (never widened), and only what the jail itself
 //! could read through a bind of the folder: as root, what the "other" bits
-//! allow (a 0600 file, even root's own, is not copied). Hard links, fifos,
+//! (or the sandbox's group) allow (a 0600 file, even root's own, is not
+//! copied). Hard links, fifos,
 //! sockets and devices are never copied. Each entry left out is named in
 //! `skipped_input`.
 //!
@@ -395,14 +396,15 @@ fn walk(dir: &Path, prefix: &str, depth: usize, out: &mut Vec<Entry>) {
 /// Copy the user's input folder into the session's, as the jail crate
 /// takes every caller's path (`jail::accept`): no link followed (links
 /// inside are copied as links), only what the jail may read (as root: by
-/// the "other" bits, since the copy is root's), each entry's own mode kept,
+/// the "other" bits or the sandbox's group, which the copy keeps), each
+/// entry's own mode kept,
 /// hard links and special files never copied. What was left out, in plain
 /// words.
 fn copy_input(input: &Path, into: &Path, owner: Owner) -> Result<Vec<String>, SessionError> {
     use jail::accept::{self, Reach};
     let reach = match owner {
         Owner::Caller => Reach::Caller,
-        Owner::Sandbox { .. } => Reach::Sandbox { uid: None, gid: None },
+        Owner::Sandbox { gid, .. } => Reach::Sandbox { uid: None, gid: Some(gid) },
     };
     let refused = |e: accept::AcceptError| SessionError::ReadInput {
         path: input.to_path_buf(),

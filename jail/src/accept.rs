@@ -29,8 +29,9 @@
 //! 3. **Modes are never widened.** A copy keeps each entry's permission
 //!    bits (set-id bits dropped) and belongs to the copier, which the jail
 //!    reaches as it reached the original: the caller's copy as the caller
-//!    (an ordinary caller), root's copy through its "other" bits (root:
-//!    which is exactly what [`Reach::here`] judged by).
+//!    (an ordinary caller); root's copy through its "other" bits, or its
+//!    group when the original was the jails' group's (the copy keeps that
+//!    group): exactly what [`Reach::of_jails`] judged by.
 //! 4. **Hard links, one way: a file with more than one name is never
 //!    copied.** A copy refuses it (`hard_link`), as the artifact check
 //!    refuses one the script left and the output mirror leaves one on the
@@ -170,14 +171,36 @@ pub enum Want {
 }
 
 impl Reach {
-    /// This process's reach for what it copies: its own when it is an
-    /// ordinary user; as root, the "other" bits (the copy is root's, so
-    /// the jail's uid reaches it through them: rule 3).
+    /// The reach of the jails this process starts: its own when it is an
+    /// ordinary user; as root, the host gid every root-started jail shares
+    /// (the policy's `identity.root_host_gid`) and the "other" bits (each
+    /// jail's uid is its own and owns nothing a caller names).
+    pub fn of_jails(root_host_gid: u32) -> Reach {
+        if nix::unistd::geteuid().is_root() {
+            Reach::Sandbox { uid: None, gid: Some(root_host_gid) }
+        } else {
+            Reach::Caller
+        }
+    }
+
+    /// As [`Reach::of_jails`] with no group: as root, the "other" bits alone.
     pub fn here() -> Reach {
         if nix::unistd::geteuid().is_root() {
             Reach::Sandbox { uid: None, gid: None }
         } else {
             Reach::Caller
+        }
+    }
+
+    /// A copy made as root reaches the jail as its source did: it is
+    /// root's, so the "other" bits carry over as they are, and a source
+    /// the jail reads through its group (`gid`) keeps that group.
+    fn keep_group(&self, copy: &OwnedFd, source: &FileStat) -> io::Result<()> {
+        match *self {
+            Reach::Sandbox { gid: Some(g), .. } if source.st_gid == g => {
+                nix::unistd::fchown(copy.as_raw_fd(), None, Some(nix::unistd::Gid::from_raw(g))).map_err(io::Error::from)
+            }
+            _ => Ok(()),
         }
     }
 
@@ -207,6 +230,9 @@ impl Reach {
         match self {
             Reach::Caller => "the caller".into(),
             Reach::Sandbox { uid: Some(u), .. } => format!("the jail's host uid {u} (jail runs as root)"),
+            Reach::Sandbox { gid: Some(g), .. } => {
+                format!("the jail's unprivileged host uid, by its group ({g}) or \"other\" mode bits (jail runs as root)")
+            }
             Reach::Sandbox { .. } => "the jail's unprivileged host uid, by its \"other\" mode bits (jail runs as root)".into(),
         }
     }
@@ -584,7 +610,7 @@ fn open_at(dir: &OwnedFd, name: &OsStr, flags: libc::c_int, mode: u32) -> io::Re
 /// [`open_file_beneath`] at `path`) into the door's folder `into` as
 /// `name`, by the module's rules: a hard link refused, its permission bits
 /// kept (set-id dropped), at most `max` bytes. Returns the bytes copied.
-pub fn copy_file(file: File, path: &Path, into: &OwnedFd, name: &OsStr, max: u64) -> Result<u64, AcceptError> {
+pub fn copy_file(file: File, path: &Path, into: &OwnedFd, name: &OsStr, reach: Reach, max: u64) -> Result<u64, AcceptError> {
     let st = nix::sys::stat::fstat(file.as_raw_fd()).map_err(|e| AcceptError::io(path, e.into()))?;
     if st.st_nlink > 1 {
         return Err(AcceptError::new(path, Problem::HardLink(st.st_nlink as u64)));
@@ -593,14 +619,16 @@ pub fn copy_file(file: File, path: &Path, into: &OwnedFd, name: &OsStr, max: u64
     if size > max {
         return Err(AcceptError::new(path, Problem::TooLarge(size, max)));
     }
-    write_copy(file, &st, into, name).map_err(|e| AcceptError::io(path, e))
+    write_copy(file, &st, into, name, reach).map_err(|e| AcceptError::io(path, e))
 }
 
 /// A new file `name` in `into` (never through an existing entry) with at
 /// most `st`'s size of `src`'s bytes (a file growing as it is copied cannot
 /// pass a bound), then `st`'s permission bits (set-id dropped) and times.
-fn write_copy(src: File, st: &FileStat, into: &OwnedFd, name: &OsStr) -> io::Result<u64> {
-    let dst = File::from(open_at(into, name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600)?);
+fn write_copy(src: File, st: &FileStat, into: &OwnedFd, name: &OsStr, reach: Reach) -> io::Result<u64> {
+    let dst = open_at(into, name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL, 0o600)?;
+    reach.keep_group(&dst, st)?;
+    let dst = File::from(dst);
     let n = io::copy(&mut src.take(st.st_size.max(0) as u64), &mut &dst)?;
     nix::sys::stat::fchmod(dst.as_raw_fd(), Mode::from_bits_truncate(permission_bits(st)))?;
     let [a, m] = times(st);
@@ -657,6 +685,7 @@ fn fill(
                 nix::sys::stat::mkdirat(Some(to.as_raw_fd()), name.as_os_str(), Mode::from_bits_truncate(0o700))
                     .map_err(|e| err(&path)(e.into()))?;
                 let tsub = open_at(to, &name, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(err(&path))?;
+                reach.keep_group(&tsub, &now).map_err(err(&path))?;
                 fill(&sub, &tsub, &path, depth + 1, reach, bounds, entries, out)?;
                 nix::sys::stat::fchmod(tsub.as_raw_fd(), Mode::from_bits_truncate(permission_bits(&now)))
                     .map_err(|e| err(&path)(e.into()))?;
@@ -693,7 +722,7 @@ fn fill(
                 if out.bytes.saturating_add(now.st_size.max(0) as u64) > bounds.bytes {
                     return Err(CopyError::TooLarge(bounds.bytes));
                 }
-                let n = write_copy(File::from(src), &now, to, &name).map_err(err(&path))?;
+                let n = write_copy(File::from(src), &now, to, &name, reach).map_err(err(&path))?;
                 out.files += 1;
                 out.bytes += n;
             }

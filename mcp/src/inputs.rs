@@ -46,9 +46,12 @@ pub enum InputError {
 
 /// The folders allowlisted at start, each by its name and absolute path
 /// (no link on the way: each is opened again, the same way, per call).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Allowlist {
     dirs: Vec<(String, PathBuf)>,
+    /// What each run's jail may read of the host: a named file it could
+    /// not read is refused.
+    reach: Reach,
 }
 
 /// What one call's input becomes: nothing, one folder bound as
@@ -77,10 +80,10 @@ impl Beneath {
     /// Open it again, as it was resolved: beneath its folder, following no
     /// link, a regular file the jail may read, with one name (a hard link
     /// is never copied).
-    pub fn open_file(&self) -> Result<std::fs::File, accept::AcceptError> {
+    pub fn open_file(&self, reach: Reach) -> Result<std::fs::File, accept::AcceptError> {
         use std::os::unix::fs::MetadataExt;
         let root = accept::open_own_dir(&self.root)?;
-        let file = accept::open_file_beneath(&root, &self.root, &self.rel, Reach::here())?;
+        let file = accept::open_file_beneath(&root, &self.root, &self.rel, reach)?;
         match file.metadata() {
             Ok(m) if m.nlink() > 1 => {
                 Err(accept::AcceptError { path: self.path(), problem: accept::Problem::HardLink(m.nlink()) })
@@ -91,7 +94,7 @@ impl Beneath {
 }
 
 impl Allowlist {
-    pub fn new(dirs: &[PathBuf]) -> Result<Allowlist, InputError> {
+    pub fn new(dirs: &[PathBuf], reach: Reach) -> Result<Allowlist, InputError> {
         let mut list: Vec<(String, PathBuf)> = Vec::new();
         for d in dirs {
             let not_a_folder = |cause: String| InputError::NotAFolder { path: d.clone(), cause };
@@ -103,7 +106,12 @@ impl Allowlist {
             }
             list.push((name, canon));
         }
-        Ok(Allowlist { dirs: list })
+        Ok(Allowlist { dirs: list, reach })
+    }
+
+    /// What each run's jail may read of the host.
+    pub fn reach(&self) -> Reach {
+        self.reach
     }
 
     /// The folders, as a client is told them: `name (path)`.
@@ -164,7 +172,7 @@ impl Allowlist {
             return Err(InputError::NotAFile { entry: entry.to_string() });
         }
         // A file is copied: the jail must be able to read it.
-        at.open_file().map_err(taken)?;
+        at.open_file(self.reach).map_err(taken)?;
         Ok((at, false))
     }
 
@@ -217,7 +225,7 @@ mod tests {
         std::fs::write(data.join("sub/a.csv"), "y\n").unwrap();
         std::fs::write(t.path().join("secret"), "no").unwrap();
         std::os::unix::fs::symlink(t.path().join("secret"), data.join("link")).unwrap();
-        let list = Allowlist::new(&[data]).unwrap();
+        let list = Allowlist::new(&[data], Reach::here()).unwrap();
         (t, list)
     }
 
@@ -246,7 +254,7 @@ mod tests {
         ] {
             assert!(matches!(list.resolve(&entry), Err(InputError::Outside { .. })), "{entry}: {:?}", list.resolve(&entry));
         }
-        assert!(matches!(Allowlist::default().resolve("/etc/passwd"), Err(InputError::Outside { .. })));
+        assert!(matches!(Allowlist::new(&[], Reach::here()).unwrap().resolve("/etc/passwd"), Err(InputError::Outside { .. })));
         // A link inside the folder is never followed, whatever it points at.
         for entry in ["data/link", "data/link/", "data/sub/../link"] {
             assert!(matches!(list.resolve(entry), Err(InputError::Link { .. } | InputError::Outside { .. })), "{entry}");
@@ -286,10 +294,10 @@ mod tests {
     #[test]
     fn allowlisted_folders_must_exist_and_have_distinct_names() {
         let t = tempfile::tempdir().unwrap();
-        assert!(matches!(Allowlist::new(&[t.path().join("none")]), Err(InputError::NotAFolder { .. })));
+        assert!(matches!(Allowlist::new(&[t.path().join("none")], Reach::here()), Err(InputError::NotAFolder { .. })));
         std::fs::create_dir_all(t.path().join("x/data")).unwrap();
         std::fs::create_dir_all(t.path().join("y/data")).unwrap();
-        let r = Allowlist::new(&[t.path().join("x/data"), t.path().join("y/data")]);
+        let r = Allowlist::new(&[t.path().join("x/data"), t.path().join("y/data")], Reach::here());
         assert!(matches!(r, Err(InputError::SameName { .. })));
     }
 }

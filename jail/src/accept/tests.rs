@@ -241,3 +241,39 @@ fn a_copy_stops_at_its_bounds() {
     let to = open_own_dir(to_dir.path()).unwrap();
     assert!(matches!(copy_tree(&from, &to, Reach::here(), Bounds { bytes: 100, entries: 2 }), Err(CopyError::TooMany(2))));
 }
+
+#[test]
+fn as_root_a_file_the_jails_group_reads_is_copied_with_that_group() {
+    if !is_root() {
+        return;
+    }
+    use std::os::unix::fs::MetadataExt;
+    let gid = 1_879_048_192;
+    let t = tree();
+    let real = t.path().join("real");
+    std::os::unix::fs::chown(real.join("a.csv"), None, Some(gid)).unwrap();
+    fs::set_permissions(real.join("a.csv"), fs::Permissions::from_mode(0o640)).unwrap();
+    let reach = Reach::Sandbox { uid: None, gid: Some(gid) };
+    let to_dir = tempfile::tempdir().unwrap();
+    let c = copy_tree(
+        &open_dir(&real, reach).unwrap(),
+        &open_own_dir(to_dir.path()).unwrap(),
+        reach,
+        Bounds { bytes: 1 << 20, entries: 100 },
+    )
+    .unwrap();
+    assert!(c.refused.is_empty(), "{:?}", c.refused);
+    let m = fs::metadata(to_dir.path().join("a.csv")).unwrap();
+    assert_eq!((m.gid(), m.mode() & 0o777), (gid, 0o640));
+    // Without the group, the "other" bits alone decide: refused.
+    let to_dir = tempfile::tempdir().unwrap();
+    let others = Reach::Sandbox { uid: None, gid: None };
+    let c = copy_tree(
+        &open_dir(&real, others).unwrap(),
+        &open_own_dir(to_dir.path()).unwrap(),
+        others,
+        Bounds { bytes: 1 << 20, entries: 100 },
+    )
+    .unwrap();
+    assert_eq!(c.refused.len(), 1, "{:?}", c.refused);
+}

@@ -85,6 +85,9 @@ pub struct Config {
     /// `filesystem.output_size`): only then can it be handed out as a
     /// session with the caller's output folder (session/adopt.rs).
     pub output_capped: bool,
+    /// What each jail may read of the host (accept.rs): what a request's
+    /// script and input are judged by.
+    pub reach: accept::Reach,
 }
 
 /// One made jail, not yet claimed.
@@ -585,13 +588,13 @@ impl Pool {
         // Everything about the request is checked before a jail is claimed.
         let code = match &req.source {
             Source::Code(c) => c.clone(),
-            Source::Script(p) => match read_script(p) {
+            Source::Script(p) => match read_script(p, self.cfg.reach) {
                 Ok(c) => c,
                 Err(e) => return fail("bad_request", e),
             },
         };
         // Opened now, used by descriptor after the claim (accept.rs).
-        let input = match req.input.as_deref().map(check_input).transpose() {
+        let input = match req.input.as_deref().map(|i| check_input(i, self.cfg.reach)).transpose() {
             Ok(i) => i,
             Err(e) => return fail("bad_request", e),
         };
@@ -691,7 +694,7 @@ impl Pool {
         flight: &cancel::Flight,
     ) -> Result<Value, String> {
         if let (Some(from), Some(path)) = (&accepted.input, &req.input) {
-            copy_input(from, path, &jail.input())?;
+            copy_input(from, path, &jail.input(), self.cfg.reach)?;
         }
         let argv0 = match &req.source {
             Source::Code(_) => "-c".to_string(),
@@ -824,23 +827,23 @@ struct Accepted {
 /// The request's `script`: a regular file the jail may read (it is the
 /// jail's to read: a root pool does not hand it a file only root may
 /// read), opened without following a link (accept.rs).
-fn read_script(path: &Path) -> Result<String, String> {
-    accept::read_text(path, accept::Reach::here(), MAX_SCRIPT).map_err(|e| format!("script {e}: {}", e.fix()))
+fn read_script(path: &Path, reach: accept::Reach) -> Result<String, String> {
+    accept::read_text(path, reach, MAX_SCRIPT).map_err(|e| format!("script {e}: {}", e.fix()))
 }
 
 /// The request's `input`: a folder, opened without following a link.
-fn check_input(input: &Path) -> Result<OwnedFd, String> {
-    accept::open_dir(input, accept::Reach::here()).map_err(|e| format!("input {e}: {}", e.fix()))
+fn check_input(input: &Path, reach: accept::Reach) -> Result<OwnedFd, String> {
+    accept::open_dir(input, reach).map_err(|e| format!("input {e}: {}", e.fix()))
 }
 
 /// Copy the accepted input into the jail's input folder (accept.rs: links
 /// as links, what the jail may not read and hard links refused). Anything
 /// refused fails the request, naming each entry: nothing the caller gave
 /// vanishes without a word.
-fn copy_input(from: &OwnedFd, path: &Path, to: &Path) -> Result<(), String> {
+fn copy_input(from: &OwnedFd, path: &Path, to: &Path, reach: accept::Reach) -> Result<(), String> {
     let into = accept::open_own_dir(to).map_err(|e| format!("the jail's input folder {e}"))?;
-    let copied = accept::copy_tree(from, &into, accept::Reach::here(), INPUT_BOUNDS)
-        .map_err(|e| format!("copy the input {}: {e}", path.display()))?;
+    let copied =
+        accept::copy_tree(from, &into, reach, INPUT_BOUNDS).map_err(|e| format!("copy the input {}: {e}", path.display()))?;
     if copied.refused.is_empty() {
         return Ok(());
     }
@@ -936,8 +939,8 @@ mod tests {
         fs::write(t.path().join("secret"), "no").unwrap();
         std::os::unix::fs::symlink(t.path().join("secret"), src.join("link")).unwrap();
         fs::create_dir(&dst).unwrap();
-        let from = check_input(&src).unwrap();
-        copy_input(&from, &src, &dst).unwrap();
+        let from = check_input(&src, accept::Reach::here()).unwrap();
+        copy_input(&from, &src, &dst, accept::Reach::here()).unwrap();
         assert_eq!(fs::read_to_string(dst.join("sub/a.csv")).unwrap(), "x,y\n");
         assert!(fs::symlink_metadata(dst.join("link")).unwrap().file_type().is_symlink());
         // Its own mode, never widened (root's copy is not made 0644).
@@ -946,13 +949,13 @@ mod tests {
         fs::hard_link(t.path().join("secret"), src.join("hard")).unwrap();
         let again = t.path().join("again");
         fs::create_dir(&again).unwrap();
-        let e = copy_input(&check_input(&src).unwrap(), &src, &again).unwrap_err();
+        let e = copy_input(&check_input(&src, accept::Reach::here()).unwrap(), &src, &again, accept::Reach::here()).unwrap_err();
         assert!(e.contains("hard: a file with 2 names"), "{e}");
         // The input itself is taken without following a link, trailing
         // slash or not.
         std::os::unix::fs::symlink("/etc", t.path().join("etcdir")).unwrap();
         for p in ["etcdir", "etcdir/", "etcdir/."] {
-            let e = check_input(&t.path().join(p)).unwrap_err();
+            let e = check_input(&t.path().join(p), accept::Reach::here()).unwrap_err();
             assert!(e.contains("link"), "{p}: {e}");
         }
     }
@@ -997,7 +1000,7 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         fs::write(t.path().join("a.py"), "print(1)").unwrap();
         std::os::unix::fs::symlink(t.path().join("a.py"), t.path().join("b.py")).unwrap();
-        assert_eq!(read_script(&t.path().join("a.py")).unwrap(), "print(1)");
-        assert!(read_script(&t.path().join("b.py")).unwrap_err().contains("link"));
+        assert_eq!(read_script(&t.path().join("a.py"), accept::Reach::here()).unwrap(), "print(1)");
+        assert!(read_script(&t.path().join("b.py"), accept::Reach::here()).unwrap_err().contains("link"));
     }
 }

@@ -38,7 +38,7 @@ impl Pool {
             );
         }
         // Opened now, used by descriptor once a jail is claimed (accept.rs).
-        let input = match req.input.as_deref().map(check_input).transpose() {
+        let input = match req.input.as_deref().map(|i| check_input(i, self.cfg.reach)).transpose() {
             Ok(i) => i,
             Err(e) => return fail("bad_request", e),
         };
@@ -100,7 +100,7 @@ impl Pool {
     /// The request's input in, then its output folder taken by the session.
     fn hand_out(&self, jail: &Jail, req: &SessionRequest, input: Option<&OwnedFd>, out: &Path) -> Result<(), String> {
         if let (Some(from), Some(path)) = (input, &req.input) {
-            copy_input(from, path, &jail.input())?;
+            copy_input(from, path, &jail.input(), self.cfg.reach)?;
         }
         session::adopt_output(&jail.handle, out).map_err(|e| format!("hand the output folder to the session: {e}"))?;
         Ok(())
