@@ -281,7 +281,9 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
     let driver_dir = dir.join(format!("{id}.d"));
     let driver = driver_dir.join("jail_cell_driver.py");
     let written = std::fs::DirBuilder::new().mode(0o700).create(&driver_dir).and_then(|()| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&driver)?;
+        // Readable by the jail's uid (a script is given to the jail only if
+        // it may read it: accept.rs); its folder keeps everyone else out.
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&driver)?;
         f.write_all(DRIVER.as_bytes())
     });
     if let Err(e) = written {
