@@ -215,11 +215,12 @@ impl Reach {
                     (Want::Read, false) => AccessFlags::R_OK,
                     (Want::Write, _) => AccessFlags::W_OK | AccessFlags::X_OK,
                 };
-                // The kernel's check, with our effective ids and groups.
-                match nix::unistd::faccessat(Some(fd.as_raw_fd()), "", mode, AtFlags::AT_EACCESS | AtFlags::AT_EMPTY_PATH) {
+                // The kernel's check, with our effective ids and groups
+                // (the syscall, not glibc's: sys::access_fd says why).
+                match sys::access_fd(fd.as_fd(), mode.bits()) {
                     Ok(()) => Ok(true),
-                    Err(nix::errno::Errno::EACCES) | Err(nix::errno::Errno::EPERM) => Ok(false),
-                    Err(e) => Err(e.into()),
+                    Err(e) if matches!(e.raw_os_error(), Some(libc::EACCES) | Some(libc::EPERM)) => Ok(false),
+                    Err(e) => Err(e),
                 }
             }
             Reach::Sandbox { uid, gid } => Ok(mode_allows(st, uid, gid, want, is_dir)),

@@ -190,6 +190,21 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: nix::sys::signal::Signal) -
     Ok(())
 }
 
+/// `faccessat2(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH)`: the kernel's
+/// check of whether this process, by its effective ids and groups, may use
+/// the opened entry `fd` as `mode` (`R_OK`, `W_OK`, `X_OK`). The syscall
+/// itself (Linux 5.8): glibc's `faccessat` before 2.33 checks these flags
+/// in user space and refuses AT_EMPTY_PATH with EINVAL (Debian 11).
+pub fn access_fd(fd: BorrowedFd<'_>, mode: libc::c_int) -> io::Result<()> {
+    let empty = c"";
+    // SAFETY: `fd` is a live descriptor borrowed for the call and `empty` a
+    // static NUL-terminated string; nothing is written back.
+    check(unsafe {
+        libc::syscall(libc::SYS_faccessat2, fd.as_raw_fd(), empty.as_ptr(), mode, libc::AT_EACCESS | libc::AT_EMPTY_PATH)
+    })?;
+    Ok(())
+}
+
 /// `openat2(dirfd, path, {flags, 0, resolve})`.
 pub fn openat2(dirfd: Option<BorrowedFd<'_>>, path: &Path, flags: libc::c_int, resolve: u64) -> io::Result<OwnedFd> {
     openat2_mode(dirfd, path, flags, 0, resolve)
