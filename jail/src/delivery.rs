@@ -59,21 +59,29 @@ pub struct Delivery {
 }
 
 /// Judge the output dir and deliver what passed into the host folder
-/// `host`. `deadline` bounds the copy; `ids` are the sandbox's host ids,
-/// which every write into the host folder is made as.
+/// `host`. The copy ends by `run_deadline` (the run's wall deadline), or
+/// [`output::COPY_GRACE`] after the verdict when the script used all of
+/// it, so what a script wrote before a timeout, or what took long to
+/// judge, still reaches the host; `ids` are the sandbox's host ids, which
+/// every write into the host folder is made as.
 pub fn deliver(
     host: &Path,
     dir: OutputDir<'_>,
     before: &Before,
     rules: &ArtifactRules,
     ids: FsIds,
-    deadline: Instant,
+    run_deadline: Instant,
     dead: TreeDead,
 ) -> Delivery {
+    // From the verdict, not from before it: a grace taken before the
+    // judging was spent by the judging itself, and an accepted file then
+    // met a deadline already passed (issue 32).
+    let copy_deadline = |judged_at: Instant| run_deadline.max(judged_at + output::COPY_GRACE);
     match dir {
         OutputDir::Mirrored { tmpfs, inventory, limit } => {
             let mut collected = judge_as_sandbox(tmpfs, before, rules, ids, dead);
             let judged_at = Instant::now();
+            let deadline = copy_deadline(judged_at);
             let wanted: BTreeMap<PathBuf, output::Wanted> = collected
                 .accepted
                 .iter()
@@ -101,6 +109,7 @@ pub fn deliver(
         OutputDir::Bound => {
             let mut collected = artifacts::collect(host, before, rules, dead);
             let judged_at = Instant::now();
+            let deadline = copy_deadline(judged_at);
             let quarantine_dir = match sys::openat2(
                 None,
                 host,

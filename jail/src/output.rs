@@ -646,7 +646,10 @@ impl Mirror<'_> {
                     let w = *w;
                     let done = match self.place(tmp, host, &name, &path, &st, &w) {
                         Ok(d) => {
-                            self.out.sync.copied_out += 1;
+                            // A file refused at the copy (no room, no time) reached nothing.
+                            if !matches!(d, Delivered::Refused(..)) {
+                                self.out.sync.copied_out += 1;
+                            }
                             d
                         }
                         Err(e) => {

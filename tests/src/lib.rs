@@ -588,6 +588,13 @@ pub fn parse(out: &Output) -> RunResult {
     serde_json::from_value(doc).unwrap_or_else(|e| panic!("the result does not deserialize ({e})"))
 }
 
+/// The whole result document, for a failing assertion's message: what
+/// the jail said of every artifact, refusal, stage and limit, so a failure
+/// seen once (under load, say) can be read rather than guessed at.
+pub fn document(r: &RunResult) -> String {
+    serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("(the result does not serialize: {e})"))
+}
+
 /// The committed result schema, made strict for the tests: every object
 /// that lists its properties gets `additionalProperties: false`, so a field
 /// the binary prints but the schema lacks fails here (clients get the open
