@@ -11,7 +11,8 @@
 //! the one-script watch. When the session ends, `supervisor::run` finishes
 //! as a run does (tree killed and reaped, cgroup removed, output judged
 //! and delivered); the socket, the driver's folder and the cgroup go, and
-//! a one-line tombstone says why for a later `exec`. A janitor process
+//! a tombstone keeps why, for a later `exec`, and the closing result, for
+//! a later `stop` (handle.rs, `Tombstone`). A janitor process
 //! does the same cleanup should the supervisor itself be killed.
 //!
 //! A session made ahead (a `jail pool`'s) can take its caller's output
@@ -357,11 +358,18 @@ impl Leftovers {
         let _ = std::fs::remove_dir_all(&self.driver_dir);
     }
 
-    /// A line for a later `exec` that finds the session gone.
-    fn bury(&self, why: &str) {
+    /// What a later client finds of the session: why it ended, for an
+    /// `exec`, and its closing result, for a `stop` (a session that ended
+    /// by itself, with nobody waiting for its closing, still reports what
+    /// it delivered and refused: handle.rs, `Tombstone`).
+    fn bury(&self, why: &str, closing: Option<&RunResult>) {
+        let stone = handle::Tombstone {
+            why: why.to_string(),
+            closing: closing.and_then(|c| serde_json::to_value(c).ok()),
+        };
         let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&self.tombstone);
         if let Ok(mut f) = f {
-            let _ = f.write_all(why.as_bytes());
+            let _ = f.write_all(&serde_json::to_vec(&stone).unwrap_or_default());
         }
     }
 }
@@ -431,11 +439,13 @@ fn supervise(req: RunRequest, hook: Rc<Serve>, paths: Leftovers) -> ! {
         };
         say_failed(&hook, &line);
     }
-    paths.bury(&why.describe(&hook.session));
+    let mut result = result;
+    result.session = Some(hook.info(0, Some(&why)));
+    // Before the socket goes: a client that connected while the output was
+    // judged reads the tombstone once we are gone.
+    paths.bury(&why.describe(&hook.session), Some(&result));
     paths.remove();
     if let Some(stopper) = hook.stopper.borrow_mut().take() {
-        let mut result = result;
-        result.session = Some(hook.info(0, Some(&why)));
         handle::answer(&stopper, &handle::Answer { result: serde_json::to_value(&result).ok(), error: None });
     }
     sys::exit_now(0)
@@ -467,7 +477,7 @@ fn janitor(from: OwnedFd, paths: &Leftovers) -> ! {
     let mut text = Vec::new();
     let _ = std::fs::File::from(from).take(64 << 10).read_to_end(&mut text);
     // The supervisor is gone. If it ended normally all of this is done.
-    paths.bury("the session supervisor was killed");
+    paths.bury("the session supervisor was killed", None);
     paths.remove();
     let dirs: Vec<PathBuf> = String::from_utf8_lossy(&text).lines().filter(|l| l.starts_with('/')).map(PathBuf::from).collect();
     // PID 1 dies with its supervisor (PR_SET_PDEATHSIG): the cgroups empty
@@ -536,7 +546,9 @@ pub fn adopt_output(handle: &Path, dir: &Path) -> Result<serde_json::Value, hand
 }
 
 /// End the session: its closing result (the whole session's usage,
-/// denials and delivered artifacts).
+/// denials, delivered artifacts and refusals). A session that already
+/// ended by itself (a cell that killed its interpreter, an idle timeout)
+/// gives the closing it left.
 pub fn stop(handle: &Path) -> Result<serde_json::Value, handle::ClientError> {
     handle::call(handle, &handle::Request::Stop)
 }

@@ -9,9 +9,10 @@
 //! seccomp, landlock and limits as `jail run`, for its whole life. Its
 //! first cell is the trusted preload; a request then gets two cells at
 //! most (its `sys.argv`, set by us, then its code), and the session is
-//! stopped: the closing result's artifacts are the step's. No jail ever
-//! takes a second request; its replacement is started when the step is
-//! done, so that it never competes with a step for the CPUs.
+//! stopped: the closing result's verdict (artifacts and refusals) is the
+//! step's. No jail ever takes a second request; its replacement is
+//! started when the step is done, so that it never competes with a step
+//! for the CPUs.
 //!
 //! Folders: each jail is started with its own empty input folder (bound
 //! read-only at /workspace/input) and a fresh output folder. A request's
@@ -39,6 +40,7 @@ use serde_json::{json, Value};
 use super::footprint;
 use super::memory::{self, PerJail};
 use super::protocol::{self, Ceilings, Line, ProtocolError, Request, Source};
+use crate::result::RunResult;
 use crate::session;
 
 /// The lifeline's file descriptor in a `jail session start` child.
@@ -707,10 +709,19 @@ impl Pool {
             cancel::wait_gone(&supervisor);
             return cell.map(cancel::cancelled_result).map_err(|e| format!("run the step: {e}"));
         }
-        // The step is over: the jail is stopped whatever the cell did, and
-        // its closing result carries the artifacts it left.
-        let closing = session::stop(&jail.handle);
-        let mut result = cell.map_err(|e| format!("run the step: {e}"))?;
+        // The step is over: the jail is stopped whatever the cell did (a
+        // cell that ended the session left its closing for this stop), and
+        // the closing's verdict is the step's: every artifact and every
+        // refusal. Without it nothing is handed over: what reached the
+        // output folder would be unaccounted for.
+        let closing = session::stop(&jail.handle).map_err(|e| format!("the step's closing result: {e}"));
+        let cell = cell.map_err(|e| format!("run the step: {e}"))?;
+        let read = |v: Value, what: &str| -> Result<RunResult, String> {
+            serde_json::from_value(v).map_err(|e| format!("the step's {what} result does not parse: {e}"))
+        };
+        let mut step = read(cell, "cell")?;
+        step.take_delivery(read(closing?, "closing")?);
+        step.session = None;
         // The output folder leaves the slot: renamed to the request's, or to
         // a fresh one in the temp dir (the same filesystem: the work dir is
         // in it) that the reply names.
@@ -721,13 +732,9 @@ impl Pool {
             }
         }
         .map_err(|e| format!("hand over the output folder: {e}"))?;
-        if let Value::Object(m) = &mut result {
-            m.remove("session");
-            m.insert("output_dir".into(), Value::from(out.display().to_string()));
-            if let Ok(c) = &closing {
-                m.insert("artifacts".into(), c["artifacts"].clone());
-            }
-        }
+        step.output_dir = Some(out.display().to_string());
+        hand_over_quarantine(&mut step, &out)?;
+        let result = serde_json::to_value(&step).map_err(|e| format!("the step's result: {e}"))?;
         if req.events {
             // Judged once the jail is stopped: after the last chunk, as
             // `jail run --events` sends them.
@@ -859,6 +866,30 @@ fn hand_over(out: &Path, want: &Path) -> Result<(), String> {
         fs::remove_dir(want).map_err(|e| format!("{}: {e}", want.display()))?;
     }
     fs::rename(out, want).map_err(|e| format!("rename {} to {}: {e}", out.display(), want.display()))
+}
+
+/// A bound output folder's quarantine (the refused entries moved out of
+/// it, delivery.rs) is beside the jail's output folder in the slot, which
+/// goes: it follows the output folder, as `NAME.jail-rejected-N` beside
+/// it, and the result names where its entries are now.
+fn hand_over_quarantine(step: &mut RunResult, out: &Path) -> Result<(), String> {
+    let Some(from) = step.quarantine_dir.clone().map(PathBuf::from) else { return Ok(()) };
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "output".into());
+    let parent = out.parent().unwrap_or(Path::new("/"));
+    for n in 0..100u32 {
+        let to = parent.join(format!("{name}.jail-rejected-{n}"));
+        if fs::symlink_metadata(&to).is_ok() {
+            continue;
+        }
+        return match fs::rename(&from, &to) {
+            Ok(()) => {
+                step.rehome_quarantine(&to);
+                Ok(())
+            }
+            Err(e) => Err(format!("hand over the quarantine folder {} to {}: {e}", from.display(), to.display())),
+        };
+    }
+    Err(format!("hand over the quarantine folder {}: no free name beside {}", from.display(), out.display()))
 }
 
 /// Copy the caller's input folder into the jail's, never following a
