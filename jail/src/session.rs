@@ -497,17 +497,41 @@ fn janitor(from: OwnedFd, paths: &Leftovers) -> ! {
     sys::exit_now(0)
 }
 
-/// Tombstones older than a day are forgotten.
+/// Tombstones kept in a caller's session folder: the newest ones, so the
+/// folder stays bounded whatever the history (a pool makes a session per
+/// step). A client asks an ended session for its closing at once (a
+/// pool) or soon after; one that waits past this many later endings gets
+/// "no session".
+pub const MAX_TOMBSTONES: usize = 64;
+
+/// Names read from the session folder per sweep: the folder holds live
+/// sessions' sockets and driver folders besides the tombstones, and a
+/// sweep that meets more stops there (the next start sweeps on).
+const SWEEP_SCAN: usize = 65_536;
+
+/// Forget tombstones older than a day, and all but the newest
+/// [`MAX_TOMBSTONES`].
 fn sweep_tombstones(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let now = SystemTime::now();
     let day = Duration::from_secs(86_400);
-    for e in entries.flatten() {
-        let old = e
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() > day);
-        if old && e.file_name().to_string_lossy().ends_with(".ended") {
+    let mut kept: Vec<(SystemTime, PathBuf)> = Vec::new();
+    for e in entries.take(SWEEP_SCAN).flatten() {
+        if !e.file_name().as_encoded_bytes().ends_with(b".ended") {
+            continue;
+        }
+        let Ok(meta) = e.metadata() else { continue };
+        let at = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        if !meta.is_file() || now.duration_since(at).unwrap_or_default() > day {
             let _ = std::fs::remove_file(e.path());
+        } else {
+            kept.push((at, e.path()));
+        }
+    }
+    if kept.len() > MAX_TOMBSTONES {
+        kept.sort_unstable_by_key(|k| std::cmp::Reverse(k.0));
+        for (_, path) in kept.drain(MAX_TOMBSTONES..) {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
