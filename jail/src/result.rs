@@ -113,6 +113,13 @@ pub struct SupervisorStats {
     /// "cancel"}`); null when it was not cancelled.
     #[serde(default)]
     pub cancelled_by: Option<String>,
+    /// The supervisor's own CPU (its thread's) for judging and delivering
+    /// the output once the tree was dead: hashing, scanning, neutralising
+    /// and copying. At most `budget::JUDGING_CPU` (1 s) is spent on the
+    /// content before what is left is refused or flagged
+    /// (`artifacts.past_budget`); null when the output was never judged.
+    #[serde(default)]
+    pub judging_cpu_ms: Option<f64>,
 }
 
 /// How the run ended. When several apply, the first in this order wins:
@@ -642,14 +649,18 @@ pub enum RejectReason {
     /// Larger than `max_file_bytes` (judged by its size; never read).
     TooLarge,
     /// A spreadsheet with formula cells that `formula_cells: "neutralise"`
-    /// cannot rewrite (XLSX): refused rather than delivered as it is.
+    /// cannot rewrite (XLSX), or a CSV/TSV whose neutralising the run's
+    /// judging budget cut short: refused rather than delivered as it is.
     FormulaCells,
     /// Writing it would pass `filesystem.output_size` in bytes written to
     /// the host (neutralising can grow a file).
     OutputFull,
     /// The run's deadline passed before the copy to the host reached it.
     CopyDeadline,
-    /// Never looked at: the walk stopped before it (`too_many_entries`).
+    /// Not judged in full: the walk stopped before it
+    /// (`too_many_entries`), or the run's judging budget ran out before it
+    /// was read to its end (`artifacts.past_budget: "refuse"`); `detail`
+    /// says which.
     NotJudged,
     /// Accepting it would pass `max_total_bytes`.
     TotalTooLarge,

@@ -143,6 +143,7 @@ fn collect_artifacts(result: &mut RunResult, output_dir: &std::path::Path, dir: 
     result.input = d.collected.input;
     result.output_sync = d.output_sync;
     result.quarantine_dir = d.quarantine_dir.map(|p| p.display().to_string());
+    result.supervisor.judging_cpu_ms = Some(d.judging_cpu.as_secs_f64() * 1000.0);
     result.timings.total_ms = ms_since(started);
 }
 
