@@ -6,7 +6,6 @@
 //! A bound output folder's quarantine reaches the pool's caller too.
 
 use std::collections::BTreeMap;
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -48,15 +47,10 @@ enum Door {
 
 /// The default policy with a 1 s idle timeout, and `edit` applied.
 fn policy(sb: &Sandbox, edit: impl FnOnce(&mut Value)) -> PathBuf {
-    let text = std::fs::read_to_string(repo().join("policies/default.json")).expect("default policy");
-    let mut v: Value = serde_json::from_str(&text).unwrap();
-    v.as_object_mut().unwrap().remove("rootfs");
-    v["session"]["idle_timeout_secs"] = json!(1.0);
-    edit(&mut v);
-    let p = sb.dir.path().join("policy.json");
-    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-    p
+    policy_with(sb, |v| {
+        v["session"]["idle_timeout_secs"] = json!(1.0);
+        edit(v);
+    })
 }
 
 fn closing_of(s: &Session) -> Value {

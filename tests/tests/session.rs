@@ -10,19 +10,6 @@ use std::time::{Duration, Instant};
 
 use jail_tests::*;
 
-/// A copy of the default policy with `edit` applied, written beside the
-/// sandbox.
-fn policy_with(sb: &Sandbox, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
-    let text = std::fs::read_to_string(repo().join("policies/default.json")).expect("default policy");
-    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v.as_object_mut().unwrap().remove("rootfs");
-    edit(&mut v);
-    let p = sb.dir.path().join("policy.json");
-    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-    p
-}
-
 fn session_times(sb: &mut Sandbox, grace: f64, idle: f64, lifetime: f64) {
     let p = policy_with(sb, |v| {
         v["session"] = serde_json::json!({
