@@ -135,7 +135,14 @@ enum SessionCommand {
         file: PathBuf,
     },
     /// End the session; print its closing JSON result (artifacts delivered).
+    /// A cell still running is killed first.
     Stop {
+        /// The handle `jail session start` printed.
+        handle: PathBuf,
+    },
+    /// Interrupt the running cell (KeyboardInterrupt in it; killed after
+    /// the session's grace if it goes on); print `{"interrupted": ID}`.
+    Interrupt {
         /// The handle `jail session start` printed.
         handle: PathBuf,
     },
@@ -643,6 +650,13 @@ fn session(command: SessionCommand) -> ExitCode {
             }
             Err(e) => fail(e.to_string()),
         },
+        SessionCommand::Interrupt { handle } => match jail::session::interrupt(&handle) {
+            Ok(value) => {
+                print(&value);
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e.to_string()),
+        },
     }
 }
 
@@ -716,6 +730,7 @@ fn pool(a: PoolArgs) -> ExitCode {
             .then_some(req.policy.identity.root_host_gid),
         memory_limit: req.policy.limits.memory,
         output_capped: req.policy.filesystem.output_size.is_some(),
+        reach: jail::accept::Reach::of_jails(req.policy.identity.root_host_gid),
     };
     match jail::pool::run::run(cfg) {
         Ok(code) => ExitCode::from(code as u8),

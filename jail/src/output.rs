@@ -33,16 +33,15 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::AtFlags;
-use nix::sys::stat::{FileStat, Mode, SFlag};
-use nix::sys::time::TimeSpec;
+use nix::sys::stat::{FileStat, Mode};
 use nix::unistd::{Pid, UnlinkatFlags, Whence};
 
+use crate::accept::{kind_of, names, permission_bits, stat_at, times, Kind};
 use crate::artifacts::budget::Spend;
 use crate::artifacts::neutralise::{self, NeutraliseError, Written};
 use crate::artifacts::PastBudget;
@@ -72,26 +71,6 @@ pub enum OutputError {
 }
 
 pub use crate::fsid::FsIds;
-
-/// What kind of entry, as far as copying goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Dir,
-    File,
-    Symlink,
-    Fifo,
-    Other,
-}
-
-fn kind_of(st: &FileStat) -> Kind {
-    match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
-        SFlag::S_IFDIR => Kind::Dir,
-        SFlag::S_IFREG => Kind::File,
-        SFlag::S_IFLNK => Kind::Symlink,
-        SFlag::S_IFIFO => Kind::Fifo,
-        _ => Kind::Other,
-    }
-}
 
 /// An entry copied into the tmpfs, as it was right after the copy: if it
 /// is still the same inode with the same ctime, the script never touched it.
@@ -129,10 +108,6 @@ fn ctime(st: &FileStat) -> (i64, i64) {
     (st.st_ctime, st.st_ctime_nsec)
 }
 
-fn stat_at(dir: &OwnedFd, name: &OsStr) -> io::Result<FileStat> {
-    nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io::Error::from)
-}
-
 fn open_at(dir: &OwnedFd, name: &OsStr, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
     sys::openat2_mode(Some(dir.as_fd()), Path::new(name), flags, mode, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
 }
@@ -144,30 +119,6 @@ fn open_dir_at(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
 /// Why a host entry was not copied in.
 const UNREADABLE: &str = "not readable by its mode bits (jail reads the host folder as its caller, without capabilities)";
 
-/// The names in a directory, without `.` and `..`, sorted.
-fn names(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
-    let mut d = nix::dir::Dir::from(dir.try_clone()?).map_err(io::Error::from)?;
-    let mut out = Vec::new();
-    for e in d.iter() {
-        let e = e.map_err(io::Error::from)?;
-        let name = OsStr::from_bytes(e.file_name().to_bytes());
-        if name != "." && name != ".." {
-            out.push(name.to_os_string());
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-fn times(st: &FileStat) -> (TimeSpec, TimeSpec) {
-    (TimeSpec::new(st.st_atime, st.st_atime_nsec), TimeSpec::new(st.st_mtime, st.st_mtime_nsec))
-}
-
-fn permission_bits(st: &FileStat) -> u32 {
-    // No set-id bits travel either way.
-    st.st_mode & 0o1777
-}
-
 fn copy_data(from: OwnedFd, to: &OwnedFd) -> io::Result<()> {
     let mut src = std::fs::File::from(from);
     let mut dst = std::fs::File::from(to.try_clone()?);
@@ -178,7 +129,8 @@ fn copy_data(from: OwnedFd, to: &OwnedFd) -> io::Result<()> {
 /// parents may be closed to everyone else, a root caller's 0700 temp dir),
 /// then the folder itself again by mode bits, as the host side.
 fn open_host(fs: &mut Acting, host: &Path) -> io::Result<OwnedFd> {
-    let outer = sys::openat2(None, host, libc::O_RDONLY | libc::O_DIRECTORY, RESOLVE_NO_SYMLINKS)?;
+    // The caller's path, taken as every door takes one (accept.rs).
+    let outer = sys::openat2(None, host, libc::O_RDONLY | libc::O_DIRECTORY, crate::accept::RESOLVE)?;
     fs.on(As::Host, || open_dir_at(&outer, OsStr::new(".")))
 }
 
@@ -254,7 +206,7 @@ fn fill(
                 fill(fs, &sub, &tsub, &path, depth + 1, inv)?;
                 fs.on(As::Jail, || {
                     nix::sys::stat::fchmod(tsub.as_raw_fd(), Mode::from_bits_truncate(permission_bits(&st)))?;
-                    let (a, m) = times(&st);
+                    let [a, m] = times(&st);
                     Ok(nix::sys::stat::futimens(tsub.as_raw_fd(), &a, &m)?)
                 })
                 .map_err(err(&path))?;
@@ -290,7 +242,7 @@ fn fill(
                     let dst = open_at(tmp, &name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600)?;
                     copy_data(src, &dst)?;
                     nix::sys::stat::fchmod(dst.as_raw_fd(), Mode::from_bits_truncate(permission_bits(&st)))?;
-                    let (a, m) = times(&st);
+                    let [a, m] = times(&st);
                     Ok(nix::sys::stat::futimens(dst.as_raw_fd(), &a, &m)?)
                 })
                 .map_err(err(&path))?;
@@ -312,7 +264,7 @@ fn fill(
                 })
                 .map_err(err(&path))?;
             }
-            Kind::Other => {
+            Kind::Socket | Kind::Device => {
                 let (reason, why) = if st.st_mode & libc::S_IFMT == libc::S_IFSOCK {
                     (RejectReason::Socket, "a socket; left on the host, never copied in")
                 } else {
@@ -738,7 +690,7 @@ impl Mirror<'_> {
                 self.out.sync.copied_out += 1;
             }
             let _ = nix::sys::stat::fchmod(hsub.as_raw_fd(), Mode::from_bits_truncate(permission_bits(st)));
-            let (a, m) = times(st);
+            let [a, m] = times(st);
             let _ = nix::sys::stat::futimens(hsub.as_raw_fd(), &a, &m);
             Ok(())
         });
@@ -851,7 +803,7 @@ impl Budget {
         };
         let dst = partial.file();
         nix::sys::stat::fchmod(dst.as_raw_fd(), Mode::from_bits_truncate(permission_bits(st))).map_err(io::Error::from)?;
-        let (a, m) = times(st);
+        let [a, m] = times(st);
         nix::sys::stat::futimens(dst.as_raw_fd(), &a, &m).map_err(io::Error::from)?;
         // What `du` will count: the blocks the host filesystem allocated.
         let cost = nix::sys::stat::fstat(dst.as_raw_fd())

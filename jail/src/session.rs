@@ -282,7 +282,9 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
     let driver_dir = dir.join(format!("{id}.d"));
     let driver = driver_dir.join("jail_cell_driver.py");
     let written = std::fs::DirBuilder::new().mode(0o700).create(&driver_dir).and_then(|()| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&driver)?;
+        // Readable by the jail's uid (a script is given to the jail only if
+        // it may read it: accept.rs); its folder keeps everyone else out.
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&driver)?;
         f.write_all(DRIVER.as_bytes())
     });
     if let Err(e) = written {
@@ -569,10 +571,16 @@ pub fn adopt_output(handle: &Path, dir: &Path) -> Result<serde_json::Value, hand
     handle::call(handle, &handle::Request::AdoptOutput { dir: dir.to_path_buf() })
 }
 
+/// Interrupt the cell in flight (KeyboardInterrupt; killed after the
+/// session's grace): `{"interrupted": ID}`, ID null when none ran.
+pub fn interrupt(handle: &Path) -> Result<serde_json::Value, handle::ClientError> {
+    handle::call(handle, &handle::Request::Interrupt)
+}
+
 /// End the session: its closing result (the whole session's usage,
-/// denials, delivered artifacts and refusals). A session that already
-/// ended by itself (a cell that killed its interpreter, an idle timeout)
-/// gives the closing it left.
+/// denials, delivered artifacts and refusals). A cell in flight is killed
+/// first. A session that already ended by itself (a cell that killed its
+/// interpreter, an idle timeout) gives the closing it left.
 pub fn stop(handle: &Path) -> Result<serde_json::Value, handle::ClientError> {
     handle::call(handle, &handle::Request::Stop)
 }
