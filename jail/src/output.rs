@@ -42,7 +42,9 @@ use nix::sys::stat::{FileStat, Mode};
 use nix::unistd::{Pid, UnlinkatFlags, Whence};
 
 use crate::accept::{kind_of, names, permission_bits, stat_at, times, Kind};
+use crate::artifacts::budget::Spend;
 use crate::artifacts::neutralise::{self, NeutraliseError, Written};
+use crate::artifacts::PastBudget;
 use crate::fsid::{Acting, As};
 use crate::result::{OutputSync, RejectReason};
 use crate::sys::{self, RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS};
@@ -298,8 +300,23 @@ pub enum Delivered {
     Unchanged,
     /// Written to the host with its formula cells neutralised.
     Neutralised(Written),
+    /// Written as the script wrote it although its formula cells were to
+    /// be neutralised: the judging budget ran out first and the policy
+    /// says `past_budget: "flag"`. Why, for its `incomplete_scan` flag.
+    AsWritten(String),
     /// Not written: why.
     Refused(RejectReason, String),
+}
+
+/// What one copy-out may spend: bytes on the host, time, and the run's
+/// judging budget for neutralising (past it, `past` says what becomes of
+/// the file).
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    pub limit: u64,
+    pub deadline: Instant,
+    pub spend: Spend,
+    pub past: PastBudget,
 }
 
 /// What [`copy_out`] did.
@@ -310,11 +327,14 @@ pub struct CopyOut {
     pub delivered: BTreeMap<PathBuf, Delivered>,
 }
 
-/// What one copy may still spend: bytes on the host disk, and time.
+/// What one copy may still spend: bytes on the host disk, time, and the
+/// run's judging budget.
 struct Budget {
     limit: u64,
     used: u64,
     deadline: Instant,
+    spend: Spend,
+    past: PastBudget,
 }
 
 impl Budget {
@@ -341,18 +361,18 @@ struct Mirror<'a> {
 /// deleted is deleted; what it left alone stays; everything else stays in
 /// the tmpfs. Runs once the whole tree is dead: nothing inside can change
 /// the tmpfs under the walk. At most `limit` bytes are allocated on the
-/// host, and nothing is written after `deadline`. Never fails as a whole;
-/// what could not be mirrored is listed in `errors` (and, for a wanted
-/// file, in `delivered`).
+/// host, and nothing is written after `deadline` (both in `bounds`). Never
+/// fails as a whole; what could not be mirrored is listed in `errors`
+/// (and, for a wanted file, in `delivered`).
 pub fn copy_out(
     tmpfs: &OwnedFd,
     host: &Path,
     inv: &Inventory,
     ids: FsIds,
     wanted: &BTreeMap<PathBuf, Wanted>,
-    limit: u64,
-    deadline: Instant,
+    bounds: Bounds,
 ) -> CopyOut {
+    let Bounds { limit, deadline, spend, past } = bounds;
     let mut sync = OutputSync {
         copied_in: inv.len() as u64,
         skipped: inv.skipped.clone(),
@@ -371,7 +391,7 @@ pub fn copy_out(
         fs,
         inv,
         wanted,
-        budget: Budget { limit, used: 0, deadline },
+        budget: Budget { limit, used: 0, deadline, spend, past },
         out: CopyOut { sync, delivered: BTreeMap::new() },
     };
     match root {
@@ -411,6 +431,7 @@ enum CopyError {
     Io(io::Error),
     Full,
     Deadline,
+    OverBudget,
 }
 
 impl From<io::Error> for CopyError {
@@ -598,7 +619,10 @@ impl Mirror<'_> {
                     let w = *w;
                     let done = match self.place(tmp, host, &name, &path, &st, &w) {
                         Ok(d) => {
-                            self.out.sync.copied_out += 1;
+                            // A file refused at the copy (no room, no time) reached nothing.
+                            if !matches!(d, Delivered::Refused(..)) {
+                                self.out.sync.copied_out += 1;
+                            }
                             d
                         }
                         Err(e) => {
@@ -733,27 +757,36 @@ impl Budget {
     /// Write `src`, an accepted file, into the host folder under `name`:
     /// into an unnamed file first, counted, then linked in.
     fn write(&mut self, host: &OwnedFd, name: &OsStr, st: &FileStat, w: &Wanted, src: &File) -> io::Result<Delivered> {
-        let partial = Partial::create(host)?;
+        let mut partial = Partial::create(host)?;
         let room = self.room();
-        let copied = match w.neutralise {
+        let mut copied = match w.neutralise {
             Some(delim) => {
                 let mut dst = io::BufWriter::new(partial.file());
-                neutralise::neutralise(&mut &*src, w.size, delim, &mut dst, room, self.deadline)
-                    .map(Some)
+                neutralise::neutralise(&mut &*src, w.size, delim, &mut dst, room, self.deadline, self.spend)
+                    .map(Delivered::Neutralised)
                     .map_err(|e| match e {
                         NeutraliseError::TooBig { .. } => CopyError::Full,
                         NeutraliseError::Deadline => CopyError::Deadline,
+                        NeutraliseError::OverBudget => CopyError::OverBudget,
                         NeutraliseError::Read(e) | NeutraliseError::Write(e) => CopyError::Io(e),
                     })
             }
-            None => copy_sparse(src, partial.file(), w.size, room, self.deadline).map(|()| None),
+            None => copy_sparse(src, partial.file(), w.size, room, self.deadline).map(|()| Delivered::Copied),
         };
+        let unneutralised = || self.spend.why("its formula cells were not all neutralised");
+        if matches!(copied, Err(CopyError::OverBudget)) && self.past == PastBudget::Flag {
+            // The policy takes it as the script wrote it, flagged.
+            partial.discard(host);
+            partial = Partial::create(host)?;
+            copied =
+                copy_sparse(src, partial.file(), w.size, room, self.deadline).map(|()| Delivered::AsWritten(unneutralised()));
+        }
         let refuse = |partial: Partial, reason: RejectReason, why: String| {
             partial.discard(host);
             Ok(Delivered::Refused(reason, why))
         };
-        let written = match copied {
-            Ok(w) => w,
+        let done = match copied {
+            Ok(d) => d,
             Err(CopyError::Io(e)) => {
                 partial.discard(host);
                 return Err(e);
@@ -766,6 +799,7 @@ impl Budget {
                     "the run's deadline passed while it was being copied to the host".into(),
                 )
             }
+            Err(CopyError::OverBudget) => return refuse(partial, RejectReason::FormulaCells, unneutralised()),
         };
         let dst = partial.file();
         nix::sys::stat::fchmod(dst.as_raw_fd(), Mode::from_bits_truncate(permission_bits(st))).map_err(io::Error::from)?;
@@ -780,10 +814,7 @@ impl Budget {
         }
         partial.publish(host, name)?;
         self.used += cost;
-        Ok(match written {
-            Some(w) => Delivered::Neutralised(w),
-            None => Delivered::Copied,
-        })
+        Ok(done)
     }
 }
 
@@ -864,6 +895,10 @@ mod tests {
         FsIds { uid: nix::unistd::geteuid().as_raw(), gid: nix::unistd::getegid().as_raw() }
     }
 
+    fn bounds(limit: u64, deadline: Instant) -> Bounds {
+        Bounds { limit, deadline, spend: Spend::start(), past: PastBudget::Refuse }
+    }
+
     fn dir_fd(p: &Path) -> OwnedFd {
         sys::openat2(None, p, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap()
     }
@@ -918,7 +953,7 @@ mod tests {
     }
 
     fn copy_all(t: &OwnedFd, tmp: &Path, host: &Path, inv: &Inventory) -> CopyOut {
-        copy_out(t, host, inv, ids(), &all_files(tmp), 1 << 30, Instant::now() + Duration::from_secs(30))
+        copy_out(t, host, inv, ids(), &all_files(tmp), bounds(1 << 30, Instant::now() + Duration::from_secs(30)))
     }
 
     #[test]
@@ -1063,8 +1098,14 @@ mod tests {
         for n in ["a.bin", "b.bin"] {
             std::fs::write(tmp.path().join(n), vec![7u8; 1 << 20]).unwrap();
         }
-        let out =
-            copy_out(&t, host.path(), &inv, ids(), &all_files(tmp.path()), 3 << 19, Instant::now() + Duration::from_secs(30));
+        let out = copy_out(
+            &t,
+            host.path(),
+            &inv,
+            ids(),
+            &all_files(tmp.path()),
+            bounds(3 << 19, Instant::now() + Duration::from_secs(30)),
+        );
         assert_eq!(out.delivered[Path::new("a.bin")], Delivered::Copied);
         assert!(matches!(out.delivered[Path::new("b.bin")], Delivered::Refused(RejectReason::OutputFull, _)), "{out:?}");
         assert_eq!(tree(host.path()).len(), 1, "{:?}", tree(host.path()));
@@ -1078,7 +1119,7 @@ mod tests {
         let t = dir_fd(tmp.path());
         let inv = copy_in(host.path(), &t, ids()).unwrap();
         std::fs::write(tmp.path().join("late.txt"), "x").unwrap();
-        let out = copy_out(&t, host.path(), &inv, ids(), &all_files(tmp.path()), 1 << 30, Instant::now());
+        let out = copy_out(&t, host.path(), &inv, ids(), &all_files(tmp.path()), bounds(1 << 30, Instant::now()));
         assert!(matches!(out.delivered[Path::new("late.txt")], Delivered::Refused(RejectReason::CopyDeadline, _)));
         assert!(tree(host.path()).is_empty());
     }
@@ -1092,7 +1133,7 @@ mod tests {
         std::fs::write(tmp.path().join("r.csv"), "a,b\n=1,2\n").unwrap();
         let mut wanted = all_files(tmp.path());
         wanted.get_mut(Path::new("r.csv")).unwrap().neutralise = Some(b',');
-        let out = copy_out(&t, host.path(), &inv, ids(), &wanted, 1 << 30, Instant::now() + Duration::from_secs(30));
+        let out = copy_out(&t, host.path(), &inv, ids(), &wanted, bounds(1 << 30, Instant::now() + Duration::from_secs(30)));
         let Delivered::Neutralised(w) = &out.delivered[Path::new("r.csv")] else { panic!("{out:?}") };
         assert_eq!(w.cells, 1);
         assert_eq!(std::fs::read_to_string(host.path().join("r.csv")).unwrap(), "a,b\n'=1,2\n");

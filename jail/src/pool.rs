@@ -151,7 +151,10 @@
 //! figure drawn and saved when `matplotlib.pyplot` is listed), run before
 //! any untrusted code exists in it. A request gets one cell for its
 //! `sys.argv` and one for its code; then the session is stopped, and its
-//! closing result's artifacts go in the reply. No jail takes a second
+//! closing result's verdict (its artifacts and every refused entry,
+//! `RunResult::take_delivery`) goes in the reply. With a bound output
+//! folder (`output_size: "unlimited"`), the quarantine of refused entries
+//! follows the output folder, as `NAME.jail-rejected-N` beside it. No jail takes a second
 //! request; a replacement is made in the background when one is claimed.
 //!
 //! # Attaching instead of copying (attach.rs, not used yet)

@@ -106,7 +106,13 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
     let rootfs_entries = list_rootfs(&rootfs)?;
     let rootfs_id = rootfs_identity(&rootfs)?;
 
-    let (code, script_rel) = resolve_script(&req.script, req.code.as_deref(), who)?;
+    let (code, script) = match &req.session {
+        Some(_) => session_code(req, who)?,
+        None => {
+            let (code, script_rel) = resolve_script(&req.script, req.code.as_deref(), who)?;
+            (code, Path::new(mounts::CODE_DIR).join(&script_rel))
+        }
+    };
     let input = match &req.input {
         Some(dir) => {
             let (d, fd) = existing_dir(dir, "input dir", "--input")?;
@@ -146,7 +152,7 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
             meminfo: None,
             sys_files: Vec::new(),
         },
-        script: Path::new(mounts::CODE_DIR).join(&script_rel),
+        script,
         output_dir,
         rootfs,
         rootfs_id,
@@ -283,6 +289,23 @@ fn resolve_script(script: &Path, code: Option<&Path>, who: &Identity) -> Result<
         _ => unreadable(e),
     })?;
     Ok((mounts::Code::Dir(code_dir), rel.to_path_buf()))
+}
+
+/// A session's code dir and script: the caller's `--code` folder, taken
+/// as a run's is, or nothing; the script is the trusted cell driver
+/// session.rs wrote (`req.script`), copied in apart from the code dir, so
+/// `/workspace/code` never shows it and `--code` needs no script of its own.
+fn session_code(req: &RunRequest, who: &Identity) -> Result<(mounts::Code, PathBuf), InputError> {
+    let dir = match &req.code {
+        Some(dir) => {
+            let (d, fd) = existing_dir(dir, "code dir", "--code")?;
+            check_readable(&d, &fd, "code dir", who)?;
+            Some(d)
+        }
+        None => None,
+    };
+    let script = Path::new(mounts::DRIVER_DIR).join(mounts::DRIVER_NAME);
+    Ok((mounts::Code::Session { dir, driver: req.script.clone() }, script))
 }
 
 /// An existing directory, opened without following any link (accept.rs):

@@ -9,9 +9,10 @@
 //! seccomp, landlock and limits as `jail run`, for its whole life. Its
 //! first cell is the trusted preload; a request then gets two cells at
 //! most (its `sys.argv`, set by us, then its code), and the session is
-//! stopped: the closing result's artifacts are the step's. No jail ever
-//! takes a second request; its replacement is started when the step is
-//! done, so that it never competes with a step for the CPUs.
+//! stopped: the closing result's verdict (artifacts and refusals) is the
+//! step's. No jail ever takes a second request; its replacement is
+//! started when the step is done, so that it never competes with a step
+//! for the CPUs.
 //!
 //! Folders: each jail is started with its own empty input folder (bound
 //! read-only at /workspace/input) and a fresh output folder. A request's
@@ -43,6 +44,7 @@ use super::footprint;
 use super::memory::{self, PerJail};
 use super::protocol::{self, Ceilings, Line, ProtocolError, Request, Source};
 use crate::accept;
+use crate::result::RunResult;
 use crate::session;
 
 /// The lifeline's file descriptor in a `jail session start` child.
@@ -723,32 +725,36 @@ impl Pool {
             cancel::wait_gone(&supervisor);
             return cell.map(cancel::cancelled_result).map_err(|e| format!("run the step: {e}"));
         }
-        // The step is over: the jail is stopped whatever the cell did, and
-        // its closing result carries the artifacts it left.
-        let closing = session::stop(&jail.handle);
-        let mut result = cell.map_err(|e| format!("run the step: {e}"))?;
+        // The step is over: the jail is stopped whatever the cell did (a
+        // cell that ended the session left its closing for this stop), and
+        // the closing's verdict is the step's: every artifact and every
+        // refusal. Without it nothing is handed over: what reached the
+        // output folder would be unaccounted for.
+        let closing = session::stop(&jail.handle).map_err(|e| format!("the step's closing result: {e}"));
+        let cell = cell.map_err(|e| format!("run the step: {e}"))?;
+        let read = |v: Value, what: &str| -> Result<RunResult, String> {
+            serde_json::from_value(v).map_err(|e| format!("the step's {what} result does not parse: {e}"))
+        };
+        let mut step = read(cell, "cell")?;
+        step.take_delivery(read(closing?, "closing")?);
+        step.session = None;
         // The output folder leaves the slot: renamed to the request's, or to
         // a fresh one in the temp dir (the same filesystem: the work dir is
         // in it) that the reply names.
         let out = match &accepted.output {
-            Some(want) => hand_over(&jail.out, want).map(|()| Some(want.path.clone())),
-            None => fresh_output(&self.cfg.temp_dir)
-                .and_then(|o| {
-                    let place = accept::Place::name(&o).map_err(|e| e.to_string())?;
-                    hand_over(&jail.out, &place).map(|()| o)
-                })
-                // A fresh folder the step left empty goes, as `jail run`'s
-                // does (supervisor.rs `finish`): no litter (issue 38).
-                .map(|o| fs::remove_dir(&o).is_err().then_some(o)),
+            Some(want) => hand_over(&jail.out, want).map(|()| want.path.clone()),
+            None => fresh_output(&self.cfg.temp_dir).and_then(|o| {
+                let place = accept::Place::name(&o).map_err(|e| e.to_string())?;
+                hand_over(&jail.out, &place).map(|()| o)
+            }),
         }
         .map_err(|e| format!("hand over the output folder: {e}"))?;
-        if let Value::Object(m) = &mut result {
-            m.remove("session");
-            m.insert("output_dir".into(), out.map_or(Value::Null, |o| Value::from(o.display().to_string())));
-            if let Ok(c) = &closing {
-                m.insert("artifacts".into(), c["artifacts"].clone());
-            }
-        }
+        hand_over_quarantine(&mut step, &out)?;
+        // A fresh folder the step left empty goes, as `jail run`'s does
+        // (supervisor.rs `finish`): no litter (issue 38).
+        let kept = accepted.output.is_some() || fs::remove_dir(&out).is_err();
+        step.output_dir = kept.then(|| out.display().to_string());
+        let result = serde_json::to_value(&step).map_err(|e| format!("the step's result: {e}"))?;
         if req.events {
             // Judged once the jail is stopped: after the last chunk, as
             // `jail run --events` sends them.
@@ -898,6 +904,28 @@ fn hand_over(out: &Path, want: &accept::Place) -> Result<(), String> {
         want.remove_empty_dir().map_err(|e| e.to_string())?;
     }
     want.take(out).map_err(|e| format!("rename {} to {e}", out.display()))
+}
+
+/// A bound output folder's quarantine (the refused entries moved out of
+/// it, delivery.rs) is beside the jail's output folder in the slot, which
+/// goes: it follows the output folder, as `NAME.jail-rejected-N` beside
+/// it (renamed beneath the parent's descriptor, as the output is), and
+/// the result names where its entries are now.
+fn hand_over_quarantine(step: &mut RunResult, out: &Path) -> Result<(), String> {
+    let Some(from) = step.quarantine_dir.clone().map(PathBuf::from) else { return Ok(()) };
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "output".into());
+    let parent = out.parent().unwrap_or(Path::new("/"));
+    let failed = |e: accept::AcceptError| format!("hand over the quarantine folder {}: {e}", from.display());
+    for n in 0..100u32 {
+        let place = accept::Place::name(&parent.join(format!("{name}.jail-rejected-{n}"))).map_err(failed)?;
+        if place.found().map_err(failed)? != accept::Found::Nothing {
+            continue;
+        }
+        place.take(&from).map_err(failed)?;
+        step.rehome_quarantine(&place.path);
+        return Ok(());
+    }
+    Err(format!("hand over the quarantine folder {}: no free name beside {}", from.display(), out.display()))
 }
 
 /// Whether the process of `pidfd` ended (its pidfd became readable) by
