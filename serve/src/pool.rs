@@ -46,8 +46,8 @@ const MAX_RESTARTS: usize = 5;
 const RESTART_WINDOW: Duration = Duration::from_secs(600);
 /// How long a closed pool has to destroy its jails before SIGKILL.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
-/// Bytes of live events kept per run (the result is kept besides).
-const MAX_EVENT_BYTES: u64 = crate::spawn::MAX_EVENT_BYTES;
+/// The line buffer kept between the pool's lines at most.
+const KEPT_LINE_BYTES: usize = 1 << 20;
 /// Bytes of one line of the pool's stderr forwarded.
 const MAX_STDERR_LINE: usize = 4 << 10;
 
@@ -331,8 +331,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// A run (or a stats question) waiting for its reply.
 struct Waiter {
     log: Option<Arc<EventLog>>,
-    logged: u64,
-    dropped: u64,
     reply: oneshot::Sender<Reply>,
 }
 
@@ -383,7 +381,7 @@ impl Link {
             if self.closed.load(Ordering::SeqCst) {
                 return Err("the warm pool has ended".into());
             }
-            w.insert(id.clone(), Waiter { log, logged: 0, dropped: 0, reply: tx });
+            w.insert(id.clone(), Waiter { log, reply: tx });
         }
         let sent = lock(&self.send).as_ref().is_some_and(|s| s.send(line).is_ok());
         if !sent {
@@ -477,23 +475,13 @@ impl Link {
                 let mut w = lock(&self.waiting);
                 let Some(waiter) = w.get_mut(&id) else { return };
                 let Some(log) = &waiter.log else { return };
-                let text = event.to_string();
-                if waiter.logged + text.len() as u64 > MAX_EVENT_BYTES {
-                    waiter.dropped += 1;
-                    return;
-                }
-                waiter.logged += text.len() as u64;
-                log.push(&text);
+                // The log keeps what fits its bytes and counts the rest.
+                log.push(&event.to_string());
             }
             // The answer to a cancel of a run already answered: nothing waits for it.
             Line::Reply(_, Reply::Error { code, .. }) if code == "unknown_id" => {}
             Line::Reply(id, reply) => {
                 let Some(waiter) = lock(&self.waiting).remove(&id) else { return };
-                if waiter.dropped > 0 {
-                    if let Some(log) = &waiter.log {
-                        log.push(&serde_json::json!({"type": "dropped", "events": waiter.dropped}).to_string());
-                    }
-                }
                 let _ = waiter.reply.send(reply);
             }
             Line::Stray(text) => eprintln!("jail serve: the pool said, about no run of ours: {text}"),
@@ -578,7 +566,8 @@ async fn read_lines(link: Arc<Link>, stdout: tokio::process::ChildStdout) {
     let mut reader = BufReader::with_capacity(64 << 10, stdout);
     let mut buf = Vec::new();
     loop {
-        match wire::read_line(&mut reader, &mut buf, wire::MAX_LINE_BYTES).await {
+        let read = wire::read_line(&mut reader, &mut buf, wire::MAX_LINE_BYTES).await;
+        match read {
             Ok(Read::Whole) => link.dispatch(wire::parse_line(&buf)),
             Ok(Read::TooLong) => link.too_long(&buf),
             Ok(Read::End) | Err(_) => {
@@ -588,6 +577,10 @@ async fn read_lines(link: Arc<Link>, stdout: tokio::process::ChildStdout) {
                 link.close();
                 return;
             }
+        }
+        // A result's long line is not held between lines.
+        if buf.capacity() > KEPT_LINE_BYTES {
+            buf = Vec::new();
         }
     }
 }
@@ -708,11 +701,17 @@ for line in sys.stdin:
     }
 
     fn lines(log: &EventLog) -> Vec<Value> {
-        log.since(0).0.iter().map(|l| serde_json::from_str(l).unwrap()).collect()
+        log.lines().iter().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    /// A log in a fresh folder of its own.
+    fn scratch_log() -> Arc<EventLog> {
+        let dir = tempfile::tempdir().unwrap().keep();
+        Arc::new(EventLog::create(dir.join("events")))
     }
 
     async fn run(link: &Arc<Link>, job: Job) -> (Result<Value, RunError>, Arc<EventLog>) {
-        let log = Arc::new(EventLog::default());
+        let log = scratch_log();
         (link.run(job, Arc::clone(&log), Arc::default()).await, log)
     }
 
@@ -728,7 +727,7 @@ for line in sys.stdin:
             let events = lines(&log);
             let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
             assert_eq!(kinds, ["stdout", "artifact"], "the events are made from the result: {events:?}");
-            assert!(!log.since(0).1, "the log is the caller's to finish, once the run is recorded");
+            assert!(!log.written().done, "the log is the caller's to finish, once the run is recorded");
         }
         let snap = pool.snapshot().await;
         assert_eq!(snap.stats.unwrap()["refill_ms"]["mean"], 42.0);
@@ -742,13 +741,13 @@ for line in sys.stdin:
         let pool = Pool::start(fake.config("events")).await.unwrap();
         let link = pool.link().unwrap();
         assert!(pool.shape(&link).events, "the probe found `events` taken");
-        let log = Arc::new(EventLog::default());
+        let log = scratch_log();
         let task = tokio::spawn({
             let (link, log, job) = (Arc::clone(&link), Arc::clone(&log), fake.job("c"));
             async move { link.run(job, log, Arc::default()).await }
         });
         let until = Instant::now() + Duration::from_secs(10);
-        while log.since(0).0.is_empty() {
+        while log.written().count == 0 {
             assert!(Instant::now() < until, "no live event");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -766,13 +765,13 @@ for line in sys.stdin:
         let fake = Fake::new();
         let pool = Pool::start(fake.config("events")).await.unwrap();
         let link = pool.link().unwrap();
-        let (log, cancel) = (Arc::new(EventLog::default()), Arc::new(Cancel::default()));
+        let (log, cancel) = (scratch_log(), Arc::new(Cancel::default()));
         let task = tokio::spawn({
             let (link, log, cancel, job) = (Arc::clone(&link), Arc::clone(&log), Arc::clone(&cancel), fake.job("k"));
             async move { link.run(job, log, cancel).await }
         });
         let until = Instant::now() + Duration::from_secs(10);
-        while log.since(0).0.is_empty() {
+        while log.written().count == 0 {
             assert!(Instant::now() < until, "the run never started");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -787,7 +786,7 @@ for line in sys.stdin:
         let asked = Arc::new(Cancel::default());
         asked.ask();
         let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| link.gate.acquire())).await;
-        let e = link.run(fake.job("never"), Arc::default(), asked).await.unwrap_err();
+        let e = link.run(fake.job("never"), scratch_log(), asked).await.unwrap_err();
         assert!(matches!(e, RunError::Cancelled(_)), "{e}");
         drop(held);
         pool.shut_down().await;

@@ -250,6 +250,7 @@ fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body
     Reply { status, headers: headers.to_owned(), body }
 }
 
+/// A chunked body's data; a last chunk cut short is taken as far as it goes.
 fn unchunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
@@ -257,10 +258,24 @@ fn unchunk(mut body: &str) -> String {
         if n == 0 {
             break;
         }
+        if rest.len() < n {
+            out.push_str(rest);
+            break;
+        }
         out.push_str(&rest[..n]);
-        body = &rest[n + 2..];
+        body = rest.get(n + 2..).unwrap_or_default();
     }
     out
+}
+
+/// The data of a raw HTTP reply read so far (its head dropped, unchunked).
+fn body_of_raw(raw: &str) -> String {
+    let (headers, body) = raw.split_once("\r\n\r\n").unwrap_or(("", raw));
+    if headers.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        unchunk(body)
+    } else {
+        body.to_owned()
+    }
 }
 
 /// Wait until `f` holds, or fail with `what` after `within`.
@@ -272,18 +287,36 @@ fn eventually(within: Duration, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Processes of a server whose work folder is `marker`: the server and its
+/// janitor name it on their command lines; its runs, sessions and pool do
+/// not (no tenant's path is on a command line, which every local user may
+/// read), but carry it in their environment (TMPDIR, XDG_RUNTIME_DIR),
+/// which only their owner and root may read.
+fn server_processes(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return found };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let has = |f: &str| std::fs::read(e.path().join(f)).is_ok_and(|b| String::from_utf8_lossy(&b).contains(marker));
+        if has("cmdline") || has("environ") {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 /// The `jail run` processes of this server's spawned runs.
 fn runs_of(server: &Server) -> Vec<u32> {
     jails_of(server).into_iter().filter(|p| cmdline(*p).contains(" run --events ")).collect()
 }
 
 /// The `jail` processes of this server (spawned runs, pooled jails'
-/// supervisors: their command lines carry its work folder).
+/// supervisors: their environment carries its work folder).
 fn jails_of(server: &Server) -> Vec<u32> {
     // Compared as resolved paths: the server may name the binary `…/target/debug/jail`
     // while the harness found it as `…/tests/../target/debug/jail`.
     let jail = std::fs::canonicalize(jail_bin()).unwrap_or_else(|_| jail_bin());
-    host_processes_with(&server.marker())
+    server_processes(&server.marker())
         .into_iter()
         .filter(|p| {
             std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
@@ -301,7 +334,7 @@ fn is_janitor(pid: u32) -> bool {
 
 fn assert_left_nothing(server: &Server, pids: &[u32]) {
     eventually(Duration::from_secs(15), "a process of a run outlived it", || {
-        host_processes_with(&server.marker()).iter().all(|p| *p == server.child.id() || is_janitor(*p))
+        server_processes(&server.marker()).iter().all(|p| *p == server.child.id() || is_janitor(*p))
     });
     // A terminated jail removes its cgroups as it exits.
     eventually(Duration::from_secs(15), "a run left a cgroup", || pids.iter().all(|p| cgroups_left_by(*p).is_empty()));
@@ -987,7 +1020,7 @@ fn a_silent_event_stream_sends_a_keepalive_every_15_seconds() {
     }
     let keepalive = text.find(": keepalive\n\n").unwrap_or_else(|| panic!("no keepalive: {text}"));
     assert!(keepalive < text.find("late").unwrap(), "{text}");
-    assert_eq!(sse_events(&text).last().unwrap()["result"]["stdout"]["text"], "late\n", "{text}");
+    assert_eq!(sse_events(&body_of_raw(&text)).last().unwrap()["result"]["stdout"]["text"], "late\n", "{text}");
 }
 
 /// SIGTERM with a run in flight: it finishes, new ones get 503, the server
@@ -1020,7 +1053,7 @@ fn drain(s: Server) {
     assert_eq!(std::fs::read_dir(s.work.path()).unwrap().count(), 0, "the work folder stayed");
     // The pool exits before the server; its janitor a moment after it.
     eventually(Duration::from_secs(5), "the pool outlived the drain", || pool.iter().all(|p| is_gone(*p)));
-    assert!(host_processes_with(&s.marker()).iter().all(|p| is_janitor(*p)), "a jail outlived the drain");
+    assert!(server_processes(&s.marker()).iter().all(|p| is_janitor(*p)), "a jail outlived the drain");
 }
 
 #[test]
@@ -1057,7 +1090,7 @@ fn kill_server_mid_runs() -> (Server, Vec<u32>) {
 fn sigkill_of_the_server_leaves_no_process_mount_or_folder() {
     let (s, _) = kill_server_mid_runs();
     eventually(Duration::from_secs(15), "a process of a run or session outlived the server", || {
-        host_processes_with(&s.marker()).iter().all(|p| *p == s.child.id() || is_janitor(*p))
+        server_processes(&s.marker()).iter().all(|p| *p == s.child.id() || is_janitor(*p))
     });
     eventually(Duration::from_secs(25), "the work folder outlived the server", || {
         std::fs::read_dir(s.work.path()).map(|d| d.count() == 0).unwrap_or(true)
@@ -1098,7 +1131,7 @@ fn sigkill_of_a_pooled_server_leaves_no_pool_jail_cgroup_mount_or_folder() {
     s.signal(nix::sys::signal::Signal::SIGKILL);
     eventually(Duration::from_secs(15), "the pool outlived the server", || pool.iter().all(|p| is_gone(*p)));
     eventually(Duration::from_secs(15), "a pooled jail or session outlived the server", || {
-        host_processes_with(&s.marker()).iter().all(|p| *p == s.child.id() || is_janitor(*p))
+        server_processes(&s.marker()).iter().all(|p| *p == s.child.id() || is_janitor(*p))
     });
     eventually(Duration::from_secs(15), "a pooled jail left a cgroup", || {
         jails.iter().all(|p| cgroups_left_by(*p).is_empty())
@@ -1172,7 +1205,10 @@ fn a_pool_that_cannot_start_stops_the_server_with_one_line_and_leaves_nothing() 
     eventually(Duration::from_secs(25), "the work folder outlived the server", || {
         std::fs::read_dir(work.path()).map(|d| d.count() == 0).unwrap_or(true)
     });
-    assert!(host_processes_with(&work.path().display().to_string()).iter().all(|p| is_janitor(*p)));
+    // The pool's jails (whose environment names the work folder) end with it.
+    eventually(Duration::from_secs(15), "a process of the server outlived it", || {
+        server_processes(&work.path().display().to_string()).iter().all(|p| is_janitor(*p))
+    });
 }
 
 /// A policy like the default one whose sessions end after `secs` idle.
@@ -1257,7 +1293,7 @@ fn load_on_loopback() {
         let (jails, sampling, marker) = (Arc::clone(&jails), Arc::clone(&sampling), s.marker());
         std::thread::spawn(move || {
             while sampling.load(std::sync::atomic::Ordering::SeqCst) {
-                jails.lock().unwrap().extend(host_processes_with(&marker));
+                jails.lock().unwrap().extend(server_processes(&marker));
                 std::thread::sleep(Duration::from_millis(200));
             }
         })
@@ -1338,7 +1374,7 @@ fn load_on_loopback() {
     assert!(status.success(), "{status}: {}", s.said());
     let jails: Vec<u32> = jails.lock().unwrap().iter().copied().collect();
     eventually(Duration::from_secs(15), "a process outlived the server", || {
-        host_processes_with(&s.marker()).iter().all(|p| is_janitor(*p)) && pool.iter().all(|p| is_gone(*p))
+        server_processes(&s.marker()).iter().all(|p| is_janitor(*p)) && pool.iter().all(|p| is_gone(*p))
     });
     eventually(Duration::from_secs(15), "a jail left a cgroup", || jails.iter().all(|p| cgroups_left_by(*p).is_empty()));
     assert!(host_mounts_with(&s.marker()).is_empty(), "a mount was left");
@@ -1565,7 +1601,7 @@ fn sigkill_of_a_nested_server_leaves_none_of_its_cgroups() {
     s.signal(nix::sys::signal::Signal::SIGKILL);
     cg.wait_left_as_made(Duration::from_secs(90));
     eventually(Duration::from_secs(15), "a process of a run or session outlived the server", || {
-        host_processes_with(&s.marker()).iter().all(|p| *p == s.child.id())
+        server_processes(&s.marker()).iter().all(|p| *p == s.child.id())
     });
     assert!(!s.said().contains("janitor: left"), "{}", s.said());
 }
