@@ -18,12 +18,11 @@
 //!   reply), never delivered as if it were the checked file.
 //! - The read budget is each tenant's own (its `max_artifact_reads`
 //!   replies in flight): one tenant's stalled reads never delay another's.
-//!   A request that cannot have its share within [`BUDGET_WAIT`] gets 429
-//!   `busy`.
+//!   A request past its tenant's share gets 429 `busy` at once (with
+//!   `Retry-After`), rather than holding a request of its own waiting.
 
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::{Body, Bytes};
 use axum::http::{header, StatusCode};
@@ -40,9 +39,6 @@ const MAX_ARTIFACT_BYTES: u64 = 256 << 20;
 /// Bytes of a run's artifact listing read at most (the policy's
 /// `max_files` entries, each a path, a size, a sha256 and a media type).
 const MAX_LISTING_BYTES: u64 = 64 << 20;
-
-/// How long a request waits for its tenant's share of the read budget.
-const BUDGET_WAIT: Duration = Duration::from_secs(10);
 
 /// An artifact found, opened and checked against its listing, not read yet.
 pub struct Found {
@@ -62,7 +58,7 @@ where
     let Some(gates) = state.gates.get(&tenant.name) else {
         return ApiError::failed("no read budget for this token").into_response();
     };
-    match serve(find, &gates.artifacts, BUDGET_WAIT).await {
+    match serve(find, &gates.artifacts).await {
         Ok(r) => r,
         Err(e) => {
             if e.code == "busy" {
@@ -73,17 +69,16 @@ where
     }
 }
 
-async fn serve<F>(find: F, budget: &Arc<Semaphore>, wait: Duration) -> Result<Response, ApiError>
+async fn serve<F>(find: F, budget: &Arc<Semaphore>) -> Result<Response, ApiError>
 where
     F: FnOnce() -> Result<Found, ApiError> + Send + 'static,
 {
+    let permit = Arc::clone(budget)
+        .try_acquire_owned()
+        .map_err(|_| ApiError::busy("this token's artifact replies in flight hold its read budget: retry shortly"))?;
     let found = tokio::task::spawn_blocking(find)
         .await
         .map_err(|e| ApiError::failed(format!("read artifact: {e}")))??;
-    let permit = tokio::time::timeout(wait, Arc::clone(budget).acquire_owned())
-        .await
-        .map_err(|_| ApiError::busy("this token's artifact replies in flight hold its read budget: retry shortly"))?
-        .map_err(|e| ApiError::failed(format!("artifact budget: {e}")))?;
     let (media, length) = (found.media.clone(), found.bytes);
     let body = Body::from_stream(checked(found, permit));
     Ok(([(header::CONTENT_TYPE, media), (header::CONTENT_LENGTH, length.to_string())], body).into_response())
@@ -251,21 +246,21 @@ mod tests {
         let content = vec![b'c'; 3 * crate::files::CHUNK + 5];
         std::fs::write(dir.path().join("a.txt"), &content).unwrap();
         let result = result_listing(dir.path(), "a.txt", &content);
-        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget, Duration::from_millis(50))).unwrap();
+        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget)).unwrap();
         assert_eq!(r.headers()[header::CONTENT_LENGTH], content.len().to_string());
         assert_eq!(body_of(&rt, r).unwrap(), content);
         // Same size, other bytes: the sha256 tells, and the reply never ends whole.
         let mut other = content.clone();
         other[10] = b'X';
         std::fs::write(dir.path().join("a.txt"), &other).unwrap();
-        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget, Duration::from_millis(50))).unwrap();
+        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget)).unwrap();
         assert!(body_of(&rt, r).is_err(), "a changed file is cut short");
         // Another size: refused before a byte is sent.
         std::fs::write(dir.path().join("a.txt"), b"a longer text").unwrap();
         assert_eq!(code(listed(&result, dir.path(), "a.txt").err().unwrap()), (StatusCode::CONFLICT, "changed"));
         // Grown between the open and the read: cut short too.
         std::fs::write(dir.path().join("a.txt"), &content).unwrap();
-        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget, Duration::from_millis(50))).unwrap();
+        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget)).unwrap();
         std::fs::write(dir.path().join("a.txt"), [content.as_slice(), b"more"].concat()).unwrap();
         assert!(body_of(&rt, r).is_err(), "a grown file is cut short");
     }
@@ -291,16 +286,15 @@ mod tests {
         let result = result_listing(dir.path(), "big.bin", &content);
         // A tenant's budget of one reply; another tenant's of its own.
         let (mine, theirs) = (Arc::new(Semaphore::new(1)), Arc::new(Semaphore::new(1)));
-        let wait = Duration::from_millis(50);
-        let first = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine, wait)).unwrap();
+        let first = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine)).unwrap();
         assert_eq!(mine.available_permits(), 0, "the unsent body holds the share");
-        let second = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine, wait));
+        let second = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine));
         assert_eq!(code(second.err().unwrap()), (StatusCode::TOO_MANY_REQUESTS, "busy"));
-        let other = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &theirs, wait)).unwrap();
+        let other = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &theirs)).unwrap();
         assert_eq!(body_of(&rt, other).unwrap().len(), content.len(), "another tenant is not held up");
         assert_eq!(body_of(&rt, first).unwrap().len(), content.len());
         assert_eq!(mine.available_permits(), 1, "sent: the share is back");
-        let dropped = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine, wait)).unwrap();
+        let dropped = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine)).unwrap();
         drop(dropped);
         assert_eq!(mine.available_permits(), 1, "dropped unsent: the share is back");
     }

@@ -95,6 +95,9 @@ pub struct Conn {
     /// Requests in flight (until their reply's last byte).
     active: AtomicUsize,
     authenticated: AtomicBool,
+    /// The tenant of its first request with a valid token, for the limits
+    /// it hits after.
+    tenant: std::sync::OnceLock<String>,
     evict: Arc<Notify>,
     send_timed_out: AtomicBool,
 }
@@ -105,12 +108,17 @@ impl Conn {
         self.last.fetch_max(ms, Ordering::SeqCst);
     }
 
-    /// A request with a valid token came on it: it leaves the
+    /// A request with `tenant`'s valid token came on it: it leaves the
     /// unauthenticated ones.
-    pub fn authenticated(&self) {
+    pub fn authenticated(&self, tenant: &str) {
         if !self.authenticated.swap(true, Ordering::SeqCst) {
+            let _ = self.tenant.set(tenant.to_owned());
             self.table.forget(self.id);
         }
+    }
+
+    fn tenant(&self) -> &str {
+        self.tenant.get().map_or("", String::as_str)
     }
 
     /// A request began; it is in flight until the guard is dropped (with
@@ -181,6 +189,7 @@ pub async fn serve(
             last: AtomicU64::new(0),
             active: AtomicUsize::new(0),
             authenticated: AtomicBool::new(false),
+            tenant: std::sync::OnceLock::new(),
             evict: Arc::new(Notify::new()),
             send_timed_out: AtomicBool::new(false),
         });
@@ -253,7 +262,7 @@ async fn connection(
         tokio::select! {
             r = served.as_mut() => {
                 if let Some(why) = closed_by_us(&conn, &r) {
-                    metrics.limit_hit(why, "");
+                    metrics.limit_hit(why, conn.tenant());
                 }
                 break;
             }
@@ -266,7 +275,7 @@ async fn connection(
             }
             () = tokio::time::sleep_until(idle_at) => {
                 if conn.active.load(Ordering::SeqCst) == 0 && Instant::now() >= conn.idle_at(timeouts.idle) {
-                    metrics.limit_hit("idle_timeout", "");
+                    metrics.limit_hit("idle_timeout", conn.tenant());
                     break;
                 }
             }
@@ -383,6 +392,7 @@ mod tests {
             last: AtomicU64::new(0),
             active: AtomicUsize::new(0),
             authenticated: AtomicBool::new(false),
+            tenant: std::sync::OnceLock::new(),
             evict: Arc::new(Notify::new()),
             send_timed_out: AtomicBool::new(false),
         })

@@ -70,7 +70,8 @@ impl Metrics {
     /// (`max_connections`, `max_unauthenticated`, `header_timeout`,
     /// `idle_timeout`, `send_timeout`, `body_timeout`, `tenant_requests`,
     /// `tenant_streams`, `tenant_artifact_reads`, `anonymous_requests`,
-    /// `kept_bytes`, `accept_failed`), `tenant` the tenant's name when the
+    /// `tenant_runs`, `node_runs`, `kept_bytes` (a kept run forgotten),
+    /// `accept_failed`), `tenant` the tenant's name when the
     /// request had a valid token.
     pub fn limit_hit(&self, limit: &'static str, tenant: &str) {
         if let Ok(mut c) = self.counts.lock() {

@@ -155,7 +155,7 @@ async fn admit(State(state): State<Shared>, req: axum::extract::Request, next: a
             }
         };
         if let Some(c) = &conn {
-            c.authenticated();
+            c.authenticated(&tenant.name);
         }
         let gate = state.gates.get(&tenant.name).map(|g| Arc::clone(&g.requests));
         match gate.and_then(|g| g.try_acquire_owned().ok()) {

@@ -177,8 +177,10 @@ async fn open(
     timeout: Duration,
     memory: u64,
 ) -> Result<(String, &'static str), ApiError> {
-    let input = stage_input(dir, plan, std::time::Instant::now() + input::MAX_TIME).await?;
-    if let Some(link) = pool_for(state, timeout, memory) {
+    let entries = plan.items.len();
+    // A session may start on its own (`jail session start` binds the input).
+    let input = stage_input(dir, plan, std::time::Instant::now() + input::MAX_TIME, crate::state::Reach::Jail).await?;
+    if let Some(link) = pool_for(state, timeout, memory, entries) {
         // Its output folder: made by the pool, beneath the session's.
         match link.session(&format!("session-{id}"), input.as_deref(), &dir.join("output")).await {
             Ok(handle) => return Ok((handle, "pool")),
@@ -208,10 +210,10 @@ async fn open(
 /// The pool's link when a session of these limits can come from it: the
 /// pool is up and takes sessions, its jails have this memory, and its
 /// wall time is at least the session's cells' (each cell lowers it).
-fn pool_for(state: &Shared, timeout: Duration, memory: u64) -> Option<Arc<crate::pool::Link>> {
+fn pool_for(state: &Shared, timeout: Duration, memory: u64, input_entries: usize) -> Option<Arc<crate::pool::Link>> {
     let pool = state.pool.as_ref()?;
     let link = pool.link().filter(|l| l.takes_sessions())?;
-    let shape = route::Shape { memory_mib: memory, timeout, followed: false };
+    let shape = route::Shape { memory_mib: memory, timeout, followed: false, input_entries };
     match route::choose(&shape, route::PoolState::Up(pool.shape(&link))) {
         route::Choice::Pool => Some(link),
         route::Choice::Spawn(_) => None,

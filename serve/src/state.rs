@@ -154,9 +154,10 @@ impl<T> Kept<T> {
     }
 
     /// Forget the oldest ones that `may_go` while the bytes kept are over
-    /// `budget`; those that may not go (runs still running) stay.
-    fn shed(&mut self, budget: u64, bytes: impl Fn(&T) -> u64, may_go: impl Fn(&T) -> bool) {
+    /// `budget`; those that may not go (runs still running) stay. How many went.
+    fn shed(&mut self, budget: u64, bytes: impl Fn(&T) -> u64, may_go: impl Fn(&T) -> bool) -> usize {
         let mut total: u64 = self.by_id.values().map(&bytes).fold(0, u64::saturating_add);
+        let mut gone = 0;
         let mut i = 0;
         while total > budget && i < self.order.len() {
             let id = &self.order[i];
@@ -166,6 +167,7 @@ impl<T> Kept<T> {
                     let id = id.clone();
                     self.by_id.remove(&id);
                     self.order.remove(i);
+                    gone += 1;
                 }
                 Some(_) => i += 1,
                 None => {
@@ -173,6 +175,7 @@ impl<T> Kept<T> {
                 }
             }
         }
+        gone
     }
 
     fn len(&self) -> usize {
@@ -283,6 +286,7 @@ impl AppState {
         let mut h = self.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
         let mine = h.entry(tenant.name.clone()).or_default();
         if mine.runs_in_flight >= tenant.max_runs {
+            self.metrics.limit_hit("tenant_runs", &tenant.name);
             return Err(ApiError::busy(format!(
                 "this token has {} runs in flight, its most: wait for one to end",
                 tenant.max_runs
@@ -291,6 +295,7 @@ impl AppState {
         let before = self.in_flight.fetch_add(1, Ordering::SeqCst);
         if before >= self.max_runs {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            self.metrics.limit_hit("node_runs", &tenant.name);
             return Err(ApiError::busy("this node is full: retry after Retry-After seconds"));
         }
         mine.runs_in_flight += 1;
@@ -309,7 +314,8 @@ impl AppState {
         let Ok(mut h) = self.holdings.lock() else { return };
         let mine = h.entry(tenant.name.clone()).or_default();
         mine.runs.insert(id, run);
-        mine.runs.shed(tenant.max_kept_bytes, |r| r.kept_bytes(), |r| r.finished());
+        let gone = mine.runs.shed(tenant.max_kept_bytes, |r| r.kept_bytes(), |r| r.finished());
+        (0..gone).for_each(|_| self.metrics.limit_hit("kept_bytes", &tenant.name));
     }
 
     /// A run of the tenant's ended: forget its oldest finished runs while
@@ -317,7 +323,8 @@ impl AppState {
     pub fn shed_runs(&self, tenant: &str, budget: u64) {
         let Ok(mut h) = self.holdings.lock() else { return };
         if let Some(mine) = h.get_mut(tenant) {
-            mine.runs.shed(budget, |r| r.kept_bytes(), |r| r.finished());
+            let gone = mine.runs.shed(budget, |r| r.kept_bytes(), |r| r.finished());
+            (0..gone).for_each(|_| self.metrics.limit_hit("kept_bytes", tenant));
         }
     }
 
@@ -387,14 +394,57 @@ pub fn private_mode() -> u32 {
     }
 }
 
-/// The mode of a run's own folders: as root, the jail's uid reads them (and
-/// checks they are open to it); else 0700.
-pub fn run_dir_mode() -> u32 {
-    if nix::unistd::geteuid().is_root() {
-        0o755
-    } else {
-        0o700
+/// Who must read a run's staged folder (its `main.py`, its `input/`)
+/// besides the server. No other local user ever needs to: nothing names the
+/// folder on a command line, and its name is 128 random bits beneath
+/// folders nobody may list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach {
+    /// The server alone: the pool reads the script and copies the input as
+    /// the server, and `jail run` reads the script as its caller. Folders
+    /// 0700, files 0600.
+    Server,
+    /// The jail's own uid too: a spawned `jail run` binds the input as it
+    /// is. As root the jail runs as an unprivileged host uid, so the run's
+    /// folder is 0711 (traversed, never listed) and the input 0755/0644; as
+    /// an ordinary user the jail's uid is the server's, so as `Server`.
+    Jail,
+}
+
+impl Reach {
+    /// (the run's folder, the input's folders, the files)
+    pub fn modes(self) -> (u32, u32, u32) {
+        match self {
+            Reach::Jail if nix::unistd::geteuid().is_root() => (0o711, 0o755, 0o644),
+            _ => (0o700, 0o700, 0o600),
+        }
     }
+}
+
+/// Open a run staged for the server alone to the jail's uid (a pool run
+/// whose pooled jail was dead goes to `jail run`): the modes `Reach::Jail`
+/// gives, on the folder and its input, no link followed. The server wrote
+/// every entry and no jail has run on it.
+pub fn open_to_jail(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let (top, folders, files) = Reach::Jail.modes();
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(top))?;
+    let mut stack = vec![dir.join("input")];
+    while let Some(d) = stack.pop() {
+        let Ok(meta) = std::fs::symlink_metadata(&d) else { continue };
+        if !meta.is_dir() {
+            continue;
+        }
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(folders))?;
+        for e in std::fs::read_dir(&d)?.flatten() {
+            match e.file_type() {
+                Ok(t) if t.is_dir() => stack.push(e.path()),
+                Ok(t) if t.is_file() => std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(files))?,
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 pub fn make_private_dir(dir: &Path) -> Result<(), ApiError> {
@@ -409,9 +459,8 @@ pub fn make_private_dir(dir: &Path) -> Result<(), ApiError> {
     }
 }
 
-/// A folder a run's jail reads: see `run_dir_mode`.
-pub fn make_run_dir(dir: &Path) -> Result<(), ApiError> {
-    let mode = run_dir_mode();
+/// A run's folder (or its `input/`), in `mode` whatever the umask.
+pub fn make_run_dir(dir: &Path, mode: u32) -> Result<(), ApiError> {
     std::fs::DirBuilder::new()
         .mode(mode)
         .create(dir)
@@ -463,7 +512,7 @@ mod tests {
         kept.insert("b", (40, false));
         kept.insert("c", (40, true));
         kept.insert("d", (40, true));
-        kept.shed(100, |v| v.0, |v| v.1);
+        assert_eq!(kept.shed(100, |v| v.0, |v| v.1), 2);
         assert!(kept.get("a").is_none() && kept.get("c").is_none(), "the oldest finished ones go");
         assert!(kept.get("b").is_some(), "a running one stays, whatever its age");
         assert!(kept.get("d").is_some());
