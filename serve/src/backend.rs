@@ -249,14 +249,48 @@ impl RunError {
     }
 }
 
+/// A run's result document as the jail (or the pool) wrote it: the line
+/// that carries it (`{"type": "result", "result": {...}}` of `jail run
+/// --events`, `{"id", "result": {...}}` of the pool), never decoded whole
+/// by the server. Its streams are most of it (a control byte is six bytes
+/// of it); `runs.rs` `keep_result` reads it once, decodes the few fields
+/// it needs and passes `stdout` and `stderr` on as written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawResult {
+    line: String,
+}
+
+impl RawResult {
+    /// A line whose `result` field is the document.
+    pub fn line(line: String) -> RawResult {
+        RawResult { line }
+    }
+
+    /// A document already decoded (a short reply of the pool's).
+    pub fn of(result: &serde_json::Value) -> RawResult {
+        RawResult { line: serde_json::json!({ "result": result }).to_string() }
+    }
+
+    pub fn text(&self) -> &str {
+        &self.line
+    }
+
+    /// The whole document, decoded (a pool that streamed no events makes
+    /// them from it; the tests read it).
+    pub fn value(&self) -> serde_json::Value {
+        serde_json::from_str::<serde_json::Value>(&self.line)
+            .map(|mut v| v["result"].take())
+            .unwrap_or_default()
+    }
+}
+
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 pub trait Backend: Send + Sync + 'static {
     /// Run `job`, appending its events but the last to `log` (the log is
     /// not finished here); stop it when `cancel` is asked (it still ends
     /// with its result: `cancelled`). The result document.
-    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>, cancel: Arc<Cancel>)
-        -> BoxFuture<'a, Result<serde_json::Value, RunError>>;
+    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>, cancel: Arc<Cancel>) -> BoxFuture<'a, Result<RawResult, RunError>>;
 }
 
 #[cfg(test)]

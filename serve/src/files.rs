@@ -147,17 +147,23 @@ impl View {
     /// tenant knows them.
     pub fn result(&self, result: &mut Value) {
         let Value::Object(top) = result else { return };
-        for key in ["output_dir", "quarantine_dir"] {
-            if let Some(v) = top.get_mut(key) {
-                *v = Value::Null;
-            }
-        }
         for (key, v) in top.iter_mut() {
-            if key == "stdout" || key == "stderr" {
-                continue;
-            }
-            self.walk(v);
+            self.field(key, v);
         }
+    }
+
+    /// One top-level field of a result as the tenant sees it (see `result`).
+    pub fn field(&self, key: &str, v: &mut Value) {
+        match key {
+            "output_dir" | "quarantine_dir" => *v = Value::Null,
+            "stdout" | "stderr" => {}
+            _ => self.walk(v),
+        }
+    }
+
+    /// Whether a top-level field is passed on as the jail wrote it.
+    pub fn untouched(key: &str) -> bool {
+        key == "stdout" || key == "stderr"
     }
 
     fn walk(&self, v: &mut Value) {

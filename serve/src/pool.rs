@@ -29,7 +29,7 @@ use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
-use crate::backend::{Backend, BoxFuture, EventLog, Job, RunError};
+use crate::backend::{Backend, BoxFuture, EventLog, Job, RawResult, RunError};
 use crate::cancel::Cancel;
 use crate::route::PoolShape;
 use wire::{Line, Read, Reply};
@@ -476,7 +476,7 @@ impl Link {
                 let Some(waiter) = w.get_mut(&id) else { return };
                 let Some(log) = &waiter.log else { return };
                 // The log keeps what fits its bytes and counts the rest.
-                log.push(&event.to_string());
+                log.push(&event);
             }
             // The answer to a cancel of a run already answered: nothing waits for it.
             Line::Reply(_, Reply::Error { code, .. }) if code == "unknown_id" => {}
@@ -501,7 +501,7 @@ impl Link {
 }
 
 impl Backend for Link {
-    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>, cancel: Arc<Cancel>) -> BoxFuture<'a, Result<Value, RunError>> {
+    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>, cancel: Arc<Cancel>) -> BoxFuture<'a, Result<RawResult, RunError>> {
         Box::pin(async move {
             // Waiting here is bounded by the runs ahead, each by its deadline.
             let _turn = tokio::select! {
@@ -517,6 +517,11 @@ impl Backend for Link {
             let answered = cancel.until_done(rx, || self.cancel(&job.id));
             let reply = tokio::time::timeout(deadline, answered).await;
             let result = match reply {
+                // A long result, read once, later, off the async threads.
+                Ok(Ok(Reply::Unparsed(line))) => match String::from_utf8(line) {
+                    Ok(line) => RawResult::line(line),
+                    Err(_) => return Err(RunError::Failed("the warm pool's result is not UTF-8".into())),
+                },
                 Err(_) => {
                     lock(&self.waiting).remove(&job.id);
                     return Err(RunError::Failed(format!("the warm pool did not answer within {deadline:?}")));
@@ -524,7 +529,7 @@ impl Backend for Link {
                 Ok(Err(_)) => {
                     return Err(RunError::PoolLost("the warm pool ended: the run did not finish; send it again".into()))
                 }
-                Ok(Ok(Reply::Result(v))) => v,
+                Ok(Ok(Reply::Result(v))) => RawResult::of(&v),
                 Ok(Ok(Reply::Lost(why))) => {
                     return Err(RunError::PoolLost(format!("{why}: the run did not finish; send it again")))
                 }
@@ -540,11 +545,10 @@ impl Backend for Link {
                 }
             };
             if !events {
-                for line in wire::events_from_result(&result) {
+                for line in wire::events_from_result(&result.value()) {
                     log.push(&line);
                 }
             }
-            jail::schema::check_version(&result).map_err(|e| RunError::Failed(e.to_string()))?;
             Ok(result)
         })
     }
@@ -568,7 +572,12 @@ async fn read_lines(link: Arc<Link>, stdout: tokio::process::ChildStdout) {
     loop {
         let read = wire::read_line(&mut reader, &mut buf, wire::MAX_LINE_BYTES).await;
         match read {
-            Ok(Read::Whole) => link.dispatch(wire::parse_line(&buf)),
+            // A long result goes to its run whole, to be parsed there off
+            // this reader, which every run's replies share.
+            Ok(Read::Whole) => match (buf.len() > KEPT_LINE_BYTES).then(|| wire::result_id(&buf)).flatten() {
+                Some(id) => link.dispatch(Line::Reply(id, Reply::Unparsed(std::mem::take(&mut buf)))),
+                None => link.dispatch(wire::parse_line(&buf)),
+            },
             Ok(Read::TooLong) => link.too_long(&buf),
             Ok(Read::End) | Err(_) => {
                 // Nothing more can come: no new run is sent here; the
@@ -712,7 +721,7 @@ for line in sys.stdin:
 
     async fn run(link: &Arc<Link>, job: Job) -> (Result<Value, RunError>, Arc<EventLog>) {
         let log = scratch_log();
-        (link.run(job, Arc::clone(&log), Arc::default()).await, log)
+        (link.run(job, Arc::clone(&log), Arc::default()).await.map(|r| r.value()), log)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -754,7 +763,7 @@ for line in sys.stdin:
         assert!(!task.is_finished(), "the event came while the run was still going");
         assert_eq!(lines(&log)[0], serde_json::json!({"type": "stdout", "data": "live c"}));
         assert!(matches!(link.call(wire::stats_line("release"), "release".into()).await, Some(Reply::Stats(_))));
-        assert_eq!(task.await.unwrap().unwrap()["status"], "ok");
+        assert_eq!(task.await.unwrap().unwrap().value()["status"], "ok");
         let kinds: Vec<String> = lines(&log).iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect();
         assert_eq!(kinds, ["stdout"], "nothing made up when the pool streamed");
         pool.shut_down().await;
@@ -777,7 +786,7 @@ for line in sys.stdin:
         }
         cancel.ask();
         let r = tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap().unwrap();
-        assert_eq!(r["status"], "cancelled");
+        assert_eq!(r.value()["status"], "cancelled");
         // A second cancel of the answered run: the pool says unknown_id, and
         // nothing waits for that.
         link.cancel("k");

@@ -14,7 +14,7 @@ use futures_util::StreamExt;
 use serde_json::Value;
 
 use crate::api::{parse, ApiError, ErrorDetail, Limits, RunReply, RunRequest};
-use crate::backend::{Backend, FinishOnDrop, Job, RunError};
+use crate::backend::{Backend, FinishOnDrop, Job, RawResult, RunError};
 use crate::cancel::CancelOnDrop;
 use crate::config::Tenant;
 use crate::files::View;
@@ -340,7 +340,7 @@ async fn execute(
 
 /// A run on the pool; one whose pooled jail was dead before its code was
 /// sent runs once more, on a jail of its own.
-async fn on_pool(state: &Shared, link: &Link, job: Job, run: &Run) -> Result<serde_json::Value, RunError> {
+async fn on_pool(state: &Shared, link: &Link, job: Job, run: &Run) -> Result<RawResult, RunError> {
     let outcome = link.run(job.clone(), Arc::clone(&run.log), Arc::clone(&run.cancel)).await;
     let Err(RunError::NotStarted(why)) = &outcome else { return outcome };
     if run.cancel.asked() {
@@ -372,20 +372,20 @@ async fn record(
     state: &Shared,
     run: &Arc<Run>,
     started: Instant,
-    outcome: Result<serde_json::Value, RunError>,
+    outcome: Result<RawResult, RunError>,
     ended: Ended,
 ) -> Result<(), ApiError> {
     state.metrics.ran_on(run.backend());
     let outcome = match outcome {
         Ok(result) => {
-            let status = result.get("status").and_then(|s| s.as_str()).unwrap_or("unknown").to_owned();
-            let denials = result.get("denials").and_then(|d| d.as_array()).map_or(0, |d| d.len() as u64);
-            state.metrics.run(&status, started.elapsed(), denials);
+            // Off the async threads: a result is up to the jail's stream caps.
             let (dir, view) = (run.dir.clone(), ended.view.clone());
-            let kept = tokio::task::spawn_blocking(move || keep_result(&dir, result, &view)).await;
-            match kept {
-                Ok(Ok(end)) => Ok(end),
-                Ok(Err(e)) => Err(RunError::Failed(format!("the run's result could not be kept on the service: {e}"))),
+            match tokio::task::spawn_blocking(move || keep_result(&dir, &result, &view)).await {
+                Ok(Ok(kept)) => {
+                    state.metrics.run(&kept.status, started.elapsed(), kept.denials);
+                    Ok(kept.end)
+                }
+                Ok(Err(e)) => Err(RunError::Failed(e)),
                 Err(e) => Err(RunError::Failed(format!("keeping the run's result: {e}"))),
             }
         }
@@ -412,21 +412,77 @@ async fn record(
     result
 }
 
-/// Write the result as the tenant sees it and the listing its artifacts
-/// are served from, into the run's folder: its end.
-fn keep_result(dir: &Path, mut result: Value, view: &View) -> std::io::Result<End> {
-    let listing = serde_json::json!({
-        "output_dir": result.get("output_dir").cloned().unwrap_or(Value::Null),
-        "artifacts": result.get("artifacts").cloned().unwrap_or(Value::Null),
-    });
-    let artifact_bytes = result["artifacts"]
+/// A result kept: the run's end, and what its metrics say of it.
+struct Kept {
+    end: End,
+    status: String,
+    denials: u64,
+}
+
+/// Check the result's schema version, then write the result as the tenant
+/// sees it and the listing its artifacts are served from into the run's
+/// folder: its end. Only the top-level fields other than `stdout` and
+/// `stderr` are decoded (to name no host path, and for the listing and
+/// the metrics); the streams, most of a result, are copied as written.
+fn keep_result(dir: &Path, result: &RawResult, view: &View) -> Result<Kept, String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    #[derive(serde::Deserialize)]
+    struct Line<'a> {
+        #[serde(borrow)]
+        result: std::collections::BTreeMap<String, &'a serde_json::value::RawValue>,
+    }
+    let fields = serde_json::from_str::<Line>(result.text())
+        .map_err(|e| format!("the jail's result is not a JSON object: {e}"))?
+        .result;
+    let field = |k: &str| fields.get(k).and_then(|raw| serde_json::from_str::<Value>(raw.get()).ok());
+    let version = match field("schema_version") {
+        Some(v) => serde_json::json!({"schema_version": v}),
+        None => serde_json::json!({}),
+    };
+    jail::schema::check_version(&version).map_err(|e| e.to_string())?;
+    let artifacts = field("artifacts").unwrap_or(Value::Null);
+    let artifact_bytes = artifacts
         .as_array()
         .map(|a| a.iter().filter_map(|x| x["bytes"].as_u64()).fold(0u64, u64::saturating_add))
         .unwrap_or(0);
-    crate::files::write_json(dir, LISTING_FILE, &listing)?;
-    view.result(&mut result);
-    let result_bytes = crate::files::write_json(dir, RESULT_FILE, &result)?;
-    Ok(End::Done { result_bytes, artifact_bytes })
+    let listing = serde_json::json!({"output_dir": field("output_dir").unwrap_or(Value::Null), "artifacts": artifacts});
+    let lost = |e: std::io::Error| format!("the run's result could not be kept on the service: {e}");
+    crate::files::write_json(dir, LISTING_FILE, &listing).map_err(lost)?;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(dir.join(RESULT_FILE))
+        .map_err(lost)?;
+    let mut out = std::io::BufWriter::with_capacity(crate::files::CHUNK, file);
+    let mut write = || -> std::io::Result<()> {
+        out.write_all(b"{")?;
+        for (i, (key, raw)) in fields.iter().enumerate() {
+            if i > 0 {
+                out.write_all(b",")?;
+            }
+            serde_json::to_writer(&mut out, key)?;
+            out.write_all(b":")?;
+            if View::untouched(key) {
+                out.write_all(raw.get().as_bytes())?;
+            } else {
+                let mut v: Value = serde_json::from_str(raw.get())?;
+                view.field(key, &mut v);
+                serde_json::to_writer(&mut out, &v)?;
+            }
+        }
+        out.write_all(b"}")?;
+        out.flush()
+    };
+    write().map_err(lost)?;
+    let result_bytes = out.get_ref().metadata().map_err(lost)?.len();
+    Ok(Kept {
+        end: End::Done { result_bytes, artifact_bytes },
+        status: field("status").and_then(|s| s.as_str().map(str::to_owned)).unwrap_or_else(|| "unknown".into()),
+        denials: field("denials").and_then(|d| d.as_array().map(|d| d.len() as u64)).unwrap_or(0),
+    })
 }
 
 #[utoipa::path(get, path = "/v1/runs/{id}", params(("id" = String, Path)),
@@ -764,6 +820,41 @@ mod tests {
             assert_eq!(through(lines, &[cut], 0).0, want, "cut at {cut}");
         }
         assert_eq!(through(lines, &[3, 9, 10], 0).0, want);
+    }
+
+    #[test]
+    fn a_result_is_kept_with_its_streams_as_written_and_no_host_path() {
+        let dir = tempfile::tempdir().unwrap();
+        let run = dir.path().join("alice/r1");
+        std::fs::create_dir_all(&run).unwrap();
+        let out = run.join("output");
+        let raw = format!(
+            r#"{{"schema_version":{},"status":"ok","denials":[{{"syscall":"ptrace"}}],"stdout":{{"text":"\u0001{}","bytes":2}},"stderr":{{"text":""}},"output_dir":{},"setup_error":{{"message":"open {}/input/a"}},"artifacts":[{{"path":"a.txt","bytes":3}}]}}"#,
+            jail::result::SCHEMA_VERSION,
+            run.display(),
+            Value::from(out.display().to_string()),
+            run.display()
+        );
+        let view = View::of_run(&run, &[dir.path()]);
+        let kept = keep_result(&run, &RawResult::line(format!(r#"{{"type":"result","result":{raw}}}"#)), &view).unwrap();
+        assert_eq!((kept.status.as_str(), kept.denials), ("ok", 1));
+        let text = std::fs::read_to_string(run.join(RESULT_FILE)).unwrap();
+        assert!(
+            text.contains(&format!(r#""stdout":{{"text":"\u0001{}","bytes":2}}"#, run.display())),
+            "the stream as written: {text}"
+        );
+        let shown: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(shown["output_dir"], Value::Null);
+        assert_eq!(shown["setup_error"]["message"], "open /workspace/input/a");
+        assert!(matches!(kept.end, End::Done { artifact_bytes: 3, result_bytes } if result_bytes == text.len() as u64));
+        let listing = artifacts::read_listing(&run).unwrap();
+        assert_eq!(listing["output_dir"], Value::from(out.display().to_string()));
+        // Another schema version is refused, and nothing is kept of it.
+        let other = tempfile::tempdir().unwrap();
+        let e = keep_result(other.path(), &RawResult::of(&serde_json::json!({"schema_version": 999})), &view)
+            .err()
+            .unwrap();
+        assert!(e.contains("999"), "{e}");
     }
 
     #[test]

@@ -1782,11 +1782,18 @@ fn flood(addr: SocketAddr, threads: usize, attack: Arc<Attack>) -> Vec<std::thre
             let (attack, body) = (Arc::clone(&attack), body.clone());
             std::thread::spawn(move || {
                 while attack.wait_on() {
-                    if attack.flood_left.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) <= 0 {
-                        return;
+                    // One more run to do, taken only while some are left.
+                    let ord = std::sync::atomic::Ordering::SeqCst;
+                    if attack.flood_left.fetch_update(ord, ord, |n| (n > 0).then(|| n - 1)).is_err() {
+                        if attack.flooded.load(ord) >= 70 {
+                            return;
+                        }
+                        // The last ones are in flight elsewhere: one may come back.
+                        std::thread::sleep(Duration::from_millis(200));
+                        continue;
                     }
-                    match bounded_request_as(addr, NOISY, &body, Duration::from_secs(120)) {
-                        Ok(r) if r.status == 200 => {
+                    match status_of_post(addr, NOISY, &body, Duration::from_secs(120)) {
+                        Ok(200) => {
                             attack.flooded.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                         }
                         _ => {
@@ -1798,6 +1805,28 @@ fn flood(addr: SocketAddr, threads: usize, attack: Arc<Attack>) -> Vec<std::thre
             })
         })
         .collect()
+}
+
+/// POST a run and read its reply to the end, keeping only its status: the
+/// flood's client spends next to nothing on its 13 MiB replies, so the CPU
+/// the flood takes is the server's and its jails'.
+fn status_of_post(addr: SocketAddr, token: &str, body: &str, deadline: Duration) -> Result<u16, String> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
+    s.set_read_timeout(Some(deadline)).map_err(|e| e.to_string())?;
+    let head = format!(
+        "POST /v1/runs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes())
+        .and_then(|()| s.write_all(body.as_bytes()))
+        .map_err(|e| format!("send: {e}"))?;
+    let mut first = [0u8; 12];
+    s.read_exact(&mut first).map_err(|e| format!("no reply: {e}"))?;
+    std::io::copy(&mut s, &mut std::io::sink()).map_err(|e| format!("reply: {e}"))?;
+    std::str::from_utf8(&first[9..12])
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| "no status".into())
 }
 
 /// p-th quantile of sorted samples.
