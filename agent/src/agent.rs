@@ -26,7 +26,9 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use crate::checkpoint::{Checkpoint, CheckpointError, Conversation, Pending, Settings, SubOutcome, SubRun};
+use nix::sys::signal::Signal;
+
+use crate::checkpoint::{Checkpoint, CheckpointError, Conversation, Pending, Settings, SubOutcome, SubRun, Whose};
 use crate::escape::{cut, shown};
 use crate::export::{Accepted, ExportError, Exported};
 use crate::llm::{self, Client, LlmConfig, LlmError, Message, Reply};
@@ -61,6 +63,11 @@ pub struct Caps {
     pub run_steps: u32,
     /// Tokens (in + out) the whole run may use.
     pub run_tokens: u64,
+    /// Model calls the orchestrator itself may make (its sub-agents' not
+    /// counted).
+    pub orchestrator_steps: u32,
+    /// Tokens (in + out) the orchestrator itself may use.
+    pub orchestrator_tokens: u64,
     /// Tool calls run from one reply; the rest are answered with an error.
     pub calls_per_reply: usize,
     /// Wall-clock time the whole run may take (a resumed run: from resuming),
@@ -78,11 +85,16 @@ impl Default for Caps {
             subagent_tokens: 400_000,
             run_steps: 150,
             run_tokens: 2_000_000,
+            orchestrator_steps: 60,
+            orchestrator_tokens: 600_000,
             calls_per_reply: 8,
             deadline: Duration::from_secs(30 * 60),
         }
     }
 }
+
+/// Most bytes of a not-run call's arguments the trace keeps.
+const NOT_RUN_ARGUMENTS: usize = 1024;
 
 /// Longest report or reason a sub-agent may hand back, in bytes.
 const MAX_REPORT_BYTES: usize = 2000;
@@ -123,18 +135,42 @@ pub struct Config {
 pub enum Stop {
     Finished,
     RunStepCap(u32),
-    RunTokenCap(u64),
+    /// The run's tokens reached `cap`; `reached` is where the last reply
+    /// took them (past the cap when one reply overshot it).
+    RunTokenCap {
+        cap: u64,
+        reached: u64,
+    },
+    OrchestratorStepCap(u32),
+    OrchestratorTokenCap {
+        cap: u64,
+        reached: u64,
+    },
     /// The run's wall-clock deadline passed.
     Deadline(Duration),
+    /// A signal told the run to stop (stop.rs); `resume` goes on.
+    Signal(Signal),
 }
 
 impl Stop {
     pub fn describe(&self) -> String {
+        let over = |cap: u64, reached: u64| {
+            if reached > cap {
+                format!("; the last reply took it to {reached}, {} over", reached - cap)
+            } else {
+                String::new()
+            }
+        };
         match self {
             Stop::Finished => "finished".into(),
             Stop::RunStepCap(n) => format!("run step cap reached ({n} model calls)"),
-            Stop::RunTokenCap(n) => format!("run token cap reached ({n} tokens)"),
+            Stop::RunTokenCap { cap, reached } => format!("run token cap reached ({cap} tokens{})", over(*cap, *reached)),
+            Stop::OrchestratorStepCap(n) => format!("orchestrator step cap reached ({n} model calls)"),
+            Stop::OrchestratorTokenCap { cap, reached } => {
+                format!("orchestrator token cap reached ({cap} tokens{})", over(*cap, *reached))
+            }
             Stop::Deadline(d) => format!("run deadline reached ({} s)", d.as_secs()),
+            Stop::Signal(sig) => format!("stopped by {sig}"),
         }
     }
 }
@@ -148,22 +184,44 @@ pub enum AgentError {
     #[error(transparent)]
     Skills(#[from] SkillError),
     #[error(transparent)]
-    Llm(#[from] LlmError),
+    Llm(LlmError),
     #[error(transparent)]
     Checkpoint(#[from] CheckpointError),
     #[error("export: {0}")]
     Export(#[from] ExportError),
     #[error("the model answered {times} times without calling a tool (last reply: {reply:?}); this agent needs a model and server with tool calling (function calling): check LLM_MODEL and the server's tool support")]
     NoToolCalls { times: u32, reply: String },
+    #[error("the model stopped calling tools: after {calls} tool calls it answered {times} times in a row with text alone, {what} (last reply: {reply:?})")]
+    StoppedCallingTools {
+        calls: usize,
+        times: u32,
+        what: &'static str,
+        reply: String,
+    },
     #[error("stop the sub-task's sandbox session: {0}")]
     SandboxSession(String),
+    #[error("{0}")]
+    Preflight(String),
+    /// A signal told the run to stop: not an error, the run ends as
+    /// `Stop::Signal` (drive).
+    #[error("stopped by {0}")]
+    Stopped(Signal),
 }
 
 impl AgentError {
     /// Whether `resume` can go on after this error: the model's endpoint
     /// failed, the run's state is intact.
     pub fn resumable(&self) -> bool {
-        matches!(self, AgentError::Llm(_))
+        matches!(self, AgentError::Llm(_) | AgentError::Stopped(_))
+    }
+}
+
+impl From<LlmError> for AgentError {
+    fn from(e: LlmError) -> AgentError {
+        match (&e, crate::stop::requested()) {
+            (LlmError::Stopped(_), Some(sig)) => AgentError::Stopped(sig),
+            _ => AgentError::Llm(e),
+        }
     }
 }
 
@@ -185,6 +243,16 @@ pub struct Outcome {
     pub summary: Summary,
     /// Files copied to `Config::output`, and the accepted ones that were not.
     pub exported: Exported,
+    /// Why the export to `Config::output` failed, when it did: the session
+    /// keeps everything, and `jail-agent export SESSION` does it again.
+    pub export_error: Option<String>,
+}
+
+impl Outcome {
+    /// Whether every item of the plan was completed (there was a plan).
+    pub fn all_done(&self) -> bool {
+        !self.todo.items.is_empty() && self.todo.items.iter().all(|i| i.state == State::Done)
+    }
 }
 
 fn fail(error: impl Into<AgentError>, session: Option<&Session>) -> Failure {
@@ -220,21 +288,7 @@ pub fn run_with(config: &Config, sinks: Vec<Box<dyn trace::Sink>>) -> Result<Out
     }
     let mut orchestrator = Conversation { span: SpanStart::now(None), ..Conversation::default() };
     let system = ORCHESTRATOR_PROMPT.replace("{skills}", &skills.index());
-    let mut st = Checkpoint {
-        version: crate::checkpoint::VERSION,
-        settings: Settings::of(config),
-        run_id,
-        todo: TodoList::default(),
-        orchestrator: Conversation::default(),
-        sub: None,
-        steps: 0,
-        tokens: 0,
-        subagents: 0,
-        accepted: Accepted::default(),
-        wall_ms_before: 0.0,
-        finished: false,
-        live_session: None,
-    };
+    let mut st = Checkpoint::new(Settings::of(config), run_id);
     let inputs = {
         let cells = crate::cells::Cells::default();
         let pool = crate::pool::Pool::new(&config.runner, &session, display.clone());
@@ -301,6 +355,9 @@ fn drive(
     started: Instant,
     display: Display,
 ) -> Result<Outcome, Failure> {
+    // Before the first model call: the steps' rootfs and policy, with one
+    // tiny step (preflight.rs). A wrong one costs nothing but this.
+    crate::preflight::check(&config.runner, session).map_err(|e| fail(AgentError::Preflight(e), Some(session)))?;
     let mut run = Run {
         config,
         client: Client::new(config.llm.clone()),
@@ -314,8 +371,14 @@ fn drive(
         pool: crate::pool::Pool::new(&config.runner, session, display.clone()),
         display,
     };
+    // The pool makes its first jail while the orchestrator plans.
+    run.pool.start_early(&config.runner);
     run.stop_orphaned_session();
-    let result = run.orchestrate();
+    let result = match run.orchestrate() {
+        // A signal: the run ends as at a cap, with what it has so far.
+        Err(AgentError::Stopped(sig)) => Ok(run.stopped_answer(Stop::Signal(sig))),
+        other => other,
+    };
     // The pool goes before the run's last record, whatever happened: its
     // state and stats are the summary's.
     let pooled = run.close_pool();
@@ -326,7 +389,8 @@ fn drive(
     };
     let wall_ms = run.trace.elapsed_ms();
     let span = run.st.orchestrator.span.clone();
-    let end = pooled.and(run.trace.record(ORCHESTRATOR, None, &span, Event::RunEnd { stop: stop.clone(), wall_ms }));
+    let items = run.st.todo.items.iter().map(crate::trace::ItemEnd::of).collect();
+    let end = pooled.and(run.trace.record(ORCHESTRATOR, None, &span, Event::RunEnd { stop: stop.clone(), wall_ms, items }));
     run.trace.flush();
     let summary = Summary::from_records(&run.trace.records, wall_ms, &stop);
     let saved = summary.save(&session.root);
@@ -337,13 +401,20 @@ fn drive(
     end.and(saved).map_err(|e| fail(e, Some(session)))?;
     crate::session::write_private(&session.root.join("answer.md"), format!("{answer}\n").as_bytes())
         .map_err(|error| fail(TraceError::Write { path: session.root.join("answer.md"), error }, Some(session)))?;
-    run.st.finished = true;
-    run.st.save(&session.root).map_err(|e| fail(e, Some(session)))?;
-    let exported = match &config.output {
-        Some(dest) => crate::export::export(&session.output, &run.st.accepted, dest).map_err(|e| fail(e, Some(session)))?,
-        None => Exported::default(),
-    };
     let stop = run.stop.clone().unwrap_or(Stop::Finished);
+    // A run a signal stopped is not finished: `resume` goes on from here.
+    run.st.finished = !matches!(stop, Stop::Signal(_));
+    run.save().map_err(|e| fail(e, Some(session)))?;
+    // A failed export loses nothing: the session keeps the files, the
+    // answer and the summary are shown, and `jail-agent export SESSION`
+    // copies them again. A stopped run is exported when it finishes.
+    let (exported, export_error) = match &config.output {
+        Some(dest) if !matches!(stop, Stop::Signal(_)) => match crate::export::export(&session.output, &run.st.accepted, dest) {
+            Ok(e) => (e, None),
+            Err(e) => (Exported::default(), Some(e.to_string())),
+        },
+        _ => (Exported::default(), None),
+    };
     Ok(Outcome {
         session: session.clone(),
         answer,
@@ -351,6 +422,7 @@ fn drive(
         todo: run.st.todo.clone(),
         summary,
         exported,
+        export_error,
     })
 }
 
@@ -386,7 +458,7 @@ impl Run<'_> {
         self.display.say(agent, line);
     }
 
-    fn save(&self) -> Result<(), AgentError> {
+    fn save(&mut self) -> Result<(), AgentError> {
         Ok(self.st.save(&self.session.root)?)
     }
 
@@ -396,7 +468,7 @@ impl Run<'_> {
         if self.st.steps >= caps.run_steps {
             Some(Stop::RunStepCap(caps.run_steps))
         } else if self.st.tokens >= caps.run_tokens {
-            Some(Stop::RunTokenCap(caps.run_tokens))
+            Some(Stop::RunTokenCap { cap: caps.run_tokens, reached: self.st.tokens })
         } else if Instant::now() >= self.deadline {
             Some(Stop::Deadline(caps.deadline))
         } else {
@@ -408,20 +480,43 @@ impl Run<'_> {
     /// become its pending calls, each with its share of the tokens.
     fn model_call(&mut self, who: &Who, conv: &mut Conversation, role: Role) -> Result<Reply, AgentError> {
         let specs = tools::specs(role, self.skills, self.config.runner.stateless);
+        if let Some(sig) = crate::stop::requested() {
+            return Err(AgentError::Stopped(sig));
+        }
         let span = SpanStart::now(Some(who.span));
         let reply = {
             let _status = self.display.waiting_for_model(who.agent, self.st.tokens);
-            self.client.chat(&conv.messages, &specs)?
+            let display = self.display.clone();
+            // Each retried attempt is shown as it happens.
+            let mut tell = |r: &llm::Retry| {
+                display.say(
+                    who.agent,
+                    &format!(
+                        "model: attempt {} of {} failed ({}); retrying in {:.1} s",
+                        r.attempt,
+                        r.attempts_max,
+                        r.error,
+                        r.wait.as_secs_f64()
+                    ),
+                )
+            };
+            self.client.chat_watched(&conv.messages, &specs, &mut tell)?
         };
         self.st.steps += 1;
         self.st.tokens += reply.usage.input + reply.usage.output;
+        if who.agent == ORCHESTRATOR {
+            self.st.orchestrator_steps += 1;
+            self.st.orchestrator_tokens += reply.usage.input + reply.usage.output;
+        }
         let sizes: Vec<usize> = reply.tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).collect();
         let shares = trace::split_tokens(reply.usage.output, &sizes);
         let assistant = Message::Assistant { content: reply.content.clone(), tool_calls: reply.tool_calls.clone() };
         let recorded = self.trace.content == Content::Recorded;
         let input_messages =
             recorded.then(|| conv.messages[conv.recorded.min(conv.messages.len())..].iter().map(content_json).collect());
-        let output_message = recorded.then(|| content_json(&assistant));
+        // Bounded per call whatever the reply: each call's arguments get
+        // their share of one record's budget.
+        let output_message = recorded.then(|| reply_json(&assistant));
         self.trace.record(
             who.agent,
             who.todo,
@@ -433,6 +528,7 @@ impl Run<'_> {
                 tokens_estimated: reply.usage.estimated,
                 duration_ms: reply.duration.as_secs_f64() * 1000.0,
                 attempts: reply.attempts,
+                retries: reply.retries.clone(),
                 finish_reason: reply.finish_reason.clone(),
                 tool_calls: reply.tool_calls.iter().map(|c| cut(&c.name, 100)).collect(),
                 tool_call_ids: reply.tool_calls.iter().map(|c| cut(&c.id, 100)).collect(),
@@ -454,8 +550,27 @@ impl Run<'_> {
     }
 
     fn record_tool(&mut self, who: &Who, p: &Pending, span: &SpanStart, done: &Done, ms: f64) -> Result<(), AgentError> {
+        self.record_call(who, p, span, done, ms, trace::MAX_CONTENT_BYTES)
+    }
+
+    /// A call that was not run: its arguments kept to `NOT_RUN_ARGUMENTS`
+    /// bytes (a reply of many large calls leaves a bounded trace).
+    fn record_not_run(&mut self, who: &Who, p: &Pending, span: &SpanStart, done: &Done) -> Result<(), AgentError> {
+        self.record_call(who, p, span, done, 0.0, NOT_RUN_ARGUMENTS)
+    }
+
+    fn record_call(
+        &mut self,
+        who: &Who,
+        p: &Pending,
+        span: &SpanStart,
+        done: &Done,
+        ms: f64,
+        most: usize,
+    ) -> Result<(), AgentError> {
         let error = (!done.ok).then(|| llm::excerpt(&done.content, 600));
-        let (arguments, result) = (self.trace.content_of(&p.call.arguments), self.trace.content_of(&done.content));
+        let arguments = self.trace.content_of(&p.call.arguments).map(|a| cut(&a, most));
+        let result = self.trace.content_of(&done.content);
         self.trace.record(
             who.agent,
             who.todo,
@@ -470,6 +585,7 @@ impl Run<'_> {
                 tokens_out: p.tokens_out,
                 arguments,
                 result,
+                result_bytes: done.content.len() as u64,
             },
         )?;
         Ok(())
@@ -498,28 +614,47 @@ impl Run<'_> {
         let who = Who { agent: ORCHESTRATOR, todo: None, span: &span_id };
         loop {
             if let Some(mut p) = self.st.orchestrator.pending.first().cloned() {
+                if let Some(sig) = crate::stop::requested() {
+                    return Err(AgentError::Stopped(sig));
+                }
                 let span = p.span.get_or_insert_with(|| SpanStart::now(Some(&span_id))).clone();
                 self.st.orchestrator.pending[0] = p.clone();
-                let content = match self.not_run(&who, &p, &span)? {
-                    Some(refusal) => refusal,
-                    None => self.orchestrator_tool(&who, &p, &span)?,
+                let (content, steers) = match self.not_run(&who, &p, &span)? {
+                    Some(refusal) => (refusal, false),
+                    None => (self.orchestrator_tool(&who, &p, &span)?, STEERING.contains(&p.call.name.as_str())),
                 };
                 let conv = &mut self.st.orchestrator;
-                conv.messages.push(Message::Tool { tool_call_id: p.call.id.clone(), content });
+                conv.messages.push(Message::Tool { tool_call_id: p.call.id.clone(), content: content.clone() });
                 conv.pending.remove(0);
-                self.save()?;
+                if steers {
+                    // The plan or the counters changed: the whole state.
+                    self.save()?;
+                } else {
+                    // Only the conversation grew: this answer alone.
+                    self.journal(Whose::Orchestrator, &p.call.id, content, None)?;
+                }
                 if let Some(stop) = self.stop.clone() {
                     return Ok(self.stopped_answer(stop));
                 }
                 continue;
             }
-            if let Some(stop) = self.run_cap() {
+            if let Some(stop) = self.run_cap().or_else(|| self.orchestrator_cap()) {
                 return Ok(self.stopped_answer(stop));
             }
             let mut conv = std::mem::take(&mut self.st.orchestrator);
             let reply = self.model_call(&who, &mut conv, Role::Orchestrator);
             self.st.orchestrator = conv;
             let reply = reply?;
+            // This reply alone may have taken the run or the orchestrator
+            // past a token cap: then none of its calls runs.
+            if let Some(stop) = self.run_overshot().or_else(|| self.orchestrator_overshot()) {
+                let mut conv = std::mem::take(&mut self.st.orchestrator);
+                let refused = self.refuse_pending(&who, &mut conv, &format!("not run: {}", stop.describe()));
+                self.st.orchestrator = conv;
+                refused?;
+                self.save()?;
+                return Ok(self.stopped_answer(stop));
+            }
             if !reply.tool_calls.is_empty() {
                 self.st.orchestrator.idle = 0;
                 self.save()?;
@@ -528,10 +663,21 @@ impl Run<'_> {
             let conv = &mut self.st.orchestrator;
             conv.idle += 1;
             let idle = conv.idle;
+            let called = calls_made(&conv.messages);
             let text = reply.content.clone().unwrap_or_default();
+            let said = shown(&llm::excerpt(&text, 200));
             let nudge = if !self.st.todo.is_created() {
                 if idle >= 2 {
-                    return Err(AgentError::NoToolCalls { times: idle, reply: shown(&llm::excerpt(&text, 200)) });
+                    return Err(if called == 0 {
+                        AgentError::NoToolCalls { times: idle, reply: said }
+                    } else {
+                        AgentError::StoppedCallingTools {
+                            calls: called,
+                            times: idle,
+                            what: "before it made a plan with create_todo_list",
+                            reply: said,
+                        }
+                    });
                 }
                 "Do not answer yet: first call the create_todo_list tool with the plan.".to_string()
             } else if self.st.todo.pending() > 0 && idle < 3 {
@@ -542,7 +688,12 @@ impl Run<'_> {
                 )
             } else if text.trim().is_empty() {
                 if idle >= 3 {
-                    return Err(AgentError::NoToolCalls { times: idle, reply: String::new() });
+                    return Err(AgentError::StoppedCallingTools {
+                        calls: called,
+                        times: idle,
+                        what: "and empty: no final answer",
+                        reply: String::new(),
+                    });
                 }
                 "Reply with the final answer as plain text.".to_string()
             } else {
@@ -633,7 +784,7 @@ impl Run<'_> {
             other => Done::error(unknown_tool(other, Role::Orchestrator)),
         };
         let ms = (started.elapsed().as_secs_f64() * 1000.0 - nested_ms).max(0.0);
-        self.say(who.agent, &format!("{} → {}", call.name, if done.ok { "ok" } else { "error" }));
+        self.say(who.agent, &format!("{} → {}", shown(&call.name), if done.ok { "ok" } else { "error" }));
         self.record_tool(who, p, span, &done, ms)?;
         Ok(done.content)
     }
@@ -654,8 +805,8 @@ impl Run<'_> {
             return Ok(None);
         };
         let done = Done::error(why);
-        self.say(who.agent, &format!("{} → not run", p.call.name));
-        self.record_tool(who, p, span, &done, 0.0)?;
+        self.say(who.agent, &format!("{} → not run", shown(&p.call.name)));
+        self.record_not_run(who, p, span, &done)?;
         Ok(Some(done.content))
     }
 
@@ -716,10 +867,17 @@ impl Run<'_> {
         };
         let outcome = self.subagent_loop(&mut sub, &item);
         // The sub-task is over, however it ended: its session goes, and
-        // what the session delivered becomes the accepted set.
-        let ended = self.end_session(&sub.agent);
-        let outcome = match outcome.and_then(|o| ended.map(|()| o)) {
-            Ok(o) => o,
+        // what the session delivered becomes the accepted set; what the
+        // jail refused then is told to the orchestrator with the report.
+        let span_id = sub.conv.span.span_id.clone();
+        let ended = self.end_session(&sub.agent, Some(&item.name), &span_id, "the sub-task ended");
+        let outcome = match outcome.and_then(|o| ended.map(|note| (o, note))) {
+            Ok((mut o, note)) => {
+                if let Some(note) = note {
+                    o.report.push_str(&format!("\n({note})"));
+                }
+                o
+            }
             Err(e) => {
                 // Keep the sub-agent where it was, for `resume`.
                 self.st.sub = Some(sub);
@@ -762,12 +920,16 @@ impl Run<'_> {
         let who = Who { agent: &agent, todo: Some(&item.name), span: &span_id };
         loop {
             if let Some(mut p) = sub.conv.pending.first().cloned() {
+                if let Some(sig) = crate::stop::requested() {
+                    return Err(AgentError::Stopped(sig));
+                }
                 let span = p.span.get_or_insert_with(|| SpanStart::now(Some(&span_id))).clone();
+                let (accepted, live) = (self.st.accepted.clone(), self.st.live_session.clone());
                 let (content, end) = match self.not_run(&who, &p, &span)? {
                     Some(refusal) => (refusal, None),
                     None => self.subagent_tool(&who, &item.outputs, &p, &span)?,
                 };
-                sub.conv.messages.push(Message::Tool { tool_call_id: p.call.id.clone(), content });
+                sub.conv.messages.push(Message::Tool { tool_call_id: p.call.id.clone(), content: content.clone() });
                 sub.conv.pending.remove(0);
                 if let Some(o) = end {
                     // The item is over; answer the remaining calls so the
@@ -780,7 +942,12 @@ impl Run<'_> {
                     }
                     return Ok(o);
                 }
-                self.checkpoint_sub(sub)?;
+                // This answer alone, and what the call changed of the run.
+                let changed = Changed {
+                    accepted: (self.st.accepted != accepted).then(|| self.st.accepted.clone()),
+                    live_session: (self.st.live_session != live).then(|| self.st.live_session.clone()),
+                };
+                self.journal(Whose::SubAgent, &p.call.id, content, Some(changed))?;
                 continue;
             }
             let (steps, tokens) = (self.st.steps - sub.steps0, self.st.tokens - sub.tokens0);
@@ -808,6 +975,26 @@ impl Run<'_> {
                 });
             }
             let reply = self.model_call(&who, &mut sub.conv, Role::SubAgent)?;
+            // This reply alone may have taken the run or the sub-agent past
+            // a token cap: then none of its calls runs.
+            let calls = sub.conv.pending.len();
+            if let Some(stop) = self.run_overshot() {
+                self.refuse_pending(&who, &mut sub.conv, &format!("not run: {}", stop.describe()))?;
+                let report = format!("stopped: the {} before this item was finished", stop.describe());
+                self.stop = Some(stop);
+                return Ok(SubOutcome { state: State::Blocked, report });
+            }
+            let tokens = self.st.tokens - sub.tokens0;
+            if tokens > caps.subagent_tokens {
+                let over = format!(
+                    "the sub-agent's last reply took it to {tokens} tokens, {} over its token cap of {}",
+                    tokens - caps.subagent_tokens,
+                    caps.subagent_tokens
+                );
+                self.refuse_pending(&who, &mut sub.conv, &format!("not run: {over}"))?;
+                let report = format!("stopped: {over}; the {calls} tool calls of that reply were not run");
+                return Ok(SubOutcome { state: State::Blocked, report });
+            }
             if reply.tool_calls.is_empty() {
                 sub.conv.idle += 1;
                 if sub.conv.idle >= 3 {
@@ -827,12 +1014,64 @@ impl Run<'_> {
         }
     }
 
-    /// Save the state with the running sub-agent as it is now.
+    /// Save the whole state with the running sub-agent as it is now (after
+    /// a reply: its conversation grew by one reply and its pending calls).
     fn checkpoint_sub(&mut self, sub: &SubRun) -> Result<(), AgentError> {
         self.st.sub = Some(sub.clone());
         let saved = self.save();
         self.st.sub = None;
         saved
+    }
+
+    /// Save one answered call (checkpoint.rs's journal): what it costs does
+    /// not grow with the conversation.
+    fn journal(&mut self, whose: Whose, call_id: &str, content: String, changed: Option<Changed>) -> Result<(), AgentError> {
+        let changed = changed.unwrap_or_default();
+        let entry = crate::checkpoint::Answered {
+            after: self.st.saves,
+            whose,
+            tool_call_id: call_id.to_string(),
+            content,
+            accepted: changed.accepted,
+            live_session: changed.live_session,
+        };
+        Ok(crate::checkpoint::Checkpoint::append(&self.session.root, &entry)?)
+    }
+
+    /// Answer every call of the last reply with `why`, none run; each is
+    /// recorded as a failed call.
+    fn refuse_pending(&mut self, who: &Who, conv: &mut Conversation, why: &str) -> Result<(), AgentError> {
+        let done = Done::error(why.to_string());
+        for p in std::mem::take(&mut conv.pending) {
+            let span = SpanStart::now(Some(who.span));
+            self.record_not_run(who, &p, &span, &done)?;
+            conv.messages.push(Message::Tool { tool_call_id: p.call.id.clone(), content: done.content.clone() });
+        }
+        Ok(())
+    }
+
+    /// The orchestrator's own cap, if it is reached.
+    fn orchestrator_cap(&self) -> Option<Stop> {
+        let caps = self.config.caps;
+        if self.st.orchestrator_steps >= caps.orchestrator_steps {
+            Some(Stop::OrchestratorStepCap(caps.orchestrator_steps))
+        } else if self.st.orchestrator_tokens >= caps.orchestrator_tokens {
+            Some(Stop::OrchestratorTokenCap { cap: caps.orchestrator_tokens, reached: self.st.orchestrator_tokens })
+        } else {
+            None
+        }
+    }
+
+    /// The run's token cap, when the last reply took the run past it.
+    fn run_overshot(&self) -> Option<Stop> {
+        let cap = self.config.caps.run_tokens;
+        (self.st.tokens > cap).then_some(Stop::RunTokenCap { cap, reached: self.st.tokens })
+    }
+
+    /// The orchestrator's token cap, when its last reply took it past it.
+    fn orchestrator_overshot(&self) -> Option<Stop> {
+        let cap = self.config.caps.orchestrator_tokens;
+        (self.st.orchestrator_tokens > cap).then_some(Stop::OrchestratorTokenCap { cap, reached: self.st.orchestrator_tokens })
     }
 
     /// Tokens in and out this agent used, from the trace.
@@ -890,15 +1129,23 @@ impl Run<'_> {
                     Ok(c) => {
                         // The session's files reach the host when it ends.
                         let had_session = self.cells.is_live();
-                        self.end_session(who.agent)?;
+                        let refused = self.end_session(who.agent, who.todo, who.span, "complete_todo")?;
                         let missing = self.missing_outputs(outputs);
                         if missing.is_empty() {
-                            end = Some(SubOutcome { state: State::Done, report: cut(&c.report, MAX_REPORT_BYTES) });
-                            Done::ok("the item is done".into())
+                            let mut report = cut(&c.report, MAX_REPORT_BYTES);
+                            if let Some(note) = &refused {
+                                report.push_str(&format!("\n({note})"));
+                            }
+                            end = Some(SubOutcome { state: State::Done, report });
+                            Done::ok(match &refused {
+                                Some(note) => format!("the item is done; {note}"),
+                                None => "the item is done".into(),
+                            })
                         } else {
                             Done::error(format!(
-                                "these outputs of the item are not in /workspace/output yet (or the jail refused them): {}; create them, or call block_todo with the reason{}",
+                                "these outputs of the item are not in /workspace/output yet (or the jail refused them): {}; create them, or call block_todo with the reason{}{}",
                                 missing.join(", "),
+                                refused.map(|n| format!(". {n}")).unwrap_or_default(),
                                 if had_session {
                                     " (the item's Python session was ended to deliver its files: the next script starts a fresh session, so load the data again)"
                                 } else {
@@ -925,9 +1172,12 @@ impl Run<'_> {
             "delete_output_file" if self.cells.is_live() => {
                 // The session holds its own copy of the output until it
                 // ends: end it first, so the delete is not undone.
-                self.end_session(who.agent)?;
+                let refused = self.end_session(who.agent, who.todo, who.span, "delete_output_file")?;
                 let mut done = self.context(who.agent).call(&call.name, &call.arguments);
                 done.content.push_str("\n(the sub-task's Python session was ended first so that its files reached the host: the next run_python_file starts a fresh session, so load the data again)");
+                if let Some(note) = refused {
+                    done.content.push_str(&format!("\n({note})"));
+                }
                 done
             }
             name if tools::names(Role::SubAgent).contains(&name) => self.context(who.agent).call(name, &call.arguments),
@@ -948,8 +1198,8 @@ impl Run<'_> {
         }
         let ms = started.elapsed().as_secs_f64() * 1000.0;
         let note = match &done.jail {
-            Some(j) => format!("{} → {}", call.name, j.status),
-            None => format!("{} → {}", call.name, if done.ok { "ok" } else { "error" }),
+            Some(j) => format!("{} → {}", shown(&call.name), j.status),
+            None => format!("{} → {}", shown(&call.name), if done.ok { "ok" } else { "error" }),
         };
         self.say(who.agent, &note);
         self.record_tool(who, p, span, &done, ms)?;
@@ -964,7 +1214,14 @@ impl Run<'_> {
     /// is gone (the session removes it after the delivery), a fresh jail
     /// judges the output folder again.
     fn stop_orphaned_session(&mut self) {
-        let Some(handle) = self.st.live_session.take() else { return };
+        let Some(handle) = self.st.live_session.take() else {
+            if self.st.sub.is_some() {
+                // The sub-agent's session was stopped when the run stopped
+                // (a signal, an error): its next step starts afresh.
+                self.cells.set_ended_note("the agent was stopped and resumed".into());
+            }
+            return;
+        };
         match crate::cells::stop_handle(&self.config.runner.jail, &handle) {
             Ok(Some(closing)) => {
                 self.st.accepted.update(&closing);
@@ -1002,7 +1259,8 @@ impl Run<'_> {
     /// Stop any session still live, then close the warm pool and record
     /// what became of it (its span from its start to now).
     fn close_pool(&mut self) -> Result<(), TraceError> {
-        let _ = self.end_session(ORCHESTRATOR);
+        let span_id = self.st.orchestrator.span.span_id.clone();
+        let _ = self.end_session(ORCHESTRATOR, None, &span_id, "the run ended");
         let report = self.pool.close();
         let mut span = report.span.clone();
         span.parent_span_id = Some(self.st.orchestrator.span.span_id.clone());
@@ -1018,19 +1276,46 @@ impl Run<'_> {
     }
 
     /// Stop the sub-task's session, if one is live, and take the accepted
-    /// set from its closing result (the files it delivered).
-    fn end_session(&mut self, agent: &str) -> Result<(), AgentError> {
+    /// set from its closing result (the files it delivered). The stop is a
+    /// `jail_session_stop` span of its own below `parent`; what the jail
+    /// refused then is returned in words for the model and the
+    /// orchestrator (a session's cells judge nothing: its closing is where
+    /// a refusal is known).
+    fn end_session(&mut self, agent: &str, todo: Option<&str>, parent: &str, why: &str) -> Result<Option<String>, AgentError> {
+        let span = SpanStart::now(Some(parent));
+        let id = self.cells.live_id();
         let stopped = self.cells.stop();
         self.st.live_session = None;
         self.cells.ended_note.lock().unwrap_or_else(|e| e.into_inner()).take();
-        if let Some(closing) = self.cells.take_closed() {
-            self.st.accepted.update(&closing);
-            self.say(agent, &format!("session ended: {} output files accepted", closing.artifacts.len()));
+        let closing = self.cells.take_closed();
+        let rejected = closing.as_ref().map(tools::rejected_of).unwrap_or_default();
+        if let Some(closing) = &closing {
+            self.st.accepted.update(closing);
+            let refused = if rejected.is_empty() {
+                String::new()
+            } else {
+                format!(", {} refused", rejected.len())
+            };
+            self.say(agent, &format!("session ended: {} output files accepted{refused}", closing.artifacts.len()));
         }
-        match stopped {
-            Ok(_) => Ok(()),
-            Err(e) => Err(AgentError::SandboxSession(e.to_string())),
+        if id.is_some() || closing.is_some() {
+            let event = Event::SessionStop {
+                session: id.map(|i| shown(&i)),
+                why: why.to_string(),
+                accepted: closing.as_ref().map_or(0, |c| c.artifacts.len() as u64),
+                rejected: rejected.clone(),
+                error: stopped.as_ref().err().map(|e| crate::llm::excerpt(&e.to_string(), 600)),
+            };
+            self.trace.record(agent, todo, &span, event)?;
         }
+        stopped.map_err(|e| AgentError::SandboxSession(e.to_string()))?;
+        Ok((!rejected.is_empty()).then(|| {
+            format!(
+                "the jail refused {} file(s) of /workspace/output when the item's session ended, so they are not handed on: {}",
+                rejected.len(),
+                rejected.iter().take(20).cloned().collect::<Vec<_>>().join("; ")
+            )
+        }))
     }
 
     /// Declared outputs that look like file paths and the jail has not
@@ -1064,6 +1349,49 @@ fn content_json(m: &Message) -> serde_json::Value {
         }
     }
     v
+}
+
+/// A reply as the trace records it: its text cut, and its calls' names and
+/// arguments cut so that all of them share one record's budget (a reply of
+/// 150 calls of 300 KB each is not 45 MB of trace).
+fn reply_json(m: &Message) -> serde_json::Value {
+    let mut v = content_json(m);
+    if let Some(calls) = v.get_mut("tool_calls").and_then(serde_json::Value::as_array_mut) {
+        let each = (trace::MAX_CONTENT_BYTES / calls.len().max(1)).max(256);
+        for c in calls.iter_mut() {
+            for key in ["name", "arguments"] {
+                if let Some(text) = c["function"][key].as_str() {
+                    c["function"][key] = serde_json::Value::String(cut(text, each));
+                }
+            }
+            if let Some(id) = c["id"].as_str() {
+                c["id"] = serde_json::Value::String(cut(id, 100));
+            }
+        }
+    }
+    v
+}
+
+/// The orchestrator's tools that change the plan or run a sub-agent: the
+/// whole state is saved after them; after any other call, its answer alone.
+const STEERING: &[&str] = &["create_todo_list", "revise_todo_list", "start_next_todo", "block_todo"];
+
+/// What a sub-agent's call changed of the run, for the journal.
+#[derive(Default)]
+struct Changed {
+    accepted: Option<Accepted>,
+    live_session: Option<Option<PathBuf>>,
+}
+
+/// Tool calls an agent's replies made so far.
+fn calls_made(messages: &[Message]) -> usize {
+    messages
+        .iter()
+        .map(|m| match m {
+            Message::Assistant { tool_calls, .. } => tool_calls.len(),
+            _ => 0,
+        })
+        .sum()
 }
 
 fn unknown_tool(name: &str, role: Role) -> String {

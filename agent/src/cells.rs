@@ -3,10 +3,12 @@
 //! step 1 is there in step 2. The session is taken lazily at the sub-task's
 //! first `run_python_file` — claimed from the run's warm pool (pool.rs), or
 //! started by the agent when the pool cannot give one — and is stopped at
-//! the sub-task's end, on every error path (`Drop`), and on SIGINT, SIGTERM
-//! or SIGHUP (`guard_signals`, which then ends the pool too): a session
-//! supervisor is its own process (setsid), so nothing else would end it
-//! before its idle timeout (or, for a pooled one, its pool's end).
+//! the sub-task's end, on every error path (`Drop`), and when a signal
+//! stops the run (stop.rs: the cell in flight interrupted, then killed with
+//! its session after a grace; the registry here is what the signal thread
+//! reaches): a session supervisor is its own process (setsid), so nothing
+//! else would end it before its idle timeout (or, for a pooled one, its
+//! pool's end).
 //!
 //! Output files reach the host only when a session ends (the jail judges
 //! and delivers them then): the closing result of `jail session stop` is
@@ -22,8 +24,16 @@ use crate::pool::Pool;
 use crate::runner::{Runner, RunnerError};
 use crate::session::Session;
 
-/// The live sessions of this process, for the signal thread.
-static LIVE: Mutex<Registry> = Mutex::new(Registry { live: Vec::new(), starting: 0, closing: false });
+/// The live sessions of this process and the step in flight, for the
+/// signal thread (stop.rs).
+static LIVE: Mutex<Registry> = Mutex::new(Registry {
+    live: Vec::new(),
+    starting: 0,
+    closing: false,
+    running: None,
+    run_pid: None,
+    closed: Vec::new(),
+});
 
 struct Registry {
     /// (jail binary, handle) of every session started and not yet stopped.
@@ -32,10 +42,20 @@ struct Registry {
     starting: usize,
     /// A signal arrived: no new session may start.
     closing: bool,
+    /// (jail binary, handle) of the session whose cell is in flight.
+    running: Option<(PathBuf, PathBuf)>,
+    /// The `jail run` of a stateless step in flight (its own process group).
+    run_pid: Option<u32>,
+    /// Closing results of sessions the signal path stopped, for the run.
+    closed: Vec<RunResult>,
 }
 
-/// How long the signal thread waits for a start under way to print its handle.
-const START_WAIT: Duration = Duration::from_secs(30);
+fn registry() -> std::sync::MutexGuard<'static, Registry> {
+    LIVE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// How long the last-resort stop waits for a start under way to print its handle.
+const START_WAIT: Duration = Duration::from_secs(1);
 
 /// Where a step's jail came from (the trace's `jail_from`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +99,7 @@ pub struct Live {
 
 /// Mark a start as under way; false once a signal has arrived.
 pub(crate) fn begin_start() -> bool {
-    let mut r = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut r = registry();
     if r.closing {
         return false;
     }
@@ -89,7 +109,7 @@ pub(crate) fn begin_start() -> bool {
 
 /// A start finished: register its handle (if any).
 pub(crate) fn end_start(jail: &Path, handle: Option<&Path>) {
-    let mut r = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut r = registry();
     r.starting = r.starting.saturating_sub(1);
     if let Some(h) = handle {
         r.live.push((jail.to_path_buf(), h.to_path_buf()));
@@ -97,8 +117,80 @@ pub(crate) fn end_start(jail: &Path, handle: Option<&Path>) {
 }
 
 fn forget(handle: &Path) {
-    let mut r = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+    let mut r = registry();
     r.live.retain(|(_, h)| h != handle);
+}
+
+/// A cell of the session at `handle` is in flight until the guard drops:
+/// the signal thread interrupts it (stop.rs).
+pub(crate) fn cell_running(jail: &Path, handle: &Path) -> Running {
+    registry().running = Some((jail.to_path_buf(), handle.to_path_buf()));
+    Running::Cell
+}
+
+/// A stateless step's `jail run` (process `pid`, its own group) is in
+/// flight until the guard drops: the signal thread cancels it.
+pub(crate) fn run_running(pid: u32) -> Running {
+    registry().run_pid = Some(pid);
+    if crate::stop::requested().is_some() {
+        cancel_run(pid);
+    }
+    Running::Run
+}
+
+/// What is in flight; cleared from the registry when dropped.
+pub(crate) enum Running {
+    Cell,
+    Run,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut r = registry();
+        match self {
+            Running::Cell => r.running = None,
+            Running::Run => r.run_pid = None,
+        }
+    }
+}
+
+/// `jail run` cancels on SIGTERM: its tree is killed, its result says `cancelled`.
+fn cancel_run(pid: u32) {
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM);
+}
+
+/// The signal path, at once: no session starts from now on; the cell in
+/// flight gets KeyboardInterrupt; a `jail run` step in flight is cancelled.
+pub(crate) fn interrupt_running() {
+    let (cell, run) = {
+        let mut r = registry();
+        r.closing = true;
+        (r.running.clone(), r.run_pid)
+    };
+    if let Some(pid) = run {
+        cancel_run(pid);
+    }
+    if let Some((jail, handle)) = cell {
+        let _ = crate::runner::jail_command(&jail)
+            .args(["session", "interrupt"])
+            .arg(&handle)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status();
+    }
+}
+
+/// The signal path, past the grace: a cell still in flight is killed with
+/// its session (`jail session stop` is served while a cell runs); the
+/// closing result is kept for the run.
+pub(crate) fn kill_running() {
+    let Some((jail, handle)) = registry().running.clone() else { return };
+    let r = stop_handle(&jail, &handle);
+    forget(&handle);
+    if let Ok(Some(closing)) = r {
+        registry().closed.push(closing);
+    }
 }
 
 impl Live {
@@ -145,6 +237,11 @@ impl Cells {
         self.live.lock().unwrap_or_else(|e| e.into_inner()).as_ref().is_none_or(|l| l.cell_limit <= left)
     }
 
+    /// The live session's id.
+    pub fn live_id(&self) -> Option<String> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|l| l.id.clone())
+    }
+
     /// The live session's handle, for the checkpoint.
     pub fn handle(&self) -> Option<PathBuf> {
         self.live.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|l| l.handle.clone())
@@ -184,9 +281,10 @@ impl Cells {
         Ok(true)
     }
 
-    /// The closing result of the session stopped last, once.
+    /// The closing result of the session stopped last, once (the signal
+    /// path's, when it killed a running cell with its session).
     pub fn take_closed(&self) -> Option<RunResult> {
-        self.closed.lock().unwrap_or_else(|e| e.into_inner()).take()
+        self.closed.lock().unwrap_or_else(|e| e.into_inner()).take().or_else(|| registry().closed.pop())
     }
 }
 
@@ -199,7 +297,7 @@ impl Drop for Cells {
 /// `jail session stop HANDLE`: the closing result, or None when the
 /// session had already ended (exit 125, "session ended").
 pub(crate) fn stop_handle(jail: &Path, handle: &Path) -> Result<Option<RunResult>, RunnerError> {
-    let out = std::process::Command::new(jail)
+    let out = crate::runner::jail_command(jail)
         .args(["session", "stop"])
         .arg(handle)
         .stdin(std::process::Stdio::null())
@@ -217,12 +315,12 @@ pub(crate) fn stop_handle(jail: &Path, handle: &Path) -> Result<Option<RunResult
     crate::runner::result_of(value).map(Some)
 }
 
-/// Stop every live session of this process (the signal path).
-fn stop_all() {
+/// The last resort (stop.rs): stop every live session of this process.
+pub(crate) fn stop_all() {
     let until = std::time::Instant::now() + START_WAIT;
     loop {
         let starting = {
-            let mut r = LIVE.lock().unwrap_or_else(|e| e.into_inner());
+            let mut r = registry();
             r.closing = true;
             r.starting
         };
@@ -231,32 +329,8 @@ fn stop_all() {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
-    let live = std::mem::take(&mut LIVE.lock().unwrap_or_else(|e| e.into_inner()).live);
+    let live = std::mem::take(&mut registry().live);
     for (jail, handle) in live {
         let _ = stop_handle(&jail, &handle);
     }
-}
-
-/// Take SIGINT, SIGTERM and SIGHUP on a thread of their own: the live
-/// sessions are stopped, then the warm pool (pool.rs), then the process
-/// exits 130 (128 + the signal for the others). Call before any other
-/// thread starts, so every thread inherits the blocked mask; children get
-/// a clear mask from `Command`.
-pub fn guard_signals() -> std::io::Result<()> {
-    use nix::sys::signal::{SigSet, Signal};
-    let mut set = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(s);
-    }
-    set.thread_block().map_err(std::io::Error::from)?;
-    std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let sig = set.wait().unwrap_or(Signal::SIGINT);
-        eprintln!("jail-agent: {sig}: stopping the running sessions");
-        stop_all();
-        // Then the pool: the sessions it handed out are stopped already,
-        // each once, by us.
-        crate::pool::end_on_signal();
-        std::process::exit(128 + sig as i32);
-    })?;
-    Ok(())
 }

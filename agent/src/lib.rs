@@ -9,7 +9,9 @@
 //! run's `jail pool` child, `pool`) or in a fresh jail, through the `jail`
 //! binary (`runner`), seeing a
 //! compact `view` of the result; `skills` and `packages` tell the model what
-//! it can do; `trace` records every call and sums it up.
+//! it can do; `trace` records every call and sums it up. `preflight` checks
+//! the steps' rootfs and policy before the first model call; `stop` takes
+//! the signals that stop a run.
 
 pub mod agent;
 pub mod cells;
@@ -20,10 +22,12 @@ pub mod llm;
 pub mod otel;
 pub mod packages;
 pub mod pool;
+pub mod preflight;
 pub mod progress;
 pub mod runner;
 pub mod session;
 pub mod skills;
+pub mod stop;
 pub mod todo;
 pub mod tools;
 pub mod trace;

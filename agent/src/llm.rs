@@ -64,6 +64,31 @@ pub enum LlmError {
     BadUrl { url: String, cause: String },
     #[error("{last} (gave up after {attempts} attempts)")]
     GaveUp { attempts: u32, last: Box<LlmError> },
+    #[error("the model endpoint {url} sent a reply of more than {} MiB, the most this agent reads; it was not retried (a reply that size is not a network failure): lower --max-reply-tokens (LLM_MAX_REPLY_TOKENS), or check what the server sends", MAX_REPLY_BYTES >> 20)]
+    TooLarge { url: String },
+    #[error("the agent was told to stop ({0}) while it waited for the model")]
+    Stopped(String),
+}
+
+/// The largest reply body read; a larger one is refused, not retried.
+pub const MAX_REPLY_BYTES: u64 = 32 << 20;
+
+/// A failed attempt that is retried, as the caller is told of it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Retry {
+    /// The attempt that failed, from 1, and the most attempts made.
+    pub attempt: u32,
+    pub attempts_max: u32,
+    /// Why it failed, in one line.
+    pub error: String,
+    /// How long until the next attempt.
+    pub wait: Duration,
+}
+
+/// What the helper thread of one call sends.
+enum Progress {
+    Retry(Retry),
+    Done(Result<Reply, LlmError>),
 }
 
 /// A chat message, in the shape the endpoint expects back.
@@ -167,10 +192,13 @@ pub struct Reply {
     pub usage: TokenUsage,
     /// HTTP attempts it took (1 when nothing was retried).
     pub attempts: u32,
+    /// Why each retried attempt failed, in order.
+    pub retries: Vec<String>,
     pub duration: Duration,
 }
 
 /// A blocking client for one endpoint.
+#[derive(Clone)]
 pub struct Client {
     http: ureq::Agent,
     config: LlmConfig,
@@ -202,7 +230,23 @@ impl Client {
 
     /// One chat completion with the given tools offered.
     pub fn chat(&self, messages: &[Message], tools: &[Value]) -> Result<Reply, LlmError> {
+        self.chat_watched(messages, tools, &mut |_| {})
+    }
+
+    /// [`Client::chat`], telling `on_retry` of each attempt that is retried.
+    /// The HTTP attempts run on a thread of their own, so a stop (stop.rs)
+    /// abandons the call at once (`LlmError::Stopped`) and no attempt
+    /// starts after it.
+    pub fn chat_watched(
+        &self,
+        messages: &[Message],
+        tools: &[Value],
+        on_retry: &mut dyn FnMut(&Retry),
+    ) -> Result<Reply, LlmError> {
         let started = Instant::now();
+        if let Some(sig) = crate::stop::requested() {
+            return Err(LlmError::Stopped(sig.to_string()));
+        }
         let mut body = json!({
             "model": self.config.model,
             "messages": messages.iter().map(Message::to_json).collect::<Vec<_>>(),
@@ -218,14 +262,55 @@ impl Client {
             body["max_tokens"] = json!(m);
         }
         let body = body.to_string();
-        let mut attempts = 0;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let client = self.clone();
+        std::thread::spawn(move || {
+            let done = client.attempts(&body, &tx);
+            let _ = tx.send(Progress::Done(done));
+        });
         let mut reply = loop {
+            match rx.recv_timeout(Duration::from_millis(50)) {
+                Ok(Progress::Retry(r)) => on_retry(&r),
+                Ok(Progress::Done(done)) => break done?,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(LlmError::Unreachable { url: self.url.clone(), cause: "the request's thread ended".into() })
+                }
+            }
+            if let Some(sig) = crate::stop::requested() {
+                return Err(LlmError::Stopped(sig.to_string()));
+            }
+        };
+        if reply.usage.estimated {
+            let sent: usize =
+                messages.iter().map(Message::chars).sum::<usize>() + tools.iter().map(|t| t.to_string().len()).sum::<usize>();
+            let got = reply.content.as_ref().map_or(0, String::len)
+                + reply.tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).sum::<usize>();
+            reply.usage.input = sent.div_ceil(4) as u64;
+            reply.usage.output = got.div_ceil(4) as u64;
+        }
+        reply.duration = started.elapsed();
+        Ok(reply)
+    }
+
+    /// The attempts of one call, with backoff (the call's own thread).
+    fn attempts(&self, body: &str, tx: &std::sync::mpsc::Sender<Progress>) -> Result<Reply, LlmError> {
+        let mut attempts = 0;
+        let mut retries = Vec::new();
+        loop {
+            if let Some(sig) = crate::stop::requested() {
+                return Err(LlmError::Stopped(sig.to_string()));
+            }
             attempts += 1;
-            let (error, after) = match self.attempt(&body) {
+            let (error, after) = match self.attempt(body) {
                 // A 200 that is not a chat completion is the server's fault,
                 // like a 5xx: retried the same way.
                 Attempt::Done(text) => match parse_reply(&text) {
-                    Ok(reply) => break reply,
+                    Ok(mut reply) => {
+                        reply.attempts = attempts;
+                        reply.retries = retries;
+                        return Ok(reply);
+                    }
                     Err(cause) => (LlmError::Decode { url: self.url.clone(), cause, excerpt: excerpt(&text, 300) }, None),
                 },
                 Attempt::Fail(e) => return Err(e),
@@ -239,19 +324,19 @@ impl Client {
                 Some(a) => a.min(Duration::from_secs(60)),
                 None => self.config.retry_base.saturating_mul(1 << (attempts - 1).min(16)).min(Duration::from_secs(30)),
             };
-            std::thread::sleep(wait);
-        };
-        if reply.usage.estimated {
-            let sent: usize =
-                messages.iter().map(Message::chars).sum::<usize>() + tools.iter().map(|t| t.to_string().len()).sum::<usize>();
-            let got = reply.content.as_ref().map_or(0, String::len)
-                + reply.tool_calls.iter().map(|c| c.name.len() + c.arguments.len()).sum::<usize>();
-            reply.usage.input = sent.div_ceil(4) as u64;
-            reply.usage.output = got.div_ceil(4) as u64;
+            let said = excerpt(&error.to_string(), 300);
+            retries.push(said.clone());
+            let _ = tx.send(Progress::Retry(Retry {
+                attempt: attempts,
+                attempts_max: self.config.max_retries + 1,
+                error: said,
+                wait,
+            }));
+            let until = Instant::now() + wait;
+            while Instant::now() < until && crate::stop::requested().is_none() {
+                std::thread::sleep(until.saturating_duration_since(Instant::now()).min(Duration::from_millis(50)));
+            }
         }
-        reply.attempts = attempts;
-        reply.duration = started.elapsed();
-        Ok(reply)
     }
 
     fn attempt(&self, body: &str) -> Attempt {
@@ -269,8 +354,13 @@ impl Client {
             .get("retry-after")
             .and_then(|v| v.to_str().ok())
             .and_then(|v| retry_after(v, std::time::SystemTime::now()));
-        let text = match resp.body_mut().with_config().limit(32 << 20).read_to_string() {
+        let announced = resp.headers().get("content-length").and_then(|v| v.to_str().ok()?.trim().parse::<u64>().ok());
+        if announced.is_some_and(|n| n > MAX_REPLY_BYTES) {
+            return Attempt::Fail(LlmError::TooLarge { url: self.url.clone() });
+        }
+        let text = match resp.body_mut().with_config().limit(MAX_REPLY_BYTES).read_to_string() {
             Ok(t) => t,
+            Err(ureq::Error::BodyExceedsLimit(_)) => return Attempt::Fail(LlmError::TooLarge { url: self.url.clone() }),
             Err(e) => return self.transport_error(e),
         };
         if (200..300).contains(&status) {
@@ -428,7 +518,15 @@ pub fn parse_reply(text: &str) -> Result<Reply, String> {
         (Some(input), Some(output)) => TokenUsage { input, output, estimated: false },
         _ => TokenUsage { input: 0, output: 0, estimated: true },
     };
-    Ok(Reply { content, tool_calls, finish_reason, usage, attempts: 1, duration: Duration::ZERO })
+    Ok(Reply {
+        content,
+        tool_calls,
+        finish_reason,
+        usage,
+        attempts: 1,
+        retries: Vec::new(),
+        duration: Duration::ZERO,
+    })
 }
 
 /// Message content as text: a string, or the text parts of a list of parts.

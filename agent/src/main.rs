@@ -1,7 +1,14 @@
 //! The `jail-agent` command line: read the flags and the LLM_* environment,
-//! run the task (or resume a stopped one), print the final answer and the
-//! summary of tokens and time. Exit status: 0 finished, 1 the run failed,
-//! 2 bad usage, 3 stopped at a cap or the deadline.
+//! run the task (or resume a stopped one, or export a finished one's files
+//! again), print the final answer and the summary of tokens and time.
+//!
+//! Exit status (`EXIT_*`): 0 every item of the plan was completed; 1 the
+//! run failed (the message says why); 2 bad usage; 3 stopped at a cap or
+//! the deadline; 4 finished, but not every item was completed (one was
+//! blocked: `summary.json`'s `items` say which and why); 5 finished, but
+//! the export to `--output` failed (`jail-agent export SESSION` does it
+//! again); 128 + N stopped by signal N (130 for Ctrl-C; `jail-agent resume
+//! SESSION` goes on).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -15,6 +22,7 @@ use agent::checkpoint::Checkpoint;
 use agent::escape::{cut, escape, Lines};
 use agent::llm::LlmConfig;
 use agent::runner::{self, Runner};
+use agent::stop::exit_status;
 use agent::trace::Content;
 use agent::view::Budget;
 
@@ -33,9 +41,28 @@ struct Cli {
 enum Command {
     /// Run one task on a folder of input files.
     Run(Box<RunArgs>),
-    /// Go on with a run that stopped on an error or was killed, from its
-    /// last step (the session dir's state.json).
+    /// Go on with a run that stopped on an error or a signal, or was
+    /// killed, from its last step (the session dir's state.json).
     Resume(Box<ResumeArgs>),
+    /// Copy a run's accepted files to its --output (or DIR) again: after an
+    /// export that failed, or to another folder.
+    Export(ExportArgs),
+}
+
+/// The exit statuses (see the module's doc).
+const EXIT_DONE: u8 = 0;
+const EXIT_FAILED: u8 = 1;
+const EXIT_STOPPED: u8 = 3;
+const EXIT_NOT_ALL_DONE: u8 = 4;
+const EXIT_EXPORT_FAILED: u8 = 5;
+
+#[derive(clap::Args)]
+struct ExportArgs {
+    /// The session dir of the run (printed as `jail-agent: session DIR`).
+    session: PathBuf,
+    /// Where to copy the files (default: the run's --output).
+    #[arg(long, value_name = "DIR")]
+    output: Option<PathBuf>,
 }
 
 /// How to reach the model (shared by `run` and `resume`).
@@ -81,9 +108,16 @@ struct RunArgs {
     /// The `jail` binary (default: JAIL_BIN, then `jail` beside this binary, then PATH).
     #[arg(long, value_name = "PATH")]
     jail: Option<PathBuf>,
-    /// Root filesystem of the steps (default: JAIL_ROOTFS, then the policy's).
-    #[arg(long, value_name = "DIR", env = "JAIL_ROOTFS")]
+    /// Root filesystem of the steps (default: JAIL_ROOTFS, the policy's,
+    /// then the rootfs named by --rootfs-name, looked up as `jail run
+    /// --rootfs-name` does).
+    #[arg(long, value_name = "DIR", conflicts_with = "rootfs_name")]
     rootfs: Option<PathBuf>,
+    /// The rootfs to look up by name (`minimal`, `data`) when no folder is
+    /// given. Default: `data` when the policy preloads modules; else `data`
+    /// where it is installed, then `minimal`.
+    #[arg(long = "rootfs-name", value_name = "NAME")]
+    rootfs_name: Option<String>,
     /// Folder the session dir is created in (default: the temp dir).
     #[arg(long, value_name = "DIR")]
     session_dir: Option<PathBuf>,
@@ -115,6 +149,12 @@ struct RunArgs {
     /// Tokens (in + out) the whole run may use.
     #[arg(long, default_value_t = Caps::default().run_tokens)]
     run_tokens: u64,
+    /// Model calls the orchestrator itself may make.
+    #[arg(long, default_value_t = Caps::default().orchestrator_steps)]
+    orchestrator_steps: u32,
+    /// Tokens (in + out) the orchestrator itself may use.
+    #[arg(long, default_value_t = Caps::default().orchestrator_tokens)]
+    orchestrator_tokens: u64,
     /// Tool calls run from one model reply; the rest are answered with an error.
     #[arg(long, default_value_t = Caps::default().calls_per_reply)]
     calls_per_reply: usize,
@@ -160,21 +200,22 @@ struct ResumeArgs {
 }
 
 fn main() -> ExitCode {
-    // Before any thread: Ctrl-C, SIGTERM and SIGHUP stop the live sessions.
-    if let Err(e) = agent::cells::guard_signals() {
+    // Before any thread: Ctrl-C, SIGTERM and SIGHUP stop the run (stop.rs).
+    if let Err(e) = agent::stop::guard_signals() {
         eprintln!("jail-agent: cannot take SIGINT/SIGTERM/SIGHUP ({e}): a session would outlive a killed agent; not starting");
-        return ExitCode::from(1);
+        return ExitCode::from(EXIT_FAILED);
     }
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run_task(*args),
         Command::Resume(args) => resume_task(*args),
+        Command::Export(args) => export_again(&args),
     };
     match result {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("jail-agent: {}", escape(&format!("{e:#}"), Lines::One));
-            ExitCode::from(1)
+            eprintln!("jail-agent: {}", escape(&cut(&format!("{e:#}"), 4000), Lines::One));
+            ExitCode::from(EXIT_FAILED)
         }
     }
 }
@@ -222,7 +263,9 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
     .map_err(|e| anyhow::anyhow!("policy: {e} (check it with `jail check FILE`)"))?;
     let owner = run::owner_for(a.policy.as_deref()).map_err(anyhow::Error::msg)?;
     let jail_bin = runner::find_jail(a.jail.as_deref());
-    let rootfs = a.rootfs.clone().or_else(|| packages_rootfs(&policy, &jail_bin));
+    // Found once, as `jail run --rootfs-name` finds it, and given to every
+    // jail of the run: the steps and `list_available_packages` agree.
+    let rootfs = steps_rootfs(a.rootfs.clone(), a.rootfs_name.as_deref(), &policy, &jail_bin)?;
     if let Some(t) = a.step_timeout {
         if jail::seconds::limit(t, jail::seconds::MOST).is_none() {
             bail!("--step-timeout {t} is out of range: give seconds {}", jail::seconds::range(jail::seconds::MOST));
@@ -252,19 +295,21 @@ fn run_task(a: RunArgs) -> anyhow::Result<ExitCode> {
         runner: Runner {
             jail: jail_bin,
             policy: a.policy,
-            rootfs: a.rootfs,
+            rootfs: Some(rootfs.clone()),
             timeout: a.step_timeout,
             wall_limit,
             stateless: a.stateless,
             pool_size: a.pool_size,
         },
-        rootfs,
+        rootfs: Some(rootfs),
         skills_dir: a.skills,
         caps: Caps {
             subagent_steps: a.subagent_steps,
             subagent_tokens: a.subagent_tokens,
             run_steps: a.run_steps,
             run_tokens: a.run_tokens,
+            orchestrator_steps: a.orchestrator_steps,
+            orchestrator_tokens: a.orchestrator_tokens,
             calls_per_reply: a.calls_per_reply.max(1),
             deadline: a.deadline,
         },
@@ -314,16 +359,57 @@ fn finish(config: &Config, result: Result<Outcome, run::Failure>) -> anyhow::Res
     print!("{}", outcome.summary.render());
     let root = &outcome.session.root;
     eprintln!("jail-agent: session {} (answer.md, trace.jsonl, summary.txt; files in output/)", root.display());
+    if let Stop::Signal(sig) = outcome.stop {
+        eprintln!(
+            "jail-agent: stopped by {sig}; the state is saved: continue with `jail-agent resume {}`, or copy the files so far with `jail-agent export {} --output DIR`",
+            quote(root),
+            quote(root)
+        );
+        return Ok(ExitCode::from(exit_status(sig)));
+    }
     if let Some(dest) = &config.output {
-        eprintln!("jail-agent: copied {} files the jail accepted to {}", outcome.exported.copied.len(), dest.display());
-        for s in &outcome.exported.skipped {
-            eprintln!("jail-agent: not copied: {s}");
+        match &outcome.export_error {
+            Some(e) => {
+                eprintln!("jail-agent: the export to {} failed: {}", dest.display(), escape(e, Lines::One));
+                eprintln!(
+                    "jail-agent: nothing is lost: the files are in {}; copy them again with `jail-agent export {}` (or `--output DIR` for another folder)",
+                    outcome.session.output.display(),
+                    quote(root)
+                );
+                return Ok(ExitCode::from(EXIT_EXPORT_FAILED));
+            }
+            None => report_export(&outcome.exported, dest),
         }
     }
-    Ok(match outcome.stop {
-        Stop::Finished => ExitCode::SUCCESS,
-        Stop::RunStepCap(_) | Stop::RunTokenCap(_) | Stop::Deadline(_) => ExitCode::from(3),
-    })
+    Ok(ExitCode::from(match outcome.stop {
+        Stop::Finished if outcome.all_done() => EXIT_DONE,
+        Stop::Finished => {
+            eprintln!("jail-agent: not every item was completed (see `by item` above; summary.json's `items`)");
+            EXIT_NOT_ALL_DONE
+        }
+        _ => EXIT_STOPPED,
+    }))
+}
+
+fn report_export(exported: &agent::export::Exported, dest: &Path) {
+    eprintln!("jail-agent: copied {} files the jail accepted to {}", exported.copied.len(), dest.display());
+    for s in &exported.skipped {
+        eprintln!("jail-agent: not copied: {s}");
+    }
+}
+
+/// `jail-agent export SESSION [--output DIR]`: the accepted files of the
+/// run's state, copied as the run's end would have.
+fn export_again(a: &ExportArgs) -> anyhow::Result<ExitCode> {
+    let state = Checkpoint::load_any(&a.session).map_err(anyhow::Error::new)?;
+    let Some(dest) = a.output.clone().or(state.settings.output.clone()) else {
+        bail!("the run in {} had no --output: give one with --output DIR", a.session.display());
+    };
+    let output = a.session.join("output");
+    let exported = agent::export::export(&output, &state.accepted, &dest)
+        .map_err(|e| anyhow::anyhow!("the export to {} failed: {e}", dest.display()))?;
+    report_export(&exported, &dest);
+    Ok(ExitCode::from(EXIT_DONE))
 }
 
 /// A path as a shell word, for the resume hint.
@@ -356,20 +442,44 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// The rootfs the steps run on when --rootfs is not given, found the way
-/// `jail` finds it (jail/src/locate.rs), for `list_available_packages`.
-fn packages_rootfs(policy: &jail::policy::Policy, jail_bin: &std::path::Path) -> Option<PathBuf> {
+/// The rootfs the steps run on, found once as `jail run` finds it
+/// (jail/src/locate.rs): `--rootfs`, `$JAIL_ROOTFS`, the policy's, else
+/// the one named by `--rootfs-name` in the user's, the system's or the
+/// build tree's folder. With no name given: `data` when the policy
+/// preloads modules (they are the data stack's), else `data` where it is
+/// installed and `minimal` where it is not. A rootfs that is not there is
+/// one line naming the command that builds it.
+fn steps_rootfs(
+    flag: Option<PathBuf>,
+    name: Option<&str>,
+    policy: &jail::policy::Policy,
+    jail_bin: &Path,
+) -> anyhow::Result<PathBuf> {
     use jail::locate;
     let var = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     let exe = std::fs::canonicalize(jail_bin).ok();
-    let search = locate::Search {
-        flag: None,
+    let search = |name: &str| locate::Search {
+        flag: flag.clone(),
         env: var("JAIL_ROOTFS"),
         policy: policy.rootfs.clone(),
-        name: locate::DEFAULT_NAME.into(),
+        name: name.into(),
         user_dir: locate::user_dir(var("XDG_DATA_HOME"), var("HOME")),
         system_dir: PathBuf::from(locate::SYSTEM_DIR),
         build_tree: exe.as_deref().and_then(locate::build_tree),
     };
-    search.find().ok().map(|(_, p)| p)
+    let explicit = search(locate::DEFAULT_NAME)
+        .candidates()
+        .first()
+        .is_some_and(|(from, _)| matches!(from, locate::Source::Flag | locate::Source::Env | locate::Source::Policy));
+    let found: anyhow::Result<(locate::Source, PathBuf)> = match name {
+        Some(n) => search(n).find().map_err(Into::into),
+        None if !policy.preload.is_empty() && !explicit => search("data").find().map_err(|e| {
+            anyhow::anyhow!(
+                "the policy preloads {} (the data stack), so the steps need the data rootfs: {e}",
+                policy.preload.join(", ")
+            )
+        }),
+        None => search("data").find().or_else(|_| search(locate::DEFAULT_NAME).find()).map_err(Into::into),
+    };
+    found.map(|(_, p)| p)
 }

@@ -15,7 +15,8 @@
 //! ├── execute_tool start_next_todo
 //! │   └── invoke_agent subagent-1
 //! │       ├── chat MODEL
-//! │       └── execute_tool run_python_file   jail.status, jail.from, jail.claim_ms, ...
+//! │       ├── execute_tool run_python_file   jail.status, jail.from, jail.claim_ms, ...
+//! │       └── jail_session_stop       jail.session.id, jail.session.accepted, jail.rejected_artifacts
 //! └── jail_pool                       jail.pool.state, jail.pool.refill_ms.mean, jail.pool.idle.*
 //! ```
 //!
@@ -190,6 +191,7 @@ pub fn span_of(r: &Record, model: &str, server: Option<&(String, i64)>, scope: &
             tokens_out,
             tokens_estimated,
             attempts,
+            retries,
             finish_reason,
             tool_calls,
             tool_call_ids,
@@ -210,6 +212,9 @@ pub fn span_of(r: &Record, model: &str, server: Option<&(String, i64)>, scope: &
             }
             attrs.push(KeyValue::new("jail_agent.tokens_estimated", *tokens_estimated));
             attrs.push(KeyValue::new("jail_agent.http_attempts", i64::from(*attempts)));
+            if !retries.is_empty() {
+                attrs.push(KeyValue::new("jail_agent.retries", strings(retries)));
+            }
             attrs.push(KeyValue::new("jail_agent.tool_calls", strings(tool_calls)));
             attrs.push(KeyValue::new("jail_agent.tool_call_ids", strings(tool_call_ids)));
             if let Some(m) = input_messages {
@@ -311,6 +316,19 @@ pub fn span_of(r: &Record, model: &str, server: Option<&(String, i64)>, scope: &
             }
             ("jail_pool".to_string(), SpanKind::Internal)
         }
+        Event::SessionStop { session, why, accepted, rejected, error } => {
+            if let Some(s) = session {
+                attrs.push(KeyValue::new("jail.session.id", s.clone()));
+            }
+            attrs.push(KeyValue::new("jail.session.stop_reason", text(why)));
+            attrs.push(KeyValue::new("jail.session.accepted", int(*accepted)));
+            attrs.push(KeyValue::new("jail.rejected_artifacts", strings(rejected)));
+            if let Some(e) = error {
+                attrs.push(KeyValue::new("error.type", "session_stop"));
+                status = Status::error(crate::escape::cut(e, 1024));
+            }
+            ("jail_session_stop".to_string(), SpanKind::Internal)
+        }
         Event::RunEnd { stop, .. } => {
             attrs.push(KeyValue::new("gen_ai.operation.name", "invoke_agent"));
             attrs.push(KeyValue::new("gen_ai.request.model", model.to_string()));
@@ -401,6 +419,7 @@ mod tests {
             tokens_out: 7,
             arguments: Some("{\"path\":\"a.py\"}".into()),
             result: None,
+            result_bytes: 0,
         });
         let s = span_of(&r, "m", None, &scope).unwrap();
         assert_eq!(s.name, "execute_tool run_python_file");
@@ -417,7 +436,7 @@ mod tests {
     #[test]
     fn a_record_without_valid_ids_is_no_span() {
         let scope = InstrumentationScope::builder("t").build();
-        let mut r = record(Event::RunEnd { stop: "finished".into(), wall_ms: 1.0 });
+        let mut r = record(Event::RunEnd { stop: "finished".into(), wall_ms: 1.0, items: Vec::new() });
         r.run_id = "nothex".into();
         assert!(span_of(&r, "m", None, &scope).is_none());
         assert_eq!(server_of("http://127.0.0.1:8080/v1"), Some(("127.0.0.1".into(), 8080)));

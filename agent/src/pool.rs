@@ -14,8 +14,10 @@
 //! preload ran in it before it was handed over. Claiming instead of
 //! starting changes the latency, never what a step can do or see.
 //!
-//! Started lazily, at the first sub-task that needs a session, with
-//! `--size` (`--pool-size`, default 1; 0: no pool). The pool's temp dir is
+//! Started at the run's start (`start_early`), so it makes its first jail
+//! while the orchestrator plans; the first claim waits for that jail if it
+//! is not made yet, and the wait is the claim's (`claim_ms`, in the step's
+//! span). `--size` is `--pool-size`, default 1; 0: no pool. The pool's temp dir is
 //! the run's `pool/` folder, so its folders are the run's. The agent falls
 //! back to `jail session start` (runner.rs) visibly — one line on stderr,
 //! the step's `jail_from` and `not_pooled` in the trace, the pool's state
@@ -38,8 +40,9 @@
 //! own (a terminal's Ctrl-C reaches the agent alone, which stops its
 //! sessions first and then the pool), and it ends with the agent on every
 //! path: closed (stdin closed, waited for, killed past a grace) when the
-//! run ends or fails and when this value drops; sent SIGTERM by the signal
-//! thread (cells.rs) once the live sessions are stopped; and killed by the
+//! run ends, fails or is stopped by a signal (then with a short grace) and
+//! when this value drops; sent SIGTERM by the signal thread's last resort
+//! (stop.rs); and killed by the
 //! kernel (PR_SET_PDEATHSIG SIGKILL) when the agent dies any other way,
 //! SIGKILL included — its jails then end with their lifeline (each holds a
 //! pipe only the pool writes) and its janitor removes its folder.
@@ -47,7 +50,7 @@
 use std::collections::VecDeque;
 use std::io::{BufRead, Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -69,8 +72,11 @@ const CLAIM_WAIT: Duration = Duration::from_secs(120);
 const STATS_WAIT: Duration = Duration::from_secs(2);
 /// How long a closed pool has to destroy its jails before SIGKILL.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
-/// How long the signal path waits for a pool it sent SIGTERM.
-const SIGNAL_WAIT: Duration = Duration::from_secs(10);
+/// The same when the agent stops on a signal: the whole stop is to take at
+/// most 2 s; a killed pool's jails end with their lifeline all the same.
+const STOP_WAIT: Duration = Duration::from_millis(500);
+/// How long the last-resort stop (stop.rs) waits for a pool it sent SIGTERM.
+const SIGNAL_WAIT: Duration = Duration::from_secs(1);
 /// Longest reply line read from the pool; longer ones are dropped.
 const MAX_REPLY: u64 = 1 << 20;
 /// Lines of the pool's stderr kept for a failure message, and their length.
@@ -145,6 +151,8 @@ enum NoClaim {
 
 enum State {
     NotStarted,
+    /// Spawned; its first jail may not be made yet (`ready` not read).
+    Starting(Link),
     Up(Link),
     /// It could not start or it ended: sessions are started by the agent.
     Failed(String),
@@ -155,7 +163,10 @@ enum State {
 struct Link {
     child: Child,
     stdin: Option<ChildStdin>,
-    replies: mpsc::Receiver<Value>,
+    /// Each reply with when it came.
+    replies: mpsc::Receiver<(Instant, Value)>,
+    /// When it was spawned.
+    clock: Instant,
     stderr: Arc<Mutex<VecDeque<String>>>,
     started: SpanStart,
     start_ms: f64,
@@ -233,31 +244,65 @@ impl Pool {
         Ok(live)
     }
 
+    /// Spawn the pool now, so its first jail is made while the model plans
+    /// (the run's start). Nothing waits for it here.
+    pub fn start_early(&self, runner: &Runner) {
+        if self.off.is_some() {
+            return;
+        }
+        let mut state = self.state();
+        if matches!(*state, State::NotStarted) {
+            *state = self.spawn(runner);
+        }
+    }
+
+    /// `jail pool` spawned, or why it could not be.
+    fn spawn(&self, runner: &Runner) -> State {
+        match self.start(runner) {
+            Ok(link) => State::Starting(link),
+            Err(NoClaim::Interrupted) => State::Failed("the agent is stopping".into()),
+            Err(NoClaim::Unavailable(why)) => self.failed(&why),
+        }
+    }
+
+    fn failed(&self, why: &str) -> State {
+        self.display.warn(&format!(
+            "the warm pool could not start ({why}): each sub-task's session is started by the agent itself instead, with the same isolation"
+        ));
+        State::Failed(format!("the warm pool could not start: {why}"))
+    }
+
     fn claim(&self, runner: &Runner, session: &Session) -> Result<Live, NoClaim> {
         if let Some(off) = &self.off {
             return Err(NoClaim::Unavailable(off.clone()));
         }
+        // The claim's time is all the step waited for its jail: the pool's
+        // first jail too, when it is not made yet.
+        let started = Instant::now();
         let mut state = self.state();
         if matches!(*state, State::NotStarted) {
-            *state = match self.start(runner) {
+            *state = self.spawn(runner);
+        }
+        if matches!(*state, State::Starting(_)) {
+            let Some(link) = take_link(&mut state) else {
+                return Err(NoClaim::Unavailable("the warm pool is closed".into()));
+            };
+            *state = match self.ready(link) {
                 Ok(link) => {
                     self.display
                         .say("pool", &format!("warm pool up: {} jail(s), the first made in {:.0} ms", self.size, link.start_ms));
                     State::Up(link)
                 }
                 Err(NoClaim::Interrupted) => return Err(NoClaim::Interrupted),
-                Err(NoClaim::Unavailable(why)) => {
-                    self.display.warn(&format!(
-                        "the warm pool could not start ({why}): each sub-task's session is started by the agent itself instead, with the same isolation"
-                    ));
-                    State::Failed(format!("the warm pool could not start: {why}"))
-                }
+                Err(NoClaim::Unavailable(why)) => self.failed(&why),
             };
         }
         let link = match &mut *state {
             State::Up(link) => link,
             State::Failed(why) => return Err(NoClaim::Unavailable(why.clone())),
-            State::Closed | State::NotStarted => return Err(NoClaim::Unavailable("the warm pool is closed".into())),
+            State::Closed | State::NotStarted | State::Starting(_) => {
+                return Err(NoClaim::Unavailable("the warm pool is closed".into()))
+            }
         };
         link.next_id += 1;
         let id = format!("s{}", link.next_id);
@@ -265,7 +310,6 @@ impl Pool {
         if !cells::begin_start() {
             return Err(NoClaim::Interrupted);
         }
-        let started = Instant::now();
         let answer = link.ask(&line, &id, CLAIM_WAIT);
         let claim_ms = started.elapsed().as_secs_f64() * 1000.0;
         let handed = answer.as_ref().ok().and_then(|v| {
@@ -285,15 +329,19 @@ impl Pool {
                 v["error"]["code"].as_str().unwrap_or("no code"),
                 v["error"]["message"].as_str().unwrap_or("no message")
             ),
+            Err(Gone::Stopped) => {
+                drop(state);
+                return Err(NoClaim::Interrupted);
+            }
             Err(gone) => {
                 // The pool is gone for this run: later sub-tasks start their
                 // own sessions without asking it again.
                 let why = match gone {
-                    Gone::Ended => format!("the warm pool ended ({})", link.exit_words()),
+                    Gone::Ended | Gone::Stopped => format!("the warm pool ended ({})", link.exit_words()),
                     Gone::Silent => format!("the warm pool did not answer a claim within {} s", CLAIM_WAIT.as_secs()),
                 };
                 if let Some(link) = take_link(&mut state) {
-                    link.end();
+                    link.end(SHUTDOWN_WAIT);
                 }
                 *state = State::Failed(why.clone());
                 why
@@ -305,21 +353,18 @@ impl Pool {
         Err(NoClaim::Unavailable(why))
     }
 
-    /// `jail pool` as our child, answering once its first jail is made.
+    /// `jail pool` as our child; it is asked for its `stats` at once, and
+    /// answers once its first jail is made (`ready`).
     fn start(&self, runner: &Runner) -> Result<Link, NoClaim> {
         let dir = self.session.pool_dir().map_err(|e| NoClaim::Unavailable(format!("its folder: {e}")))?;
-        let mut cmd = Command::new(&runner.jail);
+        let mut cmd = crate::runner::jail_command(&runner.jail);
         cmd.arg("pool").arg("--size").arg(self.size.to_string());
         runner.jail_options(&mut cmd);
         if let Some(t) = runner.timeout {
             cmd.arg("--timeout").arg(format!("{t:.3}"));
         }
         cmd.env("TMPDIR", &dir);
-        crate::runner::keep_secrets(&mut cmd);
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        // Its own process group: a terminal's Ctrl-C reaches the agent,
-        // which stops its sessions and then the pool, in that order.
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         // Killed by the kernel when the thread spawning it dies: the agent
         // calls this from its main thread, which lives as long as the run.
         jail::sys::set_parent_death_signal(&mut cmd, nix::sys::signal::Signal::SIGKILL);
@@ -327,7 +372,7 @@ impl Pool {
         let clock = Instant::now();
         let mut child = {
             let mut reg = registry();
-            if reg.closing {
+            if reg.closing || crate::stop::requested().is_some() {
                 return Err(NoClaim::Interrupted);
             }
             let child = cmd
@@ -346,20 +391,37 @@ impl Pool {
             std::thread::spawn(move || read_stderr(err, &tail, &display));
         }
         let stdin = child.stdin.take();
-        let mut link = Link { child, stdin, replies, stderr, started, start_ms: 0.0, next_id: 0 };
+        let mut link = Link { child, stdin, replies, clock, stderr, started, start_ms: 0.0, next_id: 0 };
         // The pool reads its first line once its first jail is made.
-        match link.ask(&json!({"id": "ready", "op": "stats"}), "ready", START_WAIT) {
-            Ok(v) if v.get("stats").is_some() => {
-                link.start_ms = clock.elapsed().as_secs_f64() * 1000.0;
+        if link.send(&json!({"id": "ready", "op": "stats"})).is_err() {
+            let why = link.exit_words();
+            link.end(SHUTDOWN_WAIT);
+            return Err(NoClaim::Unavailable(why));
+        }
+        Ok(link)
+    }
+
+    /// Wait for the pool's first answer, the sign its first jail is made.
+    fn ready(&self, mut link: Link) -> Result<Link, NoClaim> {
+        let left = START_WAIT.saturating_sub(link.clock.elapsed());
+        match link.wait_for("ready", left) {
+            Ok((at, v)) if v.get("stats").is_some() => {
+                link.start_ms = at.saturating_duration_since(link.clock).as_secs_f64() * 1000.0;
                 Ok(link)
+            }
+            Err(Gone::Stopped) => {
+                link.end(STOP_WAIT);
+                Err(NoClaim::Interrupted)
             }
             answer => {
                 let why = match answer {
                     Err(Gone::Silent) => format!("jail pool did not answer within {} s of its start", START_WAIT.as_secs()),
-                    Err(Gone::Ended) => link.exit_words(),
-                    Ok(v) => format!("jail pool's first answer was not its stats: {}", crate::llm::excerpt(&v.to_string(), 200)),
+                    Err(Gone::Ended | Gone::Stopped) => link.exit_words(),
+                    Ok((_, v)) => {
+                        format!("jail pool's first answer was not its stats: {}", crate::llm::excerpt(&v.to_string(), 200))
+                    }
                 };
-                link.end();
+                link.end(SHUTDOWN_WAIT);
                 Err(NoClaim::Unavailable(why))
             }
         }
@@ -369,17 +431,44 @@ impl Pool {
     pub fn close(&self) -> Report {
         let claims = *self.claims.lock().unwrap_or_else(|e| e.into_inner());
         let mut state = self.state();
-        let was = std::mem::replace(&mut *state, State::Closed);
+        let mut was = std::mem::replace(&mut *state, State::Closed);
+        // Stopping on a signal: no question, and a short wait (stop.rs).
+        let stopping = crate::stop::requested().is_some();
+        let (stats_wait, end_wait) = if stopping { (Duration::ZERO, STOP_WAIT) } else { (STATS_WAIT, SHUTDOWN_WAIT) };
+        if let State::Starting(mut link) = was {
+            // No claim waited for it: it is up if its first answer came.
+            was = match link.wait_for("ready", Duration::ZERO) {
+                Ok((at, _)) => {
+                    link.start_ms = at.saturating_duration_since(link.clock).as_secs_f64() * 1000.0;
+                    State::Up(link)
+                }
+                Err(_) => {
+                    let span = link.started.clone();
+                    link.end(end_wait);
+                    let note = Some("closed before its first jail was made".to_string());
+                    return Report {
+                        size: self.size,
+                        state: "not_ready",
+                        note,
+                        start_ms: None,
+                        claims,
+                        stats: None,
+                        span,
+                    };
+                }
+            };
+        }
         let (state_name, note, start_ms, stats, span) = match was {
             State::Up(mut link) => {
-                let stats = link
-                    .ask(&json!({"id": "last-stats", "op": "stats"}), "last-stats", STATS_WAIT)
-                    .ok()
+                let stats = (!stopping)
+                    .then(|| link.ask(&json!({"id": "last-stats", "op": "stats"}), "last-stats", stats_wait).ok())
+                    .flatten()
                     .and_then(|v| serde_json::from_value::<PoolStats>(v["stats"].clone()).ok());
                 let (span, start_ms) = (link.started.clone(), link.start_ms);
-                link.end();
+                link.end(end_wait);
                 ("up", None, Some(start_ms), stats, span)
             }
+            State::Starting(_) => ("not_ready", None, None, None, SpanStart::now(None)),
             State::Failed(why) => ("failed", Some(why), None, None, SpanStart::now(None)),
             State::NotStarted if self.off.is_some() => ("off", self.off.clone(), None, None, SpanStart::now(None)),
             State::NotStarted => ("not_started", None, None, None, SpanStart::now(None)),
@@ -391,15 +480,15 @@ impl Pool {
 
 impl Drop for Pool {
     fn drop(&mut self) {
-        if let State::Up(link) = std::mem::replace(&mut *self.state(), State::Closed) {
-            link.end();
+        if let State::Up(link) | State::Starting(link) = std::mem::replace(&mut *self.state(), State::Closed) {
+            link.end(SHUTDOWN_WAIT);
         }
     }
 }
 
 fn take_link(state: &mut State) -> Option<Link> {
     match std::mem::replace(state, State::Closed) {
-        State::Up(link) => Some(link),
+        State::Up(link) | State::Starting(link) => Some(link),
         other => {
             *state = other;
             None
@@ -413,11 +502,19 @@ enum Gone {
     Ended,
     /// Nothing within the wait.
     Silent,
+    /// The agent is stopping on a signal (stop.rs).
+    Stopped,
 }
 
 impl Link {
     /// Send one line and wait for the reply carrying `id`.
     fn ask(&mut self, line: &Value, id: &str, wait: Duration) -> Result<Value, Gone> {
+        self.send(line)?;
+        self.wait_for(id, wait).map(|(_, v)| v)
+    }
+
+    /// Send one line.
+    fn send(&mut self, line: &Value) -> Result<(), Gone> {
         let sent = self.stdin.as_mut().map(|w| {
             let mut text = line.to_string();
             text.push('\n');
@@ -426,14 +523,24 @@ impl Link {
         if !matches!(sent, Some(Ok(()))) {
             return Err(Gone::Ended);
         }
+        Ok(())
+    }
+
+    /// The reply carrying `id` and when it came, waiting at most `wait`,
+    /// and no longer once the agent is told to stop.
+    fn wait_for(&mut self, id: &str, wait: Duration) -> Result<(Instant, Value), Gone> {
         let until = Instant::now() + wait;
         loop {
+            if crate::stop::requested().is_some() {
+                return Err(Gone::Stopped);
+            }
             let left = until.saturating_duration_since(Instant::now());
-            match self.replies.recv_timeout(left) {
-                Ok(v) if v["id"] == id => return Ok(v),
+            match self.replies.recv_timeout(left.min(Duration::from_millis(50))) {
+                Ok((at, v)) if v["id"] == id => return Ok((at, v)),
                 // Not ours (a reply to a claim given up on): dropped.
                 Ok(_) => continue,
-                Err(mpsc::RecvTimeoutError::Timeout) => return Err(Gone::Silent),
+                Err(mpsc::RecvTimeoutError::Timeout) if left.is_zero() => return Err(Gone::Silent),
+                Err(mpsc::RecvTimeoutError::Timeout) => continue,
                 Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Gone::Ended),
             }
         }
@@ -463,7 +570,7 @@ impl Link {
 
     /// Close its stdin (it drains: its ready jails destroyed, the sessions it
     /// handed out stopped) and wait for it; kill it past the grace.
-    fn end(mut self) {
+    fn end(mut self, wait: Duration) {
         // The signal thread may own it already: then it waits for it.
         let ours = {
             let mut reg = registry();
@@ -477,7 +584,7 @@ impl Link {
         if !ours {
             return;
         }
-        let until = Instant::now() + SHUTDOWN_WAIT;
+        let until = Instant::now() + wait;
         loop {
             match self.child.try_wait() {
                 Ok(Some(_)) | Err(_) => return,
@@ -493,7 +600,7 @@ impl Link {
 }
 
 /// The pool's stdout, one JSON reply a line (bounded), onto the channel.
-fn read_replies(out: impl Read, tx: &mpsc::Sender<Value>) {
+fn read_replies(out: impl Read, tx: &mpsc::Sender<(Instant, Value)>) {
     let mut r = std::io::BufReader::new(out);
     let mut line = Vec::new();
     loop {
@@ -511,7 +618,7 @@ fn read_replies(out: impl Read, tx: &mpsc::Sender<Value>) {
             continue;
         }
         if let Ok(v) = serde_json::from_slice::<Value>(&line) {
-            if tx.send(v).is_err() {
+            if tx.send((Instant::now(), v)).is_err() {
                 return;
             }
         }

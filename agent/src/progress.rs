@@ -8,13 +8,18 @@
 //!
 //! A step's output arrives through [`StepWatch`]: the script's stdout and
 //! stderr line by line from the jail's live event stream (`jail run
-//! --events`), and the lines the `jail` process itself writes on its stderr.
+//! --events`, or `jail session exec --events` for a session's cell), and
+//! the lines the `jail` process itself writes on its stderr.
 
 use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::escape::{escape, Lines};
+use crate::escape::shown_max;
+
+/// The most of one progress line's text: whatever a model or a step said,
+/// no line of the terminal is longer (a 100,000-byte tool name is not).
+const MAX_LINE_BYTES: usize = 2000;
 
 /// What happens while a step runs, as the runner sees it.
 pub trait StepWatch {
@@ -75,16 +80,16 @@ impl Display {
         self.mode
     }
 
-    /// One event line (`[agent] text`), escaped.
+    /// One event line (`[agent] text`), escaped and cut.
     pub fn say(&self, agent: &str, text: &str) {
-        let line = format!("[{}] {}", escape(agent, Lines::One), escape(text, Lines::One));
+        let line = format!("[{}] {}", shown_max(agent, 100), shown_max(text, MAX_LINE_BYTES));
         self.print(&line);
     }
 
-    /// A warning line (`jail-agent: ...`, escaped), printed even when quiet:
-    /// something the run does differently from what was asked.
+    /// A warning line (`jail-agent: ...`, escaped and cut), printed even
+    /// when quiet: something the run does differently from what was asked.
     pub fn warn(&self, text: &str) {
-        let line = format!("jail-agent: {}", escape(text, Lines::One));
+        let line = format!("jail-agent: {}", shown_max(text, MAX_LINE_BYTES));
         match self.mode {
             Mode::Quiet => eprintln!("{line}"),
             Mode::Lines | Mode::Terminal => self.print(&line),
@@ -126,7 +131,7 @@ impl Display {
     /// Show that `agent` waits for the model until the guard drops: a status
     /// line redrawn every second on a terminal, one line otherwise.
     pub fn waiting_for_model(&self, agent: &str, tokens_so_far: u64) -> Waiting {
-        let agent = escape(agent, Lines::One);
+        let agent = shown_max(agent, 100);
         if self.mode == Mode::Lines {
             self.print(&format!("[{agent}] waiting for the model ({tokens_so_far} tokens so far)"));
         }
@@ -151,7 +156,7 @@ impl Display {
 
     /// A watch for one step of `agent` running `script`.
     pub fn step(&self, agent: &str, script: &str) -> StepLine {
-        let label = format!("[{}] {}", escape(agent, Lines::One), escape(script, Lines::One));
+        let label = format!("[{}] {}", shown_max(agent, 100), shown_max(script, 200));
         if self.mode == Mode::Lines {
             self.print(&format!("{label}: running"));
         }
@@ -184,11 +189,11 @@ pub struct StepLine {
 
 impl StepWatch for StepLine {
     fn line(&mut self, text: &str) {
-        self.display.print(&format!("{} | {}", self.label, escape(text, Lines::One)));
+        self.display.print(&format!("{} | {}", self.label, shown_max(text, MAX_LINE_BYTES)));
     }
 
     fn output(&mut self, stream: &str, text: &str) {
-        self.display.print(&format!("{} {stream}| {}", self.label, escape(text, Lines::One)));
+        self.display.print(&format!("{} {stream}| {}", self.label, shown_max(text, MAX_LINE_BYTES)));
     }
 
     fn tick(&mut self, elapsed: Duration) {

@@ -1,9 +1,12 @@
 //! One step through the `jail` binary, as a subprocess: in a fresh jail
 //! (`jail run --events --input --output --code SCRIPT`, the script's output
 //! shown as its events arrive), or as a cell of a session (`jail session
-//! exec` on a session claimed from the run's warm pool, pool.rs, or
-//! started here with `jail session start`; cells.rs keeps it); either way
-//! the result is deserialized into the `jail` crate's own `RunResult`.
+//! exec --events` on a session claimed from the run's warm pool, pool.rs,
+//! or started here with `jail session start`; cells.rs keeps it; its
+//! output shown live the same way); either way the result is deserialized
+//! into the `jail` crate's own `RunResult`. Each `jail` runs in a process
+//! group of its own (`jail_command`): a signal reaches the agent alone,
+//! which stops its steps in its own order (stop.rs).
 //! Never in-process: the jail must fork from a single-threaded process, and
 //! it is the jail's subprocess boundary that keeps a step's failure from
 //! becoming ours. The jail gets the agent's environment minus `LLM_*` and
@@ -90,7 +93,7 @@ impl Runner {
         watch: &mut dyn StepWatch,
     ) -> Result<Step, RunnerError> {
         let started = Instant::now();
-        let mut cmd = Command::new(&self.jail);
+        let mut cmd = jail_command(&self.jail);
         cmd.arg("run").arg("--events");
         self.jail_options(&mut cmd);
         let wall_limit = at_most.map_or(self.wall_limit, |m| m.min(self.wall_limit));
@@ -109,9 +112,10 @@ impl Runner {
             cmd.arg("--");
             cmd.args(args);
         }
-        keep_secrets(&mut cmd);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
+        // A signal to the agent cancels it (stop.rs).
+        let _running = cells::run_running(child.id());
         let (tx, rx) = mpsc::channel();
         let stdout = child.stdout.take();
         let stderr = child.stderr.take();
@@ -192,7 +196,7 @@ impl Runner {
     /// step's, cut to `at_most` (what is left of the run).
     pub fn start_session(&self, session: &Session, at_most: Duration) -> Result<Live, RunnerError> {
         let cell_limit = self.wall_limit.min(at_most);
-        let mut cmd = Command::new(&self.jail);
+        let mut cmd = jail_command(&self.jail);
         cmd.args(["session", "start", "--json"]);
         self.jail_options(&mut cmd);
         if self.timeout.is_some() || cell_limit < self.wall_limit {
@@ -202,7 +206,6 @@ impl Runner {
         // `jail session start` refuses a code dir (its driver is not in it).
         cmd.arg("--input").arg(&session.input);
         cmd.arg("--output").arg(&session.output);
-        keep_secrets(&mut cmd);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         if !cells::begin_start() {
             return Err(RunnerError::Interrupted);
@@ -236,13 +239,12 @@ impl Runner {
     /// its pool, which dies with the agent): its files were delivered, and
     /// its closing result, the verdict on them, went with it.
     pub fn judge_output(&self, session: &Session) -> Result<RunResult, RunnerError> {
-        let mut cmd = Command::new(&self.jail);
+        let mut cmd = jail_command(&self.jail);
         cmd.args(["run", "--json"]);
         self.jail_options(&mut cmd);
         cmd.arg("--input").arg(&session.input);
         cmd.arg("--output").arg(&session.output);
         cmd.args(["-c", "pass"]);
-        keep_secrets(&mut cmd);
         cmd.stdin(Stdio::null());
         let out = cmd.output().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
         let value: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| RunnerError::NoResult {
@@ -252,15 +254,16 @@ impl Runner {
         result_of(value)
     }
 
-    /// Run `code` as the session's next cell (`jail session exec HANDLE -`).
-    /// The cell's streams reach the watch once it is done: a cell has no
-    /// event stream.
+    /// Run `code` as the session's next cell (`jail session exec --events
+    /// HANDLE -`): the cell's stdout and stderr reach the watch line by
+    /// line as it runs, then its result. While it runs, a signal to the
+    /// agent interrupts it (stop.rs).
     pub fn exec_cell(&self, live: &mut Live, code: &str, watch: &mut dyn StepWatch) -> Result<Step, RunnerError> {
         let started = Instant::now();
-        let mut cmd = Command::new(&self.jail);
-        cmd.args(["session", "exec"]).arg(&live.handle).arg("-");
-        keep_secrets(&mut cmd);
+        let mut cmd = jail_command(&self.jail);
+        cmd.args(["session", "exec", "--events"]).arg(&live.handle).arg("-");
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let _running = cells::cell_running(&self.jail, &live.handle);
         let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
         live.cells += 1;
         let stdin = child.stdin.take();
@@ -273,25 +276,24 @@ impl Runner {
         let (tx, rx) = mpsc::channel();
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
         let tx_err = tx.clone();
+        // The event stream, bounded as a run's: each chunk shown line by
+        // line, the result event kept.
         std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(s) = stdout {
-                let _ = s.take(64 << 20).read_to_end(&mut buf);
-            }
-            let _ = tx.send(Output::Stderr(buf));
+            let result = stdout.and_then(|s| read_events(s.take(64 << 20), &tx));
+            let _ = tx.send(Output::Result(result));
         });
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             if let Some(s) = stderr {
                 let _ = s.take(MAX_STDERR as u64).read_to_end(&mut buf);
             }
-            let _ = tx_err.send(Output::Line(String::from_utf8_lossy(&buf).into_owned()));
+            let _ = tx_err.send(Output::Stderr(buf));
         });
         // The session kills a cell past its limit and its grace; this only
         // guards against the client itself hanging.
         let grace = Duration::from_secs(30);
         let deadline = started + live.cell_limit + grace;
-        let (mut out, mut err) = (None, None);
+        let (mut out, mut err): (Option<Option<serde_json::Value>>, _) = (None, None);
         while out.is_none() || err.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -300,28 +302,26 @@ impl Runner {
                 return Err(RunnerError::Hung { secs: grace.as_secs() });
             }
             match rx.recv_timeout(left.min(Duration::from_secs(1))) {
-                Ok(Output::Stderr(b)) => out = Some(b),
-                Ok(Output::Line(l)) => err = Some(l),
-                Ok(_) => {}
+                Ok(Output::Result(v)) => out = Some(v),
+                Ok(Output::Stderr(b)) => err = Some(b),
+                Ok(Output::Script(stream, l)) => watch.output(stream, &l),
+                Ok(Output::Line(_)) => {}
                 Err(mpsc::RecvTimeoutError::Timeout) => watch.tick(started.elapsed()),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
         let status = child.wait().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
-        let (out, err) = (out.unwrap_or_default(), err.unwrap_or_default());
-        let value: serde_json::Value = serde_json::from_slice(&out)
-            .map_err(|_| RunnerError::NoResult { status: status.to_string(), stderr: crate::llm::excerpt(err.trim(), 400) })?;
+        let (out, err) = (out.flatten(), err.unwrap_or_default());
+        let value = out.ok_or_else(|| RunnerError::NoResult {
+            status: status.to_string(),
+            stderr: crate::llm::excerpt(String::from_utf8_lossy(&err).trim(), 400),
+        })?;
         let mut result = result_of(value)?;
         // A cell's result reports the session's whole lifetime as its
         // `wall_time_secs`; the limit this cell ran under is the `--timeout`
         // the session was started with.
         if let Some(l) = result.limits.get_mut("wall_time_secs") {
             l.value = serde_json::json!(live.cell_limit.as_secs_f64());
-        }
-        for (name, text) in [("stdout", &result.stdout.text), ("stderr", &result.stderr.text)] {
-            for line in text.lines().take(200) {
-                watch.output(name, &line.chars().take(MAX_LINE).collect::<String>());
-            }
         }
         Ok(Step { result, duration: started.elapsed() })
     }
@@ -340,6 +340,17 @@ fn session_dirs(cmd: &mut Command, session: &Session) {
     cmd.arg("--input").arg(&session.input);
     cmd.arg("--output").arg(&session.output);
     cmd.arg("--code").arg(&session.code);
+}
+
+/// `jail` as our child: in a process group of its own, so a terminal's
+/// Ctrl-C reaches the agent alone, which stops its steps in its own order
+/// (stop.rs: a cell interrupted before it is killed), and with the model's
+/// credentials kept from it (`keep_secrets`).
+pub(crate) fn jail_command(jail: &Path) -> Command {
+    let mut cmd = Command::new(jail);
+    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+    keep_secrets(&mut cmd);
+    cmd
 }
 
 /// The model's credentials never reach a step, even under a policy that

@@ -191,11 +191,18 @@ fn check_plan(items: &[PlannedItem], finished: usize) -> Result<(), String> {
         if i.name.trim().is_empty() || i.goal.trim().is_empty() || i.success_criteria.trim().is_empty() {
             return Err(format!("item {} needs a name, a goal and success criteria", n + 1));
         }
-        if i.name.len() > MAX_NAME_BYTES || i.name.chars().any(crate::escape::needs_escape) {
+        if i.name.len() > MAX_NAME_BYTES {
             return Err(format!(
-                "item {} has a name of {} bytes or with control characters; give it a short plain name (at most {MAX_NAME_BYTES} bytes)",
+                "item {} has a name of {} bytes; give it a short plain name of at most {MAX_NAME_BYTES} bytes",
                 n + 1,
                 i.name.len()
+            ));
+        }
+        if let Some(c) = i.name.chars().find(|&c| crate::escape::needs_escape(c)) {
+            return Err(format!(
+                "item {}'s name holds a control or invisible character ({}); give it a plain name of letters, digits, spaces and punctuation",
+                n + 1,
+                crate::escape::escape(&c.to_string(), crate::escape::Lines::One)
             ));
         }
         if i.goal.len() > MAX_TEXT_BYTES || i.success_criteria.len() > MAX_TEXT_BYTES {
@@ -267,5 +274,19 @@ mod tests {
             let e = t.create(vec![planned(&name)]).unwrap_err();
             assert!(e.len() < 300, "{e}");
         }
+    }
+
+    #[test]
+    fn a_bad_item_name_is_refused_for_what_is_wrong_with_it() {
+        let mut t = TodoList::default();
+        // 52 bytes with an escape sequence: refused for the control character, not its length.
+        let name = format!("{}\u{1b}[2J", "n".repeat(48));
+        assert_eq!(name.len(), 52);
+        let e = t.create(vec![planned(&name)]).unwrap_err();
+        assert!(e.contains("control or invisible character (\\x1b)") && !e.contains("bytes"), "{e}");
+        let e = t.create(vec![planned(&"n".repeat(81))]).unwrap_err();
+        assert!(e.contains("a name of 81 bytes") && e.contains("at most 80 bytes") && !e.contains("control"), "{e}");
+        let e = t.create(vec![planned("a\u{202e}b")]).unwrap_err();
+        assert!(e.contains("(\\u{202e})"), "{e}");
     }
 }

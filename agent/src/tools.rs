@@ -170,10 +170,16 @@ fn spec(name: &str, role: Role, skills: &Skills, stateless: bool) -> Value {
 pub fn parse_args<T: DeserializeOwned>(tool: &str, text: &str) -> Result<T, String> {
     let text = if text.trim().is_empty() { "{}" } else { text };
     let v: Value = serde_json::from_str(text).map_err(|e| {
-        format!("the arguments of {tool} are not valid JSON ({e}); send one JSON object that matches the tool's schema")
+        format!(
+            "the arguments of {tool} are not valid JSON ({}); send one JSON object that matches the tool's schema",
+            crate::escape::shown_max(&e.to_string(), 400)
+        )
     })?;
     let v = if v.is_null() { json!({}) } else { v };
-    serde_json::from_value(v).map_err(|e| format!("bad arguments for {tool}: {e}; see the tool's schema"))
+    // serde names the value it could not take, whole: cut, it is the model's.
+    serde_json::from_value(v).map_err(|e| {
+        format!("bad arguments for {tool}: {}; see the tool's schema", crate::escape::shown_max(&e.to_string(), 400))
+    })
 }
 
 /// What the tools need from the run.
@@ -391,6 +397,9 @@ impl Context<'_> {
         if left < std::time::Duration::from_secs(1) {
             return Done::error("not run: the run's deadline has passed".into());
         }
+        if let Some(sig) = crate::stop::requested() {
+            return Done::error(format!("not run: the agent is stopping ({sig})"));
+        }
         let before = self.session.snapshot();
         let mut watch = self.progress.step(self.agent, &rel.to_string_lossy());
         let in_session = !self.runner.stateless && self.cells.fits(left);
@@ -423,16 +432,7 @@ impl Context<'_> {
             peak_memory_bytes: r.usage.peak_memory_bytes.or(r.usage.max_rss_bytes),
             jail_total_ms: r.timings.total_ms,
             denials: r.denials.iter().take(50).map(|d| shown(&format!("{} {}×{}", d.layer, d.what, d.count))).collect(),
-            rejected_artifacts: r
-                .rejected_artifacts
-                .iter()
-                .take(50)
-                .map(|x| {
-                    let reason =
-                        serde_json::to_value(x.reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-                    shown(&format!("{}: {reason}", x.path))
-                })
-                .collect(),
+            rejected_artifacts: rejected_of(r),
             artifacts: r.artifacts.len() as u64,
             setup_stage: r.setup_error.as_ref().map(|e| shown(&e.stage)),
             jail_from: origin.from.as_str().to_string(),
@@ -442,6 +442,19 @@ impl Context<'_> {
         };
         Done { content, ok, jail: Some(jail), step: Some(Box::new(step.result)) }
     }
+}
+
+/// The entries the jail refused in a result, `path: reason` (escaped,
+/// cut), at most 50.
+pub(crate) fn rejected_of(r: &jail::result::RunResult) -> Vec<String> {
+    r.rejected_artifacts
+        .iter()
+        .take(50)
+        .map(|x| {
+            let reason = serde_json::to_value(x.reason).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
+            shown(&format!("{}: {reason}", x.path))
+        })
+        .collect()
 }
 
 /// What `run_python_file` does, told to the model.
@@ -456,7 +469,11 @@ fn run_description(stateless: bool) -> &'static str {
 /// The cell that runs a script as `jail run` would, in the session's
 /// globals: its `sys.argv` and `__file__`, and its source compiled under
 /// its own name (tracebacks say `/workspace/code/step1.py`, line N, with
-/// the line shown). A JSON string is a valid Python string literal.
+/// the line shown). The cell's own frame, the `exec` that runs the script,
+/// is the agent's plumbing: it is taken off the traceback of anything the
+/// script raises, so the model reads its own file and lines only (the
+/// session's driver drops its frame the same way). A JSON string is a
+/// valid Python string literal.
 fn script_cell(rel: &Path, args: &[String], source: &str) -> String {
     let file = format!("/workspace/code/{}", rel.display());
     let argv: Vec<&str> = std::iter::once(file.as_str()).chain(args.iter().map(String::as_str)).collect();
@@ -464,7 +481,7 @@ fn script_cell(rel: &Path, args: &[String], source: &str) -> String {
     let file = serde_json::to_string(&file).unwrap_or_else(|_| "''".into());
     let source = serde_json::to_string(source).unwrap_or_else(|_| "''".into());
     format!(
-        "import sys as _jail_sys, linecache as _jail_lc\n_jail_sys.argv = {argv}\n__file__ = {file}\n_jail_src = {source}\n_jail_lc.cache[__file__] = (len(_jail_src), None, _jail_src.splitlines(True), __file__)\ndel _jail_sys, _jail_lc\ntry:\n    exec(compile(_jail_src, __file__, 'exec'))\nfinally:\n    del _jail_src\n"
+        "import sys as _jail_sys, linecache as _jail_lc\n_jail_sys.argv = {argv}\n__file__ = {file}\n_jail_src = {source}\n_jail_lc.cache[__file__] = (len(_jail_src), None, _jail_src.splitlines(True), __file__)\ndel _jail_sys, _jail_lc\ntry:\n    exec(compile(_jail_src, __file__, 'exec'))\nexcept BaseException as _jail_e:\n    if _jail_e.__traceback__ is not None:\n        _jail_e.__traceback__ = _jail_e.__traceback__.tb_next\n    raise\nfinally:\n    del _jail_src\n"
     )
 }
 
@@ -504,10 +521,13 @@ impl Context<'_> {
                     not_pooled: live.not_pooled.take(),
                     session: Some(live.id.clone()),
                 };
-                (self.runner.exec_cell(live, &cell, watch), origin)
+                let step = self.runner.exec_cell(live, &cell, watch);
+                // The model's steps in this session, from 1: the session's
+                // own cell count also holds the pool's preload.
+                (step, origin, live.cells)
             })
         };
-        let ((mut step, mut origin), mut fresh) = attempt(watch)?;
+        let ((mut step, mut origin, mut number), mut fresh) = attempt(watch)?;
         let lost = matches!(&step, Err(crate::runner::RunnerError::NoResult { stderr, .. }) if stderr.contains("session ended"));
         if lost && !fresh {
             // The session ended between steps (its idle timeout, its
@@ -515,7 +535,7 @@ impl Context<'_> {
             self.cells.forget_ended();
             let why = step.as_ref().err().map(|e| shown(&crate::llm::excerpt(&e.to_string(), 300))).unwrap_or_default();
             *self.cells.ended_note.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
-            ((step, origin), fresh) = attempt(watch)?;
+            ((step, origin, number), fresh) = attempt(watch)?;
         }
         let step = step?;
         let mut note = String::new();
@@ -531,9 +551,8 @@ impl Context<'_> {
                 note.push_str(&format!("session: this sub-task's Python session ENDED ({why}). Every variable, import and DataFrame of the earlier steps is gone. The next run_python_file starts a fresh session: load the data again (re-run the loading code) before using it. Files it had written to /workspace/output are checked and kept as usual.\n"));
                 *self.cells.ended_note.lock().unwrap_or_else(|e| e.into_inner()) = Some(why);
             }
-            Some(s) => note.push_str(&format!(
-                "session: step {} of this sub-task's session; its variables stay defined for the next step. Files written to /workspace/output reach the host when the sub-task ends.\n",
-                s.cell
+            Some(_) => note.push_str(&format!(
+                "session: step {number} of this sub-task's session; its variables stay defined for the next step. Files written to /workspace/output reach the host when the sub-task ends.\n"
             )),
             None => {}
         }
@@ -600,6 +619,10 @@ mod tests {
         let e = parse_args::<WriteArgs>("write_python_file", r#"{"path":"a.py"}"#).err().unwrap();
         assert!(e.contains("missing field `content`"), "{e}");
         assert!(parse_args::<NoArgs>("list_input_files", "").is_ok());
+        // A value of the wrong type is named by serde, whole: not echoed whole.
+        let huge = format!(r#"{{"path": "a.py", "offset": "{}"}}"#, "A".repeat(5 << 20));
+        let e = parse_args::<PathArgs>("read_file_content", &huge).err().unwrap();
+        assert!(e.len() < 600, "{} bytes", e.len());
     }
 
     #[test]

@@ -111,6 +111,9 @@ pub enum Event {
         duration_ms: f64,
         /// HTTP attempts, 1 when nothing was retried.
         attempts: u32,
+        /// Why each retried attempt failed, in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        retries: Vec<String>,
         finish_reason: Option<String>,
         /// Names of the tools the model called in this reply.
         tool_calls: Vec<String>,
@@ -144,6 +147,11 @@ pub enum Event {
         /// What the model was told; omitted likewise.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         result: Option<String>,
+        /// The size of what the model was told, in bytes (kept with
+        /// `--no-trace-content` too): the input tokens it adds to the
+        /// agent's later calls are attributed to this tool.
+        #[serde(default)]
+        result_bytes: u64,
     },
     /// A sub-agent finished its item.
     AgentEnd {
@@ -173,8 +181,60 @@ pub enum Event {
         /// idle jail holds.
         stats: Option<crate::pool::PoolStats>,
     },
+    /// A sub-task's session was stopped (cells.rs): the jail judged its
+    /// output and delivered what passed.
+    SessionStop {
+        /// The session's id.
+        session: Option<String>,
+        /// Why it was stopped: `complete_todo`, `delete_output_file`, the
+        /// sub-task's end, the run's end.
+        why: String,
+        /// Files the jail accepted, and the ones it refused (`path:
+        /// reason`, names escaped).
+        accepted: u64,
+        #[serde(default)]
+        rejected: Vec<String>,
+        /// The stop could not get the closing result: why.
+        #[serde(default)]
+        error: Option<String>,
+    },
     /// The run ended (or stopped, to be resumed).
-    RunEnd { stop: String, wall_ms: f64 },
+    RunEnd {
+        stop: String,
+        wall_ms: f64,
+        /// Each item of the plan as the run ended.
+        #[serde(default)]
+        items: Vec<ItemEnd>,
+    },
+}
+
+/// One item of the plan as the run ended.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ItemEnd {
+    pub name: String,
+    /// `done`, `blocked`, or `not_done` (pending or in progress when the
+    /// run stopped).
+    pub outcome: String,
+    /// Why it was blocked or not done, in the sub-agent's or the
+    /// orchestrator's words (cut).
+    pub reason: Option<String>,
+}
+
+impl ItemEnd {
+    pub fn of(item: &crate::todo::TodoItem) -> ItemEnd {
+        use crate::todo::State;
+        let (outcome, reason) = match item.state {
+            State::Done => ("done", None),
+            State::Blocked => ("blocked", item.report.clone()),
+            State::Pending => ("not_done", Some("not started: the run ended first".to_string())),
+            State::InProgress => ("not_done", Some("in progress when the run stopped".to_string())),
+        };
+        ItemEnd {
+            name: item.name.clone(),
+            outcome: outcome.into(),
+            reason: reason.map(|r| crate::escape::cut(&r, 600)),
+        }
+    }
 }
 
 /// The jail's own account of one step.
@@ -424,6 +484,30 @@ pub struct ToolRow {
     /// Completion tokens the model spent asking for these calls.
     #[serde(default)]
     pub tokens_out: u64,
+    /// Prompt tokens its results cost: each result is sent again with every
+    /// later call of the agent that got it, and is counted each time.
+    #[serde(default)]
+    pub tokens_in: u64,
+}
+
+/// One item of the plan: who worked on it, how it ended, what it cost.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
+pub struct ItemRow {
+    /// Its place in the plan, from 1.
+    pub n: usize,
+    pub name: String,
+    /// The sub-agents that worked on it (none: never started).
+    pub agents: Vec<String>,
+    /// `done`, `blocked` or `not_done`.
+    pub outcome: String,
+    pub reason: Option<String>,
+    /// The sub-agents' wall time, and its share of the run's.
+    pub wall_ms: f64,
+    pub wall_share: f64,
+    pub tokens_in: u64,
+    pub tokens_out: u64,
+    /// Its tokens (in + out) as a share of the run's.
+    pub token_share: f64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
@@ -442,6 +526,31 @@ pub struct Summary {
     /// Where the steps' jails came from, and the warm pool's state and stats.
     #[serde(default)]
     pub jails: Jails,
+    /// The plan, item by item.
+    #[serde(default)]
+    pub items: Vec<ItemRow>,
+    /// The orchestrator's own share: its tokens and its model and tool time.
+    #[serde(default)]
+    pub orchestrator: ItemRow,
+    /// Prompt tokens that are not a tool's result: the system prompts, the
+    /// task and briefs, nudges (`prompt`) and the model's own earlier
+    /// replies sent back (`replies`). With the tools' `tokens_in` they add
+    /// up to the run's tokens in.
+    #[serde(default)]
+    pub prompt_tokens_in: u64,
+    #[serde(default)]
+    pub reply_tokens_in: u64,
+    /// Model requests retried (429, 5xx, transport failures, garbage).
+    #[serde(default)]
+    pub retries: u64,
+    /// Output entries the jail refused over the run (`path: reason`, each once).
+    #[serde(default)]
+    pub refused: Vec<String>,
+    /// Sessions stopped, and their closing's time in all.
+    #[serde(default)]
+    pub session_stops: u64,
+    #[serde(default)]
+    pub session_stop_ms: f64,
 }
 
 /// Where the steps' jails came from, from the step records, and what the
@@ -566,7 +675,16 @@ impl Summary {
         let mut agents: Vec<AgentRow> = Vec::new();
         let mut tools: BTreeMap<String, ToolRow> = BTreeMap::new();
         let mut estimated = false;
-        let mut text_tokens_out = 0;
+        let (mut text_tokens_out, mut retries) = (0, 0);
+        let mut refused: Vec<String> = Vec::new();
+        let (mut session_stops, mut session_stop_ms) = (0, 0.0);
+        let mut refuse = |list: &[String]| {
+            for r in list {
+                if !refused.contains(r) && refused.len() < 200 {
+                    refused.push(r.clone());
+                }
+            }
+        };
         for r in records {
             let idx = match agents.iter().position(|a| a.agent == r.agent) {
                 Some(i) => i,
@@ -577,12 +695,13 @@ impl Summary {
             };
             let row = &mut agents[idx];
             match &r.event {
-                Event::ModelCall { tokens_in, tokens_out, tokens_estimated, duration_ms, tool_calls, .. } => {
+                Event::ModelCall { tokens_in, tokens_out, tokens_estimated, duration_ms, tool_calls, attempts, .. } => {
                     row.model_calls += 1;
                     row.tokens_in += tokens_in;
                     row.tokens_out += tokens_out;
                     row.model_ms += duration_ms;
                     estimated |= tokens_estimated;
+                    retries += u64::from(attempts.saturating_sub(1));
                     if tool_calls.is_empty() {
                         text_tokens_out += tokens_out;
                     }
@@ -596,8 +715,22 @@ impl Summary {
                     t.tool_ms += duration_ms;
                     t.jail_wall_ms += jail.as_ref().map_or(0.0, |j| j.wall_ms);
                     t.tokens_out += tokens_out;
+                    if let Some(j) = jail {
+                        refuse(&j.rejected_artifacts);
+                    }
+                }
+                Event::SessionStop { rejected, .. } => {
+                    session_stops += 1;
+                    session_stop_ms += (r.end_unix_ns.saturating_sub(r.start_unix_ns)) as f64 / 1e6;
+                    refuse(rejected);
                 }
                 Event::AgentEnd { .. } | Event::RunEnd { .. } | Event::Pool { .. } => {}
+            }
+        }
+        let inputs = tokens_in_by_tool(records);
+        for (tool, n) in &inputs.by_tool {
+            if let Some(t) = tools.get_mut(tool) {
+                t.tokens_in = *n;
             }
         }
         agents.retain(|a| a.model_calls > 0 || a.tool_calls > 0);
@@ -612,6 +745,7 @@ impl Summary {
         }
         let by_tool: Vec<ToolRow> = tools.into_values().collect();
         let jail_wall_ms = by_tool.iter().map(|t| t.jail_wall_ms).sum();
+        let (items, orchestrator) = items_of(records, &agents, &total, run_wall_ms);
         Summary {
             by_agent: agents,
             by_tool,
@@ -622,14 +756,52 @@ impl Summary {
             run_wall_ms,
             stop: stop.to_string(),
             jails: Jails::from_records(records),
+            items,
+            orchestrator,
+            prompt_tokens_in: inputs.prompt,
+            reply_tokens_in: inputs.replies,
+            retries,
+            refused,
+            session_stops,
+            session_stop_ms,
         }
     }
 
     /// The summary as plain-text tables; every name escaped.
     pub fn render(&self) -> String {
-        use crate::escape::shown_max;
+        use crate::escape::{escape, shown_max, Lines};
         let s = |ms: f64| format!("{:.2}", ms / 1000.0);
-        let mut out = String::from("tokens and time by agent\n");
+        let pct = |f: f64| format!("{:.0}%", f * 100.0);
+        let mut out = String::new();
+        if !self.items.is_empty() {
+            out.push_str("by item (wall: the sub-agent's; share: of the run's wall time and tokens)\n");
+            out.push_str(&format!(
+                "{:>2} {:<24} {:<12} {:<9} {:>8} {:>6} {:>10} {:>10} {:>6}\n",
+                "#", "item", "sub-agent", "outcome", "wall s", "share", "tokens in", "tokens out", "share"
+            ));
+            for i in self.items.iter().chain(std::iter::once(&self.orchestrator)) {
+                let n = if i.n == 0 { String::new() } else { i.n.to_string() };
+                out.push_str(&format!(
+                    "{:>2} {:<24} {:<12} {:<9} {:>8} {:>6} {:>10} {:>10} {:>6}\n",
+                    n,
+                    shown_max(&i.name, 24),
+                    shown_max(&i.agents.join(","), 12),
+                    i.outcome,
+                    s(i.wall_ms),
+                    pct(i.wall_share),
+                    i.tokens_in,
+                    i.tokens_out,
+                    pct(i.token_share)
+                ));
+            }
+            for i in self.items.iter().filter(|i| i.outcome != "done") {
+                if let Some(r) = &i.reason {
+                    out.push_str(&format!("   {} {}: {}\n", i.n, i.outcome, shown_max(r, 300)));
+                }
+            }
+            out.push('\n');
+        }
+        out.push_str("tokens and time by agent\n");
         out.push_str(&format!(
             "{:<24} {:>6} {:>10} {:>10} {:>9} {:>6} {:>9}\n",
             "agent", "calls", "tokens in", "tokens out", "model s", "tools", "tool s"
@@ -646,38 +818,53 @@ impl Summary {
                 s(a.tool_ms)
             ));
         }
-        out.push_str("\ntime and tokens by tool (tokens out: what the model wrote to call it)\n");
-        out.push_str(&format!(
-            "{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n",
-            "tool", "calls", "errors", "tool s", "jail wall s", "tokens out"
+        out.push_str("\ntime and tokens by tool (tokens in: what its results cost the later calls; tokens out: what the model wrote to call it)\n");
+        let line = |name: &str, calls: String, errors: String, tool_s: String, jail_s: String, tin: String, tout: String| {
+            format!("{name:<24} {calls:>6} {errors:>6} {tool_s:>9} {jail_s:>11} {tin:>10} {tout:>10}\n")
+        };
+        out.push_str(&line(
+            "tool",
+            "calls".into(),
+            "errors".into(),
+            "tool s".into(),
+            "jail wall s".into(),
+            "tokens in".into(),
+            "tokens out".into(),
         ));
         for t in &self.by_tool {
-            let name = shown_max(&t.tool, 40);
-            out.push_str(&format!(
-                "{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n",
-                name,
-                t.calls,
-                t.errors,
+            out.push_str(&line(
+                &shown_max(&t.tool, 40),
+                t.calls.to_string(),
+                t.errors.to_string(),
                 s(t.tool_ms),
                 s(t.jail_wall_ms),
-                t.tokens_out
+                t.tokens_in.to_string(),
+                t.tokens_out.to_string(),
             ));
         }
+        let blank = String::new;
+        out.push_str(&line(
+            "(prompts and briefs)",
+            blank(),
+            blank(),
+            blank(),
+            blank(),
+            self.prompt_tokens_in.to_string(),
+            blank(),
+        ));
+        out.push_str(&line("(earlier replies)", blank(), blank(), blank(), blank(), self.reply_tokens_in.to_string(), blank()));
         if self.text_tokens_out > 0 {
-            out.push_str(&format!(
-                "{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n",
-                "(text replies)", "", "", "", "", self.text_tokens_out
-            ));
+            out.push_str(&line("(text replies)", blank(), blank(), blank(), blank(), blank(), self.text_tokens_out.to_string()));
         }
         let errors: u64 = self.by_tool.iter().map(|t| t.errors).sum();
-        out.push_str(&format!(
-            "{:<24} {:>6} {:>6} {:>9} {:>11} {:>10}\n",
+        out.push_str(&line(
             "total",
-            self.total.tool_calls,
-            errors,
+            self.total.tool_calls.to_string(),
+            errors.to_string(),
             s(self.total.tool_ms),
             s(self.jail_wall_ms),
-            self.total.tokens_out
+            self.total.tokens_in.to_string(),
+            self.total.tokens_out.to_string(),
         ));
         let write = self.by_tool.iter().find(|t| t.tool == "write_python_file").map_or(0, |t| t.tokens_out);
         let run = self.by_tool.iter().find(|t| t.tool == "run_python_file").map_or(0, |t| t.tokens_out);
@@ -685,6 +872,25 @@ impl Summary {
             out.push_str(&format!("\nwriting scripts cost {write} tokens out, running them {run}\n"));
         }
         out.push_str(&self.jails.render());
+        if self.session_stops > 0 {
+            out.push_str(&format!(
+                "sessions stopped: {} ({:.0} ms mean to judge and deliver their files)\n",
+                self.session_stops,
+                self.session_stop_ms / self.session_stops as f64
+            ));
+        }
+        if !self.refused.is_empty() {
+            out.push_str(&format!("refused by the jail ({}, not handed on):\n", self.refused.len()));
+            for r in self.refused.iter().take(20) {
+                out.push_str(&format!("  {}\n", shown_max(r, 300)));
+            }
+            if self.refused.len() > 20 {
+                out.push_str(&format!("  … and {} more (summary.json lists them)\n", self.refused.len() - 20));
+            }
+        }
+        if self.retries > 0 {
+            out.push_str(&format!("model requests retried: {}\n", self.retries));
+        }
         let other = (self.run_wall_ms - self.total.model_ms - self.total.tool_ms).max(0.0);
         out.push_str(&format!(
             "\nrun: {} s wall ({} s waiting for the model, {} s in tools, {} s other); stopped: {}{}\n",
@@ -692,7 +898,7 @@ impl Summary {
             s(self.total.model_ms),
             s(self.total.tool_ms),
             s(other),
-            crate::escape::escape(&self.stop, crate::escape::Lines::One),
+            escape(&self.stop, Lines::One),
             if self.tokens_estimated {
                 " (some token counts are estimates: the endpoint reported no usage)"
             } else {
@@ -710,6 +916,134 @@ impl Summary {
         write("summary.txt", self.render())?;
         write("summary.json", serde_json::to_string_pretty(self).unwrap_or_default())
     }
+}
+
+/// Prompt tokens attributed: to each tool whose results the later calls
+/// carried, to the prompts, and to the model's own replies sent back.
+#[derive(Debug, Default, PartialEq)]
+struct Inputs {
+    by_tool: BTreeMap<String, u64>,
+    prompt: u64,
+    replies: u64,
+}
+
+/// Split every call's prompt tokens by what is in the prompt. Per agent,
+/// in order: a call's prompt is its previous one, plus the previous reply,
+/// plus what came since (the tools' results, and nudges); the growth past
+/// the reply is split over the new results by their size, and each result
+/// then counts in every later call of that agent. What no result accounts
+/// for is the prompts' (system prompt, task or brief, nudges). Integer sums
+/// that add up to the run's tokens in exactly.
+fn tokens_in_by_tool(records: &[Record]) -> Inputs {
+    #[derive(Default)]
+    struct Conv {
+        prev: Option<(u64, u64)>,
+        /// Results since the last call: (tool, bytes).
+        fresh: Vec<(String, u64)>,
+        /// Tokens of each tool's results in the conversation, and of replies.
+        live: BTreeMap<String, f64>,
+        replies: f64,
+    }
+    let mut convs: BTreeMap<&str, Conv> = BTreeMap::new();
+    let mut by_tool: BTreeMap<String, f64> = BTreeMap::new();
+    let (mut replies, mut total) = (0.0, 0u64);
+    for r in records {
+        let c = convs.entry(r.agent.as_str()).or_default();
+        match &r.event {
+            Event::ToolCall { tool, result_bytes, .. } => c.fresh.push((tool.clone(), *result_bytes)),
+            Event::ModelCall { tokens_in, tokens_out, .. } => {
+                total += tokens_in;
+                if let Some((pin, pout)) = c.prev {
+                    c.replies += pout as f64;
+                    let grown = tokens_in.saturating_sub(pin + pout) as f64;
+                    let bytes: u64 = c.fresh.iter().map(|(_, b)| b).sum();
+                    if bytes > 0 {
+                        for (tool, b) in c.fresh.drain(..) {
+                            *c.live.entry(tool).or_default() += grown * b as f64 / bytes as f64;
+                        }
+                    }
+                }
+                c.fresh.clear();
+                c.prev = Some((*tokens_in, *tokens_out));
+                // What this call carried, never more than its prompt.
+                let carried: f64 = c.live.values().sum::<f64>() + c.replies;
+                let scale = if carried > *tokens_in as f64 { *tokens_in as f64 / carried } else { 1.0 };
+                for (tool, n) in &c.live {
+                    *by_tool.entry(tool.clone()).or_default() += n * scale;
+                }
+                replies += c.replies * scale;
+            }
+            _ => {}
+        }
+    }
+    let by_tool: BTreeMap<String, u64> = by_tool.into_iter().map(|(t, n)| (t, n.round() as u64)).collect();
+    let replies = (replies.round() as u64).min(total);
+    let prompt = total.saturating_sub(replies + by_tool.values().sum::<u64>());
+    Inputs { by_tool, prompt, replies }
+}
+
+/// The plan's items as the run ended (the last `run_end`), each with the
+/// sub-agents that worked on it and what they cost; and the orchestrator's
+/// own share.
+fn items_of(records: &[Record], agents: &[AgentRow], total: &AgentRow, run_wall_ms: f64) -> (Vec<ItemRow>, ItemRow) {
+    let ends: Vec<ItemEnd> = records
+        .iter()
+        .rev()
+        .find_map(|r| match &r.event {
+            Event::RunEnd { items, .. } => Some(items.clone()),
+            _ => None,
+        })
+        .unwrap_or_default();
+    let tokens_all = (total.tokens_in + total.tokens_out).max(1) as f64;
+    let wall_all = run_wall_ms.max(1.0);
+    let mut rows = Vec::new();
+    for (i, end) in ends.iter().enumerate() {
+        let mut row = ItemRow {
+            n: i + 1,
+            name: end.name.clone(),
+            outcome: end.outcome.clone(),
+            reason: end.reason.clone(),
+            ..ItemRow::default()
+        };
+        let mut ended_ms = None::<f64>;
+        let mut spent_ms = 0.0;
+        for r in records.iter().filter(|r| r.todo.as_deref() == Some(end.name.as_str()) && r.agent != "orchestrator") {
+            if !row.agents.contains(&r.agent) {
+                row.agents.push(r.agent.clone());
+            }
+            match &r.event {
+                Event::ModelCall { tokens_in, tokens_out, duration_ms, .. } => {
+                    row.tokens_in += tokens_in;
+                    row.tokens_out += tokens_out;
+                    spent_ms += duration_ms;
+                }
+                Event::ToolCall { duration_ms, .. } => spent_ms += duration_ms,
+                Event::AgentEnd { wall_ms, .. } => *ended_ms.get_or_insert(0.0) += wall_ms,
+                _ => {}
+            }
+        }
+        // A sub-agent that ended says its wall time; one that was stopped
+        // has only its calls' time.
+        row.wall_ms = ended_ms.unwrap_or(spent_ms);
+        row.wall_share = row.wall_ms / wall_all;
+        row.token_share = (row.tokens_in + row.tokens_out) as f64 / tokens_all;
+        rows.push(row);
+    }
+    let o = agents.iter().find(|a| a.agent == "orchestrator").cloned().unwrap_or_default();
+    let wall = o.model_ms + o.tool_ms;
+    let orchestrator = ItemRow {
+        n: 0,
+        name: "(orchestrator)".into(),
+        agents: Vec::new(),
+        outcome: String::new(),
+        reason: None,
+        wall_ms: wall,
+        wall_share: wall / wall_all,
+        tokens_in: o.tokens_in,
+        tokens_out: o.tokens_out,
+        token_share: (o.tokens_in + o.tokens_out) as f64 / tokens_all,
+    };
+    (rows, orchestrator)
 }
 
 /// Read a trace file back.
@@ -751,6 +1085,7 @@ mod tests {
                 tokens_estimated: false,
                 duration_ms: ms,
                 attempts: 1,
+                retries: Vec::new(),
                 finish_reason: None,
                 tool_calls: calls.iter().map(|c| c.to_string()).collect(),
                 tool_call_ids: vec![],
@@ -773,6 +1108,7 @@ mod tests {
                 tokens_out,
                 arguments: None,
                 result: None,
+                result_bytes: 0,
             },
         )
     }
@@ -856,6 +1192,88 @@ mod tests {
         assert_eq!(old.render(), "");
     }
 
+    fn result(agent: &str, name: &str, bytes: u64) -> Record {
+        let mut r = tool(agent, name, true, 1.0, 0);
+        if let Event::ToolCall { result_bytes, .. } = &mut r.event {
+            *result_bytes = bytes;
+        }
+        r
+    }
+
+    #[test]
+    fn prompt_tokens_are_attributed_to_the_tool_whose_result_each_call_carries_and_add_up() {
+        let recs = vec![
+            model("orchestrator", 100, 10, 1.0, &["create_todo_list"]),
+            result("orchestrator", "create_todo_list", 400),
+            // 50 tokens more than the last prompt and reply: the plan's result.
+            model("orchestrator", 160, 5, 1.0, &["start_next_todo"]),
+            model("subagent-1", 200, 20, 1.0, &["read_file_content", "run_python_file"]),
+            result("subagent-1", "read_file_content", 4000),
+            result("subagent-1", "run_python_file", 1000),
+            // 500 more: split 4:1 by the results' sizes.
+            model("subagent-1", 720, 5, 1.0, &["complete_todo"]),
+            result("subagent-1", "complete_todo", 10),
+            result("orchestrator", "start_next_todo", 800),
+            model("orchestrator", 365, 9, 1.0, &[]),
+        ];
+        let i = tokens_in_by_tool(&recs);
+        // Each result counts in every later call of its agent.
+        assert_eq!(i.by_tool["create_todo_list"], 100, "{i:?}");
+        assert_eq!(i.by_tool["start_next_todo"], 200, "{i:?}");
+        assert_eq!((i.by_tool["read_file_content"], i.by_tool["run_python_file"]), (400, 100), "{i:?}");
+        assert_eq!(i.replies, 10 + 15 + 20, "{i:?}");
+        let total: u64 = [100, 160, 200, 720, 365].iter().sum();
+        assert_eq!(i.by_tool.values().sum::<u64>() + i.replies + i.prompt, total);
+        let s = Summary::from_records(&recs, 100.0, "finished");
+        assert_eq!(
+            s.by_tool.iter().map(|t| t.tokens_in).sum::<u64>() + s.prompt_tokens_in + s.reply_tokens_in,
+            s.total.tokens_in
+        );
+        assert!(s.render().contains("(prompts and briefs)"), "{}", s.render());
+    }
+
+    #[test]
+    fn the_summary_has_each_item_with_its_sub_agent_outcome_and_shares() {
+        let mut recs = vec![
+            model("orchestrator", 100, 10, 10.0, &["create_todo_list"]),
+            model("subagent-1", 300, 30, 20.0, &["block_todo"]),
+            rec(
+                "subagent-1",
+                Event::AgentEnd { outcome: "no".into(), steps: 1, tokens_in: 300, tokens_out: 30, wall_ms: 40.0 },
+            ),
+            rec(
+                "orchestrator",
+                Event::RunEnd {
+                    stop: "finished".into(),
+                    wall_ms: 100.0,
+                    items: vec![
+                        ItemEnd {
+                            name: "a".into(),
+                            outcome: "blocked".into(),
+                            reason: Some("no \u{1b}data".into()),
+                        },
+                        ItemEnd { name: "b".into(), outcome: "not_done".into(), reason: Some("not started".into()) },
+                    ],
+                },
+            ),
+        ];
+        recs[1].todo = Some("a".into());
+        recs[2].todo = Some("a".into());
+        let s = Summary::from_records(&recs, 100.0, "finished");
+        assert_eq!(s.items.len(), 2);
+        let a = &s.items[0];
+        assert_eq!(
+            (a.n, a.agents.clone(), a.outcome.as_str(), a.tokens_in, a.tokens_out),
+            (1, vec!["subagent-1".to_string()], "blocked", 300, 30)
+        );
+        assert_eq!((a.wall_ms, a.wall_share), (40.0, 0.4));
+        assert!((a.token_share - 330.0 / 440.0).abs() < 1e-9);
+        assert_eq!((s.items[1].agents.len(), s.items[1].tokens_in), (0, 0));
+        assert_eq!((s.orchestrator.tokens_in, s.orchestrator.wall_ms), (100, 10.0));
+        let text = s.render();
+        assert!(text.contains("by item") && text.contains("1 blocked: no \\x1bdata"), "{text}");
+    }
+
     #[test]
     fn completion_tokens_split_by_what_each_call_took_and_add_up() {
         assert_eq!(split_tokens(100, &[900, 100]), vec![90, 10]);
@@ -882,7 +1300,7 @@ mod tests {
         let p = t.path().join("trace.jsonl");
         let span = SpanStart::now(None);
         let mut tr = Trace::create(&p, Instant::now(), new_id(16), Content::Recorded).unwrap();
-        tr.record("orchestrator", Some("a"), &span, Event::RunEnd { stop: "finished".into(), wall_ms: 1.0 })
+        tr.record("orchestrator", Some("a"), &span, Event::RunEnd { stop: "finished".into(), wall_ms: 1.0, items: Vec::new() })
             .unwrap();
         let back = read(&p).unwrap();
         assert_eq!(back, tr.records);
@@ -890,7 +1308,7 @@ mod tests {
         assert!(back[0].time.ends_with('Z') && back[0].span_id == span.span_id && back[0].run_id.len() == 32);
         let mut again = Trace::resume(&p, Instant::now(), tr.run_id.clone(), Content::Recorded, 5000.0).unwrap();
         again
-            .record("orchestrator", None, &span, Event::RunEnd { stop: "finished".into(), wall_ms: 2.0 })
+            .record("orchestrator", None, &span, Event::RunEnd { stop: "finished".into(), wall_ms: 2.0, items: Vec::new() })
             .unwrap();
         let back = read(&p).unwrap();
         assert_eq!(back.len(), 2);

@@ -135,7 +135,14 @@ enum SessionCommand {
         file: PathBuf,
     },
     /// End the session; print its closing JSON result (artifacts delivered).
+    /// A cell still running is killed first.
     Stop {
+        /// The handle `jail session start` printed.
+        handle: PathBuf,
+    },
+    /// Interrupt the running cell (KeyboardInterrupt in it; killed after
+    /// the session's grace if it goes on); print `{"interrupted": ID}`.
+    Interrupt {
         /// The handle `jail session start` printed.
         handle: PathBuf,
     },
@@ -637,6 +644,13 @@ fn session(command: SessionCommand) -> ExitCode {
             }
         }
         SessionCommand::Stop { handle } => match jail::session::stop(&handle) {
+            Ok(value) => {
+                print(&value);
+                ExitCode::SUCCESS
+            }
+            Err(e) => fail(e.to_string()),
+        },
+        SessionCommand::Interrupt { handle } => match jail::session::interrupt(&handle) {
             Ok(value) => {
                 print(&value);
                 ExitCode::SUCCESS

@@ -535,8 +535,14 @@ pub fn adopt_output(handle: &Path, dir: &Path) -> Result<serde_json::Value, hand
     handle::call(handle, &handle::Request::AdoptOutput { dir: dir.to_path_buf() })
 }
 
+/// Interrupt the cell in flight (KeyboardInterrupt; killed after the
+/// session's grace): `{"interrupted": ID}`, ID null when none ran.
+pub fn interrupt(handle: &Path) -> Result<serde_json::Value, handle::ClientError> {
+    handle::call(handle, &handle::Request::Interrupt)
+}
+
 /// End the session: its closing result (the whole session's usage,
-/// denials and delivered artifacts).
+/// denials and delivered artifacts). A cell in flight is killed first.
 pub fn stop(handle: &Path) -> Result<serde_json::Value, handle::ClientError> {
     handle::call(handle, &handle::Request::Stop)
 }

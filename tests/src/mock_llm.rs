@@ -34,6 +34,10 @@ pub enum Turn {
     /// minute passes), as a model that is still thinking when the agent is
     /// killed.
     Hang,
+    /// A 200 chat completion of about this many bytes, its text one long
+    /// string, written as it is made with no Content-Length (a reply too
+    /// large to read, found out only by reading it).
+    Huge(usize),
 }
 
 impl Turn {
@@ -217,6 +221,28 @@ fn play(stream: &TcpStream, t: &Turn) {
         Turn::Slow(wait, t) => {
             std::thread::sleep(*wait);
             play(stream, t);
+        }
+        Turn::Huge(n) => {
+            let (head, tail) = (r#"{"choices":[{"message":{"role":"assistant","content":""#, r#""}}]}"#);
+            let pad = n.saturating_sub(head.len() + tail.len());
+            let mut s = stream;
+            // No Content-Length: the body ends when the connection closes,
+            // so the client learns its size only by reading it.
+            let start = format!("HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nConnection: close\r\n\r\n{head}");
+            if s.write_all(start.as_bytes()).is_err() {
+                return;
+            }
+            let chunk = vec![b'x'; 1 << 20];
+            let mut left = pad;
+            while left > 0 {
+                let n = left.min(chunk.len());
+                // The client stops reading at its limit: then this fails.
+                if s.write_all(&chunk[..n]).is_err() {
+                    return;
+                }
+                left -= n;
+            }
+            let _ = s.write_all(tail.as_bytes());
         }
         Turn::Hang => {
             let started = std::time::Instant::now();

@@ -158,7 +158,7 @@ fn check_served(root: &Path, replies: usize, (tin, tout): (u64, u64)) -> (Vec<tr
     let saved: Summary = serde_json::from_str(&std::fs::read_to_string(root.join("summary.json")).expect("summary.json"))
         .expect("summary.json parses");
     let text = std::fs::read_to_string(root.join("summary.txt")).expect("summary.txt");
-    let Some(Event::RunEnd { stop, wall_ms }) = records.last().map(|r| r.event.clone()) else {
+    let Some(Event::RunEnd { stop, wall_ms, .. }) = records.last().map(|r| r.event.clone()) else {
         panic!("the trace does not end with run_end: {records:?}")
     };
     assert_same_summary(&Summary::from_records(&records, wall_ms, &stop), &saved);
@@ -1028,7 +1028,7 @@ fn an_export_never_writes_through_a_link_already_in_the_destination() {
     let mock = MockLlm::start(one_file_turns());
     let out = cli(&f, &mock, &["--quiet"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert_eq!(out.status.code(), Some(5), "the export failed: {stderr}");
     assert!(
         stderr.contains(&format!("{} in the destination is a symbolic link", f.export.join("ok.txt").display())),
         "the error names the link: {stderr}"
@@ -1468,8 +1468,12 @@ fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
         let op = a(v, "gen_ai.operation.name");
         let name = s(v, "name");
         match op.as_str().unwrap_or_default() {
-            // The run's warm pool: not a GenAI operation, so no operation
-            // name, but a span of the run below its root.
+            // The run's warm pool and each sub-task's session stop: not
+            // GenAI operations, so no operation name, but spans of the run.
+            "" if name == "jail_session_stop" => {
+                assert!(parent_name(v).unwrap().starts_with("invoke_agent subagent-"), "{v}");
+                assert!(a(v, "jail.session.accepted").as_i64().is_some() && a(v, "jail.rejected_artifacts").is_array(), "{v}");
+            }
             "" => {
                 assert_eq!(name, "jail_pool", "{v}");
                 assert_eq!(parent_name(v).as_deref(), Some("invoke_agent orchestrator"), "{v}");
@@ -1498,8 +1502,15 @@ fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
         }
         assert!(v["start"].as_u64().unwrap() <= v["end"].as_u64().unwrap());
     }
+    // One session stop per sub-task, each its own span.
+    let stops = spans.iter().filter(|v| s(v, "name") == "jail_session_stop").count();
+    assert_eq!(stops, 2, "a jail_session_stop span per sub-task");
     // Tokens: the chat spans add up to what the server served.
     let chats: Vec<&Value> = spans.iter().filter(|v| a(v, "gen_ai.operation.name") == "chat").collect();
+    // The pool started with the run: its span begins before the first chat.
+    let pool = spans.iter().find(|v| s(v, "name") == "jail_pool").unwrap();
+    let first_chat = chats.iter().map(|v| v["start"].as_u64().unwrap()).min().unwrap();
+    assert!(pool["start"].as_u64().unwrap() <= first_chat, "the pool's span starts with the run: {pool}");
     assert_eq!(chats.len(), mock.served_replies());
     let sum = |k: &str| chats.iter().map(|v| a(v, k).as_i64().unwrap() as u64).sum::<u64>();
     assert_eq!((sum("gen_ai.usage.input_tokens"), sum("gen_ai.usage.output_tokens")), mock.served_tokens());
@@ -1532,6 +1543,8 @@ fn spans_reach_a_real_otlp_receiver_as_a_genai_tree_whose_tokens_add_up() {
                 "jail_agent.tool.tokens_out",
                 "jail.status",
                 "jail.artifacts",
+                "jail.claim_ms",
+                "jail.session.accepted",
             ] {
                 if !at[k].is_null() {
                     facts.push(format!("{k}={}", at[k]));
@@ -1744,7 +1757,7 @@ fn no_session_process_outlives_the_agent_on_a_normal_exit_an_error_or_sigint() {
     turns.push(Turn::Hang);
     let (code, root, stderr, _f) = cli_session_run(turns, Some(nix::sys::signal::Signal::SIGINT));
     assert_eq!(code, Some(130), "{stderr}");
-    assert!(stderr.contains("stopping the running sessions"), "{stderr}");
+    assert!(stderr.contains("SIGINT: stopping"), "{stderr}");
     assert!(processes_naming(&root).is_empty(), "SIGINT: {:?}", processes_naming(&root));
 }
 
@@ -2030,7 +2043,7 @@ fn the_pool_and_its_jails_end_with_the_agent_on_sigint_and_on_sigkill() {
         match sig {
             Signal::SIGINT => {
                 assert_eq!(r.code, Some(130), "{}", r.stderr);
-                assert!(r.stderr.contains("stopping the running sessions"), "{}", r.stderr);
+                assert!(r.stderr.contains("SIGINT: stopping"), "{}", r.stderr);
             }
             _ => assert_eq!(r.code, None, "killed by the signal: {}", r.stderr),
         }
@@ -2076,18 +2089,22 @@ fn with_pool_size_0_each_session_is_started_by_the_agent_and_the_summary_says_so
 
 #[test]
 fn a_pool_that_cannot_start_is_one_line_and_every_session_is_started_by_the_agent() {
-    // The minimal rootfs has no numpy: `jail pool` refuses to start.
+    // The minimal rootfs has turtle.py but no tkinter, which it imports:
+    // the module is there (the agent's check before the first model call
+    // passes), its import fails, and `jail pool` refuses to start. (A
+    // module the rootfs lacks altogether stops the run before it starts:
+    // a_wrong_rootfs_or_policy_is_found_before_any_model_call...)
     let policy = tempfile::Builder::new().prefix("jail-agent-policy-").tempdir().unwrap();
     std::fs::set_permissions(policy.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let file = policy.path().join("numpy-preload.json");
-    std::fs::write(&file, r#"{"version": 1, "name": "numpy-preload", "preload": ["numpy"]}"#).unwrap();
+    let file = policy.path().join("turtle-preload.json");
+    std::fs::write(&file, r#"{"version": 1, "name": "turtle-preload", "preload": ["turtle"]}"#).unwrap();
     std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
     let r = cli_pool_run(two_sessions_turns(), &["--policy", &file.display().to_string()], None);
     assert_eq!(r.code, Some(0), "{}", r.stderr);
     let said: Vec<&str> = r.stderr.lines().filter(|l| l.contains("warm pool could not start")).collect();
     assert_eq!(said.len(), 1, "said once, in one line: {}", r.stderr);
     assert!(
-        said[0].contains("numpy") && said[0].contains("started by the agent itself instead, with the same isolation"),
+        said[0].contains("tkinter") && said[0].contains("started by the agent itself instead, with the same isolation"),
         "{}",
         said[0]
     );
@@ -2099,7 +2116,7 @@ fn a_pool_that_cannot_start_is_one_line_and_every_session_is_started_by_the_agen
     }
     let (_, state, note, claims, _) = pool_record(&r.root);
     assert_eq!((state.as_str(), claims), ("failed", 0));
-    assert!(note.as_deref().unwrap_or("").contains("numpy"), "{note:?}");
+    assert!(note.as_deref().unwrap_or("").contains("tkinter"), "{note:?}");
     let summary = std::fs::read_to_string(r.root.join("summary.txt")).unwrap();
     assert!(
         summary.contains("2 sessions started by the agent") && summary.contains("warm pool: size 1, failed ("),
@@ -2158,4 +2175,853 @@ fn on_the_data_rootfs_a_pooled_session_starts_with_the_data_stack_imported() {
     assert_eq!(facts.iter().map(|j| j.jail_from.as_str()).collect::<Vec<_>>(), ["pool", "pool"], "{facts:?}");
     assert_eq!(std::fs::read_to_string(f.export.join("n.txt")).unwrap(), "100");
     assert!(processes_naming(&out.session.root).is_empty(), "{:?}", processes_naming(&out.session.root));
+}
+
+// ------------------------------------------------------------ issue 34
+//
+// Stopping when told, telling the model and the user everything, starting
+// on the right rootfs. Each test drives the CLI (JAIL_AGENT_BIN and
+// JAIL_BIN may name other builds, e.g. the last release's, to see a test
+// fail there) and checks the host: exit status, timing of the exit against
+// the signal, the requests the model got, the files the run left.
+
+/// A CLI run watched as it goes: every stderr line with when it came, the
+/// processes it started sampled as for `cli_pool_run`.
+struct Watched {
+    child: std::process::Child,
+    lines: std::sync::Arc<std::sync::Mutex<Vec<(std::time::Instant, String)>>>,
+    reader: std::thread::JoinHandle<()>,
+    sampler: std::thread::JoinHandle<Vec<(u32, String)>>,
+    done: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    mock: MockLlm,
+    f: Fixture,
+}
+
+/// What a watched run ended with.
+struct Ended {
+    code: Option<i32>,
+    exited: std::time::Instant,
+    stdout: String,
+    lines: Vec<(std::time::Instant, String)>,
+    mock: MockLlm,
+    run: PoolRun,
+}
+
+impl Ended {
+    fn stderr(&self) -> &str {
+        &self.run.stderr
+    }
+}
+
+/// `jail-agent run` on the fixture against `turns` (TMPDIR and
+/// XDG_RUNTIME_DIR in the fixture, --output to its export folder, the
+/// rootfs under test unless `extra` names one), progress on stderr.
+fn watch_cli(turns: Vec<Turn>, extra: &[String]) -> Watched {
+    let f = fixture();
+    let (tmp, run_dir) = (f.dir.path().join("tmp"), f.dir.path().join("run"));
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::create_dir(&run_dir).unwrap();
+    std::fs::set_permissions(&run_dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let mock = MockLlm::start(turns);
+    let mut cmd = Command::new(agent_bin());
+    cmd.args([
+        "run",
+        "--task",
+        "analyse the passengers",
+        "--retry-base-ms",
+        "1",
+        "--retries",
+        "1",
+    ])
+    .args(extra)
+    .arg("--input")
+    .arg(&f.input)
+    .arg("--output")
+    .arg(&f.export)
+    .arg("--session-dir")
+    .arg(&f.sessions)
+    .arg("--jail")
+    .arg(jail_bin());
+    if !extra.iter().any(|a| a.starts_with("--rootfs")) {
+        cmd.arg("--rootfs").arg(rootfs());
+    }
+    let mut child = cmd
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env("TMPDIR", &tmp)
+        .env("XDG_RUNTIME_DIR", &run_dir)
+        // The run names its rootfs (--rootfs, or --rootfs-name in `extra`).
+        .env_remove("JAIL_ROOTFS")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn jail-agent");
+    let lines = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let reader = {
+        let (lines, err) = (lines.clone(), child.stderr.take().unwrap());
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                lines.lock().unwrap().push((std::time::Instant::now(), l));
+            }
+        })
+    };
+    let marker = f.dir.path().display().to_string();
+    let agent_pid = child.id();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let done = done.clone();
+        std::thread::spawn(move || {
+            let mut seen: BTreeMap<u32, String> = BTreeMap::new();
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                for (pid, cmd) in processes_marked(&marker) {
+                    if pid != agent_pid {
+                        seen.entry(pid).or_insert(cmd);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            seen.into_iter().collect::<Vec<_>>()
+        })
+    };
+    Watched { child, lines, reader, sampler, done, mock, f }
+}
+
+impl Watched {
+    /// When a stderr line holding `needle` came, waiting up to `within`.
+    fn wait_line(&self, needle: &str, within: Duration) -> Option<std::time::Instant> {
+        let until = std::time::Instant::now() + within;
+        loop {
+            if let Some((at, _)) = self.lines.lock().unwrap().iter().find(|(_, l)| l.contains(needle)) {
+                return Some(*at);
+            }
+            if std::time::Instant::now() >= until {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Wait until the model has been asked `n` times.
+    fn wait_requests(&self, n: usize, within: Duration) {
+        let until = std::time::Instant::now() + within;
+        while self.mock.requests().len() < n {
+            assert!(
+                std::time::Instant::now() < until,
+                "the agent never asked the model {n} times: {:?}",
+                self.lines.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn signal(&self, sig: nix::sys::signal::Signal) -> std::time::Instant {
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), sig).unwrap();
+        std::time::Instant::now()
+    }
+
+    fn end(mut self) -> Ended {
+        use std::io::Read as _;
+        let mut stdout = String::new();
+        let mut out = self.child.stdout.take().unwrap();
+        let status = loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let exited = std::time::Instant::now();
+        out.read_to_string(&mut stdout).unwrap();
+        self.reader.join().unwrap();
+        self.done.store(true, std::sync::atomic::Ordering::SeqCst);
+        let seen = self.sampler.join().unwrap();
+        let lines = std::mem::take(&mut *self.lines.lock().unwrap());
+        let stderr = lines.iter().map(|(_, l)| l.as_str()).collect::<Vec<_>>().join("\n");
+        let roots: Vec<PathBuf> = std::fs::read_dir(&self.f.sessions).unwrap().map(|e| e.unwrap().path()).collect();
+        let root = roots.first().cloned().unwrap_or_default();
+        Ended {
+            code: status.code(),
+            exited,
+            stdout,
+            lines,
+            mock: self.mock,
+            run: PoolRun { code: status.code(), root, stderr, seen, f: self.f },
+        }
+    }
+}
+
+fn args(a: &[&str]) -> Vec<String> {
+    a.iter().map(|s| s.to_string()).collect()
+}
+
+/// summary.json as data (read as JSON, not as this build's type).
+fn summary_json(root: &Path) -> Value {
+    let text =
+        std::fs::read_to_string(root.join("summary.json")).unwrap_or_else(|e| panic!("summary.json in {}: {e}", root.display()));
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A one-item plan whose sub-agent writes and runs `script` once; later
+/// turns (never to be asked for, when the run is stopped during the
+/// step) complete it.
+fn one_step_turns(script: &str) -> Vec<Turn> {
+    vec![
+        tool_turn(&[("create_todo_list", plan(&[("count", &[])]))], (100, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+        tool_turn(&[write("step.py", script), run_file("step.py")], (100, 20)),
+        tool_turn(&[call("complete_todo", json!({"report": "done"}))], (100, 5)),
+        text_turn("done.", (100, 5)),
+    ]
+}
+
+const SLEEPER: &str = "import time\nprint('sleeping', flush=True)\ntime.sleep(60)\n";
+const FORK_BOMB: &str = "import os, time\nprint('forking', flush=True)\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.001)\n";
+const DEAF: &str =
+    "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('deaf', flush=True)\ntime.sleep(60)\n";
+
+/// A run stopped by `sig` once its step runs `script`: what it left.
+fn stopped_during_a_step(script: &str, sig: nix::sys::signal::Signal, twice: bool) -> (Ended, std::time::Instant) {
+    stopped_during_a_step_with(script, sig, twice, &[])
+}
+
+fn stopped_during_a_step_with(
+    script: &str,
+    sig: nix::sys::signal::Signal,
+    twice: bool,
+    extra: &[&str],
+) -> (Ended, std::time::Instant) {
+    let mut a = args(&["--step-timeout", "60"]);
+    a.extend(args(extra));
+    let w = watch_cli(one_step_turns(script), &a);
+    w.wait_requests(3, Duration::from_secs(90));
+    // The step prints as it starts; its line shows live (or, on a build
+    // without live output, the step is well under way 15 s on).
+    let _ = w.wait_line("step.py stdout|", Duration::from_secs(15));
+    std::thread::sleep(Duration::from_millis(300));
+    let at = w.signal(sig);
+    if twice {
+        std::thread::sleep(Duration::from_millis(100));
+        w.signal(sig);
+    }
+    (w.end(), at)
+}
+
+#[test]
+fn a_signal_during_a_step_stops_the_run_within_2_s_with_no_model_call_after_it_and_everything_saved() {
+    use nix::sys::signal::Signal;
+    for (script, sig, what, extra) in [
+        (SLEEPER, Signal::SIGINT, "a sleeping step", &[][..]),
+        (FORK_BOMB, Signal::SIGTERM, "a fork bomb", &[][..]),
+        (SLEEPER, Signal::SIGINT, "a sleeping --stateless step", &["--stateless"][..]),
+    ] {
+        let (e, at) = stopped_during_a_step_with(script, sig, false, extra);
+        let took = e.exited.duration_since(at);
+        eprintln!("{what}: {sig} to exit in {} ms", took.as_millis());
+        assert_eq!(e.code, Some(128 + sig as i32), "{what}: exit 128 + the signal\n{}", e.stderr());
+        assert!(took <= Duration::from_secs(2), "{what}: {sig} took {took:?} to stop the run\n{}", e.stderr());
+        let asked = e.mock.request_times();
+        assert_eq!(asked.len(), 3, "{what}: no model call after the signal\n{}", e.stderr());
+        assert!(asked.iter().all(|t| *t < at), "{what}: a request came after the signal");
+        let root = &e.run.root;
+        for f in ["summary.txt", "summary.json", "answer.md", "state.json", "trace.jsonl"] {
+            assert!(root.join(f).is_file(), "{what}: no {f} after {sig}\n{}", e.stderr());
+        }
+        let answer = std::fs::read_to_string(root.join("answer.md")).unwrap();
+        assert!(answer.starts_with(&format!("The run stopped before it finished: stopped by {sig}")), "{what}: {answer}");
+        assert!(answer.contains("1. count [not done]"), "{what}: the answer so far lists the plan: {answer}");
+        assert_eq!(summary_json(root)["stop"], format!("stopped by {sig}"), "{what}");
+        let state: Value = serde_json::from_str(&std::fs::read_to_string(root.join("state.json")).unwrap()).unwrap();
+        assert_eq!(state["finished"], false, "{what}: a stopped run can be resumed");
+        assert!(e.stdout.contains("by item"), "{what}: the summary is printed:\n{}", e.stdout);
+        assert!(e.stderr().contains(&format!("jail-agent resume {}", root.display())), "{what}: {}", e.stderr());
+        // The step was interrupted (or killed after the grace), not waited for.
+        let facts = step_facts(root);
+        assert_eq!(facts.len(), 1, "{what}: {facts:?}");
+        assert!(facts[0].status == "cancelled" || facts[0].status == "timeout_wall", "{what}: {facts:?}");
+        assert!(facts[0].wall_ms < 10_000.0, "{what}: the step ran {} ms", facts[0].wall_ms);
+        assert_run_left_nothing(&e.run, what);
+        if what == "a sleeping step" {
+            // The stopped run goes on with `resume` from where it stopped:
+            // the sub-agent hears its step was cancelled, and finishes.
+            let mock = MockLlm::start(vec![
+                tool_turn(&[call("complete_todo", json!({"report": "done after all"}))], (100, 5)),
+                text_turn("done.", (100, 5)),
+            ]);
+            let out = resume_cli(root, &mock);
+            assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+            let first = mock.requests()[0].to_string();
+            assert!(first.contains("status: cancelled"), "the resumed sub-agent sees its cancelled step: {first}");
+            assert_eq!(summary_json(root)["stop"], "finished");
+        }
+    }
+    // A cell deaf to its interrupt is killed after the grace; a second
+    // signal ends the agent at once, and still nothing is left.
+    let (e, at) = stopped_during_a_step(DEAF, Signal::SIGINT, false);
+    assert_eq!(e.code, Some(130), "{}", e.stderr());
+    assert!(
+        e.exited.duration_since(at) <= Duration::from_secs(2),
+        "deaf cell: {:?}\n{}",
+        e.exited.duration_since(at),
+        e.stderr()
+    );
+    assert_run_left_nothing(&e.run, "a cell deaf to SIGINT");
+    let (e, at) = stopped_during_a_step(DEAF, Signal::SIGINT, true);
+    assert_eq!(e.code, Some(130), "{}", e.stderr());
+    assert!(
+        e.exited.duration_since(at) <= Duration::from_millis(1000),
+        "twice: {:?}\n{}",
+        e.exited.duration_since(at),
+        e.stderr()
+    );
+    assert!(e.stderr().contains("again: ending at once"), "{}", e.stderr());
+    assert_eq!(e.mock.requests().len(), 3);
+    assert_run_left_nothing(&e.run, "a second SIGINT");
+}
+
+#[test]
+fn a_run_whose_items_were_all_blocked_exits_4_and_summary_json_says_each_items_outcome_and_why() {
+    let turns = vec![
+        tool_turn(&[("create_todo_list", plan(&[("charts", &[]), ("deck", &[])]))], (100, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+        tool_turn(&[call("block_todo", json!({"reason": "matplotlib is missing"}))], (100, 5)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+        tool_turn(&[call("block_todo", json!({"reason": "python-pptx is missing"}))], (100, 5)),
+        text_turn("Nothing could be done.", (100, 5)),
+    ];
+    let e = watch_cli(turns, &[]).end();
+    assert_eq!(e.code, Some(4), "every item blocked: not a success\n{}\n{}", e.stdout, e.stderr());
+    let s = summary_json(&e.run.root);
+    let items = s["items"].as_array().unwrap_or_else(|| panic!("summary.json has no items: {s}"));
+    let got: Vec<(&str, &str, &str)> = items
+        .iter()
+        .map(|i| (i["name"].as_str().unwrap_or(""), i["outcome"].as_str().unwrap_or(""), i["reason"].as_str().unwrap_or("")))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            ("charts", "blocked", "matplotlib is missing"),
+            ("deck", "blocked", "python-pptx is missing")
+        ]
+    );
+    assert_eq!(items[0]["agents"], json!(["subagent-1"]));
+    assert!(e.stdout.contains("by item") && e.stdout.contains("1 blocked: matplotlib is missing"), "{}", e.stdout);
+    assert!(e.stderr().contains("not every item was completed"), "{}", e.stderr());
+}
+
+#[test]
+fn a_wrong_rootfs_or_policy_is_found_before_any_model_call_in_one_line_naming_the_fix() {
+    let policy = tempfile::Builder::new().prefix("jail-agent-policy-").tempdir().unwrap();
+    std::fs::set_permissions(policy.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let numpy = policy.path().join("numpy.json");
+    std::fs::write(&numpy, r#"{"version": 1, "name": "numpy-preload", "preload": ["numpy"]}"#).unwrap();
+    std::fs::set_permissions(&numpy, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let gone = policy.path().join("no-such-rootfs");
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec!["--rootfs".into(), gone.display().to_string()], "jail rootfs build"),
+        (args(&["--rootfs-name", "no-such-flavour"]), "jail rootfs build minimal --dest"),
+        (
+            vec![
+                "--policy".into(),
+                numpy.display().to_string(),
+                "--rootfs".into(),
+                rootfs().display().to_string(),
+            ],
+            "--rootfs-name data",
+        ),
+    ];
+    for (extra, fix) in cases {
+        let e = watch_cli(one_step_turns(HELLO), &extra).end();
+        assert_eq!(e.code, Some(1), "{extra:?}\n{}", e.stderr());
+        assert_eq!(e.mock.requests().len(), 0, "{extra:?}: found before any model call\n{}", e.stderr());
+        let errors: Vec<&str> = e.stderr().lines().filter(|l| l.starts_with("jail-agent: ") && !l.contains("session")).collect();
+        assert_eq!(errors.len(), 1, "{extra:?}: one line\n{}", e.stderr());
+        assert!(errors[0].contains(fix), "{extra:?}: names the fix `{fix}`: {}", errors[0]);
+        assert!(errors[0].len() < 1000, "{}", errors[0]);
+    }
+}
+
+#[test]
+fn without_a_rootfs_a_policy_with_a_preload_runs_on_the_data_rootfs() {
+    let data = data_rootfs();
+    if skip_unless(data.join("usr/bin/python3").exists(), &format!("no data rootfs at {} (make rootfs-data)", data.display())) {
+        return;
+    }
+    // The data rootfs where the lookup finds it by name: the user's data
+    // folder (the `jail` under test may not run from its build tree).
+    let home = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let named = home.path().join("data/jail/rootfs");
+    std::fs::create_dir_all(&named).unwrap();
+    std::os::unix::fs::symlink(&data, named.join("data")).unwrap();
+    let show = "import pandas\nprint('pandas', pandas.__version__)\n";
+    let turns = vec![
+        tool_turn(&[("create_todo_list", plan(&[("count", &[])]))], (100, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+        tool_turn(
+            &[
+                call("list_available_packages", json!({})),
+                write("step.py", show),
+                run_file("step.py"),
+            ],
+            (100, 20),
+        ),
+        tool_turn(&[call("complete_todo", json!({"report": "done"}))], (100, 5)),
+        text_turn("done.", (100, 5)),
+    ];
+    let mut w_args = args(&["--step-timeout", "120", "--policy"]);
+    w_args.push(repo().join("policies/data.json").display().to_string());
+    let f = fixture();
+    let mock = MockLlm::start(turns);
+    let out = Command::new(agent_bin())
+        .args(["run", "--task", "t", "--retry-base-ms", "1"])
+        .args(&w_args)
+        .arg("--input")
+        .arg(&f.input)
+        .arg("--session-dir")
+        .arg(&f.sessions)
+        .arg("--jail")
+        .arg(jail_bin())
+        .env("LLM_BASE_URL", &mock.base_url)
+        .env("LLM_MODEL", "scripted")
+        .env("HOME", home.path())
+        .env("XDG_DATA_HOME", home.path().join("data"))
+        .env_remove("JAIL_ROOTFS")
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let req = mock.requests();
+    let seen = tool_messages(&req[3]).join("\n");
+    assert!(seen.contains("pandas") && seen.contains("status: ok"), "the data rootfs was picked: {seen}");
+}
+
+/// A policy that preloads `json` (on any rootfs): the pool then runs its
+/// preload as the session's first cell, as the data policy does.
+fn json_preload_policy() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::Builder::new().prefix("jail-agent-policy-").tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let file = dir.path().join("json-preload.json");
+    std::fs::write(&file, r#"{"version": 1, "name": "json-preload", "preload": ["json"]}"#).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+    (dir, file)
+}
+
+#[test]
+fn the_pool_starts_with_the_run_and_a_step_that_waits_for_its_jail_says_so_in_its_span_and_claim_ms() {
+    // The data stack takes a second or more to preload: the first step,
+    // asked for at once by the scripted model, waits for the pool's first
+    // jail, and that wait must be its claim's.
+    let data = data_rootfs();
+    if skip_unless(data.join("usr/bin/python3").exists(), &format!("no data rootfs at {} (make rootfs-data)", data.display())) {
+        return;
+    }
+    let mut extra = args(&["--step-timeout", "120", "--policy"]);
+    extra.push(repo().join("policies/data.json").display().to_string());
+    extra.push("--rootfs".into());
+    extra.push(data.display().to_string());
+    let e = watch_cli(one_step_turns(HELLO), &extra).end();
+    assert_eq!(e.code, Some(0), "{}", e.stderr());
+    let records = trace::read(&e.run.root.join("trace.jsonl")).unwrap();
+    let first_chat = records.iter().find(|r| matches!(r.event, Event::ModelCall { .. })).unwrap();
+    let pool = records.iter().find(|r| matches!(r.event, Event::Pool { .. })).unwrap();
+    let Event::Pool { start_ms: Some(start_ms), .. } = pool.event else {
+        panic!("the pool never answered: {pool:?}")
+    };
+    assert!(
+        pool.start_unix_ns <= first_chat.start_unix_ns,
+        "the pool started with the run, before the first model call ({} > {})",
+        pool.start_unix_ns,
+        first_chat.start_unix_ns
+    );
+    let ready_ns = pool.start_unix_ns + (start_ms * 1e6) as u64;
+    let step = records
+        .iter()
+        .find(|r| matches!(&r.event, Event::ToolCall { tool, .. } if tool == "run_python_file"))
+        .unwrap();
+    let Event::ToolCall { jail: Some(j), .. } = &step.event else { panic!("{step:?}") };
+    let claim_ms = j.claim_ms.expect("the first step of a session says its claim");
+    eprintln!("pool ready {start_ms:.0} ms after its start; the step's claim took {claim_ms:.0} ms");
+    // The step began before the pool's first jail was made ...
+    assert!(step.start_unix_ns < ready_ns, "the step did not wait for the pool: make its preload slower");
+    // ... and its claim, all it waited for its jail, ends after that
+    // (the claim starts a few ms into the step's span: 300 ms of slack)
+    // and lies within the span.
+    let claim_end_ns = step.start_unix_ns + (claim_ms * 1e6) as u64;
+    assert!(
+        claim_end_ns + 300_000_000 >= ready_ns,
+        "claim_ms {claim_ms:.0} leaves out {:.0} ms of the wait for the pool's first jail",
+        (ready_ns - claim_end_ns) as f64 / 1e6
+    );
+    assert!(
+        claim_ms * 1e6 <= (step.end_unix_ns - step.start_unix_ns) as f64,
+        "claim_ms {claim_ms} is outside its step's span"
+    );
+}
+
+#[test]
+fn the_models_first_step_is_step_1_and_its_traceback_shows_its_own_file_and_lines_only() {
+    let (_p, policy) = json_preload_policy();
+    let bad = "def ratio(a, b):\n    return a / b\n\nprint(ratio(1, 0))\n";
+    let turns = vec![
+        tool_turn(&[("create_todo_list", plan(&[("count", &[])]))], (100, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+        tool_turn(&[write("step1.py", bad), run_file("step1.py")], (100, 20)),
+        tool_turn(&[write("step2.py", "x = (\n"), run_file("step2.py")], (100, 20)),
+        tool_turn(&[call("complete_todo", json!({"report": "done"}))], (100, 5)),
+        text_turn("done.", (100, 5)),
+    ];
+    let e = watch_cli(turns, &args(&["--policy", &policy.display().to_string()])).end();
+    assert_eq!(e.code, Some(0), "{}", e.stderr());
+    let req = e.mock.requests();
+    let first = last_tool(&req[3]);
+    assert!(first.contains("session: step 1 of this sub-task's session"), "the model's first step is step 1:\n{first}");
+    assert!(first.contains("ZeroDivisionError"), "{first}");
+    assert!(
+        first.contains("File \"/workspace/code/step1.py\", line 4, in <module>")
+            && first.contains("File \"/workspace/code/step1.py\", line 2, in ratio"),
+        "its own file and lines:\n{first}"
+    );
+    assert!(
+        !first.contains("<cell") && !first.contains("exec(compile") && !first.contains("_jail"),
+        "no plumbing:\n{first}"
+    );
+    let second = last_tool(&req[4]);
+    assert!(second.contains("session: step 2 of this sub-task's session"), "{second}");
+    assert!(second.contains("SyntaxError") && second.contains("/workspace/code/step2.py"), "{second}");
+    assert!(!second.contains("<cell") && !second.contains("exec(compile"), "no plumbing:\n{second}");
+}
+
+#[test]
+fn a_100_mb_reply_is_refused_once_for_what_it_is_not_as_an_unreachable_endpoint() {
+    // watch_cli allows one retry: a build that retries asks twice.
+    let e = watch_cli(vec![Turn::Huge(100 << 20), Turn::Huge(100 << 20)], &[]).end();
+    assert_eq!(e.code, Some(1), "{}", e.stderr());
+    assert_eq!(e.mock.requests().len(), 1, "refused once, not retried\n{}", e.stderr());
+    let err = e.stderr().lines().find(|l| l.contains("MiB")).unwrap_or_else(|| panic!("{}", e.stderr()));
+    assert!(err.contains("more than 32 MiB") && err.contains("--max-reply-tokens"), "{err}");
+    assert!(!e.stderr().contains("cannot reach") && !e.stderr().contains("check LLM_BASE_URL"), "{}", e.stderr());
+}
+
+#[test]
+fn caps_hold_per_reply_before_any_of_its_calls_run_with_the_overshoot_said_and_the_orchestrator_has_its_own() {
+    // A sub-agent's reply that alone takes it past its token cap: none of
+    // its calls runs, the item is blocked saying by how much.
+    let turns = vec![
+        tool_turn(&[("create_todo_list", plan(&[("count", &[])]))], (100, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+        tool_turn(&[write("step.py", HELLO), run_file("step.py")], (5_000, 200)),
+        text_turn("The item could not be done.", (100, 5)),
+    ];
+    let e = watch_cli(turns, &args(&["--subagent-tokens", "1000"])).end();
+    assert_eq!(e.code, Some(4), "{}", e.stderr());
+    let records = trace::read(&e.run.root.join("trace.jsonl")).unwrap();
+    let steps: Vec<_> = records
+        .iter()
+        .filter_map(|r| match &r.event {
+            Event::ToolCall { tool, ok, error, .. } if r.agent == "subagent-1" => {
+                Some((tool.clone(), *ok, error.clone().unwrap_or_default()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    assert!(steps.iter().all(|(_, ok, err)| !ok && err.contains("not run") && err.contains("5200 tokens")), "{steps:?}");
+    assert!(step_facts(&e.run.root).is_empty(), "no step ran");
+    let reason = summary_json(&e.run.root)["items"][0]["reason"].as_str().unwrap_or("").to_string();
+    assert!(reason.contains("took it to 5200 tokens, 4200 over its token cap of 1000"), "{reason}");
+
+    // The run's cap, overshot by the orchestrator's reply: its calls do not run.
+    let turns = vec![
+        tool_turn(&[("create_todo_list", plan(&[("count", &[])]))], (100, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (7_000, 500)),
+    ];
+    let e = watch_cli(turns, &args(&["--run-tokens", "3000"])).end();
+    assert_eq!(e.code, Some(3), "{}", e.stderr());
+    assert!(
+        e.stdout.starts_with(
+            "The run stopped before it finished: run token cap reached (3000 tokens; the last reply took it to 7610, 4610 over)"
+        ),
+        "{}",
+        e.stdout
+    );
+    let subagents = trace::read(&e.run.root.join("trace.jsonl"))
+        .unwrap()
+        .iter()
+        .filter(|r| r.agent.starts_with("subagent"))
+        .count();
+    assert_eq!(subagents, 0, "the sub-agent never started");
+
+    // The orchestrator's own step cap.
+    let turns = vec![
+        tool_turn(&[("create_todo_list", plan(&[("a", &[]), ("b", &[])]))], (100, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+        tool_turn(&[call("block_todo", json!({"reason": "no"}))], (100, 5)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+    ];
+    let e = watch_cli(turns, &args(&["--orchestrator-steps", "2"])).end();
+    assert_eq!(e.code, Some(3), "{}", e.stderr());
+    assert!(
+        e.stdout
+            .starts_with("The run stopped before it finished: orchestrator step cap reached (2 model calls)"),
+        "{}",
+        e.stdout
+    );
+    assert_eq!(e.mock.requests().len(), 3, "two orchestrator calls and the sub-agent's one");
+}
+
+#[test]
+fn messages_say_what_happened_and_cut_what_the_model_wrote() {
+    // A model that called tools, then stopped: not "needs tool calling".
+    let turns = vec![
+        tool_turn(
+            &[
+                call("list_input_files", json!({})),
+                call("read_skill", json!({"name": "eda"})),
+            ],
+            (100, 10),
+        ),
+        text_turn("\u{1b}[2JI am done.", (100, 5)),
+        text_turn("Really done.", (100, 5)),
+    ];
+    let e = watch_cli(turns, &[]).end();
+    assert_eq!(e.code, Some(1), "{}", e.stderr());
+    let err = e.stderr().lines().last().unwrap_or_default();
+    assert!(err.contains("the model stopped calling tools: after 2 tool calls"), "{err}");
+    assert!(!err.contains("needs a model"), "the model did call tools: {err}");
+
+    // A 100,000-byte tool name is cut wherever it is echoed.
+    let long = "x".repeat(100_000);
+    let turns = vec![
+        tool_turn(&[(long.as_str(), "{}".to_string())], (100, 10)),
+        tool_turn(&[("create_todo_list", plan(&[("a", &[])]))], (100, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+        tool_turn(&[call("block_todo", json!({"reason": "no"}))], (100, 5)),
+        text_turn("done.", (100, 5)),
+    ];
+    let e = watch_cli(turns, &[]).end();
+    assert_eq!(e.code, Some(4), "{}", e.stderr());
+    let longest = e.lines.iter().map(|(_, l)| l.len()).max().unwrap_or(0);
+    assert!(longest < 3000, "a stderr line of {longest} bytes");
+    assert!(e.stdout.lines().all(|l| l.len() < 3000), "stdout holds a long line");
+    let told = last_tool(&e.mock.requests()[1]);
+    assert!(told.len() < 2000, "the model is told its tool name cut: {} bytes", told.len());
+}
+
+#[test]
+fn a_failed_export_keeps_the_session_prints_the_answer_and_summary_and_jail_agent_export_does_it_again() {
+    let mut turns = session_turns(&[("w.py", "open('/workspace/output/n.txt', 'w').write('101')\n")]);
+    turns.truncate(turns.len() - 1);
+    turns.push(text_turn("n.txt holds the count.", (100, 5)));
+    let w = watch_cli(turns, &[]);
+    // A link where the file is to go: the export refuses to write through it.
+    std::fs::create_dir_all(&w.f.export).unwrap();
+    std::os::unix::fs::symlink("/etc/hostname", w.f.export.join("n.txt")).unwrap();
+    let e = w.end();
+    assert_eq!(e.code, Some(5), "{}", e.stderr());
+    assert!(e.stdout.starts_with("n.txt holds the count."), "the answer is printed:\n{}", e.stdout);
+    assert!(e.stdout.contains("tokens and time by agent"), "and the summary:\n{}", e.stdout);
+    let root = e.run.root.clone();
+    assert!(
+        e.stderr().contains("the export to") && e.stderr().contains(&format!("jail-agent export {}", root.display())),
+        "{}",
+        e.stderr()
+    );
+    assert_eq!(std::fs::read_to_string(root.join("output/n.txt")).unwrap(), "101", "the session keeps the files");
+    std::fs::remove_file(e.run.f.export.join("n.txt")).unwrap();
+    let again = Command::new(agent_bin()).arg("export").arg(&root).output().unwrap();
+    assert_eq!(again.status.code(), Some(0), "{}", String::from_utf8_lossy(&again.stderr));
+    assert_eq!(std::fs::read_to_string(e.run.f.export.join("n.txt")).unwrap(), "101");
+    let resume = Command::new(agent_bin())
+        .arg("resume")
+        .arg(&root)
+        .env("LLM_BASE_URL", "http://127.0.0.1:9/v1")
+        .env("LLM_MODEL", "m")
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&resume.stderr).contains("jail-agent export"),
+        "{}",
+        String::from_utf8_lossy(&resume.stderr)
+    );
+}
+
+#[test]
+fn a_session_cells_output_is_live_and_a_retried_model_request_shows() {
+    let script = "import time\nprint('first', flush=True)\ntime.sleep(3)\nprint('second', flush=True)\n";
+    let mut turns = one_step_turns(script);
+    turns.insert(2, Turn::Status(503, "{\"error\":{\"message\":\"overloaded\"}}".into()));
+    let e = watch_cli(turns, &[]).end();
+    assert_eq!(e.code, Some(0), "{}", e.stderr());
+    let at = |needle: &str| e.lines.iter().find(|(_, l)| l.contains(needle)).map(|(t, _)| *t);
+    let first = at("step.py stdout| first").unwrap_or_else(|| panic!("{}", e.stderr()));
+    let second = at("step.py stdout| second").unwrap_or_else(|| panic!("{}", e.stderr()));
+    assert!(
+        second.duration_since(first) >= Duration::from_millis(2000),
+        "the first line came as it was printed, not with the step's end"
+    );
+    assert!(
+        e.stderr().contains("[subagent-1] model: attempt 1 of 2 failed (the model endpoint") && e.stderr().contains("HTTP 503"),
+        "the retry shows:\n{}",
+        e.stderr()
+    );
+    let s = summary_json(&e.run.root);
+    assert_eq!(s["retries"], 1, "{s}");
+}
+
+#[test]
+fn files_the_jail_refuses_when_a_session_ends_reach_the_model_the_orchestrator_and_the_summary() {
+    let leave =
+        "open('/workspace/output/n.txt', 'w').write('101')\nopen('/workspace/output/blob.bin', 'wb').write(b'\\0' * 10)\n";
+    let e = watch_cli(session_turns(&[("w.py", leave)]), &[]).end();
+    assert_eq!(e.code, Some(0), "{}", e.stderr());
+    let req = e.mock.requests();
+    // The sub-agent's complete_todo result (its last word: it is in the
+    // trace), and the orchestrator's report.
+    let records = trace::read(&e.run.root.join("trace.jsonl")).unwrap();
+    let done = records
+        .iter()
+        .find_map(|r| match &r.event {
+            Event::ToolCall { tool, result, .. } if tool == "complete_todo" => result.clone(),
+            _ => None,
+        })
+        .unwrap_or_default();
+    assert!(done.contains("blob.bin") && done.contains("refused"), "the sub-agent is told:\n{done}");
+    let report = last_tool(&req[4]);
+    assert!(report.contains("blob.bin") && report.contains("refused"), "the orchestrator hears of it:\n{report}");
+    let text = std::fs::read_to_string(e.run.root.join("summary.txt")).unwrap();
+    assert!(text.contains("refused by the jail (1, not handed on):") && text.contains("blob.bin"), "{text}");
+    let s = summary_json(&e.run.root);
+    assert!(s["refused"].to_string().contains("blob.bin"), "{s}");
+    assert!(!e.run.f.export.join("blob.bin").exists());
+    let stops: Vec<_> = records.iter().filter(|r| matches!(r.event, Event::SessionStop { .. })).collect();
+    assert_eq!(stops.len(), 1, "the session's stop is a span of its own: {records:?}");
+    assert_eq!(stops[0].agent, "subagent-1");
+}
+
+#[test]
+fn a_reply_of_150_calls_costs_one_save_and_150_appends_and_a_bounded_trace() {
+    let big = format!("{{\"path\": \"{}\"}}", "p".repeat(100 << 10));
+    let flood: Vec<(&str, String)> = (0..150).map(|_| ("list_input_files", big.clone())).collect();
+    let turns = vec![
+        tool_turn(&[("create_todo_list", plan(&[("count", &[])]))], (100, 10)),
+        tool_turn(&[call("start_next_todo", json!({}))], (100, 5)),
+        tool_turn(&flood, (100, 20)),
+        tool_turn(&[call("block_todo", json!({"reason": "flooded"}))], (100, 5)),
+        text_turn("done.", (100, 5)),
+    ];
+    let e = watch_cli(turns, &[]).end();
+    assert_eq!(e.code, Some(4), "{}", e.stderr());
+    let trace_bytes = std::fs::metadata(e.run.root.join("trace.jsonl")).unwrap().len();
+    assert!(trace_bytes < 2 << 20, "a 15 MB reply left {trace_bytes} bytes of trace");
+    let state: Value = serde_json::from_str(&std::fs::read_to_string(e.run.root.join("state.json")).unwrap()).unwrap();
+    let saves = state["saves"].as_u64().unwrap_or(u64::MAX);
+    eprintln!("150 calls of 100 KB in one reply: {trace_bytes} bytes of trace, state.json written {saves} times");
+    assert!(saves < 20, "state.json was written {saves} times for 5 replies");
+}
+
+const TITANIC_LOAD: &str = include_str!("../agent-scripts/titanic_load.py");
+const TITANIC_SUMMARY: &str = include_str!("../agent-scripts/titanic_summary.py");
+const TITANIC_CHARTS: &str = include_str!("../agent-scripts/titanic_charts.py");
+const TITANIC_DECK: &str = include_str!("../agent-scripts/titanic_deck.py");
+
+/// The case study's task, scripted: a three-item EDA of the Titanic list on
+/// the data stack (a summary table through a KeyError and its fix, charts,
+/// a deck), with prompts that grow as a real model's do.
+fn titanic_turns() -> Vec<Turn> {
+    let items = json!({"items": [
+        {"name": "survival-summary", "goal": "survival by class and sex as a table", "skills": ["python-scripts", "eda"],
+         "inputs": ["/workspace/input/titanic.csv"], "outputs": ["/workspace/output/summary.csv"], "success_criteria": "summary.csv has one row per class and sex"},
+        {"name": "charts", "goal": "charts of survival and ages", "skills": ["charts"],
+         "inputs": ["/workspace/input/titanic.csv"], "outputs": ["/workspace/output/survival_by_class_sex.png", "/workspace/output/age_histogram.png"], "success_criteria": "two PNG charts"},
+        {"name": "deck", "goal": "a slide deck of the findings", "skills": ["presentation"],
+         "inputs": ["/workspace/output/summary.csv"], "outputs": ["/workspace/output/presentation.pptx"], "success_criteria": "presentation.pptx opens"}
+    ]});
+    vec![
+        tool_turn(&[("create_todo_list", items.to_string())], (2_400, 380)),
+        tool_turn(&[call("start_next_todo", json!({}))], (2_900, 20)),
+        tool_turn(
+            &[
+                call("read_skill", json!({"name": "eda"})),
+                call("read_file_content", json!({"path": "/workspace/input/titanic.csv", "limit": 20})),
+            ],
+            (3_100, 90),
+        ),
+        tool_turn(&[write("load.py", TITANIC_LOAD), run_file("load.py")], (5_900, 260)),
+        tool_turn(&[write("summary.py", TITANIC_SUMMARY), run_file("summary.py")], (7_400, 330)),
+        tool_turn(
+            &[call(
+                "complete_todo",
+                json!({"report": "summary.csv: survival by class and sex; 38% survived overall"}),
+            )],
+            (8_300, 80),
+        ),
+        tool_turn(&[call("start_next_todo", json!({}))], (3_600, 20)),
+        tool_turn(
+            &[
+                call("read_skill", json!({"name": "charts"})),
+                write("charts.py", TITANIC_CHARTS),
+                run_file("charts.py"),
+            ],
+            (3_000, 420),
+        ),
+        tool_turn(&[call("complete_todo", json!({"report": "two charts"}))], (4_800, 70)),
+        tool_turn(&[call("start_next_todo", json!({}))], (4_100, 20)),
+        tool_turn(
+            &[
+                call("read_skill", json!({"name": "presentation"})),
+                write("deck.py", TITANIC_DECK),
+                run_file("deck.py"),
+            ],
+            (3_200, 560),
+        ),
+        tool_turn(&[call("complete_todo", json!({"report": "presentation.pptx: 4 slides"}))], (5_200, 60)),
+        text_turn(
+            "Women and first-class passengers survived far more often; see summary.csv, the two charts and presentation.pptx.",
+            (4_700, 260),
+        ),
+    ]
+}
+
+#[test]
+fn a_titanic_eda_on_the_data_stack_ends_with_a_summary_by_item_that_adds_up() {
+    let data = data_rootfs();
+    if skip_unless(data.join("usr/bin/python3").exists(), &format!("no data rootfs at {} (make rootfs-data)", data.display())) {
+        return;
+    }
+    let mut extra = args(&["--step-timeout", "120", "--policy"]);
+    extra.push(repo().join("policies/data.json").display().to_string());
+    extra.push("--rootfs".into());
+    extra.push(data.display().to_string());
+    let e = watch_cli(titanic_turns(), &extra).end();
+    assert_eq!(e.code, Some(0), "{}\n{}", e.stdout, e.stderr());
+    let (_, s) = check_served(&e.run.root, e.mock.served_replies(), e.mock.served_tokens());
+    let items: Vec<(&str, &str)> = s.items.iter().map(|i| (i.name.as_str(), i.outcome.as_str())).collect();
+    assert_eq!(items, [("survival-summary", "done"), ("charts", "done"), ("deck", "done")]);
+    let agents: Vec<Vec<String>> = s.items.iter().map(|i| i.agents.clone()).collect();
+    assert_eq!(
+        agents,
+        [
+            vec!["subagent-1".to_string()],
+            vec!["subagent-2".into()],
+            vec!["subagent-3".into()]
+        ]
+    );
+    // By item (with the orchestrator's own line), the tokens are all the run's.
+    let by_item: u64 = s.items.iter().chain([&s.orchestrator]).map(|i| i.tokens_in + i.tokens_out).sum();
+    assert_eq!(by_item, s.total.tokens_in + s.total.tokens_out);
+    assert!(s.items.iter().all(|i| i.wall_ms > 0.0 && i.wall_share > 0.0 && i.wall_share < 1.0), "{:?}", s.items);
+    let read = s.by_tool.iter().find(|t| t.tool == "read_file_content").unwrap();
+    assert!(read.tokens_in > 0, "the CSV read early is paid in every later prompt: {:?}", s.by_tool);
+    for f in [
+        "summary.csv",
+        "survival_by_class_sex.png",
+        "age_histogram.png",
+        "presentation.pptx",
+    ] {
+        assert!(e.run.f.export.join(f).is_file(), "{f} was not delivered\n{}", e.stderr());
+    }
+    // The table, for the eye: `cargo test ... -- --nocapture`.
+    eprintln!("{}", e.stdout);
 }

@@ -697,3 +697,84 @@ fn an_output_folder_is_taken_once_and_never_after_an_untrusted_cell_has_run() {
     assert!(!sb.output.join("made.txt").exists(), "the session's first output folder got it too");
     assert_session_gone(&sb, &fresh, &fresh.id);
 }
+
+fn session_cmd(s: &Session, op: &str) -> std::process::Output {
+    Command::new(jail_bin()).args(["session", op]).arg(&s.handle).output().expect("spawn jail session")
+}
+
+/// `exec` of `code` on a thread; `then` runs once the cell has printed its
+/// first line (`ready`) on the host-visible marker file it writes.
+fn while_a_cell_runs(s: &Session, code: &str, then: impl FnOnce()) -> (serde_json::Value, std::time::Duration) {
+    let (handle, pid, id) = (s.handle.clone(), s.pid, s.id.clone());
+    let code = code.to_string();
+    let cell = std::thread::spawn(move || {
+        let started = Instant::now();
+        let (v, _) = Session { handle, pid, id }.exec(&code);
+        (v, started)
+    });
+    // The cell is under way once its interpreter is busy: give it a moment.
+    std::thread::sleep(Duration::from_millis(800));
+    let at = Instant::now();
+    then();
+    let (v, _) = cell.join().unwrap();
+    (v, at.elapsed())
+}
+
+#[test]
+fn an_interrupt_request_stops_the_running_cell_with_keyboard_interrupt_and_the_session_lives_on() {
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    let (v, took) = while_a_cell_runs(&s, "x = 1\nimport time\ntime.sleep(60)\n", || {
+        let out = session_cmd(&s, "interrupt");
+        assert!(out.status.success(), "{}", stderr_of(&out));
+        let said: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(said["interrupted"], 1, "it names the cell it interrupted: {said}");
+    });
+    assert!(took < Duration::from_secs(2), "the interrupted cell answered {took:?} after the request");
+    assert_eq!(v["status"], "cancelled", "{v}");
+    assert_eq!(v["error"]["type"], "KeyboardInterrupt", "{v}");
+    assert_eq!(v["session"]["ended"], false, "{v}");
+    // The interpreter and its state are still there; between cells an
+    // interrupt has nothing to do.
+    let (v, _) = s.exec("print(x)\n");
+    assert_eq!(v["stdout"]["text"], "1\n", "{v}");
+    let idle: serde_json::Value = serde_json::from_slice(&session_cmd(&s, "interrupt").stdout).unwrap();
+    assert_eq!(idle["interrupted"], serde_json::Value::Null);
+    assert!(s.stop().status.success());
+    assert_session_gone(&sb, &s, &s.id);
+}
+
+#[test]
+fn a_stop_while_a_cell_runs_kills_it_and_answers_with_the_closing_result() {
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    let mut closing = serde_json::Value::Null;
+    let code = "open('/workspace/output/kept.txt', 'w').write('k')\nimport signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\ntime.sleep(60)\n";
+    let (v, took) = while_a_cell_runs(&s, code, || {
+        let out = session_cmd(&s, "stop");
+        assert!(out.status.success(), "{}", stderr_of(&out));
+        closing = serde_json::from_slice(&out.stdout).unwrap();
+    });
+    assert!(took < Duration::from_secs(3), "the stop took {took:?}");
+    assert_eq!(v["status"], "timeout_wall", "the cell was cut short: {v}");
+    assert_eq!(closing["session"]["why"], "stopped", "{closing}");
+    let kept: Vec<&str> = closing["artifacts"].as_array().unwrap().iter().filter_map(|a| a["path"].as_str()).collect();
+    assert_eq!(kept, ["kept.txt"], "the closing result judged what the cell left: {closing}");
+    assert_eq!(std::fs::read_to_string(sb.output.join("kept.txt")).unwrap(), "k");
+    assert_session_gone(&sb, &s, &s.id);
+}
+
+#[test]
+fn an_exec_sent_while_a_cell_runs_waits_its_turn() {
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    let mut second = serde_json::Value::Null;
+    let (first, _) = while_a_cell_runs(&s, "import time\ntime.sleep(2)\nprint('first')\n", || {
+        let (v, _) = s.exec("print('second')\n");
+        second = v;
+    });
+    assert_eq!(first["stdout"]["text"], "first\n", "{first}");
+    assert_eq!(second["stdout"]["text"], "second\n", "{second}");
+    assert_eq!(second["session"]["cell"], 2, "{second}");
+    assert!(s.stop().status.success());
+}

@@ -111,8 +111,16 @@ pub enum Request {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         events: bool,
     },
-    /// End the session; the answer is the session's closing result.
+    /// End the session; the answer is the session's closing result. Served
+    /// while a cell runs too: the cell is killed (it ends `cancelled` if an
+    /// `interrupt` came first, else `timeout_wall`), then the session ends.
     Stop,
+    /// Interrupt the cell in flight: KeyboardInterrupt in it, as at its time
+    /// limit, and killed after the session's `interrupt_grace_secs` if it
+    /// goes on; it ends `cancelled`. Served while a cell runs; answered at
+    /// once with `{"interrupted": ID}` (the cell's id, `null` when none was
+    /// running). Only the owner's clients are served, as for every request.
+    Interrupt,
     /// Take `dir` as the session's output folder, before any untrusted
     /// cell has run (adopt.rs; `jail pool` sends it when it hands a made
     /// jail out as a session). The answer's result is `{"output_dir": DIR}`.
@@ -130,7 +138,14 @@ pub struct Answer {
 
 /// Read one request line from a client, bounded in bytes and time.
 pub fn read_request(stream: &UnixStream) -> Result<Request, String> {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    read_request_within(stream, Duration::from_secs(10))
+}
+
+/// [`read_request`] waiting at most `wait` for each read (the serve loop
+/// reads a request while a cell runs within a short one: it must not hold
+/// the cell's pipes and clocks for long).
+pub fn read_request_within(stream: &UnixStream, wait: Duration) -> Result<Request, String> {
+    let _ = stream.set_read_timeout(Some(wait));
     let mut line = Vec::new();
     let mut reader = BufReader::new(stream.take(MAX_CELL as u64 * 2 + 1024));
     reader.read_until(b'\n', &mut line).map_err(|e| format!("read the request: {e}"))?;

@@ -144,7 +144,15 @@ struct Loop<'s, 'w, 'm> {
     /// When `session.max_lifetime_secs` ends the session: from the jail's
     /// start, or from a pool's hand-over to its caller.
     lifetime: Instant,
+    /// Requests that came while a cell ran (an `exec`, an output to adopt),
+    /// served in order once it is done.
+    waiting: std::collections::VecDeque<(UnixStream, Request)>,
 }
+
+/// Most requests kept waiting for a running cell; more are refused.
+const MOST_WAITING: usize = 16;
+/// How long a request sent while a cell runs may take to arrive.
+const RUNNING_READ_WAIT: Duration = Duration::from_secs(1);
 
 /// Serve the session until it ends; the tree is dead or dying when this
 /// returns, and launch.rs reaps it.
@@ -191,6 +199,7 @@ pub(crate) fn serve(
         tails: Vec::new(),
         cancelled: None,
         lifetime: limits.wall,
+        waiting: std::collections::VecDeque::new(),
     };
     let mut next_cpu_check = Instant::now();
     let mut ending = Ending::Exited;
@@ -230,7 +239,9 @@ pub(crate) fn serve(
             fds.push(PollFd::new(fd, PollFlags::POLLIN));
             which.push(Slot::Cancel);
         }
-        if matches!(l.phase, Phase::Idle { .. }) {
+        if matches!(l.phase, Phase::Idle { .. } | Phase::Running(_)) {
+            // While a cell runs too: an `interrupt` or a `stop` is served
+            // then; an `exec` waits its turn (`waiting`).
             fds.push(PollFd::new(s.listener.as_fd(), PollFlags::POLLIN));
             which.push(Slot::Clients);
         }
@@ -281,8 +292,19 @@ pub(crate) fn serve(
             t.check(now);
         }
         l.check_timers(now);
+        l.serve_waiting();
     }
     l.finish_cell_at_death();
+    for (client, _) in l.waiting.drain(..) {
+        let why = s.end_why().map_or_else(|| "the session ended".to_string(), |w| w.describe(&s.session));
+        handle::answer(
+            &client,
+            &Answer {
+                result: None,
+                error: Some(format!("the session ended before this request was served ({why})")),
+            },
+        );
+    }
     if let Some(sig) = l.cancelled {
         // The closing result says so, as a cancelled run's does.
         ending = Ending::Cancelled(sig);
@@ -471,12 +493,61 @@ impl Loop<'_, '_, '_> {
             Ok(uid) => return handle::refuse(&stream, format!("uid {uid} is not this session's owner (uid {me})")),
             Err(e) => return handle::refuse(&stream, format!("SO_PEERCRED: {e}")),
         }
-        match handle::read_request(&stream) {
+        let running = matches!(self.phase, Phase::Running(_));
+        let read = if running {
+            handle::read_request_within(&stream, RUNNING_READ_WAIT)
+        } else {
+            handle::read_request(&stream)
+        };
+        match read {
             Err(error) => handle::answer(&stream, &Answer { result: None, error: Some(error) }),
             Ok(Request::Stop) => self.end(Why::Stopped, Some(stream)),
-            Ok(Request::AdoptOutput { dir }) => self.adopt_output(&stream, &dir),
-            Ok(Request::Exec { code, wall_secs, events }) => self.start_cell(stream, code, wall_secs, events),
+            Ok(Request::Interrupt) => self.interrupt_cell(&stream),
+            Ok(request) if running => {
+                if self.waiting.len() >= MOST_WAITING {
+                    handle::refuse(&stream, format!("{MOST_WAITING} requests already wait for the running cell"));
+                } else {
+                    self.waiting.push_back((stream, request));
+                }
+            }
+            Ok(request) => self.serve(stream, request),
         }
+    }
+
+    /// An `exec` or an `adopt_output`, between cells.
+    fn serve(&mut self, stream: UnixStream, request: Request) {
+        match request {
+            Request::AdoptOutput { dir } => self.adopt_output(&stream, &dir),
+            Request::Exec { code, wall_secs, events } => self.start_cell(stream, code, wall_secs, events),
+            Request::Stop => self.end(Why::Stopped, Some(stream)),
+            Request::Interrupt => self.interrupt_cell(&stream),
+        }
+    }
+
+    /// The next request that waited for a cell, once the session is idle.
+    fn serve_waiting(&mut self) {
+        if matches!(self.phase, Phase::Idle { .. }) && !self.exited {
+            if let Some((stream, request)) = self.waiting.pop_front() {
+                self.serve(stream, request);
+            }
+        }
+    }
+
+    /// KeyboardInterrupt for the cell in flight, as at its time limit (the
+    /// grace, then the kill, follow from `check_timers`); it ends
+    /// `cancelled`. Between cells there is nothing to interrupt.
+    fn interrupt_cell(&mut self, client: &UnixStream) {
+        let id = match &mut self.phase {
+            Phase::Running(c) => {
+                if c.interrupted.is_none() {
+                    c.interrupted = Some((Overrun::Cancelled, Instant::now()));
+                    interrupt(self.pid);
+                }
+                Some(c.id)
+            }
+            _ => None,
+        };
+        handle::answer(client, &Answer { result: Some(serde_json::json!({ "interrupted": id })), error: None });
     }
 
     /// Take `dir` as the output folder (adopt.rs). Clients are served only
