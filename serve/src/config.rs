@@ -63,8 +63,9 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_connections: u64,
     /// Connections that have not yet sent a request with a valid token, at
-    /// most; a new one past it closes the oldest of them.
-    #[arg(long, value_name = "N", default_value_t = 128, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    /// most; a new one past it closes the oldest of them (once that one has
+    /// been open 2 s: fresh clients are not closed for each other).
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub max_unauthenticated: u64,
     /// Seconds a connection has to send a request's whole header, counted
     /// from its accept or from the end of its previous reply (hyper's

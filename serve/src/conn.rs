@@ -6,8 +6,10 @@
 //!   is closed as it is accepted, before hyper reads a byte;
 //! - a cap on connections that have not yet sent a request with a valid
 //!   token (`--max-unauthenticated`): a new one past it closes the oldest
-//!   of them, so held sockets cannot keep a newcomer out, and none of them
-//!   holds more than its socket and hyper's buffer;
+//!   of them once that one is [`EVICTABLE_AFTER`] old, so held sockets
+//!   cannot keep a newcomer out (and a burst of fresh clients does not
+//!   close each other), and none of them holds more than its socket and
+//!   hyper's buffer;
 //! - hyper's header read timeout (`--header-timeout`), which hyper starts
 //!   when a connection waits for a request (its accept, or its last
 //!   reply's end): a slow header is closed;
@@ -43,6 +45,12 @@ use tokio::time::Instant;
 use crate::config::Timeouts;
 use crate::metrics::Metrics;
 
+/// How long a connection may go without a request with a valid token
+/// before a newcomer past `--max-unauthenticated` may close it: a client
+/// sends its header at once, so only a slow or silent one is that old, and
+/// a burst of fresh clients is never turned away by each other.
+const EVICTABLE_AFTER: Duration = Duration::from_secs(2);
+
 /// Bytes hyper buffers per connection at most (its read buffer for a
 /// request's head, its write queue for a reply). hyper's minimum is 8 KiB.
 pub const MAX_BUF: usize = 64 << 10;
@@ -60,8 +68,9 @@ pub struct Limits {
 pub struct Table {
     open: AtomicUsize,
     next: AtomicU64,
-    /// Connections with no authenticated request yet, oldest first.
-    unauthenticated: Mutex<BTreeMap<u64, Arc<Notify>>>,
+    /// Connections with no authenticated request yet, oldest first, with
+    /// when each was accepted.
+    unauthenticated: Mutex<BTreeMap<u64, (Instant, Arc<Notify>)>>,
     ended: Notify,
 }
 
@@ -195,13 +204,14 @@ pub async fn serve(
         });
         {
             let mut waiting = lock(&table.unauthenticated);
-            if waiting.len() >= limits.max_unauthenticated {
-                if let Some((_, oldest)) = waiting.pop_first() {
+            let old_enough = waiting.first_key_value().is_some_and(|(_, (born, _))| born.elapsed() >= EVICTABLE_AFTER);
+            if waiting.len() >= limits.max_unauthenticated && old_enough {
+                if let Some((_, (_, oldest))) = waiting.pop_first() {
                     metrics.limit_hit("max_unauthenticated", "");
                     oldest.notify_one();
                 }
             }
-            waiting.insert(conn.id, Arc::clone(&conn.evict));
+            waiting.insert(conn.id, (conn.born, Arc::clone(&conn.evict)));
         }
         tokio::spawn(connection(socket, conn, router.clone(), limits.timeouts, Arc::clone(&metrics), stopped.clone()));
     }
@@ -260,6 +270,9 @@ async fn connection(
         }
         let idle_at = conn.idle_at(timeouts.idle);
         tokio::select! {
+            // The connection first: bytes that came are read (and a request
+            // begun) before its idleness is judged.
+            biased;
             r = served.as_mut() => {
                 if let Some(why) = closed_by_us(&conn, &r) {
                     metrics.limit_hit(why, conn.tenant());

@@ -1361,6 +1361,10 @@ fn load_on_loopback() {
         pct(0.99),
         refill * 1000.0,
     );
+    let metrics = s.call("GET", "/metrics", None, None).body;
+    for l in metrics.lines().filter(|l| l.starts_with("jail_limit_hits_total{")) {
+        println!("load: limit hit: {l}");
+    }
     assert!(errors.is_empty(), "{} errors: {:?}", errors.len(), &errors[..errors.len().min(5)]);
     assert!(ok > 0);
     assert_eq!(spawned, Some(0.0), "a run went to jail run, not the pool");
@@ -1875,7 +1879,7 @@ fn rss_of(pid: u32) -> (u64, u64) {
 #[ignore]
 fn noisy_neighbour_on_loopback() {
     let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
-    let (rounds, alone_secs, attack_secs) = (env("NOISY_ROUNDS", 4), env("NOISY_ALONE_SECS", 15), env("NOISY_ATTACK_SECS", 15));
+    let (rounds, alone_secs, attack_secs) = (env("NOISY_ROUNDS", 6), env("NOISY_ALONE_SECS", 10), env("NOISY_ATTACK_SECS", 10));
     let tenants = json!({"tenants": [
         {"name": "noisy", "token": NOISY, "max_runs": 1, "max_requests": 16, "max_streams": 4, "max_artifact_reads": 2,
          "max_kept_bytes": 128 << 20, "max_timeout_secs": 30, "max_memory_mib": 256},
@@ -1933,70 +1937,74 @@ fn noisy_neighbour_on_loopback() {
     threads.push(stalled_readers(addr, format!("/v1/runs/{big_id}/artifacts/big.txt"), 10, hold, Arc::clone(&attack)));
     threads.push(slow_and_idle(addr, 200, Arc::clone(&attack)));
 
-    // The steady tenant: a trivial run that leaves a small artifact, then
-    // the artifact; one sample per pair, labelled by whether the attack was on.
+    // The steady tenant: two clients, each a trivial run that leaves a
+    // small artifact, then the artifact, one pair after the other; a pair
+    // is a sample of the window (alone, or under the attack) it lies in
+    // whole. Windows alternate, so the machine's own noise (other builds)
+    // falls on both alike.
     let steady =
         json!({"code": "print(6 * 7)\nopen('/workspace/output/n.txt', 'w').write('42')", "limits": {"timeout_secs": 30}});
     let steady = steady.to_string();
-    let (mut alone, mut noisy, mut errors): (Vec<Duration>, Vec<Duration>, Vec<String>) = (Vec::new(), Vec::new(), Vec::new());
-    let mut per_round: Vec<String> = Vec::new();
-    let one = |on: bool, alone: &mut Vec<Duration>, noisy: &mut Vec<Duration>, errors: &mut Vec<String>| {
-        let t = Instant::now();
-        let r = bounded_request_as(addr, STEADY, &steady, Duration::from_secs(60));
-        let fetched = r.as_ref().ok().filter(|r| r.status == 200).and_then(|r| {
-            let v = r.json();
-            let id = v["id"].as_str()?.to_owned();
-            (v["result"]["status"] == "ok").then_some(id)
-        });
-        let Some(id) = fetched else {
-            errors.push(format!("run: {r:?}"));
-            return;
-        };
-        let a = request(addr, "GET", &format!("/v1/runs/{id}/artifacts/n.txt"), Some(STEADY), None);
-        if a.status != 200 || a.body != "42" {
-            errors.push(format!("artifact: {a:?}"));
-            return;
-        }
-        if on { noisy } else { alone }.push(t.elapsed());
-    };
-    for _ in 0..5 {
-        one(false, &mut alone, &mut noisy, &mut errors);
-    }
-    alone.clear();
+    let samples: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let measuring = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (samples, errors, measuring, steady) =
+                (Arc::clone(&samples), Arc::clone(&errors), Arc::clone(&measuring), steady.clone());
+            std::thread::spawn(move || {
+                while measuring.load(std::sync::atomic::Ordering::SeqCst) {
+                    let t = Instant::now();
+                    let r = bounded_request_as(addr, STEADY, &steady, Duration::from_secs(60));
+                    let fetched = r.as_ref().ok().filter(|r| r.status == 200).and_then(|r| {
+                        let v = r.json();
+                        let id = v["id"].as_str()?.to_owned();
+                        (v["result"]["status"] == "ok").then_some(id)
+                    });
+                    let Some(id) = fetched else {
+                        let r = r.map(|r| format!("{} {}", r.status, &r.body[..r.body.len().min(300)]));
+                        errors.lock().unwrap().push(format!("run: {r:?}"));
+                        continue;
+                    };
+                    let a = request(addr, "GET", &format!("/v1/runs/{id}/artifacts/n.txt"), Some(STEADY), None);
+                    if a.status != 200 || a.body != "42" {
+                        errors.lock().unwrap().push(format!("artifact: {} {}", a.status, &a.body[..a.body.len().min(300)]));
+                        continue;
+                    }
+                    samples.lock().unwrap().push((t, Instant::now()));
+                }
+            })
+        })
+        .collect();
+    // Warm: the pool's jails made, the clients' first runs done.
+    std::thread::sleep(Duration::from_secs(3));
     let started = Instant::now();
+    // (from, to, under the attack)
+    let mut windows: Vec<(Instant, Instant, bool)> = Vec::new();
     for round in 0..rounds {
-        let until = Instant::now() + Duration::from_secs(alone_secs);
-        let (a0, n0) = (alone.len(), noisy.len());
-        while Instant::now() < until {
-            one(false, &mut alone, &mut noisy, &mut errors);
-        }
+        let from = Instant::now();
+        std::thread::sleep(Duration::from_secs(alone_secs));
+        windows.push((from, Instant::now(), false));
         attack.on.store(true, std::sync::atomic::Ordering::SeqCst);
         // The attack's connections are up before the window counts.
         std::thread::sleep(Duration::from_secs(2));
-        let until = Instant::now() + Duration::from_secs(attack_secs);
-        while Instant::now() < until {
-            one(true, &mut alone, &mut noisy, &mut errors);
-        }
+        let from = Instant::now();
+        std::thread::sleep(Duration::from_secs(attack_secs));
         // The last round's attack lasts until the flood is done.
         if round + 1 == rounds {
             let by = Instant::now() + Duration::from_secs(240);
             while attack.flooded.load(std::sync::atomic::Ordering::SeqCst) < 70 && Instant::now() < by {
-                one(true, &mut alone, &mut noisy, &mut errors);
+                std::thread::sleep(Duration::from_millis(200));
             }
         }
+        windows.push((from, Instant::now(), true));
         attack.on.store(false, std::sync::atomic::Ordering::SeqCst);
-        let (mut a, mut n) = (alone[a0..].to_vec(), noisy[n0..].to_vec());
-        a.sort();
-        n.sort();
-        per_round.push(format!(
-            "round {round}: alone p50 {:.0} ms p99 {:.0} ms, under the attack p50 {:.0} ms p99 {:.0} ms, {} flood runs done",
-            quantile(&a, 0.5).as_secs_f64() * 1e3,
-            quantile(&a, 0.99).as_secs_f64() * 1e3,
-            quantile(&n, 0.5).as_secs_f64() * 1e3,
-            quantile(&n, 0.99).as_secs_f64() * 1e3,
-            attack.flooded.load(std::sync::atomic::Ordering::SeqCst)
-        ));
+        // The attack's sockets are closed before the next window counts.
         std::thread::sleep(Duration::from_secs(1));
+    }
+    measuring.store(false, std::sync::atomic::Ordering::SeqCst);
+    for c in clients {
+        c.join().unwrap();
     }
     attack.over.store(true, std::sync::atomic::Ordering::SeqCst);
     for t in threads {
@@ -2008,6 +2016,28 @@ fn noisy_neighbour_on_loopback() {
     let (_, peak) = rss_of(server);
     let most = most_rss.load(std::sync::atomic::Ordering::SeqCst).max(peak);
 
+    let samples = samples.lock().unwrap().clone();
+    let errors = errors.lock().unwrap().clone();
+    let within = |w: &(Instant, Instant, bool)| -> Vec<Duration> {
+        let mut v: Vec<Duration> = samples.iter().filter(|(t, e)| *t >= w.0 && *e <= w.1).map(|(t, e)| *e - *t).collect();
+        v.sort();
+        v
+    };
+    let mut per_round: Vec<String> = Vec::new();
+    for (i, pair) in windows.chunks(2).enumerate() {
+        let (a, n) = (within(&pair[0]), pair.get(1).map(within).unwrap_or_default());
+        per_round.push(format!(
+            "round {i}: alone {} samples p50 {:.0} ms p99 {:.0} ms, under the attack {} samples p50 {:.0} ms p99 {:.0} ms",
+            a.len(),
+            quantile(&a, 0.5).as_secs_f64() * 1e3,
+            quantile(&a, 0.99).as_secs_f64() * 1e3,
+            n.len(),
+            quantile(&n, 0.5).as_secs_f64() * 1e3,
+            quantile(&n, 0.99).as_secs_f64() * 1e3,
+        ));
+    }
+    let mut alone: Vec<Duration> = windows.iter().filter(|w| !w.2).flat_map(within).collect();
+    let mut noisy: Vec<Duration> = windows.iter().filter(|w| w.2).flat_map(within).collect();
     alone.sort();
     noisy.sort();
     let (a50, a99, n50, n99) = (quantile(&alone, 0.5), quantile(&alone, 0.99), quantile(&noisy, 0.5), quantile(&noisy, 0.99));
@@ -2018,8 +2048,8 @@ fn noisy_neighbour_on_loopback() {
         .filter(|l| l.starts_with("jail_limit_hits_total{") && (l.contains("tenant=\"noisy\"") || l.contains("tenant=\"\"")))
         .collect();
     println!(
-        "noisy neighbour: {rounds} rounds of {alone_secs} s alone and {attack_secs}+ s under the attack, {:.0} s in all; \
-         {} flood runs done",
+        "noisy neighbour: {rounds} rounds of {alone_secs} s alone and {attack_secs}+ s under the attack, two steady \
+         clients, {:.0} s in all; {} flood runs done",
         took.as_secs_f64(),
         attack.flooded.load(std::sync::atomic::Ordering::SeqCst)
     );
@@ -2294,7 +2324,8 @@ fn connection_caps_close_the_newest_past_the_global_one_and_the_oldest_unauthent
     // Two silent connections, then a third without a token: the first goes,
     // the newcomer is served.
     let mut held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(s.addr).unwrap()).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    // Old enough to be closed for a newcomer (a fresh one never is).
+    std::thread::sleep(Duration::from_millis(2500));
     let r = s.call("GET", "/healthz", None, None);
     assert_eq!(r.status, 200, "{r:?}");
     assert!(closed_within(&mut held[0], Duration::from_secs(10)), "the oldest unauthenticated connection stayed");
