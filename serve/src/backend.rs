@@ -87,13 +87,7 @@ pub struct Written {
 impl EventLog {
     /// A log written to `path` (made anew: no link followed, 0600).
     pub fn create(path: PathBuf) -> EventLog {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&path);
+        let file = crate::files::create_private(&path);
         if let Err(e) = &file {
             eprintln!("jail serve: cannot keep a run's events ({e}): they are counted as dropped");
         }

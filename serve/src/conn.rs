@@ -146,6 +146,22 @@ impl Conn {
     }
 }
 
+impl Conn {
+    fn new(id: u64, table: Arc<Table>) -> Conn {
+        Conn {
+            id,
+            table,
+            born: Instant::now(),
+            last: AtomicU64::new(0),
+            active: AtomicUsize::new(0),
+            authenticated: AtomicBool::new(false),
+            tenant: std::sync::OnceLock::new(),
+            evict: Arc::new(Notify::new()),
+            send_timed_out: AtomicBool::new(false),
+        }
+    }
+}
+
 /// A request in flight on its connection.
 pub struct Active(Arc<Conn>);
 
@@ -191,17 +207,7 @@ pub async fn serve(
             continue;
         }
         table.open.fetch_add(1, Ordering::SeqCst);
-        let conn = Arc::new(Conn {
-            id: table.next.fetch_add(1, Ordering::SeqCst),
-            table: Arc::clone(&table),
-            born: Instant::now(),
-            last: AtomicU64::new(0),
-            active: AtomicUsize::new(0),
-            authenticated: AtomicBool::new(false),
-            tenant: std::sync::OnceLock::new(),
-            evict: Arc::new(Notify::new()),
-            send_timed_out: AtomicBool::new(false),
-        });
+        let conn = Arc::new(Conn::new(table.next.fetch_add(1, Ordering::SeqCst), Arc::clone(&table)));
         {
             let mut waiting = lock(&table.unauthenticated);
             let old_enough = waiting.first_key_value().is_some_and(|(_, (born, _))| born.elapsed() >= EVICTABLE_AFTER);
@@ -398,17 +404,7 @@ mod tests {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     fn conn() -> Arc<Conn> {
-        Arc::new(Conn {
-            id: 0,
-            table: Arc::default(),
-            born: Instant::now(),
-            last: AtomicU64::new(0),
-            active: AtomicUsize::new(0),
-            authenticated: AtomicBool::new(false),
-            tenant: std::sync::OnceLock::new(),
-            evict: Arc::new(Notify::new()),
-            send_timed_out: AtomicBool::new(false),
-        })
+        Arc::new(Conn::new(0, Arc::default()))
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -78,17 +78,23 @@ pub fn stream(
     })
 }
 
-/// Write `value` as one line of compact JSON to `dir/name` (made anew,
-/// 0600, no link followed); its length.
-pub fn write_json(dir: &Path, name: &str, value: &Value) -> std::io::Result<u64> {
-    use std::io::Write;
+/// A file of the server's made anew at `path`: 0600, never through a link
+/// (`O_CREAT | O_EXCL`, `O_NOFOLLOW`).
+pub fn create_private(path: &Path) -> std::io::Result<std::fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
+    std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join(name))?;
+        .open(path)
+}
+
+/// Write `value` as one line of compact JSON to `dir/name` (made anew,
+/// 0600, no link followed); its length.
+pub fn write_json(dir: &Path, name: &str, value: &Value) -> std::io::Result<u64> {
+    use std::io::Write;
+    let file = create_private(&dir.join(name))?;
     let mut w = std::io::BufWriter::with_capacity(CHUNK, file);
     serde_json::to_writer(&mut w, value)?;
     w.flush()?;

@@ -426,7 +426,6 @@ struct Kept {
 /// the metrics); the streams, most of a result, are copied as written.
 fn keep_result(dir: &Path, result: &RawResult, view: &View) -> Result<Kept, String> {
     use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
     #[derive(serde::Deserialize)]
     struct Line<'a> {
         #[serde(borrow)]
@@ -449,13 +448,7 @@ fn keep_result(dir: &Path, result: &RawResult, view: &View) -> Result<Kept, Stri
     let listing = serde_json::json!({"output_dir": field("output_dir").unwrap_or(Value::Null), "artifacts": artifacts});
     let lost = |e: std::io::Error| format!("the run's result could not be kept on the service: {e}");
     crate::files::write_json(dir, LISTING_FILE, &listing).map_err(lost)?;
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(dir.join(RESULT_FILE))
-        .map_err(lost)?;
+    let file = crate::files::create_private(&dir.join(RESULT_FILE)).map_err(lost)?;
     let mut out = std::io::BufWriter::with_capacity(crate::files::CHUNK, file);
     let mut write = || -> std::io::Result<()> {
         out.write_all(b"{")?;

@@ -1401,8 +1401,9 @@ fn bounded_request(addr: SocketAddr, body: &str, deadline: Duration) -> Result<R
     bounded_request_as(addr, LOAD, body, deadline)
 }
 
-/// `bounded_request` with another tenant's token.
-fn bounded_request_as(addr: SocketAddr, token: &str, body: &str, deadline: Duration) -> Result<Reply, String> {
+/// `POST /v1/runs` with `body` sent on a fresh connection, every step
+/// bounded: the socket, its reply to be read.
+fn post_run(addr: SocketAddr, token: &str, body: &str, deadline: Duration) -> Result<TcpStream, String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(deadline)).map_err(|e| e.to_string())?;
     s.set_write_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
@@ -1413,6 +1414,12 @@ fn bounded_request_as(addr: SocketAddr, token: &str, body: &str, deadline: Durat
     s.write_all(head.as_bytes())
         .and_then(|()| s.write_all(body.as_bytes()))
         .map_err(|e| format!("send: {e}"))?;
+    Ok(s)
+}
+
+/// `bounded_request` with another tenant's token.
+fn bounded_request_as(addr: SocketAddr, token: &str, body: &str, deadline: Duration) -> Result<Reply, String> {
+    let mut s = post_run(addr, token, body, deadline)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).map_err(|e| format!("no reply within {deadline:?}: {e}"))?;
     let raw = String::from_utf8_lossy(&raw).into_owned();
@@ -1816,15 +1823,7 @@ fn flood(addr: SocketAddr, threads: usize, attack: Arc<Attack>) -> Vec<std::thre
 /// flood's client spends next to nothing on its 13 MiB replies, so the CPU
 /// the flood takes is the server's and its jails'.
 fn status_of_post(addr: SocketAddr, token: &str, body: &str, deadline: Duration) -> Result<u16, String> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
-    s.set_read_timeout(Some(deadline)).map_err(|e| e.to_string())?;
-    let head = format!(
-        "POST /v1/runs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
-        body.len()
-    );
-    s.write_all(head.as_bytes())
-        .and_then(|()| s.write_all(body.as_bytes()))
-        .map_err(|e| format!("send: {e}"))?;
+    let mut s = post_run(addr, token, body, deadline)?;
     let mut first = [0u8; 12];
     s.read_exact(&mut first).map_err(|e| format!("no reply: {e}"))?;
     std::io::copy(&mut s, &mut std::io::sink()).map_err(|e| format!("reply: {e}"))?;
