@@ -38,6 +38,34 @@ TARGETS = {
     "pool_sequential_ratio_min": 0.9,
     "pool_parallel_8_ratio_min": 0.9,
     "pool_idle_pss_mib_max": 80.0,
+    "judging_cpu_attack_ms_max": 1100.0,
+}
+
+# What a step leaves for the supervisor to judge (issue 32): 200 MiB of
+# ordinary CSV; 100 MiB of it with one formula cell, so all of it is
+# neutralised; and the attack, two ~99 MiB CSVs of nothing but formula
+# cells (34 M of them to neutralise).
+CSV_ROW = 'row = ",".join(f"{i * 1.5:.2f}" for i in range(20)) + "\\n"\n'
+CSV_LOADS = {
+    "ordinary": CSV_ROW + """n = (99 << 20) // len(row)
+for name in ("a.csv", "b.csv"):
+    with open(name, "w") as f:
+        for _ in range(n // 1000):
+            f.write(row * 1000)
+""",
+    "one_formula": CSV_ROW + """n = (100 << 20) // len(row)
+with open("a.csv", "w") as f:
+    f.write("name,=cmd\\n")
+    for _ in range(n // 1000):
+        f.write(row * 1000)
+""",
+    "attack": """row = ",".join(["=1+1"] * 20) + "\\n"
+n = (99 << 20) // len(row)
+for name in ("a.csv", "b.csv"):
+    with open(name, "w") as f:
+        for _ in range(n // 1000):
+            f.write(row * 1000)
+""",
 }
 
 PANDAS_STEP = """import numpy as np, pandas as pd
@@ -177,6 +205,27 @@ def supervisor_rss(runners, script):
         _, p = run_once(cmd)
         peaks.append(json.loads(p.stdout)["supervisor"]["max_rss_bytes"])
     return baseline, statistics.median(peaks)
+
+
+def judging_cpu(runners, n):
+    """The supervisor's own CPU for judging what a step left (its result's
+    supervisor.judging_cpu_ms: hashing, scanning, neutralising, copying),
+    median of n, and what it delivered and refused."""
+    out = {}
+    for name, source in CSV_LOADS.items():
+        script = runners.script(f"csv_{name}.py", source)
+        xs, verdict = [], None
+        for _ in range(n):
+            _, p = run_once(runners.jail_cmd(script)[0])
+            check(p, f"the {name} CSV step")
+            r = json.loads(p.stdout)
+            xs.append(r["supervisor"]["judging_cpu_ms"])
+            verdict = ([a["path"] + (" (neutralised)" if a.get("neutralised") else "") for a in r["artifacts"]],
+                       [f"{x['path']} ({x['reason']})" for x in r["rejected_artifacts"]])
+            for entry in os.listdir(runners.out):
+                os.unlink(os.path.join(runners.out, entry))
+        out[name] = {"median_ms": statistics.median(xs), "delivered": verdict[0], "refused": verdict[1]}
+    return out
 
 
 def kill_overrun(runners, commands_for, n):
@@ -428,6 +477,7 @@ def main():
                                  "over_baseline_mib": (peak - baseline) / 2**20}
     figures["kill_overrun_ms"] = kill_overrun(runners, three, max(3, n // 8))
     figures["session_cell_ms"] = session_cell(runners, n * 5)
+    figures["judging_cpu_ms"] = judging_cpu(runners, 3 if args.quick else 5)
     figures["pool"] = pool_figures(runners, args, n, seq_total, figures["trivial_ms"]["bare"]["median_ms"], seq["bare"])
     shutil.rmtree(work, ignore_errors=True)
 
@@ -444,6 +494,9 @@ def main():
                                              f"<= {TARGETS['supervisor_rss_over_baseline_mib_max']}"),
         "kill_overrun_ms": (figures["kill_overrun_ms"]["jail"], figures["kill_overrun_ms"]["jail"] <= TARGETS["kill_overrun_ms_max"],
                             f"<= {TARGETS['kill_overrun_ms_max']}"),
+        "judging_cpu_attack_ms": (figures["judging_cpu_ms"]["attack"]["median_ms"],
+                                  figures["judging_cpu_ms"]["attack"]["median_ms"] <= TARGETS["judging_cpu_attack_ms_max"],
+                                  f"<= {TARGETS['judging_cpu_attack_ms_max']}"),
         "session_cell_over_ms": (figures["session_cell_ms"]["over_ms"],
                                  figures["session_cell_ms"]["over_ms"] <= TARGETS["session_cell_over_ms_max"],
                                  f"<= {TARGETS['session_cell_over_ms_max']}"),
@@ -489,6 +542,11 @@ def main():
             print(f"{label:<28}{pf[key + '_pool_ms']:.1f} vs {pf[key + '_cold_ms']:.1f} cold ({pf[key + '_speedup']:.1f}x faster)")
         print(f"{'pool: idle data-stack jail':<28}{pf['idle_pss_mib']:.1f} MiB PSS with 2 ready ({pf['idle_anon_mib']:.1f} MiB of it anonymous, "
               f"the cost of one more; RSS {pf['idle_rss_mib']:.1f} MiB, shared pages counted in each process)")
+    for name, label in (("ordinary", "judging 200 MiB of CSV"), ("one_formula", "judging 100 MiB, neutralised"),
+                        ("attack", "judging 2x99 MiB of formulas")):
+        j = figures["judging_cpu_ms"][name]
+        print(f"{label:<28}{j['median_ms']:.0f} ms of supervisor CPU; delivered {', '.join(j['delivered']) or 'nothing'}; "
+              f"refused {', '.join(j['refused']) or 'nothing'}")
     r = figures["supervisor_rss"]
     print(f"{'supervisor peak RSS':<28}{r['peak_bytes'] / 2**20:.2f} MiB (binary baseline {r['baseline_bytes'] / 2**20:.2f} MiB, +{r['over_baseline_mib']:.2f} MiB)")
     print()

@@ -9,6 +9,9 @@
 #   B. the same missing account under JAIL_MUST_WORK=1 fails, saying why,
 #      before any test runs;
 #   C. under JAIL_MUST_WORK=1 a skip is a failure, named, and still listed;
+#      and a failure stops nothing: the test binaries after the failing
+#      one still run, the ordinary-user half still runs, and the exit
+#      status says so only at the end;
 #   D. under JAIL_MUST_WORK=1 with nothing missing, it is green, and the
 #      tests each half leaves to the other are listed, not failed.
 # The missing account is a name nobody has (jail-no-such-user): no account
@@ -92,12 +95,19 @@ says "JAIL_MUST_WORK=1 but there is no user '$missing' for the ordinary-user hal
 never_says "test result:"
 done_case
 
-# C. CI with something missing: the skip fails the run, and is listed.
-run C JAIL_MUST_WORK=1 TEST_USER=$spare JAIL_DATA_ROOTFS=/nonexistent -- "$data"
+# C. CI with something missing: the skip fails the run, and is listed. The
+#    failing binary (data_stack) comes before limits in each half: both
+#    halves run every binary all the same.
+run C JAIL_MUST_WORK=1 TEST_USER=$spare JAIL_DATA_ROOTFS=/nonexistent -- "$data" "$user_only" "$root_only"
 expect_rc fail
 says "JAIL_MUST_WORK=1 but this host cannot run the test: no data rootfs at /nonexistent"
 says "test result: FAILED"
 skipped host root "$data"
+skipped host "uid $spare" "$data"
+says "== as uid $spare (no account): limits"
+[ "$(passes)" -eq 4 ] || fail "expected 2 tests passing in each half past the failure, saw $(passes)"
+says "== failed: the tests as root; the tests as the ordinary user ($spare)"
+says "run-as-user: as uid $spare (no account), these test binaries failed: data_stack"
 done_case
 
 # D. CI with everything there (the explicit bare uid is no fallback): green,

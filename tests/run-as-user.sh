@@ -90,15 +90,17 @@ place() {
 rootfs=$(place "${JAIL_ROOTFS:-$repo/python-rootfs/out/minimal}" rootfs-minimal)
 data_rootfs=$(place "${JAIL_DATA_ROOTFS:-$repo/python-rootfs/out/data}" rootfs-data)
 
-status=0
+# Every binary runs, whatever the ones before it did.
+status=0 failed=()
 for b in "$stage"/bin/*; do
     case "$(basename "$b")" in jail|jail-agent|jail-mcp|jail-serve) continue ;; esac
     echo "== as $label: $(basename "$b")"
     (cd "$stage" && as_user env -i PATH=/usr/bin:/bin HOME="$stage" TMPDIR="$stage/tmp" \
         JAIL_BIN="$stage/bin/jail" JAIL_AGENT_BIN="$stage/bin/jail-agent" JAIL_ROOTFS="$rootfs" ${data_rootfs:+JAIL_DATA_ROOTFS="$data_rootfs"} \
         JAIL_REPO="$stage/repo" JAIL_MUST_WORK="${JAIL_MUST_WORK:-0}" JAIL_SKIP_LOG="$stage/skips.tsv" RUST_BACKTRACE=1 \
-        "$b" --test-threads=2 "$@") || status=1
+        "$b" --test-threads=2 "$@") || { status=1; failed+=("$(basename "$b")"); }
 done
+[ $status = 0 ] || echo "run-as-user: as $label, these test binaries failed: ${failed[*]}" >&2
 
 # A bare uid must leave nothing behind: anything it still owns in the
 # shared temporary folders came from this run (nothing did before).

@@ -10,6 +10,11 @@
 #    JAIL_MUST_WORK=1 (CI) a missing account is a failure instead.
 # 3. Every test that skipped, with its reason (tests/skips.sh), also left
 #    in JAIL_SKIP_REPORT (default target/test-skips.tsv).
+# 4. Which half failed, and in which test binaries.
+#
+# A failure stops nothing: every test binary of both halves runs
+# (`--no-fail-fast`), the skips are listed, and only then does the script
+# exit non-zero, so a newcomer sees every failure at once.
 #
 # FILTERs are libtest arguments (name filters, --exact) for every test
 # binary of both halves (tests/harness-test.sh drives the harness so).
@@ -39,18 +44,22 @@ if [ "$(id -u)" = 0 ]; then
     fi
 fi
 
-finish() { # STATUS: list the skips, keep them, exit
-    local status=$1
+failed=()
+finish() { # list the skips, keep them, say what failed, exit
     [ -z "$note" ] || echo "$note"
     mkdir -p "$(dirname "$report")" && cp "$log" "$report"
     # Under JAIL_MUST_WORK the tests already failed their host skips.
     JAIL_MUST_WORK= tests/skips.sh "$log"
-    exit "$status"
+    if [ ${#failed[@]} -eq 0 ]; then
+        exit 0
+    fi
+    local IFS=';'
+    echo "== failed:${failed[*]/#/ } (each half ran to its end; the failures are above)"
+    exit 1
 }
 
-status=0
-JAIL_TEST_USER=$ordinary cargo test --workspace -- "$@" || finish 1
+JAIL_TEST_USER=$ordinary cargo test --workspace --no-fail-fast -- "$@" || failed+=("the tests as $(id -un)")
 if [ -n "$ordinary" ]; then
-    tests/run-as-user.sh "$ordinary" "$@" || status=1
+    tests/run-as-user.sh "$ordinary" "$@" || failed+=("the tests as the ordinary user ($ordinary)")
 fi
-finish $status
+finish

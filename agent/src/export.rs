@@ -38,7 +38,7 @@ pub const BENEATH: u64 = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGI
 
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    #[error("the destination {path} is a symbolic link; pass the folder it points to")]
+    #[error("the destination {path} is a symbolic link or has one on the way; pass the real folder")]
     DestIsLink { path: PathBuf },
     #[error("{path} in the destination is {what}; remove it or pick another --output folder (links and special files there are never written through)")]
     Existing { path: PathBuf, what: &'static str },
@@ -152,7 +152,7 @@ pub fn open_file_beneath(base: &Path, rel: &Path) -> Result<File, String> {
 }
 
 fn open_dir(path: &Path) -> io::Result<OwnedFd> {
-    jail::sys::openat2(None, path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, 0)
+    jail::sys::openat2(None, path, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW, jail::accept::RESOLVE)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -196,13 +196,18 @@ pub fn export(output: &Path, accepted: &Accepted, dest: &Path) -> Result<Exporte
         let path = path.to_path_buf();
         move |error: io::Error| ExportError::Io { op, path, error }
     };
-    match std::fs::symlink_metadata(dest) {
-        Ok(m) if m.file_type().is_symlink() => return Err(ExportError::DestIsLink { path: dest.to_path_buf() }),
-        Ok(m) if !m.is_dir() => return Err(ExportError::Existing { path: dest.to_path_buf(), what: "not a folder" }),
-        Ok(_) => {}
-        Err(_) => std::fs::create_dir_all(dest).map_err(io_err("mkdir", dest))?,
-    }
-    let dest_fd = open_dir(dest).map_err(io_err("open", dest))?;
+    // The user's folder, taken as the jail crate takes every caller's path
+    // (`jail::accept`): made with its parents when missing, no link
+    // followed on the way or at its end (a trailing slash included).
+    let dest_fd = jail::accept::make_dirs(dest, 0o777).map_err(|e| match e.problem {
+        jail::accept::Problem::Link => ExportError::DestIsLink { path: dest.to_path_buf() },
+        jail::accept::Problem::NotAFolder => ExportError::Existing { path: dest.to_path_buf(), what: "not a folder" },
+        _ => ExportError::Io {
+            op: "open",
+            path: dest.to_path_buf(),
+            error: io::Error::other(e.problem.to_string()),
+        },
+    })?;
     let src_fd = open_dir(output).map_err(io_err("open", output))?;
     // Check every target first, so a planted link stops the export before
     // anything is written; the copy checks again on the descriptors.

@@ -17,10 +17,18 @@
 //! refuses folders that uid cannot use. So the sandbox reaches the session
 //! through that group alone: the session dir is 0710 with the group (root
 //! and the group may pass, nobody may list it), input and code are root's
-//! and the group's, 0750, their files get the source's owner bits for root
-//! and its read bits for the group (a 0600 input is 0640, others nothing),
-//! and output is given to the range's first uid and the group, 0770,
-//! whichever uid a step gets.
+//! and the group's, 0750; code files get their owner bits for root and
+//! the read bits for the group; and output is given to the range's first
+//! uid and the group, 0770, whichever uid a step gets.
+//!
+//! The input is copied as the jail crate takes every caller's path
+//! (`jail::accept`): no link followed, links inside copied as links, each
+//! entry's own mode kept (never widened), and only what the jail itself
+//! could read through a bind of the folder: as root, what the "other" bits
+//! (or the sandbox's group) allow (a 0600 file, even root's own, is not
+//! copied). Hard links, fifos,
+//! sockets and devices are never copied. Each entry left out is named in
+//! `skipped_input`.
 //!
 //! Everything the host side reads from the session is untrusted (a step may
 //! leave symlinks or fifos in `output`): every open is `openat2` beneath its
@@ -38,6 +46,8 @@ use crate::escape::shown;
 
 /// Largest input the agent copies into a session.
 const MAX_INPUT_BYTES: u64 = 1 << 30;
+/// Most entries of an input the agent copies into a session.
+const MAX_INPUT_ENTRIES: u64 = 100_000;
 /// Most entries one listing returns.
 pub const MAX_LIST_ENTRIES: usize = 500;
 const MAX_DEPTH: usize = 8;
@@ -164,16 +174,7 @@ impl Session {
             set_mode(&output, 0o770)?;
         }
         let mut session = Session { root, input: input_dir, code, output, owner, skipped_input: Vec::new() };
-        let src = fs::canonicalize(input).map_err(|error| SessionError::ReadInput { path: input.to_path_buf(), error })?;
-        if !src.is_dir() {
-            return Err(SessionError::ReadInput {
-                path: input.to_path_buf(),
-                error: io::Error::new(io::ErrorKind::InvalidInput, "not a directory"),
-            });
-        }
-        let mut total = 0;
-        let dst = session.input.clone();
-        copy_tree(&src, &dst, 0, &mut total, &mut session.skipped_input, owner)?;
+        session.skipped_input = copy_input(input, &session.input, owner)?;
         Ok(session)
     }
 
@@ -392,67 +393,39 @@ fn walk(dir: &Path, prefix: &str, depth: usize, out: &mut Vec<Entry>) {
     }
 }
 
-fn copy_tree(
-    src: &Path,
-    dst: &Path,
-    depth: usize,
-    total: &mut u64,
-    skipped: &mut Vec<String>,
-    owner: Owner,
-) -> Result<(), SessionError> {
-    let read = fs::read_dir(src).map_err(|error| SessionError::ReadInput { path: src.to_path_buf(), error })?;
-    for e in read.flatten() {
-        let from = e.path();
-        let to = dst.join(e.file_name());
-        let meta = fs::symlink_metadata(&from).map_err(|error| SessionError::ReadInput { path: from.clone(), error })?;
-        let ft = meta.file_type();
-        if ft.is_dir() && depth < MAX_DEPTH {
-            fs::create_dir(&to).map_err(io_err("mkdir", &to))?;
-            give(&to, owner, 0o700)?;
-            copy_tree(&from, &to, depth + 1, total, skipped, owner)?;
-        } else if ft.is_file() {
-            *total += meta.len();
-            if *total > MAX_INPUT_BYTES {
-                return Err(SessionError::InputTooLarge { path: src.to_path_buf() });
-            }
-            copy_file(&from, &to)?;
-            // No wider than the source: its permission bits, no set-id bits.
-            give(&to, owner, meta.permissions().mode() & 0o777)?;
-        } else {
-            let why = if ft.is_symlink() {
-                "a symbolic link"
-            } else if ft.is_dir() {
-                "nested too deep"
-            } else {
-                "not a regular file"
-            };
-            skipped.push(format!("{} ({why}; not copied)", from.display()));
-        }
-    }
-    Ok(())
-}
-
-/// Copy a regular file to a new private file (0600 until `give` sets its
-/// mode), never opening a fifo swapped in for it.
-fn copy_file(from: &Path, to: &Path) -> Result<(), SessionError> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let read_err = |error| SessionError::ReadInput { path: from.to_path_buf(), error };
-    let mut src = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(from)
-        .map_err(read_err)?;
-    if !src.metadata().map_err(read_err)?.is_file() {
-        return Err(read_err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file")));
-    }
-    let mut dst = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(to)
-        .map_err(io_err("create", to))?;
-    io::copy(&mut src, &mut dst).map_err(io_err("copy to", to))?;
-    Ok(())
+/// Copy the user's input folder into the session's, as the jail crate
+/// takes every caller's path (`jail::accept`): no link followed (links
+/// inside are copied as links), only what the jail may read (as root: by
+/// the "other" bits or the sandbox's group, which the copy keeps), each
+/// entry's own mode kept,
+/// hard links and special files never copied. What was left out, in plain
+/// words.
+fn copy_input(input: &Path, into: &Path, owner: Owner) -> Result<Vec<String>, SessionError> {
+    use jail::accept::{self, Reach};
+    let reach = match owner {
+        Owner::Caller => Reach::Caller,
+        Owner::Sandbox { gid, .. } => Reach::Sandbox { uid: None, gid: Some(gid) },
+    };
+    let refused = |e: accept::AcceptError| SessionError::ReadInput {
+        path: input.to_path_buf(),
+        error: io::Error::other(format!("{}; {}", e.problem, e.fix())),
+    };
+    let from = accept::open_dir(input, reach).map_err(refused)?;
+    let to = accept::open_own_dir(into).map_err(|e| SessionError::Io {
+        op: "open",
+        path: into.to_path_buf(),
+        error: io::Error::other(e.to_string()),
+    })?;
+    let copied = accept::copy_tree(&from, &to, reach, accept::Bounds { bytes: MAX_INPUT_BYTES, entries: MAX_INPUT_ENTRIES })
+        .map_err(|e| match e {
+            accept::CopyError::TooLarge(_) => SessionError::InputTooLarge { path: input.to_path_buf() },
+            other => SessionError::ReadInput { path: input.to_path_buf(), error: io::Error::other(other.to_string()) },
+        })?;
+    Ok(copied
+        .refused
+        .iter()
+        .map(|r| format!("{} ({}; not copied)", input.join(&r.path).display(), r.why))
+        .collect())
 }
 
 /// Set a session entry's mode (`mode`: what the caller, its owner, gets).
@@ -527,11 +500,26 @@ mod tests {
     }
 
     #[test]
-    fn input_is_copied_without_its_links() {
-        let (_t, s) = session();
+    fn input_is_copied_following_no_link_and_without_hard_links() {
+        let (t, s) = session();
         assert_eq!(fs::read_to_string(s.input.join("data.csv")).unwrap(), "a,b\n1,2\n");
-        assert!(fs::symlink_metadata(s.input.join("link")).is_err());
-        assert_eq!(s.skipped_input.len(), 1);
+        // A link is copied as a link (its text, never followed here).
+        assert_eq!(fs::read_link(s.input.join("link")).unwrap(), Path::new("/etc/passwd"));
+        assert_eq!(s.skipped_input, Vec::<String>::new());
+        // A hard link is never copied, and is named.
+        let input = t.path().join("in");
+        fs::write(t.path().join("elsewhere"), "x").unwrap();
+        fs::hard_link(t.path().join("elsewhere"), input.join("hard")).unwrap();
+        let s = Session::create(Some(t.path()), &input, Owner::Caller).unwrap();
+        assert!(fs::symlink_metadata(s.input.join("hard")).is_err());
+        assert_eq!(s.skipped_input.len(), 1, "{:?}", s.skipped_input);
+        assert!(s.skipped_input[0].contains("hard link"), "{:?}", s.skipped_input);
+        // The input named through a link is refused.
+        std::os::unix::fs::symlink(&input, t.path().join("inlink")).unwrap();
+        for p in ["inlink", "inlink/"] {
+            let e = Session::create(Some(t.path()), &t.path().join(p), Owner::Caller).unwrap_err();
+            assert!(e.to_string().contains("link"), "{e}");
+        }
     }
 
     #[test]

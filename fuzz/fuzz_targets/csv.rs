@@ -18,7 +18,10 @@ fuzz_target!(|data: &[u8]| {
         (found.rows, found.columns, found.header, found.flagged, found.examples, found.sanitized.len())
     });
     let pieces = csv(text, delimiter, chunk);
-    assert_eq!((whole.0, whole.1, &whole.2, whole.3, &whole.4), (pieces.rows, pieces.columns, &pieces.header, pieces.flagged, &pieces.examples));
+    assert_eq!(
+        (whole.0, whole.1, &whole.2, whole.3, &whole.4),
+        (pieces.rows, pieces.columns, &pieces.header, pieces.flagged, &pieces.examples)
+    );
     assert!(whole.2.len() <= 50 && whole.4.len() <= 5);
     assert_eq!(pieces.sanitized.len() as u64, text.len() as u64 + pieces.flagged);
     assert_eq!(whole.5, pieces.sanitized.len());

@@ -12,7 +12,15 @@ use std::time::Duration;
 use jail::pool::protocol::{parse_line, Ceilings, Line, Source};
 use libfuzzer_sys::fuzz_target;
 
-const CODES: [&str; 7] = ["malformed", "unknown_field", "bad_request", "limit_above_policy", "duplicate_id", "draining", "internal"];
+const CODES: [&str; 7] = [
+    "malformed",
+    "unknown_field",
+    "bad_request",
+    "limit_above_policy",
+    "duplicate_id",
+    "draining",
+    "internal",
+];
 
 fn clean(p: &Path) -> bool {
     p.is_absolute() && !p.components().any(|c| matches!(c, Component::ParentDir))

@@ -15,7 +15,18 @@ use libfuzzer_sys::fuzz_target;
 
 /// Few names, so that rules collide on the same syscall and the
 /// validator's exclusivity checks and libseccomp's rule merging are hit.
-const POOL: [&str; 10] = ["read", "ioctl", "socket", "clone", "personality", "mmap", "futex", "kill", "prctl", "getpid"];
+const POOL: [&str; 10] = [
+    "read",
+    "ioctl",
+    "socket",
+    "clone",
+    "personality",
+    "mmap",
+    "futex",
+    "kill",
+    "prctl",
+    "getpid",
+];
 const OPS: [&str; 8] = ["eq", "ne", "lt", "le", "gt", "ge", "masked_eq", "not_in"];
 const ERRNOS: [&str; 4] = ["EPERM", "ENOSYS", "EACCES", "EAFNOSUPPORT"];
 
@@ -47,7 +58,11 @@ enum ArbArg {
     Raw(u64),
     /// A constant from some rule's conditions, nudged: the boundaries are
     /// where a compiler gets comparisons wrong.
-    Near { rule: u8, cond: u8, nudge: u8 },
+    Near {
+        rule: u8,
+        cond: u8,
+        nudge: u8,
+    },
 }
 
 #[derive(Arbitrary, Debug)]
@@ -74,10 +89,9 @@ fn policy(input: &Input) -> SeccompFile {
     let action = |a: &ArbAction| match a {
         ArbAction::Allow => ActionFile::Allow,
         ArbAction::Kill => ActionFile::KillProcess,
-        ArbAction::Errno(e, report) => ActionFile::Errno {
-            errno: ERRNOS[*e as usize % ERRNOS.len()].to_string(),
-            report: Some(*report),
-        },
+        ArbAction::Errno(e, report) => {
+            ActionFile::Errno { errno: ERRNOS[*e as usize % ERRNOS.len()].to_string(), report: Some(*report) }
+        }
     };
     let rules = input
         .rules

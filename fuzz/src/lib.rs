@@ -90,7 +90,10 @@ pub fn within<T>(memory: usize, time: Duration, parse: impl FnOnce() -> T) -> T 
 pub fn within_budget<T>(parser: Parser, input: usize, parse: impl FnOnce() -> T) -> T {
     let (out, peak, took) = measured(parse);
     let budget = memory_budget(parser, input);
-    assert!(peak <= budget, "{parser:?}: the parse of {input} bytes peaked at {peak} bytes of heap, over its {budget}-byte budget");
+    assert!(
+        peak <= budget,
+        "{parser:?}: the parse of {input} bytes peaked at {peak} bytes of heap, over its {budget}-byte budget"
+    );
     let limit = FILE_SCAN_TIME + Duration::from_secs(1);
     assert!(took <= limit, "{parser:?}: the parse of {input} bytes took {took:?}, over {limit:?}");
     out

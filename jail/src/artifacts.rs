@@ -49,7 +49,7 @@ use crate::digest::Hasher;
 use crate::result::{Artifact, Change, Disposition, FlagKind, InputReport, Neutralised, RejectReason, RejectedArtifact};
 use crate::sys;
 
-pub use rules::{ArtifactRules, Extensions, FormulaCells};
+pub use rules::{ArtifactRules, Extensions, FormulaCells, PastBudget};
 
 /// Every open below the output dir: never a symlink, never out of the tree.
 const RESOLVE: u64 = sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS;
@@ -650,6 +650,14 @@ impl Collected {
         });
     }
 
+    /// The host received `rel` as the script wrote it, though its formula
+    /// cells were to be neutralised (`past_budget: "flag"`): flagged.
+    pub(crate) fn record_as_written(&mut self, rel: &str, why: &str) {
+        if let Some(a) = self.artifacts.iter_mut().find(|a| a.path == rel) {
+            a.flags.push(budget::incomplete(why.to_string()));
+        }
+    }
+
     /// The host received a neutralised copy of `rel`.
     pub(crate) fn record_neutralised(&mut self, rel: &str, w: &neutralise::Written) {
         if let Some(a) = self.artifacts.iter_mut().find(|a| a.path == rel) {
@@ -664,10 +672,11 @@ impl Collected {
     }
 }
 
-/// Judge the output dir and re-digest the input, now that the tree is dead.
-pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, dead: TreeDead) -> Collected {
+/// Judge the output dir and re-digest the input, now that the tree is dead,
+/// within the run's judging budget `spend`.
+pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, spend: budget::Spend, dead: TreeDead) -> Collected {
     match open_root(output) {
-        Ok(root) => collect_at(&root, before, rules, dead),
+        Ok(root) => collect_at(&root, before, rules, spend, dead),
         Err(e) => Collected {
             input: input_now(before, rules),
             ..unreadable_output(&format!("cannot open the output dir: {e}"))
@@ -690,8 +699,8 @@ pub fn unreadable_output(why: &str) -> Collected {
 
 /// [`collect`] beneath a descriptor of the output dir (the host folder, or
 /// the jail's output tmpfs).
-pub fn collect_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, dead: TreeDead) -> Collected {
-    let mut collected = judge_at(root, before, rules, dead);
+pub fn collect_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, spend: budget::Spend, dead: TreeDead) -> Collected {
+    let mut collected = judge_at(root, before, rules, spend, dead);
     collected.input = input_now(before, rules);
     collected
 }
@@ -703,11 +712,13 @@ pub fn input_now(before: &Before, rules: &ArtifactRules) -> Option<InputReport> 
 }
 
 /// The output half of [`collect_at`]: its verdict, with no input report.
-pub fn judge_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, _dead: TreeDead) -> Collected {
+/// Every read of a file's content is charged to `spend`; past it, with
+/// `past_budget: "refuse"`, what was not judged in full is refused.
+pub fn judge_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, spend: budget::Spend, _dead: TreeDead) -> Collected {
     let input = None;
     let listing = walk(root, rules);
     // The summarisers' time budget for this whole collection starts now.
-    let clock = budget::Clock::start();
+    let clock = budget::Clock::start(spend);
     let mut rejected = listing.rejected;
     let mut artifacts = Vec::new();
     let mut accepted_files = Vec::new();
@@ -729,7 +740,11 @@ pub fn judge_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, _dead: T
             );
             continue;
         }
-        match accept(root, f, before, &clock) {
+        if rules.past_budget == PastBudget::Refuse && spend.out() {
+            rejected.add_file(f, RejectReason::NotJudged, spend.why("never read"));
+            continue;
+        }
+        match accept(root, f, before, &clock, rules.past_budget) {
             Ok((artifact, delim)) => {
                 let formula = artifact.flags.iter().any(|fl| fl.kind == FlagKind::FormulaInjection);
                 let changed = artifact.change != Change::Unchanged;
@@ -788,11 +803,16 @@ fn accept(
     f: &FileEntry,
     before: &Before,
     clock: &budget::Clock,
+    past: PastBudget,
 ) -> Result<(Artifact, Option<u8>), (RejectReason, String)> {
     let mut file = open_listed(root, f)?;
     let ext = extension(f.rel.rsplit('/').next().unwrap_or(&f.rel));
-    let seen = inspect::inspect(&mut file, f.meta.size, &ext, clock.file())
-        .map_err(|e| (RejectReason::Unreadable, format!("read: {e}")))?;
+    let seen = inspect::inspect(&mut file, f.meta.size, &ext, clock.file(), past).map_err(|e| match e {
+        inspect::Unjudged::Read(e) => (RejectReason::Unreadable, format!("read: {e}")),
+        inspect::Unjudged::OverBudget { read } => {
+            (RejectReason::NotJudged, clock.spend().why(&format!("judged {read} of its {} bytes", f.meta.size)))
+        }
+    })?;
     let artifact = Artifact {
         path: f.rel.clone(),
         bytes: seen.bytes,
@@ -1050,7 +1070,7 @@ mod tests {
         }
         let before = Before::take(p, None, &rules()).unwrap();
         // A fifo opened for reading would block this test forever.
-        let c = collect(p, &before, &rules(), TreeDead::after_reaping_pid1());
+        let c = collect(p, &before, &rules(), budget::Spend::start(), TreeDead::after_reaping_pid1());
         let r = reasons(&c);
         assert_eq!(r["a.txt"], RejectReason::HardLink);
         assert_eq!(r["b.txt"], RejectReason::HardLink);
@@ -1083,7 +1103,7 @@ mod tests {
         std::fs::create_dir_all(p.join("a/b/c/d")).unwrap();
         std::fs::write(p.join("a/b/ok.txt"), "").unwrap();
         std::fs::write(p.join("a/b/c/deep.txt"), "").unwrap();
-        let c = collect(p, &Before::take(p, None, &r).unwrap(), &r, TreeDead::after_reaping_pid1());
+        let c = collect(p, &Before::take(p, None, &r).unwrap(), &r, budget::Spend::start(), TreeDead::after_reaping_pid1());
         let reasons = reasons(&c);
         assert_eq!(reasons["wide"], RejectReason::TooWide);
         assert_eq!(reasons["a/b/c"], RejectReason::TooDeep);
@@ -1097,7 +1117,7 @@ mod tests {
                 std::fs::write(p.join(format!("m{d}/{i}.txt")), "").unwrap();
             }
         }
-        let c = collect(p, &Before::take(p, None, &r).unwrap(), &r, TreeDead::after_reaping_pid1());
+        let c = collect(p, &Before::take(p, None, &r).unwrap(), &r, budget::Spend::start(), TreeDead::after_reaping_pid1());
         assert!(c.rejected.iter().any(|x| x.reason == RejectReason::TooManyEntries), "{:?}", c.rejected);
         assert!(c.artifacts.len() < 80);
     }
@@ -1108,7 +1128,13 @@ mod tests {
         for i in 0..(MAX_REJECTED_LISTED + 7) {
             std::fs::write(dir.path().join(format!("-{i}.txt")), "").unwrap();
         }
-        let c = collect(dir.path(), &Before::take(dir.path(), None, &rules()).unwrap(), &rules(), TreeDead::after_reaping_pid1());
+        let c = collect(
+            dir.path(),
+            &Before::take(dir.path(), None, &rules()).unwrap(),
+            &rules(),
+            budget::Spend::start(),
+            TreeDead::after_reaping_pid1(),
+        );
         assert_eq!(c.rejected.len(), MAX_REJECTED_LISTED + 1);
         let last = c.rejected.last().unwrap();
         assert_eq!(last.reason, RejectReason::TooManyRejected);
@@ -1130,7 +1156,7 @@ mod tests {
         std::fs::File::options().write(true).open(&edit).unwrap().set_modified(mtime).unwrap();
         std::fs::remove_file(p.join("gone.txt")).unwrap();
         std::fs::write(p.join("new.txt"), "n\n").unwrap();
-        let c = collect(p, &before, &rules(), TreeDead::after_reaping_pid1());
+        let c = collect(p, &before, &rules(), budget::Spend::start(), TreeDead::after_reaping_pid1());
         let changes: BTreeMap<&str, Change> = c.artifacts.iter().map(|a| (a.path.as_str(), a.change)).collect();
         assert_eq!(changes["keep.txt"], Change::Unchanged);
         assert_eq!(changes["edit.txt"], Change::Modified);
@@ -1147,16 +1173,16 @@ mod tests {
         std::fs::write(p.join("x.csv"), "a\n=1\n").unwrap();
         std::fs::write(p.join("clean.csv"), "a\n1\n").unwrap();
         let empty = Before { output: BTreeMap::new(), entries: HashMap::new(), input: None };
-        let c = collect(p, &empty, &rules(), TreeDead::after_reaping_pid1());
+        let c = collect(p, &empty, &rules(), budget::Spend::start(), TreeDead::after_reaping_pid1());
         let plan: Vec<(&str, Option<u8>)> = c.accepted.iter().map(|a| (a.rel.as_str(), a.neutralise)).collect();
         assert_eq!(plan, [("clean.csv", None), ("x.csv", Some(b','))]);
         // Left alone since the snapshot: delivered as it was, not rewritten.
         let before = Before::take(p, None, &rules()).unwrap();
-        let c = collect(p, &before, &rules(), TreeDead::after_reaping_pid1());
+        let c = collect(p, &before, &rules(), budget::Spend::start(), TreeDead::after_reaping_pid1());
         assert!(c.accepted.iter().all(|a| a.neutralise.is_none()));
         let mut flag = rules();
         flag.formula_cells = FormulaCells::Flag;
-        let c = collect(p, &empty, &flag, TreeDead::after_reaping_pid1());
+        let c = collect(p, &empty, &flag, budget::Spend::start(), TreeDead::after_reaping_pid1());
         assert!(c.accepted.iter().all(|a| a.neutralise.is_none()));
         assert_eq!(c.artifacts.len(), 2);
     }
@@ -1170,7 +1196,7 @@ mod tests {
         for i in 0..(MAX_REJECTED_LISTED + 5) {
             std::os::unix::fs::symlink("/etc/passwd", p.join(format!("l{i:03}.txt"))).unwrap();
         }
-        let c = collect(p, &before, &rules(), TreeDead::after_reaping_pid1());
+        let c = collect(p, &before, &rules(), budget::Spend::start(), TreeDead::after_reaping_pid1());
         assert_eq!(c.refused.len(), MAX_REJECTED_LISTED + 6);
         let alone: Vec<Vec<u8>> = c.refused.iter().filter(|r| before.left_alone(r)).map(Refused::raw_rel).collect();
         assert_eq!(alone, [b"old.txt".to_vec()]);
@@ -1189,7 +1215,7 @@ mod tests {
             }
         }
         let empty = Before { output: BTreeMap::new(), entries: HashMap::new(), input: None };
-        let c = collect(p, &empty, &r, TreeDead::after_reaping_pid1());
+        let c = collect(p, &empty, &r, budget::Spend::start(), TreeDead::after_reaping_pid1());
         let not_judged: Vec<Vec<u8>> = c.refused.iter().map(Refused::raw_rel).collect();
         // a, b and a/0..2 were looked at (5 entries); a/3 and all of b were not.
         assert_eq!(not_judged, [b"a/3.txt".to_vec(), b"b".to_vec()]);

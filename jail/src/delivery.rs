@@ -28,9 +28,10 @@ use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use crate::artifacts::{self, neutralise, ArtifactRules, Before, Collected, Refused, TreeDead};
+use crate::artifacts::budget::Spend;
+use crate::artifacts::{self, neutralise, ArtifactRules, Before, Collected, PastBudget, Refused, TreeDead};
 use crate::fsid::{Acting, As};
 use crate::output::{self, FsIds, Inventory, Partial};
 use crate::result::{Disposition, OutputSync, RejectReason, RejectedArtifact};
@@ -56,24 +57,37 @@ pub struct Delivery {
     pub quarantine_dir: Option<PathBuf>,
     /// When the verdict was in (the copy or the quarantine followed).
     pub judged_at: Instant,
+    /// The supervisor CPU the judging, neutralising and copying cost.
+    pub judging_cpu: Duration,
 }
 
 /// Judge the output dir and deliver what passed into the host folder
-/// `host`. `deadline` bounds the copy; `ids` are the sandbox's host ids,
-/// which every write into the host folder is made as.
+/// `host`. The copy ends by `run_deadline` (the run's wall deadline), or
+/// [`output::COPY_GRACE`] after the verdict when the script used all of
+/// it, so what a script wrote before a timeout, or what took long to
+/// judge, still reaches the host; `ids` are the sandbox's host ids, which
+/// every write into the host folder is made as.
 pub fn deliver(
     host: &Path,
     dir: OutputDir<'_>,
     before: &Before,
     rules: &ArtifactRules,
     ids: FsIds,
-    deadline: Instant,
+    run_deadline: Instant,
     dead: TreeDead,
 ) -> Delivery {
-    match dir {
+    // From the verdict, not from before it: a grace taken before the
+    // judging was spent by the judging itself, and an accepted file then
+    // met a deadline already passed (issue 32).
+    let copy_deadline = |judged_at: Instant| run_deadline.max(judged_at + output::COPY_GRACE);
+    // Everything the supervisor now does to what the script left is
+    // charged to one budget of its own CPU (budget.rs).
+    let spend = Spend::start();
+    let delivery = match dir {
         OutputDir::Mirrored { tmpfs, inventory, limit } => {
-            let mut collected = judge_as_sandbox(tmpfs, before, rules, ids, dead);
+            let mut collected = judge_as_sandbox(tmpfs, before, rules, ids, spend, dead);
             let judged_at = Instant::now();
+            let deadline = copy_deadline(judged_at);
             let wanted: BTreeMap<PathBuf, output::Wanted> = collected
                 .accepted
                 .iter()
@@ -84,7 +98,8 @@ pub fn deliver(
                     )
                 })
                 .collect();
-            let copy = output::copy_out(tmpfs, host, inventory, ids, &wanted, limit, deadline);
+            let bounds = output::Bounds { limit, deadline, spend, past: rules.past_budget };
+            let copy = output::copy_out(tmpfs, host, inventory, ids, &wanted, bounds);
             settle(&mut collected, &copy.delivered);
             mark_left_alone(&mut collected, before);
             for (path, reason, detail) in &inventory.refused {
@@ -96,23 +111,45 @@ pub fn deliver(
                     moved_to: None,
                 });
             }
-            Delivery { collected, output_sync: Some(copy.sync), quarantine_dir: None, judged_at }
+            Delivery {
+                collected,
+                output_sync: Some(copy.sync),
+                quarantine_dir: None,
+                judged_at,
+                judging_cpu: Duration::ZERO,
+            }
         }
         OutputDir::Bound => {
-            let mut collected = artifacts::collect(host, before, rules, dead);
+            let mut collected = artifacts::collect(host, before, rules, spend, dead);
             let judged_at = Instant::now();
+            let deadline = copy_deadline(judged_at);
             let quarantine_dir = match sys::openat2(
                 None,
                 host,
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW,
                 sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS,
             ) {
-                Ok(root) => bound(&root, host, &mut collected, before, rules, ids, deadline),
+                Ok(root) => bound(&root, host, &mut collected, before, rules, ids, Stop { deadline, spend }),
                 Err(_) => None,
             };
-            Delivery { collected, output_sync: None, quarantine_dir, judged_at }
+            Delivery {
+                collected,
+                output_sync: None,
+                quarantine_dir,
+                judged_at,
+                judging_cpu: Duration::ZERO,
+            }
         }
-    }
+    };
+    Delivery { judging_cpu: spend.spent(), ..delivery }
+}
+
+/// When neutralising in place must stop: the copy's deadline, or the
+/// run's judging budget.
+#[derive(Clone, Copy)]
+struct Stop {
+    deadline: Instant,
+    spend: Spend,
 }
 
 /// Judge the output tmpfs as the sandbox's host ids, without the
@@ -122,10 +159,17 @@ pub fn deliver(
 /// never reads as root what the script could not. Should the ids not
 /// switch, nothing is judged readable: the collection is refused whole.
 /// The input is re-digested as the caller, who digested it before.
-fn judge_as_sandbox(tmpfs: &OwnedFd, before: &Before, rules: &ArtifactRules, ids: FsIds, dead: TreeDead) -> Collected {
+fn judge_as_sandbox(
+    tmpfs: &OwnedFd,
+    before: &Before,
+    rules: &ArtifactRules,
+    ids: FsIds,
+    spend: Spend,
+    dead: TreeDead,
+) -> Collected {
     let judged = Acting::begin(ids)
         .map_err(io::Error::other)
-        .and_then(|mut fs| fs.on(As::Jail, || Ok(artifacts::judge_at(tmpfs, before, rules, dead))));
+        .and_then(|mut fs| fs.on(As::Jail, || Ok(artifacts::judge_at(tmpfs, before, rules, spend, dead))));
     let mut collected =
         judged.unwrap_or_else(|e| artifacts::unreadable_output(&format!("act as the sandbox to judge the output: {e}")));
     collected.input = artifacts::input_now(before, rules);
@@ -140,6 +184,7 @@ fn settle(c: &mut Collected, delivered: &BTreeMap<PathBuf, output::Delivered>) {
         match delivered.get(Path::new(&rel)) {
             Some(output::Delivered::Copied | output::Delivered::Unchanged) => {}
             Some(output::Delivered::Neutralised(w)) => c.record_neutralised(&rel, w),
+            Some(output::Delivered::AsWritten(why)) => c.record_as_written(&rel, why),
             Some(output::Delivered::Refused(reason, why)) => c.withdraw(&rel, *reason, why.clone()),
             None => c.withdraw(&rel, RejectReason::Unreadable, "not copied to the host (see output_sync)".into()),
         }
@@ -164,7 +209,7 @@ fn bound(
     before: &Before,
     rules: &ArtifactRules,
     ids: FsIds,
-    deadline: Instant,
+    stop: Stop,
 ) -> Option<PathBuf> {
     let mut failed: Vec<Refused> = Vec::new();
     let todo: Vec<(String, u8, u64)> =
@@ -173,8 +218,12 @@ fn bound(
         // The neutralised copy may grow to twice the file (neutralise.rs);
         // the file itself is within max_file_bytes.
         let limit = rules.max_file_bytes.saturating_mul(2).saturating_add(1);
-        match neutralise_in_place(root, &rel, delim, size, limit, ids, deadline) {
+        match neutralise_in_place(root, &rel, delim, size, limit, ids, stop) {
             Ok(w) => c.record_neutralised(&rel, &w),
+            Err(_) if stop.spend.out() && rules.past_budget == PastBudget::Flag => {
+                // Left as the script wrote it, flagged, as the policy says.
+                c.record_as_written(&rel, &stop.spend.why("its formula cells were not all neutralised"));
+            }
             Err(why) => {
                 c.withdraw(&rel, RejectReason::FormulaCells, format!("its formula cells could not be neutralised: {why}"));
                 let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel.as_str()));
@@ -335,12 +384,12 @@ fn neutralise_in_place(
     size: u64,
     limit: u64,
     ids: FsIds,
-    deadline: Instant,
+    stop: Stop,
 ) -> Result<neutralise::Written, String> {
     // The bound folder is the script's: the copy is made as its host ids,
     // so it is owned like the script's own file.
     let mut fs = Acting::begin(ids).map_err(|e| e.to_string())?;
-    fs.on(As::Jail, || Ok(neutralise_beneath(root, rel, delim, size, limit, deadline)))
+    fs.on(As::Jail, || Ok(neutralise_beneath(root, rel, delim, size, limit, stop)))
         .map_err(|e| e.to_string())?
 }
 
@@ -350,7 +399,7 @@ fn neutralise_beneath(
     delim: u8,
     size: u64,
     limit: u64,
-    deadline: Instant,
+    stop: Stop,
 ) -> Result<neutralise::Written, String> {
     let (dir, name) = rel.rsplit_once('/').unwrap_or(("", rel));
     let parent = open_parent(root, dir).map_err(|e| format!("open its folder: {e}"))?;
@@ -362,7 +411,7 @@ fn neutralise_beneath(
     let partial = Partial::create(&parent).map_err(|e| format!("create the copy: {e}"))?;
     let written = {
         let mut out = io::BufWriter::new(partial.file());
-        neutralise::neutralise(&mut &src, size, delim, &mut out, limit, deadline)
+        neutralise::neutralise(&mut &src, size, delim, &mut out, limit, stop.deadline, stop.spend)
     };
     let written = match written {
         Ok(w) => w,

@@ -1,8 +1,9 @@
 //! A script given as text (`jail run -c CODE`) or on stdin (`jail run -`):
-//! written to a file in a private temp folder (0700, the file 0600) that is
-//! removed when the value is dropped, after the run. The file is only ever
-//! read by the supervisor with the caller's credentials (mounts.rs copies it
-//! into the jail), so nobody else needs to read it.
+//! written to a file in a private temp folder (0700, the file 0644) that is
+//! removed when the value is dropped, after the run. The folder keeps
+//! everyone else out; the file is readable by the jail's uid because a
+//! script is handed to the jail only when the jail could read it
+//! (accept.rs), root's runs included.
 
 use std::io::{Read, Write};
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
@@ -67,7 +68,7 @@ impl InlineScript {
         let mut file = std::fs::OpenOptions::new()
             .write(true)
             .create_new(true)
-            .mode(0o600)
+            .mode(0o644)
             .custom_flags(libc::O_NOFOLLOW)
             .open(dir.path().join(SCRIPT_NAME))
             .map_err(fail)?;
@@ -98,7 +99,7 @@ mod tests {
         let s = InlineScript::from_code("print(1)\n", t.path()).unwrap();
         let path = s.path();
         assert_eq!(std::fs::read_to_string(&path).unwrap(), "print(1)\n");
-        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777 & !0o022, 0o644 & !0o022);
         assert_eq!(std::fs::metadata(path.parent().unwrap()).unwrap().permissions().mode() & 0o777, 0o700);
         drop(s);
         assert!(!path.exists());

@@ -10,7 +10,9 @@
 //! - `host`: the machine read once: caller, leased host uid (`hostuid`), kernel features, rlimits, the run cgroup.
 //! - `cgroup`, `limits`, `rlimits`: the run cgroup, and what enforces each limit.
 //! - `throttle`: the CPU quota without a cpu cgroup: the watch loop duty-cycles the tree (SIGSTOP/SIGCONT).
-//! - `request`: every path the user gave, checked; the rootfs listed and identified (`rootfs`).
+//! - `accept`: THE one way every door (run, session, pool, MCP, agent) takes a caller's path: no link followed, the
+//!   jail's reach, modes never widened, hard links never copied.
+//! - `request`: every path the user gave, checked through `accept`; the rootfs listed and identified (`rootfs`).
 //! - `plan`: pure `plan(request, checked paths, host) -> RunPlan`: id maps, mounts, landlock rules, seccomp model, exec, limits, network, output, channels.
 //! - `layers`: the seccomp filter the plan names, compiled (through its cache).
 //! - `seccomp`, `landlock`: the filter and the ruleset, compiled from the policy.
@@ -41,6 +43,7 @@
 // (clippy::undocumented_unsafe_blocks): anywhere else it does not compile.
 #![deny(unsafe_code)]
 
+pub mod accept;
 pub mod artifacts;
 pub mod cancel;
 mod capture;

@@ -730,6 +730,7 @@ fn pool(a: PoolArgs) -> ExitCode {
             .then_some(req.policy.identity.root_host_gid),
         memory_limit: req.policy.limits.memory,
         output_capped: req.policy.filesystem.output_size.is_some(),
+        reach: jail::accept::Reach::of_jails(req.policy.identity.root_host_gid),
     };
     match jail::pool::run::run(cfg) {
         Ok(code) => ExitCode::from(code as u8),

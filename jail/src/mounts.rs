@@ -43,6 +43,13 @@ pub const WORKSPACE: &str = "/workspace";
 pub const INPUT_DIR: &str = "/workspace/input";
 pub const CODE_DIR: &str = "/workspace/code";
 pub const OUTPUT_DIR: &str = "/workspace/output";
+/// Where a session's trusted cell driver is copied (session.rs), apart
+/// from the code dir: `/workspace/code` holds the caller's code alone.
+/// Hidden (a rootfs's dot entries are never bound: request.rs), so no
+/// rootfs can be in its way.
+pub const DRIVER_DIR: &str = "/.jail";
+/// The driver's name there: `/.jail/jail_cell_driver.py`.
+pub const DRIVER_NAME: &str = "jail_cell_driver.py";
 
 /// Top-level rootfs names that the jail provides itself and never binds.
 pub const RESERVED_TOP_LEVEL: [&str; 8] = ["dev", "proc", "sys", "tmp", "run", "workspace", "boot", "lost+found"];
@@ -92,6 +99,10 @@ pub enum Code {
     Script { file: PathBuf, name: PathBuf },
     /// A folder granted with `--code DIR`, read-only.
     Dir(PathBuf),
+    /// A session: the caller's `--code` folder (or nothing), and the
+    /// trusted cell driver (`driver`, on the host), copied read-only into
+    /// [`DRIVER_DIR`], never into the code dir.
+    Session { dir: Option<PathBuf>, driver: PathBuf },
 }
 
 /// Scripts larger than this must come with their folder (`--code DIR`):
@@ -300,7 +311,7 @@ pub fn plan(req: &Request) -> Vec<MountOp> {
         Code::Script { file, name } => {
             ops.push(MountOp::ScriptCopy { source: file.clone(), dir: p(CODE_DIR), name: name.clone() })
         }
-        Code::Dir(dir) => ops.push(MountOp::Bind {
+        Code::Dir(dir) | Code::Session { dir: Some(dir), .. } => ops.push(MountOp::Bind {
             source: dir.clone(),
             path: p(CODE_DIR),
             kind: Kind::Dir,
@@ -308,6 +319,11 @@ pub fn plan(req: &Request) -> Vec<MountOp> {
             attrs: MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
             view: View::Rerooted,
         }),
+        Code::Session { dir: None, .. } => {}
+    }
+    if let Code::Session { driver, .. } = &req.code {
+        ops.push(MountOp::Dir { path: p(DRIVER_DIR), mode: 0o755 });
+        ops.push(MountOp::ScriptCopy { source: driver.clone(), dir: p(DRIVER_DIR), name: PathBuf::from(DRIVER_NAME) });
     }
     ops.push(MountOp::Dir { path: p(OUTPUT_DIR), mode: 0o755 });
     match req.output_size {
@@ -935,6 +951,34 @@ mod tests {
                 name: "analysis.py".into()
             }]
         );
+    }
+
+    #[test]
+    fn a_sessions_driver_is_copied_in_apart_and_its_code_dir_is_the_callers_or_empty() {
+        let driver = MountOp::ScriptCopy {
+            source: "/run/u/s.d/jail_cell_driver.py".into(),
+            dir: DRIVER_DIR.into(),
+            name: DRIVER_NAME.into(),
+        };
+        let touching = |ops: &[MountOp]| -> Vec<MountOp> {
+            ops.iter()
+                .filter(|op| match op {
+                    MountOp::Bind { path, .. } | MountOp::ScriptCopy { dir: path, .. } => {
+                        path == Path::new(CODE_DIR) || path == Path::new(DRIVER_DIR)
+                    }
+                    _ => false,
+                })
+                .cloned()
+                .collect()
+        };
+        let mut req = request();
+        req.code = Code::Session { dir: None, driver: "/run/u/s.d/jail_cell_driver.py".into() };
+        assert_eq!(touching(&plan(&req)), vec![driver.clone()]);
+        req.code = Code::Session { dir: Some("/host/code".into()), driver: "/run/u/s.d/jail_cell_driver.py".into() };
+        let ops = touching(&plan(&req));
+        assert!(matches!(&ops[0], MountOp::Bind { source, path, access: Access::ReadOnly, .. }
+            if source == Path::new("/host/code") && path == Path::new(CODE_DIR)));
+        assert_eq!(ops[1..], [driver]);
     }
 
     #[test]

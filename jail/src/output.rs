@@ -33,17 +33,18 @@ use std::ffi::{OsStr, OsString};
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::fcntl::AtFlags;
-use nix::sys::stat::{FileStat, Mode, SFlag};
-use nix::sys::time::TimeSpec;
+use nix::sys::stat::{FileStat, Mode};
 use nix::unistd::{Pid, UnlinkatFlags, Whence};
 
+use crate::accept::{kind_of, names, permission_bits, stat_at, times, Kind};
+use crate::artifacts::budget::Spend;
 use crate::artifacts::neutralise::{self, NeutraliseError, Written};
+use crate::artifacts::PastBudget;
 use crate::fsid::{Acting, As};
 use crate::result::{OutputSync, RejectReason};
 use crate::sys::{self, RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS};
@@ -70,26 +71,6 @@ pub enum OutputError {
 }
 
 pub use crate::fsid::FsIds;
-
-/// What kind of entry, as far as copying goes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    Dir,
-    File,
-    Symlink,
-    Fifo,
-    Other,
-}
-
-fn kind_of(st: &FileStat) -> Kind {
-    match SFlag::from_bits_truncate(st.st_mode & SFlag::S_IFMT.bits()) {
-        SFlag::S_IFDIR => Kind::Dir,
-        SFlag::S_IFREG => Kind::File,
-        SFlag::S_IFLNK => Kind::Symlink,
-        SFlag::S_IFIFO => Kind::Fifo,
-        _ => Kind::Other,
-    }
-}
 
 /// An entry copied into the tmpfs, as it was right after the copy: if it
 /// is still the same inode with the same ctime, the script never touched it.
@@ -127,10 +108,6 @@ fn ctime(st: &FileStat) -> (i64, i64) {
     (st.st_ctime, st.st_ctime_nsec)
 }
 
-fn stat_at(dir: &OwnedFd, name: &OsStr) -> io::Result<FileStat> {
-    nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW).map_err(io::Error::from)
-}
-
 fn open_at(dir: &OwnedFd, name: &OsStr, flags: libc::c_int, mode: u32) -> io::Result<OwnedFd> {
     sys::openat2_mode(Some(dir.as_fd()), Path::new(name), flags, mode, RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)
 }
@@ -142,30 +119,6 @@ fn open_dir_at(dir: &OwnedFd, name: &OsStr) -> io::Result<OwnedFd> {
 /// Why a host entry was not copied in.
 const UNREADABLE: &str = "not readable by its mode bits (jail reads the host folder as its caller, without capabilities)";
 
-/// The names in a directory, without `.` and `..`, sorted.
-fn names(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
-    let mut d = nix::dir::Dir::from(dir.try_clone()?).map_err(io::Error::from)?;
-    let mut out = Vec::new();
-    for e in d.iter() {
-        let e = e.map_err(io::Error::from)?;
-        let name = OsStr::from_bytes(e.file_name().to_bytes());
-        if name != "." && name != ".." {
-            out.push(name.to_os_string());
-        }
-    }
-    out.sort();
-    Ok(out)
-}
-
-fn times(st: &FileStat) -> (TimeSpec, TimeSpec) {
-    (TimeSpec::new(st.st_atime, st.st_atime_nsec), TimeSpec::new(st.st_mtime, st.st_mtime_nsec))
-}
-
-fn permission_bits(st: &FileStat) -> u32 {
-    // No set-id bits travel either way.
-    st.st_mode & 0o1777
-}
-
 fn copy_data(from: OwnedFd, to: &OwnedFd) -> io::Result<()> {
     let mut src = std::fs::File::from(from);
     let mut dst = std::fs::File::from(to.try_clone()?);
@@ -176,7 +129,8 @@ fn copy_data(from: OwnedFd, to: &OwnedFd) -> io::Result<()> {
 /// parents may be closed to everyone else, a root caller's 0700 temp dir),
 /// then the folder itself again by mode bits, as the host side.
 fn open_host(fs: &mut Acting, host: &Path) -> io::Result<OwnedFd> {
-    let outer = sys::openat2(None, host, libc::O_RDONLY | libc::O_DIRECTORY, RESOLVE_NO_SYMLINKS)?;
+    // The caller's path, taken as every door takes one (accept.rs).
+    let outer = sys::openat2(None, host, libc::O_RDONLY | libc::O_DIRECTORY, crate::accept::RESOLVE)?;
     fs.on(As::Host, || open_dir_at(&outer, OsStr::new(".")))
 }
 
@@ -252,7 +206,7 @@ fn fill(
                 fill(fs, &sub, &tsub, &path, depth + 1, inv)?;
                 fs.on(As::Jail, || {
                     nix::sys::stat::fchmod(tsub.as_raw_fd(), Mode::from_bits_truncate(permission_bits(&st)))?;
-                    let (a, m) = times(&st);
+                    let [a, m] = times(&st);
                     Ok(nix::sys::stat::futimens(tsub.as_raw_fd(), &a, &m)?)
                 })
                 .map_err(err(&path))?;
@@ -288,7 +242,7 @@ fn fill(
                     let dst = open_at(tmp, &name, libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW, 0o600)?;
                     copy_data(src, &dst)?;
                     nix::sys::stat::fchmod(dst.as_raw_fd(), Mode::from_bits_truncate(permission_bits(&st)))?;
-                    let (a, m) = times(&st);
+                    let [a, m] = times(&st);
                     Ok(nix::sys::stat::futimens(dst.as_raw_fd(), &a, &m)?)
                 })
                 .map_err(err(&path))?;
@@ -310,7 +264,7 @@ fn fill(
                 })
                 .map_err(err(&path))?;
             }
-            Kind::Other => {
+            Kind::Socket | Kind::Device => {
                 let (reason, why) = if st.st_mode & libc::S_IFMT == libc::S_IFSOCK {
                     (RejectReason::Socket, "a socket; left on the host, never copied in")
                 } else {
@@ -346,8 +300,23 @@ pub enum Delivered {
     Unchanged,
     /// Written to the host with its formula cells neutralised.
     Neutralised(Written),
+    /// Written as the script wrote it although its formula cells were to
+    /// be neutralised: the judging budget ran out first and the policy
+    /// says `past_budget: "flag"`. Why, for its `incomplete_scan` flag.
+    AsWritten(String),
     /// Not written: why.
     Refused(RejectReason, String),
+}
+
+/// What one copy-out may spend: bytes on the host, time, and the run's
+/// judging budget for neutralising (past it, `past` says what becomes of
+/// the file).
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    pub limit: u64,
+    pub deadline: Instant,
+    pub spend: Spend,
+    pub past: PastBudget,
 }
 
 /// What [`copy_out`] did.
@@ -358,11 +327,14 @@ pub struct CopyOut {
     pub delivered: BTreeMap<PathBuf, Delivered>,
 }
 
-/// What one copy may still spend: bytes on the host disk, and time.
+/// What one copy may still spend: bytes on the host disk, time, and the
+/// run's judging budget.
 struct Budget {
     limit: u64,
     used: u64,
     deadline: Instant,
+    spend: Spend,
+    past: PastBudget,
 }
 
 impl Budget {
@@ -389,18 +361,18 @@ struct Mirror<'a> {
 /// deleted is deleted; what it left alone stays; everything else stays in
 /// the tmpfs. Runs once the whole tree is dead: nothing inside can change
 /// the tmpfs under the walk. At most `limit` bytes are allocated on the
-/// host, and nothing is written after `deadline`. Never fails as a whole;
-/// what could not be mirrored is listed in `errors` (and, for a wanted
-/// file, in `delivered`).
+/// host, and nothing is written after `deadline` (both in `bounds`). Never
+/// fails as a whole; what could not be mirrored is listed in `errors`
+/// (and, for a wanted file, in `delivered`).
 pub fn copy_out(
     tmpfs: &OwnedFd,
     host: &Path,
     inv: &Inventory,
     ids: FsIds,
     wanted: &BTreeMap<PathBuf, Wanted>,
-    limit: u64,
-    deadline: Instant,
+    bounds: Bounds,
 ) -> CopyOut {
+    let Bounds { limit, deadline, spend, past } = bounds;
     let mut sync = OutputSync {
         copied_in: inv.len() as u64,
         skipped: inv.skipped.clone(),
@@ -419,7 +391,7 @@ pub fn copy_out(
         fs,
         inv,
         wanted,
-        budget: Budget { limit, used: 0, deadline },
+        budget: Budget { limit, used: 0, deadline, spend, past },
         out: CopyOut { sync, delivered: BTreeMap::new() },
     };
     match root {
@@ -459,6 +431,7 @@ enum CopyError {
     Io(io::Error),
     Full,
     Deadline,
+    OverBudget,
 }
 
 impl From<io::Error> for CopyError {
@@ -646,7 +619,10 @@ impl Mirror<'_> {
                     let w = *w;
                     let done = match self.place(tmp, host, &name, &path, &st, &w) {
                         Ok(d) => {
-                            self.out.sync.copied_out += 1;
+                            // A file refused at the copy (no room, no time) reached nothing.
+                            if !matches!(d, Delivered::Refused(..)) {
+                                self.out.sync.copied_out += 1;
+                            }
                             d
                         }
                         Err(e) => {
@@ -714,7 +690,7 @@ impl Mirror<'_> {
                 self.out.sync.copied_out += 1;
             }
             let _ = nix::sys::stat::fchmod(hsub.as_raw_fd(), Mode::from_bits_truncate(permission_bits(st)));
-            let (a, m) = times(st);
+            let [a, m] = times(st);
             let _ = nix::sys::stat::futimens(hsub.as_raw_fd(), &a, &m);
             Ok(())
         });
@@ -781,27 +757,36 @@ impl Budget {
     /// Write `src`, an accepted file, into the host folder under `name`:
     /// into an unnamed file first, counted, then linked in.
     fn write(&mut self, host: &OwnedFd, name: &OsStr, st: &FileStat, w: &Wanted, src: &File) -> io::Result<Delivered> {
-        let partial = Partial::create(host)?;
+        let mut partial = Partial::create(host)?;
         let room = self.room();
-        let copied = match w.neutralise {
+        let mut copied = match w.neutralise {
             Some(delim) => {
                 let mut dst = io::BufWriter::new(partial.file());
-                neutralise::neutralise(&mut &*src, w.size, delim, &mut dst, room, self.deadline)
-                    .map(Some)
+                neutralise::neutralise(&mut &*src, w.size, delim, &mut dst, room, self.deadline, self.spend)
+                    .map(Delivered::Neutralised)
                     .map_err(|e| match e {
                         NeutraliseError::TooBig { .. } => CopyError::Full,
                         NeutraliseError::Deadline => CopyError::Deadline,
+                        NeutraliseError::OverBudget => CopyError::OverBudget,
                         NeutraliseError::Read(e) | NeutraliseError::Write(e) => CopyError::Io(e),
                     })
             }
-            None => copy_sparse(src, partial.file(), w.size, room, self.deadline).map(|()| None),
+            None => copy_sparse(src, partial.file(), w.size, room, self.deadline).map(|()| Delivered::Copied),
         };
+        let unneutralised = || self.spend.why("its formula cells were not all neutralised");
+        if matches!(copied, Err(CopyError::OverBudget)) && self.past == PastBudget::Flag {
+            // The policy takes it as the script wrote it, flagged.
+            partial.discard(host);
+            partial = Partial::create(host)?;
+            copied =
+                copy_sparse(src, partial.file(), w.size, room, self.deadline).map(|()| Delivered::AsWritten(unneutralised()));
+        }
         let refuse = |partial: Partial, reason: RejectReason, why: String| {
             partial.discard(host);
             Ok(Delivered::Refused(reason, why))
         };
-        let written = match copied {
-            Ok(w) => w,
+        let done = match copied {
+            Ok(d) => d,
             Err(CopyError::Io(e)) => {
                 partial.discard(host);
                 return Err(e);
@@ -814,10 +799,11 @@ impl Budget {
                     "the run's deadline passed while it was being copied to the host".into(),
                 )
             }
+            Err(CopyError::OverBudget) => return refuse(partial, RejectReason::FormulaCells, unneutralised()),
         };
         let dst = partial.file();
         nix::sys::stat::fchmod(dst.as_raw_fd(), Mode::from_bits_truncate(permission_bits(st))).map_err(io::Error::from)?;
-        let (a, m) = times(st);
+        let [a, m] = times(st);
         nix::sys::stat::futimens(dst.as_raw_fd(), &a, &m).map_err(io::Error::from)?;
         // What `du` will count: the blocks the host filesystem allocated.
         let cost = nix::sys::stat::fstat(dst.as_raw_fd())
@@ -828,10 +814,7 @@ impl Budget {
         }
         partial.publish(host, name)?;
         self.used += cost;
-        Ok(match written {
-            Some(w) => Delivered::Neutralised(w),
-            None => Delivered::Copied,
-        })
+        Ok(done)
     }
 }
 
@@ -912,6 +895,10 @@ mod tests {
         FsIds { uid: nix::unistd::geteuid().as_raw(), gid: nix::unistd::getegid().as_raw() }
     }
 
+    fn bounds(limit: u64, deadline: Instant) -> Bounds {
+        Bounds { limit, deadline, spend: Spend::start(), past: PastBudget::Refuse }
+    }
+
     fn dir_fd(p: &Path) -> OwnedFd {
         sys::openat2(None, p, libc::O_RDONLY | libc::O_DIRECTORY, 0).unwrap()
     }
@@ -966,7 +953,7 @@ mod tests {
     }
 
     fn copy_all(t: &OwnedFd, tmp: &Path, host: &Path, inv: &Inventory) -> CopyOut {
-        copy_out(t, host, inv, ids(), &all_files(tmp), 1 << 30, Instant::now() + Duration::from_secs(30))
+        copy_out(t, host, inv, ids(), &all_files(tmp), bounds(1 << 30, Instant::now() + Duration::from_secs(30)))
     }
 
     #[test]
@@ -1111,8 +1098,14 @@ mod tests {
         for n in ["a.bin", "b.bin"] {
             std::fs::write(tmp.path().join(n), vec![7u8; 1 << 20]).unwrap();
         }
-        let out =
-            copy_out(&t, host.path(), &inv, ids(), &all_files(tmp.path()), 3 << 19, Instant::now() + Duration::from_secs(30));
+        let out = copy_out(
+            &t,
+            host.path(),
+            &inv,
+            ids(),
+            &all_files(tmp.path()),
+            bounds(3 << 19, Instant::now() + Duration::from_secs(30)),
+        );
         assert_eq!(out.delivered[Path::new("a.bin")], Delivered::Copied);
         assert!(matches!(out.delivered[Path::new("b.bin")], Delivered::Refused(RejectReason::OutputFull, _)), "{out:?}");
         assert_eq!(tree(host.path()).len(), 1, "{:?}", tree(host.path()));
@@ -1126,7 +1119,7 @@ mod tests {
         let t = dir_fd(tmp.path());
         let inv = copy_in(host.path(), &t, ids()).unwrap();
         std::fs::write(tmp.path().join("late.txt"), "x").unwrap();
-        let out = copy_out(&t, host.path(), &inv, ids(), &all_files(tmp.path()), 1 << 30, Instant::now());
+        let out = copy_out(&t, host.path(), &inv, ids(), &all_files(tmp.path()), bounds(1 << 30, Instant::now()));
         assert!(matches!(out.delivered[Path::new("late.txt")], Delivered::Refused(RejectReason::CopyDeadline, _)));
         assert!(tree(host.path()).is_empty());
     }
@@ -1140,7 +1133,7 @@ mod tests {
         std::fs::write(tmp.path().join("r.csv"), "a,b\n=1,2\n").unwrap();
         let mut wanted = all_files(tmp.path());
         wanted.get_mut(Path::new("r.csv")).unwrap().neutralise = Some(b',');
-        let out = copy_out(&t, host.path(), &inv, ids(), &wanted, 1 << 30, Instant::now() + Duration::from_secs(30));
+        let out = copy_out(&t, host.path(), &inv, ids(), &wanted, bounds(1 << 30, Instant::now() + Duration::from_secs(30)));
         let Delivered::Neutralised(w) = &out.delivered[Path::new("r.csv")] else { panic!("{out:?}") };
         assert_eq!(w.cells, 1);
         assert_eq!(std::fs::read_to_string(host.path().join("r.csv")).unwrap(), "a,b\n'=1,2\n");

@@ -16,7 +16,7 @@ use crate::seconds;
 // The validated `artifacts` section is the artifacts module's own type, as
 // `seccomp::Model` and `landlock::Settings` are theirs: the judgement never
 // imports the policy.
-pub use crate::artifacts::{ArtifactRules, Extensions, FormulaCells};
+pub use crate::artifacts::{ArtifactRules, Extensions, FormulaCells, PastBudget};
 
 /// The default policy shipped in `policies/default.json`, built in so the
 /// binary works without `--policy`.
@@ -223,6 +223,10 @@ pub struct ArtifactsFile {
     /// `neutralise` (the default) or `flag`.
     pub formula_cells: Option<String>,
     pub input_hash_max_bytes: Option<Size>,
+    /// What becomes of a file the judging budget left unjudged: `refuse`
+    /// (the default) or `flag`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub past_budget: Option<String>,
 }
 
 /// A byte size: a number of bytes, or a string with a K, M or G suffix (powers
@@ -1032,6 +1036,16 @@ fn validate_artifacts(f: &ArtifactsFile) -> Result<ArtifactRules, PolicyError> {
             ))
         }
     };
+    let past_budget = match f.past_budget.as_deref().unwrap_or("refuse") {
+        "refuse" => PastBudget::Refuse,
+        "flag" => PastBudget::Flag,
+        other => {
+            return Err(PolicyError::field(
+                "artifacts.past_budget",
+                format!("`{other}` is not a choice (use \"refuse\" or \"flag\")"),
+            ))
+        }
+    };
     Ok(ArtifactRules {
         max_file_bytes: size_field("artifacts.max_file_bytes", &f.max_file_bytes, 100 << 20)?,
         max_total_bytes: size_field("artifacts.max_total_bytes", &f.max_total_bytes, 1 << 30)?,
@@ -1043,6 +1057,7 @@ fn validate_artifacts(f: &ArtifactsFile) -> Result<ArtifactRules, PolicyError> {
         allowed_extensions,
         formula_cells,
         input_hash_max_bytes: size_field("artifacts.input_hash_max_bytes", &f.input_hash_max_bytes, 256 << 20)?,
+        past_budget,
     })
 }
 
@@ -1339,6 +1354,11 @@ mod tests {
         assert!(!p.artifacts.allowed_extensions.allows("exe"));
         let err = Policy::from_json(r#"{"version":1,"artifacts":{"formula_cells":"strip"}}"#, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("artifacts.formula_cells"), "{err}");
+        assert_eq!(p.artifacts.past_budget, PastBudget::Refuse);
+        let flag = Policy::from_json(r#"{"version":1,"artifacts":{"past_budget":"flag"}}"#, Path::new("/")).unwrap();
+        assert_eq!(flag.artifacts.past_budget, PastBudget::Flag);
+        let err = Policy::from_json(r#"{"version":1,"artifacts":{"past_budget":"skip"}}"#, Path::new("/")).unwrap_err();
+        assert!(err.to_string().contains("artifacts.past_budget"), "{err}");
         let err = Policy::from_json(r#"{"version":1,"artifacts":{"max_depth":0}}"#, Path::new("/")).unwrap_err();
         assert!(err.to_string().contains("artifacts.max_depth"), "{err}");
         let err =

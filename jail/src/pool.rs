@@ -19,17 +19,24 @@
 //!
 //! - `id`: 1 to 128 printable characters, chosen by the caller.
 //! - exactly one of `code` (the script's text) or `script` (an absolute
-//!   path of a host file, opened without following links, read by the pool
-//!   and sent to the jail as `jail run FILE` would copy it).
+//!   path of a host file the jail's uid may read, read by the pool and
+//!   sent to the jail as `jail run FILE` would copy it).
 //! - `input` (optional): an absolute host folder, copied into the
 //!   claimed jail's own input folder (bound read-only at
-//!   `/workspace/input` when the jail was made) without following a link:
-//!   links are copied as links, resolved by the jail inside its own root.
+//!   `/workspace/input` when the jail was made): links are copied as
+//!   links, resolved by the jail inside its own root; each entry keeps its
+//!   mode; a hard link, a fifo, a device or an entry the jail's uid could
+//!   not read fails the request (`bad_request`, each named).
 //! - `output` (optional): an absolute path, absent or an empty folder, on
 //!   the filesystem of the pool's temp dir (TMPDIR): the jail's output
 //!   folder (delivered from its capped `/workspace/output` as `jail run
-//!   --output` delivers it) is renamed to it. Without it, the reply's
-//!   `output_dir` names a fresh `jail-output-*` folder in the temp dir.
+//!   --output` delivers it) is renamed to it, beneath its parent's
+//!   descriptor. Without it, the reply's `output_dir` names a fresh
+//!   `jail-output-*` folder in the temp dir.
+//!
+//! Every path is taken as every door takes a caller's path (accept.rs): no
+//! link followed anywhere in it (a trailing slash, a linked parent,
+//! `/proc/self/cwd` refused), opened once and used by descriptor.
 //! - `args` (optional): the script's `sys.argv[1:]` (`sys.argv[0]` is
 //!   `-c` for `code`, the file name for `script`).
 //! - `limits` (optional): `wall_time_secs`, at least 0.001 and at most the pool's
@@ -144,7 +151,10 @@
 //! figure drawn and saved when `matplotlib.pyplot` is listed), run before
 //! any untrusted code exists in it. A request gets one cell for its
 //! `sys.argv` and one for its code; then the session is stopped, and its
-//! closing result's artifacts go in the reply. No jail takes a second
+//! closing result's verdict (its artifacts and every refused entry,
+//! `RunResult::take_delivery`) goes in the reply. With a bound output
+//! folder (`output_size: "unlimited"`), the quarantine of refused entries
+//! follows the output folder, as `NAME.jail-rejected-N` beside it. No jail takes a second
 //! request; a replacement is made in the background when one is claimed.
 //!
 //! # Attaching instead of copying (attach.rs, not used yet)

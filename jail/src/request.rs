@@ -3,10 +3,11 @@
 //! listed and identified. What the run becomes is decided from this by
 //! `plan::plan`. Nothing here starts a process.
 
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::accept;
 use crate::mounts::{self, RootfsEntry};
 use crate::policy::{Network, Policy};
 use crate::proxy;
@@ -105,22 +106,25 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
     let rootfs_entries = list_rootfs(&rootfs)?;
     let rootfs_id = rootfs_identity(&rootfs)?;
 
-    let (code, script_rel) = resolve_script(&req.script, req.code.as_deref())?;
-    if let mounts::Code::Dir(dir) = &code {
-        check_readable(dir, "code dir", who)?;
-    }
+    let (code, script) = match &req.session {
+        Some(_) => session_code(req, who)?,
+        None => {
+            let (code, script_rel) = resolve_script(&req.script, req.code.as_deref(), who)?;
+            (code, Path::new(mounts::CODE_DIR).join(&script_rel))
+        }
+    };
     let input = match &req.input {
         Some(dir) => {
-            let d = existing_dir(dir, "input dir", "--input")?;
-            check_readable(&d, "input dir", who)?;
+            let (d, fd) = existing_dir(dir, "input dir", "--input")?;
+            check_readable(&d, &fd, "input dir", who)?;
             Some(d)
         }
         None => None,
     };
     let output_dir = match &req.output {
         Some(dir) => {
-            let d = existing_dir(dir, "output dir", "--output").map_err(InputError::of_output)?;
-            check_writable(&d, who, policy.filesystem.output_size).map_err(InputError::of_output)?;
+            let (d, fd) = existing_dir(dir, "output dir", "--output").map_err(InputError::of_output)?;
+            check_writable(&d, &fd, who, policy.filesystem.output_size).map_err(InputError::of_output)?;
             d
         }
         None => {
@@ -148,7 +152,7 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
             meminfo: None,
             sys_files: Vec::new(),
         },
-        script: Path::new(mounts::CODE_DIR).join(&script_rel),
+        script,
         output_dir,
         rootfs,
         rootfs_id,
@@ -219,116 +223,140 @@ fn entry_name(e: &RootfsEntry) -> &str {
 }
 
 /// What `/workspace/code` holds (the script alone, or the `--code` folder)
-/// and the script's path relative to it.
-fn resolve_script(script: &Path, code: Option<&Path>) -> Result<(mounts::Code, PathBuf), InputError> {
+/// and the script's path relative to it. The script is opened as the
+/// caller, following no link (accept.rs), and must be readable by the
+/// jail: its text is the jail's to read (modes are never widened, so a
+/// root caller cannot hand the jail a file only root may read).
+fn resolve_script(script: &Path, code: Option<&Path>, who: &Identity) -> Result<(mounts::Code, PathBuf), InputError> {
     let code_dir = match code {
-        Some(dir) => Some(existing_dir(dir, "code dir", "--code")?),
+        Some(dir) => {
+            let (d, fd) = existing_dir(dir, "code dir", "--code")?;
+            check_readable(&d, &fd, "code dir", who)?;
+            Some((d, fd))
+        }
         None => None,
     };
-    let candidate = match (&code_dir, script.is_relative() && !script.exists()) {
-        (Some(dir), true) => dir.join(script),
-        _ => script.to_path_buf(),
+    let unreadable = |e: accept::AcceptError| {
+        let fix = match e.problem {
+            accept::Problem::Link => "give the script's real path: no component may be a link",
+            accept::Problem::NotAFile => "pass the path of a Python file",
+            accept::Problem::Unreadable(_) if who.caller_uid == 0 => {
+                "make it readable by the jail's unprivileged uid (chmod o+r), or run jail as an ordinary user"
+            }
+            accept::Problem::Unreadable(_) => "make it readable (chmod u+r)",
+            _ => "check the path; it must be a Python file",
+        };
+        let what = match e.problem {
+            accept::Problem::NotAFile => "is not a regular file".to_string(),
+            _ => format!("cannot be read: {}", e.problem),
+        };
+        input_error(format!("script {} {what}", script.display()), fix)
     };
-    let meta = std::fs::metadata(&candidate).map_err(|e| {
-        input_error(format!("script {} cannot be read: {e}", script.display()), "check the path; it must be a Python file")
-    })?;
-    if !meta.is_file() {
-        return Err(input_error(format!("script {} is not a regular file", script.display()), "pass the path of a Python file"));
-    }
-    std::fs::File::open(&candidate)
-        .map_err(|e| input_error(format!("script {} cannot be read: {e}", script.display()), "make it readable (chmod a+r)"))?;
-    let full = std::fs::canonicalize(&candidate)
-        .map_err(|e| input_error(format!("script {}: {e}", script.display()), "check the path"))?;
-    let Some(code_dir) = code_dir else {
+    let reach = reach_of(who);
+    let Some((code_dir, code_fd)) = code_dir else {
         // Only the script is granted: its folder may hold anything (~/.ssh
         // beside ~/analysis.py), and none of that is the script's business.
-        if meta.len() > mounts::MAX_SCRIPT_BYTES {
+        let file = accept::open_file(script, reach).map_err(unreadable)?;
+        let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if len > mounts::MAX_SCRIPT_BYTES {
             return Err(input_error(
-                format!("script {} is {} bytes, over {} MiB", script.display(), meta.len(), mounts::MAX_SCRIPT_BYTES >> 20),
+                format!("script {} is {len} bytes, over {} MiB", script.display(), mounts::MAX_SCRIPT_BYTES >> 20),
                 "pass its folder with --code DIR",
             ));
         }
+        let full = accept::absolute(script).map_err(unreadable)?;
         let name = PathBuf::from(full.file_name().unwrap_or(full.as_os_str()));
         return Ok((mounts::Code::Script { file: full, name: name.clone() }, name));
     };
-    let rel = full.strip_prefix(&code_dir).map_err(|_| {
+    // Relative to the current folder when it is there, else to the code
+    // dir; either way it must lie beneath the code dir, by the words and
+    // then by the kernel (opened beneath the code dir's descriptor).
+    let candidate = match script.is_relative() && std::fs::symlink_metadata(script).is_err() {
+        true => code_dir.join(script),
+        false => accept::absolute(script).map_err(unreadable)?,
+    };
+    let rel = candidate.strip_prefix(&code_dir).map_err(|_| {
         input_error(
-            format!("script {} is not inside the code dir {}", full.display(), code_dir.display()),
+            format!("script {} is not inside the code dir {}", candidate.display(), code_dir.display()),
             "put the script inside --code DIR, or leave --code out",
         )
+    })?;
+    accept::open_file_beneath(&code_fd, &code_dir, rel, reach).map_err(|e| match e.problem {
+        accept::Problem::Outside => input_error(
+            format!("script {} is not inside the code dir {}", candidate.display(), code_dir.display()),
+            "put the script inside --code DIR, or leave --code out",
+        ),
+        _ => unreadable(e),
     })?;
     Ok((mounts::Code::Dir(code_dir), rel.to_path_buf()))
 }
 
-/// An existing directory that is not a symlink, canonicalized.
-fn existing_dir(dir: &Path, what: &str, flag: &str) -> Result<PathBuf, InputError> {
-    let meta = std::fs::symlink_metadata(dir).map_err(|e| {
-        input_error(
-            format!("{what} {} cannot be used: {e}", dir.display()),
-            format!("create it, or pass an existing folder to {flag}"),
-        )
-    })?;
-    if meta.file_type().is_symlink() {
-        return Err(input_error(
-            format!("{what} {} is a symlink", dir.display()),
-            format!("pass the real folder to {flag}, not a link to it"),
-        ));
-    }
-    if !meta.is_dir() {
-        return Err(input_error(format!("{what} {} is not a directory", dir.display()), format!("pass a folder to {flag}")));
-    }
-    std::fs::canonicalize(dir).map_err(|e| input_error(format!("{what} {}: {e}", dir.display()), "check the path"))
-}
-
-#[derive(Clone, Copy)]
-enum Want {
-    Read,
-    Write,
-}
-
-/// Whether `host_uid`/`host_gid` may read (r-x) or write (-wx) a folder, from
-/// its mode bits alone: the sandbox has no capabilities and no supplementary
-/// groups it could use instead.
-fn mode_allows(meta: &std::fs::Metadata, uid: u32, gid: u32, want: Want) -> bool {
-    let mode = meta.permissions().mode();
-    let bits = match want {
-        Want::Read => 0o5,
-        Want::Write => 0o3,
-    };
-    let shift = if meta.uid() == uid {
-        6
-    } else if meta.gid() == gid {
-        3
-    } else {
-        0
-    };
-    (mode >> shift) & bits == bits
-}
-
-fn check_readable(dir: &Path, what: &str, who: &Identity) -> Result<(), InputError> {
-    if who.caller_uid != 0 {
-        if nix::unistd::access(dir, nix::unistd::AccessFlags::R_OK | nix::unistd::AccessFlags::X_OK).is_err() {
-            return Err(input_error(format!("{what} {} is not readable", dir.display()), "make it readable (chmod u+rx)"));
+/// A session's code dir and script: the caller's `--code` folder, taken
+/// as a run's is, or nothing; the script is the trusted cell driver
+/// session.rs wrote (`req.script`), copied in apart from the code dir, so
+/// `/workspace/code` never shows it and `--code` needs no script of its own.
+fn session_code(req: &RunRequest, who: &Identity) -> Result<(mounts::Code, PathBuf), InputError> {
+    let dir = match &req.code {
+        Some(dir) => {
+            let (d, fd) = existing_dir(dir, "code dir", "--code")?;
+            check_readable(&d, &fd, "code dir", who)?;
+            Some(d)
         }
-        return Ok(());
+        None => None,
+    };
+    let script = Path::new(mounts::DRIVER_DIR).join(mounts::DRIVER_NAME);
+    Ok((mounts::Code::Session { dir, driver: req.script.clone() }, script))
+}
+
+/// An existing directory, opened without following any link (accept.rs):
+/// its absolute path (as the caller wrote it: the child opens it again the
+/// same way) and the descriptor the checks use.
+fn existing_dir(dir: &Path, what: &str, flag: &str) -> Result<(PathBuf, OwnedFd), InputError> {
+    let refused = |e: accept::AcceptError| {
+        let fix = match e.problem {
+            accept::Problem::Missing => format!("create it, or pass an existing folder to {flag}"),
+            accept::Problem::Link => format!("pass the real folder to {flag}, not a link to it or through one"),
+            accept::Problem::NotAFolder => format!("pass a folder to {flag}"),
+            _ => format!("check the path given to {flag}"),
+        };
+        input_error(format!("{what} {e}"), fix)
+    };
+    let fd = accept::open_own_dir(dir).map_err(refused)?;
+    let abs = accept::absolute(dir).map_err(refused)?;
+    Ok((abs, fd))
+}
+
+/// What the jail may reach of the host: the caller's own access, or, for
+/// a root caller, the sandbox's host uid and gid by mode bits.
+fn reach_of(who: &Identity) -> accept::Reach {
+    match who.caller_uid {
+        0 => accept::Reach::Sandbox { uid: Some(who.host_uid), gid: Some(who.host_gid) },
+        _ => accept::Reach::Caller,
     }
-    let meta = std::fs::metadata(dir).map_err(|e| input_error(format!("{what} {}: {e}", dir.display()), "check the path"))?;
-    if !mode_allows(&meta, who.host_uid, who.host_gid, Want::Read) {
-        return Err(input_error(
+}
+
+fn check_readable(dir: &Path, fd: &OwnedFd, what: &str, who: &Identity) -> Result<(), InputError> {
+    match accept::check(dir, fd, reach_of(who), accept::Want::Read) {
+        Ok(_) => Ok(()),
+        Err(e) if who.caller_uid == 0 => Err(input_error(
             format!(
-                "{what} {} is not readable by the sandbox (host uid {}, used when jail runs as root)",
+                "{what} {} is not readable by the sandbox (host uid {}, used when jail runs as root): {}",
                 dir.display(),
-                who.host_uid
+                who.host_uid,
+                e.problem
             ),
             format!("chmod o+rx {}, or run jail as an ordinary user", dir.display()),
-        ));
+        )),
+        Err(e) => Err(input_error(
+            format!("{what} {} is not readable: {}", dir.display(), e.problem),
+            "make it readable (chmod u+rx)",
+        )),
     }
-    Ok(())
 }
 
 /// `output_size`: `None` when the folder is bound into the jail (the script
 /// writes it as its host uid), else the copy writes it as the caller.
-fn check_writable(dir: &Path, who: &Identity, output_size: Option<u64>) -> Result<(), InputError> {
+fn check_writable(dir: &Path, fd: &OwnedFd, who: &Identity, output_size: Option<u64>) -> Result<(), InputError> {
     if who.caller_uid == 0 && output_size.is_some() {
         // Mirrored: the copy works on the folder as root without
         // capabilities, by its mode bits (fsid.rs).
@@ -344,25 +372,23 @@ fn check_writable(dir: &Path, who: &Identity, output_size: Option<u64>) -> Resul
             Err(e) => Err(input_error(format!("output dir {}: {e}", dir.display()), "check the path")),
         };
     }
-    if who.caller_uid != 0 {
-        if nix::unistd::access(dir, nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK).is_err() {
-            return Err(input_error(format!("output dir {} is not writable", dir.display()), "make it writable (chmod u+rwx)"));
-        }
-        return Ok(());
-    }
-    let meta = std::fs::metadata(dir).map_err(|e| input_error(format!("output dir {}: {e}", dir.display()), "check the path"))?;
-    if !mode_allows(&meta, who.host_uid, who.host_gid, Want::Write) {
-        return Err(input_error(
+    match accept::check(dir, fd, reach_of(who), accept::Want::Write) {
+        Ok(_) => Ok(()),
+        Err(e) if who.caller_uid != 0 => Err(input_error(
+            format!("output dir {} is not writable: {}", dir.display(), e.problem),
+            "make it writable (chmod u+rwx)",
+        )),
+        Err(e) => Err(input_error(
             format!(
-                "output dir {} is not writable by the sandbox (host uid {}, used when jail runs as root)",
+                "output dir {} is not writable by the sandbox (host uid {}, used when jail runs as root): {}",
                 dir.display(),
-                who.host_uid
+                who.host_uid,
+                e.problem
             ),
             // The uid differs between concurrent runs; the gid is shared.
             format!("chgrp {} {d} && chmod g+rwx {d}, or run jail as an ordinary user", who.host_gid, d = dir.display()),
-        ));
+        )),
     }
-    Ok(())
 }
 
 /// A new, empty output dir under the temp dir: the caller's, or, bound into

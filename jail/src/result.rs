@@ -113,6 +113,13 @@ pub struct SupervisorStats {
     /// "cancel"}`); null when it was not cancelled.
     #[serde(default)]
     pub cancelled_by: Option<String>,
+    /// The supervisor's own CPU (its thread's) for judging and delivering
+    /// the output once the tree was dead: hashing, scanning, neutralising
+    /// and copying. At most `budget::JUDGING_CPU` (1 s) is spent on the
+    /// content before what is left is refused or flagged
+    /// (`artifacts.past_budget`); null when the output was never judged.
+    #[serde(default)]
+    pub judging_cpu_ms: Option<f64>,
 }
 
 /// How the run ended. When several apply, the first in this order wins:
@@ -642,14 +649,18 @@ pub enum RejectReason {
     /// Larger than `max_file_bytes` (judged by its size; never read).
     TooLarge,
     /// A spreadsheet with formula cells that `formula_cells: "neutralise"`
-    /// cannot rewrite (XLSX): refused rather than delivered as it is.
+    /// cannot rewrite (XLSX), or a CSV/TSV whose neutralising the run's
+    /// judging budget cut short: refused rather than delivered as it is.
     FormulaCells,
     /// Writing it would pass `filesystem.output_size` in bytes written to
     /// the host (neutralising can grow a file).
     OutputFull,
     /// The run's deadline passed before the copy to the host reached it.
     CopyDeadline,
-    /// Never looked at: the walk stopped before it (`too_many_entries`).
+    /// Not judged in full: the walk stopped before it
+    /// (`too_many_entries`), or the run's judging budget ran out before it
+    /// was read to its end (`artifacts.past_budget: "refuse"`); `detail`
+    /// says which.
     NotJudged,
     /// Accepting it would pass `max_total_bytes`.
     TotalTooLarge,
@@ -704,6 +715,31 @@ impl RunResult {
                 (None, Some(sig)) => 128 + sig,
                 (None, None) => EXIT_SETUP_FAILED,
             },
+        }
+    }
+
+    /// A step that ran as a session cell (a `jail pool` step) is judged
+    /// when its session ends: the closing result's delivery — what was
+    /// accepted, every refusal, the output sync, the quarantine, the
+    /// input's digest — becomes the step's. The one way a cell's result
+    /// takes its session's verdict, so no refusal is left behind in the
+    /// closing.
+    pub fn take_delivery(&mut self, closing: RunResult) {
+        self.artifacts = closing.artifacts;
+        self.rejected_artifacts = closing.rejected_artifacts;
+        self.output_sync = closing.output_sync;
+        self.quarantine_dir = closing.quarantine_dir;
+        self.input = closing.input;
+    }
+
+    /// The quarantine folder was moved to `to` (a pool hands it over with
+    /// the output folder): the result names where its entries are now.
+    pub fn rehome_quarantine(&mut self, to: &std::path::Path) {
+        let Some(from) = self.quarantine_dir.replace(to.display().to_string()) else { return };
+        for r in &mut self.rejected_artifacts {
+            if let Some(rest) = r.moved_to.as_deref().and_then(|m| std::path::Path::new(m).strip_prefix(&from).ok()) {
+                r.moved_to = Some(to.join(rest).display().to_string());
+            }
         }
     }
 
@@ -774,6 +810,35 @@ pub fn parse_python_error(stderr: &str) -> Option<PythonError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn refused(path: &str, moved_to: Option<&str>) -> RejectedArtifact {
+        RejectedArtifact {
+            path: path.into(),
+            reason: RejectReason::Symlink,
+            detail: String::new(),
+            disposition: Disposition::Quarantined,
+            moved_to: moved_to.map(String::from),
+        }
+    }
+
+    #[test]
+    fn a_cell_takes_its_sessions_whole_verdict_and_a_moved_quarantine_is_named_where_it_is() {
+        let blank = || RunResult::setup_failed(SetupError { stage: String::new(), message: String::new(), causes: vec![] });
+        let mut closing = blank();
+        closing.rejected_artifacts = vec![refused("l.txt", Some("/slot/out.q/000001")), refused("x", None)];
+        closing.quarantine_dir = Some("/slot/out.q".into());
+        closing.output_sync = Some(OutputSync { withheld: 2, ..OutputSync::default() });
+        let mut step = blank();
+        step.take_delivery(closing.clone());
+        assert_eq!(
+            (&step.rejected_artifacts, &step.quarantine_dir, &step.output_sync),
+            (&closing.rejected_artifacts, &closing.quarantine_dir, &closing.output_sync)
+        );
+        step.rehome_quarantine(std::path::Path::new("/home/u/out.jail-rejected-0"));
+        assert_eq!(step.quarantine_dir.as_deref(), Some("/home/u/out.jail-rejected-0"));
+        assert_eq!(step.rejected_artifacts[0].moved_to.as_deref(), Some("/home/u/out.jail-rejected-0/000001"));
+        assert_eq!(step.rejected_artifacts[1].moved_to, None);
+    }
 
     #[test]
     fn exception_at_the_end_of_stderr_is_parsed() {

@@ -11,7 +11,8 @@
 //! the one-script watch. When the session ends, `supervisor::run` finishes
 //! as a run does (tree killed and reaped, cgroup removed, output judged
 //! and delivered); the socket, the driver's folder and the cgroup go, and
-//! a one-line tombstone says why for a later `exec`. A janitor process
+//! a tombstone keeps why, for a later `exec`, and the closing result, for
+//! a later `stop` (handle.rs, `Tombstone`). A janitor process
 //! does the same cleanup should the supervisor itself be killed.
 //!
 //! A session made ahead (a `jail pool`'s) can take its caller's output
@@ -281,7 +282,9 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
     let driver_dir = dir.join(format!("{id}.d"));
     let driver = driver_dir.join("jail_cell_driver.py");
     let written = std::fs::DirBuilder::new().mode(0o700).create(&driver_dir).and_then(|()| {
-        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&driver)?;
+        // Readable by the jail's uid (a script is given to the jail only if
+        // it may read it: accept.rs); its folder keeps everyone else out.
+        let mut f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o644).open(&driver)?;
         f.write_all(DRIVER.as_bytes())
     });
     if let Err(e) = written {
@@ -357,11 +360,18 @@ impl Leftovers {
         let _ = std::fs::remove_dir_all(&self.driver_dir);
     }
 
-    /// A line for a later `exec` that finds the session gone.
-    fn bury(&self, why: &str) {
+    /// What a later client finds of the session: why it ended, for an
+    /// `exec`, and its closing result, for a `stop` (a session that ended
+    /// by itself, with nobody waiting for its closing, still reports what
+    /// it delivered and refused: handle.rs, `Tombstone`).
+    fn bury(&self, why: &str, closing: Option<&RunResult>) {
+        let stone = handle::Tombstone {
+            why: why.to_string(),
+            closing: closing.and_then(|c| serde_json::to_value(c).ok()),
+        };
         let f = std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).open(&self.tombstone);
         if let Ok(mut f) = f {
-            let _ = f.write_all(why.as_bytes());
+            let _ = f.write_all(&serde_json::to_vec(&stone).unwrap_or_default());
         }
     }
 }
@@ -431,11 +441,13 @@ fn supervise(req: RunRequest, hook: Rc<Serve>, paths: Leftovers) -> ! {
         };
         say_failed(&hook, &line);
     }
-    paths.bury(&why.describe(&hook.session));
+    let mut result = result;
+    result.session = Some(hook.info(0, Some(&why)));
+    // Before the socket goes: a client that connected while the output was
+    // judged reads the tombstone once we are gone.
+    paths.bury(&why.describe(&hook.session), Some(&result));
     paths.remove();
     if let Some(stopper) = hook.stopper.borrow_mut().take() {
-        let mut result = result;
-        result.session = Some(hook.info(0, Some(&why)));
         handle::answer(&stopper, &handle::Answer { result: serde_json::to_value(&result).ok(), error: None });
     }
     sys::exit_now(0)
@@ -467,7 +479,7 @@ fn janitor(from: OwnedFd, paths: &Leftovers) -> ! {
     let mut text = Vec::new();
     let _ = std::fs::File::from(from).take(64 << 10).read_to_end(&mut text);
     // The supervisor is gone. If it ended normally all of this is done.
-    paths.bury("the session supervisor was killed");
+    paths.bury("the session supervisor was killed", None);
     paths.remove();
     let dirs: Vec<PathBuf> = String::from_utf8_lossy(&text).lines().filter(|l| l.starts_with('/')).map(PathBuf::from).collect();
     // PID 1 dies with its supervisor (PR_SET_PDEATHSIG): the cgroups empty
@@ -487,17 +499,41 @@ fn janitor(from: OwnedFd, paths: &Leftovers) -> ! {
     sys::exit_now(0)
 }
 
-/// Tombstones older than a day are forgotten.
+/// Tombstones kept in a caller's session folder: the newest ones, so the
+/// folder stays bounded whatever the history (a pool makes a session per
+/// step). A client asks an ended session for its closing at once (a
+/// pool) or soon after; one that waits past this many later endings gets
+/// "no session".
+pub const MAX_TOMBSTONES: usize = 64;
+
+/// Names read from the session folder per sweep: the folder holds live
+/// sessions' sockets and driver folders besides the tombstones, and a
+/// sweep that meets more stops there (the next start sweeps on).
+const SWEEP_SCAN: usize = 65_536;
+
+/// Forget tombstones older than a day, and all but the newest
+/// [`MAX_TOMBSTONES`].
 fn sweep_tombstones(dir: &Path) {
     let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let now = SystemTime::now();
     let day = Duration::from_secs(86_400);
-    for e in entries.flatten() {
-        let old = e
-            .metadata()
-            .and_then(|m| m.modified())
-            .is_ok_and(|t| SystemTime::now().duration_since(t).unwrap_or_default() > day);
-        if old && e.file_name().to_string_lossy().ends_with(".ended") {
+    let mut kept: Vec<(SystemTime, PathBuf)> = Vec::new();
+    for e in entries.take(SWEEP_SCAN).flatten() {
+        if !e.file_name().as_encoded_bytes().ends_with(b".ended") {
+            continue;
+        }
+        let Ok(meta) = e.metadata() else { continue };
+        let at = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+        if !meta.is_file() || now.duration_since(at).unwrap_or_default() > day {
             let _ = std::fs::remove_file(e.path());
+        } else {
+            kept.push((at, e.path()));
+        }
+    }
+    if kept.len() > MAX_TOMBSTONES {
+        kept.sort_unstable_by_key(|k| std::cmp::Reverse(k.0));
+        for (_, path) in kept.drain(MAX_TOMBSTONES..) {
+            let _ = std::fs::remove_file(path);
         }
     }
 }
@@ -542,7 +578,9 @@ pub fn interrupt(handle: &Path) -> Result<serde_json::Value, handle::ClientError
 }
 
 /// End the session: its closing result (the whole session's usage,
-/// denials and delivered artifacts). A cell in flight is killed first.
+/// denials, delivered artifacts and refusals). A cell in flight is killed
+/// first. A session that already ended by itself (a cell that killed its
+/// interpreter, an idle timeout) gives the closing it left.
 pub fn stop(handle: &Path) -> Result<serde_json::Value, handle::ClientError> {
     handle::call(handle, &handle::Request::Stop)
 }

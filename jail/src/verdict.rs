@@ -135,10 +135,7 @@ struct Judged<'a> {
 fn collect_artifacts(result: &mut RunResult, output_dir: &std::path::Path, dir: delivery::OutputDir<'_>, j: Judged<'_>) {
     let started = j.started;
     result.timings.stages.insert("artifacts_start".into(), ms_since(started));
-    // The copy ends by the wall deadline, or a moment after the verdict
-    // when the script used all of it (output.rs, COPY_GRACE).
-    let copy_deadline = j.deadline.max(Instant::now() + output::COPY_GRACE);
-    let d = delivery::deliver(output_dir, dir, j.before, &j.policy.artifacts, j.ids, copy_deadline, j.dead);
+    let d = delivery::deliver(output_dir, dir, j.before, &j.policy.artifacts, j.ids, j.deadline, j.dead);
     result.timings.stages.insert("artifacts".into(), (d.judged_at - started).as_secs_f64() * 1000.0);
     result.timings.stages.insert("output_copy_out".into(), ms_since(started));
     result.artifacts = d.collected.artifacts;
@@ -146,6 +143,7 @@ fn collect_artifacts(result: &mut RunResult, output_dir: &std::path::Path, dir: 
     result.input = d.collected.input;
     result.output_sync = d.output_sync;
     result.quarantine_dir = d.quarantine_dir.map(|p| p.display().to_string());
+    result.supervisor.judging_cpu_ms = Some(d.judging_cpu.as_secs_f64() * 1000.0);
     result.timings.total_ms = ms_since(started);
 }
 

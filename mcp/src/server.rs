@@ -95,11 +95,12 @@ struct Config {
 
 impl Config {
     fn new(args: &McpArgs) -> Result<Config, McpError> {
-        let allowlist = Allowlist::new(&args.input_dirs)?;
         let mut policy = match &args.policy {
             Some(p) => Policy::load(p)?,
             None => Policy::builtin_default()?,
         };
+        // What each run's jail may read of the host decides what is staged.
+        let allowlist = Allowlist::new(&args.input_dirs, jail::accept::Reach::of_jails(policy.identity.root_host_gid))?;
         let overrides = Overrides {
             memory: args.memory.clone(),
             cpus: args.cpus.clone(),
@@ -277,7 +278,7 @@ impl Server {
             Ok(d) => d,
             Err(message) => return refused(message),
         };
-        let input = match stage_input(dir.path(), &staging) {
+        let input = match stage_input(dir.path(), &staging, self.config.allowlist.reach()) {
             Ok(i) => i,
             Err(message) => return refused(message),
         };
@@ -363,7 +364,7 @@ async fn run_step(config: &Config, code: &str, timeout: Duration, staging: &Stag
     let script = dir.path().join("main.py");
     std::fs::write(&script, code).map_err(|e| format!("write {}: {e}", script.display()))?;
     readable(&script, 0o644)?;
-    let input = stage_input(dir.path(), staging)?;
+    let input = stage_input(dir.path(), staging, config.allowlist.reach())?;
     let mut cmd = tokio::process::Command::new(&config.jail);
     cmd.arg("run").arg("--json").args(&config.run_flags);
     cmd.arg("--timeout").arg(timeout.as_secs_f64().to_string());
@@ -426,9 +427,12 @@ fn readable(path: &std::path::Path, mode: u32) -> Result<(), String> {
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).map_err(|e| format!("chmod {}: {e}", path.display()))
 }
 
-/// The folder to give as `--input`: an allowlisted folder as it is, or the
-/// allowlisted files copied into `dir/input`.
-fn stage_input(dir: &std::path::Path, staging: &Staging) -> Result<Option<PathBuf>, String> {
+/// The folder to give as `--input`: an allowlisted folder as it is (bound
+/// by `jail run`, which takes it as every door does), or the allowlisted
+/// files copied into `dir/input` by the jail crate's acceptor: opened
+/// again beneath their folder without following a link, each keeping its
+/// own mode (never made readable for the jail), never a hard link.
+fn stage_input(dir: &std::path::Path, staging: &Staging, reach: jail::accept::Reach) -> Result<Option<PathBuf>, String> {
     Ok(match staging {
         Staging::None => None,
         Staging::Folder(path) => Some(path.clone()),
@@ -436,10 +440,19 @@ fn stage_input(dir: &std::path::Path, staging: &Staging) -> Result<Option<PathBu
             let to = dir.join("input");
             std::fs::create_dir(&to).map_err(|e| format!("mkdir {}: {e}", to.display()))?;
             readable(&to, 0o755)?;
+            let into = jail::accept::open_own_dir(&to).map_err(|e| e.to_string())?;
             for (name, from) in files {
-                let dest = to.join(name);
-                std::fs::copy(from, &dest).map_err(|e| format!("copy {} to the jail's input: {e}", from.display()))?;
-                readable(&dest, 0o644)?;
+                let copy_err = |e: jail::accept::AcceptError| format!("copy {e} to the jail's input: {}", e.fix());
+                let file = from.open_file(reach).map_err(copy_err)?;
+                jail::accept::copy_file(
+                    file,
+                    &from.path(),
+                    &into,
+                    std::ffi::OsStr::new(name),
+                    reach,
+                    crate::inputs::MAX_COPY_BYTES,
+                )
+                .map_err(copy_err)?;
             }
             Some(to)
         }

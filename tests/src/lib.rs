@@ -588,6 +588,28 @@ pub fn parse(out: &Output) -> RunResult {
     serde_json::from_value(doc).unwrap_or_else(|e| panic!("the result does not deserialize ({e})"))
 }
 
+/// A copy of the default policy (less its `rootfs`) with `edit` applied,
+/// written beside the sandbox as `policy.json`, readable by the jail.
+pub fn policy_with(sb: &Sandbox, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
+    let text = std::fs::read_to_string(repo().join("policies/default.json")).expect("default policy");
+    let mut v: serde_json::Value = serde_json::from_str(&text).expect("the default policy is JSON");
+    if let Some(m) = v.as_object_mut() {
+        m.remove("rootfs");
+    }
+    edit(&mut v);
+    let p = sb.dir.path().join("policy.json");
+    std::fs::write(&p, serde_json::to_string_pretty(&v).expect("serialize")).expect("write the policy");
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod the policy");
+    p
+}
+
+/// The whole result document, for a failing assertion's message: what
+/// the jail said of every artifact, refusal, stage and limit, so a failure
+/// seen once (under load, say) can be read rather than guessed at.
+pub fn document(r: &RunResult) -> String {
+    serde_json::to_string_pretty(r).unwrap_or_else(|e| format!("(the result does not serialize: {e})"))
+}
+
 /// The committed result schema, made strict for the tests: every object
 /// that lists its properties gets `additionalProperties: false`, so a field
 /// the binary prints but the schema lacks fails here (clients get the open

@@ -727,9 +727,9 @@ fn sessions_are_fresh_and_a_root_run_shares_the_output_with_the_sandbox_group() 
         (meta.uid(), meta.gid(), meta.mode() & 0o070),
         (uid, jail_tests::sandbox_host_gid(), if is_root() { 0o070 } else { 0 })
     );
-    // The 0644 source: the owner's bits, and as root the sandbox group's read.
+    // The 0644 source keeps its own mode (jail::accept: never widened).
     let input_mode = std::fs::metadata(a.input.join("titanic.csv")).unwrap().mode() & 0o777;
-    assert_eq!(input_mode, if is_root() { 0o640 } else { 0o600 });
+    assert_eq!(input_mode, 0o644);
     if is_root() {
         // A parent the sandbox uid cannot pass through is refused up front.
         let closed = f.dir.path().join("closed");
@@ -799,7 +799,10 @@ fn the_model_key_never_reaches_a_step_even_when_the_policy_passes_it() {
 /// (so the next step cannot start). Also reads the 0600 input file.
 const HOSTILE_OUTPUTS: &str = r#"import os
 out = "/workspace/output"
-print("secret:", " ".join(open("/workspace/input/secret.csv").read().split()))
+try:
+    print("secret:", " ".join(open("/workspace/input/secret.csv").read().split()))
+except FileNotFoundError:
+    print("secret: not copied")
 open(f"{out}/ok.txt", "w").write("the one good file\n")
 for name in ["line\nbreak.txt", "esc\x1b[31m.txt", "bidi\u202etxt.md", "payload.sh", "-rf.txt"]:
     open(f"{out}/{name}", "w").write("refused\n")
@@ -918,7 +921,14 @@ fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_termin
     // 4: eight calls run, the other four are refused and say why.
     let replies = tool_messages(&req[4]);
     assert_eq!(replies.len(), 12);
-    assert!(replies[1].contains("secret: pin 4242"), "the sandbox reads a 0600 input: {}", replies[1]);
+    // A 0600 input is the caller's to give when the jail runs as the caller;
+    // root's is not copied, as a bind would not let the jail's uid read it
+    // (jail::accept), and the run says so.
+    let secret = if is_root() { "secret: not copied" } else { "secret: pin 4242" };
+    assert!(replies[1].contains(secret), "a 0600 input: {}", replies[1]);
+    if is_root() {
+        assert!(stderr.contains("input/secret.csv (") && stderr.contains("not copied"), "{stderr}");
+    }
     for r in &replies[8..] {
         assert!(r.starts_with("error: not run: this reply asked for 12 tool calls and at most 8 are run per reply"), "{r}");
     }
@@ -966,7 +976,11 @@ fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_termin
         assert_eq!(mode(&root.join(d)), private_dir, "{d}");
     }
     assert_eq!(mode(&root.join("output")) & 0o007, 0, "output is nobody else's");
-    assert_eq!(mode(&root.join("input/secret.csv")), secret, "a 0600 input gains at most the sandbox group's read");
+    if is_root() {
+        assert!(!root.join("input/secret.csv").exists(), "root's 0600 input is not copied");
+    } else {
+        assert_eq!(mode(&root.join("input/secret.csv")), 0o600, "a 0600 input keeps its mode");
+    }
     assert_eq!(mode(&root.join("input/titanic.csv")) & 0o022, 0, "no input is group- or world-writable");
     assert_eq!(mode(&root.join("code/w.py")), secret);
     for file in ["trace.jsonl", "summary.txt", "summary.json", "answer.md"] {
@@ -974,7 +988,7 @@ fn a_hostile_model_gets_only_accepted_files_exported_and_cannot_reach_the_termin
     }
     if is_root() {
         // Another local user can neither list the session nor read a file in it.
-        for p in [root.clone(), root.join("input/secret.csv"), root.join("trace.jsonl")] {
+        for p in [root.clone(), root.join("input/titanic.csv"), root.join("trace.jsonl")] {
             let r = Command::new("runuser").args(["-u", "jailtest", "--", "cat"]).arg(&p).output().unwrap();
             assert!(!r.status.success(), "jailtest read {}", p.display());
             let r = Command::new("runuser").args(["-u", "jailtest", "--", "ls"]).arg(&root).output().unwrap();

@@ -68,7 +68,7 @@ fn input_that_is_missing_a_file_or_a_symlink_is_refused() {
     let link = sb.dir.path().join("link");
     std::os::unix::fs::symlink(&sb.input, &link).unwrap();
     let missing = sb.dir.path().join("missing");
-    for (dir, needle) in [(&missing, "create it"), (&file, "not a directory"), (&link, "is a symlink")] {
+    for (dir, needle) in [(&missing, "create it"), (&file, "not a folder"), (&link, "symbolic link")] {
         let out = jail(&[
             os("run"),
             os("--rootfs"),

@@ -286,15 +286,15 @@ fn folders_under_a_parent_only_the_caller_can_enter_work() {
         "print(open('/workspace/input/data.txt').read()); open('/workspace/output/made.txt', 'w').write('made')\n",
     )
     .unwrap();
-    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o600)).unwrap();
+    // The jail reads the script (given alone or through the bound code
+    // dir): it must be readable by the jail's uid; its parent need not be.
+    std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
     for code_arg in [None, Some(&code)] {
         let _ = std::fs::remove_file(output.join("made.txt"));
         let mut cmd = Command::new(jail_bin());
         cmd.args(["run", "--json", "--rootfs"]).arg(rootfs());
         cmd.arg("--input").arg(&input).arg("--output").arg(&output);
         if let Some(dir) = code_arg {
-            // The sandbox reads the script through the bind: let it.
-            std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o644)).unwrap();
             cmd.arg("--code").arg(dir);
         }
         let out = cmd.arg(&script).output().unwrap();

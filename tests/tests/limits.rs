@@ -206,7 +206,10 @@ fn cpu_time_limit_below_the_wall_time_ends_as_timeout_cpu() {
     let sb = Sandbox::new();
     let backend = expected_backend();
     let started = Instant::now();
-    let r = run_with(&sb, &["--cpu-time", "1", "--timeout", "10"], "while True:\n    pass\n");
+    // A wall limit far above the CPU limit: on a loaded host a second of
+    // CPU can take several seconds of wall time, and the test is about which
+    // limit ends the run, not how fast the host is.
+    let r = run_with(&sb, &["--cpu-time", "1", "--timeout", "60"], "while True:\n    pass\n");
     let took = started.elapsed();
     assert_eq!(r.status, Status::TimeoutCpu, "{r:?}");
     if is_cgroup(&backend) {
@@ -222,7 +225,7 @@ fn cpu_time_limit_below_the_wall_time_ends_as_timeout_cpu() {
         // busy host runs ahead of the precise runtime getrusage reports.
         assert!(cpu_ms(&r) >= 600.0, "stopped after only {} ms of CPU", cpu_ms(&r));
     }
-    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(took < Duration::from_secs(60), "took {took:?}: the wall limit, not the CPU limit, ended it");
 }
 
 #[test]

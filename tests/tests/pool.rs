@@ -143,14 +143,7 @@ fn a_preload_the_rootfs_cannot_import_is_one_line_and_exit_125_with_nothing_left
 }
 
 fn policy_with_preload(sb: &Sandbox, preload: Value) -> PathBuf {
-    let text = std::fs::read_to_string(repo().join("policies/default.json")).unwrap();
-    let mut v: Value = serde_json::from_str(&text).unwrap();
-    v.as_object_mut().unwrap().remove("rootfs");
-    v["preload"] = preload;
-    let p = sb.dir.path().join("policy.json");
-    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-    p
+    policy_with(sb, |v| v["preload"] = preload)
 }
 
 #[test]

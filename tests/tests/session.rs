@@ -10,19 +10,6 @@ use std::time::{Duration, Instant};
 
 use jail_tests::*;
 
-/// A copy of the default policy with `edit` applied, written beside the
-/// sandbox.
-fn policy_with(sb: &Sandbox, edit: impl FnOnce(&mut serde_json::Value)) -> PathBuf {
-    let text = std::fs::read_to_string(repo().join("policies/default.json")).expect("default policy");
-    let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
-    v.as_object_mut().unwrap().remove("rootfs");
-    edit(&mut v);
-    let p = sb.dir.path().join("policy.json");
-    std::fs::write(&p, serde_json::to_string_pretty(&v).unwrap()).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
-    p
-}
-
 fn session_times(sb: &mut Sandbox, grace: f64, idle: f64, lifetime: f64) {
     let p = policy_with(sb, |v| {
         v["session"] = serde_json::json!({
@@ -696,6 +683,74 @@ fn an_output_folder_is_taken_once_and_never_after_an_untrusted_cell_has_run() {
     assert_eq!(std::fs::read_to_string(theirs.join("there.txt")).unwrap(), "there");
     assert!(!sb.output.join("made.txt").exists(), "the session's first output folder got it too");
     assert_session_gone(&sb, &fresh, &fresh.id);
+}
+
+/// `--code DIR` grants a session the caller's folder, as it does a run:
+/// `/workspace/code` holds exactly that folder (never the cell driver,
+/// which lives apart), and cells import from it as a script run from it
+/// would. Without `--code`, `/workspace/code` is empty.
+#[test]
+fn a_session_takes_code_dir_and_its_code_dir_never_shows_the_driver() {
+    let mut sb = Sandbox::new();
+    let helper = sb.code.join("helper.py");
+    std::fs::write(&helper, "ANSWER = 42\n").unwrap();
+    std::fs::set_permissions(&helper, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let bare = sb.start_session();
+    let (v, _) = bare.exec("import os\nprint(sorted(os.listdir('/workspace/code')))\n");
+    assert_eq!(v["stdout"]["text"], "[]\n", "{v}");
+    bare.stop();
+    sb.extra_args.extend(["--code".to_string(), sb.code.display().to_string()]);
+    let out = sb.session_command().output().unwrap();
+    assert!(out.status.success(), "jail session start --code: {:?}\n{}", out.status, stderr_of(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = Session {
+        handle: PathBuf::from(v["handle"].as_str().unwrap()),
+        pid: v["pid"].as_u64().unwrap() as u32,
+        id: v["id"].as_str().unwrap().to_string(),
+    };
+    let (v, _) = s.exec("import os, helper\nprint(sorted(os.listdir('/workspace/code')), helper.ANSWER)\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    assert_eq!(v["stdout"]["text"], "['helper.py'] 42\n", "{v}");
+    s.stop();
+    assert_session_gone(&sb, &s, &s.id);
+}
+
+/// Every ended session leaves a tombstone (why it ended, its closing for
+/// a later `stop`); however many ended before, the folder keeps a bounded
+/// number of them: each start forgets all but the newest, and any older
+/// than a day.
+#[test]
+fn tombstones_are_bounded_whatever_the_history() {
+    let sb = Sandbox::new();
+    // The folder as a long history leaves it: 300 recent tombstones and
+    // 20 from two days ago.
+    let first = sb.start_session();
+    first.stop();
+    let dir = sb.session_dir();
+    let two_days_ago = std::time::SystemTime::now() - Duration::from_secs(2 * 86_400);
+    for i in 0..320 {
+        let p = dir.join(format!("{i:016x}.ended"));
+        std::fs::write(&p, r#"{"why": "stopped by `jail session stop`"}"#).unwrap();
+        if i < 20 {
+            std::fs::File::options().write(true).open(&p).unwrap().set_modified(two_days_ago).unwrap();
+        }
+    }
+    let tombstones = || {
+        std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.file_name().to_string_lossy().ends_with(".ended"))
+            .count()
+    };
+    let s = sb.start_session();
+    // The sweep ran at the start; the session's own comes at its end.
+    assert!(tombstones() <= jail::session::MAX_TOMBSTONES, "{} tombstones", tombstones());
+    assert!(!dir.join(format!("{:016x}.ended", 0)).exists(), "a tombstone two days old was kept");
+    s.stop();
+    assert!(tombstones() <= jail::session::MAX_TOMBSTONES + 1, "{} tombstones", tombstones());
+    // The newest, this session's, is there for a later `stop`.
+    let again = s.stop();
+    assert!(again.status.success(), "{}", stderr_of(&again));
 }
 
 fn session_cmd(s: &Session, op: &str) -> std::process::Output {

@@ -1,14 +1,22 @@
-//! The summarisers' budgets: how much time one artifact's scan may take, how
-//! much of the whole collection's, and how much memory each summariser may
-//! hold, as fixed numbers (not policy) checked by the code that spends them.
+//! The judging's budgets: the supervisor CPU one run's judging may spend
+//! ([`JUDGING_CPU`], [`Spend`]), how much time one artifact's scan may
+//! take, how much of the whole collection's, and how much memory each
+//! summariser may hold, as fixed numbers (not policy) checked by the code
+//! that spends them.
 //!
-//! Pipeline position: [`Clock::start`] runs once at the start of
-//! `artifacts::collect`; each accepted file gets a [`Deadline`] from it, and
-//! every scanner checks that deadline as it goes (per 64 KiB chunk, per
-//! batch of XML events, per JSON value). Past it the scanner stops where it
-//! is and the file is flagged `incomplete_scan` with the reason; the sha256
-//! is still computed over every byte (its time is bounded by
-//! `artifacts.max_total_bytes`, not by these budgets).
+//! Pipeline position: a [`Spend`] starts once the jail's tree is dead
+//! (delivery.rs) and is charged with everything the supervisor then does
+//! to a file's content: hashing, scanning, neutralising formula cells.
+//! [`Clock::start`] runs once at the start of the collection; each
+//! accepted file gets a [`Deadline`] from it, and every scanner checks that
+//! deadline, which includes the run's [`Spend`], as it goes (per 64 KiB
+//! chunk, per batch of XML events, per JSON value). Past a scanning time
+//! budget the scanner stops where it is and the file is flagged
+//! `incomplete_scan` with the reason; the sha256 is still computed over
+//! every byte. Past the CPU budget nothing more is read: what was not
+//! judged (or neutralised) in full is refused, or, with
+//! `artifacts.past_budget: "flag"`, delivered as written, flagged, its
+//! hash still read to the end (bounded by `artifacts.max_total_bytes`).
 //!
 //! Memory is bounded by construction rather than measured: every buffer a
 //! summariser keeps has a cap below, and the fuzz targets in `fuzz/` check
@@ -17,6 +25,62 @@
 use std::time::{Duration, Instant};
 
 use crate::result::{ContentFlag, FlagKind};
+
+/// Supervisor CPU the judging of one run may spend once its tree is dead:
+/// hashing, scanning and neutralising what the script left, all files
+/// together. It is CPU, not wall time: a loaded host slows the judging
+/// down but never changes what it decides. About 200 MiB of ordinary CSV
+/// (hashed, scanned and neutralised) fit in it on a 2020s core (`make
+/// bench` prints the figure); a script that leaves more pays with refusals,
+/// never with the host's CPU.
+pub const JUDGING_CPU: Duration = Duration::from_secs(1);
+
+/// What the supervisor's thread has spent of the run's [`JUDGING_CPU`],
+/// from when the tree died. Its own CPU clock (CLOCK_THREAD_CPUTIME_ID):
+/// the supervisor judges on one thread, so nothing else is charged.
+#[derive(Debug, Clone, Copy)]
+pub struct Spend {
+    start: Duration,
+    limit: Duration,
+}
+
+impl Spend {
+    pub fn start() -> Spend {
+        Spend::with_limit(JUDGING_CPU)
+    }
+
+    /// A budget of `limit` (tests).
+    pub fn with_limit(limit: Duration) -> Spend {
+        Spend { start: thread_cpu(), limit }
+    }
+
+    /// CPU spent since the start.
+    pub fn spent(&self) -> Duration {
+        thread_cpu().saturating_sub(self.start)
+    }
+
+    /// Whether the budget is spent.
+    pub fn out(&self) -> bool {
+        self.spent() >= self.limit
+    }
+
+    /// The `detail` of a file the budget left unjudged.
+    pub fn why(&self, what: &str) -> String {
+        format!(
+            "{what}: the run's judging budget ({} s of supervisor CPU, all files together) ran out",
+            self.limit.as_secs_f64()
+        )
+    }
+}
+
+/// This thread's CPU time (clock_gettime(2), CLOCK_THREAD_CPUTIME_ID);
+/// zero should the clock be missing, which would stop nothing early but
+/// still stop at the wall-clock budgets.
+fn thread_cpu() -> Duration {
+    nix::time::clock_gettime(nix::time::ClockId::CLOCK_THREAD_CPUTIME_ID)
+        .map(|t| Duration::new(t.tv_sec().max(0) as u64, t.tv_nsec().clamp(0, 999_999_999) as u32))
+        .unwrap_or_default()
+}
 
 /// Scanning time one file may take.
 pub const FILE_SCAN_TIME: Duration = Duration::from_secs(2);
@@ -74,39 +138,46 @@ pub enum Limit {
     Stage,
 }
 
-/// The collection's scanning clock.
+/// The collection's scanning clock, and the run's CPU budget.
 #[derive(Debug, Clone, Copy)]
 pub struct Clock {
     stage_ends: Instant,
+    spend: Spend,
 }
 
 impl Clock {
-    pub fn start() -> Clock {
-        Clock { stage_ends: Instant::now() + STAGE_SCAN_TIME }
+    pub fn start(spend: Spend) -> Clock {
+        Clock { stage_ends: Instant::now() + STAGE_SCAN_TIME, spend }
     }
 
     /// The deadline of the file whose scan starts now.
     pub fn file(&self) -> Deadline {
         let file_ends = Instant::now() + FILE_SCAN_TIME;
+        let spend = Some(self.spend);
         if file_ends <= self.stage_ends {
-            Deadline { at: file_ends, limit: Limit::File }
+            Deadline { at: file_ends, limit: Limit::File, spend }
         } else {
-            Deadline { at: self.stage_ends, limit: Limit::Stage }
+            Deadline { at: self.stage_ends, limit: Limit::Stage, spend }
         }
+    }
+
+    pub fn spend(&self) -> Spend {
+        self.spend
     }
 }
 
-/// When one file's scan must stop.
+/// When one file's scan must stop: its time, or the run's CPU budget.
 #[derive(Debug, Clone, Copy)]
 pub struct Deadline {
     at: Instant,
     limit: Limit,
+    spend: Option<Spend>,
 }
 
 impl Deadline {
-    /// A deadline at `at` (tests and fuzz targets).
+    /// A deadline at `at` (tests and fuzz targets), with no CPU budget.
     pub fn at(at: Instant) -> Deadline {
-        Deadline { at, limit: Limit::File }
+        Deadline { at, limit: Limit::File, spend: None }
     }
 
     /// A deadline of [`FILE_SCAN_TIME`] from now.
@@ -115,14 +186,22 @@ impl Deadline {
     }
 
     pub fn passed(&self) -> bool {
-        Instant::now() >= self.at
+        Instant::now() >= self.at || self.over_budget()
+    }
+
+    /// Whether the run's CPU budget is spent.
+    pub fn over_budget(&self) -> bool {
+        self.spend.is_some_and(|s| s.out())
     }
 
     /// The `incomplete_scan` line for a scan this deadline stopped.
     pub fn reason(&self, what: &str) -> String {
-        match self.limit {
-            Limit::File => format!("{what} stopped at the scan's time budget ({} s per file)", FILE_SCAN_TIME.as_secs()),
-            Limit::Stage => {
+        match (self.spend.filter(Spend::out), self.limit) {
+            (Some(spend), _) => spend.why(&format!("{what} stopped")),
+            (None, Limit::File) => {
+                format!("{what} stopped at the scan's time budget ({} s per file)", FILE_SCAN_TIME.as_secs())
+            }
+            (None, Limit::Stage) => {
                 format!("{what} stopped at the artifact check's time budget ({} s for all files)", STAGE_SCAN_TIME.as_secs())
             }
         }
@@ -173,12 +252,29 @@ mod tests {
 
     #[test]
     fn a_file_late_in_the_collection_gets_what_is_left_of_the_stage() {
-        let clock = Clock { stage_ends: Instant::now() + Duration::from_millis(10) };
+        let clock = Clock { stage_ends: Instant::now() + Duration::from_millis(10), spend: Spend::start() };
         let d = clock.file();
         assert_eq!(d.limit, Limit::Stage);
         assert!(d.reason("the CSV scan").contains("10 s for all files"));
-        let clock = Clock::start();
+        let clock = Clock::start(Spend::start());
         assert_eq!(clock.file().limit, Limit::File);
+    }
+
+    #[test]
+    fn the_cpu_budget_stops_a_scan_whatever_its_time_and_says_so() {
+        let spent = Spend::with_limit(Duration::ZERO);
+        assert!(spent.out());
+        let d = Clock::start(spent).file();
+        assert!(d.passed() && d.over_budget());
+        assert!(d.reason("the CSV scan").contains("judging budget"), "{}", d.reason("the CSV scan"));
+        let fresh = Spend::with_limit(Duration::from_secs(3600));
+        // Spinning the CPU is charged; the budget is not spent by it.
+        let t = Instant::now();
+        while t.elapsed() < Duration::from_millis(20) {
+            std::hint::black_box(0u64);
+        }
+        assert!(fresh.spent() > Duration::ZERO && !fresh.out());
+        assert!(!Clock::start(fresh).file().passed());
     }
 
     #[test]

@@ -22,7 +22,7 @@ pub struct Described {
 /// named with extension `ext`.
 pub fn describe(bytes: &[u8], ext: &str, deadline: Deadline) -> Described {
     let mut file = Cursor::new(bytes);
-    match super::inspect::inspect(&mut file, bytes.len() as u64, ext, deadline) {
+    match super::inspect::inspect(&mut file, bytes.len() as u64, ext, deadline, super::PastBudget::Flag) {
         Ok(i) => Described { media_type: i.media_type, summary: i.summary, flags: i.flags },
         Err(e) => Described { media_type: format!("error: {e}"), summary: None, flags: vec![] },
     }

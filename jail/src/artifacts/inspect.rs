@@ -23,6 +23,7 @@ use super::image::{self, SvgCut};
 use super::json::{self, Outcome};
 use super::markup::MarkupScan;
 use super::ooxml;
+use super::rules::PastBudget;
 
 const CHUNK: usize = 64 << 10;
 /// Bytes kept in memory for JSON, SVG and JPEG summaries.
@@ -105,10 +106,30 @@ fn promised(ext: &str) -> Option<&'static [&'static str]> {
     })
 }
 
+/// Why a file has no description.
+#[derive(Debug, thiserror::Error)]
+pub enum Unjudged {
+    #[error("read: {0}")]
+    Read(#[from] io::Error),
+    /// The run's CPU budget ran out before this file was judged in full
+    /// (`PastBudget::Refuse`): nothing more of it was read.
+    #[error("the run's judging budget ran out after {read} of its bytes")]
+    OverBudget { read: u64 },
+}
+
 /// Read `file` (already checked to be a regular file of `size` bytes) once,
 /// and describe it, scanning until `deadline`. `ext` is the lowercased
-/// extension.
-pub fn inspect<R: Read + Seek>(file: &mut R, size: u64, ext: &str, deadline: Deadline) -> io::Result<Inspection> {
+/// extension. Past the run's CPU budget (in `deadline`), with `past` at
+/// `Refuse`, reading stops and the file is [`Unjudged::OverBudget`]; at
+/// `Flag`, only the hash reads on, as past a scanning time budget.
+pub fn inspect<R: Read + Seek>(
+    file: &mut R,
+    size: u64,
+    ext: &str,
+    deadline: Deadline,
+    past: PastBudget,
+) -> Result<Inspection, Unjudged> {
+    let refuse_past_budget = past == PastBudget::Refuse;
     let mut hasher = Hasher::new();
     let mut head = Vec::with_capacity(CHUNK.min(size as usize));
     (&mut *file).take(CHUNK.min(size as usize) as u64).read_to_end(&mut head)?;
@@ -140,6 +161,9 @@ pub fn inspect<R: Read + Seek>(file: &mut R, size: u64, ext: &str, deadline: Dea
         if chunk.is_empty() {
             break;
         }
+        if refuse_past_budget && deadline.over_budget() {
+            return Err(Unjudged::OverBudget { read: total });
+        }
         total += chunk.len() as u64;
         hasher.update(&chunk);
         if !stopped && deadline.passed() {
@@ -170,7 +194,7 @@ pub fn inspect<R: Read + Seek>(file: &mut R, size: u64, ext: &str, deadline: Dea
         chunk.extend_from_slice(&buf[..n]);
     }
     if total != size {
-        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("read {total} of {size} bytes")));
+        return Err(io::Error::new(io::ErrorKind::UnexpectedEof, format!("read {total} of {size} bytes")).into());
     }
     if last.is_some_and(|b| b != b'\n') {
         lines += 1;
@@ -266,6 +290,11 @@ pub fn inspect<R: Read + Seek>(file: &mut R, size: u64, ext: &str, deadline: Dea
                 locations: vec![],
             });
         }
+    }
+    if refuse_past_budget && deadline.over_budget() {
+        // A summary (an Office file's parts, a JSON parse) was cut short
+        // by the budget: not judged in full.
+        return Err(Unjudged::OverBudget { read: total });
     }
     Ok(Inspection {
         sha256: hasher.finish_hex(),

@@ -20,6 +20,7 @@ use std::time::Instant;
 
 use crate::digest::Hasher;
 
+use super::budget::Spend;
 use super::csv::{CsvScan, Emit};
 
 const CHUNK: usize = 64 << 10;
@@ -43,10 +44,14 @@ pub enum NeutraliseError {
     TooBig { limit: u64 },
     #[error("the run's deadline passed")]
     Deadline,
+    /// The run's judging budget (`budget::JUDGING_CPU`) ran out.
+    #[error("the run's judging budget ran out")]
+    OverBudget,
 }
 
 /// Copy `size` bytes of `src` into `dst` with every formula cell
-/// neutralised, writing at most `limit` bytes, before `deadline`.
+/// neutralised, writing at most `limit` bytes, before `deadline` and
+/// within the run's judging budget `spend` (checked per 64 KiB).
 pub fn neutralise(
     src: &mut impl Read,
     size: u64,
@@ -54,6 +59,7 @@ pub fn neutralise(
     dst: &mut impl Write,
     limit: u64,
     deadline: Instant,
+    spend: Spend,
 ) -> Result<Written, NeutraliseError> {
     let mut scan = CsvScan::new(delim, Emit::SanitizedCopy);
     let mut hasher = Hasher::new();
@@ -71,6 +77,9 @@ pub fn neutralise(
     loop {
         if Instant::now() >= deadline {
             return Err(NeutraliseError::Deadline);
+        }
+        if spend.out() {
+            return Err(NeutraliseError::OverBudget);
         }
         let n = match reader.read(&mut buf) {
             Ok(0) => break,
@@ -94,7 +103,8 @@ mod tests {
 
     fn run(text: &[u8], delim: u8, limit: u64) -> Result<(Vec<u8>, Written), NeutraliseError> {
         let mut out = Vec::new();
-        let w = neutralise(&mut &text[..], text.len() as u64, delim, &mut out, limit, Instant::now() + Duration::from_secs(5))?;
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let w = neutralise(&mut &text[..], text.len() as u64, delim, &mut out, limit, deadline, Spend::start())?;
         Ok((out, w))
     }
 
@@ -121,7 +131,15 @@ mod tests {
     #[test]
     fn a_passed_deadline_stops_the_copy() {
         let mut out = Vec::new();
-        let r = neutralise(&mut &b"=1\n"[..], 3, b',', &mut out, 100, Instant::now());
+        let r = neutralise(&mut &b"=1\n"[..], 3, b',', &mut out, 100, Instant::now(), Spend::start());
         assert!(matches!(r, Err(NeutraliseError::Deadline)));
+    }
+
+    #[test]
+    fn a_spent_budget_stops_the_copy() {
+        let mut out = Vec::new();
+        let later = Instant::now() + Duration::from_secs(5);
+        let r = neutralise(&mut &b"=1\n"[..], 3, b',', &mut out, 100, later, Spend::with_limit(Duration::ZERO));
+        assert!(matches!(r, Err(NeutraliseError::OverBudget)));
     }
 }

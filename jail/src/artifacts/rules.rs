@@ -24,6 +24,21 @@ pub struct ArtifactRules {
     /// Input dirs up to this total size are digested by content, larger ones
     /// by metadata.
     pub input_hash_max_bytes: u64,
+    /// A file the judging budget (budget.rs, `JUDGING_CPU`) left unjudged.
+    pub past_budget: PastBudget,
+}
+
+/// What becomes of a file the run's judging budget did not cover in full
+/// (its hash, its scans, or its formula cells' neutralising).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PastBudget {
+    /// Refused (`not_judged`, or `formula_cells` for a neutralising cut
+    /// short): nothing more is read once the budget is spent.
+    Refuse,
+    /// Delivered as the script wrote it, flagged `incomplete_scan`: its
+    /// scans stop, its formula cells are not neutralised, and its sha256
+    /// is still read to the end (bounded by `max_total_bytes`).
+    Flag,
 }
 
 /// Which file extensions may leave the output dir.

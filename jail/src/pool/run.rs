@@ -9,16 +9,20 @@
 //! seccomp, landlock and limits as `jail run`, for its whole life. Its
 //! first cell is the trusted preload; a request then gets two cells at
 //! most (its `sys.argv`, set by us, then its code), and the session is
-//! stopped: the closing result's artifacts are the step's. No jail ever
-//! takes a second request; its replacement is started when the step is
-//! done, so that it never competes with a step for the CPUs.
+//! stopped: the closing result's verdict (artifacts and refusals) is the
+//! step's. No jail ever takes a second request; its replacement is
+//! started when the step is done, so that it never competes with a step
+//! for the CPUs.
 //!
 //! Folders: each jail is started with its own empty input folder (bound
 //! read-only at /workspace/input) and a fresh output folder. A request's
-//! `input` is copied into that input folder when the jail is claimed (links
-//! copied as links, never followed; the jail sees the copy read-only); its
-//! output folder is the jail's, renamed to the request's `output` when one
-//! is named, else named in the reply's `output_dir`.
+//! `input` is copied into that input folder when the jail is claimed, by
+//! the acceptor every door uses (accept.rs: opened when the request is
+//! checked, copied from that descriptor, links copied as links and never
+//! followed, modes kept, anything refused failing the request by name; the
+//! jail sees the copy read-only); its output folder is the jail's, renamed
+//! to the request's `output` (its parent opened then, without following a
+//! link) when one is named, else named in the reply's `output_dir`.
 
 mod cancel;
 mod handout;
@@ -28,7 +32,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::io::{self, BufRead, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
@@ -39,12 +43,17 @@ use serde_json::{json, Value};
 use super::footprint;
 use super::memory::{self, PerJail};
 use super::protocol::{self, Ceilings, Line, ProtocolError, Request, Source};
+use crate::accept;
+use crate::result::RunResult;
 use crate::session;
 
 /// The lifeline's file descriptor in a `jail session start` child.
 const LIFELINE_FD: i32 = 3;
 /// A script named by path is read up to the session's cell size.
 const MAX_SCRIPT: u64 = session::handle::MAX_CELL as u64;
+/// A request's input is the caller's own folder: bounded by entries (a
+/// walk's time), its bytes by the caller's own disk.
+const INPUT_BOUNDS: accept::Bounds = accept::Bounds { bytes: u64::MAX, entries: 1_000_000 };
 /// Replacement jails that fail in a row before the pool gives up.
 const MAX_FAILURES: u32 = 3;
 /// The most jails a pool keeps, whatever the memory holds.
@@ -78,6 +87,9 @@ pub struct Config {
     /// `filesystem.output_size`): only then can it be handed out as a
     /// session with the caller's output folder (session/adopt.rs).
     pub output_capped: bool,
+    /// What each jail may read of the host (accept.rs): what a request's
+    /// script and input are judged by.
+    pub reach: accept::Reach,
 }
 
 /// One made jail, not yet claimed.
@@ -578,21 +590,20 @@ impl Pool {
         // Everything about the request is checked before a jail is claimed.
         let code = match &req.source {
             Source::Code(c) => c.clone(),
-            Source::Script(p) => match read_script(p) {
+            Source::Script(p) => match read_script(p, self.cfg.reach) {
                 Ok(c) => c,
                 Err(e) => return fail("bad_request", e),
             },
         };
-        if let Some(input) = &req.input {
-            if let Err(e) = check_input(input) {
-                return fail("bad_request", e);
-            }
-        }
-        if let Some(output) = &req.output {
-            if let Err(e) = check_output(output, &self.cfg.temp_dir) {
-                return fail("bad_request", e);
-            }
-        }
+        // Opened now, used by descriptor after the claim (accept.rs).
+        let input = match req.input.as_deref().map(|i| check_input(i, self.cfg.reach)).transpose() {
+            Ok(i) => i,
+            Err(e) => return fail("bad_request", e),
+        };
+        let output = match req.output.as_deref().map(|o| check_output(o, &self.cfg.temp_dir)).transpose() {
+            Ok(o) => o,
+            Err(e) => return fail("bad_request", e),
+        };
         let jail = match self.claim(flight) {
             Ok(j) => j,
             Err(Claim::Cancelled) => return fail("cancelled", NOT_RUN.into()),
@@ -603,7 +614,7 @@ impl Pool {
             self.give_back(jail);
             return fail("cancelled", NOT_RUN.into());
         }
-        let reply = self.run_in(&jail, &req, code, flight);
+        let reply = self.run_in(&jail, &req, Accepted { input, output }, code, flight);
         // The slot (the input's copy, anything not handed over) goes now.
         if reply.is_err() {
             // Never left running: a jail that may have run code is not reused.
@@ -676,9 +687,16 @@ impl Pool {
         }
     }
 
-    fn run_in(&self, jail: &Jail, req: &Request, code: String, flight: &cancel::Flight) -> Result<Value, String> {
-        if let Some(input) = &req.input {
-            copy_tree(input, &jail.input(), is_root()).map_err(|e| format!("copy the input {}: {e}", input.display()))?;
+    fn run_in(
+        &self,
+        jail: &Jail,
+        req: &Request,
+        accepted: Accepted,
+        code: String,
+        flight: &cancel::Flight,
+    ) -> Result<Value, String> {
+        if let (Some(from), Some(path)) = (&accepted.input, &req.input) {
+            copy_input(from, path, &jail.input(), self.cfg.reach)?;
         }
         let argv0 = match &req.source {
             Source::Code(_) => "-c".to_string(),
@@ -707,27 +725,33 @@ impl Pool {
             cancel::wait_gone(&supervisor);
             return cell.map(cancel::cancelled_result).map_err(|e| format!("run the step: {e}"));
         }
-        // The step is over: the jail is stopped whatever the cell did, and
-        // its closing result carries the artifacts it left.
-        let closing = session::stop(&jail.handle);
-        let mut result = cell.map_err(|e| format!("run the step: {e}"))?;
+        // The step is over: the jail is stopped whatever the cell did (a
+        // cell that ended the session left its closing for this stop), and
+        // the closing's verdict is the step's: every artifact and every
+        // refusal. Without it nothing is handed over: what reached the
+        // output folder would be unaccounted for.
+        let closing = session::stop(&jail.handle).map_err(|e| format!("the step's closing result: {e}"));
+        let cell = cell.map_err(|e| format!("run the step: {e}"))?;
+        let read = |v: Value, what: &str| -> Result<RunResult, String> {
+            serde_json::from_value(v).map_err(|e| format!("the step's {what} result does not parse: {e}"))
+        };
+        let mut step = read(cell, "cell")?;
+        step.take_delivery(read(closing?, "closing")?);
+        step.session = None;
         // The output folder leaves the slot: renamed to the request's, or to
         // a fresh one in the temp dir (the same filesystem: the work dir is
         // in it) that the reply names.
-        let out = match &req.output {
-            Some(want) => hand_over(&jail.out, want).map(|()| want.clone()),
-            None => {
-                fresh_output(&self.cfg.temp_dir).and_then(|o| hand_over(&jail.out, &o).map(|()| o).map_err(|e| e.to_string()))
-            }
+        let out = match &accepted.output {
+            Some(want) => hand_over(&jail.out, want).map(|()| want.path.clone()),
+            None => fresh_output(&self.cfg.temp_dir).and_then(|o| {
+                let place = accept::Place::name(&o).map_err(|e| e.to_string())?;
+                hand_over(&jail.out, &place).map(|()| o)
+            }),
         }
         .map_err(|e| format!("hand over the output folder: {e}"))?;
-        if let Value::Object(m) = &mut result {
-            m.remove("session");
-            m.insert("output_dir".into(), Value::from(out.display().to_string()));
-            if let Ok(c) = &closing {
-                m.insert("artifacts".into(), c["artifacts"].clone());
-            }
-        }
+        step.output_dir = Some(out.display().to_string());
+        hand_over_quarantine(&mut step, &out)?;
+        let result = serde_json::to_value(&step).map_err(|e| format!("the step's result: {e}"))?;
         if req.events {
             // Judged once the jail is stopped: after the last chunk, as
             // `jail run --events` sends them.
@@ -799,93 +823,106 @@ fn fresh_output(temp: &Path) -> Result<PathBuf, String> {
         .map_err(|e| format!("make an output folder in {}: {e}: set TMPDIR to a writable folder", temp.display()))
 }
 
-fn read_script(path: &Path) -> Result<String, String> {
-    let f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|e| format!("script {}: {e}: give a regular file that is not a link", path.display()))?;
-    let meta = f.metadata().map_err(|e| format!("script {}: {e}", path.display()))?;
-    if !meta.is_file() {
-        return Err(format!("script {} is not a regular file: give a .py file", path.display()));
-    }
-    let mut text = String::new();
-    f.take(MAX_SCRIPT + 1)
-        .read_to_string(&mut text)
-        .map_err(|e| format!("script {}: {e}: give a UTF-8 file", path.display()))?;
-    if text.len() as u64 > MAX_SCRIPT {
-        return Err(format!("script {} is over {MAX_SCRIPT} bytes: split it", path.display()));
-    }
-    Ok(text)
+/// A request's paths, taken by the acceptor before a jail is claimed: the
+/// input folder open (copied from this descriptor), the output's place
+/// (its parent open).
+struct Accepted {
+    input: Option<OwnedFd>,
+    output: Option<accept::Place>,
 }
 
-fn check_input(input: &Path) -> Result<(), String> {
-    match fs::symlink_metadata(input) {
-        Ok(m) if m.is_dir() => Ok(()),
-        Ok(_) => Err(format!("input {} is not a folder (a link is not followed): give a folder", input.display())),
-        Err(e) => Err(format!("input {}: {e}: give an existing folder", input.display())),
-    }
+/// The request's `script`: a regular file the jail may read (it is the
+/// jail's to read: a root pool does not hand it a file only root may
+/// read), opened without following a link (accept.rs).
+fn read_script(path: &Path, reach: accept::Reach) -> Result<String, String> {
+    accept::read_text(path, reach, MAX_SCRIPT).map_err(|e| format!("script {e}: {}", e.fix()))
 }
 
-/// `output` must be absent or an empty folder, on the temp dir's
-/// filesystem so the jail's output folder can be renamed to it.
-fn check_output(output: &Path, temp: &Path) -> Result<(), String> {
-    let parent = output.parent().unwrap_or(Path::new("/"));
-    let pmeta = fs::metadata(parent).map_err(|e| format!("output's parent {}: {e}: make it first", parent.display()))?;
-    match fs::symlink_metadata(output) {
-        Ok(m) if m.is_dir() => {
-            if fs::read_dir(output).map(|mut d| d.next().is_some()).unwrap_or(true) {
-                return Err(format!("output {} is not empty: name a new or empty folder", output.display()));
-            }
+/// The request's `input`: a folder, opened without following a link.
+fn check_input(input: &Path, reach: accept::Reach) -> Result<OwnedFd, String> {
+    accept::open_dir(input, reach).map_err(|e| format!("input {e}: {}", e.fix()))
+}
+
+/// Copy the accepted input into the jail's input folder (accept.rs: links
+/// as links, what the jail may not read and hard links refused). Anything
+/// refused fails the request, naming each entry: nothing the caller gave
+/// vanishes without a word.
+fn copy_input(from: &OwnedFd, path: &Path, to: &Path, reach: accept::Reach) -> Result<(), String> {
+    let into = accept::open_own_dir(to).map_err(|e| format!("the jail's input folder {e}"))?;
+    let copied =
+        accept::copy_tree(from, &into, reach, INPUT_BOUNDS).map_err(|e| format!("copy the input {}: {e}", path.display()))?;
+    if copied.refused.is_empty() {
+        return Ok(());
+    }
+    let listed: Vec<String> = copied.refused.iter().take(8).map(ToString::to_string).collect();
+    let more = copied.refused.len().saturating_sub(listed.len());
+    Err(format!(
+        "the input {} holds {} entries the jail may not be given ({}{}): remove them or give a folder without them",
+        path.display(),
+        copied.refused.len(),
+        listed.join("; "),
+        if more > 0 { format!("; and {more} more") } else { String::new() }
+    ))
+}
+
+/// `output` must be absent or an empty folder, named without a link on
+/// the way, on the temp dir's filesystem so the jail's output folder can
+/// be renamed to it.
+fn check_output(output: &Path, temp: &Path) -> Result<accept::Place, String> {
+    let place = accept::Place::name(output).map_err(|e| match e.problem {
+        accept::Problem::Missing => format!("output's parent {e}: make it first"),
+        _ => format!("output {e}: {}", e.fix()),
+    })?;
+    match place.found().map_err(|e| format!("output {e}"))? {
+        accept::Found::Nothing | accept::Found::EmptyFolder => {}
+        accept::Found::Folder => return Err(format!("output {} is not empty: name a new or empty folder", output.display())),
+        accept::Found::Other => {
+            return Err(format!(
+                "output {} exists and is not a folder (a link is not followed): name a new or empty folder",
+                output.display()
+            ))
         }
-        Ok(_) => return Err(format!("output {} exists and is not a folder: name a new or empty folder", output.display())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-        Err(e) => return Err(format!("output {}: {e}", output.display())),
     }
     let tmeta = fs::metadata(temp).map_err(|e| format!("temp dir {}: {e}", temp.display()))?;
-    if pmeta.dev() != tmeta.dev() {
+    if place.device().map_err(|e| format!("output {e}"))? != tmeta.dev() {
         return Err(format!(
             "output {} is not on the filesystem of the pool's temp dir {}: name a folder there, or start the pool with TMPDIR on the output's filesystem",
             output.display(),
             temp.display()
         ));
     }
-    Ok(())
+    Ok(place)
 }
 
-/// Move the jail's delivered output folder to the requested place.
-fn hand_over(out: &Path, want: &Path) -> Result<(), String> {
-    if fs::symlink_metadata(want).map(|m| m.is_dir()).unwrap_or(false) {
-        fs::remove_dir(want).map_err(|e| format!("{}: {e}", want.display()))?;
+/// Move the jail's delivered output folder to the requested place,
+/// beneath its parent's descriptor.
+fn hand_over(out: &Path, want: &accept::Place) -> Result<(), String> {
+    if want.found().map_err(|e| e.to_string())? == accept::Found::EmptyFolder {
+        want.remove_empty_dir().map_err(|e| e.to_string())?;
     }
-    fs::rename(out, want).map_err(|e| format!("rename {} to {}: {e}", out.display(), want.display()))
+    want.take(out).map_err(|e| format!("rename {} to {e}", out.display()))
 }
 
-/// Copy the caller's input folder into the jail's, never following a
-/// link: links are copied as links (the jail resolves them inside its own
-/// root), anything but files, folders and links is left out. Root-started
-/// pools make the copy world-readable: the sandbox uid must read it, and
-/// only it can reach the slot folder's name.
-pub fn copy_tree(from: &Path, to: &Path, readable: bool) -> io::Result<()> {
-    let (dmode, fmode) = if readable { (0o755, 0o644) } else { (0o700, 0o600) };
-    for entry in fs::read_dir(from)? {
-        let entry = entry?;
-        let src = entry.path();
-        let dst = to.join(entry.file_name());
-        let meta = fs::symlink_metadata(&src)?;
-        let kind = meta.file_type();
-        if kind.is_symlink() {
-            std::os::unix::fs::symlink(fs::read_link(&src)?, &dst)?;
-        } else if kind.is_dir() {
-            fs::DirBuilder::new().mode(dmode).create(&dst)?;
-            copy_tree(&src, &dst, readable)?;
-        } else if kind.is_file() {
-            let mut r = fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW).open(&src)?;
-            let mut w = fs::OpenOptions::new().write(true).create_new(true).mode(fmode).open(&dst)?;
-            io::copy(&mut r, &mut w)?;
+/// A bound output folder's quarantine (the refused entries moved out of
+/// it, delivery.rs) is beside the jail's output folder in the slot, which
+/// goes: it follows the output folder, as `NAME.jail-rejected-N` beside
+/// it (renamed beneath the parent's descriptor, as the output is), and
+/// the result names where its entries are now.
+fn hand_over_quarantine(step: &mut RunResult, out: &Path) -> Result<(), String> {
+    let Some(from) = step.quarantine_dir.clone().map(PathBuf::from) else { return Ok(()) };
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "output".into());
+    let parent = out.parent().unwrap_or(Path::new("/"));
+    let failed = |e: accept::AcceptError| format!("hand over the quarantine folder {}: {e}", from.display());
+    for n in 0..100u32 {
+        let place = accept::Place::name(&parent.join(format!("{name}.jail-rejected-{n}"))).map_err(failed)?;
+        if place.found().map_err(failed)? != accept::Found::Nothing {
+            continue;
         }
+        place.take(&from).map_err(failed)?;
+        step.rehome_quarantine(&place.path);
+        return Ok(());
     }
-    Ok(())
+    Err(format!("hand over the quarantine folder {}: no free name beside {}", from.display(), out.display()))
 }
 
 /// Whether the process of `pidfd` ended (its pidfd became readable) by
@@ -922,18 +959,34 @@ mod tests {
     }
 
     #[test]
-    fn the_input_copy_keeps_links_as_links_and_follows_none() {
+    fn the_input_copy_keeps_links_as_links_and_refuses_what_it_cannot_give() {
         let t = tempfile::tempdir().unwrap();
         let (src, dst) = (t.path().join("src"), t.path().join("dst"));
         fs::create_dir_all(src.join("sub")).unwrap();
         fs::write(src.join("sub/a.csv"), "x,y\n").unwrap();
+        fs::set_permissions(src.join("sub/a.csv"), fs::Permissions::from_mode(0o604)).unwrap();
         fs::write(t.path().join("secret"), "no").unwrap();
         std::os::unix::fs::symlink(t.path().join("secret"), src.join("link")).unwrap();
         fs::create_dir(&dst).unwrap();
-        copy_tree(&src, &dst, false).unwrap();
+        let from = check_input(&src, accept::Reach::here()).unwrap();
+        copy_input(&from, &src, &dst, accept::Reach::here()).unwrap();
         assert_eq!(fs::read_to_string(dst.join("sub/a.csv")).unwrap(), "x,y\n");
         assert!(fs::symlink_metadata(dst.join("link")).unwrap().file_type().is_symlink());
-        assert_eq!(fs::metadata(dst.join("sub/a.csv")).unwrap().permissions().mode() & 0o777, 0o600);
+        // Its own mode, never widened (root's copy is not made 0644).
+        assert_eq!(fs::metadata(dst.join("sub/a.csv")).unwrap().permissions().mode() & 0o777, 0o604);
+        // A hard link fails the request, named.
+        fs::hard_link(t.path().join("secret"), src.join("hard")).unwrap();
+        let again = t.path().join("again");
+        fs::create_dir(&again).unwrap();
+        let e = copy_input(&check_input(&src, accept::Reach::here()).unwrap(), &src, &again, accept::Reach::here()).unwrap_err();
+        assert!(e.contains("hard: a file with 2 names"), "{e}");
+        // The input itself is taken without following a link, trailing
+        // slash or not.
+        std::os::unix::fs::symlink("/etc", t.path().join("etcdir")).unwrap();
+        for p in ["etcdir", "etcdir/", "etcdir/."] {
+            let e = check_input(&t.path().join(p), accept::Reach::here()).unwrap_err();
+            assert!(e.contains("link"), "{p}: {e}");
+        }
     }
 
     #[test]
@@ -961,11 +1014,22 @@ mod tests {
     }
 
     #[test]
+    fn an_output_is_named_without_a_link_on_the_way() {
+        let t = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink(t.path(), t.path().join("linked")).unwrap();
+        let e = check_output(&t.path().join("linked/new"), t.path()).unwrap_err();
+        assert!(e.contains("link"), "{e}");
+        let e = check_output(&t.path().join("linked"), t.path()).unwrap_err();
+        assert!(e.contains("not a folder"), "{e}");
+        assert!(!t.path().join("new").exists());
+    }
+
+    #[test]
     fn a_script_link_is_refused() {
         let t = tempfile::tempdir().unwrap();
         fs::write(t.path().join("a.py"), "print(1)").unwrap();
         std::os::unix::fs::symlink(t.path().join("a.py"), t.path().join("b.py")).unwrap();
-        assert_eq!(read_script(&t.path().join("a.py")).unwrap(), "print(1)");
-        assert!(read_script(&t.path().join("b.py")).unwrap_err().contains("link"));
+        assert_eq!(read_script(&t.path().join("a.py"), accept::Reach::here()).unwrap(), "print(1)");
+        assert!(read_script(&t.path().join("b.py"), accept::Reach::here()).unwrap_err().contains("link"));
     }
 }

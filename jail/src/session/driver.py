@@ -197,7 +197,15 @@ def flush_open_files():
                 pass
 
 
+CODE_DIR = "/workspace/code"
+
+
 def main():
+    # Cells import from the code dir, as a script run from it would: the
+    # driver itself lives apart (/.jail), and its folder is no cell's.
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and sys.path[0] == here:
+        sys.path[0] = CODE_DIR
     reader, ctl = take_control_fd()
     modules = [m for m in os.environ.pop("JAIL_PRELOAD", "").split(",") if m]
     done, failed = preload(modules)

@@ -80,6 +80,30 @@ pub fn tombstone_of(handle: &Path) -> Option<PathBuf> {
     Some(handle.with_file_name(format!("{name}.ended")))
 }
 
+/// What an ended session leaves beside its handle (`X.ended`, 0600, in
+/// the caller's 0700 session folder): why it ended, and its closing
+/// result when it got as far as one (a killed supervisor's janitor has
+/// none). An `exec` gets the why; a `stop` the closing.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Tombstone {
+    pub why: String,
+    #[serde(default)]
+    pub closing: Option<serde_json::Value>,
+}
+
+impl Tombstone {
+    /// The tombstone beside `handle`, if the session left one: bounded in
+    /// bytes (a closing is a result, capped as an answer is).
+    pub fn read(handle: &Path) -> Option<Tombstone> {
+        let mut text = Vec::new();
+        std::fs::File::open(tombstone_of(handle)?).ok()?.take(MAX_ANSWER).read_to_end(&mut text).ok()?;
+        // An older jail's tombstone is its one line of why.
+        serde_json::from_slice(&text)
+            .ok()
+            .or_else(|| Some(Tombstone { why: String::from_utf8_lossy(&text).trim().to_string(), closing: None }))
+    }
+}
+
 /// Bind the session's socket, 0600, non-blocking (the serve loop polls it).
 pub fn bind(path: &Path) -> Result<UnixListener, HandleError> {
     let listener = UnixListener::bind(path).map_err(|e| HandleError::Bind(path.to_path_buf(), e))?;
@@ -201,34 +225,43 @@ pub fn call(handle: &Path, request: &Request) -> Result<serde_json::Value, Clien
 /// with a `type` is an event; the answer has none.
 pub fn call_live(handle: &Path, request: &Request, on_event: &mut dyn FnMut(&str)) -> Result<serde_json::Value, ClientError> {
     let shown = handle.display().to_string();
-    let ended = || {
-        let why = tombstone_of(handle).and_then(|t| std::fs::read_to_string(t).ok())?;
-        Some(ClientError::Ended(shown.clone(), why.trim().chars().take(500).collect()))
+    // The session is gone: a `stop` gets the closing it left, anything
+    // else why it ended.
+    let ended = || -> Option<Result<serde_json::Value, ClientError>> {
+        let stone = Tombstone::read(handle)?;
+        Some(match (request, stone.closing) {
+            (Request::Stop, Some(closing)) => Ok(closing),
+            _ => Err(ClientError::Ended(shown.clone(), stone.why.trim().chars().take(500).collect())),
+        })
     };
     let is_socket = std::fs::symlink_metadata(handle).is_ok_and(|m| m.file_type().is_socket());
     if !is_socket {
-        return Err(ended().unwrap_or_else(|| ClientError::Unknown(shown.clone())));
+        return ended().unwrap_or_else(|| Err(ClientError::Unknown(shown.clone())));
     }
     let mut stream = match UnixStream::connect(handle) {
         Ok(s) => s,
-        Err(_) => return Err(ended().unwrap_or_else(|| ClientError::Unknown(shown.clone()))),
+        Err(_) => return ended().unwrap_or_else(|| Err(ClientError::Unknown(shown.clone()))),
     };
     let mut line = serde_json::to_vec(request).map_err(|e| ClientError::Io(shown.clone(), e.to_string()))?;
     line.push(b'\n');
-    stream.write_all(&line).map_err(|e| ClientError::Io(shown.clone(), e.to_string()))?;
+    // A session that ends while it holds our request (it was judging its
+    // output, say) resets the connection or closes it: its tombstone is
+    // there by then.
+    let gone = |e: String| ended().unwrap_or_else(|| Err(ClientError::Io(shown.clone(), e)));
+    if let Err(e) = stream.write_all(&line) {
+        return gone(e.to_string());
+    }
     let _ = stream.shutdown(std::net::Shutdown::Write);
     let mut reader = BufReader::new(&stream);
     let mut text = Vec::new();
     loop {
         text.clear();
         // Each line bounded: an event is one chunk, the answer a result.
-        (&mut reader)
-            .take(MAX_ANSWER)
-            .read_until(b'\n', &mut text)
-            .map_err(|e| ClientError::Io(shown.clone(), e.to_string()))?;
+        if let Err(e) = (&mut reader).take(MAX_ANSWER).read_until(b'\n', &mut text) {
+            return gone(e.to_string());
+        }
         if text.is_empty() {
-            // The session died while it held our request.
-            return Err(ended().unwrap_or_else(|| ClientError::Io(shown.clone(), "the session closed without an answer".into())));
+            return gone("the session closed without an answer".into());
         }
         let value: serde_json::Value =
             serde_json::from_slice(&text).map_err(|e| ClientError::Io(shown.clone(), e.to_string()))?;
@@ -281,5 +314,26 @@ mod tests {
     fn a_tombstone_sits_beside_its_socket() {
         assert_eq!(tombstone_of(Path::new("/r/ab.sock")), Some(PathBuf::from("/r/ab.ended")));
         assert_eq!(tombstone_of(Path::new("/r/ab")), None);
+    }
+
+    #[test]
+    fn an_ended_session_gives_stop_its_closing_and_exec_its_why() {
+        let tmp = tempfile::tempdir().unwrap();
+        let handle = tmp.path().join("ab.sock");
+        let stone = Tombstone { why: "no cell for 1s".into(), closing: Some(serde_json::json!({"status": "ok"})) };
+        std::fs::write(tmp.path().join("ab.ended"), serde_json::to_vec(&stone).unwrap()).unwrap();
+        assert_eq!(call(&handle, &Request::Stop).unwrap(), serde_json::json!({"status": "ok"}));
+        let exec = Request::Exec { code: "1".into(), wall_secs: None, events: false };
+        assert!(matches!(call(&handle, &exec), Err(ClientError::Ended(_, why)) if why == "no cell for 1s"));
+        // A killed supervisor's janitor leaves no closing; an older jail's
+        // tombstone is its line of why: `stop` says the session ended.
+        for text in [
+            r#"{"why": "the session supervisor was killed"}"#,
+            "the session supervisor was killed\n",
+        ] {
+            std::fs::write(tmp.path().join("ab.ended"), text).unwrap();
+            let err = call(&handle, &Request::Stop).unwrap_err();
+            assert!(matches!(&err, ClientError::Ended(_, why) if why == "the session supervisor was killed"), "{err}");
+        }
     }
 }

@@ -13,14 +13,14 @@
 //! pool, SIGKILL included, and a pool that drains stops it.
 
 use std::fs;
-use std::io;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde_json::json;
 
-use super::{cancel::Flight, check_input, copy_tree, fresh_output, is_root, Claim, Jail, Pool, NOT_RUN};
+use super::{cancel::Flight, check_input, copy_input, fresh_output, Claim, Jail, Pool, NOT_RUN};
+use crate::accept;
 use crate::pool::protocol::{ProtocolError, SessionRequest};
 use crate::session;
 
@@ -37,11 +37,11 @@ impl Pool {
                     .into(),
             );
         }
-        if let Some(input) = &req.input {
-            if let Err(e) = check_input(input) {
-                return fail("bad_request", e);
-            }
-        }
+        // Opened now, used by descriptor once a jail is claimed (accept.rs).
+        let input = match req.input.as_deref().map(|i| check_input(i, self.cfg.reach)).transpose() {
+            Ok(i) => i,
+            Err(e) => return fail("bad_request", e),
+        };
         let (out, made) = match &req.output {
             Some(dir) => match output_folder(dir) {
                 Ok(made) => (dir.clone(), made),
@@ -67,7 +67,7 @@ impl Pool {
             self.give_back(jail);
             return fail("cancelled", NOT_RUN.into());
         }
-        let handed = self.hand_out(&jail, &req, &out).and_then(|()| {
+        let handed = self.hand_out(&jail, &req, input.as_ref(), &out).and_then(|()| {
             // A cancel while it was handed over: never handed out.
             if flight.is_cancelled() {
                 Err(NOT_RUN.into())
@@ -98,9 +98,9 @@ impl Pool {
     }
 
     /// The request's input in, then its output folder taken by the session.
-    fn hand_out(&self, jail: &Jail, req: &SessionRequest, out: &Path) -> Result<(), String> {
-        if let Some(input) = &req.input {
-            copy_tree(input, &jail.input(), is_root()).map_err(|e| format!("copy the input {}: {e}", input.display()))?;
+    fn hand_out(&self, jail: &Jail, req: &SessionRequest, input: Option<&OwnedFd>, out: &Path) -> Result<(), String> {
+        if let (Some(from), Some(path)) = (input, &req.input) {
+            copy_input(from, path, &jail.input(), self.cfg.reach)?;
         }
         session::adopt_output(&jail.handle, out).map_err(|e| format!("hand the output folder to the session: {e}"))?;
         Ok(())
@@ -124,18 +124,22 @@ impl Pool {
     }
 }
 
-/// A session's output folder: an existing folder (not a link) as it is,
-/// or made (0700) when absent; true when made here.
+/// A session's output folder: an existing folder as it is, or made (0700)
+/// when absent; true when made here. Named without a link on the way, and
+/// never a link itself (accept.rs); the session opens it again the same
+/// way when it takes it (output.rs).
 fn output_folder(dir: &Path) -> Result<bool, String> {
-    match fs::symlink_metadata(dir) {
-        Ok(m) if m.is_dir() => Ok(false),
-        Ok(_) => Err(format!("output {} is not a folder (a link is not followed): give a folder", dir.display())),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => fs::DirBuilder::new()
-            .mode(0o700)
-            .create(dir)
+    let place = accept::Place::name(dir).map_err(|e| match e.problem {
+        accept::Problem::Missing => format!("make the output folder {e}: make its parent first"),
+        _ => format!("output {e}: {}", e.fix()),
+    })?;
+    match place.found().map_err(|e| format!("output {e}"))? {
+        accept::Found::Folder | accept::Found::EmptyFolder => Ok(false),
+        accept::Found::Other => Err(format!("output {} is not a folder (a link is not followed): give a folder", dir.display())),
+        accept::Found::Nothing => place
+            .make_dir(0o700)
             .map(|()| true)
-            .map_err(|e| format!("make the output folder {}: {e}: make its parent first", dir.display())),
-        Err(e) => Err(format!("output {}: {e}", dir.display())),
+            .map_err(|e| format!("make the output folder {e}: make its parent first")),
     }
 }
 
