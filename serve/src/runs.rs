@@ -19,7 +19,7 @@ use crate::cancel::CancelOnDrop;
 use crate::config::Tenant;
 use crate::files::View;
 use crate::pool::Link;
-use crate::state::{make_run_dir, new_id, End, Reach, Run, Shared, Slot, EVENTS_FILE, LISTING_FILE, RESULT_FILE};
+use crate::state::{make_run_dir, new_id, run_modes, End, Run, Shared, Slot, EVENTS_FILE, LISTING_FILE, RESULT_FILE};
 use crate::{artifacts, input, route};
 
 /// Input files one run may be sent.
@@ -115,32 +115,24 @@ impl Drop for Staging {
 
 /// Stage the code and the planned input in a fresh run folder under the
 /// tenant's: `dir/main.py`, `dir/input/` (when there is input).
-async fn stage(
-    dir: &Path,
-    code: String,
-    plan: input::Plan,
-    deadline: Instant,
-    reach: Reach,
-) -> Result<Option<PathBuf>, ApiError> {
-    let (top, _, _) = reach.modes();
+async fn stage(dir: &Path, code: String, plan: input::Plan, deadline: Instant) -> Result<Option<PathBuf>, ApiError> {
+    let (top, _, files) = run_modes();
     make_run_dir(dir, top)?;
     let staging = Staging(Some(dir.to_path_buf()));
-    // The script is read by `jail run` (and the pool) as the server, never
-    // by the jail's uid: the server's alone, whatever the reach.
     let main = input::Plan::one_file("main.py", code.into_bytes());
-    write_plan(dir.to_path_buf(), main, deadline, (top, 0o600)).await?;
-    let input = stage_input(dir, plan, deadline, reach).await?;
+    write_plan(dir.to_path_buf(), main, deadline, (top, files)).await?;
+    let input = stage_input(dir, plan, deadline).await?;
     staging.keep();
     Ok(input)
 }
 
 /// Write the planned input into `dir/input` (made for it; nothing when
 /// the plan is empty): the input folder of a run, or of a session.
-pub async fn stage_input(dir: &Path, plan: input::Plan, deadline: Instant, reach: Reach) -> Result<Option<PathBuf>, ApiError> {
+pub async fn stage_input(dir: &Path, plan: input::Plan, deadline: Instant) -> Result<Option<PathBuf>, ApiError> {
     if plan.is_empty() {
         return Ok(None);
     }
-    let (_, folders, files) = reach.modes();
+    let (_, folders, files) = run_modes();
     let inner = dir.join("input");
     make_run_dir(&inner, folders)?;
     let staging = Staging(Some(inner.clone()));
@@ -229,9 +221,7 @@ async fn start(state: &Shared, headers: &HeaderMap, body: Body) -> Result<Respon
     let dir = state.tenant_dir(&tenant)?.join(&id);
     let shape = route::Shape { memory_mib, timeout, followed: !req.wait, input_entries: plan.items.len() };
     let link = route(state, &shape);
-    // Only a spawned run with input needs its jail's uid to read the folder.
-    let reach = if link.is_none() && !plan.is_empty() { Reach::Jail } else { Reach::Server };
-    let input = stage(&dir, std::mem::take(&mut req.code), plan, began + timeout, reach).await?;
+    let input = stage(&dir, std::mem::take(&mut req.code), plan, began + timeout).await?;
     let run = Arc::new(Run::new(dir.clone(), if link.is_some() { "pool" } else { "spawn" }));
     state.keep_run(&tenant, &id, Arc::clone(&run));
     // What staging took is taken from the run's wall time: the jail's
@@ -350,11 +340,6 @@ async fn on_pool(state: &Shared, link: &Link, job: Job, run: &Run) -> Result<Raw
     // never ran, so it runs once, on a jail of its own.
     eprintln!("jail serve: run {}: {why}: running it with jail run", job.id);
     state.metrics.spawned("pool_jail_dead");
-    if job.input.is_some() {
-        if let Err(e) = crate::state::open_to_jail(&job.dir) {
-            return Err(RunError::Failed(format!("the run's input could not be opened to its jail: {e}")));
-        }
-    }
     if let Ok(mut b) = run.backend.lock() {
         *b = "spawn";
     }

@@ -178,8 +178,7 @@ async fn open(
     memory: u64,
 ) -> Result<(String, &'static str), ApiError> {
     let entries = plan.items.len();
-    // A session may start on its own (`jail session start` binds the input).
-    let input = stage_input(dir, plan, std::time::Instant::now() + input::MAX_TIME, crate::state::Reach::Jail).await?;
+    let input = stage_input(dir, plan, std::time::Instant::now() + input::MAX_TIME).await?;
     if let Some(link) = pool_for(state, timeout, memory, entries) {
         // Its output folder: made by the pool, beneath the session's.
         match link.session(&format!("session-{id}"), input.as_deref(), &dir.join("output")).await {

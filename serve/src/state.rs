@@ -394,57 +394,21 @@ pub fn private_mode() -> u32 {
     }
 }
 
-/// Who must read a run's staged folder (its `main.py`, its `input/`)
-/// besides the server. No other local user ever needs to: nothing names the
-/// folder on a command line, and its name is 128 random bits beneath
-/// folders nobody may list.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reach {
-    /// The server alone: the pool reads the script and copies the input as
-    /// the server, and `jail run` reads the script as its caller. Folders
-    /// 0700, files 0600.
-    Server,
-    /// The jail's own uid too: a spawned `jail run` binds the input as it
-    /// is. As root the jail runs as an unprivileged host uid, so the run's
-    /// folder is 0711 (traversed, never listed) and the input 0755/0644; as
-    /// an ordinary user the jail's uid is the server's, so as `Server`.
-    Jail,
-}
-
-impl Reach {
-    /// (the run's folder, the input's folders, the files)
-    pub fn modes(self) -> (u32, u32, u32) {
-        match self {
-            Reach::Jail if nix::unistd::geteuid().is_root() => (0o711, 0o755, 0o644),
-            _ => (0o700, 0o700, 0o600),
-        }
+/// The modes of a run's staged folder, its input's folders, and their
+/// files (its `main.py` too): what the jail's uid must read. Every door
+/// takes a script and an input only when the jail's own uid could read
+/// them (jail/src/accept.rs: modes are never widened for it), and as root
+/// that uid is an unprivileged host uid: the run's folder is 0711 (crossed,
+/// never listed), its input 0755 and its files 0644. No other local user
+/// is told where they are: nothing names the folder on a command line,
+/// and its name is 128 random bits beneath folders nobody may list. As an
+/// ordinary user the jail's uid is the server's: 0700 and 0600.
+pub fn run_modes() -> (u32, u32, u32) {
+    if nix::unistd::geteuid().is_root() {
+        (0o711, 0o755, 0o644)
+    } else {
+        (0o700, 0o700, 0o600)
     }
-}
-
-/// Open a run staged for the server alone to the jail's uid (a pool run
-/// whose pooled jail was dead goes to `jail run`): the modes `Reach::Jail`
-/// gives, on the folder and its input, no link followed. The server wrote
-/// every entry and no jail has run on it.
-pub fn open_to_jail(dir: &Path) -> std::io::Result<()> {
-    use std::os::unix::fs::PermissionsExt as _;
-    let (top, folders, files) = Reach::Jail.modes();
-    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(top))?;
-    let mut stack = vec![dir.join("input")];
-    while let Some(d) = stack.pop() {
-        let Ok(meta) = std::fs::symlink_metadata(&d) else { continue };
-        if !meta.is_dir() {
-            continue;
-        }
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(folders))?;
-        for e in std::fs::read_dir(&d)?.flatten() {
-            match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(e.path()),
-                Ok(t) if t.is_file() => std::fs::set_permissions(e.path(), std::fs::Permissions::from_mode(files))?,
-                _ => {}
-            }
-        }
-    }
-    Ok(())
 }
 
 pub fn make_private_dir(dir: &Path) -> Result<(), ApiError> {
