@@ -3,97 +3,157 @@
 //! lists as accepted, in the result's output folder when that folder is
 //! beneath the run's or session's own, read without following any link
 //! (openat2 `RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS`), a regular file of at
-//! most `MAX_ARTIFACT_BYTES`, bounded in what is read.
+//! most `MAX_ARTIFACT_BYTES`.
 //!
-//! Two more bounds:
-//! - What is served is what the result lists: a file whose size or
-//!   sha256 differs from the listed `bytes` and `sha256` (something wrote
-//!   the folder after the result was made) is refused with 409
-//!   `changed`, never sent as if it were the checked file.
-//! - The bytes held for artifact replies, across every request at once,
-//!   are bounded by [`BUDGET_BYTES`]: each reply takes its size (rounded
-//!   up to a MiB) from one semaphore before it reads, and gives it back
-//!   when its body has been sent or dropped. A request that cannot have
-//!   its share within [`BUDGET_WAIT`] gets 429 `busy`.
+//! Bounded by construction:
+//! - A reply is streamed from the file a chunk at a time (files.rs), as
+//!   the client takes it: whatever the artifact's size and however slow
+//!   the client, a reply holds one chunk and hyper's bounded buffer, and a
+//!   client that takes nothing is cut by the send timeout (conn.rs).
+//! - What is served is what the result lists: a file whose size differs
+//!   from the listed `bytes` is refused with 409 `changed` before a byte
+//!   is sent; its sha256 is computed as it is sent, and the last chunk is
+//!   held back until it matches, so a file rewritten after the result was
+//!   made is cut short of its `Content-Length` (the client sees a broken
+//!   reply), never delivered as if it were the checked file.
+//! - The read budget is each tenant's own (its `max_artifact_reads`
+//!   replies in flight): one tenant's stalled reads never delay another's.
+//!   A request past its tenant's share gets 429 `busy` at once (with
+//!   `Retry-After`), rather than holding a request of its own waiting.
 
 use std::path::{Component, Path, PathBuf};
-use std::sync::{Arc, LazyLock};
-use std::time::Duration;
+use std::sync::Arc;
 
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use jail::sys::{RESOLVE_BENEATH, RESOLVE_NO_MAGICLINKS, RESOLVE_NO_SYMLINKS};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::Semaphore;
 
 use crate::api::ApiError;
+use crate::config::Tenant;
+use crate::state::Shared;
 
 /// Bytes of one artifact served at most.
 const MAX_ARTIFACT_BYTES: u64 = 256 << 20;
 
-/// Bytes held for artifact replies at once, across all requests.
-pub const BUDGET_BYTES: u64 = 512 << 20;
-
-/// The budget's unit: one permit is a MiB.
-const UNIT: u64 = 1 << 20;
-
-/// How long a request waits for its share of the budget.
-const BUDGET_WAIT: Duration = Duration::from_secs(10);
-
-static BUDGET: LazyLock<Arc<Semaphore>> = LazyLock::new(|| Arc::new(Semaphore::new((BUDGET_BYTES / UNIT) as usize)));
+/// Bytes of a run's artifact listing read at most (the policy's
+/// `max_files` entries, each a path, a size, a sha256 and a media type).
+const MAX_LISTING_BYTES: u64 = 64 << 20;
 
 /// An artifact found, opened and checked against its listing, not read yet.
 pub struct Found {
-    path: String,
     file: std::fs::File,
     bytes: u64,
     sha256: String,
     media: String,
 }
 
-/// The reply to an artifact request: `find` (the lookup and [`listed`])
-/// and the read run on tokio's blocking threads, not on the worker serving
-/// other requests, the read only once the budget has room for it.
-pub async fn respond<F>(find: F) -> Response
+/// The reply to an artifact request of `tenant`: `find` (the lookup and
+/// [`listed`]) runs on tokio's blocking threads, and the reply is streamed
+/// once the tenant's budget has room for it.
+pub async fn respond<F>(state: &Shared, tenant: &Tenant, find: F) -> Response
 where
     F: FnOnce() -> Result<Found, ApiError> + Send + 'static,
 {
-    match serve(find, &BUDGET, BUDGET_WAIT).await {
+    let Some(gates) = state.gates.get(&tenant.name) else {
+        return ApiError::failed("no read budget for this token").into_response();
+    };
+    match serve(find, &gates.artifacts).await {
         Ok(r) => r,
-        Err(e) => e.into_response(),
+        Err(e) => {
+            if e.code == "busy" {
+                state.metrics.limit_hit("tenant_artifact_reads", &tenant.name);
+            }
+            e.into_response()
+        }
     }
 }
 
-async fn serve<F>(find: F, budget: &Arc<Semaphore>, wait: Duration) -> Result<Response, ApiError>
+async fn serve<F>(find: F, budget: &Arc<Semaphore>) -> Result<Response, ApiError>
 where
     F: FnOnce() -> Result<Found, ApiError> + Send + 'static,
 {
-    let found = blocking(find).await?;
-    let units = found.bytes.div_ceil(UNIT).max(1) as u32;
-    let permit = tokio::time::timeout(wait, Arc::clone(budget).acquire_many_owned(units))
+    let permit = Arc::clone(budget)
+        .try_acquire_owned()
+        .map_err(|_| ApiError::busy("this token's artifact replies in flight hold its read budget: retry shortly"))?;
+    let found = tokio::task::spawn_blocking(find)
         .await
-        .map_err(|_| ApiError::busy("artifact replies hold the service's read budget now: retry shortly"))?
-        .map_err(|e| ApiError::failed(format!("artifact budget: {e}")))?;
-    let media = found.media.clone();
-    let bytes = blocking(move || read_checked(found)).await?;
-    let body = Body::from(bytes::Bytes::from_owner(Held { bytes, _permit: permit }));
-    Ok(([(header::CONTENT_TYPE, media)], body).into_response())
+        .map_err(|e| ApiError::failed(format!("read artifact: {e}")))??;
+    let (media, length) = (found.media.clone(), found.bytes);
+    let body = Body::from_stream(checked(found, permit));
+    Ok(([(header::CONTENT_TYPE, media), (header::CONTENT_LENGTH, length.to_string())], body).into_response())
 }
 
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, ApiError> + Send + 'static) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f).await.map_err(|e| ApiError::failed(format!("read artifact: {e}")))?
-}
-
-/// A reply's bytes and its share of the budget, given back when dropped.
-struct Held {
-    bytes: Vec<u8>,
-    _permit: OwnedSemaphorePermit,
-}
-
-impl AsRef<[u8]> for Held {
-    fn as_ref(&self) -> &[u8] {
-        &self.bytes
+/// The file's bytes a chunk at a time, hashed as they go; the last chunk
+/// is held back until the whole matches the listed size and sha256, and
+/// an error ends the reply short of its length otherwise. The permit is
+/// held until the reply is sent or dropped.
+fn checked(
+    found: Found,
+    permit: tokio::sync::OwnedSemaphorePermit,
+) -> impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static {
+    struct At {
+        found: Found,
+        offset: u64,
+        hasher: jail::digest::Hasher,
+        held: Option<Bytes>,
+        _permit: tokio::sync::OwnedSemaphorePermit,
     }
+    let start = At {
+        found,
+        offset: 0,
+        hasher: jail::digest::Hasher::new(),
+        held: None,
+        _permit: permit,
+    };
+    futures_util::stream::unfold(Some(start), |at| async move {
+        let mut at = at?;
+        if at.offset >= at.found.bytes {
+            // All read: one byte more would mean it grew.
+            let mut probe = [0u8; 1];
+            let grew = std::os::unix::fs::FileExt::read_at(&at.found.file, &mut probe, at.offset).map_or(true, |n| n > 0);
+            let held = at.held.take();
+            let sha = std::mem::replace(&mut at.hasher, jail::digest::Hasher::new()).finish_hex();
+            return match (grew || sha != at.found.sha256, held) {
+                (false, Some(last)) => Some((Ok(last), None)),
+                (false, None) => None,
+                (true, _) => Some((Err(std::io::Error::other("the artifact changed after its result was made")), None)),
+            };
+        }
+        let file = match at.found.file.try_clone() {
+            Ok(f) => f,
+            Err(e) => return Some((Err(e), None)),
+        };
+        match crate::files::read_at(file, at.offset, at.found.bytes).await {
+            Ok((_, chunk)) if chunk.is_empty() => {
+                Some((Err(std::io::Error::other("the artifact shrank after its result was made")), None))
+            }
+            Ok((_, chunk)) => {
+                at.offset += chunk.len() as u64;
+                at.hasher.update(&chunk);
+                match at.held.replace(chunk) {
+                    Some(before) => Some((Ok(before), Some(at))),
+                    // The first chunk: nothing to send until the next.
+                    None => Some((Ok(Bytes::new()), Some(at))),
+                }
+            }
+            Err(e) => Some((Err(e), None)),
+        }
+    })
+}
+
+/// A run's artifact listing (`{"output_dir", "artifacts"}`, runs.rs
+/// `keep_result`), read from its folder, bounded.
+pub fn read_listing(dir: &Path) -> Result<serde_json::Value, ApiError> {
+    use std::io::Read;
+    let lost = |e: std::io::Error| {
+        eprintln!("jail serve: an artifact listing in {}: {e}", dir.display());
+        ApiError::failed("the run's artifact listing could not be read back on the service")
+    };
+    let file = crate::files::open_in(dir, crate::state::LISTING_FILE).map_err(lost)?;
+    let mut text = Vec::new();
+    file.take(MAX_LISTING_BYTES).read_to_end(&mut text).map_err(lost)?;
+    serde_json::from_slice(&text).map_err(|e| lost(std::io::Error::other(e)))
 }
 
 /// The artifact `path` that `result` lists, opened from its `output_dir`,
@@ -127,7 +187,7 @@ pub fn listed(result: &serde_json::Value, within: &Path, path: &str) -> Result<F
         return Err(changed(path));
     }
     let media = listed.get("media_type").and_then(|m| m.as_str()).unwrap_or("application/octet-stream").to_owned();
-    Ok(Found { path: path.to_owned(), file, bytes, sha256, media })
+    Ok(Found { file, bytes, sha256, media })
 }
 
 fn changed(path: &str) -> ApiError {
@@ -141,33 +201,8 @@ fn changed(path: &str) -> ApiError {
 }
 
 fn open_beneath(dir: &Path, rel: &Path) -> Result<std::fs::File, ApiError> {
-    use std::os::fd::AsFd;
-    let root = jail::sys::openat2(None, dir, libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC, RESOLVE_NO_SYMLINKS)
-        .map_err(|e| ApiError::failed(format!("open {}: {e}", dir.display())))?;
-    let fd = jail::sys::openat2(
-        Some(root.as_fd()),
-        rel,
-        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_NONBLOCK,
-        RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
-    )
-    .map_err(|_| ApiError::not_found("readable artifact at this path"))?;
-    Ok(std::fs::File::from(fd))
-}
-
-/// Read at most the listed size plus one byte, and refuse anything but
-/// the listed size and sha256.
-fn read_checked(found: Found) -> Result<Vec<u8>, ApiError> {
-    use std::io::Read;
-    let mut bytes = Vec::with_capacity(found.bytes as usize);
-    found
-        .file
-        .take(found.bytes.saturating_add(1))
-        .read_to_end(&mut bytes)
-        .map_err(|e| ApiError::failed(format!("read artifact: {e}")))?;
-    if bytes.len() as u64 != found.bytes || jail::digest::sha256_hex(&bytes) != found.sha256 {
-        return Err(changed(&found.path));
-    }
-    Ok(bytes)
+    let rel = rel.to_str().ok_or_else(|| ApiError::not_found("artifact at this path"))?;
+    crate::files::open_in(dir, rel).map_err(|_| ApiError::not_found("readable artifact at this path"))
 }
 
 #[cfg(test)]
@@ -183,43 +218,51 @@ mod tests {
     }
 
     fn code(e: ApiError) -> (StatusCode, &'static str) {
-        let r = e.into_response();
-        let status = r.status();
-        let body = runtime().block_on(axum::body::to_bytes(r.into_body(), 1 << 16)).unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        let c = match v["error"]["code"].as_str().unwrap() {
-            "changed" => "changed",
-            "not_found" => "not_found",
-            "busy" => "busy",
-            other => panic!("unexpected code {other}"),
-        };
-        (status, c)
+        (e.status, e.code)
     }
 
     fn runtime() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
     }
 
+    /// The whole body of a reply, or the error that cut it.
+    fn body_of(rt: &tokio::runtime::Runtime, r: Response) -> Result<Vec<u8>, String> {
+        rt.block_on(axum::body::to_bytes(r.into_body(), usize::MAX))
+            .map(|b| b.to_vec())
+            .map_err(|e| e.to_string())
+    }
+
+    fn find(result: &serde_json::Value, dir: &Path, path: &str) -> impl FnOnce() -> Result<Found, ApiError> + Send + 'static {
+        let (r, d, p) = (result.clone(), dir.to_owned(), path.to_owned());
+        move || listed(&r, &d, &p)
+    }
+
     #[test]
-    fn the_listed_bytes_are_served_and_a_file_rewritten_after_the_result_is_refused() {
+    fn the_listed_bytes_are_streamed_and_a_file_rewritten_after_the_result_is_cut_short() {
+        let rt = runtime();
+        let budget = Arc::new(Semaphore::new(4));
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("a.txt"), b"checked").unwrap();
-        let result = result_listing(dir.path(), "a.txt", b"checked");
-        let found = listed(&result, dir.path(), "a.txt").unwrap();
-        assert_eq!(read_checked(found).unwrap(), b"checked");
-        // Same size, other bytes: the sha256 tells.
-        std::fs::write(dir.path().join("a.txt"), b"CHECKED").unwrap();
-        let found = listed(&result, dir.path(), "a.txt").unwrap();
-        assert_eq!(code(read_checked(found).unwrap_err()), (StatusCode::CONFLICT, "changed"));
-        // Another size: refused before a byte is read.
+        // Larger than a chunk, so the last chunk is held back for the check.
+        let content = vec![b'c'; 3 * crate::files::CHUNK + 5];
+        std::fs::write(dir.path().join("a.txt"), &content).unwrap();
+        let result = result_listing(dir.path(), "a.txt", &content);
+        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget)).unwrap();
+        assert_eq!(r.headers()[header::CONTENT_LENGTH], content.len().to_string());
+        assert_eq!(body_of(&rt, r).unwrap(), content);
+        // Same size, other bytes: the sha256 tells, and the reply never ends whole.
+        let mut other = content.clone();
+        other[10] = b'X';
+        std::fs::write(dir.path().join("a.txt"), &other).unwrap();
+        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget)).unwrap();
+        assert!(body_of(&rt, r).is_err(), "a changed file is cut short");
+        // Another size: refused before a byte is sent.
         std::fs::write(dir.path().join("a.txt"), b"a longer text").unwrap();
         assert_eq!(code(listed(&result, dir.path(), "a.txt").err().unwrap()), (StatusCode::CONFLICT, "changed"));
-        // Grown between the open and the read: still refused, and read no
-        // further than the listed size and one byte.
-        std::fs::write(dir.path().join("a.txt"), b"checked").unwrap();
-        let found = listed(&result, dir.path(), "a.txt").unwrap();
-        std::fs::write(dir.path().join("a.txt"), vec![b'x'; 1 << 20]).unwrap();
-        assert_eq!(code(read_checked(found).unwrap_err()), (StatusCode::CONFLICT, "changed"));
+        // Grown between the open and the read: cut short too.
+        std::fs::write(dir.path().join("a.txt"), &content).unwrap();
+        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget)).unwrap();
+        std::fs::write(dir.path().join("a.txt"), [content.as_slice(), b"more"].concat()).unwrap();
+        assert!(body_of(&rt, r).is_err(), "a grown file is cut short");
     }
 
     #[test]
@@ -235,28 +278,24 @@ mod tests {
     }
 
     #[test]
-    fn replies_hold_their_share_of_the_budget_until_their_body_is_dropped() {
+    fn a_reply_holds_its_tenants_share_until_its_body_is_sent_or_dropped() {
+        let rt = runtime();
         let dir = tempfile::tempdir().unwrap();
-        let content = vec![b'a'; (3 * UNIT) as usize - 5];
+        let content = vec![b'a'; 1 << 20];
         std::fs::write(dir.path().join("big.bin"), &content).unwrap();
         let result = result_listing(dir.path(), "big.bin", &content);
-        // A budget of 4 MiB: one 3 MiB reply fits, a second must wait.
-        let budget = std::sync::Arc::new(Semaphore::new(4));
-        let rt = runtime();
-        let find = |r: &serde_json::Value| {
-            let (r, d) = (r.clone(), dir.path().to_owned());
-            move || listed(&r, &d, "big.bin")
-        };
-        let first = rt.block_on(serve(find(&result), &budget, Duration::from_millis(50))).unwrap();
-        assert_eq!(first.status(), StatusCode::OK);
-        assert_eq!(budget.available_permits(), 1, "the body holds its 3 MiB");
-        let second = rt.block_on(serve(find(&result), &budget, Duration::from_millis(50)));
+        // A tenant's budget of one reply; another tenant's of its own.
+        let (mine, theirs) = (Arc::new(Semaphore::new(1)), Arc::new(Semaphore::new(1)));
+        let first = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine)).unwrap();
+        assert_eq!(mine.available_permits(), 0, "the unsent body holds the share");
+        let second = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine));
         assert_eq!(code(second.err().unwrap()), (StatusCode::TOO_MANY_REQUESTS, "busy"));
-        let body = rt.block_on(axum::body::to_bytes(first.into_body(), usize::MAX)).unwrap();
-        assert_eq!(body.len(), content.len());
-        drop(body);
-        assert_eq!(budget.available_permits(), 4, "sent and dropped: the share is back");
-        let third = rt.block_on(serve(find(&result), &budget, Duration::from_millis(50))).unwrap();
-        assert_eq!(third.status(), StatusCode::OK);
+        let other = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &theirs)).unwrap();
+        assert_eq!(body_of(&rt, other).unwrap().len(), content.len(), "another tenant is not held up");
+        assert_eq!(body_of(&rt, first).unwrap().len(), content.len());
+        assert_eq!(mine.available_permits(), 1, "sent: the share is back");
+        let dropped = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine)).unwrap();
+        drop(dropped);
+        assert_eq!(mine.available_permits(), 1, "dropped unsent: the share is back");
     }
 }

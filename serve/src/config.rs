@@ -62,6 +62,60 @@ pub struct ServeArgs {
     /// `jail_run_cgroups{mode}` and `/readyz` say which.
     #[arg(long)]
     pub no_nest_cgroup: bool,
+    /// Open HTTP connections at most, all clients together; one over it is
+    /// closed as it is accepted. Lowered at start to what the open-files
+    /// limit leaves once every run has its descriptors.
+    #[arg(long, value_name = "N", default_value_t = 1024, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_connections: u64,
+    /// Connections that have not yet sent a request with a valid token, at
+    /// most; a new one past it closes the oldest of them (once that one has
+    /// been open 2 s: fresh clients are not closed for each other).
+    #[arg(long, value_name = "N", default_value_t = 256, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub max_unauthenticated: u64,
+    /// Seconds a connection has to send a request's whole header, counted
+    /// from its accept or from the end of its previous reply (hyper's
+    /// header read timeout): a slow header is closed.
+    #[arg(long, value_name = "SECS", default_value_t = 10.0)]
+    pub header_timeout: f64,
+    /// Seconds a connection with no request in flight may stay silent
+    /// (nothing received) before it is closed; above --header-timeout it
+    /// changes nothing.
+    #[arg(long, value_name = "SECS", default_value_t = 5.0)]
+    pub idle_timeout: f64,
+    /// Seconds a reply (an event stream, an artifact, a result) may wait
+    /// for the client to take its next bytes before the connection is
+    /// closed; an event stream is reopened with `?from=N`.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub send_timeout: f64,
+    /// Seconds a request's body may take to arrive; past it, 408.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    pub body_timeout: f64,
+}
+
+/// The connection timeouts, checked.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    pub header: Duration,
+    pub idle: Duration,
+    pub send: Duration,
+    pub body: Duration,
+}
+
+impl ServeArgs {
+    /// The timeouts, each at least 1 ms and at most a day.
+    pub fn timeouts(&self) -> Result<Timeouts, ConfigError> {
+        let check = |flag: &str, secs: f64| {
+            jail::seconds::limit(secs, jail::seconds::MOST).ok_or_else(|| {
+                ConfigError::Flag(flag.into(), format!("give seconds {}", jail::seconds::range(jail::seconds::MOST)))
+            })
+        };
+        Ok(Timeouts {
+            header: check("--header-timeout", self.header_timeout)?,
+            idle: check("--idle-timeout", self.idle_timeout)?,
+            send: check("--send-timeout", self.send_timeout)?,
+            body: check("--body-timeout", self.body_timeout)?,
+        })
+    }
 }
 
 /// One tenant as the tokens file gives it.
@@ -87,6 +141,23 @@ pub struct TenantFile {
     /// The most memory a run may ask for, in MiB.
     #[serde(default = "default_memory")]
     pub max_memory_mib: u64,
+    /// Requests in flight at most (event streams and artifact replies
+    /// included, until their last byte is sent); beyond it, 429.
+    #[serde(default = "default_requests")]
+    pub max_requests: usize,
+    /// Event streams (`GET /v1/runs/{id}/events`) open at most.
+    #[serde(default = "default_streams")]
+    pub max_streams: usize,
+    /// Artifact replies in flight at most: this token's share of the
+    /// service's read budget, which no other token's replies touch.
+    #[serde(default = "default_artifact_reads")]
+    pub max_artifact_reads: usize,
+    /// Bytes kept for this token's finished runs (their events, results
+    /// and artifacts on disk, and what the server holds of each in
+    /// memory); past it the oldest finished run is forgotten, as past the
+    /// last 64 runs.
+    #[serde(default = "default_kept_bytes")]
+    pub max_kept_bytes: u64,
 }
 
 fn default_runs() -> usize {
@@ -104,6 +175,18 @@ fn default_timeout() -> f64 {
 fn default_memory() -> u64 {
     512
 }
+fn default_requests() -> usize {
+    16
+}
+fn default_streams() -> usize {
+    4
+}
+fn default_artifact_reads() -> usize {
+    2
+}
+fn default_kept_bytes() -> u64 {
+    256 << 20
+}
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -120,6 +203,10 @@ pub struct Tenant {
     pub max_bytes_in: usize,
     pub max_timeout: Duration,
     pub max_memory_mib: u64,
+    pub max_requests: usize,
+    pub max_streams: usize,
+    pub max_artifact_reads: usize,
+    pub max_kept_bytes: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -132,6 +219,8 @@ pub enum ConfigError {
     Parse(PathBuf, String),
     #[error("the tokens file {0}: tenant {1:?}: {2}")]
     Tenant(PathBuf, String, String),
+    #[error("{0}: {1}")]
+    Flag(String, String),
 }
 
 /// Read and check the tokens file: token → tenant.
@@ -161,6 +250,9 @@ pub fn load_tenants(path: &Path) -> Result<BTreeMap<String, Tenant>, ConfigError
         if t.max_memory_mib < 16 {
             return Err(bad("`max_memory_mib` must be at least 16"));
         }
+        if t.max_requests == 0 || t.max_streams == 0 || t.max_artifact_reads == 0 {
+            return Err(bad("`max_requests`, `max_streams` and `max_artifact_reads` must be at least 1"));
+        }
         let tenant = Tenant {
             name: t.name.clone(),
             max_runs: t.max_runs,
@@ -168,6 +260,10 @@ pub fn load_tenants(path: &Path) -> Result<BTreeMap<String, Tenant>, ConfigError
             max_bytes_in: t.max_bytes_in,
             max_timeout: Duration::from_secs_f64(t.max_timeout_secs),
             max_memory_mib: t.max_memory_mib,
+            max_requests: t.max_requests,
+            max_streams: t.max_streams,
+            max_artifact_reads: t.max_artifact_reads,
+            max_kept_bytes: t.max_kept_bytes,
         };
         if tenants.values().any(|o: &Tenant| o.name == tenant.name) {
             return Err(bad("two tenants have this name"));
@@ -195,6 +291,7 @@ mod tests {
         let t = load(r#"{"tenants":[{"name":"a","token":"0123456789abcdef"}]}"#).unwrap();
         let a = &t["0123456789abcdef"];
         assert_eq!((a.max_runs, a.max_sessions, a.max_memory_mib), (4, 2, 512));
+        assert_eq!((a.max_requests, a.max_streams, a.max_artifact_reads, a.max_kept_bytes), (16, 4, 2, 256 << 20));
     }
 
     #[test]

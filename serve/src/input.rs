@@ -130,10 +130,10 @@ pub enum PlanError {
 /// Why a planned input could not be written (the server's fault, a 500).
 #[derive(Debug, thiserror::Error)]
 pub enum WriteError {
-    #[error("write the input {path}: {source}")]
+    #[error("write the input entry {path:?}: {source}")]
     Io { path: String, source: io::Error },
-    #[error("writing the input took more than {0:?}")]
-    TooSlow(Duration),
+    #[error("writing the input took longer than the run's wall time: send fewer entries, or ask for more time")]
+    TooSlow,
 }
 
 /// Plan the input folder: `files` at its top, then the archive's entries.
@@ -373,16 +373,19 @@ const BENEATH: u64 = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::R
 /// created anew (`O_EXCL`, `mkdirat`), every parent resolved beneath
 /// `root` with no link followed, each mode set on the open descriptor
 /// (so the umask cannot narrow what the jail's uid must read).
-pub fn write(plan: &Plan, root: &Path, dir_mode: u32, file_mode: u32) -> Result<(), WriteError> {
-    let deadline = Instant::now() + MAX_TIME;
+///
+/// Done by `deadline` (the run's own wall time, which staging counts
+/// toward), or refused: it took too long.
+pub fn write(plan: &Plan, root: &Path, dir_mode: u32, file_mode: u32, deadline: Instant) -> Result<(), WriteError> {
+    // Named as the tenant sent it, never by the host's path.
     let io_err = |path: &str| {
-        let path = root.join(path).display().to_string();
+        let path = path.to_owned();
         move |source| WriteError::Io { path, source }
     };
     let top = jail::sys::openat2(None, root, libc::O_PATH | libc::O_DIRECTORY, libc::RESOLVE_NO_SYMLINKS).map_err(io_err(""))?;
     for item in &plan.items {
         if Instant::now() > deadline {
-            return Err(WriteError::TooSlow(MAX_TIME));
+            return Err(WriteError::TooSlow);
         }
         let (path, is_dir) = match item {
             Item::Dir(p) => (p.as_str(), true),
@@ -572,7 +575,7 @@ mod tests {
         let files = BTreeMap::from([("top.txt".to_string(), "hi".to_string())]);
         let tar = tar_of(&[("d/e/f.bin", Regular, b"\x00\x01", "")]);
         let p = plan(&files, Some(&b64(&tar)), &B).unwrap();
-        write(&p, &root, 0o755, 0o644).unwrap();
+        write(&p, &root, 0o755, 0o644, Instant::now() + MAX_TIME).unwrap();
         assert_eq!(std::fs::read(root.join("d/e/f.bin")).unwrap(), b"\x00\x01");
         assert_eq!(std::fs::read_to_string(root.join("top.txt")).unwrap(), "hi");
         assert_eq!(std::fs::metadata(root.join("d/e")).unwrap().permissions().mode() & 0o777, 0o755);
@@ -583,7 +586,7 @@ mod tests {
         std::fs::create_dir(t.path().join("elsewhere")).unwrap();
         std::os::unix::fs::symlink(t.path().join("elsewhere"), root2.join("d")).unwrap();
         let p = plan(&BTreeMap::new(), Some(&b64(&tar_of(&[("d/x", Regular, b"1", "")]))), &B).unwrap();
-        assert!(write(&p, &root2, 0o755, 0o644).is_err());
+        assert!(write(&p, &root2, 0o755, 0o644, Instant::now() + MAX_TIME).is_err());
         assert_eq!(std::fs::read_dir(t.path().join("elsewhere")).unwrap().count(), 0);
     }
 }

@@ -19,6 +19,9 @@
 //! - `input`: a run's or a session's input folder from `files` and
 //!   `input_tar`, planned in memory and written without following a link.
 //! - `metrics`: Prometheus text; `janitor`: cleanup after the server's death.
+//! - `conn`: the HTTP connections (hyper) and their limits and timeouts;
+//!   `files`: what is kept of a run on disk, read back a chunk at a time,
+//!   and what a tenant sees of a result (no host path).
 //! - `nest`: the server's own cgroup made the parent of every run's cgroup
 //!   (`--no-nest-cgroup` turns it off).
 
@@ -29,6 +32,8 @@ mod artifacts;
 mod backend;
 mod cancel;
 mod config;
+mod conn;
+mod files;
 pub mod input;
 mod janitor;
 mod metrics;

@@ -16,6 +16,8 @@ struct Counts {
     backends: BTreeMap<&'static str, u64>,
     spawned: BTreeMap<&'static str, u64>,
     rejections: BTreeMap<&'static str, u64>,
+    /// (limit, tenant or "") → times it was hit.
+    limits: BTreeMap<(&'static str, String), u64>,
     denials: u64,
     buckets: [u64; BUCKETS.len()],
     latency_count: u64,
@@ -64,6 +66,68 @@ impl Metrics {
         }
     }
 
+    /// A limit closed a connection or refused a request: `limit` names it
+    /// (`max_connections`, `max_unauthenticated`, `header_timeout`,
+    /// `idle_timeout`, `send_timeout`, `body_timeout`, `tenant_requests`,
+    /// `tenant_streams`, `tenant_artifact_reads`, `anonymous_requests`,
+    /// `tenant_runs`, `node_runs`, `kept_bytes` (a kept run forgotten),
+    /// `accept_failed`), `tenant` the tenant's name when the
+    /// request had a valid token.
+    pub fn limit_hit(&self, limit: &'static str, tenant: &str) {
+        if let Ok(mut c) = self.counts.lock() {
+            *c.limits.entry((limit, tenant.to_owned())).or_default() += 1;
+        }
+    }
+
+    /// The connections, what each tenant keeps, the limits hit and the
+    /// server's own resident memory.
+    pub fn render_bounds(&self, s: &mut String, bounds: &Bounds) {
+        let _ = writeln!(s, "# HELP jail_connections_open HTTP connections open now.");
+        let _ = writeln!(s, "# TYPE jail_connections_open gauge\njail_connections_open {}", bounds.open);
+        let _ = writeln!(s, "# HELP jail_connections_unauthenticated Open connections with no request with a valid token yet.");
+        let _ = writeln!(
+            s,
+            "# TYPE jail_connections_unauthenticated gauge\njail_connections_unauthenticated {}",
+            bounds.unauthenticated
+        );
+        let _ = writeln!(
+            s,
+            "# HELP jail_connections_max The open connections allowed (--max-connections, as the open-files limit leaves it)."
+        );
+        let _ = writeln!(s, "# TYPE jail_connections_max gauge\njail_connections_max {}", bounds.max_connections);
+        let _ = writeln!(s, "# HELP jail_kept_runs Finished and running runs a tenant keeps now.");
+        let _ = writeln!(s, "# TYPE jail_kept_runs gauge");
+        for (tenant, runs, _) in &bounds.kept {
+            let _ = writeln!(s, "jail_kept_runs{{tenant=\"{tenant}\"}} {runs}");
+        }
+        let _ = writeln!(
+            s,
+            "# HELP jail_kept_bytes Bytes a tenant's kept runs take: events, results and artifacts on disk, and what the server holds of each."
+        );
+        let _ = writeln!(s, "# TYPE jail_kept_bytes gauge");
+        for (tenant, _, bytes) in &bounds.kept {
+            let _ = writeln!(s, "jail_kept_bytes{{tenant=\"{tenant}\"}} {bytes}");
+        }
+        let _ =
+            writeln!(s, "# HELP jail_kept_bytes_limit A tenant's max_kept_bytes: its kept runs are shed, oldest first, past it.");
+        let _ = writeln!(s, "# TYPE jail_kept_bytes_limit gauge");
+        for (tenant, limit) in &bounds.kept_limits {
+            let _ = writeln!(s, "jail_kept_bytes_limit{{tenant=\"{tenant}\"}} {limit}");
+        }
+        let _ = writeln!(s, "# HELP jail_limit_hits_total Connections closed and requests refused by a limit, by limit and tenant (empty before a valid token).");
+        let _ = writeln!(s, "# TYPE jail_limit_hits_total counter");
+        if let Ok(c) = self.counts.lock() {
+            for ((limit, tenant), n) in &c.limits {
+                let _ = writeln!(s, "jail_limit_hits_total{{limit=\"{limit}\",tenant=\"{tenant}\"}} {n}");
+            }
+        }
+        let _ = writeln!(
+            s,
+            "# HELP process_resident_memory_bytes The server's own resident memory (its jails are processes of their own)."
+        );
+        let _ = writeln!(s, "# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}", resident_bytes());
+    }
+
     pub fn render(&self, in_flight: usize, sessions: usize, draining: bool, pool: Option<&Snapshot>) -> String {
         let Ok(c) = self.counts.lock() else { return String::new() };
         let mut s = String::new();
@@ -107,6 +171,28 @@ impl Metrics {
         let _ = writeln!(s, "jail_run_seconds_sum {}\njail_run_seconds_count {}", c.latency_sum, c.latency_count);
         s
     }
+}
+
+/// What `render_bounds` shows besides the counters.
+pub struct Bounds {
+    pub open: usize,
+    pub unauthenticated: usize,
+    pub max_connections: usize,
+    /// (tenant, runs kept, bytes kept)
+    pub kept: Vec<(String, usize, u64)>,
+    /// (tenant, max_kept_bytes)
+    pub kept_limits: Vec<(String, u64)>,
+}
+
+/// This process's resident memory, from /proc/self/status (0 when unread).
+fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    let kib = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse::<u64>().ok());
+    kib.unwrap_or(0) * 1024
 }
 
 /// The pool's gauges: its health, and its own `stats` when it answered.
@@ -159,6 +245,34 @@ mod tests {
         assert!(text.contains("jail_runs_by_backend_total{backend=\"pool\"} 1"), "{text}");
         assert!(text.contains("jail_runs_by_backend_total{backend=\"spawn\"} 0"), "{text}");
         assert!(!text.contains("jail_pool_up"), "no pool, no pool gauges: {text}");
+    }
+
+    #[test]
+    fn limits_hit_are_counted_by_limit_and_tenant() {
+        let m = Metrics::default();
+        m.limit_hit("tenant_streams", "a");
+        m.limit_hit("tenant_streams", "a");
+        m.limit_hit("header_timeout", "");
+        let bounds = Bounds {
+            open: 3,
+            unauthenticated: 1,
+            max_connections: 10,
+            kept: vec![("a".into(), 2, 4096)],
+            kept_limits: vec![("a".into(), 1 << 20)],
+        };
+        let mut text = String::new();
+        m.render_bounds(&mut text, &bounds);
+        for needle in [
+            "jail_limit_hits_total{limit=\"tenant_streams\",tenant=\"a\"} 2",
+            "jail_limit_hits_total{limit=\"header_timeout\",tenant=\"\"} 1",
+            "jail_connections_open 3",
+            "jail_kept_bytes{tenant=\"a\"} 4096",
+            "jail_kept_bytes_limit{tenant=\"a\"} 1048576",
+            "process_resident_memory_bytes ",
+        ] {
+            assert!(text.contains(needle), "lacks {needle}: {text}");
+        }
+        assert!(!text.contains("process_resident_memory_bytes 0\n"), "{text}");
     }
 
     #[test]

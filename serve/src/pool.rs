@@ -29,7 +29,7 @@ use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
-use crate::backend::{Backend, BoxFuture, EventLog, Job, RunError};
+use crate::backend::{Backend, BoxFuture, EventLog, Job, RawResult, RunError};
 use crate::cancel::Cancel;
 use crate::route::PoolShape;
 use wire::{Line, Read, Reply};
@@ -46,8 +46,8 @@ const MAX_RESTARTS: usize = 5;
 const RESTART_WINDOW: Duration = Duration::from_secs(600);
 /// How long a closed pool has to destroy its jails before SIGKILL.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
-/// Bytes of live events kept per run (the result is kept besides).
-const MAX_EVENT_BYTES: u64 = crate::spawn::MAX_EVENT_BYTES;
+/// The line buffer kept between the pool's lines at most.
+const KEPT_LINE_BYTES: usize = 1 << 20;
 /// Bytes of one line of the pool's stderr forwarded.
 const MAX_STDERR_LINE: usize = 4 << 10;
 
@@ -331,8 +331,6 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 /// A run (or a stats question) waiting for its reply.
 struct Waiter {
     log: Option<Arc<EventLog>>,
-    logged: u64,
-    dropped: u64,
     reply: oneshot::Sender<Reply>,
 }
 
@@ -383,7 +381,7 @@ impl Link {
             if self.closed.load(Ordering::SeqCst) {
                 return Err("the warm pool has ended".into());
             }
-            w.insert(id.clone(), Waiter { log, logged: 0, dropped: 0, reply: tx });
+            w.insert(id.clone(), Waiter { log, reply: tx });
         }
         let sent = lock(&self.send).as_ref().is_some_and(|s| s.send(line).is_ok());
         if !sent {
@@ -477,23 +475,13 @@ impl Link {
                 let mut w = lock(&self.waiting);
                 let Some(waiter) = w.get_mut(&id) else { return };
                 let Some(log) = &waiter.log else { return };
-                let text = event.to_string();
-                if waiter.logged + text.len() as u64 > MAX_EVENT_BYTES {
-                    waiter.dropped += 1;
-                    return;
-                }
-                waiter.logged += text.len() as u64;
-                log.push(&text);
+                // The log keeps what fits its bytes and counts the rest.
+                log.push(&event);
             }
             // The answer to a cancel of a run already answered: nothing waits for it.
             Line::Reply(_, Reply::Error { code, .. }) if code == "unknown_id" => {}
             Line::Reply(id, reply) => {
                 let Some(waiter) = lock(&self.waiting).remove(&id) else { return };
-                if waiter.dropped > 0 {
-                    if let Some(log) = &waiter.log {
-                        log.push(&serde_json::json!({"type": "dropped", "events": waiter.dropped}).to_string());
-                    }
-                }
                 let _ = waiter.reply.send(reply);
             }
             Line::Stray(text) => eprintln!("jail serve: the pool said, about no run of ours: {text}"),
@@ -513,7 +501,7 @@ impl Link {
 }
 
 impl Backend for Link {
-    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>, cancel: Arc<Cancel>) -> BoxFuture<'a, Result<Value, RunError>> {
+    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>, cancel: Arc<Cancel>) -> BoxFuture<'a, Result<RawResult, RunError>> {
         Box::pin(async move {
             // Waiting here is bounded by the runs ahead, each by its deadline.
             let _turn = tokio::select! {
@@ -529,6 +517,11 @@ impl Backend for Link {
             let answered = cancel.until_done(rx, || self.cancel(&job.id));
             let reply = tokio::time::timeout(deadline, answered).await;
             let result = match reply {
+                // A long result, read once, later, off the async threads.
+                Ok(Ok(Reply::Unparsed(line))) => match String::from_utf8(line) {
+                    Ok(line) => RawResult::line(line),
+                    Err(_) => return Err(RunError::Failed("the warm pool's result is not UTF-8".into())),
+                },
                 Err(_) => {
                     lock(&self.waiting).remove(&job.id);
                     return Err(RunError::Failed(format!("the warm pool did not answer within {deadline:?}")));
@@ -536,7 +529,7 @@ impl Backend for Link {
                 Ok(Err(_)) => {
                     return Err(RunError::PoolLost("the warm pool ended: the run did not finish; send it again".into()))
                 }
-                Ok(Ok(Reply::Result(v))) => v,
+                Ok(Ok(Reply::Result(v))) => RawResult::of(&v),
                 Ok(Ok(Reply::Lost(why))) => {
                     return Err(RunError::PoolLost(format!("{why}: the run did not finish; send it again")))
                 }
@@ -552,11 +545,10 @@ impl Backend for Link {
                 }
             };
             if !events {
-                for line in wire::events_from_result(&result) {
+                for line in wire::events_from_result(&result.value()) {
                     log.push(&line);
                 }
             }
-            jail::schema::check_version(&result).map_err(|e| RunError::Failed(e.to_string()))?;
             Ok(result)
         })
     }
@@ -578,8 +570,14 @@ async fn read_lines(link: Arc<Link>, stdout: tokio::process::ChildStdout) {
     let mut reader = BufReader::with_capacity(64 << 10, stdout);
     let mut buf = Vec::new();
     loop {
-        match wire::read_line(&mut reader, &mut buf, wire::MAX_LINE_BYTES).await {
-            Ok(Read::Whole) => link.dispatch(wire::parse_line(&buf)),
+        let read = wire::read_line(&mut reader, &mut buf, wire::MAX_LINE_BYTES).await;
+        match read {
+            // A long result goes to its run whole, to be parsed there off
+            // this reader, which every run's replies share.
+            Ok(Read::Whole) => match (buf.len() > KEPT_LINE_BYTES).then(|| wire::result_id(&buf)).flatten() {
+                Some(id) => link.dispatch(Line::Reply(id, Reply::Unparsed(std::mem::take(&mut buf)))),
+                None => link.dispatch(wire::parse_line(&buf)),
+            },
             Ok(Read::TooLong) => link.too_long(&buf),
             Ok(Read::End) | Err(_) => {
                 // Nothing more can come: no new run is sent here; the
@@ -588,6 +586,10 @@ async fn read_lines(link: Arc<Link>, stdout: tokio::process::ChildStdout) {
                 link.close();
                 return;
             }
+        }
+        // A result's long line is not held between lines.
+        if buf.capacity() > KEPT_LINE_BYTES {
+            buf = Vec::new();
         }
     }
 }
@@ -708,12 +710,18 @@ for line in sys.stdin:
     }
 
     fn lines(log: &EventLog) -> Vec<Value> {
-        log.since(0).0.iter().map(|l| serde_json::from_str(l).unwrap()).collect()
+        log.lines().iter().map(|l| serde_json::from_str(l).unwrap()).collect()
+    }
+
+    /// A log in a fresh folder of its own.
+    fn scratch_log() -> Arc<EventLog> {
+        let dir = tempfile::tempdir().unwrap().keep();
+        Arc::new(EventLog::create(dir.join("events")))
     }
 
     async fn run(link: &Arc<Link>, job: Job) -> (Result<Value, RunError>, Arc<EventLog>) {
-        let log = Arc::new(EventLog::default());
-        (link.run(job, Arc::clone(&log), Arc::default()).await, log)
+        let log = scratch_log();
+        (link.run(job, Arc::clone(&log), Arc::default()).await.map(|r| r.value()), log)
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -728,7 +736,7 @@ for line in sys.stdin:
             let events = lines(&log);
             let kinds: Vec<&str> = events.iter().map(|e| e["type"].as_str().unwrap()).collect();
             assert_eq!(kinds, ["stdout", "artifact"], "the events are made from the result: {events:?}");
-            assert!(!log.since(0).1, "the log is the caller's to finish, once the run is recorded");
+            assert!(!log.written().done, "the log is the caller's to finish, once the run is recorded");
         }
         let snap = pool.snapshot().await;
         assert_eq!(snap.stats.unwrap()["refill_ms"]["mean"], 42.0);
@@ -742,20 +750,20 @@ for line in sys.stdin:
         let pool = Pool::start(fake.config("events")).await.unwrap();
         let link = pool.link().unwrap();
         assert!(pool.shape(&link).events, "the probe found `events` taken");
-        let log = Arc::new(EventLog::default());
+        let log = scratch_log();
         let task = tokio::spawn({
             let (link, log, job) = (Arc::clone(&link), Arc::clone(&log), fake.job("c"));
             async move { link.run(job, log, Arc::default()).await }
         });
         let until = Instant::now() + Duration::from_secs(10);
-        while log.since(0).0.is_empty() {
+        while log.written().count == 0 {
             assert!(Instant::now() < until, "no live event");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         assert!(!task.is_finished(), "the event came while the run was still going");
         assert_eq!(lines(&log)[0], serde_json::json!({"type": "stdout", "data": "live c"}));
         assert!(matches!(link.call(wire::stats_line("release"), "release".into()).await, Some(Reply::Stats(_))));
-        assert_eq!(task.await.unwrap().unwrap()["status"], "ok");
+        assert_eq!(task.await.unwrap().unwrap().value()["status"], "ok");
         let kinds: Vec<String> = lines(&log).iter().map(|e| e["type"].as_str().unwrap().to_owned()).collect();
         assert_eq!(kinds, ["stdout"], "nothing made up when the pool streamed");
         pool.shut_down().await;
@@ -766,19 +774,19 @@ for line in sys.stdin:
         let fake = Fake::new();
         let pool = Pool::start(fake.config("events")).await.unwrap();
         let link = pool.link().unwrap();
-        let (log, cancel) = (Arc::new(EventLog::default()), Arc::new(Cancel::default()));
+        let (log, cancel) = (scratch_log(), Arc::new(Cancel::default()));
         let task = tokio::spawn({
             let (link, log, cancel, job) = (Arc::clone(&link), Arc::clone(&log), Arc::clone(&cancel), fake.job("k"));
             async move { link.run(job, log, cancel).await }
         });
         let until = Instant::now() + Duration::from_secs(10);
-        while log.since(0).0.is_empty() {
+        while log.written().count == 0 {
             assert!(Instant::now() < until, "the run never started");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         cancel.ask();
         let r = tokio::time::timeout(Duration::from_secs(10), task).await.unwrap().unwrap().unwrap();
-        assert_eq!(r["status"], "cancelled");
+        assert_eq!(r.value()["status"], "cancelled");
         // A second cancel of the answered run: the pool says unknown_id, and
         // nothing waits for that.
         link.cancel("k");
@@ -787,7 +795,7 @@ for line in sys.stdin:
         let asked = Arc::new(Cancel::default());
         asked.ask();
         let held: Vec<_> = futures_util::future::join_all((0..4).map(|_| link.gate.acquire())).await;
-        let e = link.run(fake.job("never"), Arc::default(), asked).await.unwrap_err();
+        let e = link.run(fake.job("never"), scratch_log(), asked).await.unwrap_err();
         assert!(matches!(e, RunError::Cancelled(_)), "{e}");
         drop(held);
         pool.shut_down().await;

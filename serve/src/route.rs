@@ -1,8 +1,9 @@
 //! Which backend takes a run: a pure decision. The pool's jails are made
 //! ahead with their memory, CPUs and pids fixed, and its protocol can only
 //! lower a request's wall time; a run whose limits the pool's jails cannot
-//! honour exactly, or whose caller follows it live while the pool cannot
-//! stream its events, goes to a `jail run` of its own.
+//! honour exactly, whose caller follows it live while the pool cannot
+//! stream its events, or whose input the pool would copy outside its wall
+//! time for too long, goes to a `jail run` of its own.
 
 use std::time::Duration;
 
@@ -13,7 +14,15 @@ pub struct Shape {
     pub timeout: Duration,
     /// The caller follows the run's events (`"wait": false`).
     pub followed: bool,
+    /// Entries (files and folders) of its input.
+    pub input_entries: usize,
 }
+
+/// Input entries a pooled run may have at most. The pool copies a run's
+/// input into its jail entry by entry, outside the run's wall time (4,096
+/// empty folders took 14 s there); `jail run` binds the folder instead,
+/// and what staging took is taken from the run's own time (runs.rs).
+pub const POOL_INPUT_ENTRIES: usize = 256;
 
 /// What the pool's jails are, while it is up.
 #[derive(Debug, Clone, Copy)]
@@ -42,6 +51,7 @@ pub enum Why {
     Memory,
     Timeout,
     LiveEvents,
+    LargeInput,
 }
 
 impl Why {
@@ -52,6 +62,7 @@ impl Why {
             Why::Memory => "memory",
             Why::Timeout => "timeout",
             Why::LiveEvents => "live_events",
+            Why::LargeInput => "large_input",
         }
     }
 }
@@ -80,6 +91,9 @@ pub fn choose(run: &Shape, pool: PoolState) -> Choice {
     if run.followed && !shape.events {
         return Choice::Spawn(Why::LiveEvents);
     }
+    if run.input_entries > POOL_INPUT_ENTRIES {
+        return Choice::Spawn(Why::LargeInput);
+    }
     Choice::Pool
 }
 
@@ -90,7 +104,15 @@ mod tests {
     const POOL: PoolShape = PoolShape { memory_mib: 256, timeout: Duration::from_secs(60), events: false };
 
     fn run(memory_mib: u64, secs: u64, followed: bool) -> Shape {
-        Shape { memory_mib, timeout: Duration::from_secs(secs), followed }
+        Shape { memory_mib, timeout: Duration::from_secs(secs), followed, input_entries: 0 }
+    }
+
+    #[test]
+    fn a_large_input_is_spawned_where_the_jail_binds_it() {
+        let big = Shape { input_entries: POOL_INPUT_ENTRIES + 1, ..run(256, 10, false) };
+        assert_eq!(choose(&big, PoolState::Up(POOL)), Choice::Spawn(Why::LargeInput));
+        let fits = Shape { input_entries: POOL_INPUT_ENTRIES, ..run(256, 10, false) };
+        assert_eq!(choose(&fits, PoolState::Up(POOL)), Choice::Pool);
     }
 
     #[test]

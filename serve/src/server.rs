@@ -49,7 +49,16 @@ pub enum ServeError {
     NotUtf8(PathBuf),
     #[error("serving: {0}")]
     Serve(std::io::Error),
+    #[error("the open-files limit leaves no descriptor for connections once {0} are kept for runs: raise `ulimit -n`, or lower --max-runs")]
+    Files(u64),
 }
+
+/// Descriptors kept for the server itself (its pool, its janitor, its
+/// listener, the files it reads) and for each run it may have in flight
+/// (a `jail run`'s pipes, its events and result files), out of the
+/// open-files limit, before any go to connections.
+const FD_RESERVE: u64 = 256;
+const FD_PER_RUN: u64 = 8;
 
 #[derive(OpenApi)]
 #[openapi(
@@ -107,6 +116,14 @@ async fn metrics(State(state): State<Shared>) -> Response {
         pool.as_ref(),
     );
     state.run_cgroups.render(&mut text);
+    let bounds = crate::metrics::Bounds {
+        open: state.conns.open(),
+        unauthenticated: state.conns.unauthenticated(),
+        max_connections: state.max_connections,
+        kept: state.kept(),
+        kept_limits: state.tenants.values().map(|t| (t.name.clone(), t.max_kept_bytes)).collect(),
+    };
+    state.metrics.render_bounds(&mut text, &bounds);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text).into_response()
 }
 
@@ -116,6 +133,83 @@ async fn openapi() -> Response {
 
 async fn not_found() -> Response {
     crate::api::ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint: see GET /openapi.json").into_response()
+}
+
+/// Every request passes here first. One under `/v1/` must carry a valid
+/// token (else 401, and its connection is closed: a client with no token
+/// keeps none open); it then marks its connection authenticated (conn.rs)
+/// and takes one of its tenant's requests in flight, held until its
+/// reply's last byte is sent, or gets 429. Any other request takes one of
+/// the few shared by requests without a token.
+async fn admit(State(state): State<Shared>, req: axum::extract::Request, next: axum::middleware::Next) -> Response {
+    let conn = req.extensions().get::<Arc<crate::conn::Conn>>().cloned();
+    let active = conn.as_ref().map(|c| c.started());
+    let permit = if req.uri().path().starts_with("/v1/") {
+        let tenant = match state.tenant(req.headers()) {
+            Ok(t) => t,
+            Err(e) => {
+                state.metrics.rejected(e.code);
+                let mut r = e.into_response();
+                r.headers_mut().insert(header::CONNECTION, axum::http::HeaderValue::from_static("close"));
+                return r;
+            }
+        };
+        if let Some(c) = &conn {
+            c.authenticated(&tenant.name);
+        }
+        let gate = state.gates.get(&tenant.name).map(|g| Arc::clone(&g.requests));
+        match gate.and_then(|g| g.try_acquire_owned().ok()) {
+            Some(p) => p,
+            None => {
+                state.metrics.limit_hit("tenant_requests", &tenant.name);
+                state.metrics.rejected("busy");
+                let why = format!("this token has {} requests in flight, its most: wait for one to end", tenant.max_requests);
+                return crate::api::ApiError::busy(why).into_response();
+            }
+        }
+    } else {
+        match Arc::clone(&state.anonymous).try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => {
+                state.metrics.limit_hit("anonymous_requests", "");
+                let why = format!(
+                    "{} requests without a token are in flight, the most: retry shortly",
+                    crate::state::ANONYMOUS_REQUESTS
+                );
+                return crate::api::ApiError::busy(why).into_response();
+            }
+        }
+    };
+    let response = next.run(req).await;
+    response.map(|body| axum::body::Body::new(Held { body, _permit: permit, _active: active }))
+}
+
+/// A reply's body and what it holds until it is sent or dropped: its
+/// tenant's request in flight, its connection's activity.
+struct Held {
+    body: axum::body::Body,
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _active: Option<crate::conn::Active>,
+}
+
+impl axum::body::HttpBody for Held {
+    type Data = axum::body::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 pub fn router(state: Shared) -> Router {
@@ -133,6 +227,7 @@ pub fn router(state: Shared) -> Router {
         .route("/metrics", get(metrics))
         .route("/openapi.json", get(openapi))
         .fallback(not_found)
+        .layer(axum::middleware::from_fn_with_state(Arc::clone(&state), admit))
         .with_state(state)
 }
 
@@ -202,6 +297,20 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     if let RunCgroups::Nested { runs, .. } = &run_cgroups {
         flags.extend(["--cgroup-parent".into(), runs.into()]);
     }
+    let timeouts = args.timeouts()?;
+    // Every run, session and the pool keep their descriptors whatever the
+    // clients hold: the connections get what is left.
+    let reserve = FD_RESERVE + FD_PER_RUN * args.max_runs as u64;
+    let max_connections = crate::conn::connections_the_fd_limit_allows(reserve)
+        .ok_or(ServeError::Files(reserve))?
+        .min(args.max_connections);
+    if max_connections < args.max_connections {
+        eprintln!(
+            "jail serve: at most {max_connections} connections (--max-connections {}): the open-files limit keeps {reserve} \
+             for runs (raise `ulimit -n`, or lower --max-runs)",
+            args.max_connections
+        );
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(ServeError::Runtime)?;
     let pool = match args.pool_size {
         0 => None,
@@ -214,8 +323,20 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
             Some(pool)
         }
     };
+    let gates = tenants.values().map(|t| (t.name.clone(), crate::state::Gates::of(t))).collect();
+    let limits = crate::conn::Limits {
+        max_connections: max_connections as usize,
+        max_unauthenticated: args.max_unauthenticated as usize,
+        timeouts,
+    };
     let state = Arc::new(AppState {
         tenants,
+        gates,
+        anonymous: Arc::new(tokio::sync::Semaphore::new(crate::state::ANONYMOUS_REQUESTS)),
+        conns: Arc::default(),
+        limits,
+        max_connections: limits.max_connections,
+        body_timeout: timeouts.body,
         holdings: Default::default(),
         spawn: SpawnBackend { jail: jail.clone(), flags: flags.clone() },
         pool,
@@ -277,9 +398,10 @@ async fn run(args: &ServeArgs, state: Shared) -> Result<(), ServeError> {
     let listener = tokio::net::TcpListener::bind(args.listen).await.map_err(|e| ServeError::Listen(args.listen, e))?;
     eprintln!("jail serve: listening on {}", listener.local_addr().map_err(ServeError::Serve)?);
     let drain = drain(Arc::clone(&state), Duration::from_secs(args.drain_secs), signals);
-    let serving = axum::serve(listener, router(state)).with_graceful_shutdown(drain);
+    let (limits, table, metrics) = (state.limits, Arc::clone(&state.conns), Arc::clone(&state.metrics));
+    let serving = crate::conn::serve(listener, router(state), limits, table, metrics, drain);
     tokio::select! {
-        r = serving => r.map_err(ServeError::Serve),
+        () = serving => Ok(()),
         () = closed_after_drain() => Ok(()),
     }
 }

@@ -61,15 +61,27 @@ pub struct Ended {
     closing: serde_json::Value,
 }
 
-/// Run `jail ARGS` with the session's environment; its stdout, bounded.
-async fn jail(state: &Shared, dir: &Path, args: &[&std::ffi::OsStr]) -> Result<Vec<u8>, ApiError> {
+/// Run `jail ARGS` in the session's folder with its environment, `stdin`
+/// on its standard input; its stdout, bounded. Paths in the session's
+/// folder are given relative to it, so no command line (which every local
+/// user may read in /proc) names them, and a cell's code goes on stdin.
+async fn jail(state: &Shared, dir: &Path, args: &[&std::ffi::OsStr], stdin: Option<&[u8]>) -> Result<Vec<u8>, ApiError> {
+    use tokio::io::AsyncWriteExt;
     let mut cmd = std::process::Command::new(&state.jail);
-    cmd.args(args).env("XDG_RUNTIME_DIR", dir).env("TMPDIR", dir);
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    let relative = |a: &&std::ffi::OsStr| Path::new(a).strip_prefix(dir).map(|p| p.as_os_str().to_owned()).unwrap_or(a.into());
+    cmd.args(args.iter().map(relative)).current_dir(dir).env("XDG_RUNTIME_DIR", dir).env("TMPDIR", dir);
+    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     jail::sys::set_parent_death_signal(&mut cmd, nix::sys::signal::Signal::SIGTERM);
-    let mut child = tokio::process::Command::from(cmd)
-        .spawn()
-        .map_err(|e| ApiError::failed(format!("cannot start {}: {e}", state.jail.display())))?;
+    let mut child = tokio::process::Command::from(cmd).spawn().map_err(|e| {
+        eprintln!("jail serve: cannot start {}: {e}", state.jail.display());
+        ApiError::failed(format!("the service could not start a jail: {e}"))
+    })?;
+    if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), stdin) {
+        // A jail that exits without reading it all is no error here: its
+        // output says what happened.
+        let _ = pipe.write_all(bytes).await;
+    }
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
     let read = async {
@@ -85,11 +97,12 @@ async fn jail(state: &Shared, dir: &Path, args: &[&std::ffi::OsStr]) -> Result<V
     tokio::join!(read, read_err);
     let status = child.wait().await.map_err(|e| ApiError::failed(format!("waiting for jail: {e}")))?;
     if out.is_empty() {
-        return Err(ApiError::failed(format!(
+        let view = state.view_of_session(dir);
+        return Err(ApiError::failed(view.text(&format!(
             "jail {} printed nothing (exit {status}): {}",
             args.first().map(|a| a.to_string_lossy()).unwrap_or_default(),
             String::from_utf8_lossy(&err).trim()
-        )));
+        ))));
     }
     Ok(out)
 }
@@ -121,12 +134,12 @@ pub async fn create(State(state): State<Shared>, headers: HeaderMap, body: Body)
 async fn start(state: &Shared, headers: &HeaderMap, body: Body) -> Result<(StatusCode, SessionReply), ApiError> {
     let tenant = state.tenant(headers)?.clone();
     let bytes_in = tenant.max_bytes_in.min(state.max_body);
-    let body = read_body(body, bytes_in).await?;
+    let body = read_body(state, &tenant, body, bytes_in).await?;
     let mut req: SessionRequest = if body.is_empty() { SessionRequest::default() } else { parse(&body)? };
     drop(body);
     check_files(&req.files)?;
     let (timeout, memory) = checked_limits(&req.limits, &tenant)?;
-    let plan = plan_input(&mut req.files, req.input_tar.take(), bytes_in).await?;
+    let plan = plan_input(&mut req.files, req.input_tar.take(), bytes_in, input::MAX_TIME).await?;
     if state.draining.load(Ordering::SeqCst) {
         return Err(ApiError::draining());
     }
@@ -164,8 +177,9 @@ async fn open(
     timeout: Duration,
     memory: u64,
 ) -> Result<(String, &'static str), ApiError> {
-    let input = stage_input(dir, plan).await?;
-    if let Some(link) = pool_for(state, timeout, memory) {
+    let entries = plan.items.len();
+    let input = stage_input(dir, plan, std::time::Instant::now() + input::MAX_TIME).await?;
+    if let Some(link) = pool_for(state, timeout, memory, entries) {
         // Its output folder: made by the pool, beneath the session's.
         match link.session(&format!("session-{id}"), input.as_deref(), &dir.join("output")).await {
             Ok(handle) => return Ok((handle, "pool")),
@@ -187,7 +201,7 @@ async fn open(
     // No --output: `jail session start` makes a fresh one in TMPDIR, the
     // session's folder, in the mode the policy's output needs.
     let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    let started = json(&jail(state, dir, &refs).await?)?;
+    let started = json(&jail(state, dir, &refs, None).await?)?;
     let handle = started.get("handle").and_then(|h| h.as_str()).map(str::to_owned);
     handle.map(|h| (h, "spawn")).ok_or_else(|| ApiError::failed("jail session start gave no handle"))
 }
@@ -195,10 +209,10 @@ async fn open(
 /// The pool's link when a session of these limits can come from it: the
 /// pool is up and takes sessions, its jails have this memory, and its
 /// wall time is at least the session's cells' (each cell lowers it).
-fn pool_for(state: &Shared, timeout: Duration, memory: u64) -> Option<Arc<crate::pool::Link>> {
+fn pool_for(state: &Shared, timeout: Duration, memory: u64, input_entries: usize) -> Option<Arc<crate::pool::Link>> {
     let pool = state.pool.as_ref()?;
     let link = pool.link().filter(|l| l.takes_sessions())?;
-    let shape = route::Shape { memory_mib: memory, timeout, followed: false };
+    let shape = route::Shape { memory_mib: memory, timeout, followed: false, input_entries };
     match route::choose(&shape, route::PoolState::Up(pool.shape(&link))) {
         route::Choice::Pool => Some(link),
         route::Choice::Spawn(_) => None,
@@ -252,28 +266,26 @@ pub async fn exec(State(state): State<Shared>, headers: HeaderMap, UrlPath(id): 
 async fn exec_cell(state: &Shared, headers: &HeaderMap, id: &str, body: Body) -> Result<(StatusCode, RunReply), ApiError> {
     let tenant = state.tenant(headers)?.clone();
     let session = find(state, headers, id)?;
-    let body = read_body(body, tenant.max_bytes_in.min(state.max_body)).await?;
+    let body = read_body(state, &tenant, body, tenant.max_bytes_in.min(state.max_body)).await?;
     let req: ExecRequest = parse(&body)?;
     if req.code.trim().is_empty() {
         return Err(ApiError::field("code", "`code` is empty: send the cell's Python source"));
     }
     let mut n = session.busy.lock().await;
     *n += 1;
-    let cell = session.dir.join(format!("cell-{n}.py"));
-    std::fs::write(&cell, &req.code).map_err(|e| ApiError::failed(format!("write {}: {e}", cell.display())))?;
     let handle = session.handle.as_deref().unwrap_or_default();
     let wall = session.cell_timeout.as_secs_f64().to_string();
+    // The cell's code on stdin (`-`): it is in no file and on no command line.
     let args = [
         "session".as_ref(),
         "exec".as_ref(),
         "--timeout".as_ref(),
         wall.as_ref(),
         handle.as_ref(),
-        cell.as_os_str(),
+        "-".as_ref(),
     ];
-    let out = jail(state, &session.dir, &args).await;
-    let _ = std::fs::remove_file(&cell);
-    let result = json(&out?)?;
+    let mut result = json(&jail(state, &session.dir, &args, Some(req.code.as_bytes())).await?)?;
+    state.view_of_session(&session.dir).result(&mut result);
     Ok((StatusCode::OK, RunReply::done(id, result)))
 }
 
@@ -290,17 +302,20 @@ async fn stop(state: &Shared, headers: &HeaderMap, id: &str) -> Result<(StatusCo
     let session = find(state, headers, id)?;
     let _busy = session.busy.lock().await;
     let handle = session.handle.as_deref().unwrap_or_default();
-    let out = jail(state, &session.dir, &["session".as_ref(), "stop".as_ref(), handle.as_ref()]).await;
+    let out = jail(state, &session.dir, &["session".as_ref(), "stop".as_ref(), handle.as_ref()], None).await;
     if let Ok(mut h) = state.holdings.lock() {
         if let Some(t) = h.get_mut(&tenant.name) {
             t.sessions.remove(id);
         }
     }
     let result = json(&out?)?;
-    // Kept, folder and all, for its artifacts (the oldest goes).
-    let ended = Ended { session: Arc::clone(&session), closing: result.clone() };
+    // Kept, folder and all, for its artifacts (the oldest goes); the
+    // tenant sees it without the host's paths.
+    let mut shown = result.clone();
+    state.view_of_session(&session.dir).result(&mut shown);
+    let ended = Ended { session: Arc::clone(&session), closing: result };
     state.keep_ended(&tenant, id, Arc::new(ended));
-    Ok((StatusCode::OK, RunReply::done(id, result)))
+    Ok((StatusCode::OK, RunReply::done(id, shown)))
 }
 
 #[utoipa::path(get, path = "/v1/sessions/{id}/artifacts/{path}", params(("id" = String, Path), ("path" = String, Path)),
@@ -315,8 +330,13 @@ pub async fn artifact(
     headers: HeaderMap,
     UrlPath((id, path)): UrlPath<(String, String)>,
 ) -> Response {
-    artifacts::respond(move || {
-        let ended = state.tenant(&headers).and_then(|t| state.ended_session(t, &id))?;
+    let tenant = match state.tenant(&headers) {
+        Ok(t) => t.clone(),
+        Err(e) => return e.into_response(),
+    };
+    let (owned, who) = (Arc::clone(&state), tenant.clone());
+    artifacts::respond(&state, &tenant, move || {
+        let ended = owned.ended_session(&who, &id)?;
         artifacts::listed(&ended.closing, &ended.session.dir, &path)
     })
     .await
@@ -330,7 +350,7 @@ pub async fn stop_all(state: &Shared) {
     };
     for s in &all {
         if let Some(handle) = &s.handle {
-            let _ = jail(state, &s.dir, &["session".as_ref(), "stop".as_ref(), handle.as_ref()]).await;
+            let _ = jail(state, &s.dir, &["session".as_ref(), "stop".as_ref(), handle.as_ref()], None).await;
         }
     }
 }

@@ -13,13 +13,17 @@ use std::time::Duration;
 
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::{AsyncReadExt, BufReader};
 
-use crate::backend::{Backend, BoxFuture, EventLog, Job, RunError};
+use crate::backend::{Backend, BoxFuture, EventLog, Job, RawResult, RunError};
 use crate::cancel::Cancel;
+use crate::pool::wire::{self, Read};
 
-/// Bytes of one run's event stream (and so its result) read at most.
-pub const MAX_EVENT_BYTES: u64 = 64 << 20;
+/// Bytes of one line (an event, or the result, which carries the run's
+/// capped streams) read at most; a longer event is counted as dropped.
+pub const MAX_RESULT_BYTES: usize = 64 << 20;
+/// How the result event, and only it, begins (the jail writes the tag first).
+const RESULT_PREFIX: &[u8] = br#"{"type":"result","#;
 const MAX_JAIL_STDERR_BYTES: u64 = 64 << 10;
 /// How long past its deadline a run may take before it is deemed hung.
 pub const HUNG_GRACE: Duration = Duration::from_secs(30);
@@ -33,6 +37,9 @@ pub struct SpawnBackend {
 }
 
 impl SpawnBackend {
+    /// `jail run --events ... --input input main.py`, in the run's folder:
+    /// the tenant's paths are relative to the working folder, so no
+    /// command line (which every local user may read in /proc) names them.
     fn command(&self, job: &Job) -> tokio::process::Command {
         use std::os::unix::process::CommandExt;
         let mut cmd = std::process::Command::new(&self.jail);
@@ -40,9 +47,10 @@ impl SpawnBackend {
         cmd.arg("--timeout").arg(job.timeout.as_secs_f64().to_string());
         cmd.arg("--memory").arg(format!("{}M", job.memory_mib));
         if let Some(input) = &job.input {
-            cmd.arg("--input").arg(input);
+            cmd.arg("--input").arg(input.strip_prefix(&job.dir).unwrap_or(input));
         }
-        cmd.arg(job.dir.join("main.py"));
+        cmd.arg("main.py");
+        cmd.current_dir(&job.dir);
         cmd.env("TMPDIR", &job.dir);
         cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
         // Its own group, so that stopping it reaches whatever it started.
@@ -54,12 +62,7 @@ impl SpawnBackend {
 }
 
 impl Backend for SpawnBackend {
-    fn run<'a>(
-        &'a self,
-        job: Job,
-        log: Arc<EventLog>,
-        cancel: Arc<Cancel>,
-    ) -> BoxFuture<'a, Result<serde_json::Value, RunError>> {
+    fn run<'a>(&'a self, job: Job, log: Arc<EventLog>, cancel: Arc<Cancel>) -> BoxFuture<'a, Result<RawResult, RunError>> {
         Box::pin(async move {
             let failed = |m: String| RunError::Failed(m);
             let mut child = self
@@ -76,17 +79,8 @@ impl Backend for SpawnBackend {
             let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
             let mut result = None;
             let read = async {
-                let Some(out) = stdout else { return };
-                let mut lines = BufReader::new(out.take(MAX_EVENT_BYTES)).lines();
-                while let Ok(Some(line)) = lines.next_line().await {
-                    if let Ok(serde_json::Value::Object(mut event)) = serde_json::from_str(&line) {
-                        if event.get("type").and_then(|t| t.as_str()) == Some("result") {
-                            // The last event: the caller logs it once the run is recorded.
-                            result = event.remove("result");
-                            continue;
-                        }
-                    }
-                    log.push(&line);
+                if let Some(out) = stdout {
+                    result = read_events(out, &log).await;
                 }
             };
             let mut err = Vec::new();
@@ -110,11 +104,37 @@ impl Backend for SpawnBackend {
             let doc = result.ok_or_else(|| {
                 failed(format!("the jail printed no result (exit {status}): {}", String::from_utf8_lossy(&err).trim()))
             })?;
-            jail::schema::check_version(&doc).map_err(|e| failed(e.to_string()))?;
             Ok(doc)
         })
     }
 }
+
+/// Each event line of a `jail run --events` into `log`, each held only
+/// while it is written there (one line at a time, bounded), until the
+/// result, which is returned rather than logged: the caller keeps it.
+async fn read_events(out: impl tokio::io::AsyncRead + Unpin, log: &EventLog) -> Option<RawResult> {
+    let mut reader = BufReader::with_capacity(64 << 10, out);
+    let mut line = Vec::new();
+    loop {
+        match wire::read_line(&mut reader, &mut line, MAX_RESULT_BYTES).await {
+            // Read once, later, off the async threads (runs.rs `keep_result`).
+            Ok(Read::Whole) if line.starts_with(RESULT_PREFIX) => return String::from_utf8(line).ok().map(RawResult::line),
+            Ok(Read::Whole) => match std::str::from_utf8(&line) {
+                Ok(text) => log.push(text),
+                Err(_) => log.dropped(),
+            },
+            Ok(Read::TooLong) => log.dropped(),
+            Ok(Read::End) | Err(_) => return None,
+        }
+        // A long line's buffer is not kept for the short ones after it.
+        if line.capacity() > SMALL_LINE {
+            line = Vec::new();
+        }
+    }
+}
+
+/// A line buffer kept between lines at most.
+const SMALL_LINE: usize = 256 << 10;
 
 /// A started run's process group; dropped before `done`, it is
 /// terminated, then killed after `STOP_GRACE`.

@@ -1,5 +1,13 @@
 //! What the handlers share: tenants and what each holds now (runs in
-//! flight, sessions, finished runs), the node's run slots, the drain flag.
+//! flight, sessions, finished runs), each tenant's gates (requests,
+//! streams, artifact replies in flight), the node's run slots, the drain
+//! flag.
+//!
+//! What the server holds of a run in memory is bounded by construction:
+//! its events and its result live in files in its folder (backend.rs
+//! `EventLog`, runs.rs `record`), so a kept run costs the server a few
+//! hundred bytes however much it printed; what a tenant keeps on disk is
+//! bounded by its `max_kept_bytes` and the last `KEPT_RUNS` runs.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -8,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::http::{HeaderMap, StatusCode};
+use tokio::sync::Semaphore;
 
 use crate::api::ApiError;
 use crate::backend::EventLog;
@@ -16,8 +25,20 @@ use crate::config::Tenant;
 use crate::metrics::Metrics;
 
 /// Finished runs a tenant keeps (their results, events and artifacts);
-/// the oldest goes, folder and all, when a new one would pass it.
-const KEPT_RUNS: usize = 64;
+/// the oldest goes, folder and all, when a new one would pass it, or when
+/// the tenant's kept bytes would pass its `max_kept_bytes`.
+pub const KEPT_RUNS: usize = 64;
+
+/// In a run's folder: its events, its result as the tenant sees it, and
+/// the listing its artifacts are served from (0600, the server's).
+pub const EVENTS_FILE: &str = ".events";
+pub const RESULT_FILE: &str = ".result.json";
+pub const LISTING_FILE: &str = ".artifacts.json";
+
+/// What the server holds in memory for a kept run besides its id and
+/// folder name, counted in its kept bytes (a generous round figure: the
+/// `Run`, its log's counters and index, its map entry).
+const RUN_MEMORY_BYTES: u64 = 1 << 10;
 
 /// One run, started or finished.
 pub struct Run {
@@ -37,8 +58,10 @@ pub struct Run {
 pub enum End {
     #[default]
     Running,
-    /// It ended with this result document (whatever its status).
-    Done(serde_json::Value),
+    /// It ended with a result document (whatever its status), in
+    /// `RESULT_FILE` as the tenant sees it: `result_bytes` long, and
+    /// `artifact_bytes` of accepted artifacts in its output folder.
+    Done { result_bytes: u64, artifact_bytes: u64 },
     /// It ended without one: the error code and message.
     Failed { code: &'static str, message: String },
 }
@@ -46,12 +69,27 @@ pub enum End {
 impl Run {
     pub fn new(dir: PathBuf, backend: &'static str) -> Run {
         Run {
+            log: Arc::new(EventLog::create(dir.join(EVENTS_FILE))),
             dir,
-            log: Arc::default(),
             end: Mutex::default(),
             backend: Mutex::new(backend),
             cancel: Arc::default(),
         }
+    }
+
+    /// What keeping it costs: its events, result and artifacts on disk and
+    /// what the server holds of it.
+    pub fn kept_bytes(&self) -> u64 {
+        let end = match self.end() {
+            End::Running => 0,
+            End::Done { result_bytes, artifact_bytes } => result_bytes.saturating_add(artifact_bytes),
+            End::Failed { message, .. } => message.len() as u64,
+        };
+        RUN_MEMORY_BYTES + self.log.written().bytes + end
+    }
+
+    pub fn finished(&self) -> bool {
+        !matches!(self.end(), End::Running)
     }
 
     pub fn backend(&self) -> &'static str {
@@ -114,6 +152,35 @@ impl<T> Kept<T> {
     fn get(&self, id: &str) -> Option<&T> {
         self.by_id.get(id)
     }
+
+    /// Forget the oldest ones that `may_go` while the bytes kept are over
+    /// `budget`; those that may not go (runs still running) stay. How many went.
+    fn shed(&mut self, budget: u64, bytes: impl Fn(&T) -> u64, may_go: impl Fn(&T) -> bool) -> usize {
+        let mut total: u64 = self.by_id.values().map(&bytes).fold(0, u64::saturating_add);
+        let mut gone = 0;
+        let mut i = 0;
+        while total > budget && i < self.order.len() {
+            let id = &self.order[i];
+            match self.by_id.get(id) {
+                Some(v) if may_go(v) => {
+                    total = total.saturating_sub(bytes(v));
+                    let id = id.clone();
+                    self.by_id.remove(&id);
+                    self.order.remove(i);
+                    gone += 1;
+                }
+                Some(_) => i += 1,
+                None => {
+                    self.order.remove(i);
+                }
+            }
+        }
+        gone
+    }
+
+    fn len(&self) -> usize {
+        self.by_id.len()
+    }
 }
 
 pub struct AppState {
@@ -130,14 +197,45 @@ pub struct AppState {
     pub session_flags: Vec<std::ffi::OsString>,
     pub max_runs: usize,
     pub max_body: usize,
+    pub body_timeout: std::time::Duration,
     pub in_flight: AtomicUsize,
     pub draining: AtomicBool,
-    pub metrics: Metrics,
+    pub metrics: Arc<Metrics>,
+    /// Each tenant's gates, by name.
+    pub gates: HashMap<String, Gates>,
+    /// Requests without a token (`/healthz`, `/readyz`, `/metrics`,
+    /// `/openapi.json`) in flight, all clients together.
+    pub anonymous: Arc<Semaphore>,
+    /// The open HTTP connections (conn.rs), and their limits.
+    pub conns: Arc<crate::conn::Table>,
+    pub limits: crate::conn::Limits,
+    pub max_connections: usize,
     /// Where the runs get their cgroups (nest.rs).
     pub run_cgroups: crate::nest::RunCgroups,
 }
 
 pub type Shared = Arc<AppState>;
+
+/// Requests without a token in flight at most, all clients together.
+pub const ANONYMOUS_REQUESTS: usize = 16;
+
+/// What one tenant may have in flight at once: requests (until their
+/// reply's last byte), event streams, artifact replies.
+pub struct Gates {
+    pub requests: Arc<Semaphore>,
+    pub streams: Arc<Semaphore>,
+    pub artifacts: Arc<Semaphore>,
+}
+
+impl Gates {
+    pub fn of(tenant: &Tenant) -> Gates {
+        Gates {
+            requests: Arc::new(Semaphore::new(tenant.max_requests)),
+            streams: Arc::new(Semaphore::new(tenant.max_streams)),
+            artifacts: Arc::new(Semaphore::new(tenant.max_artifact_reads)),
+        }
+    }
+}
 
 /// Run slot held for a request; released on drop (also when the client
 /// goes away mid-run).
@@ -188,6 +286,7 @@ impl AppState {
         let mut h = self.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
         let mine = h.entry(tenant.name.clone()).or_default();
         if mine.runs_in_flight >= tenant.max_runs {
+            self.metrics.limit_hit("tenant_runs", &tenant.name);
             return Err(ApiError::busy(format!(
                 "this token has {} runs in flight, its most: wait for one to end",
                 tenant.max_runs
@@ -196,6 +295,7 @@ impl AppState {
         let before = self.in_flight.fetch_add(1, Ordering::SeqCst);
         if before >= self.max_runs {
             self.in_flight.fetch_sub(1, Ordering::SeqCst);
+            self.metrics.limit_hit("node_runs", &tenant.name);
             return Err(ApiError::busy("this node is full: retry after Retry-After seconds"));
         }
         mine.runs_in_flight += 1;
@@ -214,6 +314,30 @@ impl AppState {
         let Ok(mut h) = self.holdings.lock() else { return };
         let mine = h.entry(tenant.name.clone()).or_default();
         mine.runs.insert(id, run);
+        let gone = mine.runs.shed(tenant.max_kept_bytes, |r| r.kept_bytes(), |r| r.finished());
+        (0..gone).for_each(|_| self.metrics.limit_hit("kept_bytes", &tenant.name));
+    }
+
+    /// A run of the tenant's ended: forget its oldest finished runs while
+    /// what it keeps is over its `max_kept_bytes`.
+    pub fn shed_runs(&self, tenant: &str, budget: u64) {
+        let Ok(mut h) = self.holdings.lock() else { return };
+        if let Some(mine) = h.get_mut(tenant) {
+            let gone = mine.runs.shed(budget, |r| r.kept_bytes(), |r| r.finished());
+            (0..gone).for_each(|_| self.metrics.limit_hit("kept_bytes", tenant));
+        }
+    }
+
+    /// Each tenant's kept runs and their bytes (for `/metrics`).
+    pub fn kept(&self) -> Vec<(String, usize, u64)> {
+        let Ok(h) = self.holdings.lock() else { return Vec::new() };
+        self.gates
+            .keys()
+            .map(|name| match h.get(name) {
+                Some(t) => (name.clone(), t.runs.len(), t.runs.by_id.values().map(|r| r.kept_bytes()).sum()),
+                None => (name.clone(), 0, 0),
+            })
+            .collect()
     }
 
     /// Keep an ended session of the tenant's for its artifacts.
@@ -232,10 +356,25 @@ impl AppState {
             .ok_or_else(|| ApiError::not_found("ended session"))
     }
 
+    /// How paths of the host are shown to a tenant in a run's result.
+    pub fn view_of_run(&self, dir: &Path) -> crate::files::View {
+        crate::files::View::of_run(dir, &[&self.work, &self.sessions, &self.jail])
+    }
+
+    /// How paths of the host are shown to a tenant in a session's results.
+    pub fn view_of_session(&self, dir: &Path) -> crate::files::View {
+        crate::files::View::of_session(dir, &[&self.work, &self.sessions, &self.jail])
+    }
+
+    /// The run `id` of the tenant named `tenant`.
+    pub fn run_of(&self, tenant: &str, id: &str) -> Result<Arc<Run>, ApiError> {
+        let h = self.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
+        h.get(tenant).and_then(|t| t.runs.get(id)).cloned().ok_or_else(|| ApiError::not_found("run"))
+    }
+
     /// The tenant's run `id`; another tenant's is not found either.
     pub fn run(&self, tenant: &Tenant, id: &str) -> Result<Arc<Run>, ApiError> {
-        let h = self.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
-        h.get(&tenant.name).and_then(|t| t.runs.get(id)).cloned().ok_or_else(|| ApiError::not_found("run"))
+        self.run_of(&tenant.name, id)
     }
 
     pub fn sessions_open(&self) -> usize {
@@ -255,13 +394,20 @@ pub fn private_mode() -> u32 {
     }
 }
 
-/// The mode of a run's own folders: as root, the jail's uid reads them (and
-/// checks they are open to it); else 0700.
-pub fn run_dir_mode() -> u32 {
+/// The modes of a run's staged folder, its input's folders, and their
+/// files (its `main.py` too): what the jail's uid must read. Every door
+/// takes a script and an input only when the jail's own uid could read
+/// them (jail/src/accept.rs: modes are never widened for it), and as root
+/// that uid is an unprivileged host uid: the run's folder is 0711 (crossed,
+/// never listed), its input 0755 and its files 0644. No other local user
+/// is told where they are: nothing names the folder on a command line,
+/// and its name is 128 random bits beneath folders nobody may list. As an
+/// ordinary user the jail's uid is the server's: 0700 and 0600.
+pub fn run_modes() -> (u32, u32, u32) {
     if nix::unistd::geteuid().is_root() {
-        0o755
+        (0o711, 0o755, 0o644)
     } else {
-        0o700
+        (0o700, 0o700, 0o600)
     }
 }
 
@@ -270,18 +416,23 @@ pub fn make_private_dir(dir: &Path) -> Result<(), ApiError> {
     match std::fs::DirBuilder::new().mode(mode).create(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(ApiError::failed(format!("mkdir {}: {e}", dir.display()))),
+        Err(e) => {
+            eprintln!("jail serve: mkdir {}: {e}", dir.display());
+            Err(ApiError::failed(format!("the service could not make a folder for this request: {e}")))
+        }
     }
 }
 
-/// A folder a run's jail reads: see `run_dir_mode`.
-pub fn make_run_dir(dir: &Path) -> Result<(), ApiError> {
-    let mode = run_dir_mode();
+/// A run's folder (or its `input/`), in `mode` whatever the umask.
+pub fn make_run_dir(dir: &Path, mode: u32) -> Result<(), ApiError> {
     std::fs::DirBuilder::new()
         .mode(mode)
         .create(dir)
         .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode)))
-        .map_err(|e| ApiError::failed(format!("mkdir {}: {e}", dir.display())))
+        .map_err(|e| {
+            eprintln!("jail serve: mkdir {}: {e}", dir.display());
+            ApiError::failed(format!("the service could not make a folder for this run: {e}"))
+        })
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -315,5 +466,22 @@ mod tests {
         assert_eq!((kept.order.len(), kept.get("r10")), (KEPT_RUNS, Some(&100)));
         kept.insert("new", 0);
         assert!(kept.get("r10").is_none() && kept.get("r11").is_some() && kept.get("new").is_some());
+    }
+
+    #[test]
+    fn kept_sheds_the_oldest_finished_ones_past_the_byte_budget() {
+        // (bytes, finished)
+        let mut kept = Kept::default();
+        kept.insert("a", (40u64, true));
+        kept.insert("b", (40, false));
+        kept.insert("c", (40, true));
+        kept.insert("d", (40, true));
+        assert_eq!(kept.shed(100, |v| v.0, |v| v.1), 2);
+        assert!(kept.get("a").is_none() && kept.get("c").is_none(), "the oldest finished ones go");
+        assert!(kept.get("b").is_some(), "a running one stays, whatever its age");
+        assert!(kept.get("d").is_some());
+        assert_eq!(kept.order, ["b", "d"]);
+        kept.shed(0, |v| v.0, |v| v.1);
+        assert_eq!(kept.order, ["b"], "never the running one");
     }
 }

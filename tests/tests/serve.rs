@@ -56,16 +56,21 @@ impl Server {
     /// A server started in `cgroup` (a wrapper moves itself there, then
     /// execs the server), with no `JAIL_CGROUP_PARENT`: it nests its own.
     fn launch_in(cgroup: Option<&TestCgroup>, extra: &[&str]) -> Server {
-        let bin = jail_bin().with_file_name("jail-serve");
-        assert!(bin.is_file(), "no {} (cargo build -p jail-serve)", bin.display());
-        let mut tokens = tempfile::NamedTempFile::new().unwrap();
         let tenants = json!({"tenants": [
             {"name": "alice", "token": ALICE, "max_runs": 8, "max_sessions": 2, "max_bytes_in": 65536,
              "max_timeout_secs": 60, "max_memory_mib": 256},
             {"name": "bob", "token": BOB, "max_runs": 1, "max_sessions": 1, "max_memory_mib": 256},
-            {"name": "load", "token": LOAD, "max_runs": 256, "max_sessions": 1, "max_timeout_secs": 30,
-             "max_memory_mib": 256}
+            {"name": "load", "token": LOAD, "max_runs": 256, "max_requests": 512, "max_sessions": 1,
+             "max_timeout_secs": 30, "max_memory_mib": 256}
         ]});
+        Server::launch_with(cgroup, &tenants, extra)
+    }
+
+    /// A server with these tenants (the tokens file's JSON).
+    fn launch_with(cgroup: Option<&TestCgroup>, tenants: &Value, extra: &[&str]) -> Server {
+        let bin = jail_bin().with_file_name("jail-serve");
+        assert!(bin.is_file(), "no {} (cargo build -p jail-serve)", bin.display());
+        let mut tokens = tempfile::NamedTempFile::new().unwrap();
         tokens.write_all(tenants.to_string().as_bytes()).unwrap();
         let work = tempfile::Builder::new().prefix("serve-test-").tempdir().unwrap();
         // The jails of a root server run as an unprivileged uid that must
@@ -250,6 +255,7 @@ fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body
     Reply { status, headers: headers.to_owned(), body }
 }
 
+/// A chunked body's data; a last chunk cut short is taken as far as it goes.
 fn unchunk(mut body: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = body.split_once("\r\n") {
@@ -257,10 +263,24 @@ fn unchunk(mut body: &str) -> String {
         if n == 0 {
             break;
         }
+        if rest.len() < n {
+            out.push_str(rest);
+            break;
+        }
         out.push_str(&rest[..n]);
-        body = &rest[n + 2..];
+        body = rest.get(n + 2..).unwrap_or_default();
     }
     out
+}
+
+/// The data of a raw HTTP reply read so far (its head dropped, unchunked).
+fn body_of_raw(raw: &str) -> String {
+    let (headers, body) = raw.split_once("\r\n\r\n").unwrap_or(("", raw));
+    if headers.to_ascii_lowercase().contains("transfer-encoding: chunked") {
+        unchunk(body)
+    } else {
+        body.to_owned()
+    }
 }
 
 /// Wait until `f` holds, or fail with `what` after `within`.
@@ -272,18 +292,36 @@ fn eventually(within: Duration, what: &str, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Processes of a server whose work folder is `marker`: the server and its
+/// janitor name it on their command lines; its runs, sessions and pool do
+/// not (no tenant's path is on a command line, which every local user may
+/// read), but carry it in their environment (TMPDIR, XDG_RUNTIME_DIR),
+/// which only their owner and root may read.
+fn server_processes(marker: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return found };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let has = |f: &str| std::fs::read(e.path().join(f)).is_ok_and(|b| String::from_utf8_lossy(&b).contains(marker));
+        if has("cmdline") || has("environ") {
+            found.push(pid);
+        }
+    }
+    found
+}
+
 /// The `jail run` processes of this server's spawned runs.
 fn runs_of(server: &Server) -> Vec<u32> {
     jails_of(server).into_iter().filter(|p| cmdline(*p).contains(" run --events ")).collect()
 }
 
 /// The `jail` processes of this server (spawned runs, pooled jails'
-/// supervisors: their command lines carry its work folder).
+/// supervisors: their environment carries its work folder).
 fn jails_of(server: &Server) -> Vec<u32> {
     // Compared as resolved paths: the server may name the binary `…/target/debug/jail`
     // while the harness found it as `…/tests/../target/debug/jail`.
     let jail = std::fs::canonicalize(jail_bin()).unwrap_or_else(|_| jail_bin());
-    host_processes_with(&server.marker())
+    server_processes(&server.marker())
         .into_iter()
         .filter(|p| {
             std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| {
@@ -301,7 +339,7 @@ fn is_janitor(pid: u32) -> bool {
 
 fn assert_left_nothing(server: &Server, pids: &[u32]) {
     eventually(Duration::from_secs(15), "a process of a run outlived it", || {
-        host_processes_with(&server.marker()).iter().all(|p| *p == server.child.id() || is_janitor(*p))
+        server_processes(&server.marker()).iter().all(|p| *p == server.child.id() || is_janitor(*p))
     });
     // A terminated jail removes its cgroups as it exits.
     eventually(Duration::from_secs(15), "a run left a cgroup", || pids.iter().all(|p| cgroups_left_by(*p).is_empty()));
@@ -987,7 +1025,7 @@ fn a_silent_event_stream_sends_a_keepalive_every_15_seconds() {
     }
     let keepalive = text.find(": keepalive\n\n").unwrap_or_else(|| panic!("no keepalive: {text}"));
     assert!(keepalive < text.find("late").unwrap(), "{text}");
-    assert_eq!(sse_events(&text).last().unwrap()["result"]["stdout"]["text"], "late\n", "{text}");
+    assert_eq!(sse_events(&body_of_raw(&text)).last().unwrap()["result"]["stdout"]["text"], "late\n", "{text}");
 }
 
 /// SIGTERM with a run in flight: it finishes, new ones get 503, the server
@@ -1020,7 +1058,7 @@ fn drain(s: Server) {
     assert_eq!(std::fs::read_dir(s.work.path()).unwrap().count(), 0, "the work folder stayed");
     // The pool exits before the server; its janitor a moment after it.
     eventually(Duration::from_secs(5), "the pool outlived the drain", || pool.iter().all(|p| is_gone(*p)));
-    assert!(host_processes_with(&s.marker()).iter().all(|p| is_janitor(*p)), "a jail outlived the drain");
+    assert!(server_processes(&s.marker()).iter().all(|p| is_janitor(*p)), "a jail outlived the drain");
 }
 
 #[test]
@@ -1057,7 +1095,7 @@ fn kill_server_mid_runs() -> (Server, Vec<u32>) {
 fn sigkill_of_the_server_leaves_no_process_mount_or_folder() {
     let (s, _) = kill_server_mid_runs();
     eventually(Duration::from_secs(15), "a process of a run or session outlived the server", || {
-        host_processes_with(&s.marker()).iter().all(|p| *p == s.child.id() || is_janitor(*p))
+        server_processes(&s.marker()).iter().all(|p| *p == s.child.id() || is_janitor(*p))
     });
     eventually(Duration::from_secs(25), "the work folder outlived the server", || {
         std::fs::read_dir(s.work.path()).map(|d| d.count() == 0).unwrap_or(true)
@@ -1098,7 +1136,7 @@ fn sigkill_of_a_pooled_server_leaves_no_pool_jail_cgroup_mount_or_folder() {
     s.signal(nix::sys::signal::Signal::SIGKILL);
     eventually(Duration::from_secs(15), "the pool outlived the server", || pool.iter().all(|p| is_gone(*p)));
     eventually(Duration::from_secs(15), "a pooled jail or session outlived the server", || {
-        host_processes_with(&s.marker()).iter().all(|p| *p == s.child.id() || is_janitor(*p))
+        server_processes(&s.marker()).iter().all(|p| *p == s.child.id() || is_janitor(*p))
     });
     eventually(Duration::from_secs(15), "a pooled jail left a cgroup", || {
         jails.iter().all(|p| cgroups_left_by(*p).is_empty())
@@ -1172,7 +1210,10 @@ fn a_pool_that_cannot_start_stops_the_server_with_one_line_and_leaves_nothing() 
     eventually(Duration::from_secs(25), "the work folder outlived the server", || {
         std::fs::read_dir(work.path()).map(|d| d.count() == 0).unwrap_or(true)
     });
-    assert!(host_processes_with(&work.path().display().to_string()).iter().all(|p| is_janitor(*p)));
+    // The pool's jails (whose environment names the work folder) end with it.
+    eventually(Duration::from_secs(15), "a process of the server outlived it", || {
+        server_processes(&work.path().display().to_string()).iter().all(|p| is_janitor(*p))
+    });
 }
 
 /// A policy like the default one whose sessions end after `secs` idle.
@@ -1257,7 +1298,7 @@ fn load_on_loopback() {
         let (jails, sampling, marker) = (Arc::clone(&jails), Arc::clone(&sampling), s.marker());
         std::thread::spawn(move || {
             while sampling.load(std::sync::atomic::Ordering::SeqCst) {
-                jails.lock().unwrap().extend(host_processes_with(&marker));
+                jails.lock().unwrap().extend(server_processes(&marker));
                 std::thread::sleep(Duration::from_millis(200));
             }
         })
@@ -1320,6 +1361,10 @@ fn load_on_loopback() {
         pct(0.99),
         refill * 1000.0,
     );
+    let metrics = s.call("GET", "/metrics", None, None).body;
+    for l in metrics.lines().filter(|l| l.starts_with("jail_limit_hits_total{")) {
+        println!("load: limit hit: {l}");
+    }
     assert!(errors.is_empty(), "{} errors: {:?}", errors.len(), &errors[..errors.len().min(5)]);
     assert!(ok > 0);
     assert_eq!(spawned, Some(0.0), "a run went to jail run, not the pool");
@@ -1338,7 +1383,7 @@ fn load_on_loopback() {
     assert!(status.success(), "{status}: {}", s.said());
     let jails: Vec<u32> = jails.lock().unwrap().iter().copied().collect();
     eventually(Duration::from_secs(15), "a process outlived the server", || {
-        host_processes_with(&s.marker()).iter().all(|p| is_janitor(*p)) && pool.iter().all(|p| is_gone(*p))
+        server_processes(&s.marker()).iter().all(|p| is_janitor(*p)) && pool.iter().all(|p| is_gone(*p))
     });
     eventually(Duration::from_secs(15), "a jail left a cgroup", || jails.iter().all(|p| cgroups_left_by(*p).is_empty()));
     assert!(host_mounts_with(&s.marker()).is_empty(), "a mount was left");
@@ -1353,16 +1398,28 @@ fn load_on_loopback() {
 /// A load-test request with a deadline on everything (connect, write,
 /// read): an `Err` rather than a hang when the server stalls.
 fn bounded_request(addr: SocketAddr, body: &str, deadline: Duration) -> Result<Reply, String> {
+    bounded_request_as(addr, LOAD, body, deadline)
+}
+
+/// `POST /v1/runs` with `body` sent on a fresh connection, every step
+/// bounded: the socket, its reply to be read.
+fn post_run(addr: SocketAddr, token: &str, body: &str, deadline: Duration) -> Result<TcpStream, String> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(10)).map_err(|e| format!("connect: {e}"))?;
     s.set_read_timeout(Some(deadline)).map_err(|e| e.to_string())?;
     s.set_write_timeout(Some(Duration::from_secs(10))).map_err(|e| e.to_string())?;
     let head = format!(
-        "POST /v1/runs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {LOAD}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /v1/runs HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     s.write_all(head.as_bytes())
         .and_then(|()| s.write_all(body.as_bytes()))
         .map_err(|e| format!("send: {e}"))?;
+    Ok(s)
+}
+
+/// `bounded_request` with another tenant's token.
+fn bounded_request_as(addr: SocketAddr, token: &str, body: &str, deadline: Duration) -> Result<Reply, String> {
+    let mut s = post_run(addr, token, body, deadline)?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw).map_err(|e| format!("no reply within {deadline:?}: {e}"))?;
     let raw = String::from_utf8_lossy(&raw).into_owned();
@@ -1565,7 +1622,7 @@ fn sigkill_of_a_nested_server_leaves_none_of_its_cgroups() {
     s.signal(nix::sys::signal::Signal::SIGKILL);
     cg.wait_left_as_made(Duration::from_secs(90));
     eventually(Duration::from_secs(15), "a process of a run or session outlived the server", || {
-        host_processes_with(&s.marker()).iter().all(|p| *p == s.child.id())
+        server_processes(&s.marker()).iter().all(|p| *p == s.child.id())
     });
     assert!(!s.said().contains("janitor: left"), "{}", s.said());
 }
@@ -1597,4 +1654,823 @@ fn a_server_that_cannot_nest_its_cgroup_says_why_once_and_its_runs_report_their_
     let s = Server::without_pool(&["--no-nest-cgroup"]);
     assert!(!s.said().contains("not nested"), "{}", s.said());
     assert_eq!(s.metric("jail_run_cgroups{mode=\"off\"}"), Some(1.0));
+}
+
+// ------------------------------------------------------------ a noisy neighbour
+
+const NOISY: &str = "noisy-token-0123456789abc";
+const STEADY: &str = "steady-token-0123456789ab";
+
+/// What the noisy tenant's clients do while the attack is on.
+#[derive(Default)]
+struct Attack {
+    on: std::sync::atomic::AtomicBool,
+    over: std::sync::atomic::AtomicBool,
+    flood_left: std::sync::atomic::AtomicI64,
+    flooded: std::sync::atomic::AtomicU64,
+}
+
+impl Attack {
+    fn on(&self) -> bool {
+        self.on.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    fn over(&self) -> bool {
+        self.over.load(std::sync::atomic::Ordering::SeqCst)
+    }
+    /// Park while the attack is off; false once it is over.
+    fn wait_on(&self) -> bool {
+        while !self.on() {
+            if self.over() {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        !self.over()
+    }
+}
+
+/// A request's head sent on a socket whose receive buffer is 4 KiB; its
+/// reply's status once its head is read (the body is left unread).
+fn stalled(addr: SocketAddr, path: &str, token: &str) -> Option<(TcpStream, u16)> {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5)).ok()?;
+    let _ = nix::sys::socket::setsockopt(&s, nix::sys::socket::sockopt::RcvBuf, &4096);
+    let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n\r\n");
+    (&s).write_all(head.as_bytes()).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") && head.len() < 8192 {
+        match (&s).read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => return None,
+        }
+    }
+    let status = String::from_utf8_lossy(&head).split(' ').nth(1).and_then(|c| c.parse().ok())?;
+    Some((s, status))
+}
+
+/// Whether the server has closed `s` (its FIN came, read or not).
+fn closed_by_server(s: &TcpStream) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    use std::os::fd::AsFd;
+    // POLLRDHUP (Linux): the peer's FIN, even with its bytes unread.
+    let rdhup = PollFlags::from_bits_retain(0x2000);
+    let mut fds = [PollFd::new(s.as_fd(), rdhup)];
+    poll(&mut fds, PollTimeout::ZERO)
+        .is_ok_and(|n| n > 0 && fds[0].revents().is_some_and(|r| r.intersects(rdhup | PollFlags::POLLHUP | PollFlags::POLLERR)))
+}
+
+/// Hold `n` stalled readers of `path` while the attack is on: each opened,
+/// its head read, then nothing for `hold`, then opened again (a server
+/// that cut it off cannot say so: its FIN waits behind the unread bytes).
+fn stalled_readers(addr: SocketAddr, path: String, n: usize, hold: Duration, attack: Arc<Attack>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut held: Vec<(TcpStream, Instant)> = Vec::new();
+        while attack.wait_on() {
+            held.retain(|(_, since)| since.elapsed() < hold);
+            while held.len() < n && attack.on() {
+                match stalled(addr, &path, NOISY) {
+                    Some((s, 200)) => held.push((s, Instant::now())),
+                    // Refused (429): its cap was hit; try again shortly.
+                    _ => break,
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+            if !attack.on() {
+                held.clear();
+            }
+        }
+    })
+}
+
+/// Hold `n` connections that never finish a header (a byte a second) and
+/// `n` that send nothing, while the attack is on; reopen those closed.
+fn slow_and_idle(addr: SocketAddr, n: usize, attack: Arc<Attack>) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut slow: Vec<TcpStream> = Vec::new();
+        let mut idle: Vec<TcpStream> = Vec::new();
+        let mut tick = Instant::now();
+        while attack.wait_on() {
+            slow.retain(|s| !closed_by_server(s));
+            idle.retain(|s| !closed_by_server(s));
+            // At most 2 new ones of each a tick (40 a second): those over
+            // the server's caps are closed, and come back at that rate.
+            for _ in 0..2 {
+                if slow.len() >= n || !attack.on() {
+                    break;
+                }
+                let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else { break };
+                let _ = (&s).write_all(b"GET /healthz HTTP/1.1\r\n");
+                slow.push(s);
+            }
+            for _ in 0..2 {
+                if idle.len() >= n || !attack.on() {
+                    break;
+                }
+                let Ok(s) = TcpStream::connect_timeout(&addr, Duration::from_secs(5)) else { break };
+                idle.push(s);
+            }
+            if tick.elapsed() >= Duration::from_secs(1) {
+                tick = Instant::now();
+                slow.retain(|s| (&*s).write_all(b"X").is_ok());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+            if !attack.on() {
+                slow.clear();
+                idle.clear();
+            }
+        }
+    })
+}
+
+/// The flood: runs that print 1 MiB of control bytes on each stream,
+/// `threads` at once, until `attack.flood_left` is spent; a 429 (the
+/// tenant's runs in flight) is tried again.
+fn flood(addr: SocketAddr, threads: usize, attack: Arc<Attack>) -> Vec<std::thread::JoinHandle<()>> {
+    let code = "import sys\nsys.stdout.write('\\x01' * (1 << 20))\nsys.stderr.write('\\x01' * (1 << 20))\n";
+    let body = json!({"code": code, "limits": {"timeout_secs": 30}}).to_string();
+    (0..threads)
+        .map(|_| {
+            let (attack, body) = (Arc::clone(&attack), body.clone());
+            std::thread::spawn(move || {
+                while attack.wait_on() {
+                    // One more run to do, taken only while some are left.
+                    let ord = std::sync::atomic::Ordering::SeqCst;
+                    if attack.flood_left.fetch_update(ord, ord, |n| (n > 0).then(|| n - 1)).is_err() {
+                        if attack.flooded.load(ord) >= 70 {
+                            return;
+                        }
+                        // The last ones are in flight elsewhere: one may come back.
+                        std::thread::sleep(Duration::from_millis(200));
+                        continue;
+                    }
+                    match status_of_post(addr, NOISY, &body, Duration::from_secs(120)) {
+                        Ok(200) => {
+                            attack.flooded.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                        }
+                        _ => {
+                            attack.flood_left.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            std::thread::sleep(Duration::from_millis(200));
+                        }
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+/// POST a run and read its reply to the end, keeping only its status: the
+/// flood's client spends next to nothing on its 13 MiB replies, so the CPU
+/// the flood takes is the server's and its jails'.
+fn status_of_post(addr: SocketAddr, token: &str, body: &str, deadline: Duration) -> Result<u16, String> {
+    let mut s = post_run(addr, token, body, deadline)?;
+    let mut first = [0u8; 12];
+    s.read_exact(&mut first).map_err(|e| format!("no reply: {e}"))?;
+    std::io::copy(&mut s, &mut std::io::sink()).map_err(|e| format!("reply: {e}"))?;
+    std::str::from_utf8(&first[9..12])
+        .ok()
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| "no status".into())
+}
+
+/// p-th quantile of sorted samples.
+fn quantile(sorted: &[Duration], p: f64) -> Duration {
+    sorted
+        .get(((sorted.len() as f64 * p).ceil() as usize).saturating_sub(1).min(sorted.len().saturating_sub(1)))
+        .copied()
+        .unwrap_or_default()
+}
+
+/// Resident memory of `pid` (and its peak) in bytes, from /proc.
+fn rss_of(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|v| v.split_whitespace().next())
+            .and_then(|v| v.parse::<u64>().ok())
+    };
+    (kib("VmRSS:").unwrap_or(0) * 1024, kib("VmHWM:").unwrap_or(0) * 1024)
+}
+
+/// The noisy neighbour (issue #33), on loopback, bounded in count and
+/// time: tenant `noisy` at once floods (70 runs of 1 MiB of control bytes
+/// on each stream), holds 60 stalled event readers, 400 slow-header and
+/// idle connections and 10 stalled reads of a 60 MiB artifact, while tenant
+/// `steady` runs a trivial run and fetches its artifact, one after the
+/// other. The steady tenant's latency is measured alone and under the
+/// attack in alternating windows of the same run (so the machine's own
+/// noise falls on both), and must not pass 1.5x at p99, with no error; the
+/// server's resident memory (its jails are processes of their own) must
+/// stay under 512 MiB; every cap the noisy tenant hit is printed from
+/// /metrics, and the ones its attack must hit are checked.
+///
+/// The noisy tenant may have one run in flight (`max_runs`): on this
+/// 2-core machine that is its share of the CPU. Each flood run costs the
+/// pool (its jail's refill, the supervisor writing 2 MiB of control bytes
+/// as events and as the result) and the server about 150 ms of CPU; with
+/// two in flight the flood took most of a core and the steady tenant's p99
+/// rose 1.6-1.9x while it lasted (the connections, stalled readers and
+/// stalled artifact reads alone cost it nothing measurable: printed per
+/// round).
+#[test]
+#[ignore]
+fn noisy_neighbour_on_loopback() {
+    let env = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let (rounds, alone_secs, attack_secs) = (env("NOISY_ROUNDS", 6), env("NOISY_ALONE_SECS", 10), env("NOISY_ATTACK_SECS", 10));
+    let tenants = json!({"tenants": [
+        {"name": "noisy", "token": NOISY, "max_runs": 1, "max_requests": 16, "max_streams": 4, "max_artifact_reads": 2,
+         "max_kept_bytes": 128 << 20, "max_timeout_secs": 30, "max_memory_mib": 256},
+        {"name": "steady", "token": STEADY, "max_runs": 2, "max_timeout_secs": 30, "max_memory_mib": 256}
+    ]});
+    let s = Server::launch_with(
+        None,
+        &tenants,
+        &[
+            "--pool-size",
+            "4",
+            "--pool-memory",
+            POOL_MEMORY,
+            "--send-timeout",
+            "5",
+            "--header-timeout",
+            "5",
+            "--idle-timeout",
+            "3",
+        ],
+    );
+    let addr = s.addr;
+    let server = s.child.id();
+    wait_ready(&s, 4.0);
+
+    // The noisy tenant's 60 MiB artifact, and a run with 12 MiB of events.
+    let big = json!({"code": "open('/workspace/output/big.txt', 'w').write('a' * (60 << 20))", "limits": {"timeout_secs": 30}});
+    let big = bounded_request_as(addr, NOISY, &big.to_string(), Duration::from_secs(120)).unwrap();
+    assert_eq!(big.status, 200, "{big:?}");
+    let big = big.json();
+    assert_eq!(big["result"]["artifacts"][0]["bytes"], 60 << 20, "{big}");
+    let big_id = big["id"].as_str().unwrap().to_owned();
+    let loud = json!({"code": "import sys\nsys.stdout.write('\\x01' * (1 << 20))\nsys.stderr.write('\\x01' * (1 << 20))\n"});
+    let loud = bounded_request_as(addr, NOISY, &loud.to_string(), Duration::from_secs(120)).unwrap().json();
+    let loud_id = loud["id"].as_str().unwrap().to_owned();
+
+    // The server's memory, sampled all along.
+    let sampling = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let most_rss = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let sampler = {
+        let (sampling, most) = (Arc::clone(&sampling), Arc::clone(&most_rss));
+        std::thread::spawn(move || {
+            while sampling.load(std::sync::atomic::Ordering::SeqCst) {
+                most.fetch_max(rss_of(server).0, std::sync::atomic::Ordering::SeqCst);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        })
+    };
+
+    let attack = Arc::new(Attack::default());
+    attack.flood_left.store(70, std::sync::atomic::Ordering::SeqCst);
+    let mut threads = flood(addr, 8, Arc::clone(&attack));
+    let hold = Duration::from_secs(8);
+    threads.push(stalled_readers(addr, format!("/v1/runs/{loud_id}/events"), 60, hold, Arc::clone(&attack)));
+    threads.push(stalled_readers(addr, format!("/v1/runs/{big_id}/artifacts/big.txt"), 10, hold, Arc::clone(&attack)));
+    threads.push(slow_and_idle(addr, 200, Arc::clone(&attack)));
+
+    // The steady tenant: two clients, each a trivial run that leaves a
+    // small artifact, then the artifact, one pair after the other; a pair
+    // is a sample of the window (alone, or under the attack) it lies in
+    // whole. Windows alternate, so the machine's own noise (other builds)
+    // falls on both alike.
+    let steady =
+        json!({"code": "print(6 * 7)\nopen('/workspace/output/n.txt', 'w').write('42')", "limits": {"timeout_secs": 30}});
+    let steady = steady.to_string();
+    let samples: Arc<Mutex<Vec<(Instant, Instant)>>> = Arc::default();
+    let errors: Arc<Mutex<Vec<String>>> = Arc::default();
+    let measuring = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (samples, errors, measuring, steady) =
+                (Arc::clone(&samples), Arc::clone(&errors), Arc::clone(&measuring), steady.clone());
+            std::thread::spawn(move || {
+                while measuring.load(std::sync::atomic::Ordering::SeqCst) {
+                    let t = Instant::now();
+                    let r = bounded_request_as(addr, STEADY, &steady, Duration::from_secs(60));
+                    let fetched = r.as_ref().ok().filter(|r| r.status == 200).and_then(|r| {
+                        let v = r.json();
+                        let id = v["id"].as_str()?.to_owned();
+                        (v["result"]["status"] == "ok").then_some(id)
+                    });
+                    let Some(id) = fetched else {
+                        let r = r.map(|r| format!("{} {}", r.status, &r.body[..r.body.len().min(300)]));
+                        errors.lock().unwrap().push(format!("run: {r:?}"));
+                        continue;
+                    };
+                    let a = request(addr, "GET", &format!("/v1/runs/{id}/artifacts/n.txt"), Some(STEADY), None);
+                    if a.status != 200 || a.body != "42" {
+                        errors.lock().unwrap().push(format!("artifact: {} {}", a.status, &a.body[..a.body.len().min(300)]));
+                        continue;
+                    }
+                    samples.lock().unwrap().push((t, Instant::now()));
+                }
+            })
+        })
+        .collect();
+    // Warm: the pool's jails made, the clients' first runs done.
+    std::thread::sleep(Duration::from_secs(3));
+    let started = Instant::now();
+    // (from, to, under the attack)
+    let mut windows: Vec<(Instant, Instant, bool)> = Vec::new();
+    for round in 0..rounds {
+        let from = Instant::now();
+        std::thread::sleep(Duration::from_secs(alone_secs));
+        windows.push((from, Instant::now(), false));
+        attack.on.store(true, std::sync::atomic::Ordering::SeqCst);
+        // The attack's connections are up before the window counts.
+        std::thread::sleep(Duration::from_secs(2));
+        let from = Instant::now();
+        std::thread::sleep(Duration::from_secs(attack_secs));
+        // The last round's attack lasts until the flood is done.
+        if round + 1 == rounds {
+            let by = Instant::now() + Duration::from_secs(240);
+            while attack.flooded.load(std::sync::atomic::Ordering::SeqCst) < 70 && Instant::now() < by {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+        windows.push((from, Instant::now(), true));
+        attack.on.store(false, std::sync::atomic::Ordering::SeqCst);
+        // The attack's sockets are closed before the next window counts.
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    measuring.store(false, std::sync::atomic::Ordering::SeqCst);
+    for c in clients {
+        c.join().unwrap();
+    }
+    attack.over.store(true, std::sync::atomic::Ordering::SeqCst);
+    for t in threads {
+        t.join().unwrap();
+    }
+    sampling.store(false, std::sync::atomic::Ordering::SeqCst);
+    sampler.join().unwrap();
+    let took = started.elapsed();
+    let (_, peak) = rss_of(server);
+    let most = most_rss.load(std::sync::atomic::Ordering::SeqCst).max(peak);
+
+    let samples = samples.lock().unwrap().clone();
+    let errors = errors.lock().unwrap().clone();
+    let within = |w: &(Instant, Instant, bool)| -> Vec<Duration> {
+        let mut v: Vec<Duration> = samples.iter().filter(|(t, e)| *t >= w.0 && *e <= w.1).map(|(t, e)| *e - *t).collect();
+        v.sort();
+        v
+    };
+    let mut per_round: Vec<String> = Vec::new();
+    for (i, pair) in windows.chunks(2).enumerate() {
+        let (a, n) = (within(&pair[0]), pair.get(1).map(within).unwrap_or_default());
+        per_round.push(format!(
+            "round {i}: alone {} samples p50 {:.0} ms p99 {:.0} ms, under the attack {} samples p50 {:.0} ms p99 {:.0} ms",
+            a.len(),
+            quantile(&a, 0.5).as_secs_f64() * 1e3,
+            quantile(&a, 0.99).as_secs_f64() * 1e3,
+            n.len(),
+            quantile(&n, 0.5).as_secs_f64() * 1e3,
+            quantile(&n, 0.99).as_secs_f64() * 1e3,
+        ));
+    }
+    let mut alone: Vec<Duration> = windows.iter().filter(|w| !w.2).flat_map(within).collect();
+    let mut noisy: Vec<Duration> = windows.iter().filter(|w| w.2).flat_map(within).collect();
+    alone.sort();
+    noisy.sort();
+    let (a50, a99, n50, n99) = (quantile(&alone, 0.5), quantile(&alone, 0.99), quantile(&noisy, 0.5), quantile(&noisy, 0.99));
+    let ratio = n99.as_secs_f64() / a99.as_secs_f64().max(1e-6);
+    let metrics = s.call("GET", "/metrics", None, None).body;
+    let hits: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("jail_limit_hits_total{") && (l.contains("tenant=\"noisy\"") || l.contains("tenant=\"\"")))
+        .collect();
+    println!(
+        "noisy neighbour: {rounds} rounds of {alone_secs} s alone and {attack_secs}+ s under the attack, two steady \
+         clients, {:.0} s in all; {} flood runs done",
+        took.as_secs_f64(),
+        attack.flooded.load(std::sync::atomic::Ordering::SeqCst)
+    );
+    println!("noisy neighbour: server RSS at most {} MiB (peak VmHWM {} MiB)", most >> 20, peak >> 20);
+    println!(
+        "noisy neighbour: steady alone {} samples p50 {:.1} ms p99 {:.1} ms; under the attack {} samples p50 {:.1} ms p99 {:.1} ms \
+         (p99 {ratio:.2}x), {} errors",
+        alone.len(),
+        a50.as_secs_f64() * 1e3,
+        a99.as_secs_f64() * 1e3,
+        noisy.len(),
+        n50.as_secs_f64() * 1e3,
+        n99.as_secs_f64() * 1e3,
+        errors.len()
+    );
+    for r in &per_round {
+        println!("noisy neighbour: {r}");
+    }
+    for h in &hits {
+        println!("noisy neighbour: cap hit: {h}");
+    }
+    for l in metrics.lines().filter(|l| l.starts_with("jail_kept_bytes") || l.starts_with("jail_kept_runs")) {
+        println!("noisy neighbour: {l}");
+    }
+    assert!(errors.is_empty(), "the steady tenant got {} errors: {:?}", errors.len(), &errors[..errors.len().min(5)]);
+    assert_eq!(attack.flooded.load(std::sync::atomic::Ordering::SeqCst), 70, "the flood did not finish");
+    assert!(most <= 512 << 20, "the server's RSS reached {} MiB", most >> 20);
+    for cap in [
+        "tenant_streams",
+        "tenant_artifact_reads",
+        "tenant_runs",
+        "kept_bytes",
+        "send_timeout\",tenant=\"noisy",
+    ] {
+        assert!(hits.iter().any(|h| h.contains(&format!("limit=\"{cap}\""))), "the attack never hit {cap}: {hits:?}");
+    }
+    assert!(
+        hits.iter()
+            .any(|h| ["header_timeout", "idle_timeout", "max_unauthenticated"].iter().any(|c| h.contains(c))),
+        "the held connections were never closed: {hits:?}"
+    );
+    assert!(ratio <= 1.5, "the steady tenant's p99 went from {a99:?} alone to {n99:?} under the attack ({ratio:.2}x)");
+}
+
+// ------------------------------------------------------------ other local users
+
+/// What another local user (`uid`) finds of `needles` while a run is
+/// served: every command line and environment it may read in /proc, every
+/// file it may read beneath `work` (walked as far as it may list), and the
+/// files at `known` (paths it could only have guessed). Run as that user
+/// by a python3 of the host's; its findings, one a line.
+fn seen_by(uid: (u32, u32), needles: &[&str], work: &std::path::Path, known: &[PathBuf]) -> String {
+    const LOOK: &str = r#"
+import json, os, sys
+needles, work, known = json.loads(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+def has(blob):
+    return [n for n in needles if n.encode() in blob]
+for pid in os.listdir("/proc"):
+    # Not this look itself, whose command line carries the needles.
+    if not pid.isdigit() or int(pid) == os.getpid():
+        continue
+    for f in ("cmdline", "environ"):
+        try:
+            with open(f"/proc/{pid}/{f}", "rb") as h:
+                found = has(h.read())
+        except OSError:
+            continue
+        if found:
+            print(f"/proc/{pid}/{f} names {found}")
+for root, dirs, files in os.walk(work):
+    for name in files:
+        try:
+            with open(os.path.join(root, name), "rb") as h:
+                found = has(h.read(1 << 20))
+        except OSError:
+            continue
+        if found:
+            print(f"{os.path.join(root, name)} holds {found}")
+for path in known:
+    try:
+        with open(path, "rb") as h:
+            print(f"{path} is readable: {has(h.read(1 << 20))}")
+    except OSError:
+        pass
+"#;
+    // setpriv (util-linux): that uid and gid, and none of root's groups.
+    let out = Command::new("setpriv")
+        .args([
+            "--reuid",
+            &uid.0.to_string(),
+            "--regid",
+            &uid.1.to_string(),
+            "--clear-groups",
+            "/usr/bin/python3",
+            "-c",
+        ])
+        .arg(LOOK)
+        .arg(serde_json::to_string(needles).unwrap())
+        .arg(work)
+        .arg(serde_json::to_string(known).unwrap())
+        .current_dir("/")
+        .env_clear()
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Nothing of a tenant's is visible to other local users while a root
+/// server runs it (issue #32): no command line or environment another
+/// user may read names its code, its input or its run's folder, and
+/// nothing it may list leads there. The folder is 0711 and its files 0644,
+/// as every door needs of what the jail's unprivileged uid is given
+/// (jail/src/accept.rs never widens a mode): open to one who had its path,
+/// which is 128 random bits nobody is told. Its result names no host path.
+#[test]
+fn another_local_user_finds_nothing_of_a_served_run() {
+    if only_as_root("only root may look as another user") {
+        return;
+    }
+    let Some(other) = test_user() else { return };
+    for (s, backend) in [(Server::start(&[]), "pool"), (Server::without_pool(&[]), "spawn")] {
+        for with_input in [false, true] {
+            let secret = format!("secret-{backend}-{with_input}-{}", std::process::id());
+            let code = format!("import time\n# {secret}\ntime.sleep(4)\nprint('done')");
+            let mut body = json!({"code": code, "wait": false, "limits": {"timeout_secs": 30}});
+            if with_input {
+                body["files"] = json!({"in.txt": format!("the input {secret}")});
+            }
+            let r = s.run(ALICE, body).json();
+            assert_eq!(r["backend"], backend, "{r}");
+            let id = r["id"].as_str().unwrap().to_owned();
+            let dir = s.tenant_entries("alice").into_iter().find(|p| p.ends_with(&id)).expect("the run's folder");
+            let known = vec![
+                dir.join("main.py"),
+                dir.join("input/in.txt"),
+                dir.join(".result.json"),
+                dir.join(".events"),
+            ];
+            let mut seen = String::new();
+            // While it runs (its processes up) and once it is done.
+            eventually(Duration::from_secs(20), "the run never ran", || {
+                let running = s.call("GET", &format!("/v1/runs/{id}"), Some(ALICE), None).json()["state"] == "running";
+                if running {
+                    seen.push_str(&seen_by(other, &[&secret, &id], s.work.path(), &known));
+                }
+                running
+            });
+            std::thread::sleep(Duration::from_millis(1500));
+            seen.push_str(&seen_by(other, &[&secret, &id], s.work.path(), &known));
+            // Found only by a path it was never told: the staged files.
+            let leaks: Vec<&str> = seen
+                .lines()
+                .filter(|l| !(l.contains("/main.py is readable") || l.contains("/input/in.txt is readable")))
+                .collect();
+            assert!(leaks.is_empty(), "{backend}, input {with_input}: uid {} found: {leaks:#?}", other.0);
+            let mode = |p: &std::path::Path| {
+                std::os::unix::fs::PermissionsExt::mode(&std::fs::metadata(p).unwrap().permissions()) & 0o777
+            };
+            assert_eq!(mode(&dir), 0o711, "{backend}, input {with_input}: the run's folder may be listed");
+            eventually(Duration::from_secs(30), "the run did not end", || {
+                s.call("GET", &format!("/v1/runs/{id}"), Some(ALICE), None).json()["state"] == "done"
+            });
+            for kept in [".events", ".result.json", ".artifacts.json"] {
+                assert_eq!(mode(&dir.join(kept)), 0o600, "{kept} is not the server's alone");
+            }
+            let done = s.call("GET", &format!("/v1/runs/{id}"), Some(ALICE), None);
+            let at = done.body.find(&s.marker()).unwrap_or(0);
+            assert!(!done.body.contains(&s.marker()), "the result names a host path: …{}…", &done.body[at.saturating_sub(200)..]);
+            assert_eq!(done.json()["result"]["output_dir"], Value::Null);
+        }
+    }
+}
+
+// ------------------------------------------------------------ connection limits
+
+/// Whether the server closed `s` within `within` (a read ends, or fails
+/// other than by timing out); what was read meanwhile is dropped.
+fn closed_within(s: &mut TcpStream, within: Duration) -> bool {
+    let until = Instant::now() + within;
+    s.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
+    let mut buf = [0u8; 4096];
+    while Instant::now() < until {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {}
+            Err(_) => return true,
+        }
+    }
+    false
+}
+
+/// A limit's count in /metrics (0 when never hit).
+fn hits(s: &Server, limit: &str, tenant: &str) -> f64 {
+    s.metric(&format!("jail_limit_hits_total{{limit=\"{limit}\",tenant=\"{tenant}\"}}")).unwrap_or(0.0)
+}
+
+/// hyper's header read timeout closes a connection that trickles a header,
+/// the idle timeout one that sends nothing, and a request with no valid
+/// token has its connection closed after its 401; each is counted.
+#[test]
+fn slow_headers_silent_connections_and_tokenless_clients_are_closed() {
+    let s = Server::without_pool(&["--header-timeout", "2", "--idle-timeout", "1"]);
+    // A header a byte at a time: more than 2 s for the whole.
+    let mut slow = TcpStream::connect(s.addr).unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\n").unwrap();
+    let started = Instant::now();
+    let mut closed = false;
+    // Within 20 s: short of hyper's own default of 30 s.
+    while started.elapsed() < Duration::from_secs(20) {
+        if slow.write_all(b"X").is_err() || closed_within(&mut slow, Duration::from_millis(300)) {
+            closed = true;
+            break;
+        }
+    }
+    assert!(closed, "a header trickled for 20 s and the connection stayed open");
+    eventually(Duration::from_secs(5), "the header timeout was not counted", || hits(&s, "header_timeout", "") >= 1.0);
+    // Nothing at all.
+    let mut silent = TcpStream::connect(s.addr).unwrap();
+    assert!(closed_within(&mut silent, Duration::from_secs(20)), "a silent connection stayed open");
+    eventually(Duration::from_secs(5), "the idle timeout was not counted", || hits(&s, "idle_timeout", "") >= 1.0);
+    // A token the server does not know: 401, then the connection closes.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.write_all(b"GET /v1/runs/x HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer not-a-token-of-anyones\r\n\r\n")
+        .unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut raw = Vec::new();
+    c.read_to_end(&mut raw).unwrap();
+    let raw = String::from_utf8_lossy(&raw);
+    assert!(raw.starts_with("HTTP/1.1 401") && raw.to_ascii_lowercase().contains("connection: close"), "{raw}");
+    // A keep-alive client with a valid token is served on the same connection.
+    let mut k = TcpStream::connect(s.addr).unwrap();
+    k.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    for _ in 0..2 {
+        k.write_all(format!("GET /v1/runs/nope HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n\r\n").as_bytes())
+            .unwrap();
+        let mut head = [0u8; 12];
+        k.read_exact(&mut head).unwrap();
+        assert_eq!(&head, b"HTTP/1.1 404");
+        let mut rest = [0u8; 4096];
+        let _ = k.read(&mut rest).unwrap();
+    }
+}
+
+/// Past `--max-connections` a new connection is closed at once; past
+/// `--max-unauthenticated` the oldest connection without a valid token is
+/// closed for the new one, which is then served; a request body that does
+/// not come within `--body-timeout` gets 408.
+#[test]
+fn connection_caps_close_the_newest_past_the_global_one_and_the_oldest_unauthenticated_one() {
+    let s = Server::without_pool(&[
+        "--max-connections",
+        "4",
+        "--max-unauthenticated",
+        "2",
+        "--idle-timeout",
+        "600",
+        "--header-timeout",
+        "600",
+        "--body-timeout",
+        "1",
+    ]);
+    // A body that never comes: 408 (and the connection closes).
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    let head = format!(
+        "POST /v1/runs HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n"
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let mut status = [0u8; 12];
+    c.read_exact(&mut status).unwrap();
+    assert_eq!(&status, b"HTTP/1.1 408", "a body that never came was not refused");
+    assert!(hits(&s, "body_timeout", "alice") >= 1.0);
+    assert!(closed_within(&mut c, Duration::from_secs(10)));
+    // Two silent connections, then a third without a token: the first goes,
+    // the newcomer is served.
+    let mut held: Vec<TcpStream> = (0..2).map(|_| TcpStream::connect(s.addr).unwrap()).collect();
+    // Old enough to be closed for a newcomer (a fresh one never is).
+    std::thread::sleep(Duration::from_millis(2500));
+    let r = s.call("GET", "/healthz", None, None);
+    assert_eq!(r.status, 200, "{r:?}");
+    assert!(closed_within(&mut held[0], Duration::from_secs(10)), "the oldest unauthenticated connection stayed");
+    assert!(!closed_within(&mut held[1], Duration::from_millis(300)), "a newer one went");
+    assert!(hits(&s, "max_unauthenticated", "") >= 1.0);
+    // Keep-alive connections with a valid token stay open (they are no
+    // longer unauthenticated): with the silent one, four.
+    let authed: Vec<TcpStream> = (0..3)
+        .map(|_| {
+            let mut k = TcpStream::connect(s.addr).unwrap();
+            k.write_all(format!("GET /v1/runs/nope HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {ALICE}\r\n\r\n").as_bytes())
+                .unwrap();
+            k.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+            let mut status = [0u8; 12];
+            k.read_exact(&mut status).unwrap();
+            assert_eq!(&status, b"HTTP/1.1 404");
+            k
+        })
+        .collect();
+    // The next one is closed as it is accepted (should one of those above
+    // still be on its way out, the one after).
+    let mut kept = Vec::new();
+    let refused = (0..3).any(|_| {
+        let mut c = TcpStream::connect(s.addr).unwrap();
+        let closed = closed_within(&mut c, Duration::from_secs(5));
+        kept.push(c);
+        closed
+    });
+    assert!(refused, "connections past --max-connections were kept");
+    // Room again for /metrics.
+    drop(authed);
+    drop(kept);
+    eventually(Duration::from_secs(10), "the global cap was not counted", || hits(&s, "max_connections", "") >= 1.0);
+}
+
+/// A reader of an event stream that takes nothing is disconnected after
+/// `--send-timeout` (the server holds one chunk for it meanwhile), and
+/// resumes with `?from=N` (or `Last-Event-ID`) where it stopped, the
+/// events from N each once, in order, then the result.
+/// A tenant's streams past its `max_streams` get 429.
+#[test]
+fn a_stalled_event_reader_is_cut_off_and_resumes_from_where_it_stopped() {
+    let tenants = json!({"tenants": [
+        {"name": "alice", "token": ALICE, "max_streams": 1, "max_memory_mib": 256}
+    ]});
+    let s = Server::launch_with(None, &tenants, &["--pool-size", "0", "--send-timeout", "2"]);
+    // 1 MiB of control bytes on each stream: 12 MiB of events, far past
+    // what the sockets hold.
+    let code = "import sys\nsys.stdout.write('\\x01' * (1 << 20))\nsys.stderr.write('\\x01' * (1 << 20))";
+    let r = s.run(ALICE, json!({"code": code})).json();
+    assert_eq!(r["result"]["status"], "ok", "{}", r["result"]["status"]);
+    let id = r["id"].as_str().unwrap().to_owned();
+    let path = format!("/v1/runs/{id}/events");
+    let (stalled, status) = stalled(s.addr, &path, ALICE).expect("the stream's head");
+    assert_eq!(status, 200);
+    // A second stream of the tenant's: refused while the first is open.
+    let second = s.call("GET", &path, Some(ALICE), None);
+    assert_eq!(second.status, 429, "{}", &second.body[..second.body.len().min(300)]);
+    assert!(hits(&s, "tenant_streams", "alice") >= 1.0);
+    // Its FIN waits behind the bytes it does not read: the server's count
+    // and its free stream say it was cut off.
+    let started = Instant::now();
+    eventually(Duration::from_secs(60), "the stalled reader was never cut off", || hits(&s, "send_timeout", "alice") >= 1.0);
+    eprintln!("the stalled reader was cut off after {:?}", started.elapsed());
+    assert_eq!(s.call("GET", &format!("{path}?from=1000000"), Some(ALICE), None).status, 200, "its stream was not freed");
+    // It resumes after what it had (its socket's bytes trickle through a
+    // 4 KiB window now, so it is not read here): from the fifth event on.
+    drop(stalled);
+    let whole = 5u64;
+    let resumed = s.call("GET", &format!("{path}?from={whole}"), Some(ALICE), None);
+    assert_eq!(resumed.status, 200, "{resumed:?}");
+    let again: Vec<u64> = resumed.body.lines().filter_map(|l| l.strip_prefix("id: ")).filter_map(|n| n.parse().ok()).collect();
+    assert_eq!(again.first(), Some(&whole), "resumed at {whole}: {:?}", &again[..again.len().min(5)]);
+    assert!(again.windows(2).all(|w| w[1] == w[0] + 1), "each event once, in order");
+    // Only the last event is decoded (12 MiB of them would take a debug build long).
+    let last = resumed.body.rsplit("data: ").nth(1).unwrap_or_default();
+    let last: Value = serde_json::from_str(last.lines().next().unwrap_or_default()).unwrap();
+    assert_eq!(last["result"]["stdout"]["bytes"], 1 << 20, "the resumed stream ends with the result");
+    // The whole stream, as `Last-Event-ID` resumes it too.
+    let mut c = TcpStream::connect(s.addr).unwrap();
+    c.write_all(
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {ALICE}\r\nLast-Event-ID: {}\r\n\r\n",
+            again.last().unwrap() - 1
+        )
+        .as_bytes(),
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    c.read_to_end(&mut raw).unwrap();
+    let tail = body_of_raw(&String::from_utf8_lossy(&raw));
+    // Each event is a `{"type": ...}` object; the end's data is `{}`.
+    let events = tail.lines().filter(|l| l.starts_with("data: {\"type\"")).count();
+    assert_eq!(events, 1, "after the last-but-one event, only the result: {}", &tail[..tail.len().min(300)]);
+}
+
+/// What a tenant keeps is bounded in bytes: past its `max_kept_bytes` its
+/// oldest finished runs are forgotten (404, their folders removed), and
+/// /metrics shows what it keeps against its limit.
+#[test]
+fn a_tenant_keeps_no_more_bytes_than_its_max_kept_bytes() {
+    let tenants = json!({"tenants": [
+        {"name": "alice", "token": ALICE, "max_kept_bytes": 16 << 20, "max_memory_mib": 256}
+    ]});
+    let s = Server::launch_with(None, &tenants, &["--pool-size", "0"]);
+    // Each run keeps ~6 MiB of events and ~6 MiB of result (1 MiB of control bytes, escaped).
+    let code = "import sys\nsys.stdout.write('\\x01' * (1 << 20))";
+    let ids: Vec<String> = (0..4)
+        .map(|_| {
+            let r = s.run(ALICE, json!({"code": code})).json();
+            assert_eq!(r["result"]["status"], "ok", "{}", r["result"]["status"]);
+            r["id"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let kept = s.metric("jail_kept_bytes{tenant=\"alice\"}").unwrap();
+    assert!(kept <= (16 << 20) as f64, "alice keeps {kept} bytes, over her 16 MiB");
+    assert_eq!(s.metric("jail_kept_bytes_limit{tenant=\"alice\"}"), Some((16 << 20) as f64));
+    assert_eq!(s.call("GET", &format!("/v1/runs/{}", ids[0]), Some(ALICE), None).status, 404, "the oldest was kept");
+    assert_eq!(s.call("GET", &format!("/v1/runs/{}", ids[3]), Some(ALICE), None).status, 200, "the newest was forgotten");
+    assert!(hits(&s, "kept_bytes", "alice") >= 1.0);
+    assert!(!s.tenant_entries("alice").iter().any(|p| p.ends_with(&ids[0])), "the oldest run's folder was left");
+}
+
+/// Staging counts toward a run's wall time (the jail is given what is
+/// left, and its result says so), and an input of many entries goes to
+/// `jail run`, which binds it, rather than to the pool, which would copy
+/// it entry by entry outside the run's time.
+#[test]
+fn an_input_of_many_entries_is_staged_within_the_runs_own_time() {
+    let s = Server::start(&[]);
+    wait_ready(&s, 1.0);
+    let names: Vec<String> = (0..4000).map(|i| format!("d{i}/")).collect();
+    let entries: Vec<Entry> = names.iter().map(|n| (n.as_str(), tar::EntryType::Directory, &b""[..], "")).collect();
+    let tar = b64(&gzip(&tar_of(&entries)));
+    let body = json!({"code": "import os\nprint(len(os.listdir('/workspace/input')))", "input_tar": tar,
+                      "limits": {"timeout_secs": 5}});
+    let r = s.run(ALICE, body);
+    assert_eq!(r.status, 200, "{}", &r.body[..r.body.len().min(500)]);
+    let v = r.json();
+    assert_eq!(v["backend"], "spawn", "{}", v["backend"]);
+    assert_eq!(s.metric("jail_runs_spawned_total{reason=\"large_input\"}"), Some(1.0));
+    let wall = v["result"]["limits"]["wall_time_secs"]["value"].as_f64().unwrap();
+    assert!(wall < 5.0, "staging was not taken from the run's wall time: the jail was given {wall} s");
+    assert_eq!((&v["result"]["status"], &v["result"]["stdout"]["text"]), (&json!("ok"), &json!("4000\n")));
 }

@@ -89,8 +89,9 @@ pub fn never_started(code: &str, message: &str) -> bool {
 /// One line from the pool.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Line {
-    /// `{"id", "event"}`: one live event of a running request.
-    Event(String, Value),
+    /// `{"id", "event"}`: one live event of a running request, its JSON
+    /// as the pool wrote it.
+    Event(String, String),
     /// The end of a request (or a stats answer): its `id` and the reply.
     Reply(String, Reply),
     /// A line with no id of ours (an error about a line it could not read).
@@ -109,26 +110,42 @@ pub enum Reply {
     Session(Value),
     /// The pool ended before answering (said by the server, not the pool).
     Lost(String),
+    /// A result's whole line, for its waiter to parse off the reader
+    /// (`result_id`): a long result never holds up the replies after it.
+    Unparsed(Vec<u8>),
 }
 
-/// What a line from the pool is.
+/// What a line from the pool is, in one pass over it. An event is passed
+/// on as the pool wrote it (its JSON validated, never decoded: a run's
+/// output is most of what the pool sends, and decoding and encoding it
+/// again cost the server more than all else).
 pub fn parse_line(line: &[u8]) -> Line {
-    let stray = || Line::Stray(String::from_utf8_lossy(&line[..line.len().min(300)]).into_owned());
-    let Ok(Value::Object(mut v)) = serde_json::from_slice::<Value>(line) else { return stray() };
-    let Some(id) = v.get("id").and_then(Value::as_str).map(str::to_owned) else { return stray() };
-    if let Some(event) = v.remove("event") {
-        return Line::Event(id, event);
+    #[derive(serde::Deserialize)]
+    struct Raw<'a> {
+        id: Option<String>,
+        #[serde(borrow)]
+        event: Option<&'a serde_json::value::RawValue>,
+        result: Option<Value>,
+        stats: Option<Value>,
+        session: Option<Value>,
+        error: Option<Value>,
     }
-    if let Some(result) = v.remove("result") {
+    let stray = || Line::Stray(String::from_utf8_lossy(&line[..line.len().min(300)]).into_owned());
+    let Ok(raw) = serde_json::from_slice::<Raw>(line) else { return stray() };
+    let Some(id) = raw.id else { return stray() };
+    if let Some(event) = raw.event {
+        return Line::Event(id, event.get().to_owned());
+    }
+    if let Some(result) = raw.result {
         return Line::Reply(id, Reply::Result(result));
     }
-    if let Some(stats) = v.remove("stats") {
+    if let Some(stats) = raw.stats {
         return Line::Reply(id, Reply::Stats(stats));
     }
-    if let Some(session) = v.remove("session") {
+    if let Some(session) = raw.session {
         return Line::Reply(id, Reply::Session(session));
     }
-    if let Some(error) = v.remove("error") {
+    if let Some(error) = raw.error {
         let text = |k: &str| error.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
         return Line::Reply(id, Reply::Error { code: text("code"), message: text("message") });
     }
@@ -142,6 +159,14 @@ pub fn leading_id(head: &[u8]) -> Option<String> {
     let rest = head.strip_prefix(br#"{"id":""#)?;
     let end = rest.iter().take(129).position(|b| *b == b'"')?;
     String::from_utf8(rest[..end].to_vec()).ok()
+}
+
+/// The id of a result line (`{"id":"...","result":`, the pool writes a
+/// reply's keys sorted), read from its head alone.
+pub fn result_id(line: &[u8]) -> Option<String> {
+    let id = leading_id(line)?;
+    let rest = line.get(r#"{"id":""#.len() + id.len()..)?;
+    rest.starts_with(br#"","result":"#).then_some(id)
 }
 
 /// How a bounded read of one line ended.
@@ -229,11 +254,20 @@ mod tests {
     }
 
     #[test]
+    fn a_result_line_is_known_by_its_head() {
+        assert_eq!(result_id(br#"{"id":"r1","result":{"status":"ok"}}"#).as_deref(), Some("r1"));
+        assert_eq!(result_id(br#"{"id":"r1","event":{}}"#), None);
+        assert_eq!(result_id(br#"{"id":"r1","error":{}}"#), None);
+    }
+
+    #[test]
     fn lines_are_told_apart_by_their_key() {
         assert_eq!(
-            parse_line(br#"{"id":"a","event":{"type":"stdout","data":"x"}}"#),
-            Line::Event("a".into(), json!({"type":"stdout","data":"x"}))
+            parse_line(br#"{"id":"a","event":{"type":"stdout","data":"x\u0001"}}"#),
+            Line::Event("a".into(), r#"{"type":"stdout","data":"x\u0001"}"#.into()),
+            "passed on as written"
         );
+        assert!(matches!(parse_line(br#"{"id":"a","event":{"type":"stdout","data":"x}}"#), Line::Stray(_)), "not JSON");
         assert_eq!(
             parse_line(br#"{"id":"a","result":{"status":"ok"}}"#),
             Line::Reply("a".into(), Reply::Result(json!({"status":"ok"})))
