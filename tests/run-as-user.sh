@@ -58,14 +58,17 @@ stage=$(mktemp -d /tmp/jail-user-tests.XXXXXX)
 trap 'rm -rf "$stage"' EXIT
 chmod 755 "$stage"
 mkdir -p "$stage/bin" "$stage/repo" "$stage/tmp"
-cp "$repo/target/debug/jail" "$stage/bin/jail"
-# The agent's CLI tests run jail-agent, which finds jail beside itself.
-[ -x "$repo/target/debug/jail-agent" ] && cp "$repo/target/debug/jail-agent" "$stage/bin/jail-agent"
-# `jail mcp` runs jail-mcp from beside jail (tests/tests/mcp.rs).
-[ -x "$repo/target/debug/jail-mcp" ] && cp "$repo/target/debug/jail-mcp" "$stage/bin/jail-mcp"
-# `jail serve` runs jail-serve from beside jail (tests/tests/serve.rs).
-[ -x "$repo/target/debug/jail-serve" ] && cp "$repo/target/debug/jail-serve" "$stage/bin/jail-serve"
-for b in "${bins[@]}"; do cp "$b" "$stage/bin/"; done
+# Each binary is a hard link where the staging folder is on the same disk
+# (debug binaries are large), else a copy.
+stage_bin() { ln -f "$1" "$stage/bin/" 2>/dev/null || cp "$1" "$stage/bin/"; }
+stage_bin "$repo/target/debug/jail"
+# The agent's CLI tests run jail-agent, which finds jail beside itself;
+# `jail mcp` runs jail-mcp and `jail serve` jail-serve from beside jail
+# (tests/tests/mcp.rs, serve.rs).
+for b in jail-agent jail-mcp jail-serve; do
+    if [ -x "$repo/target/debug/$b" ]; then stage_bin "$repo/target/debug/$b"; fi
+done
+for b in "${bins[@]}"; do stage_bin "$b"; done
 cp -r "$repo/policies" "$stage/repo/"
 [ -d "$repo/examples" ] && cp -r "$repo/examples" "$stage/repo/"
 # The committed result schema every result is validated against, and the

@@ -39,6 +39,15 @@ fn readme_config() -> Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("README.md's MCP config is not JSON ({e}):\n{body}"))
 }
 
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        assert!(entry.file_type().unwrap().is_file(), "examples/data holds files only: {:?}", entry.path());
+        std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
+    }
+}
+
 fn symlink(target: &Path, link: &Path) {
     std::fs::create_dir_all(link.parent().unwrap()).unwrap();
     std::os::unix::fs::symlink(target, link).unwrap();
@@ -65,7 +74,9 @@ fn an_mcp_client_runs_the_readme_config_gets_a_chart_and_is_refused_outside_path
     // whose `jail` is the binary under test.
     let cwd = tempfile::Builder::new().prefix("jail-mcp-test-").tempdir().unwrap();
     symlink(&data, &cwd.path().join("python-rootfs/out/data"));
-    symlink(&repo().join("examples"), &cwd.path().join("examples"));
+    // The input folder is a copy, not a link: no door follows a link in a
+    // caller's path (accept.rs), and the README's path is relative.
+    copy_dir(&repo().join("examples/data"), &cwd.path().join("examples/data"));
     symlink(&jail_bin(), &cwd.path().join("bin/jail"));
     let tmp = cwd.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();

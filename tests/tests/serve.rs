@@ -981,8 +981,15 @@ fn delete_cancels_a_run_of_its_tenant_on_either_backend() {
         assert_eq!(s.call("DELETE", "/v1/runs/0123456789abcdef0123456789abcdef", Some(ALICE), None).status, 404);
         // A waiting POST whose run is cancelled from elsewhere gets its result.
         let addr = s.addr;
-        let body = json!({"code": "import time\nprint('waits', flush=True)\ntime.sleep(60)"}).to_string();
+        // It is cancelled once its code runs (its process is seen): cancelled
+        // before it reached a jail, it would rightly be a 409 instead.
+        let waits = format!("waits-{backend}-{}", std::process::id());
+        let body = json!({"code": format!(
+            "import subprocess, time\nsubprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{waits}'])\ntime.sleep(60)"
+        )})
+        .to_string();
         let waiting = std::thread::spawn(move || request(addr, "POST", "/v1/runs", Some(ALICE), Some(&body)));
+        eventually(Duration::from_secs(20), "the waited run did not start", || !host_processes_with(&waits).is_empty());
         let mut wid = String::new();
         eventually(Duration::from_secs(20), "the waited run is not listed", || {
             wid = newest_running(&s, &id);
@@ -991,6 +998,7 @@ fn delete_cancels_a_run_of_its_tenant_on_either_backend() {
         assert_eq!(s.call("DELETE", &format!("/v1/runs/{wid}"), Some(ALICE), None).status, 200);
         let w = waiting.join().unwrap();
         assert_eq!((w.status, &w.json()["result"]["status"]), (200, &json!("cancelled")), "{w:?}");
+        assert!(host_processes_with(&waits).is_empty(), "{backend}: the waited run's process outlived the DELETE");
     }
 }
 
