@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup build release install rootfs test test-deps test-user test-harness demo doctor check-policies bench bench-quick image deploy-check clean
+.PHONY: help setup build release install rootfs test test-deps test-user test-harness demo doctor check-policies check-imports measure bench bench-quick image deploy-check clean
 
 help: ## list every target
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -95,6 +95,24 @@ bench: release rootfs ## jail vs bare python vs bubblewrap, as ratios (installs 
 
 bench-quick: release rootfs ## a short smoke run of the bench
 	/usr/bin/python3 bench/bench.py --quick
+
+# No import circle (scripts/import-cycles.py): first its self-test (a cycle
+# planted in a temp copy of jail/src fails the check, a stale allow-list line
+# fails it), then every crate against scripts/import-cycles.allow, the cycles
+# that stood when the check came in: a new one fails, and so does a listed one
+# that is gone (delete its line), so the list only shrinks. Stdlib Python, no build.
+check-imports: ## no new import cycle in any crate (rooms, and siblings within a room); the allow-list only shrinks
+	/usr/bin/python3 scripts/import-cycles.py --self-test
+	/usr/bin/python3 scripts/import-cycles.py --allow scripts/import-cycles.allow
+
+# Issue 35's before and after figures; no build.
+measure: ## the code's figures: pub items of jail/src, the longest functions, client lines in agent+mcp+serve, import cycles
+	@printf 'pub items in jail/src: '; grep -rE '^\s*pub\s+(fn|struct|enum|const|static|type|trait|mod|unsafe fn|async fn)\b' jail/src --include=*.rs | wc -l
+	@printf 'pub fields in jail/src: '; grep -rE '^\s*pub\s+[a-z_0-9]+\s*:' jail/src --include=*.rs | wc -l
+	@printf 'pub mod in jail/src/lib.rs: '; grep -c '^pub mod' jail/src/lib.rs
+	@echo 'longest functions (tests left out):'; /usr/bin/python3 scripts/fn-lengths.py -n 15 jail/src agent/src serve/src mcp/src
+	@/usr/bin/python3 scripts/client-loc.py
+	@/usr/bin/python3 scripts/import-cycles.py --strict | grep -v "^    " || true
 
 check-policies: build ## validate every policy in policies/
 	@for p in policies/*.json; do target/debug/jail check $$p || exit 1; done
