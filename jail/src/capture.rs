@@ -10,14 +10,8 @@ use std::time::Instant;
 
 use crate::events::{self, Events};
 use crate::relay;
-use crate::request::OutputMode;
 use crate::result::Stream;
-
-#[derive(Clone, Copy)]
-pub(crate) enum Target {
-    Stdout,
-    Stderr,
-}
+use crate::streams::{OutputMode, Target};
 
 /// One output stream: streamed live (through a [`relay::Relay`], cut at the
 /// cap), or captured as head and tail within a byte cap.

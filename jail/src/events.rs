@@ -42,9 +42,9 @@ use std::time::Instant;
 use base64::Engine;
 use serde::Serialize;
 
-use crate::capture::Target;
 use crate::relay::{self, Relay};
 use crate::result::RunResult;
+use crate::streams::Target;
 
 /// One event line, as written.
 #[derive(Serialize)]

@@ -13,18 +13,15 @@
 //! result is out. `supervisor::run` is the two in a row. A [`Child`] guard
 //! kills and reaps on every early return.
 //!
-//! How a session or a warm pool (issue 18) would use it: make jails ahead
-//! with `Jail::make` from a plan whose `exec` is a trusted driver instead
-//! of the script (the plan is a value: replace `plan.exec`), hold them
-//! (the lease and the cgroup travel in [`Held`]), and run each step with
-//! its own [`Step`] (its own snapshot, seed result and clock). Keeping one
-//! jail across several steps needs a `&mut self` step that talks to the
-//! driver and leaves the tree alive, with per-step capture and verdict
-//! from `verdict::assemble`; today's `run` consumes the jail because a
-//! one-shot step ends when PID 1 does. In this protocol the child builds
-//! its mounts and confinement after the release (the release is the
-//! id-map barrier), so a pool that wants them in place ahead needs a
-//! second barrier before exec in child.rs.
+//! A session (session.rs) is one step too: `supervisor::run` with the
+//! trusted cell driver as the script and the request's `session` hook set.
+//! [`Jail::run`] then gives the hook the step's seed result and the output
+//! tmpfs, serves cells over the control channel (session/serve.rs) in
+//! place of the one-script watch, and delivers to an output folder the
+//! session adopted (session/adopt.rs); the jail lives as long as the
+//! session's PID 1. A warm pool (pool.rs) is sessions started ahead, one
+//! per request, and calls neither `make` nor `run` itself. Those three
+//! session branches are what issue 35 replaces with one loop trait.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -37,7 +34,7 @@ use nix::sys::signal::Signal;
 use nix::unistd::Pid;
 
 use crate::artifacts::TreeDead;
-use crate::capture::{Capture, Target};
+use crate::capture::Capture;
 use crate::cgroup::{self, CgroupUsage, RunCgroup};
 use crate::child::{self, ChildSpec, Confine};
 use crate::host::Held;
@@ -47,6 +44,7 @@ use crate::proxy;
 use crate::result::RunResult;
 use crate::stage::Stage;
 use crate::step::{Clock, Outcome, Step};
+use crate::streams::Target;
 use crate::sync::{self, Channels, Pair};
 use crate::sys::{self, Forked};
 use crate::throttle::Throttle;

@@ -19,7 +19,8 @@
 //! - `artifacts`: the snapshot the step's changes are measured against, and their judgement.
 //! - `launch`: THE SEAM: `Jail::make(plan, filter, held)` makes a jail waiting at its release barrier,
 //!   `Jail::run(step)` runs one step in it (release, hand-overs, watch, reap, verdict); a `Child` guard kills and reaps.
-//!   A session or a warm pool (issue 18) makes jails ahead and runs steps in them: see launch.rs's doc.
+//!   A session is one such step whose watch serves cells (session/serve.rs); a warm pool is sessions started ahead
+//!   (pool.rs): see launch.rs's doc.
 //! - `step`: one step's inputs (`Step`, `Clock`) and what the launch saw of it (`Outcome`).
 //! - `sync`: every supervisor↔child channel, in one table, and the reports sent over them.
 //! - `namespaces`: the clone flags and the id maps.
@@ -28,7 +29,8 @@
 //! - `proxy`: the allowlist's HTTP CONNECT proxy, run by the supervisor.
 //! - `watch`: the poll loop over the pipes, the pidfd, the seccomp listener and the relays; deadlines.
 //! - `cancel`: SIGTERM/SIGINT/SIGHUP to `jail run`, turned into a cancelled run (polled by `watch`).
-//! - `capture`, `relay`, `events`: the script's stdout and stderr, captured, streamed, or sent as `--events` NDJSON.
+//! - `capture`, `relay`, `events`: the script's stdout and stderr, captured, streamed, or sent as `--events` NDJSON;
+//!   `streams` is the leaf they share with the request (`OutputMode`, `Target`).
 //! - `verdict`: facts → status, and the one place the result is assembled.
 //! - `stage`: the `Stage` names of `setup_error.stage`, and the one error-chain → `SetupError` conversion.
 //! - `delivery`: what passed the judgement, delivered to the host folder.
@@ -89,6 +91,7 @@ pub mod seconds;
 pub mod session;
 pub mod stage;
 mod step;
+mod streams;
 pub mod supervisor;
 mod sync;
 #[allow(unsafe_code)]

@@ -20,9 +20,10 @@ use crate::mounts::{self, MountOp};
 use crate::namespaces::IdMap;
 use crate::policy::{Allowlist, Network, Policy};
 use crate::proxy::Resolver;
-use crate::request::{input_error, InputError, OutputMode, Prepared, RunRequest};
+use crate::request::{input_error, InputError, Prepared, RunRequest};
 use crate::result::LimitReport;
 use crate::stage::Stage;
+use crate::streams::OutputMode;
 use crate::{limits, seccomp, sync};
 
 /// One run, decided.

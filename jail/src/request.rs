@@ -11,18 +11,7 @@ use crate::accept;
 use crate::mounts::{self, RootfsEntry};
 use crate::policy::{Network, Policy};
 use crate::proxy;
-
-/// How the script's stdout and stderr reach the caller.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OutputMode {
-    /// Captured with byte caps into the result (`--json`).
-    Capture,
-    /// Copied live to our own stdout and stderr.
-    Stream,
-    /// Captured as with `Capture`, and sent live as NDJSON events on our
-    /// stdout (`--events`, events.rs).
-    Events,
-}
+use crate::streams::OutputMode;
 
 /// One `jail run`.
 #[derive(Debug, Clone)]

@@ -41,8 +41,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime};
 
 use crate::policy;
-use crate::request::{OutputMode, RunRequest};
+use crate::request::RunRequest;
 use crate::result::{RunResult, SessionInfo};
+use crate::streams::OutputMode;
 use crate::sync::Pipe;
 use crate::sys::{self, Forked};
 

@@ -23,7 +23,8 @@ use crate::sys;
 use crate::verdict::{base_result, failed, report_plan};
 
 pub use crate::plan::THREAD_POOL_VARS;
-pub use crate::request::{InputError, OutputMode, RunRequest};
+pub use crate::request::{InputError, RunRequest};
+pub use crate::streams::OutputMode;
 
 /// Run one script and return its result, with nothing of it left on the
 /// host. Never panics on bad input: every problem becomes a result with
