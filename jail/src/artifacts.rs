@@ -33,10 +33,10 @@ mod markup;
 pub(crate) mod neutralise;
 mod ooxml;
 mod rules;
+mod text;
 mod zipdir;
 
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -50,6 +50,8 @@ use crate::result::{Artifact, Change, Disposition, FlagKind, InputReport, Neutra
 use crate::sys;
 
 pub use rules::{ArtifactRules, Extensions, FormulaCells, PastBudget};
+pub use text::escape_name;
+use text::{needs_escape, printable};
 
 /// Every open below the output dir: never a symlink, never out of the tree.
 const RESOLVE: u64 = sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS;
@@ -96,58 +98,6 @@ impl TreeDead {
 }
 
 // ------------------------------------------------------------------ names
-
-/// Characters never let through in a name and escaped wherever shown:
-/// controls, and the invisible or bidi-reordering ones that make a name look
-/// like another (CVE-2021-42574, "Trojan Source").
-fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
-}
-
-fn push_escaped(out: &mut String, c: char) {
-    match c {
-        '\n' => out.push_str("\\n"),
-        '\r' => out.push_str("\\r"),
-        '\t' => out.push_str("\\t"),
-        '\\' => out.push_str("\\\\"),
-        c if needs_escape(c) && (c as u32) < 0x80 => {
-            let _ = write!(out, "\\x{:02x}", c as u32);
-        }
-        c if needs_escape(c) => {
-            let _ = write!(out, "\\u{{{:x}}}", c as u32);
-        }
-        c => out.push(c),
-    }
-}
-
-/// Raw name bytes as printable text: invalid UTF-8 as `\xNN`, controls and
-/// bidi characters escaped, backslashes doubled.
-pub fn escape_name(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(bytes.len());
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            push_escaped(&mut out, c);
-        }
-        for b in chunk.invalid() {
-            let _ = write!(out, "\\x{b:02x}");
-        }
-    }
-    out
-}
-
-/// Text for the result: escaped like a name, and cut to `max_chars`.
-pub(crate) fn printable(text: &str, max_chars: usize) -> String {
-    let mut out = String::new();
-    for (i, c) in text.chars().enumerate() {
-        if i == max_chars {
-            out.push('…');
-            break;
-        }
-        push_escaped(&mut out, c);
-    }
-    out
-}
 
 /// A name the artifact may have, or why not.
 fn check_name(name: &[u8], max_bytes: u32) -> Result<&str, (RejectReason, String)> {
@@ -1026,15 +976,6 @@ mod tests {
             assert_eq!(check_name(bad, max).unwrap_err().0, RejectReason::BadName, "{bad:?}");
         }
         assert_eq!(check_name(&[b'a'; 21], max).unwrap_err().0, RejectReason::NameTooLong);
-    }
-
-    #[test]
-    fn escaped_names_are_printable_and_keep_every_byte_visible() {
-        assert_eq!(escape_name(b"a\x1b[31mb"), "a\\x1b[31mb");
-        assert_eq!(escape_name(b"\xff.txt"), "\\xff.txt");
-        assert_eq!(escape_name("x\u{202e}y\\".as_bytes()), "x\\u{202e}y\\\\");
-        assert_eq!(escape_name("caf\u{e9}\n".as_bytes()), "caf\u{e9}\\n");
-        assert_eq!(printable("abcdef", 3), "abc…");
     }
 
     #[test]

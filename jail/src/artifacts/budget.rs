@@ -87,6 +87,10 @@ pub const FILE_SCAN_TIME: Duration = Duration::from_secs(2);
 /// Scanning time all files of one collection may take together.
 pub const STAGE_SCAN_TIME: Duration = Duration::from_secs(10);
 
+/// Bytes of a file kept in memory for the summaries that need more than its
+/// first chunk: JSON, SVG and JPEG (inspect.rs).
+pub const KEEP_BYTES: usize = 4 << 20;
+
 /// Deepest element nesting an XML/SVG reader follows; deeper, it stops.
 pub const MAX_XML_DEPTH: usize = 256;
 /// Attributes read from one XML element (the ones we want come first in
@@ -125,7 +129,7 @@ pub fn memory_budget(parser: Parser, input_bytes: usize) -> usize {
     match parser {
         Parser::Office => 64 << 20,
         Parser::Csv | Parser::Markup => FIXED,
-        Parser::Image | Parser::Json => FIXED + 2 * input_bytes.min(super::inspect::KEEP_BYTES),
+        Parser::Image | Parser::Json => FIXED + 2 * input_bytes.min(KEEP_BYTES),
     }
 }
 

@@ -282,7 +282,7 @@ impl CsvScan {
         self.finish_content();
         if self.rows == 0 && self.header.len() < HEADER_CELLS {
             let text = String::from_utf8_lossy(&self.cell_text);
-            self.header.push(super::printable(&text, HEADER_CELL_BYTES));
+            self.header.push(super::text::printable(&text, HEADER_CELL_BYTES));
         }
         self.cell_text.clear();
         self.col += 1;

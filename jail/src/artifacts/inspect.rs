@@ -17,7 +17,7 @@ use std::io::{self, Read, Seek};
 use crate::digest::Hasher;
 use crate::result::{ContentFlag, FlagKind, Summary};
 
-use super::budget::{incomplete, Deadline};
+use super::budget::{incomplete, Deadline, KEEP_BYTES};
 use super::csv::{CsvScan, Emit};
 use super::image::{self, SvgCut};
 use super::json::{self, Outcome};
@@ -26,8 +26,6 @@ use super::ooxml;
 use super::rules::PastBudget;
 
 const CHUNK: usize = 64 << 10;
-/// Bytes kept in memory for JSON, SVG and JPEG summaries.
-pub const KEEP_BYTES: usize = 4 << 20;
 const FIRST_LINES: usize = 5;
 const LINE_CHARS: usize = 160;
 /// Lines looked at to tell CSV/TSV from other text.
@@ -415,7 +413,7 @@ fn delimiter(text: &[u8], complete: bool) -> Option<u8> {
 
 fn text_summary(head: &[u8], lines: u64) -> Summary {
     let text = String::from_utf8_lossy(head.strip_prefix(b"\xef\xbb\xbf").unwrap_or(head));
-    let first_lines = text.lines().take(FIRST_LINES).map(|l| super::printable(l, LINE_CHARS)).collect();
+    let first_lines = text.lines().take(FIRST_LINES).map(|l| super::text::printable(l, LINE_CHARS)).collect();
     Summary::Text { lines, first_lines }
 }
 

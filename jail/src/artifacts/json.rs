@@ -123,7 +123,7 @@ impl<'de> Visitor<'de> for Top<'_> {
             n += 1;
             self.check(n)?;
         }
-        let keys = keys.iter().map(|(k, _)| super::printable(k, KEY_CHARS)).collect();
+        let keys = keys.iter().map(|(k, _)| super::text::printable(k, KEY_CHARS)).collect();
         Ok(Some(Summary::Json { top_level: "object".into(), length: Some(n), keys, partial: false }))
     }
 }

@@ -485,7 +485,7 @@ fn spreadsheet<R: Read + Seek>(parts: &mut Parts<'_, R>, workbook: &str) -> (Sum
     let mut hits = FormulaHits { formulas: 0, strings: 0, locations: Vec::new() };
     let mut summaries = Vec::new();
     for (name, target) in sheets.iter().take(MAX_SHEETS) {
-        let shown = super::printable(name, 64);
+        let shown = super::text::printable(name, 64);
         let size = target.as_ref().and_then(|t| parts.xml(t, |r| sheet(r, &shown, &flagged_shared, &mut hits)));
         let (dimension, rows, columns) = size.unwrap_or((None, 0, 0));
         summaries.push(SheetSummary { name: shown, dimension, rows, columns });
@@ -548,7 +548,7 @@ fn sheet(r: &mut Xml<'_>, sheet_name: &str, flagged_shared: &HashSet<u64>, hits:
     while let Some(ev) = r.next() {
         match ev {
             Ev::Empty(n, a) | Ev::Start(n, a) if n == "dimension" => {
-                dimension = attr(&a, "ref").map(|s| super::printable(s, 32));
+                dimension = attr(&a, "ref").map(|s| super::text::printable(s, 32));
             }
             Ev::Start(n, a) | Ev::Empty(n, a) if n == "c" => {
                 cell = attr(&a, "r").unwrap_or("").to_string();
@@ -562,7 +562,7 @@ fn sheet(r: &mut Xml<'_>, sheet_name: &str, flagged_shared: &HashSet<u64>, hits:
             }
             Ev::Start(n, _) | Ev::Empty(n, _) if n == "f" && !had_formula => {
                 had_formula = true;
-                hits.add(true, format!("{sheet_name}!{}", super::printable(&cell, 16)));
+                hits.add(true, format!("{sheet_name}!{}", super::text::printable(&cell, 16)));
             }
             Ev::Start(n, _) if n == "v" => in_v = true,
             Ev::End(n) if n == "v" => in_v = false,
@@ -574,11 +574,11 @@ fn sheet(r: &mut Xml<'_>, sheet_name: &str, flagged_shared: &HashSet<u64>, hits:
                     && !had_formula
                     && t.trim().parse::<u64>().is_ok_and(|i| flagged_shared.contains(&i)) =>
             {
-                hits.add(false, format!("{sheet_name}!{}", super::printable(&cell, 16)));
+                hits.add(false, format!("{sheet_name}!{}", super::text::printable(&cell, 16)));
             }
             Ev::Text(t) if in_is_t && text.len() < 80 => text.push_str(&t),
             Ev::End(n) if n == "is" && !had_formula && starts_formula(&text) => {
-                hits.add(false, format!("{sheet_name}!{}", super::printable(&cell, 16)));
+                hits.add(false, format!("{sheet_name}!{}", super::text::printable(&cell, 16)));
             }
             _ => {}
         }
@@ -670,7 +670,7 @@ fn slide_title(r: &mut Xml<'_>) -> Option<String> {
             Ev::End(n) if n == "sp" => {
                 if is_title {
                     let title = text.trim();
-                    return (!title.is_empty()).then(|| super::printable(title, TITLE_CHARS));
+                    return (!title.is_empty()).then(|| super::text::printable(title, TITLE_CHARS));
                 }
                 in_shape = false;
             }
