@@ -309,6 +309,7 @@ impl Jail {
                 (Some(cg), Some(limit)) => Some((cg, limit.as_nanos() as u64)),
                 _ => None,
             },
+            cpu_rlimit: plan.limits.cpu_rlimit,
         };
         let ending = match session {
             // A session serves its cells over the control channel instead of

@@ -31,7 +31,8 @@
 //! - `cancel`: SIGTERM/SIGINT/SIGHUP to `jail run`, turned into a cancelled run (polled by `watch`).
 //! - `capture`, `relay`, `events`: the script's stdout and stderr, captured, streamed, or sent as `--events` NDJSON;
 //!   `streams` is the leaf they share with the request (`OutputMode`, `Target`).
-//! - `verdict`: facts → status, and the one place the result is assembled.
+//! - `verdict`: facts → status (`verdict::status`, the one set of rules for runs and session cells), and the one place
+//!   the result is assembled.
 //! - `stage`: the `Stage` names of `setup_error.stage`, and the one error-chain → `SetupError` conversion.
 //! - `delivery`: what passed the judgement, delivered to the host folder.
 //! - `result`: the JSON contract both sides and the agent share; `schema`: its JSON Schema and the version rule.

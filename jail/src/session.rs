@@ -23,7 +23,8 @@
 //! `limits.cpu_time_secs` are per cell (SIGINT past them, then a kill
 //! after `session.interrupt_grace_secs`); memory, pids and CPUs hold for
 //! the whole session. Without a cgroup, RLIMIT_CPU counts the driver's
-//! CPU time over the whole session.
+//! CPU time over the whole session: its SIGXCPU ends the session, and the
+//! cell in flight is `timeout_cpu`, by the run's rules (cell.rs).
 
 pub(crate) mod adopt;
 pub mod cell;

@@ -173,6 +173,19 @@ pub(crate) fn children_of(pid: i32, out: &mut Vec<i32>) {
     }
 }
 
+/// The CPU time of `pid` and of the children it reaped (utime + stime +
+/// cutime + cstime of `/proc/<pid>/stat`): what RLIMIT_CPU counted of a
+/// session's interpreter once the jail's PID 1 reaped it (session/serve.rs).
+pub(crate) fn cpu_of(pid: Pid) -> Option<Duration> {
+    let stat = read_bounded(&format!("/proc/{}/stat", pid.as_raw())).and_then(|b| parse_stat(&b))?;
+    let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
+        .ok()
+        .flatten()
+        .filter(|&n| n > 0)
+        .unwrap_or(100);
+    Some(Duration::from_secs_f64(stat.cpu_ticks as f64 / hz as f64))
+}
+
 /// Every process of the tree under `root` (itself first) that could be
 /// read, breadth first, at most [`MAX_PROCESSES`].
 fn scan(root: Pid) -> Vec<Stat> {

@@ -1,7 +1,10 @@
-//! The verdict: what the run's facts mean ([`status_of`], pure) and the
+//! The verdict: what the run's facts mean ([`status_of`], pure, in
+//! status.rs, the rules a session's cells use too) and the
 //! result assembled in one place: seeded from the plan ([`base_result`],
 //! [`report_plan`]), failed at a stage ([`failed`]), or finished from what
 //! the launch saw, the cgroup's usage and the delivery ([`assemble`]).
+
+pub(crate) mod status;
 
 use std::time::{Duration, Instant};
 
@@ -23,6 +26,7 @@ use crate::stage::Stage;
 use crate::step::{Clock, Outcome, Step};
 use crate::sync::{ms_since, Report};
 use crate::watch::Ending;
+use status::{status_of, Cut, Facts};
 
 /// The result before anything is known: the policy's isolation, the
 /// sandbox's host ids, and no network.
@@ -194,7 +198,7 @@ fn finish(mut result: RunResult, o: Outcome, cg: Option<CgroupUsage>, plan: &Run
     }
     let cpu_ms = result.usage.user_cpu_ms.unwrap_or(0.0) + result.usage.system_cpu_ms.unwrap_or(0.0);
     let facts = Facts {
-        ending: o.ending,
+        cut: cut_of(o.ending),
         exit_code: result.exit_code,
         signal: result.signal,
         oom_kills: cg.oom_kills.unwrap_or(0),
@@ -290,118 +294,12 @@ fn read_reports(
     (failure, exit)
 }
 
-/// What the status of a run that started is decided from.
-#[derive(Debug, Clone, Copy, PartialEq)]
-struct Facts {
-    ending: Ending,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    oom_kills: u64,
-    truncated: bool,
-    /// RLIMIT_CPU's soft limit, when it stands in for the CPU-time limit.
-    cpu_rlimit: Option<Duration>,
-    cpu_used: Duration,
-}
-
-/// The run's status, in the order `Status` documents; `None` when PID 1
-/// vanished without a word and nothing explains it. Pure.
-fn status_of(f: &Facts) -> Option<Status> {
-    match f.ending {
-        Ending::WallTimeout => return Some(Status::TimeoutWall),
-        Ending::CpuTimeout => return Some(Status::TimeoutCpu),
-        Ending::Cancelled(_) => return Some(Status::Cancelled),
-        Ending::Exited => {}
-    }
-    let by_signal = |s: Signal| f.signal == Some(s as i32);
-    // RLIMIT_CPU sends SIGXCPU at the soft limit and SIGKILL at the hard one.
-    if let Some(limit) = f.cpu_rlimit {
-        if by_signal(Signal::SIGXCPU) || (by_signal(Signal::SIGKILL) && f.cpu_used >= limit) {
-            return Some(Status::TimeoutCpu);
-        }
-    }
-    if f.oom_kills > 0 && f.exit_code != Some(0) {
-        return Some(Status::OomKilled);
-    }
-    let own = match (f.exit_code, f.signal) {
-        (Some(0), _) => Status::Ok,
-        (Some(_), _) => Status::NonzeroExit,
-        (None, Some(_)) => Status::Signaled,
-        (None, None) => return None,
-    };
-    if f.truncated {
-        return Some(Status::OutputLimit);
-    }
-    Some(own)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn facts() -> Facts {
-        Facts {
-            ending: Ending::Exited,
-            exit_code: Some(0),
-            signal: None,
-            oom_kills: 0,
-            truncated: false,
-            cpu_rlimit: None,
-            cpu_used: Duration::ZERO,
-        }
-    }
-
-    #[test]
-    fn timeouts_win_over_everything_the_script_did() {
-        let f = Facts { ending: Ending::WallTimeout, oom_kills: 1, truncated: true, ..facts() };
-        assert_eq!(status_of(&f), Some(Status::TimeoutWall));
-        let f = Facts {
-            ending: Ending::Cancelled(Signal::SIGTERM),
-            oom_kills: 1,
-            signal: Some(9),
-            ..facts()
-        };
-        assert_eq!(status_of(&f), Some(Status::Cancelled));
-        let f = Facts { ending: Ending::CpuTimeout, exit_code: None, signal: Some(9), ..facts() };
-        assert_eq!(status_of(&f), Some(Status::TimeoutCpu));
-    }
-
-    #[test]
-    fn rlimit_cpu_signals_mean_timeout_cpu() {
-        let xcpu = Facts {
-            exit_code: None,
-            signal: Some(libc::SIGXCPU),
-            cpu_rlimit: Some(Duration::from_secs(1)),
-            ..facts()
-        };
-        assert_eq!(status_of(&xcpu), Some(Status::TimeoutCpu));
-        let kill = Facts { signal: Some(9), cpu_used: Duration::from_millis(1500), ..xcpu };
-        assert_eq!(status_of(&kill), Some(Status::TimeoutCpu));
-        // A SIGKILL well short of the limit is something else.
-        let early = Facts { cpu_used: Duration::from_millis(100), ..kill };
-        assert_eq!(status_of(&early), Some(Status::Signaled));
-        // Without RLIMIT_CPU in force, SIGXCPU is just a signal.
-        let plain = Facts { cpu_rlimit: None, ..xcpu };
-        assert_eq!(status_of(&plain), Some(Status::Signaled));
-    }
-
-    #[test]
-    fn an_oom_kill_is_oom_killed_unless_the_script_still_exited_0() {
-        let killed = Facts { exit_code: None, signal: Some(9), oom_kills: 1, ..facts() };
-        assert_eq!(status_of(&killed), Some(Status::OomKilled));
-        let child_killed = Facts { exit_code: Some(1), oom_kills: 1, ..facts() };
-        assert_eq!(status_of(&child_killed), Some(Status::OomKilled));
-        let survived = Facts { oom_kills: 1, ..facts() };
-        assert_eq!(status_of(&survived), Some(Status::Ok));
-        // PID 1 itself OOM-killed: explained, not a setup failure.
-        let pid1 = Facts { exit_code: None, signal: None, oom_kills: 1, ..facts() };
-        assert_eq!(status_of(&pid1), Some(Status::OomKilled));
-    }
-
-    #[test]
-    fn a_truncated_stream_is_output_limit_over_the_exit() {
-        assert_eq!(status_of(&Facts { truncated: true, ..facts() }), Some(Status::OutputLimit));
-        assert_eq!(status_of(&Facts { truncated: true, exit_code: Some(2), ..facts() }), Some(Status::OutputLimit));
-        assert_eq!(status_of(&Facts { exit_code: Some(2), ..facts() }), Some(Status::NonzeroExit));
-        assert_eq!(status_of(&Facts { exit_code: None, signal: None, ..facts() }), None);
+/// The supervisor's cut, from how the watch ended.
+fn cut_of(ending: Ending) -> Option<Cut> {
+    match ending {
+        Ending::Exited => None,
+        Ending::WallTimeout => Some(Cut::Wall),
+        Ending::CpuTimeout => Some(Cut::Cpu),
+        Ending::Cancelled(_) => Some(Cut::Cancelled),
     }
 }

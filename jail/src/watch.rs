@@ -61,6 +61,9 @@ pub(crate) struct Deadlines<'a> {
     pub(crate) wall: Instant,
     /// The run cgroup and its CPU-time limit in nanoseconds.
     pub(crate) cpu: Option<(&'a RunCgroup, u64)>,
+    /// Without that cgroup, RLIMIT_CPU's soft limit: the kernel enforces
+    /// it, and a session's cells read its signals (session/serve.rs).
+    pub(crate) cpu_rlimit: Option<std::time::Duration>,
 }
 
 /// A pipe the child side writes to.

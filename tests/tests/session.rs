@@ -160,6 +160,46 @@ fn a_cell_past_its_time_gets_keyboard_interrupt_and_the_session_lives_on() {
 }
 
 #[test]
+fn a_cell_past_rlimit_cpu_is_timeout_cpu_as_a_run_is() {
+    // Where no cgroup counts CPU, RLIMIT_CPU stands in for the CPU-time
+    // limit and its SIGXCPU kills the interpreter mid-cell: the cell is
+    // `timeout_cpu`, as the same loop under `jail run` is (limits.rs,
+    // `cpu_time_limit_below_the_wall_time_ends_as_timeout_cpu`), not
+    // `signaled`. Root has a run cgroup on the CI host, the ordinary user
+    // none without delegation.
+    if only_as_ordinary_user("RLIMIT_CPU stands in for the CPU-time limit only without a cgroup") {
+        return;
+    }
+    let mut sb = Sandbox::new();
+    // A wall limit far above the CPU limit: which limit ends the cell is
+    // the point, not how fast a loaded host gives it a second of CPU.
+    sb.extra_args
+        .extend(["--cpu-time", "1", "--timeout", "60", "--no-systemd-delegation"].map(String::from));
+    let s = sb.start_session();
+    let (v, out) = s.exec("while True:\n    pass\n");
+    if v["limits"]["cpu_time_secs"]["enforced_by"] != "rlimit" {
+        covered_elsewhere(
+            "this user has a cgroup that counts CPU, so RLIMIT_CPU never stands in; the CI host's ordinary-user half has none",
+        );
+        return;
+    }
+    assert_eq!(v["status"], "timeout_cpu", "{v}");
+    assert_eq!(v["signal_name"], "SIGXCPU", "{v}");
+    assert_eq!(out.status.code(), Some(124), "{v}");
+    // RLIMIT_CPU counts the interpreter over the whole session: it is gone.
+    assert_eq!(v["session"]["why"], "interpreter_died", "{v}");
+    assert_session_gone(&sb, &s, &s.id);
+
+    // A cell that ignores SIGXCPU dies of the SIGKILL a second later, at
+    // the hard limit: `timeout_cpu` too, from the CPU PID 1 reaped.
+    let s = sb.start_session();
+    let (v, _) = s.exec("import signal\nsignal.signal(signal.SIGXCPU, signal.SIG_IGN)\nwhile True:\n    pass\n");
+    assert_eq!(v["status"], "timeout_cpu", "{v}");
+    assert_eq!(v["signal_name"], "SIGKILL", "{v}");
+    assert_session_gone(&sb, &s, &s.id);
+}
+
+#[test]
 fn a_cell_of_hogs_that_resume_each_other_is_held_to_the_sessions_cpus() {
     // The session's quota is kept by the run cgroup where there is one,
     // else by the supervisor's throttle in the session's serve loop: each

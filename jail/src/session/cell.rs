@@ -1,6 +1,7 @@
 //! One cell's facts → its part of the result: the driver's reply read
-//! with suspicion, the cell's status decided, its denials told apart from
-//! the session's. Pure: the serve loop (serve.rs) gathers the facts.
+//! with suspicion, the cell's status decided (by verdict/status.rs's rules, the
+//! same as a run's), its denials told apart from the session's. Pure: the
+//! serve loop (serve.rs) gathers the facts.
 //!
 //! The driver runs in the same process as the cell's code, so a cell can
 //! write to the control socket itself. A reply is therefore the cell's own
@@ -9,9 +10,12 @@
 //! its strings cut. Streams, usage, denials and artifacts are what the
 //! supervisor saw, never what the reply says.
 
+use std::time::Duration;
+
 use serde::Deserialize;
 
 use crate::result::{Denial, PythonError, Status};
+use crate::verdict::status::{self, Cut};
 
 /// The longest reply line read from the driver; past it the line is
 /// dropped up to its end (serve.rs).
@@ -144,10 +148,21 @@ pub struct Facts {
     pub oom: bool,
     /// stdout or stderr went over its cap.
     pub output_cut: bool,
+    /// RLIMIT_CPU's soft limit, when it stands in for the CPU-time limit
+    /// (no cpu cgroup): it counts the interpreter's CPU over the whole
+    /// session, and its SIGXCPU ends the session in the cell that passed it.
+    pub cpu_rlimit: Option<Duration>,
+    /// The interpreter's CPU time as RLIMIT_CPU counted it, read once it
+    /// died (zero while it lives: only a death can be RLIMIT_CPU's).
+    pub cpu_used: Duration,
 }
 
-/// A cell's status, exit code and signal: the same rules as a run's
-/// (verdict.rs), timeouts first.
+/// A cell's status, exit code and signal. The driver's word, or else the
+/// interpreter's death, becomes the exit code or the signal a script's
+/// would be, the overrun the supervisor's cut; then verdict/status.rs's
+/// `status_of` decides, the one set of rules for runs and cells (timeouts
+/// first, RLIMIT_CPU's signals, the OOM killer, the output caps). A cell
+/// nothing explains failed to set up.
 pub fn status_of(f: &Facts) -> (Status, Option<i32>, Option<i32>) {
     let (code, signal) = match (f.done, f.death) {
         (Some((Outcome::Ok, _)), _) => (Some(0), None),
@@ -159,19 +174,20 @@ pub fn status_of(f: &Facts) -> (Status, Option<i32>, Option<i32>) {
         (None, Some(Death::Killed)) => (None, Some(libc::SIGKILL)),
         (None, None) => (None, None),
     };
-    let status = match (f.overrun, code, signal) {
-        (Some(Overrun::Cancelled), _, _) => Status::Cancelled,
-        (Some(Overrun::Wall), _, _) => Status::TimeoutWall,
-        (Some(Overrun::Cpu), _, _) => Status::TimeoutCpu,
-        (None, Some(c), _) if f.oom && c != 0 => Status::OomKilled,
-        (None, None, Some(_)) if f.oom => Status::OomKilled,
-        (None, _, _) if f.output_cut => Status::OutputLimit,
-        (None, Some(0), _) => Status::Ok,
-        (None, Some(_), _) => Status::NonzeroExit,
-        (None, None, Some(_)) => Status::Signaled,
-        (None, None, None) => Status::SetupFailed,
+    let facts = status::Facts {
+        cut: f.overrun.map(|o| match o {
+            Overrun::Wall => Cut::Wall,
+            Overrun::Cpu => Cut::Cpu,
+            Overrun::Cancelled => Cut::Cancelled,
+        }),
+        exit_code: code,
+        signal,
+        oom_kills: u64::from(f.oom),
+        truncated: f.output_cut,
+        cpu_rlimit: f.cpu_rlimit,
+        cpu_used: f.cpu_used,
     };
-    (status, code, signal)
+    (status::status_of(&facts).unwrap_or(Status::SetupFailed), code, signal)
 }
 
 /// The refusals of one cell: the session's tally now, less what it was
@@ -191,7 +207,15 @@ mod tests {
     use super::*;
 
     fn facts() -> Facts {
-        Facts { done: None, overrun: None, death: None, oom: false, output_cut: false }
+        Facts {
+            done: None,
+            overrun: None,
+            death: None,
+            oom: false,
+            output_cut: false,
+            cpu_rlimit: None,
+            cpu_used: Duration::ZERO,
+        }
     }
 
     #[test]
@@ -281,5 +305,40 @@ mod tests {
         };
         let got = denials_since(&[d("ptrace", 2), d("mount", 1)], &[d("ptrace", 5), d("mount", 1), d("bpf", 1)]);
         assert_eq!(got, vec![d("ptrace", 3), d("bpf", 1)]);
+    }
+
+    #[test]
+    fn a_cell_killed_by_sigxcpu_under_rlimit_cpu_is_timeout_cpu() {
+        // No cpu cgroup: RLIMIT_CPU stands in, and its SIGXCPU kills the
+        // interpreter mid-cell, as it would a run's script.
+        let xcpu = Facts {
+            death: Some(Death::Signaled(libc::SIGXCPU)),
+            cpu_rlimit: Some(Duration::from_secs(1)),
+            cpu_used: Duration::from_millis(1010),
+            ..facts()
+        };
+        assert_eq!(status_of(&xcpu), (Status::TimeoutCpu, None, Some(libc::SIGXCPU)));
+        // Its SIGKILL a second later, at the hard limit, too.
+        let kill = Facts {
+            death: Some(Death::Signaled(libc::SIGKILL)),
+            cpu_used: Duration::from_millis(2010),
+            ..xcpu
+        };
+        assert_eq!(status_of(&kill).0, Status::TimeoutCpu);
+        // A SIGKILL well short of the limit is something else.
+        let early = Facts { cpu_used: Duration::from_millis(100), ..kill };
+        assert_eq!(status_of(&early).0, Status::Signaled);
+        // Without RLIMIT_CPU in force, SIGXCPU is just a signal.
+        assert_eq!(status_of(&Facts { cpu_rlimit: None, ..xcpu }).0, Status::Signaled);
+    }
+
+    #[test]
+    fn pid1_gone_with_an_oom_kill_is_oom_killed_for_a_cell_too() {
+        // No word from the driver and no exit or signal reported: a run
+        // with an OOM kill is `oom_killed` (verdict.rs), and so is a cell.
+        let f = Facts { oom: true, ..facts() };
+        assert_eq!(status_of(&f), (Status::OomKilled, None, None));
+        // Nothing to explain it: the cell failed to set up, as before.
+        assert_eq!(status_of(&facts()).0, Status::SetupFailed);
     }
 }

@@ -124,6 +124,8 @@ struct Loop<'s, 'w, 'm> {
     pid: Pid,
     cgroup: Option<&'s RunCgroup>,
     cpu_limit: Option<u64>,
+    /// RLIMIT_CPU's soft limit, when it stands in for the cgroup's CPU check.
+    cpu_rlimit: Option<Duration>,
     control: Option<OwnedFd>,
     pipes: Pipes,
     ctl_buf: Vec<u8>,
@@ -180,6 +182,7 @@ pub(crate) fn serve(
         pid,
         cgroup,
         cpu_limit: limits.cpu.map(|(_, ns)| ns),
+        cpu_rlimit: limits.cpu_rlimit,
         control: Some(control),
         pipes: Pipes {
             stdout: Some(pipes.stdout),
@@ -770,12 +773,20 @@ impl Loop<'_, '_, '_> {
         };
         let stdout = c.stdout.into_stream();
         let stderr = c.stderr.into_stream();
+        // What RLIMIT_CPU counted: the interpreter is PID 1's reaped child
+        // once it died, so PID 1's stat (reaped at the session's end) has it.
+        let cpu_used = match (self.cpu_rlimit, death) {
+            (Some(_), Some(_)) => crate::throttle::cpu_of(self.pid).unwrap_or_default(),
+            _ => Duration::ZERO,
+        };
         let facts = Facts {
             done: c.done.as_ref().map(|(o, code, _)| (*o, *code)),
             overrun: c.interrupted.map(|(why, _)| why),
             death,
             oom,
             output_cut: stdout.truncated || stderr.truncated,
+            cpu_rlimit: self.cpu_rlimit,
+            cpu_used,
         };
         let (status, exit_code, signal) = cell::status_of(&facts);
         let mut result = self.s.template();
