@@ -178,12 +178,17 @@ pub(crate) fn children_of(pid: i32, out: &mut Vec<i32>) {
 /// session's interpreter once the jail's PID 1 reaped it (session/serve.rs).
 pub(crate) fn cpu_of(pid: Pid) -> Option<Duration> {
     let stat = read_bounded(&format!("/proc/{}/stat", pid.as_raw())).and_then(|b| parse_stat(&b))?;
+    Some(Duration::from_secs_f64(stat.cpu_ticks as f64 * tick()))
+}
+
+/// Seconds per clock tick, the unit of `/proc/<pid>/stat`'s CPU times.
+fn tick() -> f64 {
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
         .ok()
         .flatten()
         .filter(|&n| n > 0)
         .unwrap_or(100);
-    Some(Duration::from_secs_f64(stat.cpu_ticks as f64 / hz as f64))
+    1.0 / hz as f64
 }
 
 /// Every process of the tree under `root` (itself first) that could be
@@ -265,15 +270,10 @@ impl Throttle {
     /// A throttle holding the tree under `root` (the jail's PID 1, in our
     /// pid namespace) to `cores`.
     pub fn new(cores: f64, root: Pid) -> Throttle {
-        let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)
-            .ok()
-            .flatten()
-            .filter(|&n| n > 0)
-            .unwrap_or(100);
         Throttle {
             cores,
             root,
-            tick: 1.0 / hz as f64,
+            tick: tick(),
             credit: 0.0,
             measured: None,
             stopped: None,

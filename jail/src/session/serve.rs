@@ -773,8 +773,9 @@ impl Loop<'_, '_, '_> {
         };
         let stdout = c.stdout.into_stream();
         let stderr = c.stderr.into_stream();
-        // What RLIMIT_CPU counted: the interpreter is PID 1's reaped child
-        // once it died, so PID 1's stat (reaped at the session's end) has it.
+        // What RLIMIT_CPU counted: once the interpreter died, PID 1 has
+        // reaped it, so PID 1's own stat (PID 1 is reaped only after the
+        // session ends, launch.rs) counts its CPU time.
         let cpu_used = match (self.cpu_rlimit, death) {
             (Some(_), Some(_)) => crate::throttle::cpu_of(self.pid).unwrap_or_default(),
             _ => Duration::ZERO,
