@@ -71,7 +71,7 @@ pub(crate) fn kernel_version(release: &str) -> Option<(u32, u32)> {
 }
 
 /// What `jail doctor` is asked about beyond the host itself; the caller
-/// (main.rs) found these (locate.rs, hostenv.rs).
+/// (cli/doctor.rs) found these (locate.rs, hostenv.rs).
 #[derive(Debug, Clone)]
 pub struct Context {
     /// The rootfs a run would use, canonical, and where it was found; or

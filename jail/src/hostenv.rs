@@ -1,6 +1,6 @@
 //! What the caller's environment contributes to one run, as a value: the
 //! library reads no environment variable itself (issue 17 item 5). The edge
-//! (`main.rs`) calls [`HostEnv::read`] once with `std::env::var_os`, and the
+//! (the CLI, `cli.rs`) calls [`HostEnv::read`] once with `std::env::var_os`, and the
 //! request carries the result, so every input of a run is in the request.
 
 use std::collections::BTreeMap;
@@ -122,7 +122,7 @@ mod tests {
                 // Test code may read test-only switches (JAIL_BLESS): a
                 // `tests.rs` file, and a file's `#[cfg(test)]` module, which
                 // ends it by convention.
-                if path.extension().is_none_or(|e| e != "rs") || path == src.join("main.rs") || path.ends_with("tests.rs") {
+                if path.extension().is_none_or(|e| e != "rs") || path == src.join("cli.rs") || path.ends_with("tests.rs") {
                     continue;
                 }
                 let text = std::fs::read_to_string(&path).unwrap();
@@ -133,6 +133,6 @@ mod tests {
                 }
             }
         }
-        assert!(offenders.is_empty(), "read these in main.rs and pass them in the request:\n{}", offenders.join("\n"));
+        assert!(offenders.is_empty(), "read these in cli.rs and pass them in the request:\n{}", offenders.join("\n"));
     }
 }

@@ -2,7 +2,7 @@
 //! root filesystem, and report what happened as one JSON document.
 //!
 //! The map, in the order one run uses the modules (DESIGN.md §6):
-//! - `hostenv`, `locate`, `inline`: what the caller's environment gives a run (read once by main.rs),
+//! - `hostenv`, `locate`, `inline`: what the caller's environment gives a run (read once by the CLI, cli.rs),
 //!   which rootfs it uses, and a script given as `-c CODE` or on stdin.
 //! - `policy`: the policy file, validated (with `digest` for its hash; `field` is the leaf error the facility validators return;
 //!   `seconds` is the one check of a time limit, shared with the flags, the pool, the service and the MCP server).
@@ -36,7 +36,8 @@
 //! - `stage`: the `Stage` names of `setup_error.stage`, and the one error-chain → `SetupError` conversion.
 //! - `delivery`: what passed the judgement, delivered to the host folder.
 //! - `result`: the JSON contract both sides and the agent share; `schema`: its JSON Schema and the version rule.
-//! - `mcp`: `jail mcp`, which execs the MCP server `jail-mcp` (the mcp/ crate) beside this binary.
+//! - `cli`: the `jail` command line, one file per subcommand (`jail mcp` and `jail serve` exec their binaries beside
+//!   this one: `cli/beside.rs`); main.rs only calls `cli::main`.
 //! - `session`: `jail session`, one jail serving many cells to a driver over a control channel.
 //! - `doctor`: what this host provides, for `jail doctor`.
 //! - `install`: the embedded rootfs recipes, for `jail rootfs build|list`.
@@ -52,6 +53,7 @@ pub mod cancel;
 mod capture;
 pub mod cgroup;
 mod child;
+pub mod cli;
 mod conceal;
 pub mod delegate;
 mod delivery;
@@ -71,7 +73,6 @@ mod launch;
 mod layers;
 mod limits;
 pub mod locate;
-pub mod mcp;
 mod mounts;
 mod namespaces;
 mod network;

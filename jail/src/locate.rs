@@ -15,7 +15,7 @@
 //! `data` in any of them, then `minimal` in any of them (issue 38: pandas
 //! works wherever the data rootfs was built, and a host without it runs as
 //! before). A name found nowhere fails with the command that builds it. The
-//! caller reads the environment (main.rs) and hands the values in.
+//! caller reads the environment (cli.rs) and hands the values in.
 
 use std::path::{Path, PathBuf};
 

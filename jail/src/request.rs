@@ -161,7 +161,7 @@ fn rootfs_identity(rootfs: &Path) -> Result<Option<String>, InputError> {
     }
 }
 
-/// `--rootfs` as the caller resolved it (main.rs looks it up: locate.rs),
+/// `--rootfs` as the caller resolved it (cli.rs looks it up: locate.rs),
 /// else the policy's.
 fn resolve_rootfs(req: &RunRequest) -> Result<PathBuf, InputError> {
     let Some(rootfs) = req.rootfs.clone().or_else(|| req.policy.rootfs.clone()) else {

@@ -254,7 +254,7 @@ pub enum StartError {
     Setup(String),
 }
 
-/// Where a caller's sessions live (main.rs passes `XDG_RUNTIME_DIR`).
+/// Where a caller's sessions live (cli/session.rs passes `XDG_RUNTIME_DIR`).
 #[derive(Debug, Clone, Default)]
 pub struct StartOptions {
     pub runtime_dir: Option<PathBuf>,

@@ -10,7 +10,7 @@ use crate::result::SetupError;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Stage {
     // Supervisor, before the clone.
-    /// The policy file (main.rs).
+    /// The policy file (cli/run.rs).
     Policy,
     /// The request's paths and the interpreter's argv (request.rs).
     Input,

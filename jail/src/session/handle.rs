@@ -34,7 +34,7 @@ pub enum HandleError {
 }
 
 /// Where a caller's sessions live: `$XDG_RUNTIME_DIR/jail/sessions` when
-/// the caller has one (main.rs reads the variable), else
+/// the caller has one (cli/session.rs reads the variable), else
 /// `/tmp/jail-$UID/sessions`; every folder made 0700 and the last two
 /// checked to be the caller's own, real folders.
 pub fn session_dir(runtime_dir: Option<&Path>, uid: u32) -> Result<PathBuf, HandleError> {

@@ -12,12 +12,12 @@ use std::process::ExitCode;
 use crate::result::EXIT_SETUP_FAILED;
 
 /// The server's binary name, beside `jail`.
-pub const SERVER: &str = "jail-mcp";
+pub(crate) const SERVER: &str = "jail-mcp";
 /// The HTTP service's binary name, beside `jail`.
-pub const SERVE: &str = "jail-serve";
+pub(crate) const SERVE: &str = "jail-serve";
 
 #[derive(Debug, thiserror::Error)]
-pub enum McpError {
+pub(crate) enum McpError {
     #[error("cannot find this binary, to find {SERVER} beside it: {0}")]
     SelfExe(std::io::Error),
     #[error("no {1} at {0}: install it beside jail (`make install`) or build it (`cargo build -p {1}`)")]
@@ -26,12 +26,8 @@ pub enum McpError {
     Exec(PathBuf, std::io::Error),
 }
 
-/// Where `jail-mcp` is: beside the running binary (links resolved, so a
-/// `jail` on PATH that links to a build tree finds that tree's server).
-pub fn server_path() -> Result<PathBuf, McpError> {
-    companion_path(SERVER)
-}
-
+/// Where NAME is: beside the running binary (links resolved, so a `jail` on
+/// PATH that links to a build tree finds that tree's server).
 fn companion_path(name: &'static str) -> Result<PathBuf, McpError> {
     let exe = std::env::current_exe().map_err(McpError::SelfExe)?;
     let server = exe.with_file_name(name);
@@ -43,13 +39,13 @@ fn companion_path(name: &'static str) -> Result<PathBuf, McpError> {
 }
 
 /// Replace this process with `jail-mcp ARGS`; returns only on failure.
-pub fn exec(args: &[OsString]) -> ExitCode {
+pub(crate) fn exec(args: &[OsString]) -> ExitCode {
     exec_beside(SERVER, args)
 }
 
 /// Replace this process with `NAME ARGS`, NAME found beside this binary;
 /// returns only on failure.
-pub fn exec_beside(name: &'static str, args: &[OsString]) -> ExitCode {
+pub(crate) fn exec_beside(name: &'static str, args: &[OsString]) -> ExitCode {
     let e = match companion_path(name) {
         Ok(server) => {
             let e = std::process::Command::new(&server).args(args).exec();

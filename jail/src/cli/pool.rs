@@ -1,0 +1,125 @@
+//! `jail pool`: jails made ahead, each serving one request of the JSON-lines
+//! protocol on stdin.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use super::run::{prepare_request, RunArgs};
+use super::{temp_dir, RootfsArgs};
+use crate::result::EXIT_SETUP_FAILED;
+
+/// `jail pool`: the run options every pooled jail is made with.
+#[derive(clap::Args)]
+pub(crate) struct PoolArgs {
+    /// Jails kept made ahead: at most 64, and no more than the memory
+    /// available to the pool holds at each jail's memory limit.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    size: usize,
+    /// Policy file (default: the built-in policies/default.json).
+    #[arg(long, value_name = "FILE")]
+    policy: Option<PathBuf>,
+    #[command(flatten)]
+    rootfs: RootfsArgs,
+    /// Wall-clock limit of each request in seconds (overrides the policy;
+    /// a request may lower it).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// Memory of each jail, swap 0: `512M`, `1G` or `unlimited`.
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// CPU quota of each jail in cores.
+    #[arg(long, value_name = "CORES")]
+    cpus: Option<String>,
+    /// Processes and threads of each jail.
+    #[arg(long, value_name = "N")]
+    pids: Option<String>,
+    /// CPU seconds of each request (with a cgroup; else of the jail's life).
+    #[arg(long = "cpu-time", value_name = "SECS")]
+    cpu_time: Option<String>,
+    /// Create each jail's cgroup beneath this cgroup.
+    #[arg(long = "cgroup-parent", value_name = "CGROUP")]
+    cgroup_parent: Option<String>,
+    /// With no writable cgroup, do not ask the systemd user manager for a
+    /// delegated scope.
+    #[arg(long = "no-systemd-delegation")]
+    no_systemd_delegation: bool,
+}
+
+pub(crate) fn pool(a: PoolArgs) -> ExitCode {
+    let fail = |line: String| {
+        eprintln!("jail pool: {line}");
+        ExitCode::from(EXIT_SETUP_FAILED as u8)
+    };
+    if a.size == 0 || a.size > crate::pool::run::MAX_SIZE {
+        return fail(format!("--size {} is out of range: give 1 to {} jails", a.size, crate::pool::run::MAX_SIZE));
+    }
+    // Everything a jail is made with is checked once, here, as `jail run`
+    // checks it: bad input is one line and exit 125 before any jail.
+    let mut start_args: Vec<OsString> = Vec::new();
+    let mut flag = |name: &str, value: Option<OsString>| {
+        if let Some(v) = value {
+            start_args.push(name.into());
+            start_args.push(v);
+        }
+    };
+    flag("--policy", a.policy.clone().map(Into::into));
+    flag("--rootfs", a.rootfs.rootfs.clone().map(Into::into));
+    flag("--rootfs-name", Some(a.rootfs.rootfs_name.clone().into()));
+    flag("--timeout", a.timeout.map(|t| t.to_string().into()));
+    flag("--memory", a.memory.clone().map(Into::into));
+    flag("--cpus", a.cpus.clone().map(Into::into));
+    flag("--pids", a.pids.clone().map(Into::into));
+    flag("--cpu-time", a.cpu_time.clone().map(Into::into));
+    flag("--cgroup-parent", a.cgroup_parent.clone().map(Into::into));
+    if a.no_systemd_delegation {
+        start_args.push("--no-systemd-delegation".into());
+    }
+    let args = RunArgs {
+        policy: a.policy,
+        input: None,
+        output: None,
+        code: None,
+        rootfs: a.rootfs,
+        command: None,
+        timeout: a.timeout,
+        memory: a.memory,
+        cpus: a.cpus,
+        pids: a.pids,
+        cpu_time: a.cpu_time,
+        cgroup_parent: a.cgroup_parent,
+        no_systemd_delegation: a.no_systemd_delegation,
+        json: true,
+        events: false,
+        script: Some(PathBuf::new()),
+        args: Vec::new(),
+    };
+    let req = match prepare_request(args) {
+        Ok((req, _)) => req,
+        Err(e) => return fail(format!("{} ({})", e.message, e.stage)),
+    };
+    let jail_exe = match std::env::current_exe() {
+        Ok(p) => p,
+        Err(e) => return fail(format!("find this binary (/proc/self/exe): {e}")),
+    };
+    let cfg = crate::pool::run::Config {
+        size: a.size,
+        jail_exe,
+        start_args,
+        preload: req.policy.preload.clone(),
+        ceilings: crate::pool::protocol::Ceilings { wall_time: req.timeout.unwrap_or(req.policy.limits.wall_time) },
+        temp_dir: req.host.temp_dir.clone().unwrap_or_else(temp_dir),
+        // Only a bound output folder is written by the sandbox's own uid; a
+        // capped one is copied back as the caller (output.rs), as `jail run`
+        // hands its fresh folder over only when bound (request.rs).
+        sandbox_gid: (nix::unistd::geteuid().is_root() && req.policy.filesystem.output_size.is_none())
+            .then_some(req.policy.identity.root_host_gid),
+        memory_limit: req.policy.limits.memory,
+        output_capped: req.policy.filesystem.output_size.is_some(),
+        reach: crate::accept::Reach::of_jails(req.policy.identity.root_host_gid),
+    };
+    match crate::pool::run::run(cfg) {
+        Ok(code) => ExitCode::from(code as u8),
+        Err(e) => fail(e.to_string()),
+    }
+}
