@@ -14,13 +14,14 @@ mod session;
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
 use crate::hostenv;
 use crate::locate::{self, Search};
-use crate::policy::{Policy, PolicyError};
-use crate::result::EXIT_SETUP_FAILED;
+use crate::policy::{Overrides, Policy, PolicyError};
+use crate::result::{SetupError, EXIT_SETUP_FAILED};
 use pool::PoolArgs;
 use rootfs::RootfsCommand;
 use run::RunArgs;
@@ -106,6 +107,99 @@ pub(crate) struct RootfsArgs {
     pub(crate) rootfs_name: String,
 }
 
+/// The limit flags `jail run`, `jail session start` and `jail pool` share,
+/// in `jail run`'s words (a session or a pool rewords their help with
+/// [`reword`]), and their one conversion into the policy's overrides.
+#[derive(clap::Args)]
+pub(crate) struct LimitArgs {
+    /// Wall-clock limit in seconds (overrides the policy).
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<f64>,
+    /// Memory of the whole run, swap 0: `512M`, `1G` or `unlimited`.
+    #[arg(long, value_name = "SIZE")]
+    memory: Option<String>,
+    /// CPU quota in cores: `1`, `0.5` or `unlimited`.
+    #[arg(long, value_name = "CORES")]
+    cpus: Option<String>,
+    /// Processes and threads of the run, the jail's PID 1 included.
+    #[arg(long, value_name = "N")]
+    pids: Option<String>,
+    /// CPU seconds of the whole run (user + system), or `unlimited`.
+    #[arg(long = "cpu-time", value_name = "SECS")]
+    cpu_time: Option<String>,
+    /// Create the run's cgroup beneath this cgroup (a path as in
+    /// /proc/self/cgroup; default: JAIL_CGROUP_PARENT, then the policy's,
+    /// then jail's own cgroup).
+    #[arg(long = "cgroup-parent", value_name = "CGROUP")]
+    cgroup_parent: Option<String>,
+    /// With no writable cgroup, do not ask the systemd user manager for a
+    /// delegated scope (the policy's limits.systemd_delegation "off").
+    #[arg(long = "no-systemd-delegation")]
+    no_systemd_delegation: bool,
+}
+
+impl LimitArgs {
+    /// `--timeout`, checked as every door checks a time limit (seconds.rs).
+    pub(crate) fn timeout(&self) -> Result<Option<Duration>, SetupError> {
+        self.timeout
+            .map(|t| {
+                crate::seconds::limit(t, crate::seconds::MOST).ok_or_else(|| SetupError {
+                    stage: "input".into(),
+                    message: format!(
+                        "--timeout {t} is out of range: give seconds {}",
+                        crate::seconds::range(crate::seconds::MOST)
+                    ),
+                    causes: vec![],
+                })
+            })
+            .transpose()
+    }
+
+    /// The policy's overrides these flags ask for; the cgroup parent falls
+    /// back on JAIL_CGROUP_PARENT.
+    pub(crate) fn overrides(self) -> Overrides {
+        Overrides {
+            memory: self.memory,
+            cpus: self.cpus,
+            pids: self.pids,
+            cpu_time: self.cpu_time,
+            cgroup_parent: self
+                .cgroup_parent
+                .or_else(|| env_var(hostenv::CGROUP_PARENT_VAR).and_then(|v| v.into_string().ok()).filter(|v| !v.is_empty())),
+            no_systemd_delegation: self.no_systemd_delegation,
+        }
+    }
+
+    /// The flags again, as the arguments of a `jail session start` (the pool
+    /// starts its jails so).
+    pub(crate) fn push_args(&self, args: &mut Vec<OsString>) {
+        let mut flag = |name: &str, value: Option<String>| {
+            if let Some(v) = value {
+                args.push(name.into());
+                args.push(v.into());
+            }
+        };
+        flag("--timeout", self.timeout.map(|t| t.to_string()));
+        flag("--memory", self.memory.clone());
+        flag("--cpus", self.cpus.clone());
+        flag("--pids", self.pids.clone());
+        flag("--cpu-time", self.cpu_time.clone());
+        flag("--cgroup-parent", self.cgroup_parent.clone());
+        if self.no_systemd_delegation {
+            args.push("--no-systemd-delegation".into());
+        }
+    }
+}
+
+/// A flag's help in one door's words: the `(arg id, help)` pair that names
+/// it, else its own (`#[command(mut_args(...))]` on the door's flags).
+pub(crate) fn reword(arg: clap::Arg, words: &[(&str, &'static str)]) -> clap::Arg {
+    match words.iter().find(|(id, _)| arg.get_id() == id) {
+        Some((_, help)) => arg.help(*help),
+        None => arg,
+    }
+}
+
 /// The `jail` binary: parse the arguments, run the subcommand, exit with its status.
 pub fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
@@ -175,4 +269,34 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
         src = s.source();
     }
     line
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// The help of flag `id` of the subcommand at `path`.
+    fn help(path: &[&str], id: &str) -> Option<String> {
+        let mut cmd = Cli::command();
+        for name in path {
+            cmd = cmd.find_subcommand(name)?.clone();
+        }
+        let arg = cmd.get_arguments().find(|a| a.get_id() == id)?;
+        arg.get_help().map(|h| h.to_string())
+    }
+
+    #[test]
+    fn the_command_line_is_well_formed_and_each_door_words_the_shared_limits() {
+        Cli::command().debug_assert();
+        // One `LimitArgs`, three doors, each in its own words.
+        assert_eq!(help(&["run"], "timeout").as_deref(), Some("Wall-clock limit in seconds (overrides the policy)"));
+        assert_eq!(
+            help(&["session", "start"], "timeout").as_deref(),
+            Some("Wall-clock limit of each cell in seconds (overrides the policy)")
+        );
+        assert_eq!(help(&["pool"], "cpus").as_deref(), Some("CPU quota of each jail in cores"));
+        assert_eq!(help(&["session", "start"], "rootfs_name"), help(&["run"], "rootfs_name"));
+    }
 }

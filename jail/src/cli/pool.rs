@@ -6,11 +6,24 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use super::run::{prepare_request, RunArgs};
-use super::{temp_dir, RootfsArgs};
+use super::{reword, temp_dir, LimitArgs, RootfsArgs};
 use crate::result::EXIT_SETUP_FAILED;
+
+/// The limit flags in a pool's words: its limits hold for each jail or
+/// each request.
+const WORDS: &[(&str, &str)] = &[
+    ("timeout", "Wall-clock limit of each request in seconds (overrides the policy; a request may lower it)"),
+    ("memory", "Memory of each jail, swap 0: `512M`, `1G` or `unlimited`"),
+    ("cpus", "CPU quota of each jail in cores"),
+    ("pids", "Processes and threads of each jail"),
+    ("cpu_time", "CPU seconds of each request (with a cgroup; else of the jail's life)"),
+    ("cgroup_parent", "Create each jail's cgroup beneath this cgroup"),
+    ("no_systemd_delegation", "With no writable cgroup, do not ask the systemd user manager for a delegated scope"),
+];
 
 /// `jail pool`: the run options every pooled jail is made with.
 #[derive(clap::Args)]
+#[command(mut_args(|a| reword(a, WORDS)))]
 pub(crate) struct PoolArgs {
     /// Jails kept made ahead: at most 64, and no more than the memory
     /// available to the pool holds at each jail's memory limit.
@@ -21,29 +34,8 @@ pub(crate) struct PoolArgs {
     policy: Option<PathBuf>,
     #[command(flatten)]
     rootfs: RootfsArgs,
-    /// Wall-clock limit of each request in seconds (overrides the policy;
-    /// a request may lower it).
-    #[arg(long, value_name = "SECS")]
-    timeout: Option<f64>,
-    /// Memory of each jail, swap 0: `512M`, `1G` or `unlimited`.
-    #[arg(long, value_name = "SIZE")]
-    memory: Option<String>,
-    /// CPU quota of each jail in cores.
-    #[arg(long, value_name = "CORES")]
-    cpus: Option<String>,
-    /// Processes and threads of each jail.
-    #[arg(long, value_name = "N")]
-    pids: Option<String>,
-    /// CPU seconds of each request (with a cgroup; else of the jail's life).
-    #[arg(long = "cpu-time", value_name = "SECS")]
-    cpu_time: Option<String>,
-    /// Create each jail's cgroup beneath this cgroup.
-    #[arg(long = "cgroup-parent", value_name = "CGROUP")]
-    cgroup_parent: Option<String>,
-    /// With no writable cgroup, do not ask the systemd user manager for a
-    /// delegated scope.
-    #[arg(long = "no-systemd-delegation")]
-    no_systemd_delegation: bool,
+    #[command(flatten)]
+    limits: LimitArgs,
 }
 
 pub(crate) fn pool(a: PoolArgs) -> ExitCode {
@@ -66,15 +58,7 @@ pub(crate) fn pool(a: PoolArgs) -> ExitCode {
     flag("--policy", a.policy.clone().map(Into::into));
     flag("--rootfs", a.rootfs.rootfs.clone().map(Into::into));
     flag("--rootfs-name", Some(a.rootfs.rootfs_name.clone().into()));
-    flag("--timeout", a.timeout.map(|t| t.to_string().into()));
-    flag("--memory", a.memory.clone().map(Into::into));
-    flag("--cpus", a.cpus.clone().map(Into::into));
-    flag("--pids", a.pids.clone().map(Into::into));
-    flag("--cpu-time", a.cpu_time.clone().map(Into::into));
-    flag("--cgroup-parent", a.cgroup_parent.clone().map(Into::into));
-    if a.no_systemd_delegation {
-        start_args.push("--no-systemd-delegation".into());
-    }
+    a.limits.push_args(&mut start_args);
     let args = RunArgs {
         policy: a.policy,
         input: None,
@@ -82,13 +66,7 @@ pub(crate) fn pool(a: PoolArgs) -> ExitCode {
         code: None,
         rootfs: a.rootfs,
         command: None,
-        timeout: a.timeout,
-        memory: a.memory,
-        cpus: a.cpus,
-        pids: a.pids,
-        cpu_time: a.cpu_time,
-        cgroup_parent: a.cgroup_parent,
-        no_systemd_delegation: a.no_systemd_delegation,
+        limits: a.limits,
         json: true,
         events: false,
         script: Some(PathBuf::new()),

@@ -5,10 +5,9 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::{env_var, load_policy, rootfs_search, temp_dir, RootfsArgs};
-use crate::hostenv::{self, HostEnv};
+use super::{env_var, load_policy, rootfs_search, temp_dir, LimitArgs, RootfsArgs};
+use crate::hostenv::HostEnv;
 use crate::inline::InlineScript;
-use crate::policy::Overrides;
 use crate::result::{RunResult, SetupError, Status};
 use crate::supervisor::{OutputMode, RunRequest};
 
@@ -31,30 +30,8 @@ pub(crate) struct RunArgs {
     /// Run this code instead of a script file (as `python3 -c`).
     #[arg(short = 'c', value_name = "CODE")]
     pub(crate) command: Option<String>,
-    /// Wall-clock limit in seconds (overrides the policy).
-    #[arg(long, value_name = "SECS")]
-    pub(crate) timeout: Option<f64>,
-    /// Memory of the whole run, swap 0: `512M`, `1G` or `unlimited`.
-    #[arg(long, value_name = "SIZE")]
-    pub(crate) memory: Option<String>,
-    /// CPU quota in cores: `1`, `0.5` or `unlimited`.
-    #[arg(long, value_name = "CORES")]
-    pub(crate) cpus: Option<String>,
-    /// Processes and threads of the run, the jail's PID 1 included.
-    #[arg(long, value_name = "N")]
-    pub(crate) pids: Option<String>,
-    /// CPU seconds of the whole run (user + system), or `unlimited`.
-    #[arg(long = "cpu-time", value_name = "SECS")]
-    pub(crate) cpu_time: Option<String>,
-    /// Create the run's cgroup beneath this cgroup (a path as in
-    /// /proc/self/cgroup; default: JAIL_CGROUP_PARENT, then the policy's,
-    /// then jail's own cgroup).
-    #[arg(long = "cgroup-parent", value_name = "CGROUP")]
-    pub(crate) cgroup_parent: Option<String>,
-    /// With no writable cgroup, do not ask the systemd user manager for a
-    /// delegated scope (the policy's limits.systemd_delegation "off").
-    #[arg(long = "no-systemd-delegation")]
-    pub(crate) no_systemd_delegation: bool,
+    #[command(flatten)]
+    pub(crate) limits: LimitArgs,
     /// Capture the output and print one JSON result document on stdout.
     #[arg(long, conflicts_with = "events")]
     pub(crate) json: bool,
@@ -151,26 +128,8 @@ pub(crate) fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<Inlin
         message: format!("{e} (check it with `jail check FILE`)"),
         causes: vec![],
     })?;
-    let timeout = args
-        .timeout
-        .map(|t| {
-            crate::seconds::limit(t, crate::seconds::MOST).ok_or_else(|| SetupError {
-                stage: "input".into(),
-                message: format!("--timeout {t} is out of range: give seconds {}", crate::seconds::range(crate::seconds::MOST)),
-                causes: vec![],
-            })
-        })
-        .transpose()?;
-    let overrides = Overrides {
-        memory: args.memory,
-        cpus: args.cpus,
-        pids: args.pids,
-        cpu_time: args.cpu_time,
-        cgroup_parent: args
-            .cgroup_parent
-            .or_else(|| env_var(hostenv::CGROUP_PARENT_VAR).and_then(|v| v.into_string().ok()).filter(|v| !v.is_empty())),
-        no_systemd_delegation: args.no_systemd_delegation,
-    };
+    let timeout = args.limits.timeout()?;
+    let overrides = args.limits.overrides();
     policy
         .apply_overrides(&overrides)
         .map_err(|m| SetupError { stage: "input".into(), message: m, causes: vec![] })?;

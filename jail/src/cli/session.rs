@@ -8,8 +8,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::run::{prepare_request, RunArgs};
-use super::{chain, env_var, RootfsArgs};
-use crate::locate;
+use super::{chain, env_var, reword, LimitArgs, RootfsArgs};
 use crate::result::{RunResult, EXIT_SETUP_FAILED};
 
 #[derive(Subcommand)]
@@ -47,8 +46,25 @@ pub(crate) enum SessionCommand {
     },
 }
 
+/// The rootfs and limit flags in a session's words: its limits hold for
+/// each cell or for the whole session.
+const WORDS: &[(&str, &str)] = &[
+    (
+        "rootfs",
+        "Root filesystem folder (default: JAIL_ROOTFS, the policy's, then the rootfs named by --rootfs-name, as for `jail run`)",
+    ),
+    ("timeout", "Wall-clock limit of each cell in seconds (overrides the policy)"),
+    ("memory", "Memory of the whole session, swap 0: `512M`, `1G` or `unlimited`"),
+    ("cpus", "CPU quota of the session in cores"),
+    ("pids", "Processes and threads of the session"),
+    ("cpu_time", "CPU seconds of each cell (with a cgroup; else of the whole session)"),
+    ("cgroup_parent", "Create the session's cgroup beneath this cgroup"),
+    ("no_systemd_delegation", "With no writable cgroup, do not ask the systemd user manager for a delegated scope"),
+];
+
 /// `jail run`'s options, less the script: the driver runs instead.
 #[derive(clap::Args)]
+#[command(mut_args(|a| reword(a, WORDS)))]
 pub(crate) struct SessionStartArgs {
     /// Policy file (default: the built-in policies/default.json).
     #[arg(long, value_name = "FILE")]
@@ -62,36 +78,10 @@ pub(crate) struct SessionStartArgs {
     /// Folder granted read-only at /workspace/code.
     #[arg(long, value_name = "DIR")]
     code: Option<PathBuf>,
-    /// Root filesystem folder (default: JAIL_ROOTFS, the policy's, then the
-    /// rootfs named by --rootfs-name, as for `jail run`).
-    #[arg(long, value_name = "DIR")]
-    rootfs: Option<PathBuf>,
-    /// The rootfs to look up by name when no folder is given: `data`,
-    /// `minimal`, or `default` (`data` where one is built, else `minimal`).
-    #[arg(long = "rootfs-name", value_name = "NAME", default_value = locate::DEFAULT_NAME)]
-    rootfs_name: String,
-    /// Wall-clock limit of each cell in seconds (overrides the policy).
-    #[arg(long, value_name = "SECS")]
-    timeout: Option<f64>,
-    /// Memory of the whole session, swap 0: `512M`, `1G` or `unlimited`.
-    #[arg(long, value_name = "SIZE")]
-    memory: Option<String>,
-    /// CPU quota of the session in cores.
-    #[arg(long, value_name = "CORES")]
-    cpus: Option<String>,
-    /// Processes and threads of the session.
-    #[arg(long, value_name = "N")]
-    pids: Option<String>,
-    /// CPU seconds of each cell (with a cgroup; else of the whole session).
-    #[arg(long = "cpu-time", value_name = "SECS")]
-    cpu_time: Option<String>,
-    /// Create the session's cgroup beneath this cgroup.
-    #[arg(long = "cgroup-parent", value_name = "CGROUP")]
-    cgroup_parent: Option<String>,
-    /// With no writable cgroup, do not ask the systemd user manager for a
-    /// delegated scope.
-    #[arg(long = "no-systemd-delegation")]
-    no_systemd_delegation: bool,
+    #[command(flatten)]
+    rootfs: RootfsArgs,
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Print {"handle": ..., "pid": ..., "id": ...} instead of the handle alone.
     #[arg(long)]
     json: bool,
@@ -132,15 +122,9 @@ pub(crate) fn session(command: SessionCommand) -> ExitCode {
                 input: a.input,
                 output: a.output,
                 code: a.code,
-                rootfs: RootfsArgs { rootfs: a.rootfs, rootfs_name: a.rootfs_name },
+                rootfs: a.rootfs,
                 command: None,
-                timeout: a.timeout,
-                memory: a.memory,
-                cpus: a.cpus,
-                pids: a.pids,
-                cpu_time: a.cpu_time,
-                cgroup_parent: a.cgroup_parent,
-                no_systemd_delegation: a.no_systemd_delegation,
+                limits: a.limits,
                 json: true,
                 events: false,
                 // Replaced by the cell driver (session.rs).
