@@ -59,20 +59,7 @@ pub(crate) fn pool(a: PoolArgs) -> ExitCode {
     flag("--rootfs", a.rootfs.rootfs.clone().map(Into::into));
     flag("--rootfs-name", Some(a.rootfs.rootfs_name.clone().into()));
     a.limits.push_args(&mut start_args);
-    let args = RunArgs {
-        policy: a.policy,
-        input: None,
-        output: None,
-        code: None,
-        rootfs: a.rootfs,
-        command: None,
-        limits: a.limits,
-        json: true,
-        events: false,
-        script: Some(PathBuf::new()),
-        args: Vec::new(),
-    };
-    let req = match prepare_request(args) {
+    let req = match prepare_request(RunArgs::for_cells(a.policy, a.rootfs, a.limits)) {
         Ok((req, _)) => req,
         Err(e) => return fail(format!("{} ({})", e.message, e.stage)),
     };

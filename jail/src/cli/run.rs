@@ -46,6 +46,26 @@ pub(crate) struct RunArgs {
     pub(crate) args: Vec<String>,
 }
 
+impl RunArgs {
+    /// The flags of a jail whose script the cell driver replaces
+    /// (session.rs): a session's, and each of a pool's jails.
+    pub(crate) fn for_cells(policy: Option<PathBuf>, rootfs: RootfsArgs, limits: LimitArgs) -> RunArgs {
+        RunArgs {
+            policy,
+            input: None,
+            output: None,
+            code: None,
+            rootfs,
+            command: None,
+            limits,
+            json: true,
+            events: false,
+            script: Some(PathBuf::new()),
+            args: Vec::new(),
+        }
+    }
+}
+
 pub(crate) fn run(args: RunArgs) -> ExitCode {
     let json = args.json;
     // First, before any thread: SIGTERM, SIGINT and SIGHUP cancel the run

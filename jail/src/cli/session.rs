@@ -118,18 +118,10 @@ pub(crate) fn session(command: SessionCommand) -> ExitCode {
                 }
             }
             let args = RunArgs {
-                policy: a.policy,
                 input: a.input,
                 output: a.output,
                 code: a.code,
-                rootfs: a.rootfs,
-                command: None,
-                limits: a.limits,
-                json: true,
-                events: false,
-                // Replaced by the cell driver (session.rs).
-                script: Some(PathBuf::new()),
-                args: Vec::new(),
+                ..RunArgs::for_cells(a.policy, a.rootfs, a.limits)
             };
             let req = match prepare_request(args) {
                 Ok((req, _)) => req,
