@@ -219,10 +219,7 @@ pub fn main() -> ExitCode {
         Command::Rootfs(RootfsCommand::List { json }) => rootfs::rootfs_list(json),
         Command::Session(command) => session::session(command),
         Command::Pool(args) => pool::pool(args),
-        Command::Schema => {
-            print!("{}", crate::schema::result_schema_text());
-            ExitCode::SUCCESS
-        }
+        Command::Schema => emit(&crate::schema::result_schema_text(), ExitCode::SUCCESS),
         Command::Mcp { args } => beside::exec(&args),
         Command::Serve { args } => beside::exec_beside(beside::SERVE, &args),
     }
@@ -269,6 +266,24 @@ pub(crate) fn chain(e: &dyn std::error::Error) -> String {
         src = s.source();
     }
     line
+}
+
+/// Print the whole output of a command that only prints (`packages`,
+/// `rootfs list`, `doctor`, `schema`), then end with `status`. A reader
+/// that closed early (`jail packages | head -3`) has what it wanted: a
+/// broken pipe ends the command quietly with `status`, as it does `ls`'s
+/// output into `head` under `set -o pipefail`, never as a panic.
+pub(crate) fn emit(text: &str, status: ExitCode) -> ExitCode {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    match stdout.write_all(text.as_bytes()).and_then(|()| stdout.flush()) {
+        Ok(()) => status,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => status,
+        Err(e) => {
+            eprintln!("jail: writing to stdout: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[cfg(test)]

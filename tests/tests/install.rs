@@ -308,3 +308,29 @@ fn the_seccomp_cache_goes_where_jail_cache_dir_says() {
         cache.path().display()
     );
 }
+
+/// A command that only prints ends as it would have when its reader goes
+/// away first (`jail packages | head -3` under `set -o pipefail`): the same
+/// status, nothing on stderr, never a panic about a broken pipe (which
+/// aborted `jail packages` in the wheel's Debian 11 and 13 checks).
+#[test]
+fn a_printing_command_whose_reader_has_gone_ends_quietly_with_its_own_status() {
+    let rootfs = jail_tests::rootfs();
+    let rootfs = rootfs.to_str().unwrap();
+    for args in [
+        vec!["packages", "--rootfs", rootfs],
+        vec!["packages", "--json", "--rootfs", rootfs],
+        vec!["rootfs", "list"],
+        vec!["schema"],
+        vec!["doctor", "--rootfs", rootfs],
+    ] {
+        let read = Command::new(jail_bin()).args(&args).output().unwrap();
+        // The reader closes its end before the command writes a byte.
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let gone = Command::new(jail_bin()).args(&args).stdout(writer).stderr(Stdio::piped()).output().unwrap();
+        let stderr = String::from_utf8_lossy(&gone.stderr);
+        assert_eq!(gone.status.code(), read.status.code(), "jail {args:?} into a closed pipe: {:?}\n{stderr}", gone.status);
+        assert!(!stderr.contains("panicked") && !stderr.contains("Broken pipe"), "jail {args:?}: {stderr}");
+    }
+}

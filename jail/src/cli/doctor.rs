@@ -1,8 +1,9 @@
 //! `jail doctor`: what this host provides to the jail, and how to fix what is missing.
 
+use std::fmt::Write;
 use std::process::ExitCode;
 
-use super::{env_var, rootfs_search, RootfsArgs};
+use super::{emit, env_var, rootfs_search, RootfsArgs};
 use crate::hostenv;
 use crate::locate;
 use crate::policy::Policy;
@@ -32,20 +33,17 @@ pub(crate) fn doctor(json: bool, rootfs: &RootfsArgs) -> ExitCode {
             .collect(),
     };
     let report = crate::doctor::run(&ctx);
+    let mut out = String::new();
     if json {
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
+        writeln!(out, "{}", serde_json::to_string_pretty(&report).unwrap_or_default()).ok();
     } else {
-        println!("kernel {} (running as uid {})", report.kernel, report.uid);
+        writeln!(out, "kernel {} (running as uid {})", report.kernel, report.uid).ok();
         for c in &report.checks {
-            println!("{:<4} {:<16} {}", if c.ok { "ok" } else { "MISSING" }, c.name, c.detail);
+            writeln!(out, "{:<4} {:<16} {}", if c.ok { "ok" } else { "MISSING" }, c.name, c.detail).ok();
             if let Some(fix) = &c.fix {
-                println!("     {:<16} fix: {fix}", "");
+                writeln!(out, "     {:<16} fix: {fix}", "").ok();
             }
         }
     }
-    if report.all_ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    }
+    emit(&out, if report.all_ok() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -1,8 +1,9 @@
 //! `jail packages`: the Python packages a rootfs provides, from its manifest.
 
+use std::fmt::Write;
 use std::process::ExitCode;
 
-use super::{rootfs_search, RootfsArgs};
+use super::{emit, rootfs_search, RootfsArgs};
 use crate::policy::Policy;
 use crate::result::EXIT_SETUP_FAILED;
 
@@ -33,22 +34,22 @@ pub(crate) fn packages(args: &RootfsArgs, json: bool) -> ExitCode {
     };
     if json {
         let report = crate::rootfs::Report { rootfs: rootfs.display().to_string(), rootfs_id, manifest };
-        println!("{}", serde_json::to_string_pretty(&report).unwrap_or_default());
-        return ExitCode::SUCCESS;
+        return emit(&format!("{}\n", serde_json::to_string_pretty(&report).unwrap_or_default()), ExitCode::SUCCESS);
     }
     let py = &manifest.python;
-    println!("rootfs {} (flavour {}, id {rootfs_id})", rootfs.display(), manifest.flavour);
+    let mut out = format!("rootfs {} (flavour {}, id {rootfs_id})\n", rootfs.display(), manifest.flavour);
     match &py.debian_package {
-        Some(deb) => println!("python {} ({}, Debian package {deb})", py.version, py.implementation),
-        None => println!("python {} ({})", py.version, py.implementation),
+        Some(deb) => writeln!(out, "python {} ({}, Debian package {deb})", py.version, py.implementation),
+        None => writeln!(out, "python {} ({})", py.version, py.implementation),
     }
+    .ok();
     if manifest.packages.is_empty() {
-        println!("no packages beyond the standard library");
+        out.push_str("no packages beyond the standard library\n");
     } else {
-        println!("{} packages (name, version, import as):", manifest.packages.len());
+        writeln!(out, "{} packages (name, version, import as):", manifest.packages.len()).ok();
         for p in &manifest.packages {
-            println!("  {:<20} {:<12} {}", p.name, p.version, p.imports.join(", "));
+            writeln!(out, "  {:<20} {:<12} {}", p.name, p.version, p.imports.join(", ")).ok();
         }
     }
-    ExitCode::SUCCESS
+    emit(&out, ExitCode::SUCCESS)
 }

@@ -1,11 +1,12 @@
 //! `jail rootfs build|list`: the Python root filesystems runs use.
 
+use std::fmt::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Subcommand;
 
-use super::{rootfs_search, temp_dir, RootfsArgs};
+use super::{emit, rootfs_search, temp_dir, RootfsArgs};
 use crate::locate;
 use crate::result::EXIT_SETUP_FAILED;
 
@@ -53,14 +54,14 @@ pub(crate) fn rootfs_list(json: bool) -> ExitCode {
     let search = rootfs_search(&RootfsArgs { rootfs: None, rootfs_name: locate::DEFAULT_NAME.into() }, None);
     let listed = crate::install::list(&search);
     if json {
-        println!("{}", serde_json::to_string_pretty(&listed).unwrap_or_default());
-        return ExitCode::SUCCESS;
+        return emit(&format!("{}\n", serde_json::to_string_pretty(&listed).unwrap_or_default()), ExitCode::SUCCESS);
     }
+    let mut out = String::new();
     if let Some(env) = &search.env {
-        println!("$JAIL_ROOTFS is set: runs use {} unless --rootfs names another", env.display());
+        writeln!(out, "$JAIL_ROOTFS is set: runs use {} unless --rootfs names another", env.display()).ok();
     }
     if listed.is_empty() {
-        println!("no rootfs installed: build one with `jail rootfs build minimal`");
+        out.push_str("no rootfs installed: build one with `jail rootfs build minimal`\n");
     }
     for l in &listed {
         let what = match (&l.flavour, &l.python) {
@@ -68,7 +69,7 @@ pub(crate) fn rootfs_list(json: bool) -> ExitCode {
             _ => "no manifest".into(),
         };
         let shadow = if l.default_for_name { "" } else { " (shadowed by the one above)" };
-        println!("{:<10} {:<10} {} ({what}){shadow}", l.name, l.location, l.path.display());
+        writeln!(out, "{:<10} {:<10} {} ({what}){shadow}", l.name, l.location, l.path.display()).ok();
     }
-    ExitCode::SUCCESS
+    emit(&out, ExitCode::SUCCESS)
 }
