@@ -20,15 +20,10 @@ pub enum Lines {
     Keep,
 }
 
-/// Characters never shown raw: controls, and the invisible or
-/// bidi-reordering ones.
-pub fn needs_escape(c: char) -> bool {
-    c.is_control()
-        || matches!(c,
-            '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
-            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}'
-            | '\u{e0000}'..='\u{e007f}')
-}
+/// Characters never shown raw: the jail's one list (controls, and the
+/// invisible or bidi-reordering ones), the same that artifact names are
+/// judged by.
+pub use jail::artifacts::needs_escape;
 
 /// `text` with every such character escaped visibly.
 pub fn escape(text: &str, lines: Lines) -> String {

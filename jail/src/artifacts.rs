@@ -50,8 +50,8 @@ use crate::result::{Artifact, Change, Disposition, FlagKind, InputReport, Neutra
 use crate::sys;
 
 pub use rules::{ArtifactRules, Extensions, FormulaCells, PastBudget};
-pub use text::escape_name;
-use text::{needs_escape, printable};
+use text::printable;
+pub use text::{escape_name, needs_escape};
 
 /// Every open below the output dir: never a symlink, never out of the tree.
 const RESOLVE: u64 = sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS;

@@ -273,7 +273,7 @@ import json, os, socket, stat
 os.mkfifo("pipe.csv")
 s = socket.socket(socket.AF_UNIX); s.bind("sock.csv")
 for name in ["..hidden.txt", "-rf.txt", "esc\x1b[2J.txt", "rtl\u202egnp.txt", "a\\b.txt", "n" * 200 + ".txt",
-             "new\nline.txt", "zw\u200bsp.txt", "tool.exe", "noext", "suid.txt", "sgid.txt", "a.txt", "ok.csv"]:
+             "new\nline.txt", "zw\u200bsp.txt", "shy\u00adpng.txt", "tag\U000e0041.txt", "tool.exe", "noext", "suid.txt", "sgid.txt", "a.txt", "ok.csv"]:
     open(name, "w").write("a,b\n1,2\n")
 os.close(os.open(b"\xff\xfe.txt", os.O_CREAT | os.O_WRONLY))
 open("big.txt", "w").write("x" * 5000)
@@ -308,6 +308,8 @@ print(json.dumps({{"mknod": made}}))
         ("rtl\\u{202e}gnp.txt", RejectReason::BadName),
         ("new\\nline.txt", RejectReason::BadName),
         ("zw\\u{200b}sp.txt", RejectReason::BadName),
+        ("shy\\u{ad}png.txt", RejectReason::BadName),
+        ("tag\\u{e0041}.txt", RejectReason::BadName),
         ("a\\\\b.txt", RejectReason::BadName),
         ("\\xff\\xfe.txt", RejectReason::BadName),
         ("tool.exe", RejectReason::ExtensionNotAllowed),

@@ -6,12 +6,20 @@
 
 use std::fmt::Write as _;
 
-/// Characters never let through in a name and escaped wherever shown:
-/// controls, and the invisible or bidi-reordering ones that make a name look
-/// like another (CVE-2021-42574, "Trojan Source").
-pub(super) fn needs_escape(c: char) -> bool {
+/// Characters never let through in a name and escaped wherever shown, here
+/// and by the agent (what the model wrote, what a step left): controls, and
+/// the invisible or bidi-reordering ones that make text look like other
+/// text (CVE-2021-42574, "Trojan Source"): the soft hyphen, the Arabic
+/// letter mark, the Mongolian vowel separator, zero-width and direction
+/// marks, line and paragraph separators, embeddings and overrides, word
+/// joiners and invisible operators, isolates and deprecated format
+/// controls, the byte-order mark, interlinear annotations, and tags.
+pub fn needs_escape(c: char) -> bool {
     c.is_control()
-        || matches!(c, '\u{061c}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{feff}')
+        || matches!(c,
+            '\u{00ad}' | '\u{061c}' | '\u{180e}' | '\u{200b}'..='\u{200f}' | '\u{2028}'..='\u{202e}'
+            | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206f}' | '\u{feff}' | '\u{fff9}'..='\u{fffb}'
+            | '\u{e0000}'..='\u{e007f}')
 }
 
 fn push_escaped(out: &mut String, c: char) {
@@ -69,5 +77,17 @@ mod tests {
         assert_eq!(escape_name("x\u{202e}y\\".as_bytes()), "x\\u{202e}y\\\\");
         assert_eq!(escape_name("caf\u{e9}\n".as_bytes()), "caf\u{e9}\\n");
         assert_eq!(printable("abcdef", 3), "abc…");
+    }
+
+    #[test]
+    fn invisible_characters_that_pass_for_others_are_escaped_too() {
+        // A soft hyphen, a word joiner and a tag character: each makes a
+        // name look like another and once passed here (the agent escaped
+        // them, the judging did not).
+        for (c, shown) in [('\u{ad}', "\\u{ad}"), ('\u{2060}', "\\u{2060}"), ('\u{e0041}', "\\u{e0041}")] {
+            assert!(needs_escape(c), "{shown}");
+            assert_eq!(escape_name(format!("a{c}b").as_bytes()), format!("a{shown}b"));
+        }
+        assert!(!needs_escape('\u{e9}') && !needs_escape('\u{4e2d}'));
     }
 }
