@@ -53,7 +53,7 @@ pub fn list(rootfs: &Path) -> Result<Packages, String> {
             return Ok(Packages { source, stdlib, packages });
         }
         Ok(None) => {}
-        Err(e) => return Err(format!("the rootfs manifest cannot be read: {}", error_chain(&e))),
+        Err(e) => return Err(format!("the rootfs manifest cannot be read: {}", jail::stage::chain_line(&e))),
     }
     let mut dirs = Vec::new();
     for lib in ["usr/lib", "usr/local/lib"] {
@@ -93,16 +93,6 @@ pub fn list(rootfs: &Path) -> Result<Packages, String> {
     packages.sort_by_key(|p| p.name.to_lowercase());
     packages.dedup();
     Ok(Packages { source: Source::SitePackages(dirs), stdlib, packages })
-}
-
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut out = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        out.push_str(&format!(": {s}"));
-        src = s.source();
-    }
-    out
 }
 
 fn stdlib_versions(rootfs: &Path) -> Vec<String> {

@@ -257,17 +257,6 @@ pub(crate) fn rootfs_search(args: &RootfsArgs, policy: Option<&Policy>) -> Searc
     }
 }
 
-/// An error and every cause, on one line.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut line = e.to_string();
-    let mut src = e.source();
-    while let Some(s) = src {
-        line.push_str(&format!(": {s}"));
-        src = s.source();
-    }
-    line
-}
-
 /// Print the whole output of a command that only prints (`packages`,
 /// `rootfs list`, `doctor`, `schema`), then end with `status`. A reader
 /// that closed early (`jail packages | head -3`) has what it wanted: a

@@ -2,13 +2,13 @@
 
 use std::process::ExitCode;
 
-use super::chain;
 use crate::policy::Policy;
 use crate::result::EXIT_SETUP_FAILED;
+use crate::stage::chain_line;
 
 pub(crate) fn check(path: &std::path::Path, bpf: bool) -> ExitCode {
     let fail = |e: &dyn std::error::Error| {
-        eprintln!("{}: {}", path.display(), chain(e));
+        eprintln!("{}: {}", path.display(), chain_line(e));
         ExitCode::from(EXIT_SETUP_FAILED as u8)
     };
     let p = match Policy::load(path) {

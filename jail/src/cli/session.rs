@@ -8,8 +8,9 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::run::{prepare_request, RunArgs};
-use super::{chain, env_var, reword, LimitArgs, RootfsArgs};
+use super::{env_var, reword, LimitArgs, RootfsArgs};
 use crate::result::{RunResult, EXIT_SETUP_FAILED};
+use crate::stage::chain_line;
 
 #[derive(Subcommand)]
 // Parsed once per process, like `Command`.
@@ -140,7 +141,7 @@ pub(crate) fn session(command: SessionCommand) -> ExitCode {
                     println!("{}", started.handle.display());
                     ExitCode::SUCCESS
                 }
-                Err(e) => fail(chain(&e)),
+                Err(e) => fail(chain_line(&e)),
             }
         }
         SessionCommand::Exec { events, timeout: wall, handle, file } => {
