@@ -36,6 +36,8 @@
 //! - `stage`: the `Stage` names of `setup_error.stage`, and the one error-chain → `SetupError` conversion.
 //! - `delivery`: what passed the judgement, delivered to the host folder.
 //! - `result`: the JSON contract both sides and the agent share; `schema`: its JSON Schema and the version rule.
+//! - `client`: THE client of `jail` every front end uses (`client::bounds`: the one set of read caps and grace
+//!   periods).
 //! - `cli`: the `jail` command line, one file per subcommand (`jail mcp` and `jail serve` exec their binaries beside
 //!   this one: `cli/beside.rs`); main.rs only calls `cli::main`.
 //! - `session`: `jail session`, one jail serving many cells to a driver over a control channel.
@@ -54,6 +56,7 @@ mod capture;
 pub mod cgroup;
 mod child;
 pub mod cli;
+pub mod client;
 mod conceal;
 pub mod delegate;
 mod delivery;

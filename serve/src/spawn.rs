@@ -21,14 +21,14 @@ use crate::pool::wire::{self, Read};
 
 /// Bytes of one line (an event, or the result, which carries the run's
 /// capped streams) read at most; a longer event is counted as dropped.
-pub const MAX_RESULT_BYTES: usize = 64 << 20;
+pub const MAX_RESULT_BYTES: usize = jail::client::bounds::MAX_DOCUMENT as usize;
 /// How the result event, and only it, begins (the jail writes the tag first).
 const RESULT_PREFIX: &[u8] = br#"{"type":"result","#;
-const MAX_JAIL_STDERR_BYTES: u64 = 64 << 10;
+const MAX_JAIL_STDERR_BYTES: u64 = jail::client::bounds::MAX_STDERR;
 /// How long past its deadline a run may take before it is deemed hung.
-pub const HUNG_GRACE: Duration = Duration::from_secs(30);
+pub const HUNG_GRACE: Duration = jail::client::bounds::HUNG_GRACE;
 /// How long a terminated run has to remove its cgroup before SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(10);
+const STOP_GRACE: Duration = jail::client::bounds::STOP_GRACE;
 
 pub struct SpawnBackend {
     pub jail: PathBuf,

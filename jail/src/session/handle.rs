@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 /// The largest cell a client may send.
 pub const MAX_CELL: usize = 8 << 20;
 /// The largest reply a client reads (a result with its capped streams).
-const MAX_ANSWER: u64 = 64 << 20;
+const MAX_ANSWER: u64 = crate::client::bounds::MAX_DOCUMENT;
 
 #[derive(Debug, thiserror::Error)]
 pub enum HandleError {

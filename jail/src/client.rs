@@ -1,0 +1,8 @@
+//! THE client of `jail`: what every front end (the agent, the MCP server,
+//! the service, the Python package's Rust side, the test harness) uses to
+//! run a step, talk to a session or drive a pool, with one set of bounds.
+//!
+//! Built up by issue 35 in steps; `bounds` comes first so every reader
+//! already takes its caps and grace periods from one place.
+
+pub mod bounds;
