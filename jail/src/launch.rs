@@ -214,12 +214,10 @@ impl Jail {
         let cgroup_usage = self.cgroup_usage();
         let result = match launched {
             // The verdict, then the output dir judged and delivered (verdict.rs).
-            Ok(mut outcome) => {
+            Ok(outcome) => {
                 // A session that took its caller's output folder delivers there (session/adopt.rs).
-                if let Some(s) = step.session {
-                    s.deliver_to_adopted(&mut step, &mut outcome, &mut self.plan);
-                }
-                verdict::assemble(step, outcome, cgroup_usage, &self.plan)
+                let adopted = step.session.and_then(crate::session::Serve::adopted);
+                verdict::assemble(step, outcome, cgroup_usage, &self.plan, adopted)
             }
             Err(e) => verdict::failed(step.result, e.stage().error(&e), step.clock.started),
         };

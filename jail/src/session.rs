@@ -161,14 +161,9 @@ impl Serve {
     }
 
     /// The tree is dead: a session that took another output folder is
-    /// judged and delivered there (adopt.rs).
-    pub(crate) fn deliver_to_adopted(
-        &self,
-        step: &mut crate::step::Step<'_>,
-        outcome: &mut crate::step::Outcome,
-        plan: &mut crate::plan::RunPlan,
-    ) {
-        self.adoption.borrow_mut().apply(step, outcome, plan);
+    /// judged and delivered there (adopt.rs); `None`: as planned.
+    pub(crate) fn adopted(&self) -> Option<crate::step::Delivery> {
+        self.adoption.borrow_mut().delivery()
     }
 
     /// The session took `dir` as its output folder: every later cell's

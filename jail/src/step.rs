@@ -1,15 +1,19 @@
 //! One step in a jail, as values: its inputs ([`Step`]: the snapshot, the
 //! result so far, the [`Clock`]) and what the launch saw of it
-//! ([`Outcome`]), which `verdict::assemble` turns into the result. Here so
-//! that launch.rs and verdict.rs both use them without importing each other.
+//! ([`Outcome`]), which `verdict::assemble` turns into the result, and
+//! where that result's output is judged and delivered ([`Delivery`]: as
+//! planned, or the folder a session adopted). Here so that launch.rs,
+//! verdict.rs and session/adopt.rs use them without importing each other.
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
+use std::path::PathBuf;
 use std::time::Instant;
 
 use crate::artifacts::{self, TreeDead};
 use crate::capture::Capture;
-use crate::output;
+use crate::output::{self, Inventory};
+use crate::plan::RunPlan;
 use crate::policy::Policy;
 use crate::result::RunResult;
 use crate::seccomp;
@@ -73,4 +77,38 @@ pub(crate) struct Step<'a> {
     pub(crate) before: artifacts::Before,
     pub(crate) result: RunResult,
     pub(crate) clock: Clock,
+}
+
+/// Where a step's output is judged and delivered, and against what: the
+/// plan's folder as the launch filled it ([`Delivery::planned`]), or the
+/// one a session took after it was made (session/adopt.rs). The plan
+/// itself never changes after `Jail::make`.
+pub(crate) struct Delivery {
+    /// The host folder what passes is delivered to.
+    pub(crate) host_dir: PathBuf,
+    /// The state the step's changes are judged against.
+    pub(crate) before: artifacts::Before,
+    /// What was copied into the jail's output tmpfs; `None` when nothing
+    /// was (a bound output folder, or a child that never took it).
+    pub(crate) inventory: Option<Inventory>,
+    /// The result's `output_dir`.
+    pub(crate) output_dir: Option<String>,
+}
+
+impl Delivery {
+    /// As planned: the plan's folder, judged against the snapshot taken
+    /// before the release, with what the launch copied in.
+    pub(crate) fn planned(
+        plan: &RunPlan,
+        before: artifacts::Before,
+        inventory: Option<Inventory>,
+        result: &RunResult,
+    ) -> Delivery {
+        Delivery {
+            host_dir: plan.output.host_dir.clone(),
+            before,
+            inventory,
+            output_dir: result.output_dir.clone(),
+        }
+    }
 }

@@ -23,7 +23,7 @@ use crate::request::Prepared;
 use crate::result::{Isolation, LandlockReport, LayerStatus, RunResult, SeccompReport, SetupError, Status, Timings, Usage};
 use crate::seccomp;
 use crate::stage::Stage;
-use crate::step::{Clock, Outcome, Step};
+use crate::step::{Clock, Delivery, Outcome, Step};
 use crate::sync::{ms_since, Report};
 use crate::watch::Ending;
 use status::{status_of, Cut, Facts};
@@ -104,22 +104,31 @@ pub(crate) fn report_plan(result: &mut RunResult, plan: &RunPlan, filter: &secco
 }
 
 /// The result of a step that was launched: the verdict from what the watch
-/// saw, then the output dir judged and delivered.
-pub(crate) fn assemble(step: Step<'_>, mut outcome: Outcome, cgroup_usage: Option<CgroupUsage>, plan: &RunPlan) -> RunResult {
+/// saw, then the output dir judged and delivered, where `delivery` says
+/// (`None`: as planned).
+pub(crate) fn assemble(
+    step: Step<'_>,
+    mut outcome: Outcome,
+    cgroup_usage: Option<CgroupUsage>,
+    plan: &RunPlan,
+    delivery: Option<Delivery>,
+) -> RunResult {
     let Step { policy, before, result, clock, .. } = step;
     let dead = outcome.tree_dead;
-    let tmpfs = outcome.output.take();
+    let (tmpfs, inventory) = outcome.output.take().unzip();
+    let delivery = delivery.unwrap_or_else(|| Delivery::planned(plan, before, inventory, &result));
     let (deadline, ids, started) = (outcome.deadline, outcome.ids, clock.started);
     let mut result = finish(result, outcome, cgroup_usage, plan, clock);
-    let dir = match &tmpfs {
-        Some((fd, inventory)) => {
+    result.output_dir = delivery.output_dir;
+    let dir = match (&tmpfs, &delivery.inventory) {
+        (Some(fd), Some(inventory)) => {
             let limit = plan.output.dir_size.unwrap_or(u64::MAX);
             delivery::OutputDir::Mirrored { tmpfs: fd, inventory, limit }
         }
-        None => delivery::OutputDir::Bound,
+        _ => delivery::OutputDir::Bound,
     };
-    let judged = Judged { before: &before, policy, ids, deadline, dead, started };
-    collect_artifacts(&mut result, &plan.output.host_dir, dir, judged);
+    let judged = Judged { before: &delivery.before, policy, ids, deadline, dead, started };
+    collect_artifacts(&mut result, &delivery.host_dir, dir, judged);
     result
 }
 

@@ -24,8 +24,7 @@ use std::path::{Path, PathBuf};
 
 use crate::artifacts::{ArtifactRules, Before};
 use crate::output::{self, FsIds, Inventory};
-use crate::plan::RunPlan;
-use crate::step::{Outcome, Step};
+use crate::step::Delivery;
 
 /// What the session needs to take another output folder, and whether it
 /// has taken one.
@@ -96,15 +95,15 @@ impl Adoption {
     }
 
     /// The session is over and its tree dead: when it took an output
-    /// folder, the step is judged and delivered there (verdict.rs reads
-    /// these three).
-    pub(crate) fn apply(&mut self, step: &mut Step<'_>, outcome: &mut Outcome, plan: &mut RunPlan) {
-        let Some(t) = self.taken.take() else { return };
-        if let Some((_, inventory)) = &mut outcome.output {
-            *inventory = t.inventory;
-        }
-        step.before = t.before;
-        step.result.output_dir = Some(t.dir.display().to_string());
-        plan.output.host_dir = t.dir;
+    /// folder, where the step is judged and delivered (verdict.rs);
+    /// `None`: as planned.
+    pub(crate) fn delivery(&mut self) -> Option<Delivery> {
+        let t = self.taken.take()?;
+        Some(Delivery {
+            output_dir: Some(t.dir.display().to_string()),
+            host_dir: t.dir,
+            before: t.before,
+            inventory: Some(t.inventory),
+        })
     }
 }
