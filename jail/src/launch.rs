@@ -42,13 +42,14 @@ use crate::output;
 use crate::plan::{NetworkPlan, RunPlan};
 use crate::proxy;
 use crate::result::RunResult;
+use crate::script::Script;
 use crate::stage::Stage;
 use crate::step::{Clock, Outcome, Step};
 use crate::streams::Target;
 use crate::sync::{self, Channels, Pair};
 use crate::sys::{self, Forked};
 use crate::throttle::Throttle;
-use crate::watch::{ChildPipes, Deadlines, Watch};
+use crate::watch::{ChildPipes, Deadlines, Tree, Watch};
 use crate::{namespaces, seccomp, verdict};
 
 #[derive(Debug, thiserror::Error)]
@@ -290,6 +291,7 @@ impl Jail {
         let deadline = Instant::now() + plan.wall_time;
         let model = Rc::clone(&plan.seccomp.model);
         let mut watch = Watch::new(
+            deadline,
             Capture::new(plan.output.stdout_cap, plan.output.streams, Target::Stdout),
             Capture::new(plan.output.stderr_cap, plan.output.streams, Target::Stderr),
             notify,
@@ -309,20 +311,27 @@ impl Jail {
             },
             cpu_rlimit: plan.limits.cpu_rlimit,
         };
-        let ending = match session {
+        let (ending, reports) = match session {
             // A session serves its cells over the control channel instead of
             // waiting for one script (session/serve.rs).
-            Some((s, control)) => crate::session::serve::serve(
-                s,
-                &mut watch,
-                self.pid,
-                &self.pidfd,
-                pipes,
-                control,
-                &limits,
-                self.held.cgroup.as_ref(),
-            ),
-            None => watch.run(self.pid, &self.pidfd, pipes, &limits, self.held.cgroup.as_ref()),
+            Some((s, control)) => {
+                let ending = crate::session::serve::serve(
+                    s,
+                    &mut watch,
+                    self.pid,
+                    &self.pidfd,
+                    pipes,
+                    control,
+                    &limits,
+                    self.held.cgroup.as_ref(),
+                );
+                (ending, watch.reports())
+            }
+            None => {
+                let mut script = Script::new(limits.wall, limits.cpu.map(|(_, ns)| ns));
+                let tree = Tree::new(self.pid, self.held.cgroup.as_ref());
+                watch.run(&mut script, &tree, &self.pidfd, pipes)
+            }
         };
         // Streaming: the caller gets until the deadline to take what is queued,
         // never longer (a reader that stopped reading cannot hold the run).
@@ -335,8 +344,6 @@ impl Jail {
         // change the output tmpfs under the mirror now, nor the output dir
         // under the artifact walk.
         let tree_dead = TreeDead::after_reaping_pid1();
-        let mut reports = sync::parse_reports(&watch.report_buf);
-        reports.extend(sync::parse_reports(&watch.status_buf));
         Ok(Outcome {
             reports,
             tally: watch.tally,

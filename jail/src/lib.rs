@@ -27,7 +27,8 @@
 //! - `child`: the jail side's steps (`mounts`, `conceal`, `privileges`, `network`, then `landlock` and `seccomp` last) and exec.
 //! - `output`, `fsid`: the output tmpfs filled and copied, and who the copy acts as.
 //! - `proxy`: the allowlist's HTTP CONNECT proxy, run by the supervisor.
-//! - `watch`: the poll loop over the pipes, the pidfd, the seccomp listener and the relays; deadlines.
+//! - `watch`: the poll loop over the pipes, the pidfd, the seccomp listener and the relays, driving a `Loop` (what a
+//!   step's clocks mean) over a `Tree` (what it may interrupt or kill); `script`: one script's deadlines as that loop.
 //! - `cancel`: SIGTERM/SIGINT/SIGHUP to `jail run`, turned into a cancelled run (polled by `watch`).
 //! - `capture`, `relay`, `events`: the script's stdout and stderr, captured, streamed, or sent as `--events` NDJSON;
 //!   `streams` is the leaf they share with the request (`OutputMode`, `Target`).
@@ -91,6 +92,7 @@ pub mod result;
 mod rlimits;
 pub mod rootfs;
 pub mod schema;
+mod script;
 pub mod seccomp;
 pub mod seconds;
 pub mod session;

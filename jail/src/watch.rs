@@ -1,8 +1,11 @@
 //! The watch loop: poll the child's pipes, its pidfd, the seccomp listener
 //! and the streaming relays until PID 1 is gone and the pipes are drained;
-//! answer the refusals the filter reports; kill the whole tree at the wall
-//! deadline or once the run's CPU time reaches its limit.
+//! answer the refusals the filter reports; hold the tree to its CPU quota
+//! when no cgroup does (throttle.rs). What the step's clocks mean (a
+//! script's deadlines, script.rs) is the [`Loop`] the watch drives, and
+//! the [`Tree`] is what it may interrupt or kill.
 
+use std::cell::Cell;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::Instant;
 
@@ -12,8 +15,8 @@ use nix::unistd::Pid;
 
 use crate::capture::Capture;
 use crate::cgroup::RunCgroup;
-use crate::limits;
 use crate::seccomp;
+use crate::sync::{self, Report};
 use crate::sys;
 use crate::throttle::Throttle;
 
@@ -26,6 +29,9 @@ pub(crate) struct ChildPipes {
 }
 
 pub(crate) struct Watch<'m> {
+    /// The step's wall deadline: past it, a caller that is not reading its
+    /// stream gets nothing more (capture.rs).
+    deadline: Instant,
     pub(crate) stdout: Capture,
     pub(crate) stderr: Capture,
     pub(crate) report_buf: Vec<u8>,
@@ -56,7 +62,63 @@ pub(crate) enum Ending {
     Cancelled(Signal),
 }
 
-/// What the watch loop enforces besides the pipes.
+/// What one step's clocks mean, for the watch loop that drives it: a
+/// script's deadlines (script.rs); the session's cells loop is still its
+/// own (session/serve.rs).
+pub(crate) trait Loop {
+    /// The earliest time the loop must look at its clocks again.
+    fn wake(&self) -> Option<Instant>;
+    /// The clocks, while the tree lives: past a limit, the tree is
+    /// interrupted or killed.
+    fn tick(&mut self, now: Instant, tree: &Tree<'_>);
+    /// `jail` got `sig` (cancel.rs).
+    fn cancelled(&mut self, sig: Signal, tree: &Tree<'_>);
+    /// PID 1 is gone and the pipes drained, with the child side's
+    /// `reports`: how the step ended.
+    fn at_death(&mut self, reports: &[Report]) -> Ending;
+}
+
+/// The jail's process tree, as a loop may act on it.
+pub(crate) struct Tree<'a> {
+    pid: Pid,
+    cgroup: Option<&'a RunCgroup>,
+    killed: Cell<bool>,
+}
+
+impl<'a> Tree<'a> {
+    pub(crate) fn new(pid: Pid, cgroup: Option<&'a RunCgroup>) -> Tree<'a> {
+        Tree { pid, cgroup, killed: Cell::new(false) }
+    }
+
+    /// KeyboardInterrupt for the script: PID 1 forwards SIGINT to it
+    /// (child.rs, `reaper`).
+    pub(crate) fn interrupt(&self) {
+        let _ = nix::sys::signal::kill(self.pid, Signal::SIGINT);
+    }
+
+    /// Kill the whole tree: PID 1's death takes every process of the
+    /// namespace with it; the cgroup kill is the belt to that.
+    pub(crate) fn kill(&self) {
+        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+        if let Some(cg) = self.cgroup {
+            cg.kill();
+        }
+        self.killed.set(true);
+    }
+
+    /// The CPU time the whole tree has used, from the run cgroup; `None`
+    /// without a cpu cgroup.
+    pub(crate) fn cpu_ns(&self) -> Option<u64> {
+        self.cgroup.and_then(RunCgroup::cpu_ns)
+    }
+
+    fn killed(&self) -> bool {
+        self.killed.get()
+    }
+}
+
+/// A step's limits, as the plan gives them: a script's [`Loop`] is built
+/// from them (script.rs), and a session's loop reads them (session/serve.rs).
 pub(crate) struct Deadlines<'a> {
     pub(crate) wall: Instant,
     /// The run cgroup and its CPU-time limit in nanoseconds.
@@ -120,21 +182,20 @@ impl Open {
 struct Progress {
     /// PID 1 has exited (its pidfd was readable).
     exited: bool,
-    ending: Ending,
-    next_cpu_check: Instant,
-    /// A cancelling signal came (cancel.rs); `enforce` kills the tree.
+    /// A cancelling signal came (cancel.rs), not yet told to the loop.
     cancel: Option<Signal>,
 }
 
 impl Progress {
     /// The tree is dead or dying: only the pipes are left to drain.
-    fn dying(&self) -> bool {
-        self.exited || self.ending != Ending::Exited
+    fn dying(&self, tree: &Tree<'_>) -> bool {
+        self.exited || tree.killed()
     }
 }
 
 impl<'m> Watch<'m> {
     pub(crate) fn new(
+        deadline: Instant,
         stdout: Capture,
         stderr: Capture,
         notify: Option<OwnedFd>,
@@ -142,6 +203,7 @@ impl<'m> Watch<'m> {
         model: &'m seccomp::Model,
     ) -> Watch<'m> {
         Watch {
+            deadline,
             stdout,
             stderr,
             report_buf: Vec::new(),
@@ -159,32 +221,25 @@ impl<'m> Watch<'m> {
 
 impl Watch<'_> {
     /// Poll every pipe and the child's pidfd until the child is gone and the
-    /// pipes are drained; kill the whole tree at the wall deadline, or once
-    /// the run's CPU time (checked every `limits::CPU_POLL`) reaches its
-    /// limit.
+    /// pipes are drained, with `lp`'s clocks ticking while the tree lives;
+    /// how the step ended, and the child side's reports.
     pub(crate) fn run(
         &mut self,
-        pid: Pid,
+        lp: &mut dyn Loop,
+        tree: &Tree<'_>,
         pidfd: &OwnedFd,
         pipes: ChildPipes,
-        limits: &Deadlines<'_>,
-        cgroup: Option<&RunCgroup>,
-    ) -> Ending {
+    ) -> (Ending, Vec<Report>) {
         let mut open = Open {
             stdout: Some(pipes.stdout),
             stderr: Some(pipes.stderr),
             report: Some(pipes.report),
             status: Some(pipes.status),
         };
-        let mut at = Progress {
-            exited: false,
-            ending: Ending::Exited,
-            next_cpu_check: Instant::now(),
-            cancel: None,
-        };
+        let mut at = Progress { exited: false, cancel: None };
         let mut buf = vec![0u8; 64 * 1024];
         while !at.exited || open.any() {
-            if at.dying() && Instant::now() >= limits.wall {
+            if at.dying(tree) && Instant::now() >= self.deadline {
                 // Past the deadline a caller that is not reading gets nothing
                 // more: stop waiting on the streams it holds up.
                 if !self.stdout.wants_input() {
@@ -194,7 +249,7 @@ impl Watch<'_> {
                     open.stderr = None;
                 }
             }
-            let (ready, revents) = self.poll_once(&open, pidfd, &at, limits);
+            let (ready, revents) = self.poll_once(&open, pidfd, &at, at.dying(tree), lp.wake());
             if matches!(ready, Ok(0)) && at.exited {
                 // Exited but a pipe did not close: a descriptor escaped the
                 // tree somehow. Never hang on it.
@@ -205,14 +260,26 @@ impl Watch<'_> {
                     self.on_ready(slot, flags, &mut open, &mut at, &mut buf);
                 }
             }
-            if !at.dying() {
-                enforce(&mut at, limits, pid, cgroup);
+            if !at.dying(tree) {
+                match at.cancel.take() {
+                    Some(sig) => lp.cancelled(sig, tree),
+                    None => lp.tick(Instant::now(), tree),
+                }
             }
-            if let (Some(t), false) = (&mut self.throttle, at.dying()) {
+            if let (Some(t), false) = (&mut self.throttle, at.dying(tree)) {
                 t.check(Instant::now());
             }
         }
-        at.ending
+        let reports = self.reports();
+        (lp.at_death(&reports), reports)
+    }
+
+    /// What the child side reported: its stages, failure and the script's
+    /// exit (sync.rs).
+    pub(crate) fn reports(&self) -> Vec<Report> {
+        let mut reports = sync::parse_reports(&self.report_buf);
+        reports.extend(sync::parse_reports(&self.status_buf));
+        reports
     }
 
     /// One poll(2) over everything that may be ready now; what each entry
@@ -222,15 +289,16 @@ impl Watch<'_> {
         open: &Open,
         pidfd: &OwnedFd,
         at: &Progress,
-        limits: &Deadlines<'_>,
+        dying: bool,
+        wake: Option<Instant>,
     ) -> (nix::Result<i32>, Vec<(Slot, PollFlags)>) {
-        let timeout = if at.dying() {
+        let timeout = if dying {
             // The tree is dead or dying; the pipes close as soon as it is.
             PollTimeout::from(200u16)
         } else {
-            let mut left = limits.wall.saturating_duration_since(Instant::now());
-            if limits.cpu.is_some() {
-                left = left.min(at.next_cpu_check.saturating_duration_since(Instant::now()));
+            let mut left = std::time::Duration::MAX;
+            if let Some(wake) = wake {
+                left = wake.saturating_duration_since(Instant::now());
             }
             if let Some(t) = &self.throttle {
                 left = left.min(t.next_wake().saturating_duration_since(Instant::now()));
@@ -262,7 +330,7 @@ impl Watch<'_> {
             fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
             which.push(Slot::Pidfd);
         }
-        if let (Some(fd), false) = (crate::cancel::fd(), at.dying()) {
+        if let (Some(fd), false) = (crate::cancel::fd(), dying) {
             fds.push(PollFd::new(fd, PollFlags::POLLIN));
             which.push(Slot::Cancel);
         }
@@ -336,35 +404,6 @@ impl Watch<'_> {
             From::Stderr => self.stderr.push(chunk),
             From::Report => self.report_buf.extend_from_slice(chunk),
             From::Status => self.status_buf.extend_from_slice(chunk),
-        }
-    }
-}
-
-/// The deadlines, checked while the tree lives: past the wall deadline, or
-/// once the run's CPU time reaches its limit, the whole tree is killed.
-fn enforce(at: &mut Progress, limits: &Deadlines<'_>, pid: Pid, cgroup: Option<&RunCgroup>) {
-    let kill_tree = || {
-        // PID 1's death takes every process of the namespace with it;
-        // the cgroup kill is the belt to that.
-        let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-        if let Some(cg) = cgroup {
-            cg.kill();
-        }
-    };
-    let now = Instant::now();
-    if let Some(sig) = at.cancel {
-        kill_tree();
-        at.ending = Ending::Cancelled(sig);
-    } else if now >= limits.wall {
-        kill_tree();
-        at.ending = Ending::WallTimeout;
-    } else if let Some((cg, limit_ns)) = limits.cpu {
-        if now >= at.next_cpu_check {
-            at.next_cpu_check = now + limits::CPU_POLL;
-            if cg.cpu_ns().is_some_and(|used| used >= limit_ns) {
-                kill_tree();
-                at.ending = Ending::CpuTimeout;
-            }
         }
     }
 }

@@ -45,7 +45,7 @@ use crate::events::Events;
 use crate::result::{Denial, PythonError, Throttled, Timings, Usage};
 use crate::streams::{OutputMode, Target};
 use crate::sync::{self, Report};
-use crate::watch::{ChildPipes, Deadlines, Ending, Watch};
+use crate::watch::{ChildPipes, Deadlines, Ending, Tree, Watch};
 use crate::{limits, seccomp, sys};
 
 /// How long a closed session's driver gets to exit before the tree is killed.
@@ -544,7 +544,7 @@ impl Loop<'_, '_, '_> {
             Phase::Running(c) => {
                 if c.interrupted.is_none() {
                     c.interrupted = Some((Overrun::Cancelled, Instant::now()));
-                    interrupt(self.pid);
+                    Tree::new(self.pid, self.cgroup).interrupt();
                 }
                 Some(c.id)
             }
@@ -666,7 +666,7 @@ impl Loop<'_, '_, '_> {
         if let (Some(used), Some(start)) = (cg.cpu_ns(), c.cpu_start) {
             if used.saturating_sub(start) >= limit {
                 c.interrupted = Some((Overrun::Cpu, Instant::now()));
-                interrupt(self.pid);
+                Tree::new(self.pid, self.cgroup).interrupt();
             }
         }
     }
@@ -683,7 +683,7 @@ impl Loop<'_, '_, '_> {
                 None if now >= c.deadline => {
                     // KeyboardInterrupt in the cell; the grace starts now.
                     c.interrupted = Some((Overrun::Wall, now));
-                    interrupt(self.pid);
+                    Tree::new(self.pid, self.cgroup).interrupt();
                 }
                 Some((_, at)) if now >= at + self.s.session.interrupt_grace => {
                     let id = c.id;
@@ -721,12 +721,7 @@ impl Loop<'_, '_, '_> {
     }
 
     fn kill_tree(&mut self) {
-        // PID 1's death takes every process of the namespace with it; the
-        // cgroup kill is the belt to that.
-        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
-        if let Some(cg) = self.cgroup {
-            cg.kill();
-        }
+        Tree::new(self.pid, self.cgroup).kill();
         self.killed = true;
     }
 
@@ -834,12 +829,6 @@ fn cell_wall(session: Duration, asked: Option<f64>) -> Duration {
         Some(d) if !d.is_zero() => d.min(session),
         _ => session,
     }
-}
-
-/// KeyboardInterrupt for the cell: PID 1 forwards SIGINT to the driver
-/// (child.rs, `reaper`).
-fn interrupt(pid: Pid) {
-    let _ = nix::sys::signal::kill(pid, Signal::SIGINT);
 }
 
 /// Write all of `data` to the control socket (its send timeout bounds
