@@ -18,7 +18,6 @@ mod content;
 mod inputs;
 mod server;
 mod sessions;
-mod stop;
 
 use std::process::ExitCode;
 

@@ -54,6 +54,15 @@ impl Group {
     }
 }
 
+/// A guard of its own over a group another holds (an async caller's
+/// cancel while `Running::wait` runs on a blocking thread): stops it when
+/// dropped before `done`.
+impl From<Stopper> for Group {
+    fn from(stopper: Stopper) -> Group {
+        Group { stopper: Some(stopper) }
+    }
+}
+
 impl Drop for Group {
     fn drop(&mut self) {
         if let Some(s) = self.stopper.take() {
