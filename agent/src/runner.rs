@@ -4,8 +4,10 @@
 //! exec --events` on a session claimed from the run's warm pool, pool.rs,
 //! or started here with `jail session start`; cells.rs keeps it; its
 //! output shown live the same way); either way the result is deserialized
-//! into the `jail` crate's own `RunResult`. Each `jail` runs in a process
-//! group of its own (`jail_command`): a signal reaches the agent alone,
+//! into the `jail` crate's own `RunResult`. A fresh jail's step, the
+//! resume judge and the preflight go through `jail::client::run`; every
+//! `jail` runs in a process group of its own (`RunSpec`, or
+//! `jail_command` for a session's): a signal reaches the agent alone,
 //! which stops its steps in its own order (stop.rs).
 //! Never in-process: the jail must fork from a single-threaded process, and
 //! it is the jail's subprocess boundary that keeps a step's failure from

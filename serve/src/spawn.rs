@@ -3,7 +3,8 @@
 //! (PR_SET_PDEATHSIG). A cancel (a DELETE, or a waiting client that went
 //! away) sends the group SIGTERM: `jail run` kills its tree, cleans up and
 //! prints its result, `cancelled` (cancel.rs in jail). Dropping the run's
-//! future terminates the group too, then kills it after `STOP_GRACE`.
+//! future terminates the group too, then kills it after
+//! `jail::client::bounds::STOP_GRACE` (jail::client::group).
 
 use std::path::PathBuf;
 use std::sync::Arc;
