@@ -8,9 +8,11 @@
 
 use std::time::Duration;
 
+use jail::client::command::{Mode, Script};
+use jail::client::run::{self, RunError};
 use jail::result::Status;
 
-use crate::runner::{jail_command, result_of, Runner};
+use crate::runner::Runner;
 use crate::session::Session;
 
 /// The check itself: the interpreter's version, and which preload modules
@@ -36,29 +38,24 @@ pub fn check(runner: &Runner, session: &Session) -> Result<(), String> {
         .rootfs
         .as_ref()
         .map_or_else(|| "the rootfs `jail` finds by default".to_string(), |r| format!("rootfs {}", r.display()));
-    let mut cmd = jail_command(&runner.jail);
-    cmd.args(["run", "--json"]);
-    runner.jail_options(&mut cmd);
-    cmd.arg("--timeout").arg(format!("{:.3}", runner.wall_limit.min(CHECK_WAIT).as_secs_f64()));
-    cmd.arg("--input").arg(&session.input);
-    cmd.arg("--output").arg(&session.output);
+    let wait = runner.wall_limit.min(CHECK_WAIT);
     // The list as a JSON string inside a Python string literal: both are
     // JSON's own escapes, so no name can break out of it.
     let want = serde_json::to_string(&serde_json::json!(policy.preload).to_string()).unwrap_or_else(|_| "'[]'".into());
-    cmd.arg("-c").arg(CHECK.replace("WANT", &want));
-    cmd.stdin(std::process::Stdio::null());
-    let out = cmd
-        .output()
-        .map_err(|e| crate::runner::RunnerError::Spawn { path: runner.jail.clone(), error: e }.to_string())?;
-    let value: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_start_matches("jail: ");
-        format!(
-            "the steps' jail cannot start ({policy_name}, {rootfs_name}): {}",
-            crate::llm::excerpt(if last.is_empty() { "no result" } else { last }, 400)
-        )
+    let mut spec = runner.spec(Mode::Json, Script::Inline(CHECK.replace("WANT", &want)), wait);
+    spec.flags.limits.timeout = Some(wait);
+    spec.input = Some(session.input.clone());
+    spec.output = Some(session.output.clone());
+    let result = run::spawn(&spec).and_then(|r| r.wait(|_| {})).map_err(|e| match e {
+        RunError::NoResult { stderr, .. } => {
+            let last = stderr.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_start_matches("jail: ");
+            format!(
+                "the steps' jail cannot start ({policy_name}, {rootfs_name}): {}",
+                crate::llm::excerpt(if last.is_empty() { "no result" } else { last }, 400)
+            )
+        }
+        e => runner.error_of(e).to_string(),
     })?;
-    let result = result_of(value).map_err(|e| e.to_string())?;
     if result.status == Status::SetupFailed {
         let why = result.setup_error.as_ref().map_or_else(String::new, |e| {
             let mut w = format!("{} ({})", e.message, e.stage);

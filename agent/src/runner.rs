@@ -4,20 +4,28 @@
 //! exec --events` on a session claimed from the run's warm pool, pool.rs,
 //! or started here with `jail session start`; cells.rs keeps it; its
 //! output shown live the same way); either way the result is deserialized
-//! into the `jail` crate's own `RunResult`. Each `jail` runs in a process
-//! group of its own (`jail_command`): a signal reaches the agent alone,
+//! into the `jail` crate's own `RunResult`. A fresh jail's step, the
+//! resume judge and the preflight go through `jail::client::run`; every
+//! `jail` runs in a process group of its own (`RunSpec`, or
+//! `jail_command` for a session's): a signal reaches the agent alone,
 //! which stops its steps in its own order (stop.rs).
 //! Never in-process: the jail must fork from a single-threaded process, and
 //! it is the jail's subprocess boundary that keeps a step's failure from
 //! becoming ours. The jail gets the agent's environment minus `LLM_*` and
 //! anything named like a credential.
 
-use std::io::{BufRead, Read};
+use std::ffi::OsString;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use jail::client::bounds::MAX_DOCUMENT;
+use jail::client::command::{Mode, RunSpec, Script};
+use jail::client::events::{self, Lines, ResultError, Seen};
+use jail::client::run::{self, Progress, RunError};
+use jail::events::Event;
 use jail::result::RunResult;
 
 use crate::cells::{self, JailFrom, Live};
@@ -31,10 +39,9 @@ const MAX_STDERR: usize = 64 << 10;
 const MAX_LINE: usize = 4096;
 
 enum Output {
-    /// The `result` event's document, if the stream had one.
-    Result(Option<serde_json::Value>),
+    /// The `result` event, read as ours, if the stream had one.
+    Result(Option<Box<Result<RunResult, ResultError>>>),
     Stderr(Vec<u8>),
-    Line(String),
     /// A line of the script's own output (`stdout` or `stderr`).
     Script(&'static str, String),
 }
@@ -93,90 +100,55 @@ impl Runner {
         watch: &mut dyn StepWatch,
     ) -> Result<Step, RunnerError> {
         let started = Instant::now();
-        let mut cmd = jail_command(&self.jail);
-        cmd.arg("run").arg("--events");
-        self.jail_options(&mut cmd);
         let wall_limit = at_most.map_or(self.wall_limit, |m| m.min(self.wall_limit));
         let timeout = match (self.timeout, at_most) {
             (Some(t), Some(m)) => Some(t.min(m.as_secs_f64())),
             (None, Some(m)) if m < self.wall_limit => Some(m.as_secs_f64()),
             (t, _) => t,
         };
-        if let Some(t) = timeout {
-            cmd.arg("--timeout").arg(format!("{t:.3}"));
-        }
-        session_dirs(&mut cmd, session);
-        cmd.arg(session.code.join(script));
-        // `--` keeps the model's arguments from being read as jail options.
-        if !args.is_empty() {
-            cmd.arg("--");
-            cmd.args(args);
-        }
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
+        let mut spec = self.spec(Mode::Events, Script::File(session.code.join(script)), wall_limit);
+        spec.flags.limits.timeout = timeout.and_then(|t| Duration::try_from_secs_f64(t).ok());
+        spec.input = Some(session.input.clone());
+        spec.output = Some(session.output.clone());
+        spec.code = Some(session.code.clone());
+        spec.args = args.to_vec();
+        let running = run::spawn(&spec).map_err(|e| self.error_of(e))?;
         // A signal to the agent cancels it (stop.rs).
-        let _running = cells::run_running(child.id());
-        let (tx, rx) = mpsc::channel();
-        let stdout = child.stdout.take();
-        let stderr = child.stderr.take();
-        let tx_err = tx.clone();
-        // The event stream, bounded at 64 MiB in all: each chunk event is
-        // shown line by line, the result event kept.
-        std::thread::spawn(move || {
-            let result = stdout.and_then(|s| read_events(s.take(64 << 20), &tx));
-            let _ = tx.send(Output::Result(result));
+        let _running = running.id().map(cells::run_running);
+        // The script's output shown line by line as its events come, the
+        // jail's own stderr too; the jail kills its own tree at its
+        // deadline, the client gives up on a jail that hangs past it.
+        let mut shown = Shown::default();
+        let result = running.wait(|p| match p {
+            Progress::Event(e) => shown.event(&e, |stream, line| watch.output(stream, &line)),
+            Progress::JailLine(l) => watch.line(l),
+            Progress::Quiet(t) => watch.tick(t),
+            Progress::Dropped => {}
         });
-        // stderr is read line by line, so the watch sees it as it comes;
-        // bounded: at most MAX_STDERR bytes are kept, lines cut at 4 KiB.
-        std::thread::spawn(move || {
-            let mut kept = Vec::new();
-            if let Some(s) = stderr {
-                let mut r = std::io::BufReader::new(s);
-                let mut line = Vec::new();
-                loop {
-                    line.clear();
-                    match r.by_ref().take(4096).read_until(b'\n', &mut line) {
-                        Ok(0) | Err(_) => break,
-                        Ok(_) => {
-                            if kept.len() < MAX_STDERR {
-                                kept.extend_from_slice(&line);
-                            }
-                            let text = String::from_utf8_lossy(&line).trim_end().to_string();
-                            let _ = tx_err.send(Output::Line(text));
-                        }
-                    }
-                }
+        shown.flush(|stream, line| watch.output(stream, &line));
+        Ok(Step { result: result.map_err(|e| self.error_of(e))?, duration: started.elapsed() })
+    }
+
+    /// A `jail run` of `script`, with our `--policy` and `--rootfs`, in a
+    /// process group of its own and without the model's credentials.
+    pub(crate) fn spec(&self, mode: Mode, script: Script, wall: Duration) -> RunSpec {
+        let mut spec = RunSpec::new(&self.jail, mode, script, wall);
+        spec.flags.policy = self.policy.clone();
+        spec.flags.rootfs = self.rootfs.clone();
+        spec.withhold = secret_names();
+        spec
+    }
+
+    /// The client's error in the agent's words.
+    pub(crate) fn error_of(&self, e: RunError) -> RunnerError {
+        match e {
+            RunError::Spawn { error, .. } | RunError::Wait(error) => RunnerError::Spawn { path: self.jail.clone(), error },
+            RunError::Hung { grace } => RunnerError::Hung { secs: grace.as_secs() },
+            RunError::NoResult { status, stderr } => {
+                RunnerError::NoResult { status: status.to_string(), stderr: crate::llm::excerpt(&stderr, 400) }
             }
-            let _ = tx_err.send(Output::Stderr(kept));
-        });
-        // The jail kills its own tree at its deadline; this only guards
-        // against the jail itself hanging.
-        let grace = Duration::from_secs(30);
-        let deadline = started + wall_limit + grace;
-        let (mut out, mut err): (Option<Option<serde_json::Value>>, _) = (None, None);
-        while out.is_none() || err.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(RunnerError::Hung { secs: grace.as_secs() });
-            }
-            match rx.recv_timeout(left.min(Duration::from_secs(1))) {
-                Ok(Output::Result(v)) => out = Some(v),
-                Ok(Output::Stderr(b)) => err = Some(b),
-                Ok(Output::Line(l)) => watch.line(&l),
-                Ok(Output::Script(stream, l)) => watch.output(stream, &l),
-                Err(mpsc::RecvTimeoutError::Timeout) => watch.tick(started.elapsed()),
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
-            }
+            RunError::Result(e) => RunnerError::Contract { cause: e.to_string() },
         }
-        let status = child.wait().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
-        let (out, err) = (out.flatten(), err.unwrap_or_default());
-        let value: serde_json::Value = out.ok_or_else(|| RunnerError::NoResult {
-            status: status.to_string(),
-            stderr: crate::llm::excerpt(&String::from_utf8_lossy(&err), 400),
-        })?;
-        Ok(Step { result: result_of(value)?, duration: started.elapsed() })
     }
 }
 
@@ -239,19 +211,10 @@ impl Runner {
     /// its pool, which dies with the agent): its files were delivered, and
     /// its closing result, the verdict on them, went with it.
     pub fn judge_output(&self, session: &Session) -> Result<RunResult, RunnerError> {
-        let mut cmd = jail_command(&self.jail);
-        cmd.args(["run", "--json"]);
-        self.jail_options(&mut cmd);
-        cmd.arg("--input").arg(&session.input);
-        cmd.arg("--output").arg(&session.output);
-        cmd.args(["-c", "pass"]);
-        cmd.stdin(Stdio::null());
-        let out = cmd.output().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
-        let value: serde_json::Value = serde_json::from_slice(&out.stdout).map_err(|_| RunnerError::NoResult {
-            status: out.status.to_string(),
-            stderr: crate::llm::excerpt(String::from_utf8_lossy(&out.stderr).trim(), 400),
-        })?;
-        result_of(value)
+        let mut spec = self.spec(Mode::Json, Script::Inline("pass".into()), self.wall_limit);
+        spec.input = Some(session.input.clone());
+        spec.output = Some(session.output.clone());
+        run::spawn(&spec).and_then(|r| r.wait(|_| {})).map_err(|e| self.error_of(e))
     }
 
     /// Run `code` as the session's next cell (`jail session exec --events
@@ -279,7 +242,7 @@ impl Runner {
         // The event stream, bounded as a run's: each chunk shown line by
         // line, the result event kept.
         std::thread::spawn(move || {
-            let result = stdout.and_then(|s| read_events(s.take(64 << 20), &tx));
+            let result = stdout.and_then(|s| read_events(s, &tx));
             let _ = tx.send(Output::Result(result));
         });
         std::thread::spawn(move || {
@@ -293,7 +256,7 @@ impl Runner {
         // guards against the client itself hanging.
         let grace = Duration::from_secs(30);
         let deadline = started + live.cell_limit + grace;
-        let (mut out, mut err): (Option<Option<serde_json::Value>>, _) = (None, None);
+        let (mut out, mut err) = (None, None);
         while out.is_none() || err.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -305,18 +268,17 @@ impl Runner {
                 Ok(Output::Result(v)) => out = Some(v),
                 Ok(Output::Stderr(b)) => err = Some(b),
                 Ok(Output::Script(stream, l)) => watch.output(stream, &l),
-                Ok(Output::Line(_)) => {}
                 Err(mpsc::RecvTimeoutError::Timeout) => watch.tick(started.elapsed()),
                 Err(mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
         let status = child.wait().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
         let (out, err) = (out.flatten(), err.unwrap_or_default());
-        let value = out.ok_or_else(|| RunnerError::NoResult {
+        let read = out.ok_or_else(|| RunnerError::NoResult {
             status: status.to_string(),
             stderr: crate::llm::excerpt(String::from_utf8_lossy(&err).trim(), 400),
         })?;
-        let mut result = result_of(value)?;
+        let mut result = (*read).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
         // A cell's result reports the session's whole lifetime as its
         // `wall_time_secs`; the limit this cell ran under is the `--timeout`
         // the session was started with.
@@ -331,15 +293,7 @@ impl Runner {
 /// refused before it is read (jail/src/schema.rs): its fields may not mean
 /// what ours do.
 pub(crate) fn result_of(value: serde_json::Value) -> Result<RunResult, RunnerError> {
-    jail::schema::check_version(&value).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
-    serde_json::from_value(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })
-}
-
-/// The session's folders: input, output and code.
-fn session_dirs(cmd: &mut Command, session: &Session) {
-    cmd.arg("--input").arg(&session.input);
-    cmd.arg("--output").arg(&session.output);
-    cmd.arg("--code").arg(&session.code);
+    events::result_of(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })
 }
 
 /// `jail` as our child: in a process group of its own, so a terminal's
@@ -356,38 +310,52 @@ pub(crate) fn jail_command(jail: &Path) -> Command {
 /// The model's credentials never reach a step, even under a policy that
 /// passes variables through from the caller's environment.
 pub(crate) fn keep_secrets(cmd: &mut Command) {
-    for (name, _) in std::env::vars_os() {
-        if is_secret(&name.to_string_lossy()) {
-            cmd.env_remove(&name);
-        }
+    for name in secret_names() {
+        cmd.env_remove(name);
     }
 }
 
-/// Read `jail run --events` NDJSON: send the script's output on as lines,
-/// return the `result` event's document.
-fn read_events(stream: impl Read, tx: &mpsc::Sender<Output>) -> Option<serde_json::Value> {
-    let mut r = std::io::BufReader::new(stream);
-    let mut line = Vec::new();
-    let mut partial = [String::new(), String::new()];
+/// The variables of ours a jail never gets (`is_secret`).
+fn secret_names() -> Vec<OsString> {
+    std::env::vars_os()
+        .map(|(name, _)| name)
+        .filter(|name| is_secret(&name.to_string_lossy()))
+        .collect()
+}
+
+/// Read a cell's `--events` NDJSON through the client's one bounded
+/// reader: send the script's output on as lines, return the result.
+fn read_events(stream: impl Read, tx: &mpsc::Sender<Output>) -> Option<Box<Result<RunResult, ResultError>>> {
+    let mut shown = Shown::default();
     let mut result = None;
-    loop {
-        line.clear();
-        match r.read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
-        }
-        let Ok(event) = serde_json::from_slice::<serde_json::Value>(&line) else { continue };
-        let (i, name) = match event["type"].as_str() {
-            Some("stdout") => (0, "stdout"),
-            Some("stderr") => (1, "stderr"),
-            Some("result") => {
-                result = event.get("result").cloned();
-                continue;
-            }
-            _ => continue,
+    events::read_to_end(stream, Lines::new(MAX_DOCUMENT as usize), |line| match events::seen(line) {
+        Seen::Event(e) => shown.event(&e, |name, text| {
+            let _ = tx.send(Output::Script(name, text));
+        }),
+        Seen::Result(r) => result = Some(r),
+        Seen::Dropped => {}
+    });
+    shown.flush(|name, text| {
+        let _ = tx.send(Output::Script(name, text));
+    });
+    result
+}
+
+/// The script's output as whole lines, per stream, each cut at `MAX_LINE`.
+#[derive(Default)]
+struct Shown {
+    partial: [String; 2],
+}
+
+impl Shown {
+    /// A chunk event: `line` gets each line it ends.
+    fn event(&mut self, event: &Event<'_>, mut line: impl FnMut(&'static str, String)) {
+        let (i, name, data) = match event {
+            Event::Stdout { data, .. } => (0, "stdout", data),
+            Event::Stderr { data, .. } => (1, "stderr", data),
+            _ => return,
         };
-        let data = event["data"].as_str().unwrap_or_default();
-        let buf = &mut partial[i];
+        let buf = &mut self.partial[i];
         for piece in data.split_inclusive('\n') {
             if buf.len() < MAX_LINE {
                 let room = MAX_LINE - buf.len();
@@ -396,16 +364,19 @@ fn read_events(stream: impl Read, tx: &mpsc::Sender<Output>) -> Option<serde_jso
             }
             if piece.ends_with('\n') {
                 let text = std::mem::take(buf);
-                let _ = tx.send(Output::Script(name, text.trim_end_matches('\n').to_string()));
+                line(name, text.trim_end_matches('\n').to_string());
             }
         }
     }
-    for (buf, name) in partial.iter().zip(["stdout", "stderr"]) {
-        if !buf.is_empty() {
-            let _ = tx.send(Output::Script(name, buf.clone()));
+
+    /// The stream ended: the lines not ended yet.
+    fn flush(&mut self, mut line: impl FnMut(&'static str, String)) {
+        for (buf, name) in self.partial.iter_mut().zip(["stdout", "stderr"]) {
+            if !buf.is_empty() {
+                line(name, std::mem::take(buf));
+            }
         }
     }
-    result
 }
 
 /// Whether an environment variable is kept from the jail: the agent's own
@@ -466,7 +437,9 @@ mod tests {
                 ("stdout", "three".to_string())
             ]
         );
-        assert_eq!(result, Some(serde_json::json!({"status": "ok"})));
+        // The result is read as ours: a document without our schema
+        // version is refused, not taken.
+        assert!(matches!(result.as_deref(), Some(Err(ResultError::Version(_)))), "{result:?}");
     }
 
     #[test]

@@ -4,5 +4,15 @@
 //!
 //! Built up by issue 35 in steps; `bounds` comes first so every reader
 //! already takes its caps and grace periods from one place.
+//!
+//! - `bounds`: the caps and grace periods.
+//! - `command`: a `jail run` command line from a typed `RunSpec`.
+//! - `group`: stopping a started `jail` (SIGTERM, SIGKILL after a grace).
+//! - `events`: the one bounded NDJSON reader and `result_of`.
+//! - `run`: `spawn` a `RunSpec`, `Running::wait` for its result.
 
 pub mod bounds;
+pub mod command;
+pub mod events;
+pub mod group;
+pub mod run;

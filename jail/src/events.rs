@@ -33,6 +33,7 @@
 //! `to_fd` writes them there, and session/live.rs ends that stream with
 //! `Events::close`, which queues the end instead of blocking on it.
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::io::Write;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -40,40 +41,48 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use base64::Engine;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::relay::{self, Relay};
 use crate::result::RunResult;
 use crate::streams::Target;
 
-/// One event line, as written.
-#[derive(Serialize)]
+/// One event line: the type the jail writes here and every client reads
+/// (client/events.rs), defined once. Written borrowed, read owned
+/// (`Event<'static>`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
-enum Event<'a> {
+pub enum Event<'a> {
     Stdout {
-        data: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Cow<'a, str>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         base64: Option<String>,
     },
     Stderr {
-        data: &'a str,
-        #[serde(skip_serializing_if = "Option::is_none")]
+        data: Cow<'a, str>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
         base64: Option<String>,
     },
     Truncated {
-        stream: &'static str,
+        stream: Cow<'a, str>,
         limit_bytes: u64,
     },
     Dropped {
         events: u64,
     },
     Artifact {
-        artifact: &'a crate::result::Artifact,
+        artifact: Box<Cow<'a, crate::result::Artifact>>,
     },
+    /// Read by a client through `client::events::result_of` (the schema
+    /// version first), not as this variant.
     Result {
-        result: &'a RunResult,
+        result: Box<Cow<'a, RunResult>>,
     },
 }
+
+/// How the result event, and only it, begins: the tag is written first
+/// (serde writes an internally tagged enum's tag before its fields).
+pub const RESULT_PREFIX: &[u8] = br#"{"type":"result","#;
 
 /// One stream's place in the event stream.
 #[derive(Default)]
@@ -149,7 +158,7 @@ impl Events {
         let cap = s.cap;
         self.chunk(t, &bytes);
         if over {
-            self.line(&Event::Truncated { stream: name(t), limit_bytes: cap });
+            self.line(&Event::Truncated { stream: Cow::Borrowed(name(t)), limit_bytes: cap });
         }
         self.relay.flush();
     }
@@ -233,8 +242,8 @@ impl Events {
             Err(_) => (String::from_utf8_lossy(bytes), Some(base64::engine::general_purpose::STANDARD.encode(bytes))),
         };
         let event = match t {
-            Target::Stdout => Event::Stdout { data: &data, base64 },
-            Target::Stderr => Event::Stderr { data: &data, base64 },
+            Target::Stdout => Event::Stdout { data, base64 },
+            Target::Stderr => Event::Stderr { data, base64 },
         };
         self.line(&event);
     }
@@ -291,9 +300,9 @@ impl Writer {
         CURRENT.with(|c| *c.borrow_mut() = None);
         let mut last = Vec::new();
         for a in &result.artifacts {
-            last.extend(line_of(&Event::Artifact { artifact: a }));
+            last.extend(line_of(&Event::Artifact { artifact: Box::new(Cow::Borrowed(a)) }));
         }
-        last.extend(line_of(&Event::Result { result }));
+        last.extend(line_of(&Event::Result { result: Box::new(Cow::Borrowed(result)) }));
         let out = self.0.borrow_mut().tail(&last);
         drop(self);
         let mut stdout = std::io::stdout().lock();

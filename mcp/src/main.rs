@@ -8,7 +8,8 @@
 //! `session_start`, `session_exec` and `session_stop` drive one jail's
 //! stateful cells (`jail session`, see `sessions.rs`).
 //!
-//! - `server`: the configuration and the tool; `stop`: ending a step's run.
+//! - `server`: the configuration and the tool (each run through
+//!   `jail::client::run`, which also stops a cancelled call's run).
 //! - `inputs`: the allowlisted input folders; `content`: the result as MCP content.
 //! - `sessions`: the open sessions the session tools drive.
 
@@ -18,7 +19,6 @@ mod content;
 mod inputs;
 mod server;
 mod sessions;
-mod stop;
 
 use std::process::ExitCode;
 

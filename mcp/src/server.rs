@@ -3,7 +3,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
-use std::process::{ExitCode, Stdio};
+use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -12,24 +12,22 @@ use rmcp::handler::server::wrapper::Parameters;
 use rmcp::model::{CallToolResult, ContentBlock, Implementation, ServerCapabilities, ServerConfig};
 use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, ServiceExt};
 use serde::Deserialize;
-use tokio::io::AsyncReadExt;
 
 use crate::content;
 use crate::inputs::{Allowlist, InputError, Staging};
 use crate::sessions::Sessions;
-use crate::stop::Step;
+use jail::client::command::{Flags, Limits, Mode, RunSpec, Script};
+use jail::client::events::ResultError;
+use jail::client::group::Group;
+use jail::client::run::{self, RunError};
 use jail::policy::{Overrides, Policy};
 use jail::result::{RunResult, Status, EXIT_SETUP_FAILED};
 
 /// Bytes of Python source one call may send.
 pub const MAX_CODE_BYTES: usize = 1 << 20;
-/// Bytes of `jail run --json` output read back (a result is ~10 KiB plus
-/// the captured streams, which the policy caps).
-const MAX_RESULT_BYTES: u64 = 64 << 20;
-const MAX_JAIL_STDERR_BYTES: u64 = 64 << 10;
 /// How long past a call's own deadline the jail may take before it is
 /// deemed hung and killed (it kills its own tree at the deadline).
-const HUNG_GRACE: Duration = Duration::from_secs(60);
+const HUNG_GRACE: Duration = jail::client::bounds::HUNG_GRACE;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct McpArgs {
@@ -94,7 +92,7 @@ struct Config {
     /// The call's default wall-clock limit, and the most it may ask.
     ceiling: Duration,
     /// `jail run` flags every call passes (policy, rootfs, limits).
-    run_flags: Vec<std::ffi::OsString>,
+    flags: Flags,
     policy_name: String,
 }
 
@@ -120,25 +118,24 @@ impl Config {
             None => policy.limits.wall_time,
             Some(t) => jail::seconds::limit(t, jail::seconds::MOST).ok_or(McpError::Timeout(t))?,
         };
-        let mut run_flags = Vec::new();
-        let mut flag = |name: &str, value: Option<std::ffi::OsString>| {
-            if let Some(v) = value {
-                run_flags.push(name.into());
-                run_flags.push(v);
-            }
+        let flags = Flags {
+            policy: args.policy.clone(),
+            rootfs: args.rootfs.clone(),
+            rootfs_name: args.rootfs_name.clone(),
+            cgroup_parent: None,
+            limits: Limits {
+                timeout: None,
+                memory: args.memory.clone(),
+                cpus: args.cpus.clone(),
+                pids: args.pids.clone(),
+                cpu_time: args.cpu_time.clone(),
+            },
         };
-        flag("--policy", args.policy.clone().map(Into::into));
-        flag("--rootfs", args.rootfs.clone().map(Into::into));
-        flag("--rootfs-name", args.rootfs_name.clone().map(Into::into));
-        flag("--memory", args.memory.clone().map(Into::into));
-        flag("--cpus", args.cpus.clone().map(Into::into));
-        flag("--pids", args.pids.clone().map(Into::into));
-        flag("--cpu-time", args.cpu_time.clone().map(Into::into));
         let jail = std::env::current_exe().map_err(McpError::SelfExe)?.with_file_name("jail");
         if !jail.is_file() {
             return Err(McpError::NoJail(jail));
         }
-        Ok(Config { jail, allowlist, ceiling, run_flags, policy_name: policy.name })
+        Ok(Config { jail, allowlist, ceiling, flags, policy_name: policy.name })
     }
 
     /// Check one call's arguments; nothing runs unless they pass.
@@ -288,7 +285,7 @@ impl Server {
             Ok(i) => i,
             Err(message) => return refused(message),
         };
-        let mut flags = self.config.run_flags.clone();
+        let mut flags = self.config.flags.args();
         flags.push("--timeout".into());
         flags.push(timeout.as_secs_f64().to_string().into());
         if let Some(input) = input {
@@ -371,51 +368,25 @@ async fn run_step(config: &Config, code: &str, timeout: Duration, staging: &Stag
     std::fs::write(&script, code).map_err(|e| format!("write {}: {e}", script.display()))?;
     readable(&script, 0o644)?;
     let input = stage_input(dir.path(), staging, config.allowlist.reach())?;
-    let mut cmd = tokio::process::Command::new(&config.jail);
-    cmd.arg("run").arg("--json").args(&config.run_flags);
-    cmd.arg("--timeout").arg(timeout.as_secs_f64().to_string());
-    if let Some(input) = &input {
-        cmd.arg("--input").arg(input);
+    let mut spec = RunSpec::new(&config.jail, Mode::Json, Script::File(script), timeout);
+    spec.flags = config.flags.clone();
+    spec.flags.limits.timeout = Some(timeout);
+    spec.input = input;
+    let running = run::spawn(&spec).map_err(|e| e.to_string())?;
+    // A cancelled call (this future dropped) terminates the run, then kills
+    // it after the grace: SIGTERM first, so that it removes its cgroup.
+    let cancel = running.stopper().map(Group::from);
+    let waited = tokio::task::spawn_blocking(move || running.wait(|_| {})).await;
+    cancel.into_iter().for_each(Group::done);
+    match waited {
+        Ok(result) => result.map_err(|e| match e {
+            RunError::Result(ResultError::Contract(cause)) => {
+                format!("the jail's result does not match this server's contract: {cause}")
+            }
+            e => e.to_string(),
+        }),
+        Err(e) => Err(format!("waiting for the jail: {e}")),
     }
-    cmd.arg(&script);
-    // Not kill_on_drop: a cancelled call's run gets SIGTERM (stop.rs), so
-    // that it removes its cgroup before it goes.
-    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
-    let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", config.jail.display()))?;
-    let mut step = Step::new(child);
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let Some(child) = step.child() else { return Err("the jail was not started".into()) };
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let read = async {
-        if let Some(s) = stdout {
-            let _ = s.take(MAX_RESULT_BYTES).read_to_end(&mut out).await;
-        }
-        Ok::<_, std::io::Error>(())
-    };
-    let read_err = async {
-        if let Some(s) = stderr {
-            let _ = s.take(MAX_JAIL_STDERR_BYTES).read_to_end(&mut err).await;
-        }
-        Ok::<_, std::io::Error>(())
-    };
-    let waited = tokio::time::timeout(timeout + HUNG_GRACE, async {
-        let _ = tokio::try_join!(read, read_err);
-        child.wait().await
-    })
-    .await;
-    let status = match waited {
-        Ok(Ok(status)) => status,
-        // Dropping `step` terminates the run, then kills it after a grace.
-        Ok(Err(e)) => return Err(format!("waiting for the jail: {e}")),
-        Err(_) => {
-            return Err(format!("the jail did not finish within {} s of its deadline and was stopped", HUNG_GRACE.as_secs()))
-        }
-    };
-    step.done();
-    let doc: serde_json::Value = serde_json::from_slice(&out)
-        .map_err(|_| format!("the jail printed no result (exit {status}): {}", String::from_utf8_lossy(&err).trim()))?;
-    jail::schema::check_version(&doc).map_err(|e| e.to_string())?;
-    serde_json::from_value(doc).map_err(|e| format!("the jail's result does not match this server's contract: {e}"))
 }
 
 /// A private, world-readable step folder (a run started by root reads its

@@ -283,20 +283,18 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     if let Some(line) = run_cgroups.said() {
         eprintln!("jail serve: {line}");
     }
-    let mut flags: Vec<OsString> = Vec::new();
-    if let Some(p) = &args.policy {
-        flags.extend(["--policy".into(), p.into()]);
-    }
-    if let Some(r) = &args.rootfs {
-        flags.extend(["--rootfs".into(), r.into()]);
-    }
-    if let Some(n) = &args.rootfs_name {
-        flags.extend(["--rootfs-name".into(), n.into()]);
-    }
     // Runs, sessions and the pool's jails alike.
-    if let RunCgroups::Nested { runs, .. } = &run_cgroups {
-        flags.extend(["--cgroup-parent".into(), runs.into()]);
-    }
+    let run_flags = jail::client::command::Flags {
+        policy: args.policy.clone(),
+        rootfs: args.rootfs.clone(),
+        rootfs_name: args.rootfs_name.clone(),
+        cgroup_parent: match &run_cgroups {
+            RunCgroups::Nested { runs, .. } => Some(runs.clone()),
+            _ => None,
+        },
+        limits: Default::default(),
+    };
+    let flags = run_flags.args();
     let timeouts = args.timeouts()?;
     // Every run, session and the pool keep their descriptors whatever the
     // clients hold: the connections get what is left.
@@ -338,7 +336,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         max_connections: limits.max_connections,
         body_timeout: timeouts.body,
         holdings: Default::default(),
-        spawn: SpawnBackend { jail: jail.clone(), flags: flags.clone() },
+        spawn: SpawnBackend { jail: jail.clone(), flags: run_flags },
         pool,
         work: work.path().to_path_buf(),
         sessions: sessions.path().to_path_buf(),

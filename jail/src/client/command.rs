@@ -1,0 +1,217 @@
+//! A `jail run` command line built from a typed spec, by one function
+//! (`argv`), and the process it runs as (`command`): its own process group,
+//! so that stopping it reaches whatever it started (group.rs); the parent
+//! death signal where the caller asks for one; the caller's environment
+//! policy. The front ends fill a `RunSpec`; none writes a flag by hand.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use nix::sys::signal::Signal;
+
+/// The flags every call of a front end passes (its configuration): which
+/// policy and rootfs, where the cgroups go, the limits it sets.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Flags {
+    pub policy: Option<PathBuf>,
+    pub rootfs: Option<PathBuf>,
+    pub rootfs_name: Option<String>,
+    pub cgroup_parent: Option<PathBuf>,
+    pub limits: Limits,
+}
+
+/// The limit flags, in the CLI's own syntax (`512M`, `0.5`, `unlimited`),
+/// checked by `jail` as every door's are.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Limits {
+    /// `--timeout`: seconds.
+    pub timeout: Option<Duration>,
+    pub memory: Option<String>,
+    pub cpus: Option<String>,
+    pub pids: Option<String>,
+    pub cpu_time: Option<String>,
+}
+
+impl Flags {
+    /// As command-line arguments (also for `jail session start` and `jail
+    /// pool`, which take the same).
+    pub fn args(&self) -> Vec<OsString> {
+        let mut out = Vec::new();
+        let mut flag = |name: &str, value: Option<OsString>| {
+            if let Some(v) = value {
+                out.push(name.into());
+                out.push(v);
+            }
+        };
+        flag("--policy", self.policy.clone().map(Into::into));
+        flag("--rootfs", self.rootfs.clone().map(Into::into));
+        flag("--rootfs-name", self.rootfs_name.clone().map(Into::into));
+        flag("--cgroup-parent", self.cgroup_parent.clone().map(Into::into));
+        let l = &self.limits;
+        flag("--timeout", l.timeout.map(|t| t.as_secs_f64().to_string().into()));
+        flag("--memory", l.memory.clone().map(Into::into));
+        flag("--cpus", l.cpus.clone().map(Into::into));
+        flag("--pids", l.pids.clone().map(Into::into));
+        flag("--cpu-time", l.cpu_time.clone().map(Into::into));
+        out
+    }
+}
+
+/// How `jail run` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// `--events`: NDJSON events, the result last.
+    Events,
+    /// `--json`: one result document.
+    Json,
+}
+
+/// What runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Script {
+    /// A script file (relative to `dir` when one is given).
+    File(PathBuf),
+    /// `-c CODE`.
+    Inline(String),
+}
+
+/// One `jail run`.
+#[derive(Debug, Clone)]
+pub struct RunSpec {
+    /// The `jail` binary.
+    pub jail: PathBuf,
+    pub mode: Mode,
+    pub flags: Flags,
+    pub input: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+    pub code: Option<PathBuf>,
+    pub script: Script,
+    /// The script's arguments, after `--`, never read as jail options.
+    pub args: Vec<String>,
+    /// The wall-clock limit the jail will apply: the client waits that
+    /// long plus `bounds::HUNG_GRACE` (run.rs).
+    pub wall: Duration,
+    /// The working folder (paths in the spec may be relative to it, so
+    /// that no command line, readable in /proc, names them).
+    pub dir: Option<PathBuf>,
+    /// Variables set for the jail.
+    pub env: Vec<(OsString, OsString)>,
+    /// Variables of ours the jail never gets (the agent's credentials):
+    /// named by the caller, which reads its environment at its own edge.
+    pub withhold: Vec<OsString>,
+    /// Sent to the jail when its parent dies (`PR_SET_PDEATHSIG`).
+    pub parent_death: Option<Signal>,
+}
+
+impl RunSpec {
+    /// A run of `script` with no flags, waited for `wall` (+ the grace).
+    pub fn new(jail: impl Into<PathBuf>, mode: Mode, script: Script, wall: Duration) -> RunSpec {
+        RunSpec {
+            jail: jail.into(),
+            mode,
+            flags: Flags::default(),
+            input: None,
+            output: None,
+            code: None,
+            script,
+            args: Vec::new(),
+            wall,
+            dir: None,
+            env: Vec::new(),
+            withhold: Vec::new(),
+            parent_death: None,
+        }
+    }
+}
+
+/// The arguments of `jail` for `spec` (the program not included).
+pub fn argv(spec: &RunSpec) -> Vec<OsString> {
+    let mut out: Vec<OsString> = vec!["run".into()];
+    out.push(
+        match spec.mode {
+            Mode::Events => "--events",
+            Mode::Json => "--json",
+        }
+        .into(),
+    );
+    out.extend(spec.flags.args());
+    for (name, dir) in [("--input", &spec.input), ("--output", &spec.output), ("--code", &spec.code)] {
+        if let Some(d) = dir {
+            out.push(name.into());
+            out.push(d.into());
+        }
+    }
+    match &spec.script {
+        Script::File(path) => out.push(path.into()),
+        Script::Inline(code) => {
+            out.push("-c".into());
+            out.push(code.into());
+        }
+    }
+    if !spec.args.is_empty() {
+        out.push("--".into());
+        out.extend(spec.args.iter().map(Into::into));
+    }
+    out
+}
+
+/// The process for `spec`: stdin null, stdout and stderr piped, a process
+/// group of its own, the environment policy and parent death signal set.
+pub fn command(spec: &RunSpec) -> Command {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(&spec.jail);
+    cmd.args(argv(spec));
+    if let Some(dir) = &spec.dir {
+        cmd.current_dir(dir);
+    }
+    for name in &spec.withhold {
+        cmd.env_remove(name);
+    }
+    for (name, value) in &spec.env {
+        cmd.env(name, value);
+    }
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.process_group(0);
+    if let Some(sig) = spec.parent_death {
+        // SIGTERM, not SIGKILL, is what callers pass: the jail kills its
+        // tree and removes its cgroup.
+        crate::sys::set_parent_death_signal(&mut cmd, sig);
+    }
+    cmd
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_becomes_its_flag_and_the_scripts_arguments_follow_a_double_dash() {
+        let mut spec = RunSpec::new("jail", Mode::Events, Script::File("main.py".into()), Duration::from_secs(5));
+        spec.flags = Flags {
+            policy: Some("p.json".into()),
+            rootfs: Some("/r".into()),
+            rootfs_name: Some("data".into()),
+            cgroup_parent: Some("/c".into()),
+            limits: Limits {
+                timeout: Some(Duration::from_millis(2500)),
+                memory: Some("512M".into()),
+                cpus: Some("0.5".into()),
+                pids: Some("64".into()),
+                cpu_time: Some("unlimited".into()),
+            },
+        };
+        spec.input = Some("in".into());
+        spec.output = Some("out".into());
+        spec.code = Some("code".into());
+        spec.args = vec!["--timeout".into(), "x".into()];
+        let got: Vec<String> = argv(&spec).iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        let want = "run --events --policy p.json --rootfs /r --rootfs-name data --cgroup-parent /c --timeout 2.5 \
+                    --memory 512M --cpus 0.5 --pids 64 --cpu-time unlimited --input in --output out --code code \
+                    main.py -- --timeout x";
+        assert_eq!(got.join(" "), want);
+        let judge = RunSpec::new("jail", Mode::Json, Script::Inline("pass".into()), Duration::from_secs(5));
+        assert_eq!(argv(&judge), ["run", "--json", "-c", "pass"].map(OsString::from).to_vec());
+    }
+}
