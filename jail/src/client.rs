@@ -6,3 +6,4 @@
 //! already takes its caps and grace periods from one place.
 
 pub mod bounds;
+pub mod pool;

@@ -30,7 +30,7 @@ mod handout;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::fs;
-use std::io::{self, BufRead, Read, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -42,8 +42,8 @@ use serde_json::{json, Value};
 
 use super::footprint;
 use super::memory::{self, PerJail};
-use super::protocol::{self, Ceilings, Line, ProtocolError, Request, Source};
 use crate::accept;
+use crate::client::pool::{self as wire, Body, Ceilings, ErrorCode, Line, Reply, Request, Source};
 use crate::result::RunResult;
 use crate::session;
 
@@ -311,8 +311,8 @@ impl Pool {
         self.state.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn say(&self, line: &str) {
-        Pool::write_line(self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner), line);
+    fn say(&self, reply: &Reply) {
+        Pool::write_line(self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner), &reply.text());
     }
 
     fn write_line(mut out: std::sync::MutexGuard<'_, io::Stdout>, line: &str) {
@@ -497,20 +497,17 @@ impl Pool {
     fn read_requests(self: Arc<Self>) {
         let stdin = io::stdin();
         let mut reader = stdin.lock();
-        let mut line = Vec::new();
+        let mut lines = wire::Lines::new(wire::MAX_REQUEST_LINE);
         loop {
-            line.clear();
-            let n = (&mut reader)
-                .take(protocol::MAX_LINE_BYTES as u64 + 1)
-                .read_until(b'\n', &mut line)
-                .unwrap_or_default();
-            if n == 0 {
-                break;
+            match wire::read_line(&mut reader, &mut lines) {
+                Ok(wire::Read::Whole) => {}
+                Ok(wire::Read::TooLong) => {
+                    self.say(&wire::too_long().reply());
+                    continue;
+                }
+                Ok(wire::Read::End) | Err(_) => break,
             }
-            if !line.ends_with(b"\n") && n > protocol::MAX_LINE_BYTES {
-                skip_line(&mut reader);
-            }
-            let text = String::from_utf8_lossy(&line);
+            let text = String::from_utf8_lossy(lines.line());
             let text = text.trim();
             if text.is_empty() {
                 continue;
@@ -521,9 +518,9 @@ impl Pool {
     }
 
     fn take_line(self: &Arc<Self>, text: &str) {
-        match protocol::parse_line(text, self.cfg.ceilings) {
+        match Line::parse(text, self.cfg.ceilings) {
             Err(e) => self.say(&e.reply()),
-            Ok(Line::Stats { id }) => self.say(&json!({"id": id, "stats": self.stats()}).to_string()),
+            Ok(Line::Stats { id }) => self.say(&Reply { id, body: Body::Stats(self.stats()) }),
             Ok(Line::Run(req)) => self.start(req.id.clone(), move |p, f| p.serve(req, f)),
             Ok(Line::Session(req)) => self.start(req.id.clone(), move |p, f| p.serve_session(req, f)),
             Ok(Line::Cancel { id }) => self.cancel(&id),
@@ -533,19 +530,19 @@ impl Pool {
     /// Take request `id` in: refused while draining or while another with
     /// its id is in flight; else `work` runs on a thread of its own and its
     /// reply line is written when it is done.
-    fn start(self: &Arc<Self>, id: String, work: impl FnOnce(&Arc<Pool>, &cancel::Flight) -> String + Send + 'static) {
+    fn start(self: &Arc<Self>, id: String, work: impl FnOnce(&Arc<Pool>, &cancel::Flight) -> Reply + Send + 'static) {
         let flight = cancel::flight();
         {
             let mut st = self.lock();
-            let err = |code, msg: &str| ProtocolError { id: Some(id.clone()), code, message: msg.into() };
+            let err = |code, msg: &str| wire::Error::new(code, msg).about(Some(&id)).reply();
             if st.draining {
                 drop(st);
-                return self.say(&err("draining", "the pool is shutting down: start a new pool").reply());
+                return self.say(&err(ErrorCode::Draining, "the pool is shutting down: start a new pool"));
             }
             if st.inflight.contains_key(&id) {
                 drop(st);
                 return self
-                    .say(&err("duplicate_id", "a request with this id is in flight: give each request its own id").reply());
+                    .say(&err(ErrorCode::DuplicateId, "a request with this id is in flight: give each request its own id"));
             }
             st.inflight.insert(id.clone(), Arc::clone(&flight));
         }
@@ -558,7 +555,7 @@ impl Pool {
         });
     }
 
-    fn stats(&self) -> Value {
+    fn stats(&self) -> wire::Stats {
         let supervisors: Vec<u32> = self.lock().ready.iter().map(|j| j.supervisor).collect();
         // Read outside the lock: /proc reads of each ready jail's processes.
         let idle = footprint::mean(&supervisors.into_iter().map(footprint::of_jail).collect::<Vec<_>>());
@@ -570,49 +567,49 @@ impl Pool {
             .as_ref()
             .filter(|_| per_jail > 0)
             .map(|a| memory::largest(a.bytes, per_jail).min(MAX_SIZE as u64));
-        json!({
-            "size": self.cfg.size,
-            "ready": st.ready.len(),
-            "making": st.making,
-            "in_use": st.in_use,
-            "refill_ms": {"last": round1(st.refill_last_ms), "mean": round1(mean)},
-            "idle_rss_bytes": st.idle_rss_bytes,
-            "idle": idle.map(|f| json!({"rss_bytes": f.rss, "pss_bytes": f.pss, "anon_bytes": f.anon})),
-            "sessions": st.sessions.len(),
-            "available_memory_bytes": available.map(|a| a.bytes),
-            "max_size": max_size,
-        })
+        wire::Stats {
+            size: self.cfg.size as u64,
+            ready: st.ready.len() as u64,
+            making: st.making as u64,
+            in_use: st.in_use as u64,
+            refill_ms: wire::Refill { last: round1(st.refill_last_ms), mean: round1(mean) },
+            idle_rss_bytes: st.idle_rss_bytes,
+            idle: idle.map(|f| wire::Idle { rss_bytes: Some(f.rss), pss_bytes: Some(f.pss), anon_bytes: Some(f.anon) }),
+            sessions: st.sessions.len() as u64,
+            available_memory_bytes: available.map(|a| a.bytes),
+            max_size,
+        }
     }
 
     /// One request, start to reply line.
-    fn serve(self: &Arc<Self>, req: Request, flight: &cancel::Flight) -> String {
-        let fail = |code: &'static str, message: String| ProtocolError { id: Some(req.id.clone()), code, message }.reply();
+    fn serve(self: &Arc<Self>, req: Request, flight: &cancel::Flight) -> Reply {
+        let fail = |code, message: String| wire::Error::new(code, message).about(Some(&req.id)).reply();
         // Everything about the request is checked before a jail is claimed.
         let code = match &req.source {
             Source::Code(c) => c.clone(),
             Source::Script(p) => match read_script(p, self.cfg.reach) {
                 Ok(c) => c,
-                Err(e) => return fail("bad_request", e),
+                Err(e) => return fail(ErrorCode::BadRequest, e),
             },
         };
         // Opened now, used by descriptor after the claim (accept.rs).
         let input = match req.input.as_deref().map(|i| check_input(i, self.cfg.reach)).transpose() {
             Ok(i) => i,
-            Err(e) => return fail("bad_request", e),
+            Err(e) => return fail(ErrorCode::BadRequest, e),
         };
         let output = match req.output.as_deref().map(|o| check_output(o, &self.cfg.temp_dir)).transpose() {
             Ok(o) => o,
-            Err(e) => return fail("bad_request", e),
+            Err(e) => return fail(ErrorCode::BadRequest, e),
         };
         let jail = match self.claim(flight) {
             Ok(j) => j,
-            Err(Claim::Cancelled) => return fail("cancelled", NOT_RUN.into()),
-            Err(Claim::Failed(e)) => return fail("internal", e),
+            Err(Claim::Cancelled) => return fail(ErrorCode::Cancelled, NOT_RUN.into()),
+            Err(Claim::Failed(e)) => return fail(ErrorCode::Internal, e),
         };
         if flight.is_cancelled() {
             // It ran nothing: the next request takes it.
             self.give_back(jail);
-            return fail("cancelled", NOT_RUN.into());
+            return fail(ErrorCode::Cancelled, NOT_RUN.into());
         }
         let reply = self.run_in(&jail, &req, Accepted { input, output }, code, flight);
         // The slot (the input's copy, anything not handed over) goes now.
@@ -628,10 +625,10 @@ impl Pool {
         self.refill();
         self.changed.notify_all();
         match reply {
-            Ok(result) => protocol::result_reply(&req.id, &result),
+            Ok(result) => Reply::result(&req.id, result),
             // Cancelled before its code reached the jail, or it failed then.
-            Err(_) if flight.is_cancelled() => fail("cancelled", NOT_RUN.into()),
-            Err(e) => fail("internal", e),
+            Err(_) if flight.is_cancelled() => fail(ErrorCode::Cancelled, NOT_RUN.into()),
+            Err(e) => fail(ErrorCode::Internal, e),
         }
     }
 
@@ -705,16 +702,21 @@ impl Pool {
         let mut argv = vec![argv0];
         argv.extend(req.args.iter().cloned());
         let set_argv = format!("import sys as _jail_sys\n_jail_sys.argv = {}\ndel _jail_sys\n", json!(argv));
-        let set = session::exec(&jail.handle, set_argv).map_err(|e| format!("set sys.argv: {e}"))?;
+        // Its failure is `never_started` to a client (client/pool.rs).
+        let set = session::exec(&jail.handle, set_argv).map_err(|e| format!("{}: {e}", wire::SET_ARGV))?;
         if set["status"] != "ok" {
-            return Err(format!("set sys.argv in the jail: {}", set["status"]));
+            return Err(format!("{} in the jail: {}", wire::SET_ARGV, set["status"]));
         }
         if !flight.enter(jail.supervisor) {
             return Err("cancelled before its code was sent".into());
         }
         let cell = if req.events {
             // Each event on our stdout as it comes, tagged with the request.
-            let mut tell = |ev: &str| self.say(&protocol::event_line(&req.id, ev));
+            let mut tell = |ev: &str| {
+                if let Some(line) = Reply::event(&req.id, ev) {
+                    self.say(&line);
+                }
+            };
             session::exec_live(&jail.handle, code, Some(req.wall_time), &mut tell)
         } else {
             session::exec_within(&jail.handle, code, Some(req.wall_time))
@@ -759,7 +761,9 @@ impl Pool {
             // Judged once the jail is stopped: after the last chunk, as
             // `jail run --events` sends them.
             for a in result["artifacts"].as_array().into_iter().flatten() {
-                self.say(&protocol::event_line(&req.id, &format!(r#"{{"type":"artifact","artifact":{a}}}"#)));
+                if let Some(line) = Reply::artifact(&req.id, a) {
+                    self.say(&line);
+                }
             }
         }
         Ok(result)
@@ -775,24 +779,6 @@ enum Claim {
     Cancelled,
     /// No jail can be made: the reason.
     Failed(String),
-}
-
-/// Drop the rest of an over-long line, a buffer at a time: never more
-/// than the reader's buffer in memory, however long the line.
-fn skip_line(reader: &mut impl BufRead) {
-    loop {
-        let (found, used) = match reader.fill_buf() {
-            Ok([]) | Err(_) => return,
-            Ok(buf) => match buf.iter().position(|&b| b == b'\n') {
-                Some(i) => (true, i + 1),
-                None => (false, buf.len()),
-            },
-        };
-        reader.consume(used);
-        if found {
-            return;
-        }
-    }
 }
 
 /// The trusted preload cell: each module imported, and a figure drawn
@@ -1005,15 +991,6 @@ mod tests {
         if fs::metadata("/proc").unwrap().dev() != fs::metadata(t.path()).unwrap().dev() {
             assert!(check_output(Path::new("/proc/x"), t.path()).unwrap_err().contains("filesystem"));
         }
-    }
-
-    #[test]
-    fn an_over_long_lines_rest_is_skipped_up_to_its_newline() {
-        let mut r = io::BufReader::with_capacity(16, io::Cursor::new([vec![b'x'; 1000], b"\nnext\n".to_vec()].concat()));
-        skip_line(&mut r);
-        let mut rest = String::new();
-        r.read_to_string(&mut rest).unwrap();
-        assert_eq!(rest, "next\n");
     }
 
     #[test]

@@ -17,39 +17,40 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_json::json;
-
 use super::{cancel::Flight, check_input, copy_input, fresh_output, Claim, Jail, Pool, NOT_RUN};
 use crate::accept;
-use crate::pool::protocol::{ProtocolError, SessionRequest};
+use crate::client::pool::{self as wire, Body, ErrorCode, Handout, Reply, SessionRequest};
 use crate::session;
 
 impl Pool {
     /// One session request, start to reply line.
-    pub(super) fn serve_session(self: &Arc<Self>, req: SessionRequest, flight: &Flight) -> String {
-        let fail = |code: &'static str, message: String| ProtocolError { id: Some(req.id.clone()), code, message }.reply();
+    pub(super) fn serve_session(self: &Arc<Self>, req: SessionRequest, flight: &Flight) -> Reply {
+        let fail = |code, message: String| wire::Error::new(code, message).about(Some(&req.id)).reply();
         // Everything about the request is checked before a jail is claimed.
         if !self.cfg.output_capped {
+            // Its message starts as a client tells it (`refuses_sessions`).
             return fail(
-                "bad_request",
-                "this pool's policy binds each jail's output folder when it is made (filesystem.output_size \"unlimited\"), \
-                 and a session from the pool takes yours later: start the pool with a capped output_size"
-                    .into(),
+                ErrorCode::BadRequest,
+                format!(
+                    "{} (filesystem.output_size \"unlimited\"), and a session from the pool takes yours later: \
+                     start the pool with a capped output_size",
+                    wire::REFUSES_SESSIONS
+                ),
             );
         }
         // Opened now, used by descriptor once a jail is claimed (accept.rs).
         let input = match req.input.as_deref().map(|i| check_input(i, self.cfg.reach)).transpose() {
             Ok(i) => i,
-            Err(e) => return fail("bad_request", e),
+            Err(e) => return fail(ErrorCode::BadRequest, e),
         };
         let (out, made) = match &req.output {
             Some(dir) => match output_folder(dir) {
                 Ok(made) => (dir.clone(), made),
-                Err(e) => return fail("bad_request", e),
+                Err(e) => return fail(ErrorCode::BadRequest, e),
             },
             None => match fresh_output(&self.cfg.temp_dir) {
                 Ok(dir) => (dir, true),
-                Err(e) => return fail("internal", e),
+                Err(e) => return fail(ErrorCode::Internal, e),
             },
         };
         let jail = match self.claim(flight) {
@@ -57,15 +58,15 @@ impl Pool {
             Err(e) => {
                 forget(&out, made);
                 return match e {
-                    Claim::Cancelled => fail("cancelled", NOT_RUN.into()),
-                    Claim::Failed(e) => fail("internal", e),
+                    Claim::Cancelled => fail(ErrorCode::Cancelled, NOT_RUN.into()),
+                    Claim::Failed(e) => fail(ErrorCode::Internal, e),
                 };
             }
         };
         if flight.is_cancelled() {
             forget(&out, made);
             self.give_back(jail);
-            return fail("cancelled", NOT_RUN.into());
+            return fail(ErrorCode::Cancelled, NOT_RUN.into());
         }
         let handed = self.hand_out(&jail, &req, input.as_ref(), &out).and_then(|()| {
             // A cancel while it was handed over: never handed out.
@@ -81,17 +82,20 @@ impl Pool {
         self.changed.notify_all();
         match handed {
             Ok(()) => {
-                let reply = json!({"id": req.id, "session": {
-                    "handle": jail.handle, "id": jail.id, "pid": jail.supervisor, "output_dir": out,
-                }});
+                let handout = Handout {
+                    handle: jail.handle.clone(),
+                    id: jail.id.clone(),
+                    output_dir: out,
+                    pid: jail.supervisor,
+                };
                 self.watch_session(jail);
-                reply.to_string()
+                Reply { id: Some(req.id), body: Body::Session(handout) }
             }
             Err(e) => {
                 // Never handed out, never used again.
                 jail.destroy();
                 forget(&out, made);
-                let code = if flight.is_cancelled() { "cancelled" } else { "internal" };
+                let code = if flight.is_cancelled() { ErrorCode::Cancelled } else { ErrorCode::Internal };
                 fail(code, e)
             }
         }
