@@ -583,33 +583,33 @@ impl Pool {
 
     /// One request, start to reply line.
     fn serve(self: &Arc<Self>, req: Request, flight: &cancel::Flight) -> Reply {
-        let fail = |code, message: String| wire::Error::new(code, message).about(Some(&req.id)).reply();
+        let fail = |e: Failed| e.about(Some(&req.id)).reply();
         // Everything about the request is checked before a jail is claimed.
         let code = match &req.source {
             Source::Code(c) => c.clone(),
             Source::Script(p) => match read_script(p, self.cfg.reach) {
                 Ok(c) => c,
-                Err(e) => return fail(ErrorCode::BadRequest, e),
+                Err(e) => return fail(e),
             },
         };
         // Opened now, used by descriptor after the claim (accept.rs).
         let input = match req.input.as_deref().map(|i| check_input(i, self.cfg.reach)).transpose() {
             Ok(i) => i,
-            Err(e) => return fail(ErrorCode::BadRequest, e),
+            Err(e) => return fail(e),
         };
         let output = match req.output.as_deref().map(|o| check_output(o, &self.cfg.temp_dir)).transpose() {
             Ok(o) => o,
-            Err(e) => return fail(ErrorCode::BadRequest, e),
+            Err(e) => return fail(e),
         };
         let jail = match self.claim(flight) {
             Ok(j) => j,
-            Err(Claim::Cancelled) => return fail(ErrorCode::Cancelled, NOT_RUN.into()),
-            Err(Claim::Failed(e)) => return fail(ErrorCode::Internal, e),
+            Err(Claim::Cancelled) => return fail(not_run()),
+            Err(Claim::Failed(e)) => return fail(broke(e)),
         };
         if flight.is_cancelled() {
             // It ran nothing: the next request takes it.
             self.give_back(jail);
-            return fail(ErrorCode::Cancelled, NOT_RUN.into());
+            return fail(not_run());
         }
         let reply = self.run_in(&jail, &req, Accepted { input, output }, code, flight);
         // The slot (the input's copy, anything not handed over) goes now.
@@ -627,8 +627,8 @@ impl Pool {
         match reply {
             Ok(result) => Reply::result(&req.id, result),
             // Cancelled before its code reached the jail, or it failed then.
-            Err(_) if flight.is_cancelled() => fail(ErrorCode::Cancelled, NOT_RUN.into()),
-            Err(e) => fail(ErrorCode::Internal, e),
+            Err(_) if flight.is_cancelled() => fail(not_run()),
+            Err(e) => fail(e),
         }
     }
 
@@ -691,7 +691,7 @@ impl Pool {
         accepted: Accepted,
         code: String,
         flight: &cancel::Flight,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, Failed> {
         if let (Some(from), Some(path)) = (&accepted.input, &req.input) {
             copy_input(from, path, &jail.input(), self.cfg.reach)?;
         }
@@ -703,12 +703,12 @@ impl Pool {
         argv.extend(req.args.iter().cloned());
         let set_argv = format!("import sys as _jail_sys\n_jail_sys.argv = {}\ndel _jail_sys\n", json!(argv));
         // Its failure is `never_started` to a client (client/pool.rs).
-        let set = session::exec(&jail.handle, set_argv).map_err(|e| format!("{}: {e}", wire::SET_ARGV))?;
+        let set = session::exec(&jail.handle, set_argv).map_err(|e| broke(format!("{}: {e}", wire::SET_ARGV)))?;
         if set["status"] != "ok" {
-            return Err(format!("{} in the jail: {}", wire::SET_ARGV, set["status"]));
+            return Err(broke(format!("{} in the jail: {}", wire::SET_ARGV, set["status"])));
         }
         if !flight.enter(jail.supervisor) {
-            return Err("cancelled before its code was sent".into());
+            return Err(not_run());
         }
         let cell = if req.events {
             // Each event on our stdout as it comes, tagged with the request.
@@ -725,17 +725,17 @@ impl Pool {
             // A cancel reached the jail: it is ending. Replied once it is
             // gone, with what the cell said.
             cancel::wait_gone(&supervisor);
-            return cell.map(cancel::cancelled_result).map_err(|e| format!("run the step: {e}"));
+            return cell.map(cancel::cancelled_result).map_err(|e| broke(format!("run the step: {e}")));
         }
         // The step is over: the jail is stopped whatever the cell did (a
         // cell that ended the session left its closing for this stop), and
         // the closing's verdict is the step's: every artifact and every
         // refusal. Without it nothing is handed over: what reached the
         // output folder would be unaccounted for.
-        let closing = session::stop(&jail.handle).map_err(|e| format!("the step's closing result: {e}"));
-        let cell = cell.map_err(|e| format!("run the step: {e}"))?;
-        let read = |v: Value, what: &str| -> Result<RunResult, String> {
-            serde_json::from_value(v).map_err(|e| format!("the step's {what} result does not parse: {e}"))
+        let closing = session::stop(&jail.handle).map_err(|e| broke(format!("the step's closing result: {e}")));
+        let cell = cell.map_err(|e| broke(format!("run the step: {e}")))?;
+        let read = |v: Value, what: &str| -> Result<RunResult, Failed> {
+            serde_json::from_value(v).map_err(|e| broke(format!("the step's {what} result does not parse: {e}")))
         };
         let mut step = read(cell, "cell")?;
         step.take_delivery(read(closing?, "closing")?);
@@ -745,18 +745,18 @@ impl Pool {
         // in it) that the reply names.
         let out = match &accepted.output {
             Some(want) => hand_over(&jail.out, want).map(|()| want.path.clone()),
-            None => fresh_output(&self.cfg.temp_dir).and_then(|o| {
+            None => fresh_output(&self.cfg.temp_dir).map_err(|e| e.message).and_then(|o| {
                 let place = accept::Place::name(&o).map_err(|e| e.to_string())?;
                 hand_over(&jail.out, &place).map(|()| o)
             }),
         }
-        .map_err(|e| format!("hand over the output folder: {e}"))?;
-        hand_over_quarantine(&mut step, &out)?;
+        .map_err(|e| broke(format!("hand over the output folder: {e}")))?;
+        hand_over_quarantine(&mut step, &out).map_err(broke)?;
         // A fresh folder the step left empty goes, as `jail run`'s does
         // (supervisor.rs `finish`): no litter (issue 38).
         let kept = accepted.output.is_some() || fs::remove_dir(&out).is_err();
         step.output_dir = kept.then(|| out.display().to_string());
-        let result = serde_json::to_value(&step).map_err(|e| format!("the step's result: {e}"))?;
+        let result = serde_json::to_value(&step).map_err(|e| broke(format!("the step's result: {e}")))?;
         if req.events {
             // Judged once the jail is stopped: after the last chunk, as
             // `jail run --events` sends them.
@@ -772,6 +772,25 @@ impl Pool {
 
 /// The error reply's message of a request cancelled before its code ran.
 const NOT_RUN: &str = "the request was cancelled (op cancel) before its code reached a jail: nothing ran";
+
+/// Why a request failed: its error reply's code and message (the
+/// request's id is added as the reply is made).
+type Failed = wire::Error;
+
+/// The caller's to fix: `bad_request`.
+fn refused(message: impl Into<String>) -> Failed {
+    wire::Error::new(ErrorCode::BadRequest, message)
+}
+
+/// The pool's or the jail's: `internal`.
+fn broke(message: impl Into<String>) -> Failed {
+    wire::Error::new(ErrorCode::Internal, message)
+}
+
+/// Cancelled before its code reached a jail: `cancelled`, nothing ran.
+fn not_run() -> Failed {
+    wire::Error::new(ErrorCode::Cancelled, NOT_RUN)
+}
 
 /// Why a claim gave no jail.
 enum Claim {
@@ -804,12 +823,12 @@ fn round1(x: f64) -> f64 {
 }
 
 /// A fresh, empty output folder in the temp dir, as `jail run` makes one.
-fn fresh_output(temp: &Path) -> Result<PathBuf, String> {
+fn fresh_output(temp: &Path) -> Result<PathBuf, Failed> {
     tempfile::Builder::new()
         .prefix("jail-output-")
         .tempdir_in(temp)
         .map(|d| d.keep())
-        .map_err(|e| format!("make an output folder in {}: {e}: set TMPDIR to a writable folder", temp.display()))
+        .map_err(|e| broke(format!("make an output folder in {}: {e}: set TMPDIR to a writable folder", temp.display())))
 }
 
 /// A request's paths, taken by the acceptor before a jail is claimed: the
@@ -823,62 +842,65 @@ struct Accepted {
 /// The request's `script`: a regular file the jail may read (it is the
 /// jail's to read: a root pool does not hand it a file only root may
 /// read), opened without following a link (accept.rs).
-fn read_script(path: &Path, reach: accept::Reach) -> Result<String, String> {
-    accept::read_text(path, reach, MAX_SCRIPT).map_err(|e| format!("script {e}: {}", e.fix()))
+fn read_script(path: &Path, reach: accept::Reach) -> Result<String, Failed> {
+    accept::read_text(path, reach, MAX_SCRIPT).map_err(|e| refused(format!("script {e}: {}", e.fix())))
 }
 
 /// The request's `input`: a folder, opened without following a link.
-fn check_input(input: &Path, reach: accept::Reach) -> Result<OwnedFd, String> {
-    accept::open_dir(input, reach).map_err(|e| format!("input {e}: {}", e.fix()))
+fn check_input(input: &Path, reach: accept::Reach) -> Result<OwnedFd, Failed> {
+    accept::open_dir(input, reach).map_err(|e| refused(format!("input {e}: {}", e.fix())))
 }
 
 /// Copy the accepted input into the jail's input folder (accept.rs: links
 /// as links, what the jail may not read and hard links refused). Anything
 /// refused fails the request, naming each entry: nothing the caller gave
-/// vanishes without a word.
-fn copy_input(from: &OwnedFd, path: &Path, to: &Path, reach: accept::Reach) -> Result<(), String> {
-    let into = accept::open_own_dir(to).map_err(|e| format!("the jail's input folder {e}"))?;
-    let copied =
-        accept::copy_tree(from, &into, reach, INPUT_BOUNDS).map_err(|e| format!("copy the input {}: {e}", path.display()))?;
+/// vanishes without a word. Said as the pool's failure (`internal`), as
+/// it always was, though the fix is the caller's.
+fn copy_input(from: &OwnedFd, path: &Path, to: &Path, reach: accept::Reach) -> Result<(), Failed> {
+    let into = accept::open_own_dir(to).map_err(|e| broke(format!("the jail's input folder {e}")))?;
+    let copied = accept::copy_tree(from, &into, reach, INPUT_BOUNDS)
+        .map_err(|e| broke(format!("copy the input {}: {e}", path.display())))?;
     if copied.refused.is_empty() {
         return Ok(());
     }
     let listed: Vec<String> = copied.refused.iter().take(8).map(ToString::to_string).collect();
     let more = copied.refused.len().saturating_sub(listed.len());
-    Err(format!(
+    Err(broke(format!(
         "the input {} holds {} entries the jail may not be given ({}{}): remove them or give a folder without them",
         path.display(),
         copied.refused.len(),
         listed.join("; "),
         if more > 0 { format!("; and {more} more") } else { String::new() }
-    ))
+    )))
 }
 
 /// `output` must be absent or an empty folder, named without a link on
 /// the way, on the temp dir's filesystem so the jail's output folder can
 /// be renamed to it.
-fn check_output(output: &Path, temp: &Path) -> Result<accept::Place, String> {
+fn check_output(output: &Path, temp: &Path) -> Result<accept::Place, Failed> {
     let place = accept::Place::name(output).map_err(|e| match e.problem {
-        accept::Problem::Missing => format!("output's parent {e}: make it first"),
-        _ => format!("output {e}: {}", e.fix()),
+        accept::Problem::Missing => refused(format!("output's parent {e}: make it first")),
+        _ => refused(format!("output {e}: {}", e.fix())),
     })?;
-    match place.found().map_err(|e| format!("output {e}"))? {
+    match place.found().map_err(|e| refused(format!("output {e}")))? {
         accept::Found::Nothing | accept::Found::EmptyFolder => {}
-        accept::Found::Folder => return Err(format!("output {} is not empty: name a new or empty folder", output.display())),
+        accept::Found::Folder => {
+            return Err(refused(format!("output {} is not empty: name a new or empty folder", output.display())))
+        }
         accept::Found::Other => {
-            return Err(format!(
+            return Err(refused(format!(
                 "output {} exists and is not a folder (a link is not followed): name a new or empty folder",
                 output.display()
-            ))
+            )))
         }
     }
-    let tmeta = fs::metadata(temp).map_err(|e| format!("temp dir {}: {e}", temp.display()))?;
-    if place.device().map_err(|e| format!("output {e}"))? != tmeta.dev() {
-        return Err(format!(
+    let tmeta = fs::metadata(temp).map_err(|e| refused(format!("temp dir {}: {e}", temp.display())))?;
+    if place.device().map_err(|e| refused(format!("output {e}")))? != tmeta.dev() {
+        return Err(refused(format!(
             "output {} is not on the filesystem of the pool's temp dir {}: name a folder there, or start the pool with TMPDIR on the output's filesystem",
             output.display(),
             temp.display()
-        ));
+        )));
     }
     Ok(place)
 }
@@ -968,13 +990,13 @@ mod tests {
         let again = t.path().join("again");
         fs::create_dir(&again).unwrap();
         let e = copy_input(&check_input(&src, accept::Reach::here()).unwrap(), &src, &again, accept::Reach::here()).unwrap_err();
-        assert!(e.contains("hard: a file with 2 names"), "{e}");
+        assert!(e.message.contains("hard: a file with 2 names"), "{e:?}");
         // The input itself is taken without following a link, trailing
         // slash or not.
         std::os::unix::fs::symlink("/etc", t.path().join("etcdir")).unwrap();
         for p in ["etcdir", "etcdir/", "etcdir/."] {
             let e = check_input(&t.path().join(p), accept::Reach::here()).unwrap_err();
-            assert!(e.contains("link"), "{p}: {e}");
+            assert!(e.message.contains("link"), "{p}: {e:?}");
         }
     }
 
@@ -986,10 +1008,10 @@ mod tests {
         assert!(check_output(&t.path().join("empty"), t.path()).is_ok());
         fs::create_dir(t.path().join("full")).unwrap();
         fs::write(t.path().join("full/x"), "").unwrap();
-        assert!(check_output(&t.path().join("full"), t.path()).unwrap_err().contains("not empty"));
-        assert!(check_output(&t.path().join("no/such/x"), t.path()).unwrap_err().contains("make it first"));
+        assert!(check_output(&t.path().join("full"), t.path()).unwrap_err().message.contains("not empty"));
+        assert!(check_output(&t.path().join("no/such/x"), t.path()).unwrap_err().message.contains("make it first"));
         if fs::metadata("/proc").unwrap().dev() != fs::metadata(t.path()).unwrap().dev() {
-            assert!(check_output(Path::new("/proc/x"), t.path()).unwrap_err().contains("filesystem"));
+            assert!(check_output(Path::new("/proc/x"), t.path()).unwrap_err().message.contains("filesystem"));
         }
     }
 
@@ -998,9 +1020,9 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(t.path(), t.path().join("linked")).unwrap();
         let e = check_output(&t.path().join("linked/new"), t.path()).unwrap_err();
-        assert!(e.contains("link"), "{e}");
+        assert!(e.message.contains("link"), "{e:?}");
         let e = check_output(&t.path().join("linked"), t.path()).unwrap_err();
-        assert!(e.contains("not a folder"), "{e}");
+        assert!(e.message.contains("not a folder"), "{e:?}");
         assert!(!t.path().join("new").exists());
     }
 
@@ -1010,6 +1032,6 @@ mod tests {
         fs::write(t.path().join("a.py"), "print(1)").unwrap();
         std::os::unix::fs::symlink(t.path().join("a.py"), t.path().join("b.py")).unwrap();
         assert_eq!(read_script(&t.path().join("a.py"), accept::Reach::here()).unwrap(), "print(1)");
-        assert!(read_script(&t.path().join("b.py"), accept::Reach::here()).unwrap_err().contains("link"));
+        assert!(read_script(&t.path().join("b.py"), accept::Reach::here()).unwrap_err().message.contains("link"));
     }
 }

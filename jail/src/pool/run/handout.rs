@@ -17,7 +17,7 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use super::{cancel::Flight, check_input, copy_input, fresh_output, Claim, Jail, Pool, NOT_RUN};
+use super::{broke, cancel::Flight, check_input, copy_input, fresh_output, not_run, refused, Claim, Failed, Jail, Pool};
 use crate::accept;
 use crate::client::pool::{self as wire, Body, ErrorCode, Handout, Reply, SessionRequest};
 use crate::session;
@@ -25,32 +25,29 @@ use crate::session;
 impl Pool {
     /// One session request, start to reply line.
     pub(super) fn serve_session(self: &Arc<Self>, req: SessionRequest, flight: &Flight) -> Reply {
-        let fail = |code, message: String| wire::Error::new(code, message).about(Some(&req.id)).reply();
+        let fail = |e: Failed| e.about(Some(&req.id)).reply();
         // Everything about the request is checked before a jail is claimed.
         if !self.cfg.output_capped {
             // Its message starts as a client tells it (`refuses_sessions`).
-            return fail(
-                ErrorCode::BadRequest,
-                format!(
-                    "{} (filesystem.output_size \"unlimited\"), and a session from the pool takes yours later: \
-                     start the pool with a capped output_size",
-                    wire::REFUSES_SESSIONS
-                ),
-            );
+            return fail(refused(format!(
+                "{} (filesystem.output_size \"unlimited\"), and a session from the pool takes yours later: \
+                 start the pool with a capped output_size",
+                wire::REFUSES_SESSIONS
+            )));
         }
         // Opened now, used by descriptor once a jail is claimed (accept.rs).
         let input = match req.input.as_deref().map(|i| check_input(i, self.cfg.reach)).transpose() {
             Ok(i) => i,
-            Err(e) => return fail(ErrorCode::BadRequest, e),
+            Err(e) => return fail(e),
         };
         let (out, made) = match &req.output {
             Some(dir) => match output_folder(dir) {
                 Ok(made) => (dir.clone(), made),
-                Err(e) => return fail(ErrorCode::BadRequest, e),
+                Err(e) => return fail(refused(e)),
             },
             None => match fresh_output(&self.cfg.temp_dir) {
                 Ok(dir) => (dir, true),
-                Err(e) => return fail(ErrorCode::Internal, e),
+                Err(e) => return fail(e),
             },
         };
         let jail = match self.claim(flight) {
@@ -58,20 +55,20 @@ impl Pool {
             Err(e) => {
                 forget(&out, made);
                 return match e {
-                    Claim::Cancelled => fail(ErrorCode::Cancelled, NOT_RUN.into()),
-                    Claim::Failed(e) => fail(ErrorCode::Internal, e),
+                    Claim::Cancelled => fail(not_run()),
+                    Claim::Failed(e) => fail(broke(e)),
                 };
             }
         };
         if flight.is_cancelled() {
             forget(&out, made);
             self.give_back(jail);
-            return fail(ErrorCode::Cancelled, NOT_RUN.into());
+            return fail(not_run());
         }
         let handed = self.hand_out(&jail, &req, input.as_ref(), &out).and_then(|()| {
             // A cancel while it was handed over: never handed out.
             if flight.is_cancelled() {
-                Err(NOT_RUN.into())
+                Err(not_run())
             } else {
                 Ok(())
             }
@@ -96,17 +93,17 @@ impl Pool {
                 jail.destroy();
                 forget(&out, made);
                 let code = if flight.is_cancelled() { ErrorCode::Cancelled } else { ErrorCode::Internal };
-                fail(code, e)
+                fail(wire::Error { code, ..e })
             }
         }
     }
 
     /// The request's input in, then its output folder taken by the session.
-    fn hand_out(&self, jail: &Jail, req: &SessionRequest, input: Option<&OwnedFd>, out: &Path) -> Result<(), String> {
+    fn hand_out(&self, jail: &Jail, req: &SessionRequest, input: Option<&OwnedFd>, out: &Path) -> Result<(), Failed> {
         if let (Some(from), Some(path)) = (input, &req.input) {
             copy_input(from, path, &jail.input(), self.cfg.reach)?;
         }
-        session::adopt_output(&jail.handle, out).map_err(|e| format!("hand the output folder to the session: {e}"))?;
+        session::adopt_output(&jail.handle, out).map_err(|e| broke(format!("hand the output folder to the session: {e}")))?;
         Ok(())
     }
 
