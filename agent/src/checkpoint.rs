@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::agent::{Caps, Config, Progress, MOST_DEADLINE};
+use crate::config::{Caps, Config, Progress, MOST_DEADLINE};
 use crate::export::Accepted;
 use crate::llm::{LlmConfig, Message, ToolCall};
 use crate::runner::Runner;

@@ -3,7 +3,7 @@
 //! every step in a fresh jail).
 //!
 //! The pipeline of one run (`agent::run`): `session` makes the run's folders,
-//! the orchestrator in `agent` plans a `todo` list through the model (`llm`),
+//! the orchestrator in `agent` (given a `config`) plans a `todo` list through the model (`llm`),
 //! and hands each item to a sub-agent whose `tools` write scripts and run
 //! each as a cell of the sub-task's session (`cells`, claimed from the
 //! run's `jail pool` child, `pool`) or in a fresh jail, through the `jail`
@@ -16,6 +16,7 @@
 pub mod agent;
 pub mod cells;
 pub mod checkpoint;
+pub mod config;
 pub mod escape;
 pub mod export;
 pub mod llm;

@@ -64,8 +64,11 @@ pub const RESOLVE: u64 = RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS;
 /// never out of that folder.
 pub const BENEATH: u64 = RESOLVE | RESOLVE_BENEATH;
 
-/// Deeper trees are not copied (output.rs has the same bound).
-pub const MAX_DEPTH: usize = crate::output::MAX_DEPTH;
+/// Deeper trees are not copied: a script could nest folders far past any
+/// stack, and nothing legitimate needs this many levels. The one bound of
+/// every walk of a tree (a caller's input, a step's output, the input's
+/// digest).
+pub const MAX_DEPTH: usize = 64;
 
 /// A caller's path that cannot be taken: the path as given and why.
 #[derive(Debug, thiserror::Error)]

@@ -319,13 +319,19 @@ fn worker_setup(
     limits: &[Rlimit],
     confine: &Confine,
 ) -> Result<(), StageError> {
-    // The script gets a clean signal state: nothing blocked, SIGPIPE and
-    // SIGXFSZ at their defaults (the Rust runtime ignores SIGPIPE). CPython
-    // ignores SIGXFSZ itself, so a Python write past RLIMIT_FSIZE fails with
-    // EFBIG (OSError errno 27); other programs it starts die of SIGXFSZ.
+    // The script gets a clean signal state: nothing blocked, every signal at
+    // its default. An ignored signal survives fork and exec, so a caller
+    // started with SIGINT ignored (`jail serve &` from a script: a shell
+    // starts a background job so) would hand that on, and CPython installs
+    // its KeyboardInterrupt handler only where SIGINT is at its default: a
+    // cell past its time would then be killed, its session with it, instead
+    // of interrupted. The Rust runtime ignores SIGPIPE; CPython ignores
+    // SIGXFSZ itself, so a Python write past RLIMIT_FSIZE fails with EFBIG
+    // (OSError errno 27); other programs it starts die of SIGXFSZ.
     SigSet::empty().thread_set_mask().stage(Stage::Signals)?;
-    sys::set_default_signal(Signal::SIGPIPE).stage(Stage::Signals)?;
-    sys::set_default_signal(Signal::SIGXFSZ).stage(Stage::Signals)?;
+    for sig in Signal::iterator().filter(|s| !matches!(s, Signal::SIGKILL | Signal::SIGSTOP)) {
+        sys::set_default_signal(sig).stage(Stage::Signals)?;
+    }
     // Every descriptor but stdio, the report pipe and the listener's way
     // out closes now; those two are close-on-exec (runc CVE-2024-21626).
     let mut keep = vec![report.as_raw_fd()];

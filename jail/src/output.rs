@@ -41,7 +41,7 @@ use nix::fcntl::AtFlags;
 use nix::sys::stat::{FileStat, Mode};
 use nix::unistd::{Pid, UnlinkatFlags, Whence};
 
-use crate::accept::{kind_of, names, permission_bits, stat_at, times, Kind};
+use crate::accept::{kind_of, names, permission_bits, stat_at, times, Kind, MAX_DEPTH};
 use crate::artifacts::budget::Spend;
 use crate::artifacts::neutralise::{self, NeutraliseError, Written};
 use crate::artifacts::PastBudget;
@@ -53,10 +53,6 @@ use crate::sys::{self, RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS};
 /// gets this long after the artifact check (so what a script wrote before a
 /// timeout reaches the host); otherwise it must end by the wall deadline.
 pub const COPY_GRACE: Duration = Duration::from_secs(1);
-
-/// Deeper trees are not copied: a script could nest folders far past any
-/// stack, and nothing legitimate needs this many levels.
-pub const MAX_DEPTH: usize = 64;
 
 /// Inodes of the output tmpfs: empty files cost no bytes, so the size cap
 /// alone would let a script leave millions of them for the copy-out.

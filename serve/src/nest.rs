@@ -324,8 +324,10 @@ fn rmdir(path: &Path) -> Result<(), NestError> {
 /// Nest the server and its janitor (server.rs, while the server has no
 /// thread yet: a process moves with all its threads, and none may be
 /// made in `own` meanwhile). The janitor is told what will be made before
-/// anything is, so a SIGKILL at any point leaves nothing it cannot undo.
-pub fn start(janitor: &mut std::process::Child, policy: Option<&Path>) -> RunCgroups {
+/// anything is, so a SIGKILL at any point leaves nothing it cannot undo:
+/// `tell` hands it a record (`None`: nothing left to undo; janitor.rs's
+/// `tell`), `janitor` is its pid.
+pub fn start(janitor: u32, tell: &mut dyn FnMut(Option<&Record>) -> std::io::Result<()>, policy: Option<&Path>) -> RunCgroups {
     if let Some(r) = given_parent(policy) {
         return RunCgroups::Fallback(r);
     }
@@ -333,12 +335,12 @@ pub fn start(janitor: &mut std::process::Child, policy: Option<&Path>) -> RunCgr
         Ok(own) => own,
         Err(r) => return RunCgroups::Fallback(r),
     };
-    let ours = [std::process::id(), janitor.id()].map(|p| i32::try_from(p).unwrap_or(i32::MAX));
+    let ours = [std::process::id(), janitor].map(|p| i32::try_from(p).unwrap_or(i32::MAX));
     let plan = match plan(&own, &ours) {
         Ok(p) => p,
         Err(r) => return RunCgroups::Fallback(r),
     };
-    if let Err(e) = crate::janitor::tell(janitor, Some(&plan.record)).map_err(NestError::Tell) {
+    if let Err(e) = tell(Some(&plan.record)).map_err(NestError::Tell) {
         return RunCgroups::Fallback(Refusal::new(jail::stage::chain_line(&e), "see why the janitor ended"));
     }
     let mut done = Vec::new();
@@ -351,7 +353,7 @@ pub fn start(janitor: &mut std::process::Child, policy: Option<&Path>) -> RunCgr
                 .collect();
             let undone = if left.is_empty() {
                 // Nothing of it is left: the janitor has nothing to undo.
-                let _ = crate::janitor::tell(janitor, None);
+                let _ = tell(None);
                 "undone".to_string()
             } else {
                 format!("not all undone, the janitor tries again at exit: {}", left.join("; "))

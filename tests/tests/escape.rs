@@ -428,7 +428,12 @@ print("parent done")
 "#
     ));
     assert_eq!(r.status, Status::Ok, "{}", r.stderr.text);
-    assert!(started.elapsed() < Duration::from_secs(10), "the jail waited for its orphans");
+    // The step's own time, from its release to its end: the orphans sleep
+    // 60 s, so a jail that waited for them takes that long. What the
+    // caller waited besides (a pool's first jail, in the TCG guests of the
+    // VM matrix under load) is not the jail waiting for its orphans.
+    assert!(r.usage.wall_ms < 10_000.0, "the jail waited for its orphans: {} ms", r.usage.wall_ms);
+    assert!(started.elapsed() < Duration::from_secs(50), "the jail waited for its orphans");
     std::thread::sleep(Duration::from_millis(100));
     assert_eq!(host_processes_with(&marker), Vec::<u32>::new(), "a background process survived");
 }
@@ -443,7 +448,11 @@ fn infinite_loop_ends_at_the_wall_clock_timeout(runner: Runner) {
     let took = started.elapsed();
     assert_eq!(r.status, Status::TimeoutWall);
     assert_eq!(out.status.code(), Some(124));
-    assert!(took >= Duration::from_millis(2950) && took < Duration::from_secs(10), "took {took:?}");
+    assert!(took >= Duration::from_millis(2950), "took {took:?}");
+    // The step's own time (the caller's also counts a pool's first jail):
+    // the deadline held it to 3 s and the kill took little past it.
+    let wall = r.usage.wall_ms;
+    assert!((2950.0..10_000.0).contains(&wall), "the step ran {wall} ms");
     // Output written before the kill is kept.
     assert_eq!(r.stdout.text, "spinning\n");
 }

@@ -140,6 +140,48 @@ fn a_second_session_sees_nothing_of_the_first() {
     assert_session_gone(&b_box, &b, &b.id);
 }
 
+/// A session started by a caller that ignores SIGINT (a shell starts a
+/// background job `jail serve &` or `jail pool &` so, and the ignoring is
+/// inherited through fork and exec) still interrupts a cell past its time:
+/// the jail's script starts with every signal at its default, so Python
+/// has its KeyboardInterrupt handler. Without that the cell was killed at
+/// the end of the grace and the session with it.
+#[test]
+fn a_session_started_with_sigint_ignored_still_interrupts_a_cell_past_its_time() {
+    use std::os::unix::process::CommandExt;
+    let mut sb = Sandbox::new();
+    sb.extra_args.extend(["--timeout".into(), "1".into()]);
+    let mut start = sb.session_command();
+    // SAFETY: between fork and exec this only calls signal(2), which is
+    // async-signal-safe, and allocates nothing.
+    unsafe {
+        start.pre_exec(|| {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            libc::signal(libc::SIGQUIT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let out = start.output().expect("spawn jail session start");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("session start --json output");
+    let s = Session {
+        handle: PathBuf::from(v["handle"].as_str().unwrap()),
+        pid: v["pid"].as_u64().unwrap() as u32,
+        id: v["id"].as_str().unwrap().to_string(),
+    };
+    s.exec("n = 7\n");
+    let (v, _) = s.exec("import time\nwhile True:\n    time.sleep(0.1)\n");
+    assert_eq!(
+        (&v["status"], &v["error"]["type"]),
+        (&serde_json::json!("timeout_wall"), &serde_json::json!("KeyboardInterrupt")),
+        "{v}"
+    );
+    assert_eq!(v["session"]["ended"], false, "{v}");
+    let (v, _) = s.exec("print(n)\n");
+    assert_eq!(v["stdout"]["text"], "7\n", "{v}");
+    s.stop();
+}
+
 #[test]
 fn a_cell_past_its_time_gets_keyboard_interrupt_and_the_session_lives_on() {
     let mut sb = Sandbox::new();
