@@ -503,7 +503,7 @@ impl Backend for Link {
                 turn = self.gate.acquire() => turn.map_err(|_| RunError::PoolLost("the warm pool was closed".into()))?,
                 () = cancel.wait() => return Err(RunError::not_run()),
             };
-            let deadline = job.timeout + crate::spawn::HUNG_GRACE + QUEUE_GRACE;
+            let deadline = job.timeout + jail::client::bounds::HUNG_GRACE + QUEUE_GRACE;
             let events = self.streams_events();
             let rx = self
                 .send(wire::run_line(&job, events), job.id.clone(), Some(Arc::clone(&log)))
