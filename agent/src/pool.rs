@@ -49,13 +49,12 @@
 
 use std::collections::VecDeque;
 use std::io::{BufRead, Read, Write};
-use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use jail::client::bounds::{CLAIM_WAIT, MAX_DOCUMENT, START_WAIT};
+use jail::client::pool::{self as wire, Body, Line, Reply, SessionRequest, Stats};
 
 use crate::cells::{self, JailFrom, Live};
 use crate::escape::{escape, Lines};
@@ -64,10 +63,6 @@ use crate::runner::{Runner, RunnerError};
 use crate::session::Session;
 use crate::trace::SpanStart;
 
-/// How long a new pool may take to make its first jail and answer.
-const START_WAIT: Duration = Duration::from_secs(120);
-/// How long a claim may wait for a jail (the pool makes one when none is ready).
-const CLAIM_WAIT: Duration = Duration::from_secs(120);
 /// How long the closing `stats` question waits.
 const STATS_WAIT: Duration = Duration::from_secs(2);
 /// How long a closed pool has to destroy its jails before SIGKILL.
@@ -77,51 +72,11 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
 const STOP_WAIT: Duration = Duration::from_millis(500);
 /// How long the last-resort stop (stop.rs) waits for a pool it sent SIGTERM.
 const SIGNAL_WAIT: Duration = Duration::from_secs(1);
-/// Longest reply line read from the pool; longer ones are dropped.
-const MAX_REPLY: u64 = 1 << 20;
 /// Lines of the pool's stderr kept for a failure message, and their length.
 const TAIL_LINES: usize = 20;
 const MAX_STDERR_LINE: u64 = 4 << 10;
 /// The most jails `jail pool` keeps.
 pub const MAX_SIZE: usize = 64;
-
-/// The pool's `stats` answer, as far as the agent reports it.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct PoolStats {
-    #[serde(default)]
-    pub size: u64,
-    #[serde(default)]
-    pub ready: u64,
-    #[serde(default)]
-    pub refill_ms: Refill,
-    /// What the last jail made held once its preload ran (shared pages in each process).
-    #[serde(default)]
-    pub idle_rss_bytes: u64,
-    /// The mean over the ready jails of their resident, proportional and
-    /// anonymous memory; none when no jail was ready.
-    #[serde(default)]
-    pub idle: Option<Idle>,
-}
-
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Refill {
-    #[serde(default)]
-    pub last: f64,
-    #[serde(default)]
-    pub mean: f64,
-}
-
-/// Each `null` when /proc did not say: PSS and anonymous memory come from
-/// the jails' smaps_rollup, which an ordinary user's pool may not read.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-pub struct Idle {
-    #[serde(default)]
-    pub rss_bytes: Option<u64>,
-    #[serde(default)]
-    pub pss_bytes: Option<u64>,
-    #[serde(default)]
-    pub anon_bytes: Option<u64>,
-}
 
 /// What became of the pool, for the trace's `pool` record.
 #[derive(Debug, Clone, PartialEq)]
@@ -136,7 +91,7 @@ pub struct Report {
     /// Sessions it handed out.
     pub claims: u64,
     /// Its `stats` just before it was closed.
-    pub stats: Option<PoolStats>,
+    pub stats: Option<Stats>,
     /// Its span: from its start (or the close, when it never started).
     pub span: SpanStart,
 }
@@ -164,7 +119,7 @@ struct Link {
     child: Child,
     stdin: Option<ChildStdin>,
     /// Each reply with when it came.
-    replies: mpsc::Receiver<(Instant, Value)>,
+    replies: mpsc::Receiver<(Instant, Reply)>,
     /// When it was spawned.
     clock: Instant,
     stderr: Arc<Mutex<VecDeque<String>>>,
@@ -306,16 +261,20 @@ impl Pool {
         };
         link.next_id += 1;
         let id = format!("s{}", link.next_id);
-        let line = json!({"id": id, "op": "session", "input": session.input, "output": session.output});
+        let line = Line::Session(SessionRequest {
+            id: id.clone(),
+            input: Some(session.input.clone()),
+            output: Some(session.output.clone()),
+        });
         if !cells::begin_start() {
             return Err(NoClaim::Interrupted);
         }
         let answer = link.ask(&line, &id, CLAIM_WAIT);
         let claim_ms = started.elapsed().as_secs_f64() * 1000.0;
-        let handed = answer.as_ref().ok().and_then(|v| {
-            let s = &v["session"];
-            Some((PathBuf::from(s["handle"].as_str()?), s["id"].as_str().unwrap_or_default().to_string()))
-        });
+        let handed = match &answer {
+            Ok(Reply { body: Body::Session(h), .. }) => Some((h.handle.clone(), h.id.clone())),
+            _ => None,
+        };
         cells::end_start(&runner.jail, handed.as_ref().map(|(h, _)| h.as_path()));
         if let Some((handle, sid)) = handed {
             *self.claims.lock().unwrap_or_else(|e| e.into_inner()) += 1;
@@ -324,11 +283,8 @@ impl Pool {
             return Ok(live);
         }
         let why = match answer {
-            Ok(v) => format!(
-                "the warm pool refused the claim ({}: {})",
-                v["error"]["code"].as_str().unwrap_or("no code"),
-                v["error"]["message"].as_str().unwrap_or("no message")
-            ),
+            Ok(Reply { body: Body::Error(e), .. }) => format!("the warm pool refused the claim ({}: {})", e.code, e.message),
+            Ok(_) => "the warm pool refused the claim (no code: no message)".to_string(),
             Err(Gone::Stopped) => {
                 drop(state);
                 return Err(NoClaim::Interrupted);
@@ -393,7 +349,7 @@ impl Pool {
         let stdin = child.stdin.take();
         let mut link = Link { child, stdin, replies, clock, stderr, started, start_ms: 0.0, next_id: 0 };
         // The pool reads its first line once its first jail is made.
-        if link.send(&json!({"id": "ready", "op": "stats"})).is_err() {
+        if link.send(&Line::Stats { id: Some("ready".into()) }).is_err() {
             let why = link.exit_words();
             link.end(SHUTDOWN_WAIT);
             return Err(NoClaim::Unavailable(why));
@@ -405,7 +361,7 @@ impl Pool {
     fn ready(&self, mut link: Link) -> Result<Link, NoClaim> {
         let left = START_WAIT.saturating_sub(link.clock.elapsed());
         match link.wait_for("ready", left) {
-            Ok((at, v)) if v.get("stats").is_some() => {
+            Ok((at, Reply { body: Body::Stats(_), .. })) => {
                 link.start_ms = at.saturating_duration_since(link.clock).as_secs_f64() * 1000.0;
                 Ok(link)
             }
@@ -418,7 +374,7 @@ impl Pool {
                     Err(Gone::Silent) => format!("jail pool did not answer within {} s of its start", START_WAIT.as_secs()),
                     Err(Gone::Ended | Gone::Stopped) => link.exit_words(),
                     Ok((_, v)) => {
-                        format!("jail pool's first answer was not its stats: {}", crate::llm::excerpt(&v.to_string(), 200))
+                        format!("jail pool's first answer was not its stats: {}", crate::llm::excerpt(&v.text(), 200))
                     }
                 };
                 link.end(SHUTDOWN_WAIT);
@@ -461,9 +417,12 @@ impl Pool {
         let (state_name, note, start_ms, stats, span) = match was {
             State::Up(mut link) => {
                 let stats = (!stopping)
-                    .then(|| link.ask(&json!({"id": "last-stats", "op": "stats"}), "last-stats", stats_wait).ok())
+                    .then(|| link.ask(&Line::Stats { id: Some("last-stats".into()) }, "last-stats", stats_wait).ok())
                     .flatten()
-                    .and_then(|v| serde_json::from_value::<PoolStats>(v["stats"].clone()).ok());
+                    .and_then(|r| match r.body {
+                        Body::Stats(s) => Some(s),
+                        _ => None,
+                    });
                 let (span, start_ms) = (link.started.clone(), link.start_ms);
                 link.end(end_wait);
                 ("up", None, Some(start_ms), stats, span)
@@ -508,15 +467,15 @@ enum Gone {
 
 impl Link {
     /// Send one line and wait for the reply carrying `id`.
-    fn ask(&mut self, line: &Value, id: &str, wait: Duration) -> Result<Value, Gone> {
+    fn ask(&mut self, line: &Line, id: &str, wait: Duration) -> Result<Reply, Gone> {
         self.send(line)?;
         self.wait_for(id, wait).map(|(_, v)| v)
     }
 
     /// Send one line.
-    fn send(&mut self, line: &Value) -> Result<(), Gone> {
+    fn send(&mut self, line: &Line) -> Result<(), Gone> {
         let sent = self.stdin.as_mut().map(|w| {
-            let mut text = line.to_string();
+            let mut text = line.text();
             text.push('\n');
             w.write_all(text.as_bytes()).and_then(|()| w.flush())
         });
@@ -528,7 +487,7 @@ impl Link {
 
     /// The reply carrying `id` and when it came, waiting at most `wait`,
     /// and no longer once the agent is told to stop.
-    fn wait_for(&mut self, id: &str, wait: Duration) -> Result<(Instant, Value), Gone> {
+    fn wait_for(&mut self, id: &str, wait: Duration) -> Result<(Instant, Reply), Gone> {
         let until = Instant::now() + wait;
         loop {
             if crate::stop::requested().is_some() {
@@ -536,7 +495,7 @@ impl Link {
             }
             let left = until.saturating_duration_since(Instant::now());
             match self.replies.recv_timeout(left.min(Duration::from_millis(50))) {
-                Ok((at, v)) if v["id"] == id => return Ok((at, v)),
+                Ok((at, v)) if v.id.as_deref() == Some(id) => return Ok((at, v)),
                 // Not ours (a reply to a claim given up on): dropped.
                 Ok(_) => continue,
                 Err(mpsc::RecvTimeoutError::Timeout) if left.is_zero() => return Err(Gone::Silent),
@@ -599,25 +558,18 @@ impl Link {
     }
 }
 
-/// The pool's stdout, one JSON reply a line (bounded), onto the channel.
-fn read_replies(out: impl Read, tx: &mpsc::Sender<(Instant, Value)>) {
+/// The pool's stdout, one reply a line (bounded: a longer line is
+/// dropped), onto the channel.
+fn read_replies(out: impl Read, tx: &mpsc::Sender<(Instant, Reply)>) {
     let mut r = std::io::BufReader::new(out);
-    let mut line = Vec::new();
+    let mut lines = wire::Lines::new(MAX_DOCUMENT as usize);
     loop {
-        line.clear();
-        match r.by_ref().take(MAX_REPLY).read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
+        match wire::read_line(&mut r, &mut lines) {
+            Ok(wire::Read::Whole) => {}
+            Ok(wire::Read::TooLong) => continue,
+            Ok(wire::Read::End) | Err(_) => return,
         }
-        if !line.ends_with(b"\n") {
-            // Over the cap: drop the rest of it.
-            let mut sink = Vec::new();
-            if r.read_until(b'\n', &mut sink).is_err() {
-                return;
-            }
-            continue;
-        }
-        if let Ok(v) = serde_json::from_slice::<Value>(&line) {
+        if let Ok(v) = Reply::parse(lines.line()) {
             if tx.send((Instant::now(), v)).is_err() {
                 return;
             }
@@ -673,28 +625,5 @@ pub(crate) fn end_on_signal() {
             }
             _ => return,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_stats_answer_is_read_whole_or_with_its_unknowns_null() {
-        // As `jail pool` answers as root, and as an ordinary user who may
-        // not read its jails' smaps_rollup.
-        let root = json!({"size": 1, "ready": 1, "making": 0, "in_use": 0, "refill_ms": {"last": 58.2, "mean": 47.3},
-            "idle_rss_bytes": 25694208, "idle": {"rss_bytes": 25620480, "pss_bytes": 9000000, "anon_bytes": 4000000},
-            "sessions": 0, "available_memory_bytes": 1, "max_size": 45});
-        let s: PoolStats = serde_json::from_value(root).unwrap();
-        assert_eq!(s.idle, Some(Idle { rss_bytes: Some(25620480), pss_bytes: Some(9000000), anon_bytes: Some(4000000) }));
-        assert_eq!((s.refill_ms.mean, s.idle_rss_bytes), (47.3, 25694208));
-        let user = json!({"size": 1, "ready": 1, "refill_ms": {"last": 1.0, "mean": 1.0}, "idle_rss_bytes": 5,
-            "idle": {"rss_bytes": 5, "pss_bytes": null, "anon_bytes": null}});
-        let s: PoolStats = serde_json::from_value(user).unwrap();
-        assert_eq!(s.idle, Some(Idle { rss_bytes: Some(5), pss_bytes: None, anon_bytes: None }));
-        let none_ready: PoolStats = serde_json::from_value(json!({"size": 1, "ready": 0, "idle": null})).unwrap();
-        assert_eq!(none_ready.idle, None);
     }
 }

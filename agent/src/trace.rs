@@ -179,7 +179,7 @@ pub enum Event {
         claims: u64,
         /// Its own `stats` just before it was closed: refill time, what an
         /// idle jail holds.
-        stats: Option<crate::pool::PoolStats>,
+        stats: Option<jail::client::pool::Stats>,
     },
     /// A sub-task's session was stopped (cells.rs): the jail judged its
     /// output and delivered what passed.
@@ -1151,12 +1151,13 @@ mod tests {
 
     #[test]
     fn the_summary_says_where_the_jails_came_from_and_what_the_pool_held() {
-        let stats = crate::pool::PoolStats {
+        let stats = jail::client::pool::Stats {
             size: 1,
             ready: 0,
-            refill_ms: crate::pool::Refill { last: 90.0, mean: 80.0 },
+            refill_ms: jail::client::pool::Refill { last: 90.0, mean: 80.0 },
             idle_rss_bytes: 3 << 20,
             idle: None,
+            ..Default::default()
         };
         let recs = vec![
             step("pool", Some(4.0), None),

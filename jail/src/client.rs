@@ -10,9 +10,12 @@
 //! - `group`: stopping a started `jail` (SIGTERM, SIGKILL after a grace).
 //! - `events`: the one bounded NDJSON reader and `result_of`.
 //! - `run`: `spawn` a `RunSpec`, `Running::wait` for its result.
+//! - `pool`: the pool's wire, typed once: what a caller writes and reads,
+//!   and what `jail pool` itself parses and writes.
 
 pub mod bounds;
 pub mod command;
 pub mod events;
 pub mod group;
+pub mod pool;
 pub mod run;

@@ -175,5 +175,4 @@
 pub mod attach;
 pub mod footprint;
 pub mod memory;
-pub mod protocol;
 pub mod run;

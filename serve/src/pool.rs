@@ -32,10 +32,10 @@ use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 use crate::backend::{Backend, BoxFuture, EventLog, Job, RawResult, RunError};
 use crate::cancel::Cancel;
 use crate::route::PoolShape;
+use jail::client::bounds::START_WAIT;
+use jail::client::pool::ErrorCode;
 use wire::{Line, Read, Reply};
 
-/// How long a new pool may take to make its first jail and answer.
-const START_WAIT: Duration = Duration::from_secs(120);
 /// Past a run's wall time: waiting for a jail (the pool queues requests
 /// beyond its ready jails) and the jail's own teardown.
 const QUEUE_GRACE: Duration = Duration::from_secs(60);
@@ -395,7 +395,7 @@ impl Link {
         let id = format!("stats-{}", self.next.fetch_add(1, Ordering::SeqCst));
         let asked = tokio::time::timeout(STATS_WAIT, self.call(wire::stats_line(&id), id.clone())).await;
         match asked {
-            Ok(Some(Reply::Stats(v))) => Some(v),
+            Ok(Some(Reply::Stats(s))) => serde_json::to_value(s).ok(),
             _ => {
                 lock(&self.waiting).remove(&id);
                 None
@@ -427,17 +427,12 @@ impl Link {
                 lock(&self.waiting).remove(id);
                 Err(failed(format!("the warm pool did not hand out a session within {QUEUE_GRACE:?}")))
             }
-            Ok(Ok(Reply::Session(v))) => match v.get("handle").and_then(Value::as_str) {
-                Some(handle) => Ok(handle.to_owned()),
-                None => Err(failed(format!("the warm pool's session reply has no handle: {v}"))),
-            },
-            Ok(Ok(Reply::Error { code, message })) if wire::refuses_sessions(&code, &message) => {
+            Ok(Ok(Reply::Session(h))) => Ok(h.handle.to_string_lossy().into_owned()),
+            Ok(Ok(Reply::Error(e))) if e.refuses_sessions() => {
                 self.sessions.store(false, Ordering::SeqCst);
                 Err(SessionRefused::Never)
             }
-            Ok(Ok(Reply::Error { code, message })) => {
-                Err(failed(format!("the warm pool refused the session ({code}): {message}")))
-            }
+            Ok(Ok(Reply::Error(e))) => Err(failed(format!("the warm pool refused the session ({}): {}", e.code, e.message))),
             Ok(Ok(Reply::Lost(why))) => Err(failed(why)),
             Ok(Ok(other)) => Err(failed(format!("the warm pool answered a session with {other:?}"))),
             Ok(Err(_)) => Err(failed("the warm pool ended".into())),
@@ -479,7 +474,7 @@ impl Link {
                 log.push(&event);
             }
             // The answer to a cancel of a run already answered: nothing waits for it.
-            Line::Reply(_, Reply::Error { code, .. }) if code == "unknown_id" => {}
+            Line::Reply(_, Reply::Error(e)) if e.code == ErrorCode::UnknownId => {}
             Line::Reply(id, reply) => {
                 let Some(waiter) = lock(&self.waiting).remove(&id) else { return };
                 let _ = waiter.reply.send(reply);
@@ -496,7 +491,7 @@ impl Link {
             return;
         };
         let message = format!("the pool's reply was over {} bytes: lower the run's output", wire::MAX_LINE_BYTES);
-        self.dispatch(Line::Reply(id, Reply::Error { code: "too_large".into(), message }));
+        self.dispatch(Line::Reply(id, Reply::TooLong(message)));
     }
 }
 
@@ -508,7 +503,7 @@ impl Backend for Link {
                 turn = self.gate.acquire() => turn.map_err(|_| RunError::PoolLost("the warm pool was closed".into()))?,
                 () = cancel.wait() => return Err(RunError::not_run()),
             };
-            let deadline = job.timeout + crate::spawn::HUNG_GRACE + QUEUE_GRACE;
+            let deadline = job.timeout + jail::client::bounds::HUNG_GRACE + QUEUE_GRACE;
             let events = self.streams_events();
             let rx = self
                 .send(wire::run_line(&job, events), job.id.clone(), Some(Arc::clone(&log)))
@@ -533,12 +528,16 @@ impl Backend for Link {
                 Ok(Ok(Reply::Lost(why))) => {
                     return Err(RunError::PoolLost(format!("{why}: the run did not finish; send it again")))
                 }
-                Ok(Ok(Reply::Error { code, message })) if wire::never_started(&code, &message) => {
-                    return Err(RunError::NotStarted(format!("the warm pool's jail was dead before the run started: {message}")));
+                Ok(Ok(Reply::Error(e))) if e.never_started() => {
+                    let why = e.message;
+                    return Err(RunError::NotStarted(format!("the warm pool's jail was dead before the run started: {why}")));
                 }
-                Ok(Ok(Reply::Error { code, message })) if code == "cancelled" => return Err(RunError::Cancelled(message)),
-                Ok(Ok(Reply::Error { code, message })) => {
-                    return Err(RunError::Failed(format!("the warm pool refused the run ({code}): {message}")))
+                Ok(Ok(Reply::Error(e))) if e.code == ErrorCode::Cancelled => return Err(RunError::Cancelled(e.message)),
+                Ok(Ok(Reply::Error(e))) => {
+                    return Err(RunError::Failed(format!("the warm pool refused the run ({}): {}", e.code, e.message)))
+                }
+                Ok(Ok(Reply::TooLong(message))) => {
+                    return Err(RunError::Failed(format!("the warm pool refused the run (too_large): {message}")))
                 }
                 Ok(Ok(Reply::Stats(_) | Reply::Session(_))) => {
                     return Err(RunError::Failed("the warm pool answered the run with something else".into()))

@@ -336,7 +336,7 @@ async fn on_pool(state: &Shared, link: &Link, job: Job, run: &Run) -> Result<Raw
     if run.cancel.asked() {
         return Err(RunError::not_run());
     }
-    // The pool handed out a dead jail (see wire::never_started): the step
+    // The pool handed out a dead jail (see jail::client::pool::Error::never_started): the step
     // never ran, so it runs once, on a jail of its own.
     eprintln!("jail serve: run {}: {why}: running it with jail run", job.id);
     state.metrics.spawned("pool_jail_dead");

@@ -1966,7 +1966,7 @@ fn step_facts(root: &Path) -> Vec<agent::trace::JailFacts> {
 }
 
 /// The trace's `pool` record: (size, state, note, claims, stats).
-fn pool_record(root: &Path) -> (usize, String, Option<String>, u64, Option<agent::pool::PoolStats>) {
+fn pool_record(root: &Path) -> (usize, String, Option<String>, u64, Option<jail::client::pool::Stats>) {
     let records = trace::read(&root.join("trace.jsonl")).unwrap();
     let pools: Vec<_> = records
         .iter()

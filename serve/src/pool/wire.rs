@@ -1,89 +1,75 @@
-//! The pool's JSON lines as the server speaks them (the protocol is the
-//! module doc of jail/src/pool.rs): the request line for a run, what a
-//! reply line is, the bounded line reader for the pool's stdout, and the
-//! events a run's log gets from a result when the pool streamed none.
-//! Pure but for the reader, which takes any `AsyncBufRead`.
+//! The pool's JSON lines as the server speaks them, over the one wire
+//! (jail::client::pool; the protocol is the module doc of
+//! jail/src/pool.rs): the lines for a run, a session, stats and a cancel,
+//! what a reply line is, the bounded line reader for the pool's stdout,
+//! and the events a run's log gets from a result when the pool streamed
+//! none. Pure but for the reader, which takes any `AsyncBufRead`.
 
+use jail::client::pool::{self as wire, ErrorCode, Line as Asked, RequestLine, Source};
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 use crate::backend::Job;
 
+pub use jail::client::pool::{leading_id, result_id, Error, Handout, Read, Stats};
+
 /// Longest line read from the pool's stdout: a reply carries a result with
 /// its capped streams, as `jail run --events`' result line does.
-pub const MAX_LINE_BYTES: usize = 64 << 20;
+pub const MAX_LINE_BYTES: usize = jail::client::bounds::MAX_DOCUMENT as usize;
 
 /// The request line for `job` (without its newline). The script is the
 /// staged `main.py`, read by the pool without following a link; the
 /// output folder is handed over to `dir/output` (absent until then, on
 /// the pool's TMPDIR filesystem: the server's work folder).
 pub fn run_line(job: &Job, events: bool) -> String {
-    let mut req = json!({
-        "id": job.id,
-        "script": job.dir.join("main.py").to_string_lossy(),
-        "output": job.dir.join("output").to_string_lossy(),
-        "limits": {"wall_time_secs": job.timeout.as_secs_f64()},
-    });
-    if let Some(input) = &job.input {
-        req["input"] = Value::from(input.to_string_lossy());
-    }
-    if events {
-        req["events"] = Value::Bool(true);
-    }
-    req.to_string()
+    Asked::Run(wire::Request {
+        id: job.id.clone(),
+        source: Source::Script(job.dir.join("main.py")),
+        input: job.input.clone(),
+        output: Some(job.dir.join("output")),
+        args: Vec::new(),
+        wall_time: job.timeout,
+        events,
+    })
+    .text()
 }
 
 /// A session from the pool (`{"op": "session"}`): a ready jail (its
 /// preload imported) handed over with `input` copied into its read-only
 /// `/workspace/input` and `output` (made when absent) as its output folder.
 pub fn session_line(id: &str, input: Option<&std::path::Path>, output: &std::path::Path) -> String {
-    let mut req = json!({"id": id, "op": "session", "output": output.to_string_lossy()});
-    if let Some(input) = input {
-        req["input"] = Value::from(input.to_string_lossy());
-    }
-    req.to_string()
-}
-
-/// Whether an error reply to a session request says this pool can never
-/// hand one out: its policy binds each jail's output folder when it is
-/// made (`output_size: "unlimited"`). Sessions then start on their own.
-pub fn refuses_sessions(code: &str, message: &str) -> bool {
-    code == "bad_request" && message.contains("output_size")
+    Asked::Session(wire::SessionRequest {
+        id: id.to_owned(),
+        input: input.map(ToOwned::to_owned),
+        output: Some(output.to_owned()),
+    })
+    .text()
 }
 
 /// A line asking for the pool's stats.
 pub fn stats_line(id: &str) -> String {
-    json!({"op": "stats", "id": id}).to_string()
+    Asked::Stats { id: Some(id.to_owned()) }.text()
 }
 
 /// The probe for live events: `events` on a request that is otherwise
 /// incomplete (no code), so nothing runs. A pool that does not know the
-/// field refuses it as `unknown_field`; one that does refuses the missing
-/// code (`bad_request`).
+/// field refuses it as `unknown_field` (the only field the probe has that
+/// a pool may not know); one that does refuses the missing code
+/// (`bad_request`).
 pub fn events_probe_line(id: &str) -> String {
-    json!({"id": id, "events": true}).to_string()
+    RequestLine { id: Some(id.to_owned()), events: Some(true), ..RequestLine::default() }.text()
 }
 
 /// Whether the probe's reply says the pool takes `events`.
 pub fn takes_events(reply: &Reply) -> bool {
-    !matches!(reply, Reply::Error { code, message } if code == "unknown_field" && message.contains("events"))
+    !matches!(reply, Reply::Error(e) if e.code == ErrorCode::UnknownField)
 }
 
 /// Ask the pool to stop request `id`: its jail is stopped, and its reply
 /// (its result, `cancelled`) still comes; an id the pool has answered
 /// already gets an `unknown_id` error line after that reply.
 pub fn cancel_line(id: &str) -> String {
-    json!({"op": "cancel", "id": id}).to_string()
-}
-
-/// Whether an error reply says the claimed jail was dead before the
-/// step's code was sent: the pool sets `sys.argv` in a cell of its own
-/// first, and a jail that ended while it waited (the policy's session
-/// `idle_timeout_secs` or `max_lifetime_secs` passed; the pool does not
-/// check a ready jail before handing it out) fails there. The step never
-/// ran, so running it elsewhere cannot run it twice.
-pub fn never_started(code: &str, message: &str) -> bool {
-    code == "internal" && message.starts_with("set sys.argv")
+    Asked::Cancel { id: id.to_owned() }.text()
 }
 
 /// One line from the pool.
@@ -101,15 +87,14 @@ pub enum Line {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Reply {
     Result(Value),
-    Error {
-        code: String,
-        message: String,
-    },
-    Stats(Value),
-    /// A session handed out: `{"handle", "id", "pid", "output_dir"}`.
-    Session(Value),
+    Error(Error),
+    Stats(Stats),
+    /// A session handed out.
+    Session(Handout),
     /// The pool ended before answering (said by the server, not the pool).
     Lost(String),
+    /// The reply was over `MAX_LINE_BYTES` (said by the server).
+    TooLong(String),
     /// A result's whole line, for its waiter to parse off the reader
     /// (`result_id`): a long result never holds up the replies after it.
     Unparsed(Vec<u8>),
@@ -120,97 +105,43 @@ pub enum Reply {
 /// output is most of what the pool sends, and decoding and encoding it
 /// again cost the server more than all else).
 pub fn parse_line(line: &[u8]) -> Line {
-    #[derive(serde::Deserialize)]
-    struct Raw<'a> {
-        id: Option<String>,
-        #[serde(borrow)]
-        event: Option<&'a serde_json::value::RawValue>,
-        result: Option<Value>,
-        stats: Option<Value>,
-        session: Option<Value>,
-        error: Option<Value>,
-    }
     let stray = || Line::Stray(String::from_utf8_lossy(&line[..line.len().min(300)]).into_owned());
-    let Ok(raw) = serde_json::from_slice::<Raw>(line) else { return stray() };
-    let Some(id) = raw.id else { return stray() };
-    if let Some(event) = raw.event {
-        return Line::Event(id, event.get().to_owned());
-    }
-    if let Some(result) = raw.result {
-        return Line::Reply(id, Reply::Result(result));
-    }
-    if let Some(stats) = raw.stats {
-        return Line::Reply(id, Reply::Stats(stats));
-    }
-    if let Some(session) = raw.session {
-        return Line::Reply(id, Reply::Session(session));
-    }
-    if let Some(error) = raw.error {
-        let text = |k: &str| error.get(k).and_then(Value::as_str).unwrap_or_default().to_owned();
-        return Line::Reply(id, Reply::Error { code: text("code"), message: text("message") });
-    }
-    stray()
-}
-
-/// The id at the start of a line too long to read whole (`{"id":"...",`:
-/// a reply's keys are written sorted, `id` before `result`), so that its
-/// request can be told rather than left to its deadline.
-pub fn leading_id(head: &[u8]) -> Option<String> {
-    let rest = head.strip_prefix(br#"{"id":""#)?;
-    let end = rest.iter().take(129).position(|b| *b == b'"')?;
-    String::from_utf8(rest[..end].to_vec()).ok()
-}
-
-/// The id of a result line (`{"id":"...","result":`, the pool writes a
-/// reply's keys sorted), read from its head alone.
-pub fn result_id(line: &[u8]) -> Option<String> {
-    let id = leading_id(line)?;
-    let rest = line.get(r#"{"id":""#.len() + id.len()..)?;
-    rest.starts_with(br#"","result":"#).then_some(id)
-}
-
-/// How a bounded read of one line ended.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Read {
-    /// The stream ended before any byte of a new line.
-    End,
-    /// A line (its newline dropped) is in the buffer.
-    Whole,
-    /// The line was over the bound: the buffer holds its first `max`
-    /// bytes, the rest was read and dropped.
-    TooLong,
+    let Ok(reply) = wire::Reply::parse(line) else { return stray() };
+    let Some(id) = reply.id else { return stray() };
+    let reply = match reply.body {
+        wire::Body::Event(event) => return Line::Event(id, Box::<str>::from(event).into_string()),
+        wire::Body::Result(v) => Reply::Result(v),
+        wire::Body::Error(e) => Reply::Error(e),
+        wire::Body::Stats(s) => Reply::Stats(s),
+        wire::Body::Session(h) => Reply::Session(h),
+    };
+    Line::Reply(id, reply)
 }
 
 /// Read one line into `buf` (cleared first), keeping at most `max` bytes
-/// of it in memory however long it is.
+/// of it in memory however long it is (the one bounded reader,
+/// `jail::client::pool::Lines`, fed by an async reader).
 pub async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Read> {
-    buf.clear();
-    let mut over = false;
-    let mut any = false;
-    loop {
-        let avail = r.fill_buf().await?;
-        if avail.is_empty() {
-            return Ok(match (any, over) {
-                (false, _) => Read::End,
-                (true, true) => Read::TooLong,
-                (true, false) => Read::Whole,
-            });
-        }
-        any = true;
-        let (chunk, used, done) = match memchr::memchr(b'\n', avail) {
-            Some(i) => (&avail[..i], i + 1, true),
-            None => (avail, avail.len(), false),
+    let mut lines = wire::Lines::with_buffer(std::mem::take(buf), max);
+    let read = loop {
+        let avail = match r.fill_buf().await {
+            Ok(avail) => avail,
+            Err(e) => {
+                *buf = lines.into_buffer();
+                return Err(e);
+            }
         };
-        let room = max.saturating_sub(buf.len());
-        if chunk.len() > room {
-            over = true;
+        if avail.is_empty() {
+            break lines.finish();
         }
-        buf.extend_from_slice(&chunk[..chunk.len().min(room)]);
+        let (used, done) = lines.feed(avail);
         r.consume(used);
-        if done {
-            return Ok(if over { Read::TooLong } else { Read::Whole });
+        if let Some(read) = done {
+            break read;
         }
-    }
+    };
+    *buf = lines.into_buffer();
+    Ok(read)
 }
 
 /// The events of a finished run for a pool that streamed none: each
@@ -254,13 +185,6 @@ mod tests {
     }
 
     #[test]
-    fn a_result_line_is_known_by_its_head() {
-        assert_eq!(result_id(br#"{"id":"r1","result":{"status":"ok"}}"#).as_deref(), Some("r1"));
-        assert_eq!(result_id(br#"{"id":"r1","event":{}}"#), None);
-        assert_eq!(result_id(br#"{"id":"r1","error":{}}"#), None);
-    }
-
-    #[test]
     fn lines_are_told_apart_by_their_key() {
         assert_eq!(
             parse_line(br#"{"id":"a","event":{"type":"stdout","data":"x\u0001"}}"#),
@@ -274,56 +198,33 @@ mod tests {
         );
         assert_eq!(
             parse_line(br#"{"error":{"code":"bad_request","message":"m"},"id":"a"}"#),
-            Line::Reply("a".into(), Reply::Error { code: "bad_request".into(), message: "m".into() })
+            Line::Reply("a".into(), Reply::Error(Error::new(ErrorCode::BadRequest, "m").about(Some("a"))))
         );
-        assert_eq!(parse_line(br#"{"id":"s","stats":{"ready":1}}"#), Line::Reply("s".into(), Reply::Stats(json!({"ready":1}))));
         assert_eq!(
-            parse_line(br#"{"id":"s","session":{"handle":"/h.sock"}}"#),
-            Line::Reply("s".into(), Reply::Session(json!({"handle":"/h.sock"})))
+            parse_line(br#"{"id":"s","stats":{"ready":1}}"#),
+            Line::Reply("s".into(), Reply::Stats(Stats { ready: 1, ..Stats::default() }))
         );
+        let handout = br#"{"id":"s","session":{"handle":"/h.sock","id":"i","output_dir":"/o","pid":7}}"#;
+        let Line::Reply(_, Reply::Session(h)) = parse_line(handout) else { panic!("not a session") };
+        assert_eq!((h.handle.to_str(), h.pid), (Some("/h.sock"), 7));
         assert!(matches!(parse_line(br#"{"id":null,"error":{"code":"malformed"}}"#), Line::Stray(_)));
         assert!(matches!(parse_line(b"not json"), Line::Stray(_)));
     }
 
     #[test]
     fn the_events_probe_tells_an_unknown_field_from_a_missing_code() {
-        let old = Reply::Error {
-            code: "unknown_field".into(),
-            message: "unknown field `events`, expected one of ...".into(),
-        };
-        let new = Reply::Error {
-            code: "bad_request".into(),
-            message: "give exactly one of \"code\" and \"script\"".into(),
-        };
+        let old = Reply::Error(Error::new(ErrorCode::UnknownField, "unknown field `events`, expected one of ..."));
+        let new = Reply::Error(Error::new(ErrorCode::BadRequest, "give exactly one of \"code\" and \"script\""));
         assert!(!takes_events(&old));
         assert!(takes_events(&new));
     }
 
     #[test]
-    fn only_a_failure_before_the_steps_code_counts_as_never_started() {
-        let dead = "set sys.argv: session /s.sock ended (no cell for session.idle_timeout_secs (600s)): start a new one";
-        assert!(never_started("internal", dead));
-        assert!(!never_started("internal", "run the step: the session ended"));
-        assert!(!never_started("bad_request", dead));
-    }
-
-    #[test]
-    fn a_session_line_names_its_folders_and_a_pool_that_binds_outputs_refuses_for_good() {
+    fn a_session_line_names_its_folders() {
         let v: Value = serde_json::from_str(&session_line("s1", Some("/w/in".as_ref()), "/w/out".as_ref())).unwrap();
         assert_eq!(v, json!({"id": "s1", "op": "session", "input": "/w/in", "output": "/w/out"}));
         let v: Value = serde_json::from_str(&session_line("s2", None, "/w/out".as_ref())).unwrap();
         assert_eq!(v.get("input"), None);
-        let unlimited =
-            "this pool's policy binds each jail's output folder when it is made (filesystem.output_size \"unlimited\")";
-        assert!(refuses_sessions("bad_request", unlimited));
-        assert!(!refuses_sessions("bad_request", "input /x: no such folder"));
-        assert!(!refuses_sessions("internal", unlimited));
-    }
-
-    #[test]
-    fn a_long_lines_id_is_read_from_its_head() {
-        assert_eq!(leading_id(br#"{"id":"0123abcd","result":{"#), Some("0123abcd".into()));
-        assert_eq!(leading_id(br#"{"event":{},"id":"x"}"#), None);
     }
 
     #[tokio::test(flavor = "current_thread")]

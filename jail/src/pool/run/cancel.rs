@@ -30,7 +30,7 @@ use nix::sys::signal::Signal;
 use serde_json::Value;
 
 use super::Pool;
-use crate::pool::protocol;
+use crate::client::pool::{Error, Reply};
 
 /// `supervisor.cancelled_by` of a step its pool's caller cancelled.
 pub const BY_POOL_CALLER: &str = "pool_caller";
@@ -120,18 +120,18 @@ impl Pool {
         if taken {
             self.changed.notify_all();
         } else {
-            self.say(&protocol::unknown_id_reply(id));
+            self.say(&Error::unknown_id(id).reply());
         }
     }
 
     /// Write request `id`'s reply, marked answered first while the output
     /// is held: a cancel that finds it answered says so after this line.
-    pub(super) fn answer(&self, id: &str, line: &str) {
+    pub(super) fn answer(&self, id: &str, reply: &Reply) {
         let out = self.out.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(f) = self.lock().inflight.get(id) {
             f.answered();
         }
-        Pool::write_line(out, line);
+        Pool::write_line(out, &reply.text());
     }
 }
 

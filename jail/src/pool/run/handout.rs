@@ -17,39 +17,37 @@ use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde_json::json;
-
-use super::{cancel::Flight, check_input, copy_input, fresh_output, Claim, Jail, Pool, NOT_RUN};
+use super::{broke, cancel::Flight, check_input, copy_input, fresh_output, not_run, refused, Claim, Failed, Jail, Pool};
 use crate::accept;
-use crate::pool::protocol::{ProtocolError, SessionRequest};
+use crate::client::pool::{self as wire, Body, ErrorCode, Handout, Reply, SessionRequest};
 use crate::session;
 
 impl Pool {
     /// One session request, start to reply line.
-    pub(super) fn serve_session(self: &Arc<Self>, req: SessionRequest, flight: &Flight) -> String {
-        let fail = |code: &'static str, message: String| ProtocolError { id: Some(req.id.clone()), code, message }.reply();
+    pub(super) fn serve_session(self: &Arc<Self>, req: SessionRequest, flight: &Flight) -> Reply {
+        let fail = |e: Failed| e.about(Some(&req.id)).reply();
         // Everything about the request is checked before a jail is claimed.
         if !self.cfg.output_capped {
-            return fail(
-                "bad_request",
-                "this pool's policy binds each jail's output folder when it is made (filesystem.output_size \"unlimited\"), \
-                 and a session from the pool takes yours later: start the pool with a capped output_size"
-                    .into(),
-            );
+            // Its message starts as a client tells it (`refuses_sessions`).
+            return fail(refused(format!(
+                "{} (filesystem.output_size \"unlimited\"), and a session from the pool takes yours later: \
+                 start the pool with a capped output_size",
+                wire::REFUSES_SESSIONS
+            )));
         }
         // Opened now, used by descriptor once a jail is claimed (accept.rs).
         let input = match req.input.as_deref().map(|i| check_input(i, self.cfg.reach)).transpose() {
             Ok(i) => i,
-            Err(e) => return fail("bad_request", e),
+            Err(e) => return fail(e),
         };
         let (out, made) = match &req.output {
             Some(dir) => match output_folder(dir) {
                 Ok(made) => (dir.clone(), made),
-                Err(e) => return fail("bad_request", e),
+                Err(e) => return fail(refused(e)),
             },
             None => match fresh_output(&self.cfg.temp_dir) {
                 Ok(dir) => (dir, true),
-                Err(e) => return fail("internal", e),
+                Err(e) => return fail(e),
             },
         };
         let jail = match self.claim(flight) {
@@ -57,20 +55,20 @@ impl Pool {
             Err(e) => {
                 forget(&out, made);
                 return match e {
-                    Claim::Cancelled => fail("cancelled", NOT_RUN.into()),
-                    Claim::Failed(e) => fail("internal", e),
+                    Claim::Cancelled => fail(not_run()),
+                    Claim::Failed(e) => fail(broke(e)),
                 };
             }
         };
         if flight.is_cancelled() {
             forget(&out, made);
             self.give_back(jail);
-            return fail("cancelled", NOT_RUN.into());
+            return fail(not_run());
         }
         let handed = self.hand_out(&jail, &req, input.as_ref(), &out).and_then(|()| {
             // A cancel while it was handed over: never handed out.
             if flight.is_cancelled() {
-                Err(NOT_RUN.into())
+                Err(not_run())
             } else {
                 Ok(())
             }
@@ -81,28 +79,31 @@ impl Pool {
         self.changed.notify_all();
         match handed {
             Ok(()) => {
-                let reply = json!({"id": req.id, "session": {
-                    "handle": jail.handle, "id": jail.id, "pid": jail.supervisor, "output_dir": out,
-                }});
+                let handout = Handout {
+                    handle: jail.handle.clone(),
+                    id: jail.id.clone(),
+                    output_dir: out,
+                    pid: jail.supervisor,
+                };
                 self.watch_session(jail);
-                reply.to_string()
+                Reply { id: Some(req.id), body: Body::Session(handout) }
             }
             Err(e) => {
                 // Never handed out, never used again.
                 jail.destroy();
                 forget(&out, made);
-                let code = if flight.is_cancelled() { "cancelled" } else { "internal" };
-                fail(code, e)
+                let code = if flight.is_cancelled() { ErrorCode::Cancelled } else { ErrorCode::Internal };
+                fail(wire::Error { code, ..e })
             }
         }
     }
 
     /// The request's input in, then its output folder taken by the session.
-    fn hand_out(&self, jail: &Jail, req: &SessionRequest, input: Option<&OwnedFd>, out: &Path) -> Result<(), String> {
+    fn hand_out(&self, jail: &Jail, req: &SessionRequest, input: Option<&OwnedFd>, out: &Path) -> Result<(), Failed> {
         if let (Some(from), Some(path)) = (input, &req.input) {
             copy_input(from, path, &jail.input(), self.cfg.reach)?;
         }
-        session::adopt_output(&jail.handle, out).map_err(|e| format!("hand the output folder to the session: {e}"))?;
+        session::adopt_output(&jail.handle, out).map_err(|e| broke(format!("hand the output folder to the session: {e}")))?;
         Ok(())
     }
 
