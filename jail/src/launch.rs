@@ -13,15 +13,16 @@
 //! result is out. `supervisor::run` is the two in a row. A [`Child`] guard
 //! kills and reaps on every early return.
 //!
-//! A session (session.rs) is one step too: `supervisor::run` with the
-//! trusted cell driver as the script and the request's `session` hook set.
-//! [`Jail::run`] then gives the hook the step's seed result and the output
-//! tmpfs, serves cells over the control channel (session/serve.rs) in
-//! place of the one-script watch, and delivers to an output folder the
-//! session adopted (session/adopt.rs); the jail lives as long as the
-//! session's PID 1. A warm pool (pool.rs) is sessions started ahead, one
-//! per request, and calls neither `make` nor `run` itself. Those three
-//! session branches are what issue 35 replaces with one loop trait.
+//! What the step's clocks mean is the [`Loop`] the caller passes
+//! (watch.rs): one script's deadlines for `jail run` (script.rs), or a
+//! session's cells served over the control channel (session/cells.rs),
+//! whose loop may also name another output folder to deliver to
+//! ([`Loop::delivery`], session/adopt.rs). The seam knows no session: a
+//! session is `supervisor::run_with` the cell driver as the script, the
+//! request's `step` [`StepKind::Cells`](crate::request::StepKind) (the
+//! plan opens the control channel), and its loop. A warm pool (pool.rs) is
+//! sessions started ahead, one per request, and calls neither `make` nor
+//! `run` itself.
 
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
@@ -42,14 +43,13 @@ use crate::output;
 use crate::plan::{NetworkPlan, RunPlan};
 use crate::proxy;
 use crate::result::RunResult;
-use crate::script::Script;
 use crate::stage::Stage;
 use crate::step::{Clock, Outcome, Step};
 use crate::streams::Target;
 use crate::sync::{self, Channels, Pair};
 use crate::sys::{self, Forked};
 use crate::throttle::Throttle;
-use crate::watch::{ChildPipes, Deadlines, Tree, Watch};
+use crate::watch::{ChildPipes, Loop, Started, Tree, Watch};
 use crate::{namespaces, seccomp, verdict};
 
 #[derive(Debug, thiserror::Error)]
@@ -204,9 +204,10 @@ impl Jail {
     /// Run one step: release the child, watch it until PID 1 is reaped,
     /// read the run cgroup's usage, and build the result; what holds the
     /// host (the run cgroup, the uid lease) goes with the [`Leftovers`].
-    /// Consumes the jail: a one-shot step ends with its PID 1.
-    pub(crate) fn run(mut self, mut step: Step<'_>) -> (RunResult, Leftovers) {
-        let launched = self.release_and_watch(&mut step);
+    /// Consumes the jail: a one-shot step ends with its PID 1. `lp` is
+    /// what the step's clocks mean (watch.rs).
+    pub(crate) fn run(mut self, mut step: Step<'_>, lp: &mut dyn Loop) -> (RunResult, Leftovers) {
+        let launched = self.release_and_watch(&mut step, lp);
         if launched.is_err() {
             // Whatever failed, the tree dies before its cgroup is read.
             self.child.kill();
@@ -215,11 +216,8 @@ impl Jail {
         let cgroup_usage = self.cgroup_usage();
         let result = match launched {
             // The verdict, then the output dir judged and delivered (verdict.rs).
-            Ok(outcome) => {
-                // A session that took its caller's output folder delivers there (session/adopt.rs).
-                let adopted = step.session.and_then(crate::session::Serve::adopted);
-                verdict::assemble(step, outcome, cgroup_usage, &self.plan, adopted)
-            }
+            // Where the loop says (a session's adopted folder), else as planned.
+            Ok(outcome) => verdict::assemble(step, outcome, cgroup_usage, &self.plan, lp.delivery()),
             Err(e) => verdict::failed(step.result, e.stage().error(&e), step.clock.started),
         };
         let Jail { held, .. } = self;
@@ -228,7 +226,7 @@ impl Jail {
 
     /// Release the child, hand it what it asks for after the release, and
     /// watch until PID 1 is reaped.
-    fn release_and_watch(&mut self, step: &mut Step<'_>) -> Result<Outcome, LaunchError> {
+    fn release_and_watch(&mut self, step: &mut Step<'_>, lp: &mut dyn Loop) -> Result<Outcome, LaunchError> {
         let ours = self
             .ours
             .take()
@@ -267,12 +265,12 @@ impl Jail {
         if proxy.is_some() {
             step.clock.mark("proxy");
         }
-        if let Some(session) = step.session {
-            // Each cell's result starts from this step's seed: its isolation and limits.
-            session.set_template(&step.result);
-            session.hold_output(output.as_ref().map(|(fd, _)| fd), ids);
-        }
-        let seen = self.watch(ours.pipes, ours.notify, step.session.zip(ours.control))?;
+        let handed = Handed {
+            seed: &step.result,
+            output: output.as_ref().map(|(fd, _)| fd),
+            control: ours.control,
+        };
+        let seen = self.watch(ours.pipes, ours.notify, handed, lp)?;
         step.clock.mark("reaped");
         // The tree is dead: every client socket is closed, so every relay ends.
         let network = proxy.map(proxy::Proxy::finish);
@@ -285,7 +283,8 @@ impl Jail {
         &mut self,
         pipes: ChildPipes,
         notify: Option<OwnedFd>,
-        session: Option<(&crate::session::Serve, OwnedFd)>,
+        handed: Handed<'_>,
+        lp: &mut dyn Loop,
     ) -> Result<Outcome, LaunchError> {
         let plan = &self.plan;
         let deadline = Instant::now() + plan.wall_time;
@@ -303,36 +302,22 @@ impl Jail {
         );
         // No cpu cgroup: the supervisor holds the tree to the quota itself.
         watch.throttle = plan.limits.cpu_throttle.map(|cores| Throttle::new(cores, self.pid));
-        let limits = Deadlines {
+        let cgroup = self.held.cgroup.as_ref();
+        lp.started(Started {
+            seed: handed.seed,
             wall: deadline,
-            cpu: match (&self.held.cgroup, plan.limits.cpu_watch) {
-                (Some(cg), Some(limit)) => Some((cg, limit.as_nanos() as u64)),
+            cpu_limit: match (cgroup, plan.limits.cpu_watch) {
+                (Some(_), Some(limit)) => Some(limit.as_nanos() as u64),
                 _ => None,
             },
             cpu_rlimit: plan.limits.cpu_rlimit,
-        };
-        let (ending, reports) = match session {
-            // A session serves its cells over the control channel instead of
-            // waiting for one script (session/serve.rs).
-            Some((s, control)) => {
-                let ending = crate::session::serve::serve(
-                    s,
-                    &mut watch,
-                    self.pid,
-                    &self.pidfd,
-                    pipes,
-                    control,
-                    &limits,
-                    self.held.cgroup.as_ref(),
-                );
-                (ending, watch.reports())
-            }
-            None => {
-                let mut script = Script::new(limits.wall, limits.cpu.map(|(_, ns)| ns));
-                let tree = Tree::new(self.pid, self.held.cgroup.as_ref());
-                watch.run(&mut script, &tree, &self.pidfd, pipes)
-            }
-        };
+            cgroup_dirs: cgroup.map(|cg| cg.dirs().collect()).unwrap_or_default(),
+            output: handed.output,
+            ids: output::FsIds { uid: plan.uid_map.outside, gid: plan.gid_map.outside },
+            control: handed.control,
+        });
+        let tree = Tree::new(self.pid, cgroup);
+        let (ending, reports) = watch.run(lp, &tree, &self.pidfd, pipes);
         // Streaming: the caller gets until the deadline to take what is queued,
         // never longer (a reader that stopped reading cannot hold the run).
         let throttled = watch.throttle.as_ref().map(|t| t.report(Instant::now()));
@@ -390,6 +375,14 @@ impl Jail {
     fn cgroup_usage(&self) -> Option<CgroupUsage> {
         self.held.cgroup.as_ref().map(RunCgroup::usage)
     }
+}
+
+/// What the launch hands the step's loop besides the clocks (watch.rs,
+/// `Started`).
+struct Handed<'a> {
+    seed: &'a RunResult,
+    output: Option<&'a OwnedFd>,
+    control: Option<OwnedFd>,
 }
 
 /// What a finished run still holds on the host: the run cgroup (empty, its

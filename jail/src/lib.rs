@@ -18,9 +18,9 @@
 //! - `seccomp`, `landlock`: the filter and the ruleset, compiled from the policy.
 //! - `artifacts`: the snapshot the step's changes are measured against, and their judgement.
 //! - `launch`: THE SEAM: `Jail::make(plan, filter, held)` makes a jail waiting at its release barrier,
-//!   `Jail::run(step)` runs one step in it (release, hand-overs, watch, reap, verdict); a `Child` guard kills and reaps.
-//!   A session is one such step whose watch serves cells (session/serve.rs); a warm pool is sessions started ahead
-//!   (pool.rs): see launch.rs's doc.
+//!   `Jail::run(step, loop)` runs one step in it (release, hand-overs, watch, reap, verdict); a `Child` guard kills and
+//!   reaps. It knows no session: a session is one such step whose watch drives the session's cells as its `Loop`
+//!   (session/cells.rs); a warm pool is sessions started ahead (pool.rs): see launch.rs's doc.
 //! - `step`: one step's inputs (`Step`, `Clock`) and what the launch saw of it (`Outcome`).
 //! - `sync`: every supervisor↔child channel, in one table, and the reports sent over them.
 //! - `namespaces`: the clone flags and the id maps.
@@ -28,7 +28,8 @@
 //! - `output`, `fsid`: the output tmpfs filled and copied, and who the copy acts as.
 //! - `proxy`: the allowlist's HTTP CONNECT proxy, run by the supervisor.
 //! - `watch`: the poll loop over the pipes, the pidfd, the seccomp listener and the relays, driving a `Loop` (what a
-//!   step's clocks mean) over a `Tree` (what it may interrupt or kill); `script`: one script's deadlines as that loop.
+//!   step's clocks mean) over a `Tree` (what it may interrupt or kill); `script`: one script's deadlines as that loop,
+//!   `session::cells` a session's cells as the other.
 //! - `cancel`: SIGTERM/SIGINT/SIGHUP to `jail run`, turned into a cancelled run (polled by `watch`).
 //! - `capture`, `relay`, `events`: the script's stdout and stderr, captured, streamed, or sent as `--events` NDJSON;
 //!   `streams` is the leaf they share with the request (`OutputMode`, `Target`).

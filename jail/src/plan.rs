@@ -213,7 +213,7 @@ fn plan_with(
         // With the allowlist, PID 1 hands us the proxy's listener (network.rs).
         proxy: matches!(network, NetworkPlan::Allowlist { .. }),
         // A session's cell driver reads its cells from this (session.rs).
-        control: req.session.is_some(),
+        control: req.step == crate::request::StepKind::Cells,
         // A v1 run cgroup is made after the clone; its `tasks` files go
         // to PID 1 over this (cgroup.rs).
         cgroup: host.cgroup.as_ref().is_some_and(|c| c.version.made_after_clone()),

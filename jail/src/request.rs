@@ -28,9 +28,22 @@ pub struct RunRequest {
     /// What the caller's environment gives the run, read once by the caller
     /// (hostenv.rs): the library reads no environment variable.
     pub host: crate::hostenv::HostEnv,
-    /// `jail session`: serve cells to a driver instead of running one
-    /// script to its end (session.rs); `None` for `jail run`.
-    pub session: Option<std::rc::Rc<crate::session::Serve>>,
+    /// What the step is: one script to its end, or a session's cells
+    /// served to the trusted driver (session.rs).
+    pub step: StepKind,
+}
+
+/// What one step in a jail is, as plain data: the plan opens the control
+/// channel for [`StepKind::Cells`], and the supervisor's loop (watch.rs)
+/// says what its clocks mean.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum StepKind {
+    /// `jail run`: one script until it ends or a limit is reached.
+    #[default]
+    Script,
+    /// `jail session`: cells sent to the cell driver over the control
+    /// channel (session/cells.rs).
+    Cells,
 }
 
 /// A request that failed before anything was started: what is wrong and how
@@ -95,9 +108,9 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
     let rootfs_entries = list_rootfs(&rootfs)?;
     let rootfs_id = rootfs_identity(&rootfs)?;
 
-    let (code, script) = match &req.session {
-        Some(_) => session_code(req, who)?,
-        None => {
+    let (code, script) = match req.step {
+        StepKind::Cells => session_code(req, who)?,
+        StepKind::Script => {
             let (code, script_rel) = resolve_script(&req.script, req.code.as_deref(), who)?;
             (code, Path::new(mounts::CODE_DIR).join(&script_rel))
         }

@@ -4,12 +4,14 @@
 //! `start` binds the handle (handle.rs), forks one session supervisor
 //! (setsid, stdio on /dev/null, owned by the caller; no daemon) and
 //! returns once the jail's cell driver said `ready`. The supervisor runs
-//! the ordinary `supervisor::run` with the embedded driver (driver.py) as
-//! the script and the request's `session` hook set: the jail is made
-//! exactly as for `jail run` — same namespaces, mounts, seccomp, landlock
-//! and limits, for its whole life — and serve.rs serves cells in place of
-//! the one-script watch. When the session ends, `supervisor::run` finishes
-//! as a run does (tree killed and reaped, cgroup removed, output judged
+//! the ordinary `supervisor::run_with` with the embedded driver
+//! (driver.py) as the script, the request's step
+//! [`StepKind::Cells`](crate::request::StepKind) and the session's
+//! [`cells::Cells`] as the watch's loop: the jail is made exactly as for
+//! `jail run` — same namespaces, mounts, seccomp, landlock and limits, for
+//! its whole life — and the watch loop (watch.rs) drives the cells in
+//! place of one script's deadlines. When the session ends,
+//! `supervisor::run_with` finishes as a run does (tree killed and reaped, cgroup removed, output judged
 //! and delivered); the socket, the driver's folder and the cgroup go, and
 //! a tombstone keeps why, for a later `exec`, and the closing result, for
 //! a later `stop` (handle.rs, `Tombstone`). A janitor process
@@ -28,22 +30,20 @@
 
 pub(crate) mod adopt;
 pub mod cell;
+pub(crate) mod cells;
 pub mod handle;
 pub(crate) mod live;
-pub(crate) mod serve;
 
-use std::cell::RefCell;
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
-use std::rc::Rc;
 use std::time::{Duration, Instant, SystemTime};
 
+use self::cells::Cells;
 use crate::policy;
-use crate::request::RunRequest;
-use crate::result::{RunResult, SessionInfo};
+use crate::request::{RunRequest, StepKind};
+use crate::result::RunResult;
 use crate::streams::OutputMode;
 use crate::sync::Pipe;
 use crate::sys::{self, Forked};
@@ -122,120 +122,6 @@ impl Why {
     }
 }
 
-/// The session hook a request carries (request.rs, `session`): what the
-/// serve loop needs that a run does not.
-pub struct Serve {
-    id: String,
-    pub(crate) listener: UnixListener,
-    pub(crate) limits: CellLimits,
-    pub(crate) session: policy::Session,
-    ready: RefCell<Option<OwnedFd>>,
-    janitor: RefCell<Option<OwnedFd>>,
-    template: RefCell<Option<RunResult>>,
-    end: RefCell<Option<Why>>,
-    stopper: RefCell<Option<UnixStream>>,
-    /// The read end of the owner's lifeline: when it hangs up the session
-    /// ends (`StartOptions::lifeline`).
-    pub(crate) lifeline: Option<OwnedFd>,
-    /// Taking the caller's output folder after the jail was made (adopt.rs).
-    pub(crate) adoption: RefCell<adopt::Adoption>,
-}
-
-impl std::fmt::Debug for Serve {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Serve").field("id", &self.id).field("limits", &self.limits).finish_non_exhaustive()
-    }
-}
-
-impl Serve {
-    /// The run's result as it stands before the launch: its isolation and
-    /// limits are every cell's.
-    pub(crate) fn set_template(&self, result: &RunResult) {
-        *self.template.borrow_mut() = Some(result.clone());
-    }
-
-    /// The launch filled the jail's output tmpfs (`None`: the output
-    /// folder is bound): kept, so the session can take another folder.
-    pub(crate) fn hold_output(&self, tmpfs: Option<&OwnedFd>, ids: crate::output::FsIds) {
-        self.adoption.borrow_mut().hold(tmpfs, ids);
-    }
-
-    /// The tree is dead: a session that took another output folder is
-    /// judged and delivered there (adopt.rs); `None`: as planned.
-    pub(crate) fn adopted(&self) -> Option<crate::step::Delivery> {
-        self.adoption.borrow_mut().delivery()
-    }
-
-    /// The session took `dir` as its output folder: every later cell's
-    /// result names it.
-    pub(crate) fn retarget_template(&self, dir: &Path) {
-        if let Some(t) = self.template.borrow_mut().as_mut() {
-            t.output_dir = Some(dir.display().to_string());
-        }
-    }
-
-    pub(crate) fn template(&self) -> RunResult {
-        let t = self.template.borrow().clone();
-        t.unwrap_or_else(|| {
-            RunResult::setup_failed(crate::result::SetupError {
-                stage: "session".into(),
-                message: "a cell ran before the run's result was seeded".into(),
-                causes: vec![],
-            })
-        })
-    }
-
-    /// Tell `start` the driver is up.
-    pub(crate) fn say_ready(&self) {
-        if let Some(fd) = self.ready.borrow_mut().take() {
-            let _ = std::fs::File::from(fd).write_all(b"ready\n");
-        }
-    }
-
-    fn said_ready(&self) -> bool {
-        self.ready.borrow().is_none()
-    }
-
-    /// The cgroup folders, for the janitor to remove should we be killed.
-    pub(crate) fn tell_janitor<'a>(&self, dirs: impl Iterator<Item = &'a Path>) {
-        if let Some(fd) = self.janitor.borrow().as_ref() {
-            let mut text = String::new();
-            for d in dirs {
-                text.push_str(&d.display().to_string());
-                text.push('\n');
-            }
-            let _ = nix::unistd::write(fd, text.as_bytes());
-        }
-    }
-
-    /// The session ends for `why` (the first reason given stands); a
-    /// `stop` client waits for the closing result.
-    pub(crate) fn set_end(&self, why: Why, stopper: Option<UnixStream>) {
-        self.end.borrow_mut().get_or_insert(why);
-        if stopper.is_some() {
-            *self.stopper.borrow_mut() = stopper;
-        }
-    }
-
-    pub(crate) fn end_why(&self) -> Option<Why> {
-        self.end.borrow().clone()
-    }
-
-    /// The `session` object of a result.
-    pub(crate) fn info(&self, cell: u64, ended: Option<&Why>) -> SessionInfo {
-        SessionInfo {
-            id: self.id.clone(),
-            cell,
-            ended: ended.is_some(),
-            why: ended.map(|w| w.code().to_string()),
-            detail: ended.map(|w| w.describe(&self.session)),
-            // A cell's `artifacts` are empty: the output dir is judged and
-            // delivered once, when the whole tree is dead (artifacts.rs).
-            artifacts: "judged and delivered when the session ends (jail session stop)".into(),
-        }
-    }
-}
-
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
     #[error(transparent)]
@@ -307,8 +193,9 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
     let trusted_cells = u64::from(opts.lifeline.is_some() && !req.policy.preload.is_empty());
     let adoption = adopt::Adoption::new(req.policy.artifacts.clone(), req.input.clone(), trusted_cells);
     // The jail lives as long as the session may; each cell has its own
-    // time (serve.rs).
+    // time (cells.rs).
     req.timeout = Some(session.max_lifetime);
+    req.step = StepKind::Cells;
     req.script = driver.clone();
     req.args = Vec::new();
     req.mode = OutputMode::Capture;
@@ -320,20 +207,9 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
         }
         Ok(Forked::Child) => {
             drop(ready.read);
-            let hook = Serve {
-                id: id.clone(),
-                listener,
-                limits,
-                session,
-                ready: RefCell::new(Some(ready.write)),
-                janitor: RefCell::new(None),
-                template: RefCell::new(None),
-                end: RefCell::new(None),
-                stopper: RefCell::new(None),
-                lifeline: opts.lifeline.and_then(sys::take_inherited_fd),
-                adoption: RefCell::new(adoption),
-            };
-            supervise(req, Rc::new(hook), paths)
+            let lifeline = opts.lifeline.and_then(sys::take_inherited_fd);
+            let cells = Cells::new(id, listener, limits, session, ready.write, lifeline, adoption);
+            supervise(req, cells, paths)
         }
         Ok(Forked::Parent(pid)) => {
             drop(ready.write);
@@ -405,7 +281,7 @@ fn wait_ready(from: OwnedFd) -> Result<(), StartError> {
 
 /// The session supervisor: its own session, no terminal, a janitor, then
 /// the run that is the session; at its end, everything removed.
-fn supervise(req: RunRequest, hook: Rc<Serve>, paths: Leftovers) -> ! {
+fn supervise(req: RunRequest, mut cells: Cells, paths: Leftovers) -> ! {
     let _ = nix::unistd::setsid();
     if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
         for fd in 0..3 {
@@ -413,47 +289,39 @@ fn supervise(req: RunRequest, hook: Rc<Serve>, paths: Leftovers) -> ! {
         }
     }
     match start_janitor(&paths) {
-        Ok(fd) => *hook.janitor.borrow_mut() = Some(fd),
+        Ok(fd) => cells.janitor = Some(fd),
         Err(_) => {
             // Nothing could clean up after a kill: refuse rather than risk litter.
-            say_failed(&hook, "fork the session's janitor failed");
+            cells.say_failed("fork the session's janitor failed");
             paths.remove();
             sys::exit_now(0);
         }
     }
     // After the janitor's fork (it keeps the default death), before any
     // thread: SIGTERM, SIGINT and SIGHUP end the session as a cancel
-    // (serve.rs), its cell in flight `cancelled`, everything cleaned up as
+    // (cells.rs), its cell in flight `cancelled`, everything cleaned up as
     // a stop does. Unarmed, they kill us, and the janitor cleans up.
     let _ = crate::cancel::arm();
-    let mut req = req;
-    req.session = Some(Rc::clone(&hook));
-    let result = crate::supervisor::run(&req);
-    let why = hook.end_why().unwrap_or(Why::NeverReady);
-    if !hook.said_ready() {
+    let result = crate::supervisor::run_with(&req, &mut cells);
+    let why = cells.end_why().unwrap_or(Why::NeverReady);
+    if !cells.said_ready() {
         let line = match &result.setup_error {
             Some(e) if e.causes.is_empty() => format!("{} ({})", e.message, e.stage),
             Some(e) => format!("{} ({}): {}", e.message, e.stage, e.causes.join(": ")),
             None => format!("the jail ended before its interpreter was ready (status {:?})", result.status),
         };
-        say_failed(&hook, &line);
+        cells.say_failed(&line);
     }
     let mut result = result;
-    result.session = Some(hook.info(0, Some(&why)));
+    result.session = Some(cells.info(0, Some(&why)));
     // Before the socket goes: a client that connected while the output was
     // judged reads the tombstone once we are gone.
-    paths.bury(&why.describe(&hook.session), Some(&result));
+    paths.bury(&why.describe(&cells.session), Some(&result));
     paths.remove();
-    if let Some(stopper) = hook.stopper.borrow_mut().take() {
+    if let Some(stopper) = cells.stopper.take() {
         handle::answer(&stopper, &handle::Answer { result: serde_json::to_value(&result).ok(), error: None });
     }
     sys::exit_now(0)
-}
-
-fn say_failed(hook: &Serve, line: &str) {
-    if let Some(fd) = hook.ready.borrow_mut().take() {
-        let _ = std::fs::File::from(fd).write_all(format!("error {line}\n").as_bytes());
-    }
 }
 
 /// Fork the janitor: it waits for the supervisor to go (end-of-file on

@@ -1,14 +1,18 @@
 //! One step in a jail, as values: its inputs ([`Step`]: the snapshot, the
 //! result so far, the [`Clock`]) and what the launch saw of it
-//! ([`Outcome`]), which `verdict::assemble` turns into the result, and
+//! ([`Outcome`], with how the watch loop [`Ending`]), which
+//! `verdict::assemble` turns into the result, and
 //! where that result's output is judged and delivered ([`Delivery`]: as
 //! planned, or the folder a session adopted). Here so that launch.rs,
-//! verdict.rs and session/adopt.rs use them without importing each other.
+//! watch.rs, verdict.rs and session/adopt.rs use them without importing
+//! each other.
 
 use std::collections::BTreeMap;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::time::Instant;
+
+use nix::sys::signal::Signal;
 
 use crate::artifacts::{self, TreeDead};
 use crate::capture::Capture;
@@ -18,7 +22,19 @@ use crate::policy::Policy;
 use crate::result::RunResult;
 use crate::seccomp;
 use crate::sync::{self, ms_since, Report};
-use crate::watch::Ending;
+
+/// How the watch loop ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// PID 1 exited by itself.
+    Exited,
+    /// The wall-clock deadline passed and the tree was killed.
+    WallTimeout,
+    /// The run cgroup's CPU usage reached the limit and the tree was killed.
+    CpuTimeout,
+    /// `jail` got this signal (cancel.rs) and the tree was killed.
+    Cancelled(Signal),
+}
 
 /// What the watch loop saw.
 pub(crate) struct Outcome {
@@ -69,9 +85,6 @@ impl Clock {
 /// One step run in a jail: what its changes are measured against, the
 /// result so far (the isolation report, from the plan), and its clock.
 pub(crate) struct Step<'a> {
-    /// `jail session`: serve cells instead of watching one script
-    /// (session/serve.rs); `None` for `jail run`.
-    pub(crate) session: Option<&'a crate::session::Serve>,
     /// The artifact rules the snapshot is retaken and the delivery judged by.
     pub(crate) policy: &'a Policy,
     pub(crate) before: artifacts::Before,

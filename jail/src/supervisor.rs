@@ -17,20 +17,28 @@ use crate::layers;
 use crate::plan;
 use crate::request::{prepare, Identity};
 use crate::result::RunResult;
+use crate::script::Script;
 use crate::stage::Stage;
 use crate::step::{Clock, Step};
 use crate::sys;
 use crate::verdict::{base_result, failed, report_plan};
+use crate::watch::Loop;
 
 pub use crate::plan::THREAD_POOL_VARS;
-pub use crate::request::{InputError, RunRequest};
+pub use crate::request::{InputError, RunRequest, StepKind};
 pub use crate::streams::OutputMode;
 
 /// Run one script and return its result, with nothing of it left on the
 /// host. Never panics on bad input: every problem becomes a result with
 /// `setup_error`.
 pub fn run(req: &RunRequest) -> RunResult {
-    let (result, leftovers) = run_leaving_cleanup(req);
+    run_with(req, &mut Script::new())
+}
+
+/// [`run`] with `lp` saying what the step's clocks mean (watch.rs): a
+/// script's deadlines ([`run`]), or a session's cells (session.rs).
+pub(crate) fn run_with(req: &RunRequest, lp: &mut dyn Loop) -> RunResult {
+    let (result, leftovers) = leaving_cleanup(req, lp);
     drop(leftovers);
     result
 }
@@ -38,6 +46,10 @@ pub fn run(req: &RunRequest) -> RunResult {
 /// [`run`], but the clean-up no caller waits for is left to the
 /// [`Leftovers`]' drop, so the caller can hand the result on first.
 pub fn run_leaving_cleanup(req: &RunRequest) -> (RunResult, Option<Leftovers>) {
+    leaving_cleanup(req, &mut Script::new())
+}
+
+fn leaving_cleanup(req: &RunRequest, lp: &mut dyn Loop) -> (RunResult, Option<Leftovers>) {
     let mut clock = Clock::start();
     let policy = &req.policy;
     // The machine, read once: the host uid leased (held until the jail is
@@ -62,7 +74,7 @@ pub fn run_leaving_cleanup(req: &RunRequest) -> (RunResult, Option<Leftovers>) {
     clock.mark("prepare");
     let (result, leftovers) = match plan_and_make(req, &prepared, host, held, &mut result, &mut clock) {
         Ok((jail, before)) => {
-            let (result, leftovers) = jail.run(Step { policy, before, result, clock, session: req.session.as_deref() });
+            let (result, leftovers) = jail.run(Step { policy, before, result, clock }, lp);
             (result, Some(leftovers))
         }
         Err(e) => (failed(result, e, clock.started), None),

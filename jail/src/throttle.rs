@@ -1,7 +1,7 @@
 //! The CPU quota (`limits.cpus`) without a cgroup: the supervisor measures
 //! the run's tree and duty-cycles it with SIGSTOP/SIGCONT so that its
-//! average stays at the quota. Used by the watch loop (watch.rs, and the
-//! session's serve loop) only when limits.rs found no cpu controller.
+//! average stays at the quota. Used by the watch loop (watch.rs), for a
+//! run and a session alike, only when limits.rs found no cpu controller.
 //!
 //! Design notes:
 //! - The tree is found from the jail's PID 1 down, through
@@ -175,7 +175,7 @@ pub(crate) fn children_of(pid: i32, out: &mut Vec<i32>) {
 
 /// The CPU time of `pid` and of the children it reaped (utime + stime +
 /// cutime + cstime of `/proc/<pid>/stat`): what RLIMIT_CPU counted of a
-/// session's interpreter once the jail's PID 1 reaped it (session/serve.rs).
+/// session's interpreter once the jail's PID 1 reaped it (session/cells.rs).
 pub(crate) fn cpu_of(pid: Pid) -> Option<Duration> {
     let stat = read_bounded(&format!("/proc/{}/stat", pid.as_raw())).and_then(|b| parse_stat(&b))?;
     Some(Duration::from_secs_f64(stat.cpu_ticks as f64 * tick()))

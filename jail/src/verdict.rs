@@ -23,9 +23,9 @@ use crate::request::Prepared;
 use crate::result::{Isolation, LandlockReport, LayerStatus, RunResult, SeccompReport, SetupError, Status, Timings, Usage};
 use crate::seccomp;
 use crate::stage::Stage;
+use crate::step::Ending;
 use crate::step::{Clock, Delivery, Outcome, Step};
 use crate::sync::{ms_since, Report};
-use crate::watch::Ending;
 use status::{status_of, Cut, Facts};
 
 /// The result before anything is known: the policy's isolation, the

@@ -3,11 +3,15 @@
 //! answer the refusals the filter reports; hold the tree to its CPU quota
 //! when no cgroup does (throttle.rs). What the step's clocks mean (a
 //! script's deadlines, script.rs) is the [`Loop`] the watch drives, and
-//! the [`Tree`] is what it may interrupt or kill.
+//! the [`Tree`] is what it may interrupt or kill. A session's cells
+//! (session/cells.rs) are the other loop: they add their own descriptors
+//! to the poll set (the driver's control channel, the clients, the
+//! lifeline), say where the streams go (each cell's capture), and drain
+//! the pipes when a cell is done ([`Watched::drain`]).
 
 use std::cell::Cell;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::time::Instant;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
@@ -15,7 +19,11 @@ use nix::unistd::Pid;
 
 use crate::capture::Capture;
 use crate::cgroup::RunCgroup;
+use crate::output::FsIds;
+use crate::result::{Denial, RunResult, Throttled};
 use crate::seccomp;
+use crate::step::{Delivery, Ending};
+use crate::streams::Target;
 use crate::sync::{self, Report};
 use crate::sys;
 use crate::throttle::Throttle;
@@ -34,48 +42,157 @@ pub(crate) struct Watch<'m> {
     deadline: Instant,
     pub(crate) stdout: Capture,
     pub(crate) stderr: Capture,
-    pub(crate) report_buf: Vec<u8>,
-    pub(crate) status_buf: Vec<u8>,
+    report_buf: Vec<u8>,
+    status_buf: Vec<u8>,
     pub(crate) exec_at: Option<Instant>,
     /// Our end of the socketpair the seccomp listener arrives on.
-    pub(crate) notify: Option<OwnedFd>,
+    notify: Option<OwnedFd>,
     /// The seccomp user-notification listener, once the worker sent it.
-    pub(crate) listener: Option<OwnedFd>,
+    listener: Option<OwnedFd>,
     /// Not to be read again before this (seccomp::Next::After).
-    pub(crate) listener_rest: Option<Instant>,
+    listener_rest: Option<Instant>,
     pub(crate) tally: seccomp::Tally,
-    pub(crate) model: &'m seccomp::Model,
+    model: &'m seccomp::Model,
     /// The CPU quota's enforcer when no cgroup has a cpu controller.
     pub(crate) throttle: Option<Throttle>,
 }
 
-/// How the watch loop ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Ending {
-    /// PID 1 exited by itself.
-    Exited,
-    /// The wall-clock deadline passed and the tree was killed.
-    WallTimeout,
-    /// The run cgroup's CPU usage reached the limit and the tree was killed.
-    CpuTimeout,
-    /// `jail` got this signal (cancel.rs) and the tree was killed.
-    Cancelled(Signal),
-}
-
 /// What one step's clocks mean, for the watch loop that drives it: a
-/// script's deadlines (script.rs); the session's cells loop is still its
-/// own (session/serve.rs).
+/// script's deadlines (script.rs), or a session's cells (session/cells.rs).
+/// The watch owns the poll, the pipes, the pidfd, the seccomp listener,
+/// the relays, the cancel and the throttle; the loop says what they mean.
+/// Every method but [`Loop::started`] has a default that is what a script
+/// needs.
 pub(crate) trait Loop {
+    /// The jail is released and its hand-overs made: the step's clocks
+    /// start now.
+    fn started(&mut self, s: Started<'_>);
+    /// Where the script's `t` bytes go now; `None`: the step's own
+    /// capture (the watch's).
+    fn capture(&mut self, _t: Target) -> Option<&mut Capture> {
+        None
+    }
+    /// Whether the stdout and stderr pipes may be read now; `None`: as the
+    /// step's own captures say.
+    fn wants_input(&self) -> Option<(bool, bool)> {
+        None
+    }
+    /// The loop's own descriptors, for this round's poll.
+    fn add_fds<'a>(&'a self, _set: &mut PollSet<'a>) {}
+    /// One of the loop's descriptors (its `slot`, as added) is ready.
+    fn on_ready(&mut self, _slot: u32, _flags: PollFlags, _w: &mut Watched<'_>) {}
     /// The earliest time the loop must look at its clocks again.
     fn wake(&self) -> Option<Instant>;
     /// The clocks, while the tree lives: past a limit, the tree is
     /// interrupted or killed.
-    fn tick(&mut self, now: Instant, tree: &Tree<'_>);
+    fn tick(&mut self, now: Instant, w: &mut Watched<'_>);
+    /// After every poll round, the tree alive or not: what the loop owes
+    /// its clients moves on.
+    fn flush(&mut self, _now: Instant) {}
     /// `jail` got `sig` (cancel.rs).
-    fn cancelled(&mut self, sig: Signal, tree: &Tree<'_>);
+    fn cancelled(&mut self, sig: Signal, w: &mut Watched<'_>);
     /// PID 1 is gone and the pipes drained, with the child side's
     /// `reports`: how the step ended.
-    fn at_death(&mut self, reports: &[Report]) -> Ending;
+    fn at_death(&mut self, reports: &[Report], w: &mut Watched<'_>) -> Ending;
+    /// Where the step's output is judged and delivered, when not where
+    /// the plan says (a session that adopted a folder, session/adopt.rs).
+    fn delivery(&mut self) -> Option<Delivery> {
+        None
+    }
+}
+
+/// What a loop is handed when the step starts.
+pub(crate) struct Started<'a> {
+    /// The step's result so far: its isolation and limits.
+    pub(crate) seed: &'a RunResult,
+    /// The wall-clock deadline of the whole step.
+    pub(crate) wall: Instant,
+    /// The run cgroup's CPU-time limit in nanoseconds, when a cpu cgroup
+    /// counts it.
+    pub(crate) cpu_limit: Option<u64>,
+    /// Without that cgroup, RLIMIT_CPU's soft limit: the kernel enforces
+    /// it.
+    pub(crate) cpu_rlimit: Option<Duration>,
+    /// The run cgroup's folders.
+    pub(crate) cgroup_dirs: Vec<&'a std::path::Path>,
+    /// The jail's output tmpfs, as the launch filled it; `None` with a
+    /// bound output folder.
+    pub(crate) output: Option<&'a OwnedFd>,
+    pub(crate) ids: FsIds,
+    /// Our end of the control channel, when the plan opened one.
+    pub(crate) control: Option<OwnedFd>,
+}
+
+/// The descriptors of one poll round.
+pub(crate) struct PollSet<'a> {
+    fds: Vec<PollFd<'a>>,
+    which: Vec<Slot>,
+}
+
+impl<'a> PollSet<'a> {
+    fn push(&mut self, fd: BorrowedFd<'a>, flags: PollFlags, slot: Slot) {
+        self.fds.push(PollFd::new(fd, flags));
+        self.which.push(slot);
+    }
+
+    /// Poll `fd` for `flags`; `slot` is what the loop is told it is.
+    pub(crate) fn add(&mut self, fd: BorrowedFd<'a>, flags: PollFlags, slot: u32) {
+        self.push(fd, flags, Slot::Loop(slot));
+    }
+}
+
+/// What a loop sees of the watch, and may act on, when it is called.
+pub(crate) struct Watched<'w> {
+    pub(crate) tree: &'w Tree<'w>,
+    tally: &'w seccomp::Tally,
+    model: &'w seccomp::Model,
+    throttle: Option<&'w Throttle>,
+    open: &'w mut Open,
+    buf: &'w mut [u8],
+}
+
+impl Watched<'_> {
+    /// The refusals so far (seccomp).
+    pub(crate) fn denials(&self) -> Vec<Denial> {
+        self.tally.denials(self.model)
+    }
+
+    /// What the CPU throttle did so far, when it enforces the quota.
+    pub(crate) fn throttled(&self, now: Instant) -> Option<Throttled> {
+        self.throttle.map(|t| t.report(now))
+    }
+
+    /// What the CPU throttle did since `before`.
+    pub(crate) fn throttled_since(&self, before: &Throttled, now: Instant) -> Option<Throttled> {
+        self.throttle.map(|t| t.report_since(before, now))
+    }
+
+    /// Read the stdout and stderr pipes into `out` and `err` until nothing
+    /// more is there now (a session's driver flushes before it says a
+    /// cell is done).
+    pub(crate) fn drain(&mut self, out: &mut Capture, err: &mut Capture) {
+        for _ in 0..1024 {
+            let mut got = false;
+            for (from, capture) in [(From::Stdout, &mut *out), (From::Stderr, &mut *err)] {
+                let pipe = self.open.get(from);
+                let Some(fd) = pipe else { continue };
+                let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+                if !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1)) {
+                    continue;
+                }
+                got = true;
+                let n = nix::unistd::read(fd.as_raw_fd(), self.buf).unwrap_or(0);
+                if n == 0 {
+                    *pipe = None;
+                } else {
+                    capture.push(&self.buf[..n]);
+                }
+            }
+            if !got {
+                return;
+            }
+        }
+    }
 }
 
 /// The jail's process tree, as a loop may act on it.
@@ -112,20 +229,20 @@ impl<'a> Tree<'a> {
         self.cgroup.and_then(RunCgroup::cpu_ns)
     }
 
-    fn killed(&self) -> bool {
+    /// The run cgroup's counters now; `None` without a cgroup.
+    pub(crate) fn usage(&self) -> Option<crate::cgroup::CgroupUsage> {
+        self.cgroup.map(RunCgroup::usage)
+    }
+
+    /// PID 1, whose own stat counts the CPU time of what it reaped.
+    pub(crate) fn pid(&self) -> Pid {
+        self.pid
+    }
+
+    /// Whether a loop killed the tree.
+    pub(crate) fn killed(&self) -> bool {
         self.killed.get()
     }
-}
-
-/// A step's limits, as the plan gives them: a script's [`Loop`] is built
-/// from them (script.rs), and a session's loop reads them (session/serve.rs).
-pub(crate) struct Deadlines<'a> {
-    pub(crate) wall: Instant,
-    /// The run cgroup and its CPU-time limit in nanoseconds.
-    pub(crate) cpu: Option<(&'a RunCgroup, u64)>,
-    /// Without that cgroup, RLIMIT_CPU's soft limit: the kernel enforces
-    /// it, and a session's cells read its signals (session/serve.rs).
-    pub(crate) cpu_rlimit: Option<std::time::Duration>,
 }
 
 /// A pipe the child side writes to.
@@ -153,6 +270,8 @@ enum Slot {
     RelayErr,
     /// The signalfd of cancel.rs: `jail` was asked to stop.
     Cancel,
+    /// One of the loop's own descriptors (`Loop::add_fds`).
+    Loop(u32),
 }
 
 /// The pipes still open, by name.
@@ -249,21 +368,27 @@ impl Watch<'_> {
                     open.stderr = None;
                 }
             }
-            let (ready, revents) = self.poll_once(&open, pidfd, &at, at.dying(tree), lp.wake());
+            let (ready, revents) = self.poll_once(&open, pidfd, &at, at.dying(tree), &*lp);
             if matches!(ready, Ok(0)) && at.exited {
                 // Exited but a pipe did not close: a descriptor escaped the
                 // tree somehow. Never hang on it.
                 break;
             }
             for (slot, flags) in revents {
-                if !flags.is_empty() {
-                    self.on_ready(slot, flags, &mut open, &mut at, &mut buf);
+                if flags.is_empty() {
+                    continue;
+                }
+                match slot {
+                    Slot::Loop(i) => lp.on_ready(i, flags, &mut self.watched(tree, &mut open, &mut buf)),
+                    _ => self.on_ready(slot, flags, &mut open, &mut at, &mut buf, lp),
                 }
             }
+            lp.flush(Instant::now());
             if !at.dying(tree) {
+                let mut w = self.watched(tree, &mut open, &mut buf);
                 match at.cancel.take() {
-                    Some(sig) => lp.cancelled(sig, tree),
-                    None => lp.tick(Instant::now(), tree),
+                    Some(sig) => lp.cancelled(sig, &mut w),
+                    None => lp.tick(Instant::now(), &mut w),
                 }
             }
             if let (Some(t), false) = (&mut self.throttle, at.dying(tree)) {
@@ -271,12 +396,24 @@ impl Watch<'_> {
             }
         }
         let reports = self.reports();
-        (lp.at_death(&reports), reports)
+        (lp.at_death(&reports, &mut self.watched(tree, &mut open, &mut buf)), reports)
+    }
+
+    /// What a loop sees of the watch now.
+    fn watched<'w>(&'w self, tree: &'w Tree<'w>, open: &'w mut Open, buf: &'w mut [u8]) -> Watched<'w> {
+        Watched {
+            tree,
+            tally: &self.tally,
+            model: self.model,
+            throttle: self.throttle.as_ref(),
+            open,
+            buf,
+        }
     }
 
     /// What the child side reported: its stages, failure and the script's
     /// exit (sync.rs).
-    pub(crate) fn reports(&self) -> Vec<Report> {
+    fn reports(&self) -> Vec<Report> {
         let mut reports = sync::parse_reports(&self.report_buf);
         reports.extend(sync::parse_reports(&self.status_buf));
         reports
@@ -290,14 +427,14 @@ impl Watch<'_> {
         pidfd: &OwnedFd,
         at: &Progress,
         dying: bool,
-        wake: Option<Instant>,
+        lp: &dyn Loop,
     ) -> (nix::Result<i32>, Vec<(Slot, PollFlags)>) {
         let timeout = if dying {
             // The tree is dead or dying; the pipes close as soon as it is.
             PollTimeout::from(200u16)
         } else {
-            let mut left = std::time::Duration::MAX;
-            if let Some(wake) = wake {
+            let mut left = Duration::MAX;
+            if let Some(wake) = lp.wake() {
                 left = wake.saturating_duration_since(Instant::now());
             }
             if let Some(t) = &self.throttle {
@@ -305,34 +442,30 @@ impl Watch<'_> {
             }
             PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
         };
-        let mut fds: Vec<PollFd> = Vec::with_capacity(9);
-        let mut which: Vec<Slot> = Vec::with_capacity(9);
+        let mut set = PollSet { fds: Vec::with_capacity(12), which: Vec::with_capacity(12) };
         // A stream whose caller has a full buffer to take is not read
         // until it catches up: the script waits, we do not.
+        let (want_out, want_err) = lp.wants_input().unwrap_or((self.stdout.wants_input(), self.stderr.wants_input()));
         for (from, fd, wanted) in [
-            (From::Stdout, &open.stdout, self.stdout.wants_input()),
-            (From::Stderr, &open.stderr, self.stderr.wants_input()),
+            (From::Stdout, &open.stdout, want_out),
+            (From::Stderr, &open.stderr, want_err),
             (From::Report, &open.report, true),
             (From::Status, &open.status, true),
         ] {
             if let (Some(fd), true) = (fd, wanted) {
-                fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-                which.push(Slot::Pipe(from));
+                set.push(fd.as_fd(), PollFlags::POLLIN, Slot::Pipe(from));
             }
         }
         for (slot, capture) in [(Slot::RelayOut, &self.stdout), (Slot::RelayErr, &self.stderr)] {
             if let Some(fd) = capture.pending_out() {
-                fds.push(PollFd::new(fd, PollFlags::POLLOUT));
-                which.push(slot);
+                set.push(fd, PollFlags::POLLOUT, slot);
             }
         }
         if !at.exited {
-            fds.push(PollFd::new(pidfd.as_fd(), PollFlags::POLLIN));
-            which.push(Slot::Pidfd);
+            set.push(pidfd.as_fd(), PollFlags::POLLIN, Slot::Pidfd);
         }
         if let (Some(fd), false) = (crate::cancel::fd(), dying) {
-            fds.push(PollFd::new(fd, PollFlags::POLLIN));
-            which.push(Slot::Cancel);
+            set.push(fd, PollFlags::POLLIN, Slot::Cancel);
         }
         // Past the answer cap the listener is read at a pace (seccomp/notify.rs,
         // PAST_CAP_PACE): left out of the poll until its time comes.
@@ -345,17 +478,18 @@ impl Watch<'_> {
         let listener = if resting.is_some() { &None } else { &self.listener };
         for (slot, fd) in [(Slot::Notify, &self.notify), (Slot::Listener, listener)] {
             if let Some(fd) = fd {
-                fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-                which.push(slot);
+                set.push(fd.as_fd(), PollFlags::POLLIN, slot);
             }
         }
+        lp.add_fds(&mut set);
+        let PollSet { mut fds, which } = set;
         let ready = poll(&mut fds, timeout);
         let revents = fds.iter().zip(&which).map(|(f, &s)| (s, f.revents().unwrap_or(PollFlags::empty()))).collect();
         (ready, revents)
     }
 
     /// Act on one ready entry of the poll set.
-    fn on_ready(&mut self, slot: Slot, flags: PollFlags, open: &mut Open, at: &mut Progress, buf: &mut [u8]) {
+    fn on_ready(&mut self, slot: Slot, flags: PollFlags, open: &mut Open, at: &mut Progress, buf: &mut [u8], lp: &mut dyn Loop) {
         match slot {
             Slot::Pidfd => at.exited = true,
             Slot::Cancel => at.cancel = at.cancel.or(crate::cancel::received()),
@@ -382,13 +516,15 @@ impl Watch<'_> {
                     self.listener = None;
                 }
             }
-            Slot::Pipe(from) => self.read_pipe(open.get(from), from, buf),
+            Slot::Pipe(from) => self.read_pipe(open.get(from), from, buf, lp),
+            Slot::Loop(_) => {}
         }
     }
 
-    /// One read from a ready pipe: its bytes to where they belong, or, at
-    /// end-of-file, the pipe closed (and, for `report`, the exec noted).
-    fn read_pipe(&mut self, pipe: &mut Option<OwnedFd>, from: From, buf: &mut [u8]) {
+    /// One read from a ready pipe: its bytes to where they belong (the
+    /// loop's capture, or the step's own), or, at end-of-file, the pipe
+    /// closed (and, for `report`, the exec noted).
+    fn read_pipe(&mut self, pipe: &mut Option<OwnedFd>, from: From, buf: &mut [u8], lp: &mut dyn Loop) {
         let Some(fd) = pipe else { return };
         let n = nix::unistd::read(fd.as_raw_fd(), buf).unwrap_or(0);
         if n == 0 {
@@ -400,8 +536,8 @@ impl Watch<'_> {
         }
         let chunk = &buf[..n];
         match from {
-            From::Stdout => self.stdout.push(chunk),
-            From::Stderr => self.stderr.push(chunk),
+            From::Stdout => lp.capture(Target::Stdout).unwrap_or(&mut self.stdout).push(chunk),
+            From::Stderr => lp.capture(Target::Stderr).unwrap_or(&mut self.stderr).push(chunk),
             From::Report => self.report_buf.extend_from_slice(chunk),
             From::Status => self.status_buf.extend_from_slice(chunk),
         }

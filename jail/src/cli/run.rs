@@ -170,7 +170,7 @@ pub(crate) fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<Inlin
             (false, false) => OutputMode::Stream,
         },
         host,
-        session: None,
+        step: crate::request::StepKind::Script,
     };
     Ok((req, inline))
 }

@@ -29,7 +29,7 @@ fn request(policy: Policy) -> RunRequest {
         timeout: None,
         mode: OutputMode::Capture,
         host: Default::default(),
-        session: None,
+        step: crate::request::StepKind::Script,
     }
 }
 

@@ -1,7 +1,7 @@
 //! One cell's facts → its part of the result: the driver's reply read
 //! with suspicion, the cell's status decided (by verdict/status.rs's rules, the
 //! same as a run's), its denials told apart from the session's. Pure: the
-//! serve loop (serve.rs) gathers the facts.
+//! cells loop (cells.rs) gathers the facts.
 //!
 //! The driver runs in the same process as the cell's code, so a cell can
 //! write to the control socket itself. A reply is therefore the cell's own
@@ -18,7 +18,7 @@ use crate::result::{Denial, PythonError, Status};
 use crate::verdict::status::{self, Cut};
 
 /// The longest reply line read from the driver; past it the line is
-/// dropped up to its end (serve.rs).
+/// dropped up to its end (cells.rs).
 pub const MAX_REPLY: usize = 256 << 10;
 const MAX_TYPE: usize = 256;
 const MAX_MESSAGE: usize = 8 << 10;
@@ -135,7 +135,7 @@ pub enum Death {
     Killed,
 }
 
-/// The facts of one cell, as the serve loop saw them.
+/// The facts of one cell, as the cells loop (cells.rs) saw them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Facts {
     /// The driver's `done` outcome and exit code, if one came.

@@ -3,7 +3,7 @@
 //! `jail run --events` chunk events (events.rs), written on the client's
 //! socket while the cell runs, then the cell's answer.
 //!
-//! Session supervisor side, inside the serve loop (serve.rs), under the
+//! Session supervisor side, inside the cells loop (cells.rs), under the
 //! rule `jail run --events` keeps: a client that reads slowly, or not at
 //! all, never holds up the loop, the cell's deadline or the next client.
 //! Every write is `send(MSG_DONTWAIT)` (relay.rs); while the relay's

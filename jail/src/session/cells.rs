@@ -1,16 +1,24 @@
-//! The session's serve loop, in place of the one-script watch (watch.rs):
-//! wait for the driver's `ready`, then serve one client at a time — each
-//! `exec` becomes one cell sent on the control channel and one result
-//! back — until the session ends (stop, idle timeout, lifetime, a cell
-//! killed after its grace, or a dead interpreter). Meanwhile it does what
-//! the watch does for a run: reads the pipes, answers the seccomp
-//! listener, and kills the whole tree when it must.
+//! The session's cells, as the [`Loop`] the watch loop (watch.rs) drives
+//! in place of one script's deadlines: wait for the driver's `ready`, then
+//! serve one client at a time — each `exec` becomes one cell sent on the
+//! control channel and one result back — until the session ends (stop,
+//! idle timeout, lifetime, a cell killed after its grace, or a dead
+//! interpreter). The watch reads the pipes, answers the seccomp listener,
+//! holds the CPU quota and hands on a cancel; the loop adds its own
+//! descriptors (the control channel, the clients' socket, the lifeline,
+//! its live clients), says where each stream's bytes go, and interrupts or
+//! kills the tree (watch.rs, `Tree`) when a cell or the session runs out.
 //!
 //! Streams are split per cell by time: a cell's stdout and stderr are what
 //! reached the pipes between its `exec` and its `done`, and the pipes are
 //! drained once more after `done` (the driver flushes before it replies).
 //! Output written later by something the cell left running lands in the
 //! next cell's streams.
+//!
+//! While a cell runs the clients are still served: an `interrupt` (a
+//! KeyboardInterrupt for the cell, as at its time limit) or a `stop` at
+//! once, any other request queued ([`MOST_WAITING`]) and served in order
+//! once the cell is done.
 //!
 //! SIGTERM, SIGINT or SIGHUP to the session supervisor (armed in
 //! session.rs, read from cancel.rs's signalfd) cancel the session: the
@@ -25,31 +33,50 @@
 //! the next.
 
 use std::cell::RefCell;
-use std::io;
+use std::collections::VecDeque;
+use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
 use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
-use nix::unistd::Pid;
 
-use super::cell::{self, Death, Facts, Outcome, Overrun, Reply};
+use super::adopt::Adoption;
+use super::cell::{self, Death, Outcome, Overrun, Reply};
 use super::handle::{self, Answer, Request};
 use super::live::{self, Tail};
-use super::{Serve, Why};
+use super::{CellLimits, Why};
 use crate::capture::Capture;
-use crate::cgroup::{CgroupUsage, RunCgroup};
+use crate::cgroup::CgroupUsage;
 use crate::events::Events;
-use crate::result::{Denial, PythonError, Throttled, Timings, Usage};
+use crate::limits;
+use crate::policy;
+use crate::result::{Denial, PythonError, RunResult, SessionInfo, Throttled, Timings, Usage};
+use crate::step::{Delivery, Ending};
 use crate::streams::{OutputMode, Target};
-use crate::sync::{self, Report};
-use crate::watch::{ChildPipes, Deadlines, Ending, Tree, Watch};
-use crate::{limits, seccomp, sys};
+use crate::sync::Report;
+use crate::watch::{Loop, PollSet, Started, Watched};
 
 /// How long a closed session's driver gets to exit before the tree is killed.
 const CLOSE_GRACE: Duration = Duration::from_millis(500);
+
+/// Most requests kept waiting for a running cell; more are refused.
+const MOST_WAITING: usize = 16;
+/// How long a request sent while a cell runs may take to arrive.
+const RUNNING_READ_WAIT: Duration = Duration::from_secs(1);
+
+/// The loop's own descriptors in the watch's poll set.
+const CONTROL: u32 = 0;
+const CLIENTS: u32 = 1;
+const LIFELINE: u32 = 2;
+/// The running cell's client can take more of its live events.
+const LIVE_OUT: u32 = 3;
+/// A finished cell's client can take more of its tail (live.rs): this
+/// plus the tail's index.
+const TAIL: u32 = 4;
 
 enum Phase {
     /// Waiting for the driver's `ready`.
@@ -85,56 +112,39 @@ struct Cell {
     live: Option<Rc<RefCell<Events>>>,
 }
 
-struct Pipes {
-    stdout: Option<OwnedFd>,
-    stderr: Option<OwnedFd>,
-    report: Option<OwnedFd>,
-    status: Option<OwnedFd>,
-}
-
-impl Pipes {
-    fn any(&self) -> bool {
-        self.stdout.is_some() || self.stderr.is_some() || self.report.is_some() || self.status.is_some()
-    }
-}
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Slot {
-    Stdout,
-    Stderr,
-    Report,
-    Status,
-    Pidfd,
-    Control,
-    Clients,
-    Notify,
-    Listener,
-    Lifeline,
-    /// A cancelling signal came (cancel.rs).
-    Cancel,
-    /// The running cell's client can take more of its live events.
-    LiveOut,
-    /// A finished cell's client can take more of its tail (live.rs).
-    Tail(usize),
-}
-
-struct Loop<'s, 'w, 'm> {
-    s: &'s Serve,
-    watch: &'w mut Watch<'m>,
-    pid: Pid,
-    cgroup: Option<&'s RunCgroup>,
+/// A session's cells: what the session supervisor (session.rs) holds, and
+/// the loop that serves them.
+pub(crate) struct Cells {
+    id: String,
+    listener: UnixListener,
+    limits: CellLimits,
+    pub(super) session: policy::Session,
+    /// The write end `start` waits on for `ready` or the setup error.
+    ready: Option<OwnedFd>,
+    /// Where the janitor is told the cgroup folders (session.rs).
+    pub(super) janitor: Option<OwnedFd>,
+    /// The step's seed result: every cell's starts from it.
+    template: Option<RunResult>,
+    end: Option<Why>,
+    /// A `stop` client, waiting for the closing result.
+    pub(super) stopper: Option<UnixStream>,
+    /// The read end of the owner's lifeline: when it hangs up the session
+    /// ends (`StartOptions::lifeline`).
+    lifeline: Option<OwnedFd>,
+    /// Taking the caller's output folder after the jail was made (adopt.rs).
+    adoption: Adoption,
+    /// The driver's control channel, once the step started.
+    control: Option<OwnedFd>,
+    /// The run cgroup's per-cell CPU-time limit in nanoseconds.
     cpu_limit: Option<u64>,
+    next_cpu_check: Instant,
     /// RLIMIT_CPU's soft limit, when it stands in for the cgroup's CPU check.
     cpu_rlimit: Option<Duration>,
-    control: Option<OwnedFd>,
-    pipes: Pipes,
     ctl_buf: Vec<u8>,
     /// Past an over-long reply line: dropping bytes up to its newline.
     ctl_skipping: bool,
     phase: Phase,
     cells: u64,
-    exited: bool,
-    killed: bool,
     /// Output that arrived between cells, for the next one.
     spill_out: Capture,
     spill_err: Capture,
@@ -148,300 +158,291 @@ struct Loop<'s, 'w, 'm> {
     lifetime: Instant,
     /// Requests that came while a cell ran (an `exec`, an output to adopt),
     /// served in order once it is done.
-    waiting: std::collections::VecDeque<(UnixStream, Request)>,
+    waiting: VecDeque<(UnixStream, Request)>,
+    ending: Ending,
 }
 
-/// Most requests kept waiting for a running cell; more are refused.
-const MOST_WAITING: usize = 16;
-/// How long a request sent while a cell runs may take to arrive.
-const RUNNING_READ_WAIT: Duration = Duration::from_secs(1);
+impl Cells {
+    pub(super) fn new(
+        id: String,
+        listener: UnixListener,
+        limits: CellLimits,
+        session: policy::Session,
+        ready: OwnedFd,
+        lifeline: Option<OwnedFd>,
+        adoption: Adoption,
+    ) -> Cells {
+        let now = Instant::now();
+        Cells {
+            id,
+            listener,
+            limits,
+            session,
+            ready: Some(ready),
+            janitor: None,
+            template: None,
+            end: None,
+            stopper: None,
+            lifeline,
+            adoption,
+            control: None,
+            cpu_limit: None,
+            next_cpu_check: now,
+            cpu_rlimit: None,
+            ctl_buf: Vec::new(),
+            ctl_skipping: false,
+            phase: Phase::Starting,
+            cells: 0,
+            spill_out: Capture::new(limits.stdout_cap, OutputMode::Capture, Target::Stdout),
+            spill_err: Capture::new(limits.stderr_cap, OutputMode::Capture, Target::Stderr),
+            buf: vec![0u8; 64 * 1024],
+            tails: Vec::new(),
+            cancelled: None,
+            lifetime: now + session.max_lifetime,
+            waiting: VecDeque::new(),
+            ending: Ending::Exited,
+        }
+    }
 
-/// Serve the session until it ends; the tree is dead or dying when this
-/// returns, and launch.rs reaps it.
-#[allow(clippy::too_many_arguments)]
-pub(crate) fn serve(
-    s: &Serve,
-    watch: &mut Watch<'_>,
-    pid: Pid,
-    pidfd: &OwnedFd,
-    pipes: ChildPipes,
-    control: OwnedFd,
-    limits: &Deadlines<'_>,
-    cgroup: Option<&RunCgroup>,
-) -> Ending {
-    if let Some(cg) = cgroup {
-        // The janitor removes these should we be killed (session.rs).
-        s.tell_janitor(cg.dirs());
+    /// Tell `start` the driver is up.
+    fn say_ready(&mut self) {
+        if let Some(fd) = self.ready.take() {
+            let _ = std::fs::File::from(fd).write_all(b"ready\n");
+        }
     }
-    // A driver that stops reading cannot hold the supervisor on a write.
-    let _ = nix::sys::socket::setsockopt(&control, nix::sys::socket::sockopt::SendTimeout, &nix::sys::time::TimeVal::new(5, 0));
-    let cap = (s.limits.stdout_cap, s.limits.stderr_cap);
-    let mut l = Loop {
-        s,
-        watch,
-        pid,
-        cgroup,
-        cpu_limit: limits.cpu.map(|(_, ns)| ns),
-        cpu_rlimit: limits.cpu_rlimit,
-        control: Some(control),
-        pipes: Pipes {
-            stdout: Some(pipes.stdout),
-            stderr: Some(pipes.stderr),
-            report: Some(pipes.report),
-            status: Some(pipes.status),
-        },
-        ctl_buf: Vec::new(),
-        ctl_skipping: false,
-        phase: Phase::Starting,
-        cells: 0,
-        exited: false,
-        killed: false,
-        spill_out: Capture::new(cap.0, OutputMode::Capture, Target::Stdout),
-        spill_err: Capture::new(cap.1, OutputMode::Capture, Target::Stderr),
-        buf: vec![0u8; 64 * 1024],
-        tails: Vec::new(),
-        cancelled: None,
-        lifetime: limits.wall,
-        waiting: std::collections::VecDeque::new(),
-    };
-    let mut next_cpu_check = Instant::now();
-    let mut ending = Ending::Exited;
-    while !l.exited || l.pipes.any() {
-        let now = Instant::now();
-        let wake = l.next_wake(next_cpu_check);
-        let timeout = if l.exited {
-            PollTimeout::from(200u16)
-        } else {
-            let left = wake.saturating_duration_since(now);
-            PollTimeout::try_from(left.as_millis().min(60_000) as u64 + 1).unwrap_or(PollTimeout::MAX)
-        };
-        let listener_fd = l.watch.listener.as_ref().filter(|_| l.watch.listener_rest.is_none_or(|t| t <= now));
-        let mut fds = Vec::with_capacity(12);
-        let mut which = Vec::with_capacity(12);
-        let (want_out, want_err) = l.wants_input();
-        for (slot, fd) in [
-            (Slot::Stdout, l.pipes.stdout.as_ref().filter(|_| want_out)),
-            (Slot::Stderr, l.pipes.stderr.as_ref().filter(|_| want_err)),
-            (Slot::Report, l.pipes.report.as_ref()),
-            (Slot::Status, l.pipes.status.as_ref()),
-            (Slot::Pidfd, Some(pidfd).filter(|_| !l.exited)),
-            (Slot::Control, l.control.as_ref()),
-            (Slot::Notify, l.watch.notify.as_ref()),
-            (Slot::Listener, listener_fd),
-        ] {
-            if let Some(fd) = fd {
-                fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-                which.push(slot);
+
+    /// Tell `start` the jail failed before the driver was up.
+    pub(super) fn say_failed(&mut self, line: &str) {
+        if let Some(fd) = self.ready.take() {
+            let _ = std::fs::File::from(fd).write_all(format!("error {line}\n").as_bytes());
+        }
+    }
+
+    pub(super) fn said_ready(&self) -> bool {
+        self.ready.is_none()
+    }
+
+    /// The cgroup folders, for the janitor to remove should we be killed.
+    fn tell_janitor(&self, dirs: &[&Path]) {
+        if let Some(fd) = self.janitor.as_ref() {
+            let mut text = String::new();
+            for d in dirs {
+                text.push_str(&d.display().to_string());
+                text.push('\n');
             }
+            let _ = nix::unistd::write(fd, text.as_bytes());
         }
-        if let Some(fd) = s.lifeline.as_ref().filter(|_| !matches!(l.phase, Phase::Ending { .. })) {
-            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
-            which.push(Slot::Lifeline);
-        }
-        if let Some(fd) = crate::cancel::fd().filter(|_| !l.exited && l.cancelled.is_none()) {
-            fds.push(PollFd::new(fd, PollFlags::POLLIN));
-            which.push(Slot::Cancel);
-        }
-        if matches!(l.phase, Phase::Idle { .. } | Phase::Running(_)) {
-            // While a cell runs too: an `interrupt` or a `stop` is served
-            // then; an `exec` waits its turn (`waiting`).
-            fds.push(PollFd::new(s.listener.as_fd(), PollFlags::POLLIN));
-            which.push(Slot::Clients);
-        }
-        if let Some(fd) = match &l.phase {
-            Phase::Running(c) => c.stdout.pending_out(),
-            _ => None,
-        } {
-            fds.push(PollFd::new(fd, PollFlags::POLLOUT));
-            which.push(Slot::LiveOut);
-        }
-        for (i, t) in l.tails.iter().enumerate() {
-            if let Some(fd) = t.pending_out() {
-                fds.push(PollFd::new(fd, PollFlags::POLLOUT));
-                which.push(Slot::Tail(i));
-            }
-        }
-        let ready = poll(&mut fds, timeout);
-        let events: Vec<(Slot, PollFlags)> =
-            fds.iter().zip(&which).map(|(f, &w)| (w, f.revents().unwrap_or(PollFlags::empty()))).collect();
-        drop(fds);
-        if matches!(ready, Ok(0)) && l.exited {
-            // A pipe that did not close with the tree: never hang on it.
-            break;
-        }
-        for (slot, flags) in events {
-            if !flags.is_empty() {
-                l.on_event(slot, flags);
-            }
-        }
-        let now = Instant::now();
-        l.tails.retain_mut(|t| t.step(now));
-        if l.exited {
-            continue;
-        }
-        let now = Instant::now();
-        if now >= l.lifetime && !matches!(l.phase, Phase::Ending { .. }) {
-            ending = Ending::WallTimeout;
-            l.end(Why::MaxLifetime, None);
-        }
-        if let Some(cg) = cgroup {
-            if now >= next_cpu_check {
-                next_cpu_check = now + limits::CPU_POLL;
-                l.check_cpu(cg);
-            }
-        }
-        if let Some(t) = &mut l.watch.throttle {
-            // No cpu cgroup: the quota holds across cells, as a cgroup's would.
-            t.check(now);
-        }
-        l.check_timers(now);
-        l.serve_waiting();
     }
-    l.finish_cell_at_death();
-    for (client, _) in l.waiting.drain(..) {
-        let why = s.end_why().map_or_else(|| "the session ended".to_string(), |w| w.describe(&s.session));
-        handle::answer(
-            &client,
-            &Answer {
-                result: None,
-                error: Some(format!("the session ended before this request was served ({why})")),
-            },
-        );
+
+    /// The session ends for `why` (the first reason given stands); a
+    /// `stop` client waits for the closing result.
+    fn set_end(&mut self, why: Why, stopper: Option<UnixStream>) {
+        self.end.get_or_insert(why);
+        if stopper.is_some() {
+            self.stopper = stopper;
+        }
     }
-    if let Some(sig) = l.cancelled {
-        // The closing result says so, as a cancelled run's does.
-        ending = Ending::Cancelled(sig);
+
+    pub(super) fn end_why(&self) -> Option<Why> {
+        self.end.clone()
     }
-    if matches!(l.phase, Phase::Starting) {
-        s.set_end(Why::NeverReady, None);
+
+    /// The `session` object of a result.
+    pub(super) fn info(&self, cell: u64, ended: Option<&Why>) -> SessionInfo {
+        SessionInfo {
+            id: self.id.clone(),
+            cell,
+            ended: ended.is_some(),
+            why: ended.map(|w| w.code().to_string()),
+            detail: ended.map(|w| w.describe(&self.session)),
+            // A cell's `artifacts` are empty: the output dir is judged and
+            // delivered once, when the whole tree is dead (artifacts.rs).
+            artifacts: "judged and delivered when the session ends (jail session stop)".into(),
+        }
     }
-    // The session is over: its last live clients get a bounded moment,
-    // as a plain answer's write has.
-    let by = Instant::now() + live::ANSWER_WAIT;
-    for t in l.tails.drain(..) {
-        t.finish(by);
+
+    /// The run's result as it stood before the launch: its isolation and
+    /// limits are every cell's.
+    fn template(&self) -> RunResult {
+        self.template.clone().unwrap_or_else(|| {
+            RunResult::setup_failed(crate::result::SetupError {
+                stage: "session".into(),
+                message: "a cell ran before the run's result was seeded".into(),
+                causes: vec![],
+            })
+        })
     }
-    ending
 }
 
-impl Loop<'_, '_, '_> {
-    /// The earliest time the loop must look at its clocks again.
-    fn next_wake(&self, next_cpu_check: Instant) -> Instant {
-        let mut wake = self.lifetime;
-        match &self.phase {
-            Phase::Starting => {}
-            Phase::Idle { since } => wake = wake.min(*since + self.s.session.idle_timeout),
-            Phase::Running(c) => {
-                wake = wake.min(match c.interrupted {
-                    None => c.deadline,
-                    Some((_, at)) => at + self.s.session.interrupt_grace,
-                });
-                if self.cgroup.is_some() && self.cpu_limit.is_some() && c.interrupted.is_none() {
-                    wake = wake.min(next_cpu_check);
-                }
-            }
-            Phase::Ending { kill_at } => wake = wake.min(*kill_at),
+impl Loop for Cells {
+    fn started(&mut self, s: Started<'_>) {
+        // Each cell's result starts from this step's seed: its isolation and limits.
+        self.template = Some(s.seed.clone());
+        self.adoption.hold(s.output, s.ids);
+        if !s.cgroup_dirs.is_empty() {
+            // The janitor removes these should we be killed (session.rs).
+            self.tell_janitor(&s.cgroup_dirs);
         }
-        if let Some(t) = &self.watch.throttle {
-            wake = wake.min(t.next_wake());
+        if let Some(control) = &s.control {
+            // A driver that stops reading cannot hold the supervisor on a write.
+            let timeout = nix::sys::time::TimeVal::new(5, 0);
+            let _ = nix::sys::socket::setsockopt(control, nix::sys::socket::sockopt::SendTimeout, &timeout);
         }
-        if let Some(t) = self.watch.listener_rest {
-            wake = wake.min(t);
-        }
-        for t in &self.tails {
-            wake = wake.min(t.wake());
-        }
-        wake
+        self.control = s.control;
+        self.cpu_limit = s.cpu_limit;
+        self.cpu_rlimit = s.cpu_rlimit;
+        self.next_cpu_check = Instant::now();
+        self.lifetime = s.wall;
+    }
+
+    fn capture(&mut self, t: Target) -> Option<&mut Capture> {
+        Some(match (&mut self.phase, t) {
+            (Phase::Running(c), Target::Stdout) => &mut c.stdout,
+            (Phase::Running(c), Target::Stderr) => &mut c.stderr,
+            (_, Target::Stdout) => &mut self.spill_out,
+            (_, Target::Stderr) => &mut self.spill_err,
+        })
     }
 
     /// Whether the cell's stdout and stderr pipes may be read now: not
     /// while its live client has a full buffer to take (the cell waits,
     /// not us), until the cell is past its time and must be able to write
     /// its traceback.
-    fn wants_input(&self) -> (bool, bool) {
-        match &self.phase {
+    fn wants_input(&self) -> Option<(bool, bool)> {
+        Some(match &self.phase {
             Phase::Running(c) if c.interrupted.is_none() => (c.stdout.wants_input(), c.stderr.wants_input()),
             _ => (true, true),
+        })
+    }
+
+    fn add_fds<'a>(&'a self, set: &mut PollSet<'a>) {
+        if let Some(fd) = &self.control {
+            set.add(fd.as_fd(), PollFlags::POLLIN, CONTROL);
+        }
+        if let Some(fd) = self.lifeline.as_ref().filter(|_| !matches!(self.phase, Phase::Ending { .. })) {
+            set.add(fd.as_fd(), PollFlags::POLLIN, LIFELINE);
+        }
+        if matches!(self.phase, Phase::Idle { .. } | Phase::Running(_)) {
+            // While a cell runs too: an `interrupt` or a `stop` is served
+            // then; an `exec` waits its turn (`waiting`).
+            set.add(self.listener.as_fd(), PollFlags::POLLIN, CLIENTS);
+        }
+        if let Phase::Running(c) = &self.phase {
+            if let Some(fd) = c.stdout.pending_out() {
+                set.add(fd, PollFlags::POLLOUT, LIVE_OUT);
+            }
+        }
+        for (i, t) in self.tails.iter().enumerate() {
+            if let Some(fd) = t.pending_out() {
+                set.add(fd, PollFlags::POLLOUT, TAIL + i as u32);
+            }
         }
     }
 
-    fn on_event(&mut self, slot: Slot, flags: PollFlags) {
+    fn on_ready(&mut self, slot: u32, _flags: PollFlags, w: &mut Watched<'_>) {
         match slot {
-            Slot::Stdout | Slot::Stderr | Slot::Report | Slot::Status => self.read_pipe(slot),
-            Slot::Pidfd => self.exited = true,
-            Slot::Control => self.read_control(),
-            Slot::Clients => self.accept(),
+            CONTROL => self.read_control(w),
+            CLIENTS => self.accept(w),
             // The owner's end closed (or it wrote, which it never does):
             // the owner is gone, and so is the session.
-            Slot::Lifeline => self.end(Why::OwnerGone, None),
-            Slot::Cancel => {
-                if let Some(sig) = crate::cancel::received() {
-                    self.cancelled = Some(sig);
-                    self.end(Why::Cancelled(sig), None);
-                }
-            }
-            Slot::LiveOut => {
+            LIFELINE => self.end(Why::OwnerGone, None, w),
+            LIVE_OUT => {
                 if let Phase::Running(c) = &mut self.phase {
                     c.stdout.flush_out();
                 }
             }
-            Slot::Tail(i) => {
-                if let Some(t) = self.tails.get_mut(i) {
+            tail => {
+                if let Some(t) = self.tails.get_mut((tail - TAIL) as usize) {
                     t.flush();
                 }
             }
-            Slot::Notify => {
-                if let Some(sock) = self.watch.notify.take() {
-                    self.watch.listener = sys::recv_fd(sock.as_fd()).ok().flatten();
-                }
-            }
-            Slot::Listener => {
-                let Some(listener) = &self.watch.listener else { return };
-                if flags.contains(PollFlags::POLLIN) {
-                    self.watch.listener_rest = match self.watch.tally.answer(self.watch.model, listener) {
-                        seccomp::Next::Now => None,
-                        seccomp::Next::After(pause) => Some(Instant::now() + pause),
-                    };
-                } else {
-                    self.watch.listener = None;
-                }
-            }
         }
     }
 
-    fn read_pipe(&mut self, slot: Slot) {
-        let pipe = match slot {
-            Slot::Stdout => &mut self.pipes.stdout,
-            Slot::Stderr => &mut self.pipes.stderr,
-            Slot::Report => &mut self.pipes.report,
-            _ => &mut self.pipes.status,
-        };
-        let Some(fd) = pipe else { return };
-        let n = nix::unistd::read(fd.as_raw_fd(), &mut self.buf).unwrap_or(0);
-        if n == 0 {
-            *pipe = None;
-            if slot == Slot::Report {
-                self.watch.exec_at = Some(Instant::now());
+    fn wake(&self) -> Option<Instant> {
+        let mut wake = self.lifetime;
+        match &self.phase {
+            Phase::Starting => {}
+            Phase::Idle { since } => wake = wake.min(*since + self.session.idle_timeout),
+            Phase::Running(c) => {
+                wake = wake.min(match c.interrupted {
+                    None => c.deadline,
+                    Some((_, at)) => at + self.session.interrupt_grace,
+                });
+                if self.cpu_limit.is_some() && c.interrupted.is_none() {
+                    wake = wake.min(self.next_cpu_check);
+                }
             }
-            return;
+            Phase::Ending { kill_at } => wake = wake.min(*kill_at),
         }
-        let chunk = &self.buf[..n];
-        let running = match &mut self.phase {
-            Phase::Running(c) => Some(c),
-            _ => None,
-        };
-        match (slot, running) {
-            (Slot::Stdout, Some(c)) => c.stdout.push(chunk),
-            (Slot::Stderr, Some(c)) => c.stderr.push(chunk),
-            (Slot::Stdout, None) => self.spill_out.push(chunk),
-            (Slot::Stderr, None) => self.spill_err.push(chunk),
-            (Slot::Report, _) => self.watch.report_buf.extend_from_slice(chunk),
-            _ => self.watch.status_buf.extend_from_slice(chunk),
+        for t in &self.tails {
+            wake = wake.min(t.wake());
+        }
+        Some(wake)
+    }
+
+    fn tick(&mut self, now: Instant, w: &mut Watched<'_>) {
+        if now >= self.lifetime && !matches!(self.phase, Phase::Ending { .. }) {
+            self.ending = Ending::WallTimeout;
+            self.end(Why::MaxLifetime, None, w);
+        }
+        if self.cpu_limit.is_some() && now >= self.next_cpu_check {
+            self.next_cpu_check = now + limits::CPU_POLL;
+            self.check_cpu(w);
+        }
+        self.check_timers(now, w);
+        self.serve_waiting(w);
+    }
+
+    fn flush(&mut self, now: Instant) {
+        self.tails.retain_mut(|t| t.step(now));
+    }
+
+    fn cancelled(&mut self, sig: Signal, w: &mut Watched<'_>) {
+        if self.cancelled.is_none() {
+            self.cancelled = Some(sig);
+            self.end(Why::Cancelled(sig), None, w);
         }
     }
 
+    fn at_death(&mut self, reports: &[Report], w: &mut Watched<'_>) -> Ending {
+        self.finish_cell_at_death(reports, w);
+        for (client, _) in self.waiting.drain(..) {
+            let why = self.end.as_ref().map_or_else(|| "the session ended".to_string(), |w| w.describe(&self.session));
+            handle::answer(
+                &client,
+                &Answer {
+                    result: None,
+                    error: Some(format!("the session ended before this request was served ({why})")),
+                },
+            );
+        }
+        if let Some(sig) = self.cancelled {
+            // The closing result says so, as a cancelled run's does.
+            self.ending = Ending::Cancelled(sig);
+        }
+        if matches!(self.phase, Phase::Starting) {
+            self.set_end(Why::NeverReady, None);
+        }
+        // The session is over: its last live clients get a bounded moment,
+        // as a plain answer's write has.
+        let by = Instant::now() + live::ANSWER_WAIT;
+        for t in self.tails.drain(..) {
+            t.finish(by);
+        }
+        self.ending
+    }
+
+    /// A session that took its caller's output folder delivers there
+    /// (adopt.rs).
+    fn delivery(&mut self) -> Option<Delivery> {
+        self.adoption.delivery()
+    }
+}
+
+impl Cells {
     /// Read what the driver wrote; act on each whole line.
-    fn read_control(&mut self) {
+    fn read_control(&mut self, w: &mut Watched<'_>) {
         let Some(fd) = &self.control else { return };
         let n = nix::unistd::read(fd.as_raw_fd(), &mut self.buf).unwrap_or(0);
         if n == 0 {
@@ -466,29 +467,29 @@ impl Loop<'_, '_, '_> {
             }
         }
         for line in lines {
-            self.on_reply(cell::parse_reply(&line));
+            self.on_reply(cell::parse_reply(&line), w);
         }
     }
 
-    fn on_reply(&mut self, reply: Reply) {
+    fn on_reply(&mut self, reply: Reply, w: &mut Watched<'_>) {
         match (reply, &mut self.phase) {
             (Reply::Ready, Phase::Starting) => {
-                self.s.say_ready();
+                self.say_ready();
                 self.phase = Phase::Idle { since: Instant::now() };
             }
             // Only the cell in flight can end, and only once: a line
             // naming another cell, or a second `done`, is ignored.
             (Reply::Done { id, outcome, exit_code, error }, Phase::Running(c)) if id == c.id && c.done.is_none() => {
                 c.done = Some((outcome, exit_code, error));
-                self.finish_cell();
+                self.finish_cell(w);
             }
             _ => {}
         }
     }
 
     /// One client: checked, its request read and acted on.
-    fn accept(&mut self) {
-        let Ok((stream, _)) = self.s.listener.accept() else { return };
+    fn accept(&mut self, w: &mut Watched<'_>) {
+        let Ok((stream, _)) = self.listener.accept() else { return };
         let _ = stream.set_nonblocking(false);
         let me = nix::unistd::geteuid().as_raw();
         match handle::peer_uid(&stream) {
@@ -504,8 +505,8 @@ impl Loop<'_, '_, '_> {
         };
         match read {
             Err(error) => handle::answer(&stream, &Answer { result: None, error: Some(error) }),
-            Ok(Request::Stop) => self.end(Why::Stopped, Some(stream)),
-            Ok(Request::Interrupt) => self.interrupt_cell(&stream),
+            Ok(Request::Stop) => self.end(Why::Stopped, Some(stream), w),
+            Ok(Request::Interrupt) => self.interrupt_cell(&stream, w),
             Ok(request) if running => {
                 if self.waiting.len() >= MOST_WAITING {
                     handle::refuse(&stream, format!("{MOST_WAITING} requests already wait for the running cell"));
@@ -513,25 +514,25 @@ impl Loop<'_, '_, '_> {
                     self.waiting.push_back((stream, request));
                 }
             }
-            Ok(request) => self.serve(stream, request),
+            Ok(request) => self.serve(stream, request, w),
         }
     }
 
     /// An `exec` or an `adopt_output`, between cells.
-    fn serve(&mut self, stream: UnixStream, request: Request) {
+    fn serve(&mut self, stream: UnixStream, request: Request, w: &mut Watched<'_>) {
         match request {
             Request::AdoptOutput { dir } => self.adopt_output(&stream, &dir),
-            Request::Exec { code, wall_secs, events } => self.start_cell(stream, code, wall_secs, events),
-            Request::Stop => self.end(Why::Stopped, Some(stream)),
-            Request::Interrupt => self.interrupt_cell(&stream),
+            Request::Exec { code, wall_secs, events } => self.start_cell(stream, code, wall_secs, events, w),
+            Request::Stop => self.end(Why::Stopped, Some(stream), w),
+            Request::Interrupt => self.interrupt_cell(&stream, w),
         }
     }
 
     /// The next request that waited for a cell, once the session is idle.
-    fn serve_waiting(&mut self) {
-        if matches!(self.phase, Phase::Idle { .. }) && !self.exited {
+    fn serve_waiting(&mut self, w: &mut Watched<'_>) {
+        if matches!(self.phase, Phase::Idle { .. }) {
             if let Some((stream, request)) = self.waiting.pop_front() {
-                self.serve(stream, request);
+                self.serve(stream, request, w);
             }
         }
     }
@@ -539,12 +540,12 @@ impl Loop<'_, '_, '_> {
     /// KeyboardInterrupt for the cell in flight, as at its time limit (the
     /// grace, then the kill, follow from `check_timers`); it ends
     /// `cancelled`. Between cells there is nothing to interrupt.
-    fn interrupt_cell(&mut self, client: &UnixStream) {
+    fn interrupt_cell(&mut self, client: &UnixStream, w: &Watched<'_>) {
         let id = match &mut self.phase {
             Phase::Running(c) => {
                 if c.interrupted.is_none() {
                     c.interrupted = Some((Overrun::Cancelled, Instant::now()));
-                    Tree::new(self.pid, self.cgroup).interrupt();
+                    w.tree.interrupt();
                 }
                 Some(c.id)
             }
@@ -555,16 +556,18 @@ impl Loop<'_, '_, '_> {
 
     /// Take `dir` as the output folder (adopt.rs). Clients are served only
     /// between cells: nothing of the session runs but the driver, waiting.
-    fn adopt_output(&mut self, client: &UnixStream, dir: &std::path::Path) {
-        let taken = self.s.adoption.borrow_mut().take(dir, self.cells);
-        let answer = match taken {
+    fn adopt_output(&mut self, client: &UnixStream, dir: &Path) {
+        let answer = match self.adoption.take(dir, self.cells) {
             Ok(()) => {
                 // The caller's session starts now: its idle time and its
                 // lifetime too, however long the jail waited in the pool.
                 let now = Instant::now();
                 self.phase = Phase::Idle { since: now };
-                self.lifetime = now + self.s.session.max_lifetime;
-                self.s.retarget_template(dir);
+                self.lifetime = now + self.session.max_lifetime;
+                // Every later cell's result names it.
+                if let Some(t) = self.template.as_mut() {
+                    t.output_dir = Some(dir.display().to_string());
+                }
                 Answer { result: Some(serde_json::json!({"output_dir": dir})), error: None }
             }
             Err(e) => Answer { result: None, error: Some(e) },
@@ -572,7 +575,7 @@ impl Loop<'_, '_, '_> {
         handle::answer(client, &answer);
     }
 
-    fn start_cell(&mut self, client: UnixStream, code: String, wall_secs: Option<f64>, events: bool) {
+    fn start_cell(&mut self, client: UnixStream, code: String, wall_secs: Option<f64>, events: bool, w: &Watched<'_>) {
         // Whatever the driver (or a thread a cell left) wrote since the
         // last cell is stale: it can never end this one.
         self.drain_control();
@@ -587,17 +590,17 @@ impl Loop<'_, '_, '_> {
         let mut line = serde_json::to_vec(&msg).unwrap_or_default();
         line.push(b'\n');
         let now = Instant::now();
-        let (cap_out, cap_err) = (self.s.limits.stdout_cap, self.s.limits.stderr_cap);
+        let (cap_out, cap_err) = (self.limits.stdout_cap, self.limits.stderr_cap);
         let live = events.then(|| live::open(&client, cap_out, cap_err));
         let mut c = Box::new(Cell {
             id,
             client,
             started: now,
-            deadline: now + cell_wall(self.s.limits.wall, wall_secs),
-            cpu_start: self.cgroup.and_then(RunCgroup::cpu_ns),
-            usage_start: self.cgroup.map(RunCgroup::usage),
-            throttled_start: self.watch.throttle.as_ref().map(|t| t.report(now)),
-            denials_start: self.watch.tally.denials(self.watch.model),
+            deadline: now + cell_wall(self.limits.wall, wall_secs),
+            cpu_start: w.tree.cpu_ns(),
+            usage_start: w.tree.usage(),
+            throttled_start: w.throttled(now),
+            denials_start: w.denials(),
             stdout: std::mem::replace(&mut self.spill_out, Capture::new(cap_out, OutputMode::Capture, Target::Stdout)),
             stderr: std::mem::replace(&mut self.spill_err, Capture::new(cap_err, OutputMode::Capture, Target::Stderr)),
             interrupted: None,
@@ -613,15 +616,12 @@ impl Loop<'_, '_, '_> {
             Some(fd) => write_all(fd, &line),
             None => Err(io::Error::other("the control channel is closed")),
         };
+        self.phase = Phase::Running(c);
         if sent.is_err() {
             // The driver is gone or stopped reading: the session is over.
-            c.done = None;
-            self.phase = Phase::Running(c);
-            self.kill_tree();
-            self.s.set_end(Why::DriverDeaf, None);
-            return;
+            w.tree.kill();
+            self.set_end(Why::DriverDeaf, None);
         }
-        self.phase = Phase::Running(c);
     }
 
     /// Discard whatever is readable on the control channel now.
@@ -639,62 +639,45 @@ impl Loop<'_, '_, '_> {
         }
     }
 
-    /// Read both output pipes until nothing more is there now.
-    fn drain_streams(&mut self) {
-        for _ in 0..1024 {
-            let mut got = false;
-            for slot in [Slot::Stdout, Slot::Stderr] {
-                let fd = if slot == Slot::Stdout { &self.pipes.stdout } else { &self.pipes.stderr };
-                let Some(fd) = fd else { continue };
-                let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
-                if matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1)) {
-                    self.read_pipe(slot);
-                    got = true;
-                }
-            }
-            if !got {
-                return;
-            }
-        }
-    }
-
-    fn check_cpu(&mut self, cg: &RunCgroup) {
+    /// The cell in flight used its CPU time (the run cgroup's, since the
+    /// cell began): KeyboardInterrupt, and the grace starts.
+    fn check_cpu(&mut self, w: &Watched<'_>) {
         let (Phase::Running(c), Some(limit)) = (&mut self.phase, self.cpu_limit) else { return };
         if c.interrupted.is_some() {
             return;
         }
-        if let (Some(used), Some(start)) = (cg.cpu_ns(), c.cpu_start) {
+        if let (Some(used), Some(start)) = (w.tree.cpu_ns(), c.cpu_start) {
             if used.saturating_sub(start) >= limit {
                 c.interrupted = Some((Overrun::Cpu, Instant::now()));
-                Tree::new(self.pid, self.cgroup).interrupt();
+                w.tree.interrupt();
             }
         }
     }
 
-    fn check_timers(&mut self, now: Instant) {
+    fn check_timers(&mut self, now: Instant, w: &Watched<'_>) {
         match &mut self.phase {
             Phase::Starting => {}
             Phase::Idle { since } => {
-                if now >= *since + self.s.session.idle_timeout {
-                    self.end(Why::IdleTimeout, None);
+                if now >= *since + self.session.idle_timeout {
+                    self.end(Why::IdleTimeout, None, w);
                 }
             }
             Phase::Running(c) => match c.interrupted {
                 None if now >= c.deadline => {
                     // KeyboardInterrupt in the cell; the grace starts now.
                     c.interrupted = Some((Overrun::Wall, now));
-                    Tree::new(self.pid, self.cgroup).interrupt();
+                    w.tree.interrupt();
                 }
-                Some((_, at)) if now >= at + self.s.session.interrupt_grace => {
+                Some((_, at)) if now >= at + self.session.interrupt_grace => {
                     let id = c.id;
-                    self.kill_tree();
-                    self.s.set_end(Why::CellKilled(id), None);
+                    w.tree.kill();
+                    self.set_end(Why::CellKilled(id), None);
                 }
                 _ => {}
             },
             Phase::Ending { kill_at } => {
-                if now >= *kill_at && !self.killed {
-                    self.kill_tree();
+                if now >= *kill_at && !w.tree.killed() {
+                    w.tree.kill();
                 }
             }
         }
@@ -702,7 +685,7 @@ impl Loop<'_, '_, '_> {
 
     /// End the session: the driver's channel closes (it exits at once
     /// when idle), and the tree is killed if it is not gone soon.
-    fn end(&mut self, why: Why, stopper: Option<UnixStream>) {
+    fn end(&mut self, why: Why, stopper: Option<UnixStream>, w: &Watched<'_>) {
         if let Phase::Running(c) = &mut self.phase {
             // The cell in flight is cut short: its client learns why (a
             // cancel wins over a timeout, as it does for a run).
@@ -711,34 +694,30 @@ impl Loop<'_, '_, '_> {
             } else if c.interrupted.is_none() {
                 c.interrupted = Some((Overrun::Wall, Instant::now()));
             }
-            self.kill_tree();
-            self.s.set_end(why, stopper);
+            w.tree.kill();
+            self.set_end(why, stopper);
             return;
         }
-        self.s.set_end(why, stopper);
+        self.set_end(why, stopper);
         self.control = None;
         self.phase = Phase::Ending { kill_at: Instant::now() + CLOSE_GRACE };
     }
 
-    fn kill_tree(&mut self) {
-        Tree::new(self.pid, self.cgroup).kill();
-        self.killed = true;
-    }
-
     /// The cell in flight got its `done`: its result to its client.
-    fn finish_cell(&mut self) {
-        self.drain_streams();
+    fn finish_cell(&mut self, w: &mut Watched<'_>) {
+        if let Phase::Running(c) = &mut self.phase {
+            w.drain(&mut c.stdout, &mut c.stderr);
+        }
         let Phase::Running(c) = std::mem::replace(&mut self.phase, Phase::Idle { since: Instant::now() }) else {
             return;
         };
-        self.cell_result(*c, None);
+        self.cell_result(*c, None, w);
     }
 
     /// The tree is gone: a cell still in flight ends with it.
-    fn finish_cell_at_death(&mut self) {
+    fn finish_cell_at_death(&mut self, reports: &[Report], w: &Watched<'_>) {
         let Phase::Running(_) = self.phase else { return };
-        let reports = sync::parse_reports(&self.watch.status_buf);
-        let death = if self.killed {
+        let death = if w.tree.killed() {
             Death::Killed
         } else {
             match reports.iter().find_map(|r| match r {
@@ -753,15 +732,15 @@ impl Loop<'_, '_, '_> {
         let Phase::Running(c) = std::mem::replace(&mut self.phase, Phase::Ending { kill_at: Instant::now() }) else {
             return;
         };
-        if self.s.end_why().is_none() {
-            self.s.set_end(Why::Died(death), None);
+        if self.end.is_none() {
+            self.set_end(Why::Died(death), None);
         }
-        self.cell_result(*c, Some(death));
+        self.cell_result(*c, Some(death), w);
     }
 
     /// Build one cell's result and answer its client.
-    fn cell_result(&mut self, c: Cell, death: Option<Death>) {
-        let usage_now = self.cgroup.map(RunCgroup::usage);
+    fn cell_result(&mut self, c: Cell, death: Option<Death>, w: &Watched<'_>) {
+        let usage_now = w.tree.usage();
         let oom = match (&c.usage_start, &usage_now) {
             (Some(a), Some(b)) => b.oom_kills.unwrap_or(0) > a.oom_kills.unwrap_or(0),
             _ => false,
@@ -772,10 +751,10 @@ impl Loop<'_, '_, '_> {
         // reaped it, so PID 1's own stat (PID 1 is reaped only after the
         // session ends, launch.rs) counts its CPU time.
         let cpu_used = match (self.cpu_rlimit, death) {
-            (Some(_), Some(_)) => crate::throttle::cpu_of(self.pid).unwrap_or_default(),
+            (Some(_), Some(_)) => crate::throttle::cpu_of(w.tree.pid()).unwrap_or_default(),
             _ => Duration::ZERO,
         };
-        let facts = Facts {
+        let facts = cell::Facts {
             done: c.done.as_ref().map(|(o, code, _)| (*o, *code)),
             overrun: c.interrupted.map(|(why, _)| why),
             death,
@@ -785,7 +764,7 @@ impl Loop<'_, '_, '_> {
             cpu_used,
         };
         let (status, exit_code, signal) = cell::status_of(&facts);
-        let mut result = self.s.template();
+        let mut result = self.template();
         result.status = status;
         result.exit_code = exit_code;
         result.signal = signal;
@@ -798,17 +777,13 @@ impl Loop<'_, '_, '_> {
         result.stderr = stderr;
         let wall_ms = c.started.elapsed().as_secs_f64() * 1000.0;
         result.usage = usage_of(wall_ms, c.usage_start.as_ref(), usage_now.as_ref());
-        result.usage.throttled = match (&self.watch.throttle, &c.throttled_start) {
-            (Some(t), Some(before)) => Some(t.report_since(before, Instant::now())),
-            _ => None,
-        };
-        let denials_now = self.watch.tally.denials(self.watch.model);
-        result.denials = cell::denials_since(&c.denials_start, &denials_now);
+        result.usage.throttled = c.throttled_start.as_ref().and_then(|before| w.throttled_since(before, Instant::now()));
+        result.denials = cell::denials_since(&c.denials_start, &w.denials());
         result.timings = Timings { total_ms: wall_ms, setup_ms: None, stages: Default::default() };
         if facts.overrun == Some(Overrun::Cancelled) {
             result.supervisor.cancelled_by = self.cancelled.map(|s| s.as_str().to_string());
         }
-        result.session = Some(self.s.info(c.id, self.s.end_why().as_ref()));
+        result.session = Some(self.info(c.id, self.end.as_ref()));
         let answer = Answer { result: serde_json::to_value(&result).ok(), error: None };
         match c.live {
             // Behind the live events, as the client takes them (live.rs).
