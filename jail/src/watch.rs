@@ -61,8 +61,8 @@ pub(crate) struct Watch<'m> {
 /// script's deadlines (script.rs), or a session's cells (session/cells.rs).
 /// The watch owns the poll, the pipes, the pidfd, the seccomp listener,
 /// the relays, the cancel and the throttle; the loop says what they mean.
-/// Every method but [`Loop::started`] has a default that is what a script
-/// needs.
+/// What only the cells need (their streams, their descriptors, their
+/// tails, an adopted folder) has a default, which is what a script needs.
 pub(crate) trait Loop {
     /// The jail is released and its hand-overs made: the step's clocks
     /// start now.
