@@ -61,22 +61,7 @@ pub fn result_of(doc: serde_json::Value) -> Result<RunResult, ResultError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn lines_of(max: usize, reads: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
-        let mut got = Vec::new();
-        let mut each = |l: Line<'_>| {
-            got.push(match l {
-                Line::Whole(b) => Some(b.to_vec()),
-                Line::TooLong => None,
-            })
-        };
-        let mut lines = Lines::new(max);
-        for r in reads {
-            lines.feed_all(r, &mut each);
-        }
-        lines.finish_all(&mut each);
-        got
-    }
+    use crate::client::lines::tests::lines_of;
 
     #[test]
     fn a_character_split_between_reads_comes_whole() {

@@ -186,10 +186,11 @@ pub fn read_to_end(mut r: impl io::Read, mut lines: Lines, mut each: impl FnMut(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
-    fn lines_of(max: usize, reads: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
+    /// The lines `reads` make, fed one read at a time (`None`: too long).
+    pub(crate) fn lines_of(max: usize, reads: &[&[u8]]) -> Vec<Option<Vec<u8>>> {
         let mut got = Vec::new();
         let mut each = |l: Line<'_>| {
             got.push(match l {
