@@ -202,6 +202,36 @@ fn a_cell_past_its_time_gets_keyboard_interrupt_and_the_session_lives_on() {
 }
 
 #[test]
+fn a_cell_past_its_cpu_time_in_a_cgroup_gets_keyboard_interrupt_and_the_session_lives_on() {
+    // Where the run cgroup counts CPU, a cell's CPU time is its own: the
+    // cgroup's count since the cell began (session/cells.rs, `check_cpu`).
+    // Past it the cell gets KeyboardInterrupt, as at its wall time, and
+    // ends `timeout_cpu`; the session goes on. Without such a cgroup
+    // RLIMIT_CPU stands in (the test below).
+    let mut sb = Sandbox::new();
+    // A wall limit far above the CPU limit, as in the test below.
+    sb.extra_args.extend(["--cpu-time", "1", "--timeout", "60"].map(String::from));
+    let s = sb.start_session();
+    s.exec("n = 7\n");
+    let (v, out) = s.exec("while True:\n    pass\n");
+    if v["limits"]["cpu_time_secs"]["enforced_by"] != "supervisor" {
+        s.stop();
+        covered_elsewhere("no cgroup counts this session's CPU, so RLIMIT_CPU stands in; the root half has one");
+        return;
+    }
+    assert_eq!(
+        (&v["status"], &v["error"]["type"]),
+        (&serde_json::json!("timeout_cpu"), &serde_json::json!("KeyboardInterrupt")),
+        "{v}"
+    );
+    assert_eq!(out.status.code(), Some(124), "{v}");
+    assert_eq!(v["session"]["ended"], false, "{v}");
+    let (v, _) = s.exec("print(n)\n");
+    assert_eq!(v["stdout"]["text"], "7\n", "{v}");
+    s.stop();
+}
+
+#[test]
 fn a_cell_past_rlimit_cpu_is_timeout_cpu_as_a_run_is() {
     // Where no cgroup counts CPU, RLIMIT_CPU stands in for the CPU-time
     // limit and its SIGXCPU kills the interpreter mid-cell: the cell is
