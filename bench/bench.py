@@ -278,7 +278,7 @@ def session_cell(runners, n):
     samples = {"bare_driver": [], "session_socket": [], "session_exec_cli": []}
     for i in range(n):
         t = time.perf_counter()
-        ours.sendall((json.dumps({"op": "exec", "id": i + 1, "code": cell}) + "\n").encode())
+        ours.sendall((json.dumps({"op": "exec", "id": i + 1, "nonce": "n", "code": cell}) + "\n").encode())
         reader.readline()
         samples["bare_driver"].append((time.perf_counter() - t) * 1000)
         t = time.perf_counter()

@@ -161,6 +161,9 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
     let dir = handle::session_dir(opts.runtime_dir.as_deref(), uid)?;
     sweep_tombstones(&dir);
     let id = handle::new_id()?;
+    // The key each cell's word is bound to (cells.rs, `Cells::nonce`):
+    // never in the jail, so no line written before a cell began can be its.
+    let key = format!("{}{}", handle::new_id()?, handle::new_id()?);
     let (socket, tombstone) = handle::paths(&dir, &id);
     let driver_dir = dir.join(format!("{id}.d"));
     let driver = driver_dir.join("jail_cell_driver.py");
@@ -208,7 +211,7 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
         Ok(Forked::Child) => {
             drop(ready.read);
             let lifeline = opts.lifeline.and_then(sys::take_inherited_fd);
-            let cells = Cells::new(id, listener, limits, session, ready.write, lifeline, adoption);
+            let cells = Cells::new(id, key, listener, limits, session, ready.write, lifeline, adoption);
             supervise(req, cells, paths)
         }
         Ok(Forked::Parent(pid)) => {

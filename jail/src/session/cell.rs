@@ -21,6 +21,7 @@ use crate::verdict::status::{self, Cut};
 /// dropped up to its end (cells.rs).
 pub const MAX_REPLY: usize = 256 << 10;
 const MAX_TYPE: usize = 256;
+const MAX_NONCE: usize = 64;
 const MAX_MESSAGE: usize = 8 << 10;
 const MAX_TRACEBACK: usize = 32 << 10;
 
@@ -46,6 +47,8 @@ pub enum Reply {
     /// A cell ended.
     Done {
         id: u64,
+        /// The nonce of the `exec` it answers (cells.rs).
+        nonce: String,
         outcome: Outcome,
         exit_code: Option<i32>,
         error: Option<PythonError>,
@@ -59,6 +62,8 @@ struct Wire {
     op: String,
     #[serde(default)]
     id: Option<u64>,
+    #[serde(default)]
+    nonce: Option<String>,
     #[serde(default)]
     outcome: Option<Outcome>,
     #[serde(default)]
@@ -85,6 +90,7 @@ pub fn parse_reply(line: &[u8]) -> Reply {
         ("ready", _, _) => Reply::Ready,
         ("done", Some(id), Some(outcome)) => Reply::Done {
             id,
+            nonce: cut(&wire.nonce.unwrap_or_default(), MAX_NONCE),
             outcome,
             // A code outside a process's range is not one a process could
             // exit with: 1, as Python itself maps an odd SystemExit.
@@ -222,12 +228,12 @@ mod tests {
     fn a_done_line_is_read_with_its_error_cut_to_size() {
         let long = "x".repeat(MAX_MESSAGE * 2);
         let line = format!(
-            r#"{{"op":"done","id":3,"outcome":"error","exit_code":null,"error":{{"type":"ValueError","message":"{long}","traceback":"tb"}}}}"#
+            r#"{{"op":"done","id":3,"nonce":"n3","outcome":"error","exit_code":null,"error":{{"type":"ValueError","message":"{long}","traceback":"tb"}}}}"#
         );
-        let Reply::Done { id, outcome, error: Some(e), .. } = parse_reply(line.as_bytes()) else {
+        let Reply::Done { id, nonce, outcome, error: Some(e), .. } = parse_reply(line.as_bytes()) else {
             panic!("not done")
         };
-        assert_eq!((id, outcome), (3, Outcome::Error));
+        assert_eq!((id, nonce.as_str(), outcome), (3, "n3", Outcome::Error));
         assert_eq!(e.kind, "ValueError");
         assert_eq!(e.message.len(), MAX_MESSAGE);
     }

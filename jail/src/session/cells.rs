@@ -94,6 +94,8 @@ enum Phase {
 /// One cell in flight.
 struct Cell {
     id: u64,
+    /// What its `done` must carry (`Cells::nonce`).
+    nonce: String,
     client: UnixStream,
     started: Instant,
     deadline: Instant,
@@ -116,6 +118,8 @@ struct Cell {
 /// the loop that serves them.
 pub(crate) struct Cells {
     id: String,
+    /// The session's secret, from which each cell's nonce is made.
+    key: String,
     listener: UnixListener,
     limits: CellLimits,
     pub(super) session: policy::Session,
@@ -163,8 +167,12 @@ pub(crate) struct Cells {
 }
 
 impl Cells {
+    // Each is a different thing the session was started with; a struct
+    // of them would only be taken apart again here.
+    #[allow(clippy::too_many_arguments)]
     pub(super) fn new(
         id: String,
+        key: String,
         listener: UnixListener,
         limits: CellLimits,
         session: policy::Session,
@@ -175,6 +183,7 @@ impl Cells {
         let now = Instant::now();
         Cells {
             id,
+            key,
             listener,
             limits,
             session,
@@ -479,7 +488,9 @@ impl Cells {
             }
             // Only the cell in flight can end, and only once: a line
             // naming another cell, or a second `done`, is ignored.
-            (Reply::Done { id, outcome, exit_code, error }, Phase::Running(c)) if id == c.id && c.done.is_none() => {
+            (Reply::Done { id, nonce, outcome, exit_code, error }, Phase::Running(c))
+                if id == c.id && nonce == c.nonce && c.done.is_none() =>
+            {
                 c.done = Some((outcome, exit_code, error));
                 self.finish_cell(w);
             }
@@ -581,7 +592,8 @@ impl Cells {
         self.drain_control();
         self.cells += 1;
         let id = self.cells;
-        let mut msg = serde_json::json!({"op": "exec", "id": id, "code": code});
+        let nonce = self.nonce(id);
+        let mut msg = serde_json::json!({"op": "exec", "id": id, "nonce": nonce, "code": code});
         if events {
             // The driver runs a live cell unbuffered, as PYTHONUNBUFFERED
             // makes `jail run --events`.
@@ -594,6 +606,7 @@ impl Cells {
         let live = events.then(|| live::open(&client, cap_out, cap_err));
         let mut c = Box::new(Cell {
             id,
+            nonce,
             client,
             started: now,
             deadline: now + cell_wall(self.limits.wall, wall_secs),
@@ -622,6 +635,17 @@ impl Cells {
             w.tree.kill();
             self.set_end(Why::DriverDeaf, None);
         }
+    }
+
+    /// What cell `id`'s `done` must carry: made from the session's key,
+    /// which never enters the jail, and sent with the cell's `exec`. A cell
+    /// shares the driver's process and may write to the control channel
+    /// (driver.py): a line it wrote before cell `id` began cannot carry this,
+    /// however late the line arrives (a write blocked on a full socket).
+    fn nonce(&self, id: u64) -> String {
+        let mut hex = crate::digest::sha256_hex(format!("{}:{id}", self.key).as_bytes());
+        hex.truncate(32);
+        hex
     }
 
     /// Discard whatever is readable on the control channel now.

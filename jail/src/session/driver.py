@@ -6,9 +6,9 @@ newline-delimited JSON on the control socket it finds on fd 0 (moved to a
 private close-on-exec descriptor at once; fd 0 then reads /dev/null, so a
 cell and its subprocesses never see the protocol):
 
-  supervisor -> driver   {"op": "exec", "id": N, "code": "...", "live": true?}
+  supervisor -> driver   {"op": "exec", "id": N, "nonce": "...", "code": "...", "live": true?}
   driver -> supervisor   {"op": "ready", "preloaded": [...], "failed": [...]}
-                         {"op": "done", "id": N, "outcome": "ok"|"error"|"exit"|"interrupted",
+                         {"op": "done", "id": N, "nonce": "...", "outcome": "ok"|"error"|"exit"|"interrupted",
                           "exit_code": int|null, "error": {"type", "message", "traceback"}|null}
 
 A `live` cell (its output watched as it comes: `jail session exec --events`)
@@ -17,7 +17,9 @@ runs with unbuffered stdout and stderr, as PYTHONUNBUFFERED makes them for
 
 A cell runs untrusted code in this process, so it can write to the control
 socket itself: the supervisor treats every reply as the cell's own words
-(bounded in size, checked in shape) and never as a fact about the jail.
+(bounded in size, checked in shape) and never as a fact about the jail;
+a `done` counts only with the nonce of the `exec` it answers, which no
+line written before that `exec` can carry.
 """
 
 import atexit
@@ -221,9 +223,14 @@ def main():
             if not line:
                 quick_exit(namespace)  # the supervisor closed the session
             request = json.loads(line)
-            cell_id, code = request.get("id"), request.get("code")
-            if request.get("op") != "exec" or not isinstance(cell_id, int) or not isinstance(code, str):
-                send(ctl, {"op": "bad_request", "detail": "expected {op: exec, id: int, code: str}"})
+            cell_id, code, nonce = request.get("id"), request.get("code"), request.get("nonce")
+            if (
+                request.get("op") != "exec"
+                or not isinstance(cell_id, int)
+                or not isinstance(code, str)
+                or not isinstance(nonce, str)
+            ):
+                send(ctl, {"op": "bad_request", "detail": "expected {op: exec, id: int, nonce: str, code: str}"})
                 continue
             streams = go_live() if request.get("live") is True else None
             try:
@@ -231,7 +238,7 @@ def main():
             finally:
                 if streams:
                     come_back(*streams)
-            send(ctl, {"op": "done", "id": cell_id, **reply})
+            send(ctl, {"op": "done", "id": cell_id, "nonce": nonce, **reply})
         except KeyboardInterrupt:
             continue  # an interrupt that arrived between cells
 
