@@ -10,6 +10,9 @@
 //! - `group`: stopping a started `jail` (SIGTERM, SIGKILL after a grace).
 //! - `events`: the one bounded NDJSON reader and `result_of`.
 //! - `run`: `spawn` a `RunSpec`, `Running::wait` for its result.
+//! - `session`: a session's socket protocol, typed once, and its one
+//!   client (exec, live exec, stop, interrupt, adoption, each with a
+//!   deadline; typed answers and errors), and `start`.
 //! - `pool`: the pool's wire, typed once: what a caller writes and reads,
 //!   and what `jail pool` itself parses and writes.
 
@@ -19,3 +22,4 @@ pub mod events;
 pub mod group;
 pub mod pool;
 pub mod run;
+pub mod session;

@@ -65,6 +65,12 @@ impl Lines {
         }
     }
 
+    /// Whether the line in progress is already over `max` (a caller that
+    /// wants no more of it stops reading here).
+    pub fn over(&self) -> bool {
+        self.over
+    }
+
     /// The stream ended: a last line without its newline is a line too.
     pub fn finish(mut self, mut each: impl FnMut(Line<'_>)) {
         if self.over || !self.buf.is_empty() {
