@@ -54,7 +54,8 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use jail::client::bounds::{CLAIM_WAIT, MAX_DOCUMENT, START_WAIT};
-use jail::client::pool::{self as wire, Body, Line, Reply, SessionRequest, Stats};
+use jail::client::lines;
+use jail::client::pool::{Body, Line, Reply, SessionRequest, Stats};
 
 use crate::cells::{self, JailFrom, Live};
 use crate::escape::{escape, Lines};
@@ -562,12 +563,12 @@ impl Link {
 /// dropped), onto the channel.
 fn read_replies(out: impl Read, tx: &mpsc::Sender<(Instant, Reply)>) {
     let mut r = std::io::BufReader::new(out);
-    let mut lines = wire::Lines::new(MAX_DOCUMENT as usize);
+    let mut lines = lines::Lines::new(MAX_DOCUMENT as usize);
     loop {
-        match wire::read_line(&mut r, &mut lines) {
-            Ok(wire::Read::Whole) => {}
-            Ok(wire::Read::TooLong) => continue,
-            Ok(wire::Read::End) | Err(_) => return,
+        match lines::read_line(&mut r, &mut lines) {
+            Ok(lines::Read::Whole) => {}
+            Ok(lines::Read::TooLong) => continue,
+            Ok(lines::Read::End) | Err(_) => return,
         }
         if let Ok(v) = Reply::parse(lines.line()) {
             if tx.send((Instant::now(), v)).is_err() {

@@ -12,7 +12,8 @@
 use std::path::{Component, Path};
 use std::time::Duration;
 
-use jail::client::pool::{read_line, Ceilings, ErrorCode, Line, Lines, Read, Reply, Source};
+use jail::client::lines::{read_line, Lines, Read};
+use jail::client::pool::{Ceilings, ErrorCode, Line, Reply, Source};
 use libfuzzer_sys::fuzz_target;
 
 const CODES: [ErrorCode; 4] = [ErrorCode::Malformed, ErrorCode::UnknownField, ErrorCode::BadRequest, ErrorCode::LimitAbovePolicy];

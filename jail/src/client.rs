@@ -8,7 +8,9 @@
 //! - `bounds`: the caps and grace periods.
 //! - `command`: a `jail run` command line from a typed `RunSpec`.
 //! - `group`: stopping a started `jail` (SIGTERM, SIGKILL after a grace).
-//! - `events`: the one bounded NDJSON reader and `result_of`.
+//! - `lines`: THE bounded line reader (sans IO), for every reader of what `jail`
+//!   prints and of what a pool is sent.
+//! - `events`: each `--events` line read as what it says, and `result_of`.
 //! - `run`: `spawn` a `RunSpec`, `Running::wait` for its result.
 //! - `session`: a session's socket protocol, typed once, and its one
 //!   client (exec, live exec, stop, interrupt, adoption, each with a
@@ -20,6 +22,7 @@ pub mod bounds;
 pub mod command;
 pub mod events;
 pub mod group;
+pub mod lines;
 pub mod pool;
 pub mod run;
 pub mod session;

@@ -127,9 +127,9 @@ async fn read_events(mut out: impl tokio::io::AsyncRead + Unpin, log: &EventLog)
     loop {
         match out.read(&mut chunk).await {
             Ok(0) | Err(_) => break,
-            Ok(n) => lines.feed(&chunk[..n], &mut take),
+            Ok(n) => lines.feed_all(&chunk[..n], &mut take),
         }
     }
-    lines.finish(&mut take);
+    lines.finish_all(&mut take);
     result
 }

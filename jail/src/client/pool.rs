@@ -2,9 +2,9 @@
 //! typed once for both ends: the lines a caller writes ([`Line`], built
 //! and checked here, written as a [`RequestLine`]), the replies the pool
 //! writes ([`Reply`]: a result, an error with its [`ErrorCode`], the
-//! [`Stats`], a session's [`Handout`], a live event), and the bounded line
-//! reader ([`Lines`], sans IO) every reader of either side uses, sync or
-//! async. Pure: nothing here touches a file.
+//! [`Stats`], a session's [`Handout`], a live event); both sides read
+//! them with the one bounded line reader, `client::lines`. Pure: nothing
+//! here touches a file.
 //!
 //! The reply lines are the bytes the pool wrote before they were typed
 //! (the fixtures in the tests): an object's keys in sorted order, as
@@ -12,7 +12,6 @@
 //! fields sorted. A reply's `id` is its first key, except in an error
 //! reply, whose `error` sorts before it.
 
-use std::io::{self, BufRead};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -620,124 +619,6 @@ impl TryFrom<ReplyLine> for Reply {
             return Err("a pool's reply has one of event, result, stats, session and error");
         };
         Ok(Reply { id: r.id, body })
-    }
-}
-
-// ---- The bounded line reader ----
-
-/// How a bounded read of one line ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Read {
-    /// The stream ended before any byte of a new line.
-    End,
-    /// A line (its newline dropped) is read.
-    Whole,
-    /// The line was over the bound: its first `max` bytes are kept, the
-    /// rest was read and dropped.
-    TooLong,
-}
-
-/// A line reader that keeps at most `max` bytes of a line in memory
-/// however long it is, sans IO: the caller feeds it what its reader has
-/// buffered (sync [`read_line`], or an async reader's `fill_buf`) and
-/// consumes what it took.
-#[derive(Debug)]
-pub struct Lines {
-    max: usize,
-    line: Vec<u8>,
-    over: bool,
-    any: bool,
-    /// The line in `line` has ended: the next feed starts a new one.
-    ended: bool,
-}
-
-impl Lines {
-    pub fn new(max: usize) -> Lines {
-        Lines::with_buffer(Vec::new(), max)
-    }
-
-    /// The same, reusing `buf`'s memory.
-    pub fn with_buffer(mut buf: Vec<u8>, max: usize) -> Lines {
-        buf.clear();
-        Lines { max, line: buf, over: false, any: false, ended: false }
-    }
-
-    fn restart(&mut self) {
-        if self.ended {
-            self.line.clear();
-            self.over = false;
-            self.any = false;
-            self.ended = false;
-        }
-    }
-
-    /// Take what `avail` holds of the current line: the bytes taken, and
-    /// how the line ended when its newline was among them.
-    pub fn feed(&mut self, avail: &[u8]) -> (usize, Option<Read>) {
-        self.restart();
-        if avail.is_empty() {
-            return (0, None);
-        }
-        self.any = true;
-        let (chunk, used, done) = match memchr::memchr(b'\n', avail) {
-            Some(i) => (&avail[..i], i + 1, true),
-            None => (avail, avail.len(), false),
-        };
-        let room = self.max.saturating_sub(self.line.len());
-        if chunk.len() > room {
-            self.over = true;
-        }
-        self.line.extend_from_slice(&chunk[..chunk.len().min(room)]);
-        if !done {
-            return (used, None);
-        }
-        self.ended = true;
-        (used, Some(if self.over { Read::TooLong } else { Read::Whole }))
-    }
-
-    /// The stream ended: its last line (without a newline), or `End`.
-    pub fn finish(&mut self) -> Read {
-        self.restart();
-        self.ended = true;
-        match (self.any, self.over) {
-            (false, _) => Read::End,
-            (true, true) => Read::TooLong,
-            (true, false) => Read::Whole,
-        }
-    }
-
-    /// The line read (its first `max` bytes when it was too long).
-    pub fn line(&self) -> &[u8] {
-        &self.line
-    }
-
-    /// The same, taken: the reader keeps no memory of it.
-    pub fn take(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.line)
-    }
-
-    /// Its buffer back, for [`Lines::with_buffer`].
-    pub fn into_buffer(self) -> Vec<u8> {
-        self.line
-    }
-}
-
-/// Read one line from `r` into `lines`, bounded.
-pub fn read_line(r: &mut impl BufRead, lines: &mut Lines) -> io::Result<Read> {
-    loop {
-        let avail = match r.fill_buf() {
-            Ok(a) => a,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        if avail.is_empty() {
-            return Ok(lines.finish());
-        }
-        let (used, done) = lines.feed(avail);
-        r.consume(used);
-        if let Some(read) = done {
-            return Ok(read);
-        }
     }
 }
 

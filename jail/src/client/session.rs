@@ -29,7 +29,8 @@ use serde_json::Value;
 
 use super::bounds::{HUNG_GRACE, MAX_DOCUMENT, START_WAIT};
 use super::command::{self, StartSpec};
-use super::events::{self, Line, Lines, ResultError};
+use super::events::{self, ResultError};
+use super::lines::{Line, Lines};
 use super::run::{self, RunError};
 use crate::result::RunResult;
 
@@ -372,11 +373,11 @@ fn read_answer(mut stream: &UnixStream, until: Instant, on_event: &mut dyn FnMut
         }
         match stream.read(&mut chunk) {
             Ok(0) => {
-                lines.finish(|l| take(l, &mut heard));
+                lines.finish_all(|l| take(l, &mut heard));
                 return heard.unwrap_or(Heard::Nothing);
             }
             Ok(n) => {
-                lines.feed(&chunk[..n], |l| take(l, &mut heard));
+                lines.feed_all(&chunk[..n], |l| take(l, &mut heard));
                 // Cut at the cap: the rest of that line is not waited for.
                 if heard.is_none() && lines.over() {
                     return Heard::TooLong;

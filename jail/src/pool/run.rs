@@ -43,6 +43,7 @@ use super::footprint;
 use super::memory::{self, PerJail};
 use crate::accept;
 use crate::client::command::StartSpec;
+use crate::client::lines::{self, Lines};
 use crate::client::pool::{self as wire, Body, Ceilings, ErrorCode, Line, Reply, Request, Source};
 use crate::client::session;
 use crate::result::{RunResult, Status};
@@ -485,15 +486,15 @@ impl Pool {
     fn read_requests(self: Arc<Self>) {
         let stdin = io::stdin();
         let mut reader = stdin.lock();
-        let mut lines = wire::Lines::new(wire::MAX_REQUEST_LINE);
+        let mut lines = Lines::new(wire::MAX_REQUEST_LINE);
         loop {
-            match wire::read_line(&mut reader, &mut lines) {
-                Ok(wire::Read::Whole) => {}
-                Ok(wire::Read::TooLong) => {
+            match lines::read_line(&mut reader, &mut lines) {
+                Ok(lines::Read::Whole) => {}
+                Ok(lines::Read::TooLong) => {
                     self.say(&wire::too_long().reply());
                     continue;
                 }
-                Ok(wire::Read::End) | Err(_) => break,
+                Ok(lines::Read::End) | Err(_) => break,
             }
             let text = String::from_utf8_lossy(lines.line());
             let text = text.trim();

@@ -11,7 +11,8 @@ use tokio::io::{AsyncBufRead, AsyncBufReadExt};
 
 use crate::backend::Job;
 
-pub use jail::client::pool::{leading_id, result_id, Error, Handout, Read, Stats};
+pub use jail::client::lines::Read;
+pub use jail::client::pool::{leading_id, result_id, Error, Handout, Stats};
 
 /// Longest line read from the pool's stdout: a reply carries a result with
 /// its capped streams, as `jail run --events`' result line does.
@@ -120,9 +121,9 @@ pub fn parse_line(line: &[u8]) -> Line {
 
 /// Read one line into `buf` (cleared first), keeping at most `max` bytes
 /// of it in memory however long it is (the one bounded reader,
-/// `jail::client::pool::Lines`, fed by an async reader).
+/// `jail::client::lines::Lines`, fed by an async reader).
 pub async fn read_line<R: AsyncBufRead + Unpin>(r: &mut R, buf: &mut Vec<u8>, max: usize) -> std::io::Result<Read> {
-    let mut lines = wire::Lines::with_buffer(std::mem::take(buf), max);
+    let mut lines = jail::client::lines::Lines::with_buffer(std::mem::take(buf), max);
     let read = loop {
         let avail = match r.fill_buf().await {
             Ok(avail) => avail,

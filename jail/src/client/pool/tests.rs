@@ -276,37 +276,6 @@ fn the_message_tests_the_clients_make_hold_for_the_pools_own_messages() {
     assert!(!Error::new(ErrorCode::Internal, refused.message.clone()).refuses_sessions());
 }
 
-// ---- The bounded reader ----
-
-#[test]
-fn a_line_over_the_bound_is_cut_and_the_next_one_read_whole() {
-    let data = [vec![b'x'; 100], b"\nnext\nlast".to_vec()].concat();
-    let mut r = io::BufReader::with_capacity(8, &data[..]);
-    let mut lines = Lines::new(10);
-    assert_eq!(read_line(&mut r, &mut lines).unwrap(), Read::TooLong);
-    assert_eq!(lines.line(), vec![b'x'; 10]);
-    assert_eq!(read_line(&mut r, &mut lines).unwrap(), Read::Whole);
-    assert_eq!(lines.line(), b"next");
-    assert_eq!(read_line(&mut r, &mut lines).unwrap(), Read::Whole);
-    assert_eq!(lines.line(), b"last");
-    assert_eq!(read_line(&mut r, &mut lines).unwrap(), Read::End);
-    assert_eq!(lines.line(), b"");
-}
-
-#[test]
-fn a_line_fed_a_byte_at_a_time_is_the_same_line() {
-    let mut lines = Lines::new(64);
-    let mut got = Vec::new();
-    for b in b"{\"id\":\"\xc3\xa9\"}\n\nx" {
-        if let (1, Some(read)) = lines.feed(std::slice::from_ref(b)) {
-            got.push((read, lines.line().to_vec()));
-        }
-    }
-    assert_eq!(lines.finish(), Read::Whole);
-    assert_eq!(lines.take(), b"x");
-    assert_eq!(got, [(Read::Whole, "{\"id\":\"é\"}".as_bytes().to_vec()), (Read::Whole, vec![])]);
-}
-
 #[test]
 fn a_long_lines_id_is_read_from_its_head() {
     assert_eq!(leading_id(br#"{"id":"0123abcd","result":{"#), Some("0123abcd".into()));
