@@ -308,33 +308,122 @@ pub fn call(handle: &Path, request: &Request, wait: Duration, on_event: &mut dyn
         return gone(e.to_string());
     }
     let _ = stream.shutdown(std::net::Shutdown::Write);
-    match read_answer(&stream, until, on_event) {
+    let heard = match read_answer(&stream, until, on_event) {
+        Reading::Heard(heard) => heard,
+        Reading::Hung => return Err(SessionError::Hung { handle: shown(handle), wait }),
+        Reading::Broke(e) => return gone(e),
+    };
+    match heard {
         Heard::Answer(Answer { result: Some(result), .. }) => Ok(result),
         Heard::Answer(Answer { error: Some(error), .. }) => Err(SessionError::Refused { handle: shown(handle), error }),
         Heard::Answer(_) => Err(io_error(handle, "an empty answer")),
         Heard::NotAnswer(e) => Err(io_error(handle, e)),
         Heard::TooLong => Err(io_error(handle, format!("its answer is over {MAX_DOCUMENT} bytes"))),
-        Heard::Hung => Err(SessionError::Hung { handle: shown(handle), wait }),
-        Heard::Broke(e) => gone(e),
         Heard::Nothing => gone("the session closed without an answer".into()),
     }
 }
 
-/// What came back on the socket.
-enum Heard {
-    Answer(Answer),
-    /// A line that is neither an event nor an answer.
-    NotAnswer(String),
-    /// A line over `MAX_DOCUMENT`: events are chunks far below it, so it
-    /// was the answer.
-    TooLong,
+/// How reading the socket ended.
+enum Reading {
+    Heard(Heard),
+    /// Nothing more by the deadline.
     Hung,
+    /// The connection broke.
     Broke(String),
-    Nothing,
 }
 
 /// Read event lines, then the answer, by `until`.
-fn read_answer(mut stream: &UnixStream, until: Instant, on_event: &mut dyn FnMut(&str)) -> Heard {
+fn read_answer(mut stream: &UnixStream, until: Instant, on_event: &mut dyn FnMut(&str)) -> Reading {
+    let mut reply = Reply::new();
+    let mut chunk = vec![0u8; 64 << 10];
+    while !reply.done() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
+            return Reading::Hung;
+        }
+        match stream.read(&mut chunk) {
+            Ok(0) => break,
+            Ok(n) => reply.feed(&chunk[..n], on_event),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => return Reading::Hung,
+            Err(e) => return Reading::Broke(e.to_string()),
+        }
+    }
+    Reading::Heard(reply.end(on_event))
+}
+
+/// What a session's reply came to.
+#[derive(Debug, PartialEq)]
+pub enum Heard {
+    /// The answer.
+    Answer(Answer),
+    /// A line that is neither an event nor an answer.
+    NotAnswer(String),
+    /// A line over the cap: events are chunks far below it, so it was the
+    /// answer; nothing more of it is read.
+    TooLong,
+    /// The stream ended with no answer.
+    Nothing,
+}
+
+/// A session's reply as it is read: event lines (each handed on as it was
+/// written), then the answer line. Sans IO: [`call`] feeds it what the
+/// socket gives, and so can a test or a fuzz target; it keeps at most its
+/// cap of any line (the one line reader, client/lines.rs).
+#[derive(Debug)]
+pub struct Reply {
+    lines: Lines,
+    heard: Option<Heard>,
+}
+
+impl Default for Reply {
+    fn default() -> Reply {
+        Reply::new()
+    }
+}
+
+impl Reply {
+    /// A reply whose lines are read up to `bounds::MAX_DOCUMENT`.
+    pub fn new() -> Reply {
+        Reply::within(MAX_DOCUMENT as usize)
+    }
+
+    /// A reply whose lines are read up to `max` bytes.
+    pub fn within(max: usize) -> Reply {
+        Reply { lines: Lines::new(max), heard: None }
+    }
+
+    /// Whether it came to something: nothing more need be read.
+    pub fn done(&self) -> bool {
+        self.heard.is_some()
+    }
+
+    /// Take `bytes`; each event line they end before the answer goes to
+    /// `on_event`.
+    pub fn feed(&mut self, bytes: &[u8], on_event: &mut dyn FnMut(&str)) {
+        if self.heard.is_some() {
+            return;
+        }
+        let heard = &mut self.heard;
+        self.lines.feed_all(bytes, |l| said(l, heard, on_event));
+        // Cut at the cap: the rest of that line is not waited for.
+        if self.heard.is_none() && self.lines.over() {
+            self.heard = Some(Heard::TooLong);
+        }
+    }
+
+    /// The stream ended: what the reply came to.
+    pub fn end(self, on_event: &mut dyn FnMut(&str)) -> Heard {
+        let Reply { lines, mut heard } = self;
+        if heard.is_none() {
+            lines.finish_all(|l| said(l, &mut heard, on_event));
+        }
+        heard.unwrap_or(Heard::Nothing)
+    }
+}
+
+/// One line of a reply: an event (it has a `type`) handed on, or the end.
+fn said(line: Line<'_>, heard: &mut Option<Heard>, on_event: &mut dyn FnMut(&str)) {
     /// One line, before it is known to be an event or the answer.
     #[derive(Deserialize)]
     struct Said {
@@ -345,50 +434,27 @@ fn read_answer(mut stream: &UnixStream, until: Instant, on_event: &mut dyn FnMut
         #[serde(default)]
         error: Option<String>,
     }
-    let mut heard = None;
-    let mut take = |line: Line<'_>, heard: &mut Option<Heard>| {
-        if heard.is_some() {
-            return;
-        }
-        let Line::Whole(text) = line else {
-            *heard = Some(Heard::TooLong);
-            return;
-        };
-        match serde_json::from_slice::<Said>(text) {
-            Ok(Said { kind: Some(_), .. }) => {
-                if let Ok(event) = std::str::from_utf8(text) {
-                    on_event(event);
-                }
-            }
-            Ok(Said { result, error, .. }) => *heard = Some(Heard::Answer(Answer { result, error })),
-            Err(e) => *heard = Some(Heard::NotAnswer(e.to_string())),
-        }
-    };
-    let mut lines = Lines::new(MAX_DOCUMENT as usize);
-    let mut chunk = vec![0u8; 64 << 10];
-    while heard.is_none() {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() || stream.set_read_timeout(Some(left)).is_err() {
-            return Heard::Hung;
-        }
-        match stream.read(&mut chunk) {
-            Ok(0) => {
-                lines.finish_all(|l| take(l, &mut heard));
-                return heard.unwrap_or(Heard::Nothing);
-            }
-            Ok(n) => {
-                lines.feed_all(&chunk[..n], |l| take(l, &mut heard));
-                // Cut at the cap: the rest of that line is not waited for.
-                if heard.is_none() && lines.over() {
-                    return Heard::TooLong;
-                }
-            }
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) if matches!(e.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut) => return Heard::Hung,
-            Err(e) => return Heard::Broke(e.to_string()),
-        }
+    if heard.is_some() {
+        return;
     }
-    heard.unwrap_or(Heard::Nothing)
+    let Line::Whole(text) = line else {
+        *heard = Some(Heard::TooLong);
+        return;
+    };
+    // An object (a struct is read from an array too).
+    if text.trim_ascii_start().first() != Some(&b'{') {
+        *heard = Some(Heard::NotAnswer("a line that is not a JSON object".into()));
+        return;
+    }
+    match serde_json::from_slice::<Said>(text) {
+        Ok(Said { kind: Some(_), .. }) => {
+            if let Ok(event) = std::str::from_utf8(text) {
+                on_event(event);
+            }
+        }
+        Ok(Said { result, error, .. }) => *heard = Some(Heard::Answer(Answer { result, error })),
+        Err(e) => *heard = Some(Heard::NotAnswer(e.to_string())),
+    }
 }
 
 /// A session that is up, as `jail session start --json` prints it.
@@ -631,6 +697,26 @@ mod tests {
         // Sent until the client hung up: the cap, and what the socket held.
         let sent = sent.load(std::sync::atomic::Ordering::SeqCst);
         assert!((MAX_DOCUMENT - (8 << 20)..MAX_DOCUMENT + (16 << 20)).contains(&sent), "{sent}");
+    }
+
+    #[test]
+    fn a_reply_read_whole_or_a_byte_at_a_time_comes_to_the_same() {
+        let reply = b"{\"type\":\"stdout\",\"data\":\"a\"}\n{\"result\":{\"x\":1}}\n{\"type\":\"late\"}\n";
+        let read = |pieces: Vec<&[u8]>| {
+            let (mut r, mut events) = (Reply::within(64), Vec::new());
+            for p in pieces {
+                r.feed(p, &mut |e| events.push(e.to_string()));
+            }
+            (r.end(&mut |e| events.push(e.to_string())), events)
+        };
+        let whole = read(vec![&reply[..]]);
+        assert_eq!(whole, read(reply.chunks(1).collect()));
+        let answer = Answer { result: Some(serde_json::json!({"x": 1})), error: None };
+        assert_eq!(whole, (Heard::Answer(answer), vec![r#"{"type":"stdout","data":"a"}"#.to_string()]));
+        // Over the cap, ended or not: the answer was too long.
+        assert_eq!(read(vec![&[b'x'; 65]]).0, Heard::TooLong);
+        assert_eq!(read(vec![b"[1]\n"]).0, Heard::NotAnswer("a line that is not a JSON object".into()));
+        assert_eq!(read(vec![b"{\"type\":1}"]).0, Heard::Nothing);
     }
 
     #[test]
