@@ -1151,7 +1151,7 @@ impl Run<'_> {
             }
             return;
         };
-        match crate::cells::stop_handle(&self.config.runner.jail, &handle) {
+        match crate::cells::stop_handle(&handle) {
             Ok(Some(closing)) => {
                 self.st.accepted.update(&closing);
                 self.say(

@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
+use jail::client::session as socket;
 use jail::result::RunResult;
 
 use crate::pool::Pool;
@@ -36,14 +37,14 @@ static LIVE: Mutex<Registry> = Mutex::new(Registry {
 });
 
 struct Registry {
-    /// (jail binary, handle) of every session started and not yet stopped.
-    live: Vec<(PathBuf, PathBuf)>,
+    /// The handle of every session started and not yet stopped.
+    live: Vec<PathBuf>,
     /// `jail session start` processes under way.
     starting: usize,
     /// A signal arrived: no new session may start.
     closing: bool,
-    /// (jail binary, handle) of the session whose cell is in flight.
-    running: Option<(PathBuf, PathBuf)>,
+    /// The handle of the session whose cell is in flight.
+    running: Option<PathBuf>,
     /// The `jail run` of a stateless step in flight (its own process group).
     run_pid: Option<u32>,
     /// Closing results of sessions the signal path stopped, for the run.
@@ -94,7 +95,6 @@ pub struct Live {
     pub claim_ms: Option<f64>,
     /// Why it was started by the agent while the pool was on.
     pub not_pooled: Option<String>,
-    jail: PathBuf,
 }
 
 /// Mark a start as under way; false once a signal has arrived.
@@ -108,23 +108,23 @@ pub(crate) fn begin_start() -> bool {
 }
 
 /// A start finished: register its handle (if any).
-pub(crate) fn end_start(jail: &Path, handle: Option<&Path>) {
+pub(crate) fn end_start(handle: Option<&Path>) {
     let mut r = registry();
     r.starting = r.starting.saturating_sub(1);
     if let Some(h) = handle {
-        r.live.push((jail.to_path_buf(), h.to_path_buf()));
+        r.live.push(h.to_path_buf());
     }
 }
 
 fn forget(handle: &Path) {
     let mut r = registry();
-    r.live.retain(|(_, h)| h != handle);
+    r.live.retain(|h| h != handle);
 }
 
 /// A cell of the session at `handle` is in flight until the guard drops:
 /// the signal thread interrupts it (stop.rs).
-pub(crate) fn cell_running(jail: &Path, handle: &Path) -> Running {
-    registry().running = Some((jail.to_path_buf(), handle.to_path_buf()));
+pub(crate) fn cell_running(handle: &Path) -> Running {
+    registry().running = Some(handle.to_path_buf());
     Running::Cell
 }
 
@@ -170,14 +170,8 @@ pub(crate) fn interrupt_running() {
     if let Some(pid) = run {
         cancel_run(pid);
     }
-    if let Some((jail, handle)) = cell {
-        let _ = crate::runner::jail_command(&jail)
-            .args(["session", "interrupt"])
-            .arg(&handle)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .status();
+    if let Some(handle) = cell {
+        let _ = socket::interrupt(&handle);
     }
 }
 
@@ -185,8 +179,8 @@ pub(crate) fn interrupt_running() {
 /// its session (`jail session stop` is served while a cell runs); the
 /// closing result is kept for the run.
 pub(crate) fn kill_running() {
-    let Some((jail, handle)) = registry().running.clone() else { return };
-    let r = stop_handle(&jail, &handle);
+    let Some(handle) = registry().running.clone() else { return };
+    let r = stop_handle(&handle);
     forget(&handle);
     if let Ok(Some(closing)) = r {
         registry().closed.push(closing);
@@ -194,8 +188,8 @@ pub(crate) fn kill_running() {
 }
 
 impl Live {
-    pub(crate) fn new(jail: PathBuf, handle: PathBuf, id: String, cell_limit: Duration, from: JailFrom) -> Live {
-        Live { handle, id, cell_limit, cells: 0, from, claim_ms: None, not_pooled: None, jail }
+    pub(crate) fn new(handle: PathBuf, id: String, cell_limit: Duration, from: JailFrom) -> Live {
+        Live { handle, id, cell_limit, cells: 0, from, claim_ms: None, not_pooled: None }
     }
 }
 
@@ -273,7 +267,7 @@ impl Cells {
         let Some(live) = self.live.lock().unwrap_or_else(|e| e.into_inner()).take() else {
             return Ok(false);
         };
-        let r = stop_handle(&live.jail, &live.handle);
+        let r = stop_handle(&live.handle);
         forget(&live.handle);
         if let Some(closing) = r? {
             *self.closed.lock().unwrap_or_else(|e| e.into_inner()) = Some(closing);
@@ -294,25 +288,14 @@ impl Drop for Cells {
     }
 }
 
-/// `jail session stop HANDLE`: the closing result, or None when the
-/// session had already ended (exit 125, "session ended").
-pub(crate) fn stop_handle(jail: &Path, handle: &Path) -> Result<Option<RunResult>, RunnerError> {
-    let out = crate::runner::jail_command(jail)
-        .args(["session", "stop"])
-        .arg(handle)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|error| RunnerError::Spawn { path: jail.to_path_buf(), error })?;
-    if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if stderr.contains("ended") || stderr.contains("no session") {
-            return Ok(None);
-        }
-        return Err(RunnerError::NoResult { status: out.status.to_string(), stderr: crate::llm::excerpt(&stderr, 400) });
+/// Stop the session at `handle` (jail::client): the closing result, or
+/// None when the session had already ended and left none.
+pub(crate) fn stop_handle(handle: &Path) -> Result<Option<RunResult>, RunnerError> {
+    match socket::stop(handle) {
+        Ok(closing) => Ok(Some(closing)),
+        Err(e) if e.is_gone() => Ok(None),
+        Err(e) => Err(e.into()),
     }
-    let value: serde_json::Value =
-        serde_json::from_slice(&out.stdout).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
-    crate::runner::result_of(value).map(Some)
 }
 
 /// The last resort (stop.rs): stop every live session of this process.
@@ -330,7 +313,7 @@ pub(crate) fn stop_all() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let live = std::mem::take(&mut registry().live);
-    for (jail, handle) in live {
-        let _ = stop_handle(&jail, &handle);
+    for handle in live {
+        let _ = stop_handle(&handle);
     }
 }

@@ -276,10 +276,10 @@ impl Pool {
             Ok(Reply { body: Body::Session(h), .. }) => Some((h.handle.clone(), h.id.clone())),
             _ => None,
         };
-        cells::end_start(&runner.jail, handed.as_ref().map(|(h, _)| h.as_path()));
+        cells::end_start(handed.as_ref().map(|(h, _)| h.as_path()));
         if let Some((handle, sid)) = handed {
             *self.claims.lock().unwrap_or_else(|e| e.into_inner()) += 1;
-            let mut live = Live::new(runner.jail.clone(), handle, sid, runner.wall_limit, JailFrom::Pool);
+            let mut live = Live::new(handle, sid, runner.wall_limit, JailFrom::Pool);
             live.claim_ms = Some(claim_ms);
             return Ok(live);
         }

@@ -1,30 +1,30 @@
-//! One step through the `jail` binary, as a subprocess: in a fresh jail
+//! One step through the `jail` binary: in a fresh jail, as a subprocess
 //! (`jail run --events --input --output --code SCRIPT`, the script's output
-//! shown as its events arrive), or as a cell of a session (`jail session
-//! exec --events` on a session claimed from the run's warm pool, pool.rs,
-//! or started here with `jail session start`; cells.rs keeps it; its
-//! output shown live the same way); either way the result is deserialized
-//! into the `jail` crate's own `RunResult`. A fresh jail's step, the
-//! resume judge and the preflight go through `jail::client::run`; every
-//! `jail` runs in a process group of its own (`RunSpec`, or
-//! `jail_command` for a session's): a signal reaches the agent alone,
-//! which stops its steps in its own order (stop.rs).
+//! shown as its events arrive), or as a cell of a session (a live exec on
+//! the socket of a session claimed from the run's warm pool, pool.rs, or
+//! started here with `jail session start`; cells.rs keeps it; its output
+//! shown live the same way); either way the result is read as the `jail`
+//! crate's own `RunResult`. All of it goes through `jail::client`: a fresh
+//! jail's step, the resume judge and the preflight through its `run`, a
+//! session's start and cells through its `session`; every `jail` runs in
+//! a process group of its own (`RunSpec`, `StartSpec`, or `jail_command`
+//! for the pool's): a signal reaches the agent alone, which stops its
+//! steps in its own order (stop.rs).
 //! Never in-process: the jail must fork from a single-threaded process, and
 //! it is the jail's subprocess boundary that keeps a step's failure from
 //! becoming ours. The jail gets the agent's environment minus `LLM_*` and
 //! anything named like a credential.
 
 use std::ffi::OsString;
-use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use jail::client::bounds::MAX_DOCUMENT;
-use jail::client::command::{Mode, RunSpec, Script};
-use jail::client::events::{self, Lines, ResultError, Seen};
+use jail::client::command::{Mode, RunSpec, Script, StartSpec};
+use jail::client::events::{self, Line, Seen};
 use jail::client::run::{self, Progress, RunError};
+use jail::client::session::{self as socket, SessionError, StartError};
 use jail::events::Event;
 use jail::result::RunResult;
 
@@ -32,18 +32,15 @@ use crate::cells::{self, JailFrom, Live};
 use crate::progress::StepWatch;
 use crate::session::Session;
 
-/// Most bytes of the jail's own stderr kept for an error message.
-const MAX_STDERR: usize = 64 << 10;
-
 /// Longest line of live output shown; the rest of it is cut.
 const MAX_LINE: usize = 4096;
 
+/// What a cell's thread tells the step.
 enum Output {
-    /// The `result` event, read as ours, if the stream had one.
-    Result(Option<Box<Result<RunResult, ResultError>>>),
-    Stderr(Vec<u8>),
     /// A line of the script's own output (`stdout` or `stderr`).
     Script(&'static str, String),
+    /// The cell's end.
+    Done(Box<Result<RunResult, SessionError>>),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -60,6 +57,18 @@ pub enum RunnerError {
     NoSession { status: String, stderr: String },
     #[error("the agent is stopping on a signal: no new session starts")]
     Interrupted,
+    /// The session's socket gave no result (it ended, hung, refused).
+    #[error("{0}")]
+    Session(SessionError),
+}
+
+impl From<SessionError> for RunnerError {
+    fn from(e: SessionError) -> RunnerError {
+        match e {
+            SessionError::Result { error, .. } => RunnerError::Contract { cause: error.to_string() },
+            e => RunnerError::Session(e),
+        }
+    }
 }
 
 /// How steps are run.
@@ -153,7 +162,7 @@ impl Runner {
 }
 
 impl Runner {
-    /// `--policy` and `--rootfs`, as given.
+    /// `--policy` and `--rootfs`, as given (the pool's command line).
     pub(crate) fn jail_options(&self, cmd: &mut Command) {
         if let Some(p) = &self.policy {
             cmd.arg("--policy").arg(p);
@@ -168,39 +177,37 @@ impl Runner {
     /// step's, cut to `at_most` (what is left of the run).
     pub fn start_session(&self, session: &Session, at_most: Duration) -> Result<Live, RunnerError> {
         let cell_limit = self.wall_limit.min(at_most);
-        let mut cmd = jail_command(&self.jail);
-        cmd.args(["session", "start", "--json"]);
-        self.jail_options(&mut cmd);
-        if self.timeout.is_some() || cell_limit < self.wall_limit {
-            cmd.arg("--timeout").arg(format!("{:.3}", cell_limit.as_secs_f64()));
-        }
         // No --code: each cell's source is sent over the handle, and
         // `jail session start` refuses a code dir (its driver is not in it).
-        cmd.arg("--input").arg(&session.input);
-        cmd.arg("--output").arg(&session.output);
-        cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut spec = StartSpec {
+            input: Some(session.input.clone()),
+            output: Some(session.output.clone()),
+            withhold: secret_names(),
+            ..StartSpec::new(&self.jail)
+        };
+        spec.flags.policy = self.policy.clone();
+        spec.flags.rootfs = self.rootfs.clone();
+        if self.timeout.is_some() || cell_limit < self.wall_limit {
+            spec.flags.limits.timeout = Some(cell_limit);
+        }
         if !cells::begin_start() {
             return Err(RunnerError::Interrupted);
         }
         let started = Instant::now();
-        let out = cmd.output();
+        let up = socket::start(&spec);
         let start_ms = started.elapsed().as_secs_f64() * 1000.0;
-        let up = out.as_ref().ok().filter(|o| o.status.success()).and_then(|o| {
-            let v: serde_json::Value = serde_json::from_slice(&o.stdout).ok()?;
-            Some((PathBuf::from(v["handle"].as_str()?), v["id"].as_str().unwrap_or_default().to_string()))
-        });
-        cells::end_start(&self.jail, up.as_ref().map(|(h, _)| h.as_path()));
-        let out = out.map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
+        cells::end_start(up.as_ref().ok().map(|s| s.handle.as_path()));
         match up {
-            Some((handle, id)) => {
-                let mut live = Live::new(self.jail.clone(), handle, id, cell_limit, JailFrom::SessionStart);
+            Ok(s) => {
+                let mut live = Live::new(s.handle, s.id, cell_limit, JailFrom::SessionStart);
                 live.claim_ms = Some(start_ms);
                 Ok(live)
             }
-            None => Err(RunnerError::NoSession {
-                status: out.status.to_string(),
-                stderr: crate::llm::excerpt(String::from_utf8_lossy(&out.stderr).trim(), 400),
-            }),
+            Err(StartError::Failed { status, stderr, .. }) => {
+                Err(RunnerError::NoSession { status: status.to_string(), stderr: crate::llm::excerpt(&stderr, 400) })
+            }
+            Err(StartError::Run(e)) => Err(self.error_of(e)),
+            Err(e @ StartError::NoHandle(_)) => Err(RunnerError::Contract { cause: e.to_string() }),
         }
     }
 
@@ -217,68 +224,39 @@ impl Runner {
         run::spawn(&spec).and_then(|r| r.wait(|_| {})).map_err(|e| self.error_of(e))
     }
 
-    /// Run `code` as the session's next cell (`jail session exec --events
-    /// HANDLE -`): the cell's stdout and stderr reach the watch line by
-    /// line as it runs, then its result. While it runs, a signal to the
-    /// agent interrupts it (stop.rs).
+    /// Run `code` as the session's next cell, live on its socket
+    /// (jail::client, on a thread of its own): the cell's stdout and stderr
+    /// reach the watch line by line as it runs, then its result. While it
+    /// runs, a signal to the agent interrupts it (stop.rs). The session
+    /// kills a cell past its limit and its grace; the client gives up on a
+    /// session that hangs past that.
     pub fn exec_cell(&self, live: &mut Live, code: &str, watch: &mut dyn StepWatch) -> Result<Step, RunnerError> {
         let started = Instant::now();
-        let mut cmd = jail_command(&self.jail);
-        cmd.args(["session", "exec", "--events"]).arg(&live.handle).arg("-");
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        let _running = cells::cell_running(&self.jail, &live.handle);
-        let mut child = cmd.spawn().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
+        let _running = cells::cell_running(&live.handle);
         live.cells += 1;
-        let stdin = child.stdin.take();
-        let code = code.to_string();
-        std::thread::spawn(move || {
-            if let Some(mut w) = stdin {
-                let _ = std::io::Write::write_all(&mut w, code.as_bytes());
-            }
-        });
         let (tx, rx) = mpsc::channel();
-        let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        let tx_err = tx.clone();
-        // The event stream, bounded as a run's: each chunk shown line by
-        // line, the result event kept.
+        let (handle, code, wall) = (live.handle.clone(), code.to_string(), live.cell_limit);
         std::thread::spawn(move || {
-            let result = stdout.and_then(|s| read_events(s, &tx));
-            let _ = tx.send(Output::Result(result));
+            let mut shown = Shown::default();
+            let out = tx.clone();
+            let mut send = move |name, text| {
+                let _ = out.send(Output::Script(name, text));
+            };
+            let result = socket::exec_live(&handle, code, Some(wall), &mut |line| shown.line(line, &mut send));
+            shown.flush(&mut send);
+            let _ = tx.send(Output::Done(Box::new(result)));
         });
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(s) = stderr {
-                let _ = s.take(MAX_STDERR as u64).read_to_end(&mut buf);
-            }
-            let _ = tx_err.send(Output::Stderr(buf));
-        });
-        // The session kills a cell past its limit and its grace; this only
-        // guards against the client itself hanging.
-        let grace = Duration::from_secs(30);
-        let deadline = started + live.cell_limit + grace;
-        let (mut out, mut err) = (None, None);
-        while out.is_none() || err.is_none() {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(RunnerError::Hung { secs: grace.as_secs() });
-            }
-            match rx.recv_timeout(left.min(Duration::from_secs(1))) {
-                Ok(Output::Result(v)) => out = Some(v),
-                Ok(Output::Stderr(b)) => err = Some(b),
+        let result = loop {
+            match rx.recv_timeout(Duration::from_secs(1)) {
                 Ok(Output::Script(stream, l)) => watch.output(stream, &l),
+                Ok(Output::Done(r)) => break *r,
                 Err(mpsc::RecvTimeoutError::Timeout) => watch.tick(started.elapsed()),
-                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(RunnerError::Contract { cause: "the cell's thread ended without its result".into() })
+                }
             }
-        }
-        let status = child.wait().map_err(|error| RunnerError::Spawn { path: self.jail.clone(), error })?;
-        let (out, err) = (out.flatten(), err.unwrap_or_default());
-        let read = out.ok_or_else(|| RunnerError::NoResult {
-            status: status.to_string(),
-            stderr: crate::llm::excerpt(String::from_utf8_lossy(&err).trim(), 400),
-        })?;
-        let mut result = (*read).map_err(|e| RunnerError::Contract { cause: e.to_string() })?;
+        };
+        let mut result = result?;
         // A cell's result reports the session's whole lifetime as its
         // `wall_time_secs`; the limit this cell ran under is the `--timeout`
         // the session was started with.
@@ -287,13 +265,6 @@ impl Runner {
         }
         Ok(Step { result, duration: started.elapsed() })
     }
-}
-
-/// A result document read as ours. One of another schema version is
-/// refused before it is read (jail/src/schema.rs): its fields may not mean
-/// what ours do.
-pub(crate) fn result_of(value: serde_json::Value) -> Result<RunResult, RunnerError> {
-    events::result_of(value).map_err(|e| RunnerError::Contract { cause: e.to_string() })
 }
 
 /// `jail` as our child: in a process group of its own, so a terminal's
@@ -323,24 +294,6 @@ fn secret_names() -> Vec<OsString> {
         .collect()
 }
 
-/// Read a cell's `--events` NDJSON through the client's one bounded
-/// reader: send the script's output on as lines, return the result.
-fn read_events(stream: impl Read, tx: &mpsc::Sender<Output>) -> Option<Box<Result<RunResult, ResultError>>> {
-    let mut shown = Shown::default();
-    let mut result = None;
-    events::read_to_end(stream, Lines::new(MAX_DOCUMENT as usize), |line| match events::seen(line) {
-        Seen::Event(e) => shown.event(&e, |name, text| {
-            let _ = tx.send(Output::Script(name, text));
-        }),
-        Seen::Result(r) => result = Some(r),
-        Seen::Dropped => {}
-    });
-    shown.flush(|name, text| {
-        let _ = tx.send(Output::Script(name, text));
-    });
-    result
-}
-
 /// The script's output as whole lines, per stream, each cut at `MAX_LINE`.
 #[derive(Default)]
 struct Shown {
@@ -348,6 +301,13 @@ struct Shown {
 }
 
 impl Shown {
+    /// One event line as the session wrote it: a chunk's lines to `line`.
+    fn line(&mut self, event: &str, line: impl FnMut(&'static str, String)) {
+        if let Seen::Event(e) = events::seen(Line::Whole(event.as_bytes())) {
+            self.event(&e, line);
+        }
+    }
+
     /// A chunk event: `line` gets each line it ends.
     fn event(&mut self, event: &Event<'_>, mut line: impl FnMut(&'static str, String)) {
         let (i, name, data) = match event {
@@ -411,24 +371,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn events_become_lines_per_stream_and_the_result_is_kept() {
-        let stream = concat!(
-            "{\"type\":\"stdout\",\"data\":\"one\"}\n",
-            "{\"type\":\"stderr\",\"data\":\"warn\\n\"}\n",
-            "{\"type\":\"stdout\",\"data\":\" two\\nthree\"}\n",
-            "{\"type\":\"artifact\",\"artifact\":{}}\n",
-            "{\"type\":\"result\",\"result\":{\"status\":\"ok\"}}\n",
-        );
-        let (tx, rx) = mpsc::channel();
-        let result = read_events(stream.as_bytes(), &tx);
-        drop(tx);
-        let lines: Vec<(&str, String)> = rx
-            .iter()
-            .map(|o| match o {
-                Output::Script(s, l) => (s, l),
-                _ => ("other", String::new()),
-            })
-            .collect();
+    fn a_cells_events_become_lines_per_stream() {
+        let stream = [
+            "{\"type\":\"stdout\",\"data\":\"one\"}",
+            "{\"type\":\"stderr\",\"data\":\"warn\\n\"}",
+            "{\"type\":\"stdout\",\"data\":\" two\\nthree\"}",
+            "{\"type\":\"artifact\",\"artifact\":{}}",
+            "not json",
+        ];
+        let mut lines = Vec::new();
+        let mut shown = Shown::default();
+        for event in stream {
+            shown.line(event, |s, l| lines.push((s, l)));
+        }
+        shown.flush(|s, l| lines.push((s, l)));
         assert_eq!(
             lines,
             vec![
@@ -437,9 +393,6 @@ mod tests {
                 ("stdout", "three".to_string())
             ]
         );
-        // The result is read as ours: a document without our schema
-        // version is refused, not taken.
-        assert!(matches!(result.as_deref(), Some(Err(ResultError::Version(_)))), "{result:?}");
     }
 
     #[test]

@@ -528,7 +528,7 @@ impl Context<'_> {
             })
         };
         let ((mut step, mut origin, mut number), mut fresh) = attempt(watch)?;
-        let lost = matches!(&step, Err(crate::runner::RunnerError::NoResult { stderr, .. }) if stderr.contains("session ended"));
+        let lost = matches!(&step, Err(crate::runner::RunnerError::Session(e)) if e.is_gone());
         if lost && !fresh {
             // The session ended between steps (its idle timeout, its
             // lifetime): start a fresh one, and say so.

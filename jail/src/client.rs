@@ -12,6 +12,9 @@
 //!   prints and of what a pool is sent.
 //! - `events`: each `--events` line read as what it says, and `result_of`.
 //! - `run`: `spawn` a `RunSpec`, `Running::wait` for its result.
+//! - `session`: a session's socket protocol, typed once, and its one
+//!   client (exec, live exec, stop, interrupt, adoption, each with a
+//!   deadline; typed answers and errors), and `start`.
 //! - `pool`: the pool's wire, typed once: what a caller writes and reads,
 //!   and what `jail pool` itself parses and writes.
 
@@ -22,3 +25,4 @@ pub mod group;
 pub mod lines;
 pub mod pool;
 pub mod run;
+pub mod session;

@@ -25,9 +25,6 @@ use jail::result::{RunResult, Status, EXIT_SETUP_FAILED};
 
 /// Bytes of Python source one call may send.
 pub const MAX_CODE_BYTES: usize = 1 << 20;
-/// How long past a call's own deadline the jail may take before it is
-/// deemed hung and killed (it kills its own tree at the deadline).
-const HUNG_GRACE: Duration = jail::client::bounds::HUNG_GRACE;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct McpArgs {
@@ -285,14 +282,7 @@ impl Server {
             Ok(i) => i,
             Err(message) => return refused(message),
         };
-        let mut flags = self.config.flags.args();
-        flags.push("--timeout".into());
-        flags.push(timeout.as_secs_f64().to_string().into());
-        if let Some(input) = input {
-            flags.push("--input".into());
-            flags.push(input.into());
-        }
-        match self.sessions.start(flags, Some(dir), timeout + HUNG_GRACE).await {
+        match self.sessions.start(self.config.flags.clone(), input, Some(dir), timeout).await {
             Ok(id) => {
                 let mut reply = CallToolResult::success(vec![ContentBlock::text(format!(
                     "session {id} started: run cells with session_exec(session_id=\"{id}\", code=...)"
@@ -311,11 +301,10 @@ impl Server {
     )]
     async fn session_exec(&self, Parameters(req): Parameters<SessionExec>) -> Result<CallToolResult, ErrorData> {
         let check = RunPython { code: req.code, input: vec![], timeout_seconds: None };
-        let (timeout, _) = match self.config.check(&check) {
-            Ok(ok) => ok,
-            Err(message) => return refused(message),
-        };
-        match self.sessions.exec(&req.session_id, &check.code, timeout + HUNG_GRACE).await {
+        if let Err(message) = self.config.check(&check) {
+            return refused(message);
+        }
+        match self.sessions.exec(&req.session_id, &check.code).await {
             Ok(result) => Ok(reply_of(&result)),
             Err(message) => refused(message),
         }
@@ -327,7 +316,7 @@ impl Server {
                        checked and listed (PNG images inline)."
     )]
     async fn session_stop(&self, Parameters(req): Parameters<SessionStop>) -> Result<CallToolResult, ErrorData> {
-        match self.sessions.stop(&req.session_id, HUNG_GRACE).await {
+        match self.sessions.stop(&req.session_id).await {
             Ok(result) => Ok(reply_of(&result)),
             Err(message) => refused(message),
         }

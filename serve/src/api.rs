@@ -28,7 +28,8 @@ pub struct ErrorBody {
 pub struct ErrorDetail {
     /// A stable name: `bad_request`, `unauthorized`, `not_found`, `too_large`, `busy`, `draining`,
     /// `failed`, `pool_lost` (the warm pool ended while the run was in it: send it again),
-    /// `cancelled` (the run was cancelled before it reached a jail: nothing ran).
+    /// `cancelled` (the run was cancelled before it reached a jail: nothing ran),
+    /// `session_ended` (the session ended by itself: start a new one).
     pub code: String,
     /// The request field at fault, when one is.
     pub field: Option<String>,

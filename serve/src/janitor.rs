@@ -74,14 +74,15 @@ pub fn main(dirs: &[PathBuf]) -> ExitCode {
             heard.extend_from_slice(&sink[..n]);
         }
     }
-    let jail = std::env::current_exe().map(|e| e.with_file_name("jail")).unwrap_or_else(|_| "jail".into());
     for dir in dirs {
         let (socks, groups) = leftovers(dir, 0);
         for pgid in groups {
             let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), nix::sys::signal::Signal::SIGTERM);
         }
         for sock in socks {
-            stop_session(&jail, &sock);
+            // Its closing is nobody's now: the session ends, its jail and
+            // folders go (jail::client, bounded in time).
+            let _ = jail::client::session::stop_value(&sock);
         }
     }
     let until = Instant::now() + REMOVE_FOR;
@@ -131,20 +132,6 @@ fn leftovers(dir: &Path, depth: usize) -> (Vec<PathBuf>, Vec<i32>) {
         }
     }
     (socks, groups)
-}
-
-/// `jail session stop SOCK`, with the runtime folder the session was started with.
-fn stop_session(jail: &Path, sock: &Path) {
-    // SOCK is RUNTIME/jail/sessions/ID.sock.
-    let Some(runtime) = sock.ancestors().nth(3) else { return };
-    let _ = std::process::Command::new(jail)
-        .args(["session", "stop"])
-        .arg(sock)
-        .env("XDG_RUNTIME_DIR", runtime)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
 }
 
 #[cfg(test)]

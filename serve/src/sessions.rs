@@ -1,18 +1,18 @@
-//! `/v1/sessions`: one jail, one interpreter, many cells (`jail session
-//! start|exec|stop`). A session's input (`files`, `input_tar`) is planned
-//! and staged as a run's (input.rs) in the session's own folder. Its jail
-//! comes from the warm pool when the pool's jails fit its limits (`{"op":
-//! "session"}`: a jail made ahead, its preload imported, the input copied
-//! in, each cell's wall time lowered to the session's with `jail session
-//! exec --timeout`), else from a `jail session start` of its own (and
-//! always when the pool's policy binds each jail's output folder, which it
-//! says once). Each session's supervisor is a process of its own; its
+//! `/v1/sessions`: one jail, one interpreter, many cells (a `jail
+//! session`, through jail::client: a cell or a stop is one round trip on
+//! the session's socket, on a blocking thread). A session's input
+//! (`files`, `input_tar`) is planned and staged as a run's (input.rs) in
+//! the session's own folder. Its jail comes from the warm pool when the
+//! pool's jails fit its limits (`{"op": "session"}`: a jail made ahead,
+//! its preload imported, the input copied in, each cell's wall time
+//! lowered to the session's as it is sent), else from a `jail session
+//! start` of its own (and always when the pool's policy binds each jail's
+//! output folder, which it says once). Each session's supervisor is a process of its own; its
 //! handle lives in a private folder (XDG_RUNTIME_DIR), so the janitor can
 //! stop it should the server die. A session ended by `DELETE` is kept, its
 //! closing result and folder, so its accepted artifacts can be fetched.
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +22,8 @@ use axum::extract::{Path as UrlPath, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use tokio::io::AsyncReadExt;
+use jail::client::command::StartSpec;
+use jail::client::session::{self, SessionError, StartError};
 
 use crate::api::{parse, ApiError, ExecRequest, RunReply, SessionReply, SessionRequest};
 use crate::config::Tenant;
@@ -31,14 +32,11 @@ use crate::runs::{check_files, checked_limits, plan_input, read_body, stage_inpu
 use crate::state::{make_private_dir, new_id, Shared};
 use crate::{artifacts, input, route};
 
-/// Bytes of a session command's output read at most.
-const MAX_REPLY_BYTES: u64 = 64 << 20;
-
 pub struct Session {
     pub dir: PathBuf,
     /// `None` while the session is being started (the place is reserved).
     handle: Option<String>,
-    /// Each cell's wall time (`jail session exec --timeout`): a pooled
+    /// Each cell's wall time (sent with each cell): a pooled
     /// jail's own is the pool's, the longest any tenant may ask.
     cell_timeout: Duration,
     /// One cell at a time.
@@ -61,54 +59,37 @@ pub struct Ended {
     closing: serde_json::Value,
 }
 
-/// Run `jail ARGS` in the session's folder with its environment, `stdin`
-/// on its standard input; its stdout, bounded. Paths in the session's
-/// folder are given relative to it, so no command line (which every local
-/// user may read in /proc) names them, and a cell's code goes on stdin.
-async fn jail(state: &Shared, dir: &Path, args: &[&std::ffi::OsStr], stdin: Option<&[u8]>) -> Result<Vec<u8>, ApiError> {
-    use tokio::io::AsyncWriteExt;
-    let mut cmd = std::process::Command::new(&state.jail);
-    let relative = |a: &&std::ffi::OsStr| Path::new(a).strip_prefix(dir).map(|p| p.as_os_str().to_owned()).unwrap_or(a.into());
-    cmd.args(args.iter().map(relative)).current_dir(dir).env("XDG_RUNTIME_DIR", dir).env("TMPDIR", dir);
-    cmd.stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
-    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
-    jail::sys::set_parent_death_signal(&mut cmd, nix::sys::signal::Signal::SIGTERM);
-    let mut child = tokio::process::Command::from(cmd).spawn().map_err(|e| {
-        eprintln!("jail serve: cannot start {}: {e}", state.jail.display());
-        ApiError::failed(format!("the service could not start a jail: {e}"))
-    })?;
-    if let (Some(mut pipe), Some(bytes)) = (child.stdin.take(), stdin) {
-        // A jail that exits without reading it all is no error here: its
-        // output says what happened.
-        let _ = pipe.write_all(bytes).await;
-    }
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-    let read = async {
-        if let Some(s) = stdout {
-            let _ = s.take(MAX_REPLY_BYTES).read_to_end(&mut out).await;
-        }
-    };
-    let read_err = async {
-        if let Some(s) = stderr {
-            let _ = s.take(64 << 10).read_to_end(&mut err).await;
-        }
-    };
-    tokio::join!(read, read_err);
-    let status = child.wait().await.map_err(|e| ApiError::failed(format!("waiting for jail: {e}")))?;
-    if out.is_empty() {
-        let view = state.view_of_session(dir);
-        return Err(ApiError::failed(view.text(&format!(
-            "jail {} printed nothing (exit {status}): {}",
-            args.first().map(|a| a.to_string_lossy()).unwrap_or_default(),
-            String::from_utf8_lossy(&err).trim()
-        ))));
-    }
-    Ok(out)
+/// `work` (a round trip on a session's socket, or `jail session start`)
+/// on a blocking thread: the caller's task is not held meanwhile.
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| ApiError::failed(format!("a session call failed: {e}")))
 }
 
-fn json(bytes: &[u8]) -> Result<serde_json::Value, ApiError> {
-    serde_json::from_slice(bytes).map_err(|e| ApiError::failed(format!("jail printed no JSON: {e}")))
+/// A session call's failure in the tenant's terms, naming no host path:
+/// a session that ended is 410 `session_ended`; anything else is ours.
+fn session_error(state: &Shared, dir: &Path, e: SessionError) -> ApiError {
+    let view = state.view_of_session(dir);
+    match e {
+        SessionError::Ended { detail, .. } => ApiError::new(
+            StatusCode::GONE,
+            "session_ended",
+            view.text(&format!("this session ended ({detail}): start a new one (POST /v1/sessions)")),
+        ),
+        SessionError::Unknown { .. } => {
+            ApiError::new(StatusCode::GONE, "session_ended", "this session's jail is gone: start a new one (POST /v1/sessions)")
+        }
+        e => {
+            eprintln!("jail serve: {e}");
+            ApiError::failed(view.text(&format!("the session's jail failed: {e}")))
+        }
+    }
+}
+
+/// A result as the service passes it on.
+fn document(result: &jail::result::RunResult) -> Result<serde_json::Value, ApiError> {
+    serde_json::to_value(result).map_err(|e| ApiError::failed(format!("the session's result: {e}")))
 }
 
 fn reply<T: serde::Serialize>(state: &Shared, r: Result<(StatusCode, T), ApiError>) -> Response {
@@ -191,19 +172,30 @@ async fn open(
             }
         }
     }
-    let mut args: Vec<std::ffi::OsString> = vec!["session".into(), "start".into(), "--json".into()];
-    args.extend(state.session_flags.iter().cloned());
-    args.extend(["--timeout".into(), timeout.as_secs_f64().to_string().into()]);
-    args.extend(["--memory".into(), format!("{memory}M").into()]);
-    if let Some(input) = &input {
-        args.extend(["--input".into(), input.into()]);
-    }
+    // Run in the session's folder, its paths given relative to it, so no
+    // command line (which every local user may read in /proc) names them.
     // No --output: `jail session start` makes a fresh one in TMPDIR, the
-    // session's folder, in the mode the policy's output needs.
-    let refs: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
-    let started = json(&jail(state, dir, &refs, None).await?)?;
-    let handle = started.get("handle").and_then(|h| h.as_str()).map(str::to_owned);
-    handle.map(|h| (h, "spawn")).ok_or_else(|| ApiError::failed("jail session start gave no handle"))
+    // session's folder, in the mode the policy's output needs; its handle
+    // goes in XDG_RUNTIME_DIR, the session's folder too.
+    let mut spec = StartSpec {
+        more: state.session_flags.clone(),
+        input: input.map(|i| i.strip_prefix(dir).map(Path::to_path_buf).unwrap_or(i)),
+        dir: Some(dir.to_path_buf()),
+        env: vec![("XDG_RUNTIME_DIR".into(), dir.into()), ("TMPDIR".into(), dir.into())],
+        parent_death: Some(nix::sys::signal::Signal::SIGTERM),
+        ..StartSpec::new(&state.jail)
+    };
+    spec.flags.limits.timeout = Some(timeout);
+    spec.flags.limits.memory = Some(format!("{memory}M"));
+    let started = blocking(move || session::start(&spec)).await?.map_err(|e| {
+        eprintln!("jail serve: session {id}: {e}");
+        let said = match e {
+            StartError::Failed { line, .. } => format!("the session's jail did not start: {line}"),
+            e => format!("the service could not start a session: {e}"),
+        };
+        ApiError::failed(state.view_of_session(dir).text(&said))
+    })?;
+    Ok((started.handle.to_string_lossy().into_owned(), "spawn"))
 }
 
 /// The pool's link when a session of these limits can come from it: the
@@ -256,7 +248,8 @@ fn find(state: &Shared, headers: &HeaderMap, id: &str) -> Result<Arc<Session>, A
 
 #[utoipa::path(post, path = "/v1/sessions/{id}/exec", request_body = ExecRequest, params(("id" = String, Path)),
     responses((status = 200, body = RunReply), (status = 400, body = crate::api::ErrorBody),
-              (status = 404, body = crate::api::ErrorBody)),
+              (status = 404, body = crate::api::ErrorBody),
+              (status = 410, description = "`session_ended`: the session ended by itself", body = crate::api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn exec(State(state): State<Shared>, headers: HeaderMap, UrlPath(id): UrlPath<String>, body: Body) -> Response {
     let r = exec_cell(&state, &headers, &id, body).await;
@@ -273,18 +266,12 @@ async fn exec_cell(state: &Shared, headers: &HeaderMap, id: &str, body: Body) ->
     }
     let mut n = session.busy.lock().await;
     *n += 1;
-    let handle = session.handle.as_deref().unwrap_or_default();
-    let wall = session.cell_timeout.as_secs_f64().to_string();
-    // The cell's code on stdin (`-`): it is in no file and on no command line.
-    let args = [
-        "session".as_ref(),
-        "exec".as_ref(),
-        "--timeout".as_ref(),
-        wall.as_ref(),
-        handle.as_ref(),
-        "-".as_ref(),
-    ];
-    let mut result = json(&jail(state, &session.dir, &args, Some(req.code.as_bytes())).await?)?;
+    let handle = PathBuf::from(session.handle.as_deref().unwrap_or_default());
+    let wall = session.cell_timeout;
+    // The cell's code goes on the session's socket: it is in no file and
+    // on no command line.
+    let cell = blocking(move || session::exec(&handle, req.code, Some(wall))).await?;
+    let mut result = document(&cell.map_err(|e| session_error(state, &session.dir, e))?)?;
     state.view_of_session(&session.dir).result(&mut result);
     Ok((StatusCode::OK, RunReply::done(id, result)))
 }
@@ -301,14 +288,14 @@ async fn stop(state: &Shared, headers: &HeaderMap, id: &str) -> Result<(StatusCo
     let tenant = state.tenant(headers)?.clone();
     let session = find(state, headers, id)?;
     let _busy = session.busy.lock().await;
-    let handle = session.handle.as_deref().unwrap_or_default();
-    let out = jail(state, &session.dir, &["session".as_ref(), "stop".as_ref(), handle.as_ref()], None).await;
+    let handle = PathBuf::from(session.handle.as_deref().unwrap_or_default());
+    let out = blocking(move || session::stop(&handle)).await;
     if let Ok(mut h) = state.holdings.lock() {
         if let Some(t) = h.get_mut(&tenant.name) {
             t.sessions.remove(id);
         }
     }
-    let result = json(&out?)?;
+    let result = document(&out?.map_err(|e| session_error(state, &session.dir, e))?)?;
     // Kept, folder and all, for its artifacts (the oldest goes); the
     // tenant sees it without the host's paths.
     let mut shown = result.clone();
@@ -349,8 +336,8 @@ pub async fn stop_all(state: &Shared) {
         Err(_) => return,
     };
     for s in &all {
-        if let Some(handle) = &s.handle {
-            let _ = jail(state, &s.dir, &["session".as_ref(), "stop".as_ref(), handle.as_ref()], None).await;
+        if let Some(handle) = s.handle.clone().map(PathBuf::from) {
+            let _ = blocking(move || session::stop_value(&handle)).await;
         }
     }
 }

@@ -476,6 +476,31 @@ fn every_endpoint_answers_and_a_run_sends_back_its_result_events_and_artifacts()
 }
 
 #[test]
+fn a_cell_sent_to_a_session_that_ended_by_itself_is_410_session_ended() {
+    let s = Server::start(&[]);
+    let sess = s.call("POST", "/v1/sessions", Some(ALICE), Some("{}"));
+    assert_eq!(sess.status, 201, "{sess:?}");
+    let sid = sess.json()["id"].as_str().unwrap().to_owned();
+    let exec =
+        |code: &str| s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&json!({"code": code}).to_string()));
+    // The cell that ends it is answered as any cell is.
+    let died = exec("import os\nos._exit(3)\n");
+    assert_eq!(died.status, 200, "{died:?}");
+    assert_eq!(died.json()["result"]["session"]["ended"], true, "{died:?}");
+    // The next is the caller's to act on: a 4xx that says what happened
+    // and what to do, naming no host path and no command line.
+    let after = exec("print(1)");
+    assert_eq!(after.status, 410, "{after:?}");
+    let err = after.json();
+    assert_eq!(err["error"]["code"], "session_ended", "{after:?}");
+    let message = err["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("exited with code 3") && message.contains("start a new one"), "{message}");
+    assert!(!message.contains(".sock") && !message.contains("jail session"), "{message}");
+    // Its closing is still there for DELETE.
+    assert_eq!(s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).status, 200);
+}
+
+#[test]
 fn a_run_the_pools_jails_cannot_honour_goes_to_jail_run_and_says_so() {
     let s = Server::start(&[]);
     // The pooled jails have 256 MiB: 128 cannot be lowered into them.

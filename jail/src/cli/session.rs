@@ -9,6 +9,7 @@ use clap::Subcommand;
 
 use super::run::{prepare_request, RunArgs};
 use super::{env_var, reword, LimitArgs, RootfsArgs};
+use crate::client::session::{self, SessionError};
 use crate::result::{RunResult, EXIT_SETUP_FAILED};
 use crate::stage::chain_line;
 
@@ -166,32 +167,41 @@ pub(crate) fn session(command: SessionCommand) -> ExitCode {
                     let _ = out.write_all(b"\n");
                     let _ = out.flush();
                 };
-                let result = crate::session::exec_live(&handle, code, wall, &mut |ev| line(ev));
+                let result = session::exec_value(&handle, code, wall, Some(&mut |ev| line(ev)));
                 result.inspect(|value| line(&format!(r#"{{"type":"result","result":{value}}}"#)))
             } else {
-                crate::session::exec_within(&handle, code, wall).inspect(print)
+                session::exec_value(&handle, code, wall, None).inspect(print)
             };
             match done {
                 Ok(value) => {
                     let code = serde_json::from_value::<RunResult>(value).map_or(EXIT_SETUP_FAILED, |r| r.jail_exit_code());
                     ExitCode::from(code.clamp(0, 255) as u8)
                 }
-                Err(e) => fail(e.to_string()),
+                Err(e) => fail(said(&e)),
             }
         }
-        SessionCommand::Stop { handle } => match crate::session::stop(&handle) {
+        SessionCommand::Stop { handle } => match session::stop_value(&handle) {
             Ok(value) => {
                 print(&value);
                 ExitCode::SUCCESS
             }
-            Err(e) => fail(e.to_string()),
+            Err(e) => fail(said(&e)),
         },
-        SessionCommand::Interrupt { handle } => match crate::session::interrupt(&handle) {
-            Ok(value) => {
-                print(&value);
+        SessionCommand::Interrupt { handle } => match session::interrupt(&handle) {
+            Ok(interrupted) => {
+                print(&serde_json::json!(interrupted));
                 ExitCode::SUCCESS
             }
-            Err(e) => fail(e.to_string()),
+            Err(e) => fail(said(&e)),
         },
+    }
+}
+
+/// A session client's error, with what to do on this command line.
+fn said(e: &SessionError) -> String {
+    match e {
+        SessionError::Ended { .. } => format!("{e}: start a new one with `jail session start`"),
+        SessionError::Unknown { .. } => format!("{e}: start one with `jail session start`"),
+        _ => e.to_string(),
     }
 }

@@ -1,10 +1,12 @@
 //! A `jail run` command line built from a typed spec, by one function
-//! (`argv`), and the process it runs as (`command`): its own process group,
+//! (`argv`; `start_argv` for `jail session start`), and the process it
+//! runs as (`command`, `start_command`): its own process group,
 //! so that stopping it reaches whatever it started (group.rs); the parent
 //! death signal where the caller asks for one; the caller's environment
 //! policy. The front ends fill a `RunSpec`; none writes a flag by hand.
 
 use std::ffi::OsString;
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -137,12 +139,7 @@ pub fn argv(spec: &RunSpec) -> Vec<OsString> {
         .into(),
     );
     out.extend(spec.flags.args());
-    for (name, dir) in [("--input", &spec.input), ("--output", &spec.output), ("--code", &spec.code)] {
-        if let Some(d) = dir {
-            out.push(name.into());
-            out.push(d.into());
-        }
-    }
+    folders(&mut out, [&spec.input, &spec.output, &spec.code]);
     match &spec.script {
         Script::File(path) => out.push(path.into()),
         Script::Inline(code) => {
@@ -160,26 +157,131 @@ pub fn argv(spec: &RunSpec) -> Vec<OsString> {
 /// The process for `spec`: stdin null, stdout and stderr piped, a process
 /// group of its own, the environment policy and parent death signal set.
 pub fn command(spec: &RunSpec) -> Command {
+    let place = Place {
+        dir: &spec.dir,
+        env: &spec.env,
+        withhold: &spec.withhold,
+        parent_death: spec.parent_death,
+    };
+    process(&spec.jail, argv(spec), &place)
+}
+
+/// The lifeline's descriptor in a `jail session start` child.
+pub const LIFELINE_FD: RawFd = 3;
+
+/// One `jail session start --json` (session.rs starts it).
+#[derive(Debug, Clone)]
+pub struct StartSpec {
+    /// The `jail` binary.
+    pub jail: PathBuf,
+    pub flags: Flags,
+    /// Flags as the caller's own command line gave them (`jail pool`
+    /// passes its own on to each session it starts).
+    pub more: Vec<OsString>,
+    pub input: Option<PathBuf>,
+    pub output: Option<PathBuf>,
+    pub code: Option<PathBuf>,
+    /// The read end of the owner's lifeline: passed as descriptor
+    /// [`LIFELINE_FD`] (`--lifeline-fd`); the session ends when every
+    /// write end is closed.
+    pub lifeline: Option<RawFd>,
+    /// The working folder (paths in the spec may be relative to it).
+    pub dir: Option<PathBuf>,
+    /// Variables set for the jail (`XDG_RUNTIME_DIR`: where its handle goes).
+    pub env: Vec<(OsString, OsString)>,
+    /// Variables of ours the jail never gets.
+    pub withhold: Vec<OsString>,
+    /// Sent to `jail session start` when its parent dies.
+    pub parent_death: Option<Signal>,
+}
+
+impl StartSpec {
+    /// A session with no flags.
+    pub fn new(jail: impl Into<PathBuf>) -> StartSpec {
+        StartSpec {
+            jail: jail.into(),
+            flags: Flags::default(),
+            more: Vec::new(),
+            input: None,
+            output: None,
+            code: None,
+            lifeline: None,
+            dir: None,
+            env: Vec::new(),
+            withhold: Vec::new(),
+            parent_death: None,
+        }
+    }
+}
+
+/// The arguments of `jail` for `spec` (the program not included).
+pub fn start_argv(spec: &StartSpec) -> Vec<OsString> {
+    let mut out: Vec<OsString> = vec!["session".into(), "start".into(), "--json".into()];
+    if spec.lifeline.is_some() {
+        out.push("--lifeline-fd".into());
+        out.push(LIFELINE_FD.to_string().into());
+    }
+    out.extend(spec.flags.args());
+    out.extend(spec.more.iter().cloned());
+    folders(&mut out, [&spec.input, &spec.output, &spec.code]);
+    out
+}
+
+/// The process for `spec`, as [`command`] makes a run's, holding the
+/// lifeline at [`LIFELINE_FD`].
+pub fn start_command(spec: &StartSpec) -> Command {
+    let place = Place {
+        dir: &spec.dir,
+        env: &spec.env,
+        withhold: &spec.withhold,
+        parent_death: spec.parent_death,
+    };
+    let mut cmd = process(&spec.jail, start_argv(spec), &place);
+    if let Some(fd) = spec.lifeline {
+        crate::sys::pass_fd_on_exec(&mut cmd, fd, LIFELINE_FD);
+    }
+    cmd
+}
+
+/// Where and with what a `jail` process runs.
+struct Place<'a> {
+    dir: &'a Option<PathBuf>,
+    env: &'a [(OsString, OsString)],
+    withhold: &'a [OsString],
+    parent_death: Option<Signal>,
+}
+
+fn process(jail: &std::path::Path, args: Vec<OsString>, place: &Place<'_>) -> Command {
     use std::os::unix::process::CommandExt;
-    let mut cmd = Command::new(&spec.jail);
-    cmd.args(argv(spec));
-    if let Some(dir) = &spec.dir {
+    let mut cmd = Command::new(jail);
+    cmd.args(args);
+    if let Some(dir) = place.dir {
         cmd.current_dir(dir);
     }
-    for name in &spec.withhold {
+    for name in place.withhold {
         cmd.env_remove(name);
     }
-    for (name, value) in &spec.env {
+    for (name, value) in place.env {
         cmd.env(name, value);
     }
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.process_group(0);
-    if let Some(sig) = spec.parent_death {
+    if let Some(sig) = place.parent_death {
         // SIGTERM, not SIGKILL, is what callers pass: the jail kills its
         // tree and removes its cgroup.
         crate::sys::set_parent_death_signal(&mut cmd, sig);
     }
     cmd
+}
+
+/// `--input`, `--output`, `--code` for the folders given.
+fn folders(out: &mut Vec<OsString>, dirs: [&Option<PathBuf>; 3]) {
+    for (name, dir) in ["--input", "--output", "--code"].into_iter().zip(dirs) {
+        if let Some(d) = dir {
+            out.push(name.into());
+            out.push(d.into());
+        }
+    }
 }
 
 #[cfg(test)]
@@ -211,6 +313,13 @@ mod tests {
                     --memory 512M --cpus 0.5 --pids 64 --cpu-time unlimited --input in --output out --code code \
                     main.py -- --timeout x";
         assert_eq!(got.join(" "), want);
+        let mut start = StartSpec::new("jail");
+        start.flags.limits.timeout = Some(Duration::from_secs(3));
+        start.more = vec!["--no-systemd-delegation".into()];
+        start.lifeline = Some(7);
+        start.input = Some("in".into());
+        let got: Vec<String> = start_argv(&start).iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(got.join(" "), "session start --json --lifeline-fd 3 --timeout 3 --no-systemd-delegation --input in");
         let judge = RunSpec::new("jail", Mode::Json, Script::Inline("pass".into()), Duration::from_secs(5));
         assert_eq!(argv(&judge), ["run", "--json", "-c", "pass"].map(OsString::from).to_vec());
     }

@@ -96,6 +96,12 @@ impl Lines {
         }
     }
 
+    /// Whether the line in progress is already over `max` (a caller that
+    /// wants no more of it stops reading here).
+    pub fn over(&self) -> bool {
+        self.over && !self.ended
+    }
+
     /// The line read (its first `max` bytes when it was too long).
     pub fn line(&self) -> &[u8] {
         &self.line

@@ -67,27 +67,64 @@ pub struct Running {
     group: Option<Group>,
     started: Instant,
     wall: Duration,
-    mode: Mode,
+    reading: Reading,
+}
+
+/// How a started `jail`'s stdout is read.
+#[derive(Debug, Clone, Copy)]
+enum Reading {
+    /// `jail run`'s, as its mode says.
+    Run(Mode),
+    /// One document kept as bytes (`jail session start --json`).
+    Document,
+}
+
+/// What a `jail` that prints one document left (`Running::output`).
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    /// Its stdout, at most `MAX_DOCUMENT` bytes.
+    pub stdout: Vec<u8>,
+    /// The tail of its stderr (`MAX_STDERR`), trimmed.
+    pub stderr: String,
+}
+
+/// How a read ended.
+struct Ended {
+    status: ExitStatus,
+    result: Option<Result<RunResult, ResultError>>,
+    document: Vec<u8>,
+    stderr: String,
 }
 
 /// Start `spec`.
 pub fn spawn(spec: &RunSpec) -> Result<Running, RunError> {
+    started(command::command(spec), &spec.jail, spec.wall, Reading::Run(spec.mode))
+}
+
+/// Start a `jail` that prints one document (command.rs made `cmd`), given
+/// `wall` (+ the grace) to print it and exit: read by [`Running::output`].
+pub fn spawn_document(cmd: std::process::Command, jail: &std::path::Path, wall: Duration) -> Result<Running, RunError> {
+    started(cmd, jail, wall, Reading::Document)
+}
+
+fn started(
+    mut cmd: std::process::Command,
+    jail: &std::path::Path,
+    wall: Duration,
+    reading: Reading,
+) -> Result<Running, RunError> {
     let started = Instant::now();
-    let child = command::command(spec).spawn().map_err(|error| RunError::Spawn { path: spec.jail.clone(), error })?;
+    let child = cmd.spawn().map_err(|error| RunError::Spawn { path: jail.to_path_buf(), error })?;
     let group = Group::of(Some(child.id()));
-    Ok(Running {
-        child: Some(child),
-        group: Some(group),
-        started,
-        wall: spec.wall,
-        mode: spec.mode,
-    })
+    Ok(Running { child: Some(child), group: Some(group), started, wall, reading })
 }
 
 enum Msg {
     Event(Event<'static>),
     Dropped,
     Result(Box<Result<RunResult, ResultError>>),
+    Document(Vec<u8>),
     OutEnd,
     Line(String),
     ErrEnd(Vec<u8>),
@@ -105,14 +142,28 @@ impl Running {
     }
 
     /// Read the run to its result; `on` hears its events as they come.
-    pub fn wait(mut self, mut on: impl FnMut(Progress<'_>)) -> Result<RunResult, RunError> {
+    pub fn wait(mut self, on: impl FnMut(Progress<'_>)) -> Result<RunResult, RunError> {
+        let ended = self.read(on)?;
+        match ended.result {
+            Some(r) => r.map_err(RunError::Result),
+            None => Err(RunError::NoResult { status: ended.status, stderr: ended.stderr }),
+        }
+    }
+
+    /// Read a `jail` that prints one document to its end (`spawn_document`).
+    pub fn output(mut self) -> Result<Output, RunError> {
+        let ended = self.read(|_| {})?;
+        Ok(Output { status: ended.status, stdout: ended.document, stderr: ended.stderr })
+    }
+
+    fn read(&mut self, mut on: impl FnMut(Progress<'_>)) -> Result<Ended, RunError> {
         let Some(child) = self.child.as_mut() else { return Err(RunError::Hung { grace: HUNG_GRACE }) };
         let (tx, rx) = mpsc::sync_channel(IN_FLIGHT);
         let (stdout, stderr) = (child.stdout.take(), child.stderr.take());
-        let (mode, tx_err) = (self.mode, tx.clone());
+        let (reading, tx_err) = (self.reading, tx.clone());
         std::thread::spawn(move || {
             if let Some(out) = stdout {
-                read_stdout(out, mode, &tx);
+                read_stdout(out, reading, &tx);
             }
             let _ = tx.send(Msg::OutEnd);
         });
@@ -121,7 +172,7 @@ impl Running {
             let _ = tx_err.send(Msg::ErrEnd(tail));
         });
         let deadline = self.started + self.wall + HUNG_GRACE;
-        let (mut result, mut out_done, mut err) = (None, false, None);
+        let (mut result, mut document, mut out_done, mut err) = (None, Vec::new(), false, None);
         while !out_done || err.is_none() {
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -132,6 +183,7 @@ impl Running {
                 Ok(Msg::Event(e)) => on(Progress::Event(e)),
                 Ok(Msg::Dropped) => on(Progress::Dropped),
                 Ok(Msg::Result(r)) => result = Some(*r),
+                Ok(Msg::Document(d)) => document = d,
                 Ok(Msg::OutEnd) => out_done = true,
                 Ok(Msg::Line(l)) => on(Progress::JailLine(&l)),
                 Ok(Msg::ErrEnd(tail)) => err = Some(tail),
@@ -140,13 +192,8 @@ impl Running {
             }
         }
         let status = self.reap(deadline)?;
-        match result {
-            Some(r) => r.map_err(RunError::Result),
-            None => Err(RunError::NoResult {
-                status,
-                stderr: String::from_utf8_lossy(&err.unwrap_or_default()).trim().to_string(),
-            }),
-        }
+        let stderr = String::from_utf8_lossy(&err.unwrap_or_default()).trim().to_string();
+        Ok(Ended { status, result, document, stderr })
     }
 
     /// The jail closed its output: wait for its exit (by `deadline`).
@@ -180,16 +227,21 @@ impl Drop for Running {
 }
 
 /// stdout: events one bounded line at a time, or one bounded document.
-fn read_stdout(out: impl Read, mode: Mode, tx: &mpsc::SyncSender<Msg>) {
-    match mode {
-        Mode::Events => events::read_to_end(out, Lines::new(MAX_DOCUMENT as usize), |line| {
+fn read_stdout(out: impl Read, reading: Reading, tx: &mpsc::SyncSender<Msg>) {
+    match reading {
+        Reading::Run(Mode::Events) => events::read_to_end(out, Lines::new(MAX_DOCUMENT as usize), |line| {
             let _ = tx.send(match events::seen(line) {
                 Seen::Event(e) => Msg::Event(e),
                 Seen::Result(r) => Msg::Result(r),
                 Seen::Dropped => Msg::Dropped,
             });
         }),
-        Mode::Json => {
+        Reading::Document => {
+            let mut doc = Vec::new();
+            let _ = out.take(MAX_DOCUMENT).read_to_end(&mut doc);
+            let _ = tx.send(Msg::Document(doc));
+        }
+        Reading::Run(Mode::Json) => {
             let mut doc = Vec::new();
             let _ = out.take(MAX_DOCUMENT).read_to_end(&mut doc);
             // A document that is not JSON is no result (the caller says
@@ -225,12 +277,12 @@ fn read_stderr(err: impl Read, tx: &mpsc::SyncSender<Msg>) -> Vec<u8> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::client::command::Script;
 
     /// A stand-in for `jail`: a shell script that ignores its arguments.
-    fn fake(dir: &std::path::Path, body: &str) -> PathBuf {
+    pub(crate) fn fake(dir: &std::path::Path, body: &str) -> PathBuf {
         use std::os::unix::fs::PermissionsExt;
         let path = dir.join("jail");
         std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();

@@ -34,24 +34,22 @@ use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
 
 use super::footprint;
 use super::memory::{self, PerJail};
 use crate::accept;
+use crate::client::command::StartSpec;
 use crate::client::lines::{self, Lines};
 use crate::client::pool::{self as wire, Body, Ceilings, ErrorCode, Line, Reply, Request, Source};
-use crate::result::RunResult;
-use crate::session;
+use crate::client::session;
+use crate::result::{RunResult, Status};
 
-/// The lifeline's file descriptor in a `jail session start` child.
-const LIFELINE_FD: i32 = 3;
 /// A script named by path is read up to the session's cell size.
-const MAX_SCRIPT: u64 = session::handle::MAX_CELL as u64;
+const MAX_SCRIPT: u64 = session::MAX_CELL as u64;
 /// A request's input is the caller's own folder: bounded by entries (a
 /// walk's time), its bytes by the caller's own disk.
 const INPUT_BOUNDS: accept::Bounds = accept::Bounds { bytes: u64::MAX, entries: 1_000_000 };
@@ -451,30 +449,17 @@ impl Pool {
         }
     }
 
-    /// `jail session start` as a child, holding the lifeline at fd 3.
+    /// `jail session start` as a child, holding the lifeline.
     fn spawn_session(&self, input: &Path, out: &Path) -> Result<(PathBuf, String, u32), String> {
-        let lifeline = self.lifeline_read.as_raw_fd();
-        let mut cmd = Command::new(&self.cfg.jail_exe);
-        cmd.args(["session", "start", "--json", "--lifeline-fd", "3", "--input"])
-            .arg(input)
-            .arg("--output")
-            .arg(out)
-            .args(&self.cfg.start_args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        crate::sys::pass_fd_on_exec(&mut cmd, lifeline, LIFELINE_FD);
-        let done = cmd.output().map_err(|e| format!("run {} session start: {e}", self.cfg.jail_exe.display()))?;
-        if !done.status.success() {
-            let text = String::from_utf8_lossy(&done.stderr);
-            let line = text.lines().last().unwrap_or("").trim_start_matches("jail: ");
-            return Err(format!("jail session start failed: {line}"));
-        }
-        let v: Value = serde_json::from_slice(&done.stdout).map_err(|e| format!("jail session start printed no handle: {e}"))?;
-        let handle = v["handle"].as_str().map(PathBuf::from).ok_or("jail session start printed no handle")?;
-        let pid = v["pid"].as_u64().unwrap_or(0) as u32;
-        let id = v["id"].as_str().unwrap_or_default().to_string();
-        Ok((handle, id, pid))
+        let spec = StartSpec {
+            more: self.cfg.start_args.clone(),
+            input: Some(input.to_path_buf()),
+            output: Some(out.to_path_buf()),
+            lifeline: Some(self.lifeline_read.as_raw_fd()),
+            ..StartSpec::new(&self.cfg.jail_exe)
+        };
+        let started = session::start(&spec).map_err(|e| e.to_string())?;
+        Ok((started.handle, started.id, started.pid))
     }
 
     /// The trusted preload, before any untrusted code exists in the jail.
@@ -482,12 +467,15 @@ impl Pool {
         if self.cfg.preload.is_empty() {
             return Ok(());
         }
-        let r = session::exec(&jail.handle, preload_cell(&self.cfg.preload)).map_err(|e| format!("preload: {e}"))?;
-        if r["status"] != "ok" {
-            let why = r["error"]["message"].as_str().or(r["stderr"].as_str()).unwrap_or("").trim().to_string();
+        // Within the session's own wall-clock limit: the pool's ceiling.
+        let wall = Some(self.cfg.ceilings.wall_time);
+        let r = session::exec(&jail.handle, preload_cell(&self.cfg.preload), wall).map_err(|e| format!("preload: {e}"))?;
+        if r.status != Status::Ok {
+            let why = r.error.map_or(r.stderr.text, |e| e.message);
             return Err(format!(
-                "the policy's preload failed in the jail ({}: {why}): fix `preload` or use a rootfs that has these modules",
-                r["status"]
+                "the policy's preload failed in the jail ({}: {}): fix `preload` or use a rootfs that has these modules",
+                json!(r.status),
+                why.trim()
             ));
         }
         Ok(())
@@ -612,7 +600,9 @@ impl Pool {
             self.give_back(jail);
             return fail(not_run());
         }
-        let reply = self.run_in(&jail, &req, Accepted { input, output }, code, flight);
+        let reply = self
+            .run_in(&jail, &req, Accepted { input, output }, code, flight)
+            .and_then(|r| serde_json::to_value(r).map_err(|e| broke(format!("the step's result: {e}"))));
         // The slot (the input's copy, anything not handed over) goes now.
         if reply.is_err() {
             // Never left running: a jail that may have run code is not reused.
@@ -692,7 +682,7 @@ impl Pool {
         accepted: Accepted,
         code: String,
         flight: &cancel::Flight,
-    ) -> Result<Value, Failed> {
+    ) -> Result<RunResult, Failed> {
         if let (Some(from), Some(path)) = (&accepted.input, &req.input) {
             copy_input(from, path, &jail.input(), self.cfg.reach)?;
         }
@@ -704,9 +694,10 @@ impl Pool {
         argv.extend(req.args.iter().cloned());
         let set_argv = format!("import sys as _jail_sys\n_jail_sys.argv = {}\ndel _jail_sys\n", json!(argv));
         // Its failure is `never_started` to a client (client/pool.rs).
-        let set = session::exec(&jail.handle, set_argv).map_err(|e| broke(format!("{}: {e}", wire::SET_ARGV)))?;
-        if set["status"] != "ok" {
-            return Err(broke(format!("{} in the jail: {}", wire::SET_ARGV, set["status"])));
+        let set = session::exec(&jail.handle, set_argv, Some(self.cfg.ceilings.wall_time))
+            .map_err(|e| broke(format!("{}: {e}", wire::SET_ARGV)))?;
+        if set.status != Status::Ok {
+            return Err(broke(format!("{} in the jail: {}", wire::SET_ARGV, json!(set.status))));
         }
         if !flight.enter(jail.supervisor) {
             return Err(not_run());
@@ -720,7 +711,7 @@ impl Pool {
             };
             session::exec_live(&jail.handle, code, Some(req.wall_time), &mut tell)
         } else {
-            session::exec_within(&jail.handle, code, Some(req.wall_time))
+            session::exec(&jail.handle, code, Some(req.wall_time))
         };
         if let Some(supervisor) = flight.leave() {
             // A cancel reached the jail: it is ending. Replied once it is
@@ -734,12 +725,8 @@ impl Pool {
         // refusal. Without it nothing is handed over: what reached the
         // output folder would be unaccounted for.
         let closing = session::stop(&jail.handle).map_err(|e| broke(format!("the step's closing result: {e}")));
-        let cell = cell.map_err(|e| broke(format!("run the step: {e}")))?;
-        let read = |v: Value, what: &str| -> Result<RunResult, Failed> {
-            serde_json::from_value(v).map_err(|e| broke(format!("the step's {what} result does not parse: {e}")))
-        };
-        let mut step = read(cell, "cell")?;
-        step.take_delivery(read(closing?, "closing")?);
+        let mut step = cell.map_err(|e| broke(format!("run the step: {e}")))?;
+        step.take_delivery(closing?);
         step.session = None;
         // The output folder leaves the slot: renamed to the request's, or to
         // a fresh one in the temp dir (the same filesystem: the work dir is
@@ -757,17 +744,16 @@ impl Pool {
         // (supervisor.rs `finish`): no litter (issue 38).
         let kept = accepted.output.is_some() || fs::remove_dir(&out).is_err();
         step.output_dir = kept.then(|| out.display().to_string());
-        let result = serde_json::to_value(&step).map_err(|e| broke(format!("the step's result: {e}")))?;
         if req.events {
             // Judged once the jail is stopped: after the last chunk, as
             // `jail run --events` sends them.
-            for a in result["artifacts"].as_array().into_iter().flatten() {
-                if let Some(line) = Reply::artifact(&req.id, a) {
+            for a in &step.artifacts {
+                if let Some(line) = serde_json::to_value(a).ok().and_then(|a| Reply::artifact(&req.id, &a)) {
                     self.say(&line);
                 }
             }
         }
-        Ok(result)
+        Ok(step)
     }
 }
 

@@ -27,10 +27,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::Signal;
-use serde_json::Value;
 
 use super::Pool;
 use crate::client::pool::{Error, Reply};
+use crate::result::{RunResult, Status};
 
 /// `supervisor.cancelled_by` of a step its pool's caller cancelled.
 pub const BY_POOL_CALLER: &str = "pool_caller";
@@ -154,16 +154,12 @@ pub(super) fn wait_gone(pidfd: &OwnedFd) {
 /// be the caller's doing when it ended `cancelled` (a cell that finished
 /// just before keeps its status); no artifacts and no output folder, as a
 /// cancelled `jail run` leaves none.
-pub(super) fn cancelled_result(mut cell: Value) -> Value {
-    if let Value::Object(m) = &mut cell {
-        m.remove("session");
-        m.insert("artifacts".into(), Value::Array(Vec::new()));
-        m.insert("output_dir".into(), Value::Null);
-        if m.get("status").and_then(Value::as_str) == Some("cancelled") {
-            if let Some(Value::Object(sup)) = m.get_mut("supervisor") {
-                sup.insert("cancelled_by".into(), Value::from(BY_POOL_CALLER));
-            }
-        }
+pub(super) fn cancelled_result(mut cell: RunResult) -> RunResult {
+    cell.session = None;
+    cell.artifacts = Vec::new();
+    cell.output_dir = None;
+    if cell.status == Status::Cancelled {
+        cell.supervisor.cancelled_by = Some(BY_POOL_CALLER.into());
     }
     cell
 }
@@ -195,12 +191,33 @@ mod tests {
 
     #[test]
     fn a_cancelled_cells_result_names_the_caller_and_delivers_nothing() {
-        let cell = json!({"status": "cancelled", "supervisor": {"cancelled_by": "SIGTERM"}, "session": {},
-                          "artifacts": [{"path": "a"}], "output_dir": "/x"});
+        let mut cell =
+            RunResult::setup_failed(crate::result::SetupError { stage: "t".into(), message: "m".into(), causes: vec![] });
+        cell.status = Status::Cancelled;
+        cell.supervisor.cancelled_by = Some("SIGTERM".into());
+        cell.session = Some(crate::result::SessionInfo {
+            id: "ab".into(),
+            cell: 1,
+            ended: true,
+            why: None,
+            detail: None,
+            artifacts: String::new(),
+        });
+        cell.output_dir = Some("/x".into());
+        let before = cell.clone();
         let r = cancelled_result(cell);
-        assert_eq!(r["supervisor"]["cancelled_by"], BY_POOL_CALLER);
-        assert_eq!((&r["artifacts"], &r["output_dir"], r.get("session")), (&json!([]), &Value::Null, None));
-        let done = cancelled_result(json!({"status": "ok", "supervisor": {"cancelled_by": null}}));
-        assert_eq!((&done["status"], &done["supervisor"]["cancelled_by"]), (&json!("ok"), &Value::Null));
+        assert_eq!(r.supervisor.cancelled_by.as_deref(), Some(BY_POOL_CALLER));
+        assert!(r.artifacts.is_empty() && r.output_dir.is_none() && r.session.is_none());
+        // As a document: the same but for those fields.
+        let (mut want, got) = (serde_json::to_value(&before).unwrap(), serde_json::to_value(&r).unwrap());
+        let m = want.as_object_mut().unwrap();
+        m.remove("session");
+        m.insert("output_dir".into(), serde_json::Value::Null);
+        m["supervisor"]["cancelled_by"] = json!(BY_POOL_CALLER);
+        assert_eq!(got, want);
+        let mut done = before;
+        done.status = Status::Ok;
+        done.supervisor.cancelled_by = None;
+        assert_eq!(cancelled_result(done).supervisor.cancelled_by, None);
     }
 }

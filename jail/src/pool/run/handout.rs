@@ -20,7 +20,7 @@ use std::sync::Arc;
 use super::{broke, cancel::Flight, check_input, copy_input, fresh_output, not_run, refused, Claim, Failed, Jail, Pool};
 use crate::accept;
 use crate::client::pool::{self as wire, Body, ErrorCode, Handout, Reply, SessionRequest};
-use crate::session;
+use crate::client::session;
 
 impl Pool {
     /// One session request, start to reply line.
