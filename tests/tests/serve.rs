@@ -1284,7 +1284,7 @@ fn idle_policy(secs: f64) -> tempfile::NamedTempFile {
 /// by the time a run claims it. The run must not fail: either the pool
 /// passes over dead jails (branch pool-events) or, where it hands one out,
 /// the server sees that the step never started and runs it on `jail run`
-/// (`wire::never_started`).
+/// (`client::pool::Error::never_started`).
 #[test]
 fn a_run_that_claims_a_pooled_jail_dead_of_idleness_still_runs() {
     let policy = idle_policy(2.0);

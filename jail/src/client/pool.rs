@@ -531,8 +531,12 @@ impl Reply {
     }
 
     /// A live event of request `id`: `event` is one line as `jail run
-    /// --events` writes it. `None` when it is not one JSON value.
+    /// --events` writes it. `None` when it is not one JSON value on one
+    /// line.
     pub fn event(id: &str, event: &str) -> Option<Reply> {
+        if event.contains('\n') {
+            return None;
+        }
         let raw = RawValue::from_string(event.to_owned()).ok()?;
         Some(Reply { id: Some(id.to_owned()), body: Body::Event(raw) })
     }
@@ -605,6 +609,11 @@ impl TryFrom<ReplyLine> for Reply {
 
     fn try_from(r: ReplyLine) -> Result<Reply, &'static str> {
         let body = if let Some(v) = r.event {
+            // Carried as written, so it must stay one line when written
+            // again: JSON may have newlines between its tokens.
+            if v.get().contains('\n') {
+                return Err("a pool's event is one line");
+            }
             Body::Event(v)
         } else if let Some(v) = r.result {
             Body::Result(v)

@@ -3,7 +3,7 @@
 untrusted code exists in it, each serving one step and then destroyed.
 
 This speaks the pool's JSON-lines protocol as the project README ("Warm
-pool") and ``jail/src/pool/protocol.rs`` define it; nothing of its own: a
+pool") and ``jail/src/client/pool.rs`` define it; nothing of its own: a
 request line ``{"id", "code", "input", "args", "limits": {"wall_time_secs"},
 "events": true}``, then ``{"id", "event"}`` lines while the step runs and one
 ``{"id", "result"}`` or ``{"id", "error": {"code", "message"}}`` reply;

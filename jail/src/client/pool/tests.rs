@@ -52,6 +52,18 @@ fn an_event_line_is_todays_line_byte_for_byte_and_carried_as_written() {
     assert!(Reply::event("r", "{not json").is_none());
 }
 
+/// JSON may have newlines between its tokens; an event is carried as
+/// written, so one with a newline would be two lines when written again
+/// (found by the pool_line fuzz target).
+#[test]
+fn an_event_of_more_than_one_line_is_neither_made_nor_read() {
+    assert!(Reply::event("r", "{\"type\":\n\"stdout\"}").is_none());
+    let read = br#"{"ilitiTs":{"wall_ti":5},"event":{"wall_":true
+}}"#;
+    assert!(Reply::parse(read).is_err());
+    assert!(Reply::parse(br#"{"id":"r","event":{"type":"stdout","data":"a\nb"}}"#).is_ok());
+}
+
 fn some_stats() -> Stats {
     Stats {
         available_memory_bytes: Some(1000),
