@@ -19,7 +19,9 @@
 //!
 //! A session made ahead (a `jail pool`'s) can take its caller's output
 //! folder once, before any untrusted cell (adopt.rs): then it behaves as
-//! one started with that `--output`.
+//! one started with that `--output`. Asked to (`StartOptions::preload`),
+//! `start` runs the policy's preload as the first, trusted cell before it
+//! returns (preload.rs).
 //!
 //! Time limits: `limits.wall_time_secs` (or `--timeout`) and
 //! `limits.cpu_time_secs` are per cell (SIGINT past them, then a kill
@@ -33,6 +35,7 @@ pub mod cell;
 pub(crate) mod cells;
 pub mod handle;
 pub(crate) mod live;
+pub(crate) mod preload;
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -144,6 +147,10 @@ pub struct StartOptions {
     /// a session dies with the process that started it even when that
     /// process is SIGKILLed (`jail pool` sets it). Taken over by `start`.
     pub lifeline: Option<std::os::fd::RawFd>,
+    /// Run the policy's `preload` as the first cell before `start`
+    /// returns (preload.rs): the one cell an output folder may still be
+    /// taken after (adopt.rs). Never inferred from the lifeline.
+    pub preload: bool,
 }
 
 /// A session that is up.
@@ -191,9 +198,10 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
         stderr_cap: req.policy.limits.stderr_bytes,
     };
     let session = req.policy.session;
-    // A pool's session runs the trusted preload as its first cell: the one
-    // cell allowed before it takes its output folder (adopt.rs).
-    let trusted_cells = u64::from(opts.lifeline.is_some() && !req.policy.preload.is_empty());
+    // The trusted preload, when asked for, is the first cell: the one cell
+    // allowed before the session takes an output folder (adopt.rs).
+    let preload = if opts.preload { req.policy.preload.clone() } else { Vec::new() };
+    let trusted_cells = u64::from(!preload.is_empty());
     let adoption = adopt::Adoption::new(req.policy.artifacts.clone(), req.input.clone(), trusted_cells);
     // The jail lives as long as the session may; each cell has its own
     // time (cells.rs).
@@ -218,6 +226,13 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
             drop(ready.write);
             drop(listener);
             wait_ready(ready.read)?;
+            if !preload.is_empty() {
+                if let Err(why) = preload::run(&socket, &preload, limits.wall) {
+                    // Ended as `jail session stop` ends it: nothing left.
+                    let _ = crate::client::session::stop(&socket);
+                    return Err(StartError::Setup(why));
+                }
+            }
             Ok(Started { handle: socket, pid: pid.as_raw() as u32, id })
         }
     }

@@ -766,6 +766,77 @@ fn raw_request(s: &Session, line: &str) -> serde_json::Value {
     serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("{e}: {text:?}"))
 }
 
+/// Start a session with `more` flags, holding the read end of a lifeline
+/// pipe as `jail pool` does; the write end is returned, to be kept open.
+fn start_with_lifeline(sb: &Sandbox, more: &[&str]) -> (Session, std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    let (read, write) = nix::unistd::pipe().unwrap();
+    let mut cmd = sb.session_command();
+    cmd.args(["--lifeline-fd", "3"]).args(more);
+    jail::sys::pass_fd_on_exec(&mut cmd, read.as_raw_fd(), 3);
+    let out = cmd.output().unwrap();
+    drop(read);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let session = Session {
+        handle: PathBuf::from(v["handle"].as_str().unwrap()),
+        pid: v["pid"].as_u64().unwrap() as u32,
+        id: v["id"].as_str().unwrap().to_string(),
+    };
+    (session, write)
+}
+
+#[test]
+fn only_a_preload_the_start_ran_is_trusted_before_an_output_folder_is_taken() {
+    // A session that holds a lifeline (as a pool's does) and whose policy
+    // lists a preload, but whose start was not asked to run it: its first
+    // cell is the caller's, untrusted, so no output folder is taken after it
+    // (the trust was once inferred from the lifeline and the policy alone).
+    let mut sb = Sandbox::new();
+    let policy = policy_with(&sb, |v| v["preload"] = serde_json::json!(["json"]));
+    sb.extra_args = vec!["--policy".into(), policy.display().to_string()];
+    let theirs = sb.dir.path().join("theirs");
+    std::fs::create_dir(&theirs).unwrap();
+    give_to_sandbox(&theirs);
+    let adopt = serde_json::json!({"op": "adopt_output", "dir": theirs}).to_string();
+    let (untrusted, _lifeline) = start_with_lifeline(&sb, &[]);
+    untrusted.exec("open('/workspace/output/planted.txt', 'w').write('x')\n");
+    let refused = raw_request(&untrusted, &adopt);
+    assert!(refused["error"].as_str().is_some_and(|e| e.contains("cells have run")), "{refused}");
+    untrusted.stop();
+    assert!(!theirs.join("planted.txt").exists(), "a refused folder got the session's output");
+    // Asked to (`--preload`), the start runs it: the modules are there
+    // before the first caller's cell, which is the session's second, and the
+    // folder is still taken before it.
+    let (preloaded, _lifeline) = start_with_lifeline(&sb, &["--preload"]);
+    let taken = raw_request(&preloaded, &adopt);
+    assert_eq!(taken["result"]["output_dir"], theirs.display().to_string(), "{taken}");
+    let (v, _) = preloaded.exec("import sys\nprint('json' in sys.modules, [k for k in globals() if 'preload' in k])\n");
+    assert_eq!(v["stdout"]["text"], "True []\n", "{v}");
+    assert_eq!(v["session"]["cell"], 2, "the preload was the first cell: {v}");
+    preloaded.stop();
+    // A preload that cannot be imported: the start fails with the reason
+    // and leaves no session behind.
+    let bad = policy_with(&sb, |v| v["preload"] = serde_json::json!(["no_such_module_here"]));
+    sb.extra_args = vec!["--policy".into(), bad.display().to_string()];
+    let out = sb.session_command().arg("--preload").output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{said}");
+    assert!(said.contains("preload failed") && said.contains("no_such_module_here"), "{said}");
+    let left = || {
+        let names = std::fs::read_dir(sb.session_dir()).map(|d| d.flatten().map(|e| e.file_name()).collect::<Vec<_>>());
+        let mut left: Vec<String> = names.unwrap_or_default().iter().map(|n| n.to_string_lossy().into_owned()).collect();
+        left.retain(|n| !n.ends_with(".ended"));
+        left.extend(host_mounts_with(&sb.dir.path().display().to_string()));
+        left
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !left().is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(left(), Vec::<String>::new(), "the failed start left something behind");
+}
+
 #[test]
 fn an_output_folder_is_taken_once_and_never_after_an_untrusted_cell_has_run() {
     // What `jail pool` asks of the session it hands out (adopt.rs), tried

@@ -71,7 +71,6 @@ pub(crate) fn pool(a: PoolArgs) -> ExitCode {
         size: a.size,
         jail_exe,
         start_args,
-        preload: req.policy.preload.clone(),
         ceilings: crate::client::pool::Ceilings { wall_time: req.timeout.unwrap_or(req.policy.limits.wall_time) },
         temp_dir: req.host.temp_dir.clone().unwrap_or_else(temp_dir),
         // Only a bound output folder is written by the sandbox's own uid; a

@@ -91,6 +91,11 @@ pub(crate) struct SessionStartArgs {
     /// this inherited descriptor is closed (`jail pool` passes it).
     #[arg(long = "lifeline-fd", value_name = "FD", hide = true)]
     lifeline_fd: Option<i32>,
+    /// Run the policy's `preload` as the session's first cell, trusted,
+    /// before printing the handle: a session made ahead of its caller may
+    /// then still take an output folder (`jail pool` asks for it).
+    #[arg(long)]
+    preload: bool,
 }
 
 /// Seconds from 1 ms to a day, as a limit (`jail session exec --timeout`).
@@ -132,6 +137,7 @@ pub(crate) fn session(command: SessionCommand) -> ExitCode {
             let opts = crate::session::StartOptions {
                 runtime_dir: env_var("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()).map(PathBuf::from),
                 lifeline: a.lifeline_fd,
+                preload: a.preload,
             };
             match crate::session::start(req, &opts) {
                 Ok(started) if json => {

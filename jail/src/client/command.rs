@@ -185,6 +185,9 @@ pub struct StartSpec {
     /// [`LIFELINE_FD`] (`--lifeline-fd`); the session ends when every
     /// write end is closed.
     pub lifeline: Option<RawFd>,
+    /// Run the policy's `preload` as the session's first, trusted cell
+    /// before the handle comes back (`--preload`).
+    pub preload: bool,
     /// The working folder (paths in the spec may be relative to it).
     pub dir: Option<PathBuf>,
     /// Variables set for the jail (`XDG_RUNTIME_DIR`: where its handle goes).
@@ -206,6 +209,7 @@ impl StartSpec {
             output: None,
             code: None,
             lifeline: None,
+            preload: false,
             dir: None,
             env: Vec::new(),
             withhold: Vec::new(),
@@ -220,6 +224,9 @@ pub fn start_argv(spec: &StartSpec) -> Vec<OsString> {
     if spec.lifeline.is_some() {
         out.push("--lifeline-fd".into());
         out.push(LIFELINE_FD.to_string().into());
+    }
+    if spec.preload {
+        out.push("--preload".into());
     }
     out.extend(spec.flags.args());
     out.extend(spec.more.iter().cloned());

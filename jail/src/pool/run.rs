@@ -68,8 +68,6 @@ pub struct Config {
     /// `jail session start`'s options (policy, rootfs, limits), less
     /// `--input`, `--output` and `--json`, which the pool sets.
     pub start_args: Vec<OsString>,
-    /// The policy's trusted preload list.
-    pub preload: Vec<String>,
     pub ceilings: Ceilings,
     /// The caller's temp dir: the pool's work dir and the step outputs.
     pub temp_dir: PathBuf,
@@ -395,7 +393,7 @@ impl Pool {
         });
     }
 
-    /// Make a jail: its folders, its session, its preload.
+    /// Make a jail: its folders and its session (the preload run by its start).
     fn make(&self) -> Result<Jail, String> {
         let started = Instant::now();
         let slot = tempfile::Builder::new()
@@ -424,12 +422,7 @@ impl Pool {
                 .create(&input)
                 .map_err(|e| format!("make {}: {e}", input.display()))?;
             let (handle, id, supervisor) = self.spawn_session(&input, &out)?;
-            let jail = Jail { handle, id, supervisor, slot: slot.clone(), out: out.clone() };
-            if let Err(e) = self.preload(&jail) {
-                jail.destroy();
-                return Err(e);
-            }
-            Ok(jail)
+            Ok(Jail { handle, id, supervisor, slot: slot.clone(), out: out.clone() })
         })();
         match made {
             Ok(jail) => {
@@ -449,36 +442,21 @@ impl Pool {
         }
     }
 
-    /// `jail session start` as a child, holding the lifeline.
+    /// `jail session start` as a child, holding the lifeline, its preload
+    /// imported.
     fn spawn_session(&self, input: &Path, out: &Path) -> Result<(PathBuf, String, u32), String> {
         let spec = StartSpec {
             more: self.cfg.start_args.clone(),
             input: Some(input.to_path_buf()),
             output: Some(out.to_path_buf()),
             lifeline: Some(self.lifeline_read.as_raw_fd()),
+            // The policy's trusted preload, run by the start before the
+            // handle comes back (session/preload.rs).
+            preload: true,
             ..StartSpec::new(&self.cfg.jail_exe)
         };
         let started = session::start(&spec).map_err(|e| e.to_string())?;
         Ok((started.handle, started.id, started.pid))
-    }
-
-    /// The trusted preload, before any untrusted code exists in the jail.
-    fn preload(&self, jail: &Jail) -> Result<(), String> {
-        if self.cfg.preload.is_empty() {
-            return Ok(());
-        }
-        // Within the session's own wall-clock limit: the pool's ceiling.
-        let wall = Some(self.cfg.ceilings.wall_time);
-        let r = session::exec(&jail.handle, preload_cell(&self.cfg.preload), wall).map_err(|e| format!("preload: {e}"))?;
-        if r.status != Status::Ok {
-            let why = r.error.map_or(r.stderr.text, |e| e.message);
-            return Err(format!(
-                "the policy's preload failed in the jail ({}: {}): fix `preload` or use a rootfs that has these modules",
-                json!(r.status),
-                why.trim()
-            ));
-        }
-        Ok(())
     }
 
     // ---- Requests ----
@@ -787,24 +765,6 @@ enum Claim {
     Failed(String),
 }
 
-/// The trusted preload cell: each module imported, and a figure drawn
-/// and saved once when pyplot is there (font cache and backend set-up),
-/// leaving no name behind in the cells' namespace. Last, everything it
-/// made is frozen out of the garbage collector's reach: the session's
-/// exit collects only what the request's cells made (driver.py,
-/// `quick_exit`).
-fn preload_cell(modules: &[String]) -> String {
-    let warm = if modules.iter().any(|m| m == "matplotlib.pyplot") {
-        "    import io, matplotlib.pyplot as plt\n    fig = plt.figure()\n    fig.gca().plot([0, 1])\n    fig.savefig(io.BytesIO(), format=\"png\")\n    plt.close(fig)\n"
-    } else {
-        ""
-    };
-    format!(
-        "def _jail_preload():\n    import importlib\n    for name in {}:\n        importlib.import_module(name)\n{warm}    import gc\n    gc.freeze()\n_jail_preload()\ndel _jail_preload\n",
-        json!(modules)
-    )
-}
-
 fn round1(x: f64) -> f64 {
     (x * 10.0).round() / 10.0
 }
@@ -948,13 +908,6 @@ fn ended_by(pidfd: &OwnedFd, until: Option<Instant>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_preload_cell_leaves_no_name_and_warms_pyplot_only_when_asked() {
-        let c = preload_cell(&["numpy".into()]);
-        assert!(c.contains(r#"["numpy"]"#) && c.ends_with("del _jail_preload\n") && !c.contains("savefig"));
-        assert!(preload_cell(&["matplotlib.pyplot".into()]).contains("savefig"));
-    }
 
     #[test]
     fn the_input_copy_keeps_links_as_links_and_refuses_what_it_cannot_give() {

@@ -11,8 +11,9 @@
 //! trusted preload has run: the output tmpfs is filled with nothing inside
 //! running but the driver, waiting between cells, as at the start
 //! (output.rs, `copy_in`: "runs before the script starts"). The preload is
-//! one cell when the session belongs to a pool (it holds a lifeline) and
-//! its policy has a `preload`; otherwise no cell may have run.
+//! one cell when the session's start ran it (`StartOptions::preload`,
+//! preload.rs: a pool asks for it) and its policy has a `preload`;
+//! otherwise no cell may have run.
 //!
 //! Only a size-capped output folder can be taken (the default): the jail
 //! holds it as a tmpfs the supervisor fills and mirrors. A policy with
@@ -36,7 +37,7 @@ pub(crate) struct Adoption {
     /// The session's input folder, digested again at the adoption (a pool
     /// copies its caller's input in just before).
     input: Option<PathBuf>,
-    /// Cells that may have run before: the pool's trusted preload.
+    /// Cells that may have run before: the preload the start ran.
     trusted_cells: u64,
     taken: Option<Taken>,
     /// Set once the request was taken (or refused for good).
