@@ -1151,7 +1151,7 @@ impl Run<'_> {
             }
             return;
         };
-        match crate::cells::stop_handle(&handle) {
+        match crate::live::stop_handle(&handle).map_err(crate::runner::RunnerError::from) {
             Ok(Some(closing)) => {
                 self.st.accepted.update(&closing);
                 self.say(

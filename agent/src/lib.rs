@@ -7,11 +7,11 @@
 //! and hands each item to a sub-agent whose `tools` write scripts and run
 //! each as a cell of the sub-task's session (`cells`, claimed from the
 //! run's `jail pool` child, `pool`) or in a fresh jail, through the `jail`
-//! binary (`runner`), seeing a
+//! binary (`runner`; what is `live` is registered for the signal path), seeing a
 //! compact `view` of the result; `skills` and `packages` tell the model what
 //! it can do; `trace` records every call and sums it up. `preflight` checks
-//! the steps' rootfs and policy before the first model call; `stop` takes
-//! the signals that stop a run.
+//! the steps' rootfs and policy before the first model call; `signals`
+//! takes the signals that stop a run, and `stop` says what stopping means.
 
 pub mod agent;
 pub mod cells;
@@ -19,6 +19,7 @@ pub mod checkpoint;
 pub mod config;
 pub mod escape;
 pub mod export;
+pub mod live;
 pub mod llm;
 pub mod otel;
 pub mod packages;
@@ -27,6 +28,7 @@ pub mod preflight;
 pub mod progress;
 pub mod runner;
 pub mod session;
+pub mod signals;
 pub mod skills;
 pub mod stop;
 pub mod todo;

@@ -201,7 +201,7 @@ struct ResumeArgs {
 
 fn main() -> ExitCode {
     // Before any thread: Ctrl-C, SIGTERM and SIGHUP stop the run (stop.rs).
-    if let Err(e) = agent::stop::guard_signals() {
+    if let Err(e) = agent::signals::guard_signals() {
         eprintln!("jail-agent: cannot take SIGINT/SIGTERM/SIGHUP ({e}): a session would outlive a killed agent; not starting");
         return ExitCode::from(EXIT_FAILED);
     }

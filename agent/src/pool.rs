@@ -57,8 +57,8 @@ use jail::client::bounds::{CLAIM_WAIT, MAX_DOCUMENT, START_WAIT};
 use jail::client::lines;
 use jail::client::pool::{Body, Line, Reply, SessionRequest, Stats};
 
-use crate::cells::{self, JailFrom, Live};
 use crate::escape::{escape, Lines};
+use crate::live::{self, JailFrom, Live};
 use crate::progress::Display;
 use crate::runner::{Runner, RunnerError};
 use crate::session::Session;
@@ -267,7 +267,7 @@ impl Pool {
             input: Some(session.input.clone()),
             output: Some(session.output.clone()),
         });
-        if !cells::begin_start() {
+        if !live::begin_start() {
             return Err(NoClaim::Interrupted);
         }
         let answer = link.ask(&line, &id, CLAIM_WAIT);
@@ -276,7 +276,7 @@ impl Pool {
             Ok(Reply { body: Body::Session(h), .. }) => Some((h.handle.clone(), h.id.clone())),
             _ => None,
         };
-        cells::end_start(handed.as_ref().map(|(h, _)| h.as_path()));
+        live::end_start(handed.as_ref().map(|(h, _)| h.as_path()));
         if let Some((handle, sid)) = handed {
             *self.claims.lock().unwrap_or_else(|e| e.into_inner()) += 1;
             let mut live = Live::new(handle, sid, runner.wall_limit, JailFrom::Pool);
@@ -601,7 +601,7 @@ fn read_stderr(err: impl Read, tail: &Mutex<VecDeque<String>>, display: &Display
     }
 }
 
-/// The signal path (cells.rs): no pool starts from now on, and a pool
+/// The signal path (signals.rs): no pool starts from now on, and a pool
 /// that runs gets SIGTERM (it drains: its jails destroyed, the sessions it
 /// handed out stopped) and is waited for, then killed past a grace.
 pub(crate) fn end_on_signal() {

@@ -28,7 +28,7 @@ use jail::client::session::{self as socket, SessionError, StartError};
 use jail::events::Event;
 use jail::result::RunResult;
 
-use crate::cells::{self, JailFrom, Live};
+use crate::live::{self, JailFrom, Live};
 use crate::progress::StepWatch;
 use crate::session::Session;
 
@@ -123,7 +123,7 @@ impl Runner {
         spec.args = args.to_vec();
         let running = run::spawn(&spec).map_err(|e| self.error_of(e))?;
         // A signal to the agent cancels it (stop.rs).
-        let _running = running.id().map(cells::run_running);
+        let _running = running.id().map(live::run_running);
         // The script's output shown line by line as its events come, the
         // jail's own stderr too; the jail kills its own tree at its
         // deadline, the client gives up on a jail that hangs past it.
@@ -190,13 +190,13 @@ impl Runner {
         if self.timeout.is_some() || cell_limit < self.wall_limit {
             spec.flags.limits.timeout = Some(cell_limit);
         }
-        if !cells::begin_start() {
+        if !live::begin_start() {
             return Err(RunnerError::Interrupted);
         }
         let started = Instant::now();
         let up = socket::start(&spec);
         let start_ms = started.elapsed().as_secs_f64() * 1000.0;
-        cells::end_start(up.as_ref().ok().map(|s| s.handle.as_path()));
+        live::end_start(up.as_ref().ok().map(|s| s.handle.as_path()));
         match up {
             Ok(s) => {
                 let mut live = Live::new(s.handle, s.id, cell_limit, JailFrom::SessionStart);
@@ -232,7 +232,7 @@ impl Runner {
     /// session that hangs past that.
     pub fn exec_cell(&self, live: &mut Live, code: &str, watch: &mut dyn StepWatch) -> Result<Step, RunnerError> {
         let started = Instant::now();
-        let _running = cells::cell_running(&live.handle);
+        let _running = live::cell_running(&live.handle);
         live.cells += 1;
         let (tx, rx) = mpsc::channel();
         let (handle, code, wall) = (live.handle.clone(), code.to_string(), live.cell_limit);

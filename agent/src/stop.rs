@@ -1,7 +1,9 @@
 //! Stopping when told: SIGINT, SIGTERM and SIGHUP are taken on a thread of
-//! their own ([`guard_signals`], called before any other thread starts, so
-//! every thread inherits the blocked mask; children get a clear mask from
-//! `Command`). The first one asks the run to stop:
+//! their own (signals.rs, `guard_signals`, called before any other thread
+//! starts, so every thread inherits the blocked mask; children get a clear
+//! mask from `Command`). The first one asks the run to stop ([`request`];
+//! what it starts next, everything else asks [`requested`] before it
+//! starts):
 //!
 //! - nothing new starts: no model call (one in flight is abandoned, and
 //!   its retries with it), no step, no session, no pool;
@@ -24,7 +26,7 @@
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::Duration;
 
-use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signal::Signal;
 
 /// How long a cell has to stop after its KeyboardInterrupt before its
 /// session is stopped, which kills it: the whole stop is to take at most
@@ -57,44 +59,4 @@ pub fn request(sig: Signal) -> bool {
 /// reports a process the signal killed.
 pub fn exit_status(sig: Signal) -> u8 {
     (128 + sig as i32).clamp(0, 255) as u8
-}
-
-/// Take SIGINT, SIGTERM and SIGHUP on a thread of their own (see the
-/// module's doc). Call before any other thread starts.
-pub fn guard_signals() -> std::io::Result<()> {
-    let mut set = SigSet::empty();
-    for s in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP] {
-        set.add(s);
-    }
-    set.thread_block().map_err(std::io::Error::from)?;
-    std::thread::Builder::new().name("signals".into()).spawn(move || {
-        let sig = set.wait().unwrap_or(Signal::SIGINT);
-        request(sig);
-        eprintln!(
-            "jail-agent: {sig}: stopping: the running step is interrupted, no model call is made, and the state, the summary and the answer so far are saved (a second signal ends at once)"
-        );
-        // Each on a thread of its own, so none can hold up another, nor
-        // this thread's wait for a second signal: no session may start
-        // from now on and a step in flight stops now; past the grace, a
-        // cell still running is killed with its session; past HARD_STOP,
-        // the process ends whatever is still under way.
-        std::thread::spawn(crate::cells::interrupt_running);
-        std::thread::spawn(|| {
-            std::thread::sleep(GRACE);
-            crate::cells::kill_running();
-        });
-        std::thread::spawn(move || {
-            std::thread::sleep(HARD_STOP);
-            eprintln!("jail-agent: the run did not stop within {} s of {sig}: ending it now", HARD_STOP.as_secs());
-            // The sessions' stops may take as long as their judging: not
-            // waited for past the pool's own bounded end.
-            std::thread::spawn(crate::cells::stop_all);
-            crate::pool::end_on_signal();
-            std::process::exit(i32::from(exit_status(sig)));
-        });
-        let again = set.wait().unwrap_or(sig);
-        eprintln!("jail-agent: {again} again: ending at once");
-        std::process::exit(i32::from(exit_status(again)));
-    })?;
-    Ok(())
 }

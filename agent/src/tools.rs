@@ -12,9 +12,10 @@ use serde::de::DeserializeOwned;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use crate::cells::{Cells, JailFrom};
+use crate::cells::Cells;
 use crate::escape::shown;
 use crate::export::Accepted;
+use crate::live::JailFrom;
 use crate::packages;
 use crate::pool::Pool;
 use crate::runner::Runner;
