@@ -97,13 +97,11 @@ bench-quick: release rootfs ## a short smoke run of the bench
 	/usr/bin/python3 bench/bench.py --quick
 
 # No import circle (scripts/import-cycles.py): first its self-test (a cycle
-# planted in a temp copy of jail/src fails the check, a stale allow-list line
-# fails it), then every crate against scripts/import-cycles.allow, the cycles
-# that stood when the check came in: a new one fails, and so does a listed one
-# that is gone (delete its line), so the list only shrinks. Stdlib Python, no build.
-check-imports: ## no new import cycle in any crate (rooms, and siblings within a room); the allow-list only shrinks
+# planted in a temp copy of jail/src fails the check, and so does a stale
+# allow-list line), then every crate: any cycle fails. Stdlib Python, no build.
+check-imports: ## no import cycle in any crate (rooms, and siblings within a room)
 	/usr/bin/python3 scripts/import-cycles.py --self-test
-	/usr/bin/python3 scripts/import-cycles.py --allow scripts/import-cycles.allow
+	/usr/bin/python3 scripts/import-cycles.py
 
 # Issue 35's before and after figures; no build.
 measure: ## the code's figures: pub items of jail/src, the longest functions, client lines in agent+mcp+serve, import cycles

@@ -10,7 +10,8 @@
 //! server be killed.
 //!
 //! - `config`: flags and the tenants file; `state`: quotas, slots, ids.
-//! - `api`: wire types and the JSON error; `runs`, `sessions`: handlers.
+//! - `api`: wire types and the JSON error; `runs`, `sessions`: handlers;
+//!   `served`: what is kept of a tenant's session.
 //! - `backend`: the seam where a run runs; `spawn` (`jail run --events`
 //!   per run), `pool` (the warm pool's client and keeper), `route` (which
 //!   of the two takes a run).
@@ -41,6 +42,7 @@ mod nest;
 mod pool;
 mod route;
 mod runs;
+mod served;
 mod server;
 mod sessions;
 mod spawn;

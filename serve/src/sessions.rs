@@ -29,35 +29,9 @@ use crate::api::{parse, ApiError, ExecRequest, RunReply, SessionReply, SessionRe
 use crate::config::Tenant;
 use crate::pool::SessionRefused;
 use crate::runs::{check_files, checked_limits, plan_input, read_body, stage_input};
+use crate::served::{Ended, Session};
 use crate::state::{make_private_dir, new_id, Shared};
 use crate::{artifacts, input, route};
-
-pub struct Session {
-    pub dir: PathBuf,
-    /// `None` while the session is being started (the place is reserved).
-    handle: Option<String>,
-    /// Each cell's wall time (sent with each cell): a pooled
-    /// jail's own is the pool's, the longest any tenant may ask.
-    cell_timeout: Duration,
-    /// One cell at a time.
-    busy: tokio::sync::Mutex<u64>,
-}
-
-impl Drop for Session {
-    fn drop(&mut self) {
-        // A reservation's folder belongs to the start that made it.
-        if self.handle.is_some() {
-            let _ = std::fs::remove_dir_all(&self.dir);
-        }
-    }
-}
-
-/// A session ended by `DELETE`: its closing result (the artifacts it
-/// lists) and its folder (the output they are in), until it is forgotten.
-pub struct Ended {
-    session: Arc<Session>,
-    closing: serde_json::Value,
-}
 
 /// `work` (a round trip on a session's socket, or `jail session start`)
 /// on a blocking thread: the caller's task is not held meanwhile.

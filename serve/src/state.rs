@@ -117,11 +117,11 @@ impl Drop for Run {
 #[derive(Default)]
 pub struct Holdings {
     pub runs_in_flight: usize,
-    pub sessions: HashMap<String, Arc<crate::sessions::Session>>,
+    pub sessions: HashMap<String, Arc<crate::served::Session>>,
     runs: Kept<Arc<Run>>,
     /// Sessions ended by a DELETE: their closing result and folder, for
     /// their artifacts.
-    ended: Kept<Arc<crate::sessions::Ended>>,
+    ended: Kept<Arc<crate::served::Ended>>,
 }
 
 /// The last `KEPT_RUNS` of something a tenant made, by id; the oldest goes
@@ -341,14 +341,14 @@ impl AppState {
     }
 
     /// Keep an ended session of the tenant's for its artifacts.
-    pub fn keep_ended(&self, tenant: &Tenant, id: &str, ended: Arc<crate::sessions::Ended>) {
+    pub fn keep_ended(&self, tenant: &Tenant, id: &str, ended: Arc<crate::served::Ended>) {
         let Ok(mut h) = self.holdings.lock() else { return };
         let mine = h.entry(tenant.name.clone()).or_default();
         mine.ended.insert(id, ended);
     }
 
     /// The tenant's ended session `id`.
-    pub fn ended_session(&self, tenant: &Tenant, id: &str) -> Result<Arc<crate::sessions::Ended>, ApiError> {
+    pub fn ended_session(&self, tenant: &Tenant, id: &str) -> Result<Arc<crate::served::Ended>, ApiError> {
         let h = self.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
         h.get(&tenant.name)
             .and_then(|t| t.ended.get(id))
