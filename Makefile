@@ -9,7 +9,7 @@ SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .DEFAULT_GOAL := help
 
-.PHONY: help setup build release install rootfs test test-deps test-user test-harness demo doctor check-policies check-imports measure bench bench-quick image deploy-check clean
+.PHONY: help setup build release install rootfs test test-core test-deps test-user test-harness demo doctor check-policies check-imports measure bench bench-quick image deploy-check clean
 
 help: ## list every target
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-16s %s\n", $$1, $$2}'
@@ -65,18 +65,25 @@ doctor: release ## show what this host provides to the jail
 test: build rootfs test-deps ## run every test; as root, the jail tests again as an ordinary user (TEST_USER, else a spare uid); then list every skip
 	TEST_USER=$(TEST_USER) tests/run.sh $(TEST_FILTER)
 
+# The jail's own tests alone: the jail crate and its end-to-end tests
+# (tests/, crate jail-tests), which depend on nothing of the agent, the
+# service or the MCP server, so none of those is built. As the caller only.
+test-core: rootfs ## the jail's tests alone (cargo test -p jail -p jail-tests): builds no agent, service or MCP server
+	$(CARGO) build -p jail
+	$(CARGO) test -p jail -p jail-tests -- $(TEST_FILTER)
+
 test-deps: ## what the tests need beyond the build: the agent's OTLP receiver venv, the MCP Python SDK venv
 	@agent/otel-test-setup.sh >/dev/null || echo "note: no OTLP receiver venv; the agent's trace-export test will skip (see agent/otel-test-setup.sh)"
-	@tests/mcp/setup.sh >/dev/null || echo "note: no MCP SDK venv; tests/tests/mcp.rs will skip (see tests/mcp/setup.sh)"
+	@tests/mcp/setup.sh >/dev/null || echo "note: no MCP SDK venv; tests/fronts/tests/mcp.rs will skip (see tests/mcp/setup.sh)"
 
 test-user: build rootfs ## run the jail tests as TEST_USER, an account or a bare uid (root only)
 	tests/run-as-user.sh $(TEST_USER) $(TEST_FILTER)
 
 load-test: build release ## `jail serve` on its warm pool under load on loopback: LOAD_CLIENTS clients (200) for LOAD_SECS s (60), pool LOAD_POOL_SIZE (4); runs/s, p50/p99, errors 0, refill time, nothing left after the drain; then a noisy neighbour (release binaries): server RSS, the steady tenant's p50/p99 alone and under the attack, the caps hit
 	JAIL_BIN=$(CURDIR)/target/debug/jail JAIL_REPO=$(CURDIR) LOAD_CLIENTS=$${LOAD_CLIENTS:-200} LOAD_SECS=$${LOAD_SECS:-60} \
-		LOAD_POOL_SIZE=$${LOAD_POOL_SIZE:-4} $(CARGO) test -p jail-tests --test serve load_on_loopback -- --ignored --nocapture
+		LOAD_POOL_SIZE=$${LOAD_POOL_SIZE:-4} $(CARGO) test -p jail-tests-fronts --test serve load_on_loopback -- --ignored --nocapture
 	JAIL_BIN=$(CURDIR)/target/release/jail JAIL_REPO=$(CURDIR) \
-		$(CARGO) test -p jail-tests --test serve noisy_neighbour_on_loopback -- --ignored --nocapture
+		$(CARGO) test -p jail-tests-fronts --test serve noisy_neighbour_on_loopback -- --ignored --nocapture
 
 image: release ## the `jail serve` container image (deploy/Containerfile; JAIL_IMAGE, default localhost/jail-serve:dev) with podman or buildah; needs the data rootfs
 	@[ -d python-rootfs/out/data ] || $(SUDO) python-rootfs/build.sh data

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up what the agent's OTLP test needs (tests/tests/agent.rs,
+# Set up what the agent's OTLP test needs (tests/fronts/tests/agent.rs,
 # `spans_reach_a_real_otlp_receiver...`): a Python venv with the
 # opentelemetry-proto and protobuf packages from PyPI, which the test's small
 # OTLP/HTTP receiver decodes with. Idempotent: a venv whose stamp matches is

@@ -37,7 +37,7 @@ fi
 as_user() { setpriv --reuid="$uid" --regid="$gid" "$groups" -- "$@"; }
 
 cargo build --workspace --quiet
-mapfile -t bins < <(cargo test -p jail-tests --no-run --message-format=json 2>/dev/null | /usr/bin/python3 -c '
+mapfile -t bins < <(cargo test -p jail-tests -p jail-tests-fronts --no-run --message-format=json 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)
@@ -64,7 +64,7 @@ stage_bin() { ln -f "$1" "$stage/bin/" 2>/dev/null || cp "$1" "$stage/bin/"; }
 stage_bin "$repo/target/debug/jail"
 # The agent's CLI tests run jail-agent, which finds jail beside itself;
 # `jail mcp` runs jail-mcp and `jail serve` jail-serve from beside jail
-# (tests/tests/mcp.rs, serve.rs).
+# (tests/fronts/tests/mcp.rs, serve.rs).
 for b in jail-agent jail-mcp jail-serve; do
     if [ -x "$repo/target/debug/$b" ]; then stage_bin "$repo/target/debug/$b"; fi
 done

@@ -168,7 +168,7 @@ def start_server(rootfs: Path, extra: Sequence[str] = ()) -> Server:
     if not Path(binary).is_file() or not (Path(binary).parent / "jail").is_file():
         pytest.fail(f"no jail-serve with a jail beside it at {binary}: `make test-python` builds both")
     # As root the server's jails run as an unprivileged uid, which must
-    # reach its run folder beneath this one (tests/tests/serve.rs does the same).
+    # reach its run folder beneath this one (tests/fronts/tests/serve.rs does the same).
     work = Path(tempfile.mkdtemp(prefix="jail-py-serve-"))
     work.chmod(0o711)
     tokens = work / "tokens.json"

@@ -1,6 +1,6 @@
 """A real MCP client for `jail mcp`, on the official MCP Python SDK.
 
-Driven by tests/tests/mcp.rs. It starts the server named in an MCP client
+Driven by tests/fronts/tests/mcp.rs. It starts the server named in an MCP client
 config (the `mcpServers` JSON that Claude Desktop, Claude Code and Cursor
 read; the test hands it README.md's snippet as written), then:
 lists the tools, runs a step that charts an input CSV with matplotlib and

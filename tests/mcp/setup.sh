@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Set up what tests/tests/mcp.rs needs: a Python venv with the official MCP
+# Set up what tests/fronts/tests/mcp.rs needs: a Python venv with the official MCP
 # Python SDK (`mcp` from PyPI), which tests/mcp/client.py drives `jail mcp`
 # with as a real client. Idempotent: a venv whose stamp matches is kept.
 # Readable by every user (the suite runs as jailtest too). `make test-deps`

@@ -10,9 +10,10 @@
 //! default `jailtest`). `JAIL_MUST_WORK=1` turns every "host lacks this
 //! feature" skip into a failure (bubblewrap's `BWRAP_MUST_WORK`); CI sets
 //! it. `JAIL_SKIP_LOG` names a file every skip is appended to, so `make
-//! test` can list them all at its end (`tests/skips.sh`).
+//! test` can list them all at its end (`tests/skips.sh`). The link tricks
+//! every door is tried with are `tricks`.
 
-pub mod mock_llm;
+pub mod tricks;
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;

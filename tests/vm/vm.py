@@ -429,9 +429,10 @@ def cargo(*args: str) -> str:
 
 
 def test_binaries() -> dict[str, Path]:
-    """Every integration-test binary of jail-tests, by target name (built now)."""
+    """Every integration-test binary of jail-tests and jail-tests-fronts (the
+    serve tests), by target name (built now)."""
     found = {}
-    out = cargo("test", "-p", "jail-tests", "--no-run", "--message-format=json", "--quiet")
+    out = cargo("test", "-p", "jail-tests", "-p", "jail-tests-fronts", "--no-run", "--message-format=json", "--quiet")
     for line in out.splitlines():
         try:
             m = json.loads(line)
@@ -451,7 +452,7 @@ def build_payload(share_dir: Path, tests: list[TestLine], rootfs: Path) -> Path:
     names = sorted({t.binary for t in tests})
     unknown = [name for name in names if name not in bins]
     if unknown:
-        raise VmError(f"tests/vm/tests.txt names {', '.join(unknown)}, which jail-tests does not build "
+        raise VmError(f"tests/vm/tests.txt names {', '.join(unknown)}, which no test crate builds "
                       f"(it has: {', '.join(sorted(bins))})")
     # A --skip that names no test (a test renamed since) would silently run
     # what the line meant to leave out.

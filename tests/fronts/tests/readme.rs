@@ -6,7 +6,7 @@
 //! fresh HOME (so `make install PREFIX=$HOME/.local` and the rootfs builds
 //! go there) and `~/.local/bin` on PATH, as the Install block says. The
 //! Python blocks are run by python/tests (test_readme_and_examples.py), the
-//! MCP client configuration by tests/mcp.rs.
+//! MCP client configuration by tests/fronts/tests/mcp.rs.
 //!
 //! Two things differ from a person's terminal, neither in what a block
 //! does: the service's port 8080 becomes a free one (other tests and
@@ -29,7 +29,7 @@ use jail_tests::{is_root, only_as_root, repo};
 
 /// The marker a block is preceded by when this test does not run it (the
 /// line before the fence), with the reason after it.
-const NOT_RUN: &str = "<!-- readme-sh: not run by tests/tests/readme.rs";
+const NOT_RUN: &str = "<!-- readme-sh: not run by tests/fronts/tests/readme.rs";
 
 /// The whole script's limit: a data rootfs build from root's cache, a pool
 /// of four data jails and a few runs, on a loaded 2-core machine.

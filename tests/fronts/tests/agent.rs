@@ -17,8 +17,8 @@ use agent::runner::Runner;
 use agent::todo::State;
 use agent::trace::{self, Event, Summary};
 use agent::view::Budget;
-use jail_tests::mock_llm::{call, text_turn, tool_turn, MockLlm, Turn};
 use jail_tests::{agent_bin, cgroups_left_by, data_rootfs, host_mounts_with, is_root, jail_bin, repo, rootfs, skip, skip_unless};
+use jail_tests_fronts::mock_llm::{call, text_turn, tool_turn, MockLlm, Turn};
 use serde_json::{json, Value};
 
 const SUMMARY_BUG: &str = include_str!("../agent-scripts/summary_bug.py");

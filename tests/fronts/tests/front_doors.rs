@@ -1,0 +1,194 @@
+//! The link tricks of issue 32 (jail_tests::tricks) driven through the
+//! doors only a front end has: the MCP server's staging, and the agent's
+//! input copy and export; the jail's own doors are tests/doors.rs.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use jail_tests::tricks::*;
+use jail_tests::*;
+use serde_json::{json, Value};
+
+/// `jail mcp` over stdio, spoken to as an MCP client would.
+struct Mcp {
+    child: std::process::Child,
+    out: std::io::BufReader<std::process::ChildStdout>,
+    next: u64,
+}
+
+impl Mcp {
+    fn start(tree: &Tree, input_dir: &Path) -> Result<Mcp, String> {
+        let mut child = Command::new(jail_bin())
+            .arg("mcp")
+            .arg("--rootfs")
+            .arg(&tree.sb.rootfs)
+            .arg("--input-dir")
+            .arg(input_dir)
+            .current_dir(tree.victim())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn jail mcp");
+        let out = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+        let mut mcp = Mcp { child, out, next: 0 };
+        let init = json!({"protocolVersion": "2024-11-05", "capabilities": {}, "clientInfo": {"name": "doors", "version": "0"}});
+        match mcp.call("initialize", init) {
+            Some(_) => {}
+            None => {
+                let status = mcp.child.wait().expect("wait for jail mcp");
+                let mut err = String::new();
+                use std::io::Read;
+                mcp.child.stderr.take().expect("stderr").read_to_string(&mut err).unwrap();
+                return Err(format!("{status}: {err}"));
+            }
+        }
+        mcp.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        Ok(mcp)
+    }
+
+    /// Write one message; a server that exited has its reply missing.
+    fn send(&mut self, v: &Value) {
+        use std::io::Write;
+        let stdin = self.child.stdin.as_mut().expect("stdin");
+        let _ = writeln!(stdin, "{v}").and_then(|()| stdin.flush());
+    }
+
+    fn call(&mut self, method: &str, params: Value) -> Option<Value> {
+        use std::io::BufRead;
+        self.next += 1;
+        let id = self.next;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let mut line = String::new();
+            if self.out.read_line(&mut line).ok()? == 0 {
+                return None;
+            }
+            let v: Value =
+                serde_json::from_str(&line).unwrap_or_else(|e| panic!("jail mcp wrote a line that is not JSON ({e}): {line}"));
+            if v["id"] == json!(id) {
+                return Some(v);
+            }
+        }
+    }
+
+    fn run_python(&mut self, input: &[String]) -> Taken {
+        let reply = self
+            .call("tools/call", json!({"name": "run_python", "arguments": {"code": PROBE, "input": input}}))
+            .expect("a reply");
+        if reply["result"]["isError"] == json!(true) || !reply["error"].is_null() {
+            Taken::Refused(reply.to_string())
+        } else {
+            Taken::Ran(reply.to_string())
+        }
+    }
+}
+
+impl Drop for Mcp {
+    fn drop(&mut self) {
+        drop(self.child.stdin.take());
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn the_mcp_servers_staging_refuses_every_link_trick_and_hands_on_nothing_the_jail_could_not_read() {
+    let tree = Tree::new();
+    let input = tree.t.join("in");
+    std::os::unix::fs::symlink("../victim/secret.txt", input.join("filelink")).unwrap();
+    std::os::unix::fs::symlink("../victim", input.join("dirlink")).unwrap();
+    // An --input-dir named through a link: the server does not start.
+    for (trick, dir) in folder_tricks(&tree.t).into_iter().take(3) {
+        match Mcp::start(&tree, &dir) {
+            Err(e) => tree.check(e.contains("link"), || format!("mcp --input-dir {trick}: {e}")),
+            Ok(_) => tree.check(false, || format!("jail mcp started with --input-dir {trick}")),
+        }
+    }
+    let mut mcp = Mcp::start(&tree, &input).expect("jail mcp");
+    let abs = |rel: &str| input.join(rel).display().to_string();
+    for (trick, entry, why) in [
+        ("a link to a file, by name", "in/filelink".to_string(), "link"),
+        ("a file through a linked folder", "in/dirlink/secret.txt".into(), "link"),
+        ("a linked folder with a trailing slash", "in/dirlink/".into(), "link"),
+        ("a link to a file, absolute", abs("filelink"), "link"),
+        ("`..` out of the folder", abs("../victim/secret.txt"), "outside"),
+        ("a hard link", "in/hard".into(), "hard link"),
+    ] {
+        let taken = mcp.run_python(&[entry]);
+        tree.assert_nothing_leaked("mcp", trick, &taken);
+        match &taken {
+            Taken::Refused(text) => {
+                tree.check(text.contains(why), || format!("mcp, {trick}: refused, but not for `{why}`: {text}"))
+            }
+            Taken::Ran(text) => tree.check(false, || format!("mcp, {trick}: accepted: {text}")),
+        }
+    }
+    // Issue 32 item 3: a 0600 file named alone. As root the jail's uid
+    // could not read it through a bind, so it is refused; an ordinary
+    // caller's own file is the caller's to give.
+    let taken = mcp.run_python(&["in/private600.txt".into()]);
+    tree.assert_nothing_leaked("mcp", "a 0600 file", &taken);
+    match (&taken, is_root()) {
+        (Taken::Refused(text), true) => tree.check(text.contains("may not read"), || text.clone()),
+        (Taken::Ran(text), false) => tree.check(text.contains("private"), || text.clone()),
+        (other, _) => tree.check(false, || format!("mcp, a 0600 file: {other:?}")),
+    }
+    if tree.shadow.is_some() {
+        let taken = mcp.run_python(&["in/shadow".into()]);
+        tree.assert_nothing_leaked("mcp", "a hard link to /etc/shadow", &taken);
+        assert_refused(&tree, "mcp", "a hard link to /etc/shadow", &taken);
+    }
+    // The folder as a whole is bound (`jail run --input`): the kernel's view.
+    let taken = mcp.run_python(&["in".into()]);
+    tree.check(matches!(taken, Taken::Ran(_)), || format!("mcp, the folder: {taken:?}"));
+    if let (Taken::Ran(text), Some(line)) = (&taken, &tree.shadow) {
+        tree.check(!text.contains(line.as_str()), || text.clone());
+    }
+    drop(mcp);
+    tree.done();
+}
+
+#[test]
+fn the_agents_input_copy_and_export_refuse_every_link_trick_and_copy_no_hard_link() {
+    use agent::session::Session as AgentSession;
+    let tree = Tree::new();
+    let owner = agent::agent::owner_for(None).expect("owner");
+    let parent = tree.sb.dir.path().join("agent-sessions");
+    std::fs::create_dir(&parent).unwrap();
+    std::fs::set_permissions(&parent, std::fs::Permissions::from_mode(0o755)).unwrap();
+    for (trick, path) in folder_tricks(&tree.t) {
+        match AgentSession::create(Some(&parent), &path, owner) {
+            Err(e) => tree.check(e.to_string().contains("link"), || format!("agent --input, {trick}: not for the link: {e}")),
+            Ok(s) => tree.check(false, || format!("agent --input, {trick}: accepted into {}", s.root.display())),
+        }
+    }
+    // Issue 32 item 5: the hard links are not copied, and say so; as root
+    // the 0600 file is not copied either.
+    let s = AgentSession::create(Some(&parent), &tree.t.join("in"), owner).expect("agent session");
+    let mut copied: Vec<String> = std::fs::read_dir(&s.input)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    copied.sort();
+    let want: &[&str] = if is_root() { &["data.csv"] } else { &["data.csv", "private600.txt"] };
+    tree.check(copied == want, || format!("agent input copy holds {copied:?}, skipped: {:?}", s.skipped_input));
+    let skipped = s.skipped_input.join("\n");
+    tree.check(skipped.contains("/hard ("), || format!("agent input copy: the hard link is not named: {skipped}"));
+    for f in std::fs::read_dir(&s.input).unwrap().flatten() {
+        let text = std::fs::read_to_string(f.path()).unwrap_or_default();
+        tree.assert_nothing_leaked("agent input copy", &f.file_name().to_string_lossy(), &Taken::Ran(text));
+    }
+    // The export's destination, named through a link: refused, nothing
+    // written beside the victim.
+    let accepted = agent::export::Accepted::default();
+    for (trick, path) in folder_tricks(&tree.t) {
+        for dest in [path.clone(), path.join("new")] {
+            let r = agent::export::export(&s.output, &accepted, &dest);
+            tree.check(r.is_err(), || format!("agent export to {trick} ({}): {r:?}", dest.display()));
+            tree.assert_victim_untouched("agent export", &trick);
+        }
+    }
+    tree.done();
+}
