@@ -206,12 +206,12 @@ pub(crate) struct Refused {
 
 impl Refused {
     /// An entry refused after the walk (its refusal is `rejected[listed]`).
-    pub fn new(dir: &str, name: &[u8], listed: usize) -> Refused {
+    pub(crate) fn new(dir: &str, name: &[u8], listed: usize) -> Refused {
         Refused { dir: dir.to_string(), name: name.to_vec(), meta: None, listed: Some(listed) }
     }
 
     /// Its raw path relative to the output dir.
-    pub fn raw_rel(&self) -> Vec<u8> {
+    pub(crate) fn raw_rel(&self) -> Vec<u8> {
         raw_join(&self.dir, &self.name)
     }
 }

@@ -19,14 +19,14 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 /// The signals that cancel a run.
-pub const SIGNALS: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
+pub(crate) const SIGNALS: [Signal; 3] = [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP];
 
 static ARMED: OnceLock<SignalFd> = OnceLock::new();
 
 /// Take [`SIGNALS`] from their default (death) to the watch loop. Call it
 /// before any thread is started: a thread that does not block them would
 /// still die of them.
-pub fn arm() -> nix::Result<()> {
+pub(crate) fn arm() -> nix::Result<()> {
     let mut set = SigSet::empty();
     for sig in SIGNALS {
         set.add(sig);
@@ -51,7 +51,7 @@ pub(crate) fn received() -> Option<Signal> {
 
 /// The exit status of a run cancelled by `name` (`SIGTERM` → 143), as a
 /// shell reports a process the signal killed.
-pub fn exit_code(name: Option<&str>) -> i32 {
+pub(crate) fn exit_code(name: Option<&str>) -> i32 {
     let sig = name.and_then(|n| n.parse::<Signal>().ok()).unwrap_or(Signal::SIGTERM);
     128 + sig as i32
 }

@@ -28,7 +28,7 @@ use crate::{landlock, privileges, rlimits, seccomp};
 
 /// Everything the child needs, prepared by the supervisor before the clone so
 /// the child does as little as possible.
-pub struct ChildSpec {
+pub(crate) struct ChildSpec {
     pub release: OwnedFd,
     pub report: OwnedFd,
     pub status: OwnedFd,
@@ -62,7 +62,7 @@ pub struct ChildSpec {
 }
 
 /// The last restrictions, planned and compiled by the supervisor.
-pub struct Confine {
+pub(crate) struct Confine {
     pub landlock: landlock::Plan,
     pub landlock_rules: Vec<landlock::PathRule>,
     pub seccomp: seccomp::Filter,
@@ -74,7 +74,7 @@ pub struct Confine {
 
 /// The interpreter's exec: path, argv and the rebuilt environment.
 #[derive(Debug, Clone)]
-pub struct Exec {
+pub(crate) struct Exec {
     pub path: CString,
     pub argv: Vec<CString>,
     pub envp: Vec<CString>,
@@ -120,7 +120,7 @@ fn fail(report: &OwnedFd, e: StageError) -> ! {
 }
 
 /// PID 1's entry point, right after clone.
-pub fn run(spec: ChildSpec) -> ! {
+pub(crate) fn run(spec: ChildSpec) -> ! {
     let ChildSpec {
         release,
         report,

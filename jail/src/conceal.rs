@@ -18,10 +18,10 @@ use std::io;
 use std::os::unix::fs::FileExt;
 
 /// PID 1's name inside the jail (`comm`, at most 15 bytes).
-pub const PID1_NAME: &str = "jail-init";
+pub(crate) const PID1_NAME: &str = "jail-init";
 
 #[derive(Debug, thiserror::Error)]
-pub enum ConcealError {
+pub(crate) enum ConcealError {
     #[error("read /proc/self/stat")]
     ReadStat(#[source] io::Error),
     #[error("/proc/self/stat has no argument and environment bounds")]
@@ -39,7 +39,7 @@ pub enum ConcealError {
 
 /// The argument and environment areas of our own address space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Areas {
+pub(crate) struct Areas {
     pub arg: (u64, u64),
     pub env: (u64, u64),
 }
@@ -51,7 +51,7 @@ const MAX_AREA: u64 = 64 << 20;
 /// The `arg_start arg_end env_start env_end` fields (48–51) of a
 /// `/proc/PID/stat` line. The second field, the name, may hold spaces and
 /// parentheses: fields are counted from the last `)`.
-pub fn parse_areas(stat: &str) -> Option<Areas> {
+pub(crate) fn parse_areas(stat: &str) -> Option<Areas> {
     let after_name = &stat[stat.rfind(')')? + 1..];
     // After the name come fields 3.. ; field n is at index n - 3.
     let fields: Vec<&str> = after_name.split_whitespace().collect();
@@ -65,7 +65,7 @@ pub fn parse_areas(stat: &str) -> Option<Areas> {
 /// [`PID1_NAME`] at the start of the argument area, and take that name.
 /// Written through `/proc/self/mem`, so a bad bound is an error, never a
 /// stray write.
-pub fn scrub_pid1() -> Result<(), ConcealError> {
+pub(crate) fn scrub_pid1() -> Result<(), ConcealError> {
     let stat = std::fs::read_to_string("/proc/self/stat").map_err(ConcealError::ReadStat)?;
     let areas = parse_areas(&stat).ok_or(ConcealError::ParseStat)?;
     let mem = std::fs::OpenOptions::new()

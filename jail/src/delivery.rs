@@ -38,7 +38,7 @@ use crate::result::{Disposition, OutputSync, RejectReason, RejectedArtifact};
 use crate::sys;
 
 /// Where the script's output dir is, for the delivery.
-pub enum OutputDir<'a> {
+pub(crate) enum OutputDir<'a> {
     /// The jail's output tmpfs (a descriptor the child handed over), to be
     /// mirrored into the host folder within `limit` bytes.
     Mirrored {
@@ -51,7 +51,7 @@ pub enum OutputDir<'a> {
 }
 
 /// What was delivered.
-pub struct Delivery {
+pub(crate) struct Delivery {
     pub collected: Collected,
     pub output_sync: Option<OutputSync>,
     pub quarantine_dir: Option<PathBuf>,
@@ -67,7 +67,7 @@ pub struct Delivery {
 /// it, so what a script wrote before a timeout, or what took long to
 /// judge, still reaches the host; `ids` are the sandbox's host ids, which
 /// every write into the host folder is made as.
-pub fn deliver(
+pub(crate) fn deliver(
     host: &Path,
     dir: OutputDir<'_>,
     before: &Before,

@@ -4,20 +4,20 @@
 //! runs the live probes and adds what a run would use for its limits.
 
 mod host;
-pub mod stale;
+pub(crate) mod stale;
 
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-pub use host::{diagnose, HostFacts, Probes};
+pub(crate) use host::{HostFacts, Probes};
 
 use crate::cgroup;
 use crate::sys::{self, Forked};
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Check {
+pub(crate) struct Check {
     pub name: String,
     pub ok: bool,
     pub detail: String,
@@ -26,7 +26,7 @@ pub struct Check {
 }
 
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub(crate) struct Report {
     pub kernel: String,
     pub uid: u32,
     pub checks: Vec<Check>,
@@ -36,7 +36,7 @@ pub struct Report {
 /// The cgroup hierarchy as this process sees it, and what the jail makes
 /// of it for this user.
 #[derive(Debug, Clone, Serialize, PartialEq)]
-pub struct CgroupLayout {
+pub(crate) struct CgroupLayout {
     /// `v2`, `v1`, `hybrid` or `none`.
     pub mode: String,
     pub layout: cgroup::Layout,
@@ -49,13 +49,13 @@ pub struct CgroupLayout {
 }
 
 impl Report {
-    pub fn all_ok(&self) -> bool {
+    pub(crate) fn all_ok(&self) -> bool {
         self.checks.iter().all(|c| c.ok)
     }
 }
 
 /// `v2`, `v1`, `hybrid` or `none`, from what is mounted. Pure.
-pub fn cgroup_mode(layout: &cgroup::Layout) -> &'static str {
+pub(crate) fn cgroup_mode(layout: &cgroup::Layout) -> &'static str {
     match (&layout.unified, layout.v1.is_empty()) {
         (Some(_), true) => "v2",
         (Some(_), false) => "hybrid",
@@ -73,7 +73,7 @@ pub(crate) fn kernel_version(release: &str) -> Option<(u32, u32)> {
 /// What `jail doctor` is asked about beyond the host itself; the caller
 /// (cli/doctor.rs) found these (locate.rs, hostenv.rs).
 #[derive(Debug, Clone)]
-pub struct Context {
+pub(crate) struct Context {
     /// The rootfs a run would use, canonical, and where it was found; or
     /// why there is none and how to build one.
     pub rootfs: Result<(PathBuf, String), String>,
@@ -205,7 +205,7 @@ fn probe_user_namespace() -> Result<(), (String, i32)> {
     }
 }
 
-pub fn run(ctx: &Context) -> Report {
+pub(crate) fn run(ctx: &Context) -> Report {
     let kernel = nix::sys::utsname::uname().map(|u| u.release().to_string_lossy().into_owned()).unwrap_or_default();
     let uid = nix::unistd::getuid().as_raw();
     let exe = std::env::current_exe().unwrap_or_else(|_| PathBuf::from("jail"));

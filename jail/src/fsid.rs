@@ -32,21 +32,21 @@ use nix::unistd::{AccessFlags, Gid, Uid};
 
 /// Filesystem ids: a uid and a gid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct FsIds {
+pub(crate) struct FsIds {
     pub uid: u32,
     pub gid: u32,
 }
 
 impl FsIds {
     /// Whoever runs `jail`: this process's real ids.
-    pub fn caller() -> FsIds {
+    pub(crate) fn caller() -> FsIds {
         FsIds { uid: nix::unistd::getuid().as_raw(), gid: nix::unistd::getgid().as_raw() }
     }
 }
 
 /// Which side of the copy an operation touches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum As {
+pub(crate) enum As {
     /// The host output folder: the caller, by mode bits.
     Host,
     /// The jail's output tmpfs: the sandbox's host ids.
@@ -84,7 +84,7 @@ impl From<FsIdError> for io::Error {
 /// The calling thread acting as one side or the other, from [`Acting::begin`]
 /// until it is dropped. Start it once per walk and run each filesystem
 /// operation through [`Acting::on`], naming its side.
-pub struct Acting {
+pub(crate) struct Acting {
     host: FsIds,
     jail: FsIds,
     now: As,
@@ -101,7 +101,7 @@ pub struct Acting {
 impl Acting {
     /// Act as the caller on the host side and as `jail` on the tmpfs side;
     /// starts on the host side.
-    pub fn begin(jail: FsIds) -> Result<Acting, FsIdError> {
+    pub(crate) fn begin(jail: FsIds) -> Result<Acting, FsIdError> {
         Acting::with(FsIds::caller(), jail)
     }
 
@@ -129,7 +129,7 @@ impl Acting {
     }
 
     /// Run `op` as `side`.
-    pub fn on<T>(&mut self, side: As, op: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
+    pub(crate) fn on<T>(&mut self, side: As, op: impl FnOnce() -> io::Result<T>) -> io::Result<T> {
         self.switch(side)?;
         op()
     }
@@ -175,7 +175,7 @@ impl Drop for Acting {
 /// rights, as the copy opens it; the kernel makes the check itself, with
 /// the very credentials the copy will use (faccessat(2) `AT_EACCESS` checks
 /// the filesystem ids and the effective capabilities).
-pub fn host_may_write(dir: &Path) -> io::Result<bool> {
+pub(crate) fn host_may_write(dir: &Path) -> io::Result<bool> {
     let fd = crate::sys::openat2(None, dir, libc::O_RDONLY | libc::O_DIRECTORY, crate::sys::RESOLVE_NO_SYMLINKS)?;
     let caller = FsIds::caller();
     let mut fs = Acting::with(caller, caller)?;

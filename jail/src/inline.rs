@@ -13,10 +13,10 @@ use crate::mounts::MAX_SCRIPT_BYTES;
 
 /// The script's name inside the jail (`/workspace/code/main.py`), as in a
 /// traceback.
-pub const SCRIPT_NAME: &str = "main.py";
+pub(crate) const SCRIPT_NAME: &str = "main.py";
 
 #[derive(Debug, thiserror::Error)]
-pub enum InlineError {
+pub(crate) enum InlineError {
     #[error("-c was given an empty script: pass the code to run, e.g. jail run -c 'print(1)'")]
     Empty,
     #[error("the script is over {} MiB: write it to a file and pass its folder with --code DIR", MAX_SCRIPT_BYTES >> 20)]
@@ -29,13 +29,13 @@ pub enum InlineError {
 
 /// The script's file, alive as long as this value.
 #[derive(Debug)]
-pub struct InlineScript {
+pub(crate) struct InlineScript {
     dir: tempfile::TempDir,
 }
 
 impl InlineScript {
     /// `-c CODE`: an empty string is an error, nothing is run.
-    pub fn from_code(code: &str, temp: &Path) -> Result<InlineScript, InlineError> {
+    pub(crate) fn from_code(code: &str, temp: &Path) -> Result<InlineScript, InlineError> {
         if code.is_empty() {
             return Err(InlineError::Empty);
         }
@@ -48,7 +48,7 @@ impl InlineScript {
     /// `-`: the script is all of `input`, at most [`MAX_SCRIPT_BYTES`]
     /// (read one byte past the cap to tell). An empty stdin is an empty
     /// script, as for `python3 -`.
-    pub fn from_reader(input: impl Read, temp: &Path) -> Result<InlineScript, InlineError> {
+    pub(crate) fn from_reader(input: impl Read, temp: &Path) -> Result<InlineScript, InlineError> {
         let mut text = Vec::new();
         input.take(MAX_SCRIPT_BYTES + 1).read_to_end(&mut text).map_err(InlineError::ReadStdin)?;
         if text.len() as u64 > MAX_SCRIPT_BYTES {
@@ -77,7 +77,7 @@ impl InlineScript {
     }
 
     /// The file to pass as the run's script.
-    pub fn path(&self) -> PathBuf {
+    pub(crate) fn path(&self) -> PathBuf {
         self.dir.path().join(SCRIPT_NAME)
     }
 }

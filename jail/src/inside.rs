@@ -21,7 +21,7 @@ use crate::policy::Policy;
 
 /// What the run shows of its limits, planned by the supervisor.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct View {
+pub(crate) struct View {
     /// The text bound over `/proc/meminfo`; `None` without a memory limit.
     pub meminfo: Option<String>,
     /// The CPUs the run is pinned to, `ceil(cpus)` of the supervisor's own;
@@ -32,11 +32,9 @@ pub struct View {
     pub sys_files: Vec<(PathBuf, String)>,
 }
 
-pub use crate::mounts::{MEMINFO, SYS_DIR};
-
 impl View {
     /// Put the files into the mount request.
-    pub fn apply(&self, req: &mut crate::mounts::Request) {
+    pub(crate) fn apply(&self, req: &mut crate::mounts::Request) {
         req.meminfo = self.meminfo.clone();
         req.sys_files = self.sys_files.clone();
     }
@@ -44,7 +42,7 @@ impl View {
 
 /// What the view is made from, read from the host once (host.rs).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HostFacts {
+pub(crate) struct HostFacts {
     /// The host's `/proc/meminfo` (its field names and order are kept).
     pub meminfo: String,
     /// The supervisor's own CPUs, ascending.
@@ -54,7 +52,7 @@ pub struct HostFacts {
 }
 
 impl HostFacts {
-    pub fn read() -> HostFacts {
+    pub(crate) fn read() -> HostFacts {
         HostFacts {
             meminfo: std::fs::read_to_string("/proc/meminfo").unwrap_or_default(),
             cpus: allowed_cpus(),
@@ -64,7 +62,7 @@ impl HostFacts {
 }
 
 /// The view for a policy on a host. Pure.
-pub fn view_of(policy: &Policy, host: &HostFacts) -> View {
+pub(crate) fn view_of(policy: &Policy, host: &HostFacts) -> View {
     let (host_meminfo, allowed, seed) = (host.meminfo.as_str(), host.cpus.as_slice(), host.seed);
     let meminfo = policy.limits.memory.map(|limit| meminfo(host_meminfo, limit));
     let chosen = policy.limits.cpus.map(|c| choose_cpus(allowed, c, seed)).filter(|c| !c.is_empty());
@@ -84,7 +82,7 @@ pub fn view_of(policy: &Policy, host: &HostFacts) -> View {
 }
 
 /// The supervisor's own CPUs, ascending; `[0]` if they cannot be read.
-pub fn allowed_cpus() -> Vec<usize> {
+pub(crate) fn allowed_cpus() -> Vec<usize> {
     match nix::sched::sched_getaffinity(Pid::from_raw(0)) {
         Ok(set) => (0..CpuSet::count()).filter(|&i| set.is_set(i).unwrap_or(false)).collect(),
         Err(_) => vec![0],
@@ -94,7 +92,7 @@ pub fn allowed_cpus() -> Vec<usize> {
 /// `ceil(cpus)` of the `allowed` CPUs (at least one), consecutive from
 /// `seed` modulo their number, so runs started together do not all land on
 /// the first CPU. Pure.
-pub fn choose_cpus(allowed: &[usize], cpus: f64, seed: usize) -> Vec<usize> {
+pub(crate) fn choose_cpus(allowed: &[usize], cpus: f64, seed: usize) -> Vec<usize> {
     if allowed.is_empty() {
         return Vec::new();
     }
@@ -105,7 +103,7 @@ pub fn choose_cpus(allowed: &[usize], cpus: f64, seed: usize) -> Vec<usize> {
 }
 
 /// A CPU list as the kernel writes it in sysfs: `0-3,6`. Pure.
-pub fn cpu_list(ids: &[usize]) -> String {
+pub(crate) fn cpu_list(ids: &[usize]) -> String {
     let mut parts = Vec::new();
     let mut i = 0;
     while i < ids.len() {
@@ -122,7 +120,7 @@ pub fn cpu_list(ids: &[usize]) -> String {
 /// Child side, PID 1 before the worker is forked: pin the run to `ids`.
 /// The script may call sched_setaffinity itself (BLAS pools pin their
 /// threads); the CPU quota, not this, is what limits its CPU time.
-pub fn pin(ids: &[usize]) -> nix::Result<()> {
+pub(crate) fn pin(ids: &[usize]) -> nix::Result<()> {
     let mut set = CpuSet::new();
     for &i in ids {
         set.set(i)?;
@@ -139,7 +137,7 @@ const KEPT: [&str; 3] = ["Hugepagesize", "VmallocTotal", "VmallocChunk"];
 /// swap none (the run cgroup has swap 0), every amount in use 0 (the run
 /// has not started). Lines that are not `Name: value [kB]` are dropped.
 /// Pure. Without the host's text, the fields every reader looks for.
-pub fn meminfo(host: &str, limit: u64) -> String {
+pub(crate) fn meminfo(host: &str, limit: u64) -> String {
     let kb = limit / 1024;
     let mut out = String::new();
     let mut names: Vec<&str> = host
@@ -184,8 +182,6 @@ pub fn meminfo(host: &str, limit: u64) -> String {
     out
 }
 
-pub use crate::policy::auto_tmp_size;
-
 /// Per-process address space with a memory cgroup: the limit plus as much
 /// again (at least 512 MiB) for what is reserved but never touched (thread
 /// stacks, malloc arenas, BLAS buffers: numpy and pandas imported take
@@ -193,7 +189,7 @@ pub use crate::policy::auto_tmp_size;
 /// that could never fit fails at once with ENOMEM (`MemoryError`), while
 /// ordinary programs keep their reservations; between the two, a touched
 /// allocation past the limit is still the cgroup's kill.
-pub fn address_space_with_cgroup(memory: u64) -> u64 {
+pub(crate) fn address_space_with_cgroup(memory: u64) -> u64 {
     memory.saturating_add(memory.max(512 << 20))
 }
 
@@ -202,14 +198,14 @@ pub fn address_space_with_cgroup(memory: u64) -> u64 {
 /// dozen threads would exhaust it (32 threads: 1.49 GB of address space
 /// with the default, 576 MB with 2 arenas, measured with pandas imported).
 /// One arena per CPU of the quota, at least 2.
-pub fn malloc_arena_max(cpus: Option<f64>) -> String {
+pub(crate) fn malloc_arena_max(cpus: Option<f64>) -> String {
     let n = cpus.map(|c| c.ceil() as u64).unwrap_or(2).clamp(2, 64);
     n.to_string()
 }
 
 /// Variables added to the interpreter's environment when the policy does
 /// not set them itself.
-pub fn env(policy: &Policy) -> Vec<(String, String)> {
+pub(crate) fn env(policy: &Policy) -> Vec<(String, String)> {
     match policy.limits.memory {
         Some(_) => vec![("MALLOC_ARENA_MAX".into(), malloc_arena_max(policy.limits.cpus))],
         None => Vec::new(),
@@ -219,7 +215,7 @@ pub fn env(policy: &Policy) -> Vec<(String, String)> {
 /// `limits.memory.detail` of an `oom_killed` run: who the kernel's OOM
 /// killer took (the script itself when it died of SIGKILL, else processes
 /// it started) and the run's peak usage. Pure.
-pub fn oom_words(signal: Option<i32>, exit_code: Option<i32>, kills: u64, peak: Option<u64>) -> String {
+pub(crate) fn oom_words(signal: Option<i32>, exit_code: Option<i32>, kills: u64, peak: Option<u64>) -> String {
     let who = match (signal, exit_code) {
         (Some(9), _) => format!("the script (killed by SIGKILL) and {} in all", processes(kills)),
         (_, Some(code)) => format!("{} the script started (the script itself exited with {code})", processes(kills)),
@@ -242,6 +238,7 @@ fn processes(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::auto_tmp_size;
     use std::path::Path;
 
     const HOST: &str = "MemTotal:       24683664 kB\nMemFree:         6007244 kB\nMemAvailable:   23386120 kB\n\

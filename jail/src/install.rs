@@ -30,10 +30,10 @@ const RECIPES: &[(&str, &str, u32)] = &[
     ("data-site/sitecustomize.py", include_str!("../../python-rootfs/data-site/sitecustomize.py"), 0o644),
 ];
 
-pub use crate::locate::FLAVOURS;
+pub(crate) use crate::locate::FLAVOURS;
 
 #[derive(Debug, thiserror::Error)]
-pub enum InstallError {
+pub(crate) enum InstallError {
     #[error("no rootfs flavour `{0}`: build one of minimal, data")]
     Flavour(String),
     #[error("no folder to install into (HOME is not set): pass --dest DIR")]
@@ -54,12 +54,12 @@ pub enum InstallError {
 }
 
 /// Where `flavour` is installed without `--dest`.
-pub fn default_dest(search: &Search, flavour: &str, root: bool) -> Result<PathBuf, InstallError> {
+pub(crate) fn default_dest(search: &Search, flavour: &str, root: bool) -> Result<PathBuf, InstallError> {
     Ok(search.install_dir(root).ok_or(InstallError::NoDest)?.join(flavour))
 }
 
 /// Write the recipes into `dir` (a fresh private folder).
-pub fn unpack(dir: &Path) -> Result<(), InstallError> {
+pub(crate) fn unpack(dir: &Path) -> Result<(), InstallError> {
     for (name, text, mode) in RECIPES {
         let path = dir.join(name);
         let fail = |source| InstallError::Unpack { path: path.clone(), source };
@@ -81,7 +81,7 @@ pub fn unpack(dir: &Path) -> Result<(), InstallError> {
 
 /// Build `flavour` into `dest` from the embedded recipes; build.sh's
 /// messages go to our stdout and stderr. `temp` holds the unpacked recipes.
-pub fn build(flavour: &str, dest: &Path, temp: &Path) -> Result<(), InstallError> {
+pub(crate) fn build(flavour: &str, dest: &Path, temp: &Path) -> Result<(), InstallError> {
     if !FLAVOURS.contains(&flavour) {
         return Err(InstallError::Flavour(flavour.to_string()));
     }
@@ -111,7 +111,7 @@ pub fn build(flavour: &str, dest: &Path, temp: &Path) -> Result<(), InstallError
 
 /// One rootfs `jail rootfs list` shows.
 #[derive(Debug, Clone, serde::Serialize)]
-pub struct Listed {
+pub(crate) struct Listed {
     pub name: String,
     pub path: PathBuf,
     /// `user`, `system` or `build tree`.
@@ -124,7 +124,7 @@ pub struct Listed {
 }
 
 /// Every rootfs in the named folders of `search`, in lookup order.
-pub fn list(search: &Search) -> Vec<Listed> {
+pub(crate) fn list(search: &Search) -> Vec<Listed> {
     let mut seen = std::collections::BTreeSet::new();
     let mut out = Vec::new();
     let folders = [

@@ -10,7 +10,7 @@
 //! the watch (watch.rs, capture.rs) until PID 1 is reaped, the cgroup's
 //! usage read, and the verdict and delivery (verdict.rs); the run cgroup
 //! itself is removed by [`Leftovers`], which the caller drops once the
-//! result is out. `supervisor::run` is the two in a row. A [`Child`] guard
+//! result is out. `supervisor::run_with` is the two in a row. A [`Child`] guard
 //! kills and reaps on every early return.
 //!
 //! What the step's clocks mean is the [`Loop`] the caller passes
@@ -389,7 +389,7 @@ struct Handed<'a> {
 /// tree dead and its usage read) and the uid lease. Dropped, the cgroup is
 /// removed and the lease returned; `jail run` drops it once the result is
 /// printed, since no caller waits for either.
-pub struct Leftovers {
+pub(crate) struct Leftovers {
     held: Held,
 }
 

@@ -47,6 +47,10 @@
 //! - `doctor`: what this host provides, for `jail doctor`.
 //! - `install`: the embedded rootfs recipes, for `jail rootfs build|list`.
 //! - `sys`: every `unsafe`.
+//!
+//! A `pub` module or item is one another crate uses: main.rs, the front
+//! ends (agent, serve, mcp), the tests (tests/, tests/fronts/) or the fuzz
+//! targets; everything else is `pub(crate)`.
 
 // Every `unsafe` block lives in `sys`, each with its `// SAFETY:` line
 // (clippy::undocumented_unsafe_blocks): anywhere else it does not compile.
@@ -54,7 +58,7 @@
 
 pub mod accept;
 pub mod artifacts;
-pub mod cancel;
+pub(crate) mod cancel;
 mod capture;
 pub mod cgroup;
 mod child;
@@ -64,16 +68,16 @@ mod conceal;
 pub mod delegate;
 mod delivery;
 pub mod digest;
-pub mod doctor;
+pub(crate) mod doctor;
 pub mod events;
-pub mod field;
+pub(crate) mod field;
 mod fsid;
 mod host;
 pub mod hostenv;
 pub mod hostuid;
-pub mod inline;
-pub mod inside;
-pub mod install;
+pub(crate) mod inline;
+pub(crate) mod inside;
+pub(crate) mod install;
 pub mod landlock;
 mod launch;
 mod layers;
@@ -88,7 +92,7 @@ pub mod policy;
 pub mod pool;
 mod privileges;
 mod proxy;
-pub mod relay;
+pub(crate) mod relay;
 mod request;
 pub mod result;
 mod rlimits;
@@ -101,7 +105,7 @@ pub mod session;
 pub mod stage;
 mod step;
 mod streams;
-pub mod supervisor;
+pub(crate) mod supervisor;
 mod sync;
 #[allow(unsafe_code)]
 pub mod sys;

@@ -18,7 +18,7 @@ use crate::result::LimitReport;
 use crate::rlimits::{Kind, Rlimit};
 
 /// How often, at least, the supervisor checks the run's CPU time.
-pub const CPU_POLL: Duration = Duration::from_millis(100);
+pub(crate) const CPU_POLL: Duration = Duration::from_millis(100);
 
 /// What the run's limits come down to on this host.
 #[derive(Debug, Clone, PartialEq)]
@@ -77,15 +77,16 @@ impl TmpfsSizes {
 /// with ENOSYS, which libraries read as "not on this system" and fall back
 /// from; nothing in the data stack calls them (measured: numpy, pandas,
 /// matplotlib, ctypes callbacks, multiprocessing pools and locks).
-pub const UNCOUNTED_MEMORY_CALLS: [&str; 4] = ["memfd_create", "shmget", "semget", "msgget"];
+pub(crate) const UNCOUNTED_MEMORY_CALLS: [&str; 4] = ["memfd_create", "shmget", "semget", "msgget"];
 
 /// The `why` of those refusals, as `denials` shows it.
-pub const UNCOUNTED_MEMORY_WHY: &str = "no cgroup counts this run's memory (limits.memory is best_effort and no memory cgroup \
+pub(crate) const UNCOUNTED_MEMORY_WHY: &str =
+    "no cgroup counts this run's memory (limits.memory is best_effort and no memory cgroup \
      could be had): memfds and System V shared memory, semaphores and message queues would hold memory outside every limit";
 
 /// Without a memory cgroup, RLIMIT_MEMLOCK is held to this (the kernel's
 /// own default): locked pages cannot be reclaimed under pressure.
-pub const MEMLOCK_WITHOUT_CGROUP: u64 = 8 << 20;
+pub(crate) const MEMLOCK_WITHOUT_CGROUP: u64 = 8 << 20;
 
 /// Best effort when no cgroup counts the run's memory: refuse the calls in
 /// [`UNCOUNTED_MEMORY_CALLS`], hold RLIMIT_MEMLOCK, and shrink the tmpfs
@@ -144,7 +145,7 @@ fn tmp_words(sizing: crate::policy::Sizing) -> &'static str {
 }
 
 /// A size as a policy would write it: `512M`, `1G`, or bytes.
-pub fn size_words(n: u64) -> String {
+pub(crate) fn size_words(n: u64) -> String {
     for (shift, unit) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
         if n >= 1 << shift && n.is_multiple_of(1 << shift) {
             return format!("{}{unit}", n >> shift);
@@ -168,7 +169,13 @@ fn unlimited() -> LimitReport {
 /// Decide every limit. `cgroup` is the run cgroup's place when one will be
 /// created, `why_not` the reason when none; `hard` gives the caller's hard
 /// rlimits, which nothing in the jail can exceed.
-pub fn plan(policy: &Policy, wall: Duration, cgroup: Option<&Candidate>, why_not: &str, hard: &dyn Fn(Kind) -> u64) -> Plan {
+pub(crate) fn plan(
+    policy: &Policy,
+    wall: Duration,
+    cgroup: Option<&Candidate>,
+    why_not: &str,
+    hard: &dyn Fn(Kind) -> u64,
+) -> Plan {
     let l = &policy.limits;
     let fs = &policy.filesystem;
     let mut p = Plan {

@@ -35,30 +35,30 @@ use crate::sys::{
 
 /// Where the workspace lives inside the jail.
 /// Where the generated meminfo goes (inside.rs writes it).
-pub const MEMINFO: &str = "/proc/meminfo";
+pub(crate) const MEMINFO: &str = "/proc/meminfo";
 /// The jail's `/sys`: a read-only tmpfs holding only inside.rs's CPU lists.
-pub const SYS_DIR: &str = "/sys";
+pub(crate) const SYS_DIR: &str = "/sys";
 
-pub const WORKSPACE: &str = "/workspace";
-pub const INPUT_DIR: &str = "/workspace/input";
-pub const CODE_DIR: &str = "/workspace/code";
-pub const OUTPUT_DIR: &str = "/workspace/output";
+pub(crate) const WORKSPACE: &str = "/workspace";
+pub(crate) const INPUT_DIR: &str = "/workspace/input";
+pub(crate) const CODE_DIR: &str = "/workspace/code";
+pub(crate) const OUTPUT_DIR: &str = "/workspace/output";
 /// Where a session's trusted cell driver is copied (session.rs), apart
 /// from the code dir: `/workspace/code` holds the caller's code alone.
 /// Hidden (a rootfs's dot entries are never bound: request.rs), so no
 /// rootfs can be in its way.
-pub const DRIVER_DIR: &str = "/.jail";
+pub(crate) const DRIVER_DIR: &str = "/.jail";
 /// The driver's name there: `/.jail/jail_cell_driver.py`.
-pub const DRIVER_NAME: &str = "jail_cell_driver.py";
+pub(crate) const DRIVER_NAME: &str = "jail_cell_driver.py";
 
 /// Top-level rootfs names that the jail provides itself and never binds.
-pub const RESERVED_TOP_LEVEL: [&str; 8] = ["dev", "proc", "sys", "tmp", "run", "workspace", "boot", "lost+found"];
+pub(crate) const RESERVED_TOP_LEVEL: [&str; 8] = ["dev", "proc", "sys", "tmp", "run", "workspace", "boot", "lost+found"];
 
 /// Host device nodes bound into `/dev`.
-pub const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
+pub(crate) const DEVICES: [&str; 5] = ["null", "zero", "full", "random", "urandom"];
 
 /// `/proc` files hidden behind an empty read-only file.
-pub const MASKED_PROC_FILES: [&str; 7] = [
+pub(crate) const MASKED_PROC_FILES: [&str; 7] = [
     "kcore",
     "keys",
     "timer_list",
@@ -68,9 +68,9 @@ pub const MASKED_PROC_FILES: [&str; 7] = [
     "latency_stats",
 ];
 /// `/proc` folders hidden behind an empty read-only tmpfs.
-pub const MASKED_PROC_DIRS: [&str; 4] = ["acpi", "scsi", "asound", "firmware"];
+pub(crate) const MASKED_PROC_DIRS: [&str; 4] = ["acpi", "scsi", "asound", "firmware"];
 /// `/proc` folders made read-only.
-pub const READONLY_PROC_DIRS: [&str; 4] = ["sys", "bus", "irq", "fs"];
+pub(crate) const READONLY_PROC_DIRS: [&str; 4] = ["sys", "bus", "irq", "fs"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Access {
@@ -107,7 +107,7 @@ pub enum Code {
 
 /// Scripts larger than this must come with their folder (`--code DIR`):
 /// the copy lives in memory.
-pub const MAX_SCRIPT_BYTES: u64 = 16 << 20;
+pub(crate) const MAX_SCRIPT_BYTES: u64 = 16 << 20;
 
 /// How a read-only host folder appears in the jail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -212,7 +212,7 @@ pub enum MountOp {
 }
 
 /// The ordered mount plan for a request. Pure: no I/O.
-pub fn plan(req: &Request) -> Vec<MountOp> {
+pub(crate) fn plan(req: &Request) -> Vec<MountOp> {
     let p = PathBuf::from;
     let mut ops = Vec::new();
     for entry in &req.rootfs_entries {
@@ -343,7 +343,7 @@ pub fn plan(req: &Request) -> Vec<MountOp> {
 /// The folders of a plan whose mountinfo line will show their host path
 /// (their path within their filesystem), for `isolation.degraded`: the
 /// writable output bind. Device files show their name on devtmpfs only.
-pub fn still_showing(ops: &[MountOp]) -> Vec<(PathBuf, PathBuf)> {
+pub(crate) fn still_showing(ops: &[MountOp]) -> Vec<(PathBuf, PathBuf)> {
     ops.iter()
         .filter_map(|op| match op {
             MountOp::Bind { source, path, kind: Kind::Dir, view: View::Tree, .. } => Some((path.clone(), source.clone())),
@@ -353,7 +353,7 @@ pub fn still_showing(ops: &[MountOp]) -> Vec<(PathBuf, PathBuf)> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum MountError {
+pub(crate) enum MountError {
     #[error("open mount source {path} without following symlinks")]
     OpenSource { path: PathBuf, source: io::Error },
     #[error("{path} is not a kernel memory device (char major 1)")]
@@ -407,7 +407,7 @@ pub enum MountError {
 /// Every source of the plan, opened before anything is mounted, in plan
 /// order: a source at or above the staging dir (a script in /tmp, an input
 /// dir of /) must not carry the staging tmpfs into the jail with it.
-pub struct Sources {
+pub(crate) struct Sources {
     opened: Vec<Source>,
 }
 
@@ -426,12 +426,12 @@ enum Source {
 
 /// What [`apply`] could not do as planned, in words for `isolation.degraded`.
 #[derive(Debug, Default)]
-pub struct Applied {
+pub(crate) struct Applied {
     pub degraded: Vec<String>,
 }
 
 /// Child side, first: stop our mounts from propagating back to the host.
-pub fn make_private() -> Result<(), MountError> {
+pub(crate) fn make_private() -> Result<(), MountError> {
     nix::mount::mount(None::<&str>, "/", None::<&str>, MsFlags::MS_REC | MsFlags::MS_PRIVATE, None::<&str>)
         .map_err(MountError::MakePrivate)
 }
@@ -446,7 +446,7 @@ fn open_nofollow(path: &Path, kind: Kind) -> Result<OwnedFd, MountError> {
 /// symlinks. Device sources must be the kernel's memory devices (char major
 /// 1: null, zero, full, random, urandom); a look-alike would turn a bind into
 /// a window (runc CVE-2025-31133).
-pub fn open_sources(ops: &[MountOp], staging: &Path) -> Result<Sources, MountError> {
+pub(crate) fn open_sources(ops: &[MountOp], staging: &Path) -> Result<Sources, MountError> {
     let mut opened = Vec::new();
     for op in ops {
         match op {
@@ -489,7 +489,7 @@ pub fn open_sources(ops: &[MountOp], staging: &Path) -> Result<Sources, MountErr
 }
 
 /// Child side: mount an empty tmpfs at `staging` and build the plan under it.
-pub fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<Applied, MountError> {
+pub(crate) fn apply(ops: &[MountOp], sources: Sources, staging: &Path) -> Result<Applied, MountError> {
     mount_tmpfs(staging, 1 << 20, 0o755, MsFlags::MS_NOSUID | MsFlags::MS_NODEV)?;
     let mut masks = MaskSource::create(staging)?;
     let mut opened = sources.opened.into_iter();
@@ -709,7 +709,7 @@ impl MaskSource {
 
 /// Child side: the output tmpfs in the staging root, opened for the
 /// supervisor (see `MountOp::OutputTmpfs`).
-pub fn open_output(staging: &Path) -> Result<OwnedFd, MountError> {
+pub(crate) fn open_output(staging: &Path) -> Result<OwnedFd, MountError> {
     let at = under(staging, Path::new(OUTPUT_DIR));
     sys::openat2(None, &at, libc::O_RDONLY | libc::O_DIRECTORY, RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS)
         .map_err(|source| MountError::OpenSource { path: at, source })
@@ -717,7 +717,7 @@ pub fn open_output(staging: &Path) -> Result<OwnedFd, MountError> {
 
 /// Child side: make `staging` the root and detach the old one entirely, so
 /// no path leads back to the host (pivot_root(2), the `"."`/`"."` idiom).
-pub fn pivot_root(staging: &Path) -> Result<(), MountError> {
+pub(crate) fn pivot_root(staging: &Path) -> Result<(), MountError> {
     nix::unistd::chdir(staging).map_err(|source| MountError::Chdir { path: staging.to_path_buf(), source })?;
     nix::unistd::pivot_root(".", ".").map_err(MountError::PivotRoot)?;
     nix::mount::umount2(".", MntFlags::MNT_DETACH).map_err(MountError::DetachOldRoot)?;

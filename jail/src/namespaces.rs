@@ -12,14 +12,14 @@ use nix::unistd::{Gid, Pid, Uid};
 /// are. The net namespace stays in the clone: made by PID 1 after the clone
 /// instead (overlapped with the supervisor's work) it saved nothing
 /// measurable (bench/README.md).
-pub const CLONE_FLAGS: libc::c_int =
+pub(crate) const CLONE_FLAGS: libc::c_int =
     libc::CLONE_NEWUSER | libc::CLONE_NEWNS | libc::CLONE_NEWPID | libc::CLONE_NEWNET | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
 
 /// Every namespace a run gets, as reported in the result.
-pub const NAMES: [&str; 7] = ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"];
+pub(crate) const NAMES: [&str; 7] = ["user", "mount", "pid", "net", "ipc", "uts", "cgroup"];
 
 #[derive(Debug, thiserror::Error)]
-pub enum NamespaceError {
+pub(crate) enum NamespaceError {
     #[error("write {path}: {source}")]
     WriteIdMap { path: PathBuf, source: io::Error },
     #[error("setresgid({0})")]
@@ -34,7 +34,7 @@ pub enum NamespaceError {
 
 /// One mapping line: `inside outside 1`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IdMap {
+pub(crate) struct IdMap {
     pub inside: u32,
     pub outside: u32,
 }
@@ -43,7 +43,7 @@ pub struct IdMap {
 /// `setgroups` must be denied before an unprivileged gid_map write
 /// (user_namespaces(7)); we deny it for root too, so the sandbox can never
 /// pick up supplementary groups.
-pub fn write_id_maps(child: Pid, uid: IdMap, gid: IdMap) -> Result<(), NamespaceError> {
+pub(crate) fn write_id_maps(child: Pid, uid: IdMap, gid: IdMap) -> Result<(), NamespaceError> {
     let base = PathBuf::from(format!("/proc/{}", child.as_raw()));
     write(base.join("setgroups"), "deny")?;
     write(base.join("uid_map"), &format!("{} {} 1\n", uid.inside, uid.outside))?;
@@ -60,7 +60,7 @@ fn write(path: PathBuf, text: &str) -> Result<(), NamespaceError> {
 /// unprivileged caller this is a no-op, since its id already maps to the
 /// sandbox id; for root it leaves host uid 0, which the new user namespace
 /// does not map, so that files created during setup have a mapped owner.
-pub fn become_sandbox_ids(uid: u32, gid: u32) -> Result<(), NamespaceError> {
+pub(crate) fn become_sandbox_ids(uid: u32, gid: u32) -> Result<(), NamespaceError> {
     nix::sys::prctl::set_keepcaps(true).map_err(NamespaceError::KeepCaps)?;
     let g = Gid::from_raw(gid);
     nix::unistd::setresgid(g, g, g).map_err(|e| NamespaceError::SetGid(gid, e))?;

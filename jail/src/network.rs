@@ -19,17 +19,17 @@ use crate::sys;
 
 /// The port the proxy listens on inside the jail. The namespace is the
 /// jail's own, so a fixed port never collides with anything.
-pub const PROXY_PORT: u16 = 3128;
+pub(crate) const PROXY_PORT: u16 = 3128;
 
 /// What the script's environment says about the proxy.
-pub fn proxy_url() -> String {
+pub(crate) fn proxy_url() -> String {
     format!("http://127.0.0.1:{PROXY_PORT}")
 }
 
 /// The variables that send Python's urllib, requests, httpx, pip and curl
 /// through the proxy. `NO_PROXY` is empty: nothing bypasses it (and
 /// nothing could: there is no other route out).
-pub fn proxy_env() -> Vec<(String, String)> {
+pub(crate) fn proxy_env() -> Vec<(String, String)> {
     let url = proxy_url();
     let mut env = Vec::new();
     for name in ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"] {
@@ -42,7 +42,7 @@ pub fn proxy_env() -> Vec<(String, String)> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum NetworkError {
+pub(crate) enum NetworkError {
     #[error("bring the loopback interface up (SIOCSIFFLAGS lo IFF_UP)")]
     LoopbackUp(#[source] std::io::Error),
     #[error("listen on 127.0.0.1:{PROXY_PORT} (socket, bind, listen)")]
@@ -54,7 +54,7 @@ pub enum NetworkError {
 /// Child side (PID 1, before the worker is forked): bring `lo` up, listen
 /// on the proxy port, and send the listener to the supervisor. Our own copy
 /// closes on return, so only the supervisor ever accepts on it.
-pub fn hand_over_listener(to_supervisor: BorrowedFd<'_>) -> Result<(), NetworkError> {
+pub(crate) fn hand_over_listener(to_supervisor: BorrowedFd<'_>) -> Result<(), NetworkError> {
     sys::loopback_up().map_err(NetworkError::LoopbackUp)?;
     // std's bind is socket(CLOEXEC) + bind + listen(128).
     let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, PROXY_PORT)).map_err(NetworkError::Listen)?;

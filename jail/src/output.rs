@@ -52,21 +52,21 @@ use crate::sys::{self, RESOLVE_BENEATH, RESOLVE_NO_SYMLINKS};
 /// When the script used its whole wall time, the copy to the host still
 /// gets this long after the artifact check (so what a script wrote before a
 /// timeout reaches the host); otherwise it must end by the wall deadline.
-pub const COPY_GRACE: Duration = Duration::from_secs(1);
+pub(crate) const COPY_GRACE: Duration = Duration::from_secs(1);
 
 /// Inodes of the output tmpfs: empty files cost no bytes, so the size cap
 /// alone would let a script leave millions of them for the copy-out.
-pub const MAX_INODES: u64 = 16_384;
+pub(crate) const MAX_INODES: u64 = 16_384;
 
 #[derive(Debug, thiserror::Error)]
-pub enum OutputError {
+pub(crate) enum OutputError {
     #[error("copy {path} into the jail's output dir")]
     CopyIn { path: PathBuf, source: io::Error },
     #[error("the output dir holds more than filesystem.output_size; raise it, or pass an emptier --output")]
     TooBig,
 }
 
-pub use crate::fsid::FsIds;
+pub(crate) use crate::fsid::FsIds;
 
 /// An entry copied into the tmpfs, as it was right after the copy: if it
 /// is still the same inode with the same ctime, the script never touched it.
@@ -79,7 +79,7 @@ struct Seen {
 
 /// What [`copy_in`] put into the tmpfs, by path relative to the output dir.
 #[derive(Debug, Clone, Default)]
-pub struct Inventory {
+pub(crate) struct Inventory {
     seen: BTreeMap<PathBuf, Seen>,
     /// Host entries that were not copied in, with the reason.
     pub skipped: Vec<String>,
@@ -95,7 +95,7 @@ pub struct Inventory {
 }
 
 impl Inventory {
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.seen.len()
     }
 }
@@ -133,7 +133,7 @@ fn open_host(fs: &mut Acting, host: &Path) -> io::Result<OwnedFd> {
 /// Fill the output tmpfs (`tmpfs`, a directory descriptor) from the host
 /// folder. Runs before the script starts, so nothing races it inside.
 /// `ids` are the sandbox's host ids (the tmpfs side).
-pub fn copy_in(host: &Path, tmpfs: &OwnedFd, ids: FsIds) -> Result<Inventory, OutputError> {
+pub(crate) fn copy_in(host: &Path, tmpfs: &OwnedFd, ids: FsIds) -> Result<Inventory, OutputError> {
     let err = |source: io::Error| OutputError::CopyIn { path: host.to_path_buf(), source };
     let mut fs = Acting::begin(ids).map_err(|e| err(e.into()))?;
     let root = open_host(&mut fs, host).map_err(err)?;
@@ -279,7 +279,7 @@ fn fill(
 /// One accepted file the host is to receive, as the artifact check saw it
 /// (the copy checks it is still that inode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     pub ino: u64,
     pub ctime_ns: i128,
     pub size: u64,
@@ -289,7 +289,7 @@ pub struct Wanted {
 
 /// What the copy did with one wanted file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Delivered {
+pub(crate) enum Delivered {
     /// Written to the host as the script wrote it.
     Copied,
     /// On the host already: the script left it as it was.
@@ -308,7 +308,7 @@ pub enum Delivered {
 /// judging budget for neutralising (past it, `past` says what becomes of
 /// the file).
 #[derive(Debug, Clone, Copy)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     pub limit: u64,
     pub deadline: Instant,
     pub spend: Spend,
@@ -317,7 +317,7 @@ pub struct Bounds {
 
 /// What [`copy_out`] did.
 #[derive(Debug, Clone, Default)]
-pub struct CopyOut {
+pub(crate) struct CopyOut {
     pub sync: OutputSync,
     /// One entry per wanted file the walk reached.
     pub delivered: BTreeMap<PathBuf, Delivered>,
@@ -360,7 +360,7 @@ struct Mirror<'a> {
 /// host, and nothing is written after `deadline` (both in `bounds`). Never
 /// fails as a whole; what could not be mirrored is listed in `errors`
 /// (and, for a wanted file, in `delivered`).
-pub fn copy_out(
+pub(crate) fn copy_out(
     tmpfs: &OwnedFd,
     host: &Path,
     inv: &Inventory,
@@ -402,7 +402,7 @@ static PARTIAL: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new
 
 /// Names of files being written beside their final name start with this;
 /// the next run's copy-in sweeps those whose writer is dead.
-pub const PARTIAL_PREFIX: &str = ".jail-partial-";
+pub(crate) const PARTIAL_PREFIX: &str = ".jail-partial-";
 
 /// A name for a file being written beside its final name.
 fn partial_name() -> OsString {

@@ -265,7 +265,7 @@ fn seccomp_ref(policy: &Policy, host: &Host, refuse: &[&'static str]) -> Result<
 
 /// Variables that size the thread pools of OpenMP, OpenBLAS, MKL, numexpr
 /// and Accelerate.
-pub const THREAD_POOL_VARS: [&str; 5] = [
+pub(crate) const THREAD_POOL_VARS: [&str; 5] = [
     "OMP_NUM_THREADS",
     "OPENBLAS_NUM_THREADS",
     "MKL_NUM_THREADS",

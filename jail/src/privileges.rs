@@ -6,7 +6,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use caps::CapSet;
 
 #[derive(Debug, thiserror::Error)]
-pub enum PrivilegeError {
+pub(crate) enum PrivilegeError {
     #[error("dup2 onto fd {fd}")]
     Dup2 { fd: i32, source: nix::Error },
     #[error("open /dev/null")]
@@ -23,7 +23,7 @@ fn dup_onto(from: i32, to: i32) -> Result<(), PrivilegeError> {
 }
 
 /// stdin from /dev/null, stdout and stderr onto the supervisor's pipes.
-pub fn stdio_onto(stdout: &OwnedFd, stderr: &OwnedFd) -> Result<(), PrivilegeError> {
+pub(crate) fn stdio_onto(stdout: &OwnedFd, stderr: &OwnedFd) -> Result<(), PrivilegeError> {
     let null = std::fs::File::open("/dev/null").map_err(PrivilegeError::OpenNull)?;
     dup_onto(null.as_raw_fd(), 0)?;
     dup_onto(stdout.as_raw_fd(), 1)?;
@@ -32,12 +32,12 @@ pub fn stdio_onto(stdout: &OwnedFd, stderr: &OwnedFd) -> Result<(), PrivilegeErr
 
 /// The worker's stdin onto a session's control socket (session.rs): the
 /// one descriptor besides stdio the cell driver inherits.
-pub fn stdin_onto(control: &OwnedFd) -> Result<(), PrivilegeError> {
+pub(crate) fn stdin_onto(control: &OwnedFd) -> Result<(), PrivilegeError> {
     dup_onto(control.as_raw_fd(), 0)
 }
 
 /// PID 1 lets go of the output pipes so only the script holds them.
-pub fn release_stdio() -> Result<(), PrivilegeError> {
+pub(crate) fn release_stdio() -> Result<(), PrivilegeError> {
     let null = std::fs::OpenOptions::new().write(true).open("/dev/null").map_err(PrivilegeError::OpenNull)?;
     dup_onto(null.as_raw_fd(), 1)?;
     dup_onto(null.as_raw_fd(), 2)
@@ -45,7 +45,7 @@ pub fn release_stdio() -> Result<(), PrivilegeError> {
 
 /// Empty every capability set. The bounding set goes first, while we still
 /// hold CAP_SETPCAP; with it empty even an exec as uid 0 gains nothing.
-pub fn drop_all_capabilities() -> Result<(), PrivilegeError> {
+pub(crate) fn drop_all_capabilities() -> Result<(), PrivilegeError> {
     for (set, name) in [
         (CapSet::Bounding, "bounding"),
         (CapSet::Ambient, "ambient"),

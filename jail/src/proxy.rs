@@ -36,9 +36,9 @@ use crate::policy::{valid_host_name, Allowlist};
 use crate::result::{Connection, NetworkReport};
 
 /// Requests listed in the result; later ones are only counted.
-pub const MAX_RECORDS: usize = 1000;
+pub(crate) const MAX_RECORDS: usize = 1000;
 /// Connections served at once; more are answered 503 at once.
-pub const MAX_ACTIVE: usize = 32;
+pub(crate) const MAX_ACTIVE: usize = 32;
 /// The largest request head (request line and headers) accepted.
 const MAX_HEAD: usize = 16 * 1024;
 /// How long a client may take to send its request head.
@@ -54,7 +54,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 pub const TEST_RESOLVE_VAR: &str = "JAIL_TEST_RESOLVE";
 
 #[derive(Debug, thiserror::Error)]
-pub enum ProxyError {
+pub(crate) enum ProxyError {
     #[error("{TEST_RESOLVE_VAR}: `{0}` is not name=address (an IPv4 or IPv6 address)")]
     Override(String),
     #[error("create the proxy's wake-up pipe")]
@@ -67,13 +67,13 @@ pub enum ProxyError {
 
 /// Name resolution, with the tests' fixed answers first.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Resolver {
+pub(crate) struct Resolver {
     overrides: BTreeMap<String, IpAddr>,
 }
 
 impl Resolver {
     /// Parse `name=address,...`; names are lowercased.
-    pub fn parse_overrides(text: &str) -> Result<Resolver, ProxyError> {
+    pub(crate) fn parse_overrides(text: &str) -> Result<Resolver, ProxyError> {
         let mut overrides = BTreeMap::new();
         for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (name, addr) = item.split_once('=').ok_or_else(|| ProxyError::Override(item.to_string()))?;
@@ -89,7 +89,7 @@ impl Resolver {
 
     /// The resolver for this run: overrides from [`TEST_RESOLVE_VAR`] when
     /// the caller set it (read by the caller: hostenv.rs).
-    pub fn from_override(text: Option<&str>) -> Result<Resolver, ProxyError> {
+    pub(crate) fn from_override(text: Option<&str>) -> Result<Resolver, ProxyError> {
         match text {
             Some(text) => Resolver::parse_overrides(text),
             None => Ok(Resolver::default()),
@@ -97,7 +97,7 @@ impl Resolver {
     }
 
     /// The overridden names, for the result.
-    pub fn names(&self) -> Vec<String> {
+    pub(crate) fn names(&self) -> Vec<String> {
         self.overrides.keys().cloned().collect()
     }
 
@@ -116,7 +116,7 @@ impl Resolver {
 
 /// Where an answer came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
+pub(crate) enum Origin {
     Dns,
     /// [`TEST_RESOLVE_VAR`]: loopback is allowed for these names only.
     Override,
@@ -124,7 +124,7 @@ pub enum Origin {
 
 /// The range an address lies in when the script must never reach it; `None`
 /// for a public unicast address.
-pub fn forbidden_range(ip: IpAddr) -> Option<&'static str> {
+pub(crate) fn forbidden_range(ip: IpAddr) -> Option<&'static str> {
     match ip {
         IpAddr::V4(v4) => v4_range(v4),
         IpAddr::V6(v6) => v6_range(v6),
@@ -202,7 +202,7 @@ fn v6_range(ip: Ipv6Addr) -> Option<&'static str> {
 /// The addresses the proxy may connect to, in order, or why none: one
 /// forbidden answer refuses them all (a name mixing public and internal
 /// answers is an attack, not an accident). Overridden names may be loopback.
-pub fn check_addresses(addrs: &[SocketAddr], origin: Origin) -> Result<Vec<SocketAddr>, String> {
+pub(crate) fn check_addresses(addrs: &[SocketAddr], origin: Origin) -> Result<Vec<SocketAddr>, String> {
     for a in addrs {
         if origin == Origin::Override && a.ip().is_loopback() {
             continue;
@@ -218,7 +218,7 @@ pub fn check_addresses(addrs: &[SocketAddr], origin: Origin) -> Result<Vec<Socke
 
 /// A parsed request head.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Request {
+pub(crate) struct Request {
     pub method: String,
     /// Lowercased, without a trailing dot.
     pub host: String,
@@ -227,7 +227,7 @@ pub struct Request {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     /// `CONNECT host:port`: answer 200, then relay bytes.
     Connect,
     /// A plain-http request: send `head` (in origin form, with `Host` and
@@ -265,7 +265,7 @@ fn split_authority(authority: &str, default_port: Option<u16>) -> Result<(String
 }
 
 /// Parse a request head (everything up to and including the blank line).
-pub fn parse_head(head: &[u8]) -> Result<Request, String> {
+pub(crate) fn parse_head(head: &[u8]) -> Result<Request, String> {
     let text = std::str::from_utf8(head).map_err(|_| "the request head is not UTF-8".to_string())?;
     let mut lines = text.split("\r\n");
     let first = lines.next().unwrap_or_default();
@@ -357,14 +357,14 @@ impl Shared {
 }
 
 /// The running proxy.
-pub struct Proxy {
+pub(crate) struct Proxy {
     shared: Arc<Shared>,
     wake_write: Option<OwnedFd>,
     thread: Option<JoinHandle<()>>,
 }
 
 /// Start serving `listener` (the socket the jail's PID 1 handed over).
-pub fn start(listener: OwnedFd, rules: Allowlist, resolver: Resolver) -> Result<Proxy, ProxyError> {
+pub(crate) fn start(listener: OwnedFd, rules: Allowlist, resolver: Resolver) -> Result<Proxy, ProxyError> {
     let (wake_read, wake_write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| ProxyError::Pipe(e.into()))?;
     let shared = Arc::new(Shared {
         rules,
@@ -390,7 +390,7 @@ pub fn start(listener: OwnedFd, rules: Allowlist, resolver: Resolver) -> Result<
 
 impl Proxy {
     /// Stop (the jail is dead by now), wait for every thread, and report.
-    pub fn finish(mut self) -> NetworkReport {
+    pub(crate) fn finish(mut self) -> NetworkReport {
         self.stop();
         let s = &self.shared;
         let (mut records, dropped) = s.records.lock().map(|mut r| (std::mem::take(&mut r.0), r.1)).unwrap_or_default();
@@ -710,7 +710,7 @@ fn relay(
 }
 
 /// The result's `network` section for a run without a proxy.
-pub fn report_without_proxy(mode: &str) -> NetworkReport {
+pub(crate) fn report_without_proxy(mode: &str) -> NetworkReport {
     NetworkReport { mode: mode.into(), ..NetworkReport::default() }
 }
 

@@ -31,7 +31,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 /// Bytes held for a caller that has not read them yet, per stream. Past it
 /// the script's pipe is not read until the caller catches up.
-pub const BUFFER_BYTES: usize = 256 << 10;
+pub(crate) const BUFFER_BYTES: usize = 256 << 10;
 
 /// How the caller's descriptor is written without blocking.
 enum Sink {
@@ -105,7 +105,7 @@ impl Drop for Sink {
 
 /// What a relay did, for the result's `stdout`/`stderr`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Relayed {
+pub(crate) struct Relayed {
     /// Bytes the script wrote to the stream.
     pub bytes: u64,
     /// Whether the stream passed its cap (the rest was dropped).
@@ -116,7 +116,7 @@ pub struct Relayed {
 }
 
 /// One stream on its way to the caller.
-pub struct Relay {
+pub(crate) struct Relay {
     sink: Sink,
     /// `limits.stdout_bytes` or `limits.stderr_bytes`, and the field's name
     /// for the marker line.
@@ -134,7 +134,7 @@ pub struct Relay {
 
 impl Relay {
     /// A relay to the caller's `fd` (its stdout or stderr).
-    pub fn new(fd: BorrowedFd<'_>, cap: u64, field: &'static str) -> Relay {
+    pub(crate) fn new(fd: BorrowedFd<'_>, cap: u64, field: &'static str) -> Relay {
         let sink = fd.try_clone_to_owned().map(Sink::open).unwrap_or(Sink::Closed);
         Relay {
             gone: matches!(sink, Sink::Closed),
@@ -151,7 +151,7 @@ impl Relay {
 
     /// Take a chunk the script wrote: queue what is within the cap, drop the
     /// rest behind one marker line, and write what the caller takes now.
-    pub fn push(&mut self, chunk: &[u8]) {
+    pub(crate) fn push(&mut self, chunk: &[u8]) {
         let room = self.cap.saturating_sub(self.total);
         self.total += chunk.len() as u64;
         let keep = &chunk[..(room.min(chunk.len() as u64) as usize)];
@@ -181,22 +181,22 @@ impl Relay {
 
     /// Whether the watch loop may read more of the script's pipe: not while
     /// the caller has a full buffer to take.
-    pub fn wants_input(&self) -> bool {
+    pub(crate) fn wants_input(&self) -> bool {
         self.buf.len() < BUFFER_BYTES
     }
 
     /// Whether bytes wait for the caller (poll [`Relay::fd`] for POLLOUT).
-    pub fn pending(&self) -> bool {
+    pub(crate) fn pending(&self) -> bool {
         !self.gone && !self.buf.is_empty()
     }
 
     /// The descriptor to poll for POLLOUT, while [`Relay::pending`].
-    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+    pub(crate) fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.sink.fd()
     }
 
     /// Write what the caller takes without blocking.
-    pub fn flush(&mut self) {
+    pub(crate) fn flush(&mut self) {
         while self.pending() {
             let (front, _) = self.buf.as_slices();
             match self.sink.write(front) {
@@ -218,7 +218,7 @@ impl Relay {
 
     /// The stream ended: give the caller until `until` to take what is
     /// queued, then drop the rest (counted in `undelivered`).
-    pub fn finish(mut self, until: Instant) -> Relayed {
+    pub(crate) fn finish(mut self, until: Instant) -> Relayed {
         self.drain(until);
         self.undelivered += self.buf.len() as u64;
         Relayed {
@@ -230,12 +230,12 @@ impl Relay {
 
     /// What is still queued, taken out of the relay (events.rs completes
     /// the line the reader was in the middle of).
-    pub fn take_queued(&mut self) -> Vec<u8> {
+    pub(crate) fn take_queued(&mut self) -> Vec<u8> {
         self.buf.drain(..).collect()
     }
 
     /// Write what the caller takes until `until`, waiting for it to read.
-    pub fn drain(&mut self, until: Instant) {
+    pub(crate) fn drain(&mut self, until: Instant) {
         self.flush();
         while self.pending() {
             let left = until.saturating_duration_since(Instant::now());
@@ -262,12 +262,12 @@ impl Relay {
 }
 
 /// A relay to the process's own stdout.
-pub fn to_stdout(cap: u64) -> Relay {
+pub(crate) fn to_stdout(cap: u64) -> Relay {
     Relay::new(io::stdout().as_fd(), cap, "stdout_bytes")
 }
 
 /// A relay to the process's own stderr.
-pub fn to_stderr(cap: u64) -> Relay {
+pub(crate) fn to_stderr(cap: u64) -> Relay {
     Relay::new(io::stderr().as_fd(), cap, "stderr_bytes")
 }
 
@@ -276,7 +276,7 @@ const TELL_GRACE: std::time::Duration = std::time::Duration::from_millis(50);
 
 /// Write `text` to the process's stderr without blocking for more than a
 /// moment: a caller that stopped reading loses it rather than hanging us.
-pub fn tell_stderr(text: &str) {
+pub(crate) fn tell_stderr(text: &str) {
     if text.is_empty() {
         return;
     }

@@ -50,7 +50,7 @@ pub enum StepKind {
 /// to fix it.
 #[derive(Debug, thiserror::Error)]
 #[error("{problem}: {fix}")]
-pub struct InputError {
+pub(crate) struct InputError {
     pub problem: String,
     pub fix: String,
     /// `Input`, or `Output` for a problem with the output dir (`--output`,

@@ -8,7 +8,7 @@
 use nix::sys::resource::{getrlimit, setrlimit, Resource};
 
 #[derive(Debug, thiserror::Error)]
-pub enum RlimitError {
+pub(crate) enum RlimitError {
     #[error("setrlimit({resource}, {soft}, {hard})")]
     Set {
         resource: &'static str,
@@ -71,12 +71,12 @@ pub struct Rlimit {
 
 /// The hard limit this process holds for `kind`: nothing the worker sets can
 /// go above it (raising a hard limit needs CAP_SYS_RESOURCE on the host).
-pub fn current_hard(kind: Kind) -> u64 {
+pub(crate) fn current_hard(kind: Kind) -> u64 {
     getrlimit(kind.resource()).map(|(_, hard)| hard).unwrap_or(u64::MAX)
 }
 
 /// Child side: set every limit in the list, in order.
-pub fn apply(list: &[Rlimit]) -> Result<(), RlimitError> {
+pub(crate) fn apply(list: &[Rlimit]) -> Result<(), RlimitError> {
     for r in list {
         setrlimit(r.kind.resource(), r.soft, r.hard).map_err(|source| RlimitError::Set {
             resource: r.kind.name(),

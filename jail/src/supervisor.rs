@@ -12,7 +12,7 @@
 use crate::artifacts;
 use crate::host;
 use crate::launch::Jail;
-pub use crate::launch::Leftovers;
+pub(crate) use crate::launch::Leftovers;
 use crate::layers;
 use crate::plan;
 use crate::request::{prepare, Identity};
@@ -24,28 +24,24 @@ use crate::sys;
 use crate::verdict::{base_result, failed, report_plan};
 use crate::watch::Loop;
 
-pub use crate::plan::THREAD_POOL_VARS;
-pub use crate::request::{InputError, RunRequest, StepKind};
-pub use crate::streams::OutputMode;
+pub(crate) use crate::request::RunRequest;
+pub(crate) use crate::streams::OutputMode;
 
-/// Run one script and return its result, with nothing of it left on the
-/// host. Never panics on bad input: every problem becomes a result with
+/// Run one step and return its result, with nothing of it left on the
+/// host, `lp` saying what the step's clocks mean (watch.rs): a script's
+/// deadlines ([`run_leaving_cleanup`]), or a session's cells (session.rs).
+/// Never panics on bad input: every problem becomes a result with
 /// `setup_error`.
-pub fn run(req: &RunRequest) -> RunResult {
-    run_with(req, &mut Script::new())
-}
-
-/// [`run`] with `lp` saying what the step's clocks mean (watch.rs): a
-/// script's deadlines ([`run`]), or a session's cells (session.rs).
 pub(crate) fn run_with(req: &RunRequest, lp: &mut dyn Loop) -> RunResult {
     let (result, leftovers) = leaving_cleanup(req, lp);
     drop(leftovers);
     result
 }
 
-/// [`run`], but the clean-up no caller waits for is left to the
-/// [`Leftovers`]' drop, so the caller can hand the result on first.
-pub fn run_leaving_cleanup(req: &RunRequest) -> (RunResult, Option<Leftovers>) {
+/// Run one script as [`run_with`] does, but the clean-up no caller waits
+/// for is left to the [`Leftovers`]' drop, so the caller can hand the
+/// result on first.
+pub(crate) fn run_leaving_cleanup(req: &RunRequest) -> (RunResult, Option<Leftovers>) {
     leaving_cleanup(req, &mut Script::new())
 }
 

@@ -24,13 +24,13 @@ use serde::{Deserialize, Serialize};
 use crate::result::SetupError;
 
 /// A pipe's two ends.
-pub struct Pipe {
+pub(crate) struct Pipe {
     pub read: OwnedFd,
     pub write: OwnedFd,
 }
 
 impl Pipe {
-    pub fn new() -> io::Result<Pipe> {
+    pub(crate) fn new() -> io::Result<Pipe> {
         let (read, write) = nix::unistd::pipe2(OFlag::O_CLOEXEC)?;
         Ok(Pipe { read, write })
     }
@@ -38,7 +38,7 @@ impl Pipe {
 
 /// Which optional channels a run needs (from its plan).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Wanted {
+pub(crate) struct Wanted {
     pub output: bool,
     pub notify: bool,
     pub proxy: bool,
@@ -51,7 +51,7 @@ pub struct Wanted {
 /// A channel that could not be made, by name (see the table above).
 #[derive(Debug, thiserror::Error)]
 #[error("create the {which} channel")]
-pub struct ChannelError {
+pub(crate) struct ChannelError {
     pub which: &'static str,
     #[source]
     pub source: io::Error,
@@ -59,13 +59,13 @@ pub struct ChannelError {
 
 /// Both ends of a socketpair: `ours` stays with the supervisor, `theirs`
 /// goes to the child.
-pub struct Pair {
+pub(crate) struct Pair {
     pub ours: OwnedFd,
     pub theirs: OwnedFd,
 }
 
 /// Every channel of one run.
-pub struct Channels {
+pub(crate) struct Channels {
     pub release: Pipe,
     pub report: Pipe,
     pub status: Pipe,
@@ -79,7 +79,7 @@ pub struct Channels {
 }
 
 impl Channels {
-    pub fn new(wanted: Wanted) -> Result<Channels, ChannelError> {
+    pub(crate) fn new(wanted: Wanted) -> Result<Channels, ChannelError> {
         let pipe = |which| Pipe::new().map_err(|source| ChannelError { which, source });
         let pair = |which, want: bool| -> Result<Option<Pair>, ChannelError> {
             if !want {
@@ -112,7 +112,7 @@ impl Channels {
 /// A message from the child side.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(rename_all = "snake_case")]
-pub enum Report {
+pub(crate) enum Report {
     /// Setup stages in the order they finished, each with the CLOCK_MONOTONIC
     /// time (nanoseconds) it finished at; sent once, right before exec.
     Stages(Vec<(String, u64)>),
@@ -129,7 +129,7 @@ pub enum Report {
 
 /// CLOCK_MONOTONIC in nanoseconds; comparable across our namespaces because
 /// we never create a time namespace.
-pub fn monotonic_ns() -> u64 {
+pub(crate) fn monotonic_ns() -> u64 {
     let ts = nix::time::clock_gettime(nix::time::ClockId::CLOCK_MONOTONIC);
     ts.map(|t| t.tv_sec() as u64 * 1_000_000_000 + t.tv_nsec() as u64).unwrap_or(0)
 }
@@ -141,7 +141,7 @@ pub(crate) fn ms_since(t: std::time::Instant) -> f64 {
 
 /// Send one message. Errors are ignored by callers on the child side: if the
 /// supervisor is gone there is nobody to tell.
-pub fn send(fd: &OwnedFd, report: &Report) -> io::Result<()> {
+pub(crate) fn send(fd: &OwnedFd, report: &Report) -> io::Result<()> {
     let mut line = serde_json::to_vec(report).map_err(io::Error::other)?;
     line.push(b'\n');
     // One write of a small message to a pipe is atomic (PIPE_BUF), so messages
@@ -151,7 +151,7 @@ pub fn send(fd: &OwnedFd, report: &Report) -> io::Result<()> {
 }
 
 /// Parse every complete message in a buffer read from a pipe.
-pub fn parse_reports(buf: &[u8]) -> Vec<Report> {
+pub(crate) fn parse_reports(buf: &[u8]) -> Vec<Report> {
     buf.split(|&b| b == b'\n')
         .filter(|line| !line.is_empty())
         .filter_map(|line| serde_json::from_slice(line).ok())
@@ -159,14 +159,14 @@ pub fn parse_reports(buf: &[u8]) -> Vec<Report> {
 }
 
 /// Block until the supervisor releases us; false means it went away.
-pub fn wait_for_release(fd: OwnedFd) -> bool {
+pub(crate) fn wait_for_release(fd: OwnedFd) -> bool {
     let mut byte = [0u8; 1];
     matches!(std::fs::File::from(fd).read(&mut byte), Ok(1))
 }
 
 /// Whether nobody reads the other end of this pipe any more: poll(2)
 /// reports POLLERR on a write end without readers.
-pub fn reader_gone(fd: &OwnedFd) -> bool {
+pub(crate) fn reader_gone(fd: &OwnedFd) -> bool {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
     let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLOUT)];
@@ -174,7 +174,7 @@ pub fn reader_gone(fd: &OwnedFd) -> bool {
 }
 
 /// Let the child go.
-pub fn release(fd: OwnedFd) -> io::Result<()> {
+pub(crate) fn release(fd: OwnedFd) -> io::Result<()> {
     std::fs::File::from(fd).write_all(&[1])
 }
 

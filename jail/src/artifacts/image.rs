@@ -13,7 +13,7 @@ use quick_xml::events::Event;
 use super::budget::{Deadline, Ticker, MAX_XML_DEPTH};
 use crate::result::Summary;
 
-pub fn png_size(head: &[u8]) -> Option<Summary> {
+pub(super) fn png_size(head: &[u8]) -> Option<Summary> {
     // Signature (8), IHDR length and type (8), then width and height.
     if head.len() < 24 || &head[12..16] != b"IHDR" {
         return None;
@@ -22,7 +22,7 @@ pub fn png_size(head: &[u8]) -> Option<Summary> {
     Some(Summary::Image { width: be(16), height: be(20) })
 }
 
-pub fn gif_size(head: &[u8]) -> Option<Summary> {
+pub(super) fn gif_size(head: &[u8]) -> Option<Summary> {
     if head.len() < 10 {
         return None;
     }
@@ -31,7 +31,7 @@ pub fn gif_size(head: &[u8]) -> Option<Summary> {
 }
 
 /// Walk the JPEG segments to the first start-of-frame marker.
-pub fn jpeg_size(data: &[u8]) -> Option<Summary> {
+pub(super) fn jpeg_size(data: &[u8]) -> Option<Summary> {
     let mut i = 2;
     while i + 4 <= data.len() {
         if data[i] != 0xff {
@@ -66,14 +66,14 @@ pub fn jpeg_size(data: &[u8]) -> Option<Summary> {
 
 /// Why the SVG reader stopped before the root element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SvgCut {
+pub(super) enum SvgCut {
     Depth,
     Time,
 }
 
 /// The root `<svg>` element's size: width/height when unitless or in px,
 /// else its viewBox; with why the reader stopped short, if it did.
-pub fn svg_size(data: &[u8], deadline: Deadline) -> (Summary, Option<SvgCut>) {
+pub(super) fn svg_size(data: &[u8], deadline: Deadline) -> (Summary, Option<SvgCut>) {
     let none = Summary::Svg { width: None, height: None };
     let mut reader = quick_xml::Reader::from_reader(data);
     let mut buf = Vec::new();

@@ -32,7 +32,7 @@ const LINE_CHARS: usize = 160;
 const SNIFF_LINES: usize = 20;
 
 /// What [`inspect`] found.
-pub struct Inspection {
+pub(super) struct Inspection {
     pub sha256: String,
     pub bytes: u64,
     pub media_type: String,
@@ -106,7 +106,7 @@ fn promised(ext: &str) -> Option<&'static [&'static str]> {
 
 /// Why a file has no description.
 #[derive(Debug, thiserror::Error)]
-pub enum Unjudged {
+pub(super) enum Unjudged {
     #[error("read: {0}")]
     Read(#[from] io::Error),
     /// The run's CPU budget ran out before this file was judged in full
@@ -120,7 +120,7 @@ pub enum Unjudged {
 /// extension. Past the run's CPU budget (in `deadline`), with `past` at
 /// `Refuse`, reading stops and the file is [`Unjudged::OverBudget`]; at
 /// `Flag`, only the hash reads on, as past a scanning time budget.
-pub fn inspect<R: Read + Seek>(
+pub(super) fn inspect<R: Read + Seek>(
     file: &mut R,
     size: u64,
     ext: &str,

@@ -27,7 +27,7 @@ const CHECK_EVERY: u64 = 1024;
 
 /// What reading the prefix gave.
 #[derive(Debug, PartialEq)]
-pub enum Outcome {
+pub(super) enum Outcome {
     /// A whole object or array.
     Summary(Summary),
     /// Not JSON after all (or a scalar at the top).
@@ -37,7 +37,7 @@ pub enum Outcome {
 }
 
 /// Summarise `text`, the whole file.
-pub fn summarise(text: &[u8], deadline: Deadline) -> Outcome {
+pub(super) fn summarise(text: &[u8], deadline: Deadline) -> Outcome {
     let text = text.strip_prefix(b"\xef\xbb\xbf").unwrap_or(text);
     let stopped = Cell::new(false);
     let mut de = serde_json::Deserializer::from_slice(text);
@@ -51,7 +51,7 @@ pub fn summarise(text: &[u8], deadline: Deadline) -> Outcome {
 
 /// For a file too large to parse (or a parse cut short): what its first
 /// byte promises, `None` when it promises neither an object nor an array.
-pub fn promised(kept: &[u8]) -> Option<Summary> {
+pub(super) fn promised(kept: &[u8]) -> Option<Summary> {
     let text = kept.strip_prefix(b"\xef\xbb\xbf").unwrap_or(kept);
     match text.iter().find(|b| !b.is_ascii_whitespace())? {
         b'{' => Some(partial("object")),

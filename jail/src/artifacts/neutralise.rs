@@ -27,7 +27,7 @@ const CHUNK: usize = 64 << 10;
 
 /// What the neutralised copy holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Written {
+pub(crate) struct Written {
     pub bytes: u64,
     pub sha256: String,
     /// Cells given a `'`.
@@ -35,7 +35,7 @@ pub struct Written {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum NeutraliseError {
+pub(crate) enum NeutraliseError {
     #[error("read the file")]
     Read(#[source] io::Error),
     #[error("write the neutralised copy")]
@@ -52,7 +52,7 @@ pub enum NeutraliseError {
 /// Copy `size` bytes of `src` into `dst` with every formula cell
 /// neutralised, writing at most `limit` bytes, before `deadline` and
 /// within the run's judging budget `spend` (checked per 64 KiB).
-pub fn neutralise(
+pub(crate) fn neutralise(
     src: &mut impl Read,
     size: u64,
     delim: u8,

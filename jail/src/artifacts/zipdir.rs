@@ -23,8 +23,8 @@
 use std::io::{self, BufReader, Read, Seek, SeekFrom};
 
 /// Entries and directory bytes an archive may have to be opened.
-pub const MAX_ENTRIES: u64 = 10_000;
-pub const MAX_DIR_BYTES: u64 = 4 << 20;
+pub(super) const MAX_ENTRIES: u64 = 10_000;
+pub(super) const MAX_DIR_BYTES: u64 = 4 << 20;
 /// The tail searched for end records: the zip crate looks in the last 64 KiB
 /// plus its record (`min_eocd_position` in zip's `get_metadata`); the extra
 /// KiB only makes us stricter.
@@ -42,7 +42,7 @@ const HEADER_LEN: u64 = 46;
 
 /// What the end records say, once checked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Directory {
+pub(super) struct Directory {
     pub entries: u64,
     pub offset: u64,
     pub bytes: u64,
@@ -51,7 +51,7 @@ pub struct Directory {
 
 /// Why an archive is not handed to the zip reader.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum DirError {
+pub(super) enum DirError {
     #[error("cannot read the zip directory: {0}")]
     Read(String),
     #[error("no zip end-of-directory record in the last 64 KiB")]
@@ -100,7 +100,7 @@ fn read_at<R: Read + Seek>(r: &mut R, at: u64, buf: &mut [u8]) -> Result<(), Dir
 }
 
 /// Check the directory of the `size`-byte archive `r`, or say why not.
-pub fn check<R: Read + Seek>(r: &mut R, size: u64) -> Result<Directory, DirError> {
+pub(super) fn check<R: Read + Seek>(r: &mut R, size: u64) -> Result<Directory, DirError> {
     let tail_len = size.min(TAIL);
     let tail_start = size - tail_len;
     let mut tail = vec![0u8; tail_len as usize];

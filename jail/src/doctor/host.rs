@@ -21,7 +21,7 @@ use crate::cgroup;
 
 /// What the live probes found; recorded as `probes.json` in a fixture.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Probes {
+pub(crate) struct Probes {
     /// `None`: a user namespace could be created, mapped and mounted in.
     /// Else the step that failed (`unshare`, `uid_map`, `mount`) and errno.
     pub userns_failure: Option<(String, i32)>,
@@ -33,7 +33,7 @@ pub struct Probes {
 
 /// Everything `diagnose` looks at.
 #[derive(Debug, Clone, PartialEq)]
-pub struct HostFacts {
+pub(crate) struct HostFacts {
     pub kernel: String,
     pub uid: u32,
     /// The jail binary (named in the AppArmor profile of the fix).
@@ -70,7 +70,7 @@ fn read_number(root: &Path, rel: &str) -> Option<u64> {
 impl HostFacts {
     /// The facts under `root` (`/` for this host), with `probes` taken live
     /// or from a recording.
-    pub fn read(root: &Path, kernel: String, uid: u32, exe: PathBuf, probes: Probes) -> HostFacts {
+    pub(crate) fn read(root: &Path, kernel: String, uid: u32, exe: PathBuf, probes: Probes) -> HostFacts {
         let status = read_text(root, "proc/self/status").unwrap_or_default();
         let seccomp_mode = status.lines().find_map(|l| l.strip_prefix("Seccomp:")).and_then(|v| v.trim().parse().ok());
         let container = [".dockerenv", "run/.containerenv"]
@@ -112,7 +112,7 @@ impl Probes {
     /// mapped, a tmpfs mounted in a new mount namespace: AppArmor's
     /// restriction lets the first two through and refuses the mount), the
     /// landlock ABI, and whether our own cgroup takes new cgroups.
-    pub fn live(own_cgroup: Option<&str>) -> Probes {
+    pub(crate) fn live(own_cgroup: Option<&str>) -> Probes {
         let userns_failure = super::probe_user_namespace().err();
         let landlock = crate::sys::landlock_abi().map_err(|e| e.raw_os_error().unwrap_or(0));
         let own_cgroup_writable = own_cgroup.is_some_and(|cg| {
@@ -303,7 +303,7 @@ fn cgroups(f: &HostFacts) -> Check {
 }
 
 /// Every finding, in the order `jail doctor` prints them. Pure.
-pub fn diagnose(f: &HostFacts) -> Vec<Check> {
+pub(crate) fn diagnose(f: &HostFacts) -> Vec<Check> {
     vec![user_namespaces(f), landlock(f), seccomp(f), cgroups(f)]
 }
 

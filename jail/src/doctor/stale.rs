@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 /// One package the rootfs holds an older version of than the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Stale {
+pub(crate) struct Stale {
     pub package: String,
     pub rootfs: String,
     pub host: String,
@@ -19,7 +19,7 @@ pub struct Stale {
 /// Packages of `recorded` (the manifest's) that `host` has in a newer
 /// version. A package the host no longer has is not stale: nothing newer
 /// exists to copy.
-pub fn stale(recorded: &BTreeMap<String, String>, host: &BTreeMap<String, String>) -> Vec<Stale> {
+pub(crate) fn stale(recorded: &BTreeMap<String, String>, host: &BTreeMap<String, String>) -> Vec<Stale> {
     recorded
         .iter()
         .filter_map(|(name, old)| {
@@ -30,7 +30,7 @@ pub fn stale(recorded: &BTreeMap<String, String>, host: &BTreeMap<String, String
 }
 
 /// Debian version order: epoch, then upstream version, then revision.
-pub fn compare(a: &str, b: &str) -> Ordering {
+pub(crate) fn compare(a: &str, b: &str) -> Ordering {
     let (ea, ua, ra) = split(a);
     let (eb, ub, rb) = split(b);
     ea.cmp(&eb).then_with(|| verrevcmp(ua, ub)).then_with(|| verrevcmp(ra, rb))

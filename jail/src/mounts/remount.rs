@@ -139,7 +139,7 @@ pub(super) fn missing(options: &[String], attrs: u64) -> Vec<&'static str> {
 }
 
 #[derive(Debug, thiserror::Error)]
-pub enum RemountError {
+pub(crate) enum RemountError {
     #[error("read /proc/self/mountinfo")]
     ReadMountinfo(#[source] io::Error),
     #[error("/proc/self/mountinfo is malformed or over {MAX_MOUNTINFO} bytes")]

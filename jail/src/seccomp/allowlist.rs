@@ -15,7 +15,7 @@ use super::model::SeccompFile;
 /// the TCP sockets in: the net namespace has only loopback, no resolver is
 /// configured, and landlock (ABI >= 4) lets them connect only to the
 /// proxy's port.
-pub fn adapt_for_allowlist(section: &mut SeccompFile) {
+pub(crate) fn adapt_for_allowlist(section: &mut SeccompFile) {
     use super::model::{ActionFile, ConditionFile, Number, RuleFile};
     let refuses_non_unix = |r: &RuleFile| {
         r.syscalls == ["socket"]

@@ -32,7 +32,7 @@ const MAGIC: &[u8; 8] = b"JAILBPF1";
 const MAX_ENTRY: u64 = (MAGIC.len() + 32 + bpf::MAX_INSNS * 8) as u64;
 
 /// `compile`, through the cache when there is one.
-pub fn compile(model: &Model, mode: Mode, dir: Option<&Path>) -> Result<Filter, SeccompError> {
+pub(crate) fn compile(model: &Model, mode: Mode, dir: Option<&Path>) -> Result<Filter, SeccompError> {
     match dir.and_then(prepare_dir) {
         Some(dir) => compile_in(&dir, model, mode),
         None => super::compile(model, mode),
@@ -40,7 +40,7 @@ pub fn compile(model: &Model, mode: Mode, dir: Option<&Path>) -> Result<Filter, 
 }
 
 /// `compile` through the cache in `dir`.
-pub fn compile_in(dir: &Path, model: &Model, mode: Mode) -> Result<Filter, SeccompError> {
+pub(crate) fn compile_in(dir: &Path, model: &Model, mode: Mode) -> Result<Filter, SeccompError> {
     let path = dir.join(format!("seccomp-{}.bpf", key(model, mode)));
     let usable = own_private(dir, true);
     if usable {

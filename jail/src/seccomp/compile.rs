@@ -33,7 +33,7 @@ pub fn host_mode() -> Mode {
 }
 
 /// The raw filter return value an action compiles to.
-pub fn ret_value(action: Action, mode: Mode) -> u32 {
+pub(super) fn ret_value(action: Action, mode: Mode) -> u32 {
     match (action, mode) {
         (Action::Allow, _) => 0x7fff_0000,
         (Action::KillProcess, _) => 0x8000_0000,
@@ -54,7 +54,7 @@ fn scmp_action(action: Action, mode: Mode) -> ScmpAction {
 /// A rule's conditions as libseccomp comparisons: one conjunction per cube
 /// of each `not_in` (there is no such operator in libseccomp), the product
 /// when a rule has several.
-pub fn conjunctions(when: &[model::Condition]) -> Vec<Vec<ScmpArgCompare>> {
+pub(super) fn conjunctions(when: &[model::Condition]) -> Vec<Vec<ScmpArgCompare>> {
     let mut out: Vec<Vec<ScmpArgCompare>> = vec![Vec::new()];
     for c in when {
         let arg = c.arg as u32;

@@ -9,10 +9,10 @@ use crate::field::FieldError;
 
 /// The calls the jail itself makes after the filter is loaded, which every
 /// policy must allow unconditionally: sending the listener, and the exec.
-pub const JAIL_NEEDS: [&str; 2] = ["sendmsg", "execve"];
+pub(super) const JAIL_NEEDS: [&str; 2] = ["sendmsg", "execve"];
 
 /// Policy check: `JAIL_NEEDS` are allowed without conditions.
-pub fn check_jail_needs(model: &Model) -> Result<(), FieldError> {
+pub(crate) fn check_jail_needs(model: &Model) -> Result<(), FieldError> {
     for name in JAIL_NEEDS {
         let ok = model::resolve(name)
             .is_some_and(|nr| model.rules_for(nr).any(|(_, r)| r.action == Action::Allow && r.when.is_empty()));
@@ -30,7 +30,7 @@ pub fn check_jail_needs(model: &Model) -> Result<(), FieldError> {
 
 /// Syscalls no policy may allow in any form: each is kernel attack surface
 /// or a way around another layer, and none is needed by Python.
-pub const ALWAYS_REFUSED: &[&str] = &[
+pub(super) const ALWAYS_REFUSED: &[&str] = &[
     "ptrace",
     "process_vm_readv",
     "process_vm_writev",
@@ -84,7 +84,7 @@ const CLONE_NEW_FLAGS: [u64; 7] = [
 ];
 
 /// Policy check: the refusals every run keeps whatever a policy says.
-pub fn check_floor(model: &Model) -> Result<(), FieldError> {
+pub(crate) fn check_floor(model: &Model) -> Result<(), FieldError> {
     let refuse = |i: usize, what: &str| FieldError {
         field: format!("seccomp.rules[{i}]"),
         message: format!("allows {what}, which this jail always refuses (policies/README.md, \"Always refused\")"),
@@ -129,7 +129,7 @@ pub fn check_floor(model: &Model) -> Result<(), FieldError> {
 
 /// Policy check for `network.mode: none`: socket() is refused for every
 /// address family but AF_UNIX.
-pub fn check_network_none(model: &Model) -> Result<(), FieldError> {
+pub(crate) fn check_network_none(model: &Model) -> Result<(), FieldError> {
     check_socket_families(model, &[libc::AF_UNIX], "none: only AF_UNIX sockets may be created")
 }
 
@@ -169,7 +169,7 @@ fn check_socket_families(model: &Model, allowed: &[libc::c_int], why: &str) -> R
 /// counted refusals (`report: true`), which is what sends them to the
 /// supervisor to let the TCP stream ones through (`Tally::answer`). A rule
 /// that allowed them outright would let UDP and raw sockets through too.
-pub fn check_network_allowlist(model: &Model) -> Result<(), FieldError> {
+pub(crate) fn check_network_allowlist(model: &Model) -> Result<(), FieldError> {
     check_socket_families(
         model,
         &[libc::AF_UNIX],

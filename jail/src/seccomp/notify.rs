@@ -25,18 +25,18 @@ pub const MAX_ANSWERED: u64 = 10_000;
 
 /// Past [`MAX_ANSWERED`], the least time between two answers: at most 1,000
 /// a second, a few milliseconds of supervisor CPU each second.
-pub const PAST_CAP_PACE: std::time::Duration = std::time::Duration::from_millis(1);
+pub(crate) const PAST_CAP_PACE: std::time::Duration = std::time::Duration::from_millis(1);
 
 /// Whether this kernel takes `SECCOMP_USER_NOTIF_FLAG_CONTINUE` (Linux
 /// 5.5), with which allowlist mode lets TCP sockets through. User
 /// notification itself came in 5.0, so `host_mode` alone cannot say.
-pub fn host_can_continue() -> bool {
+pub(crate) fn host_can_continue() -> bool {
     can_continue(&std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default())
 }
 
 /// [`host_can_continue`] from a kernel release string (`uname -r`); one it
 /// cannot read counts as too old.
-pub fn can_continue(release: &str) -> bool {
+pub(super) fn can_continue(release: &str) -> bool {
     let mut parts = release.trim().split(|c: char| !c.is_ascii_digit());
     let major = parts.next().and_then(|m| m.parse::<u32>().ok());
     let minor = parts.next().and_then(|m| m.parse::<u32>().ok());
@@ -94,7 +94,7 @@ const FAMILIES: [&str; 46] = [
 ];
 
 /// An address family's name; the kernel reads the argument as an int.
-pub fn family_name(arg: u64) -> String {
+pub(super) fn family_name(arg: u64) -> String {
     match FAMILIES.get(arg as usize) {
         Some(name) if arg >> 32 == 0 => name.to_string(),
         _ => format!("family {arg:#x}"),
@@ -110,7 +110,7 @@ struct Count {
 
 /// Supervisor side: the refusals of one run, answered and counted.
 #[derive(Debug, Clone, Default)]
-pub struct Tally {
+pub(crate) struct Tally {
     counts: BTreeMap<(i32, Option<u64>), Count>,
     /// Notifications answered.
     pub answered: u64,
@@ -137,7 +137,7 @@ pub struct Tally {
 /// Whether socket(2) arguments ask for a TCP stream socket: AF_INET or
 /// AF_INET6, type SOCK_STREAM (with at most SOCK_NONBLOCK and SOCK_CLOEXEC),
 /// protocol 0 or IPPROTO_TCP. The kernel reads each as an int.
-pub fn is_tcp_stream(args: &[u64; 6]) -> bool {
+pub(super) fn is_tcp_stream(args: &[u64; 6]) -> bool {
     let (family, ty, protocol) = (args[0] as u32 as i32, args[1] as u32 as i32, args[2] as u32 as i32);
     let flags = libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC;
     matches!(family, libc::AF_INET | libc::AF_INET6)
@@ -147,7 +147,7 @@ pub fn is_tcp_stream(args: &[u64; 6]) -> bool {
 
 /// When the supervisor should read the listener again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Next {
+pub(crate) enum Next {
     /// As soon as it has something.
     Now,
     /// Not before this long: past the cap, or after a failed receive.
@@ -155,13 +155,13 @@ pub enum Next {
 }
 
 impl Tally {
-    pub fn new() -> Tally {
+    pub(crate) fn new() -> Tally {
         let socket_nrs = ["socket", "socketpair"].iter().filter_map(|n| model::resolve(n)).collect();
         Tally { socket_nrs, ..Tally::default() }
     }
 
     /// Let TCP stream sockets through (`network.mode: allowlist`).
-    pub fn tcp_only(mut self) -> Tally {
+    pub(crate) fn tcp_only(mut self) -> Tally {
         self.tcp_only = model::resolve("socket");
         self
     }
@@ -181,7 +181,7 @@ impl Tally {
     }
 
     /// Record one refused call and return the errno to answer it with.
-    pub fn record(&mut self, model: &Model, call: &SeccompData) -> i32 {
+    pub(crate) fn record(&mut self, model: &Model, call: &SeccompData) -> i32 {
         let (errno, cause) = self.errno_for(model, call);
         let family = self.socket_nrs.contains(&call.nr).then_some(call.args[0]);
         let c = self.counts.entry((call.nr, family)).or_insert(Count { count: 0, errno, cause });
@@ -191,7 +191,7 @@ impl Tally {
     }
 
     /// Answer one pending notification on `listener`.
-    pub fn answer(&mut self, model: &Model, listener: &OwnedFd) -> Next {
+    pub(crate) fn answer(&mut self, model: &Model, listener: &OwnedFd) -> Next {
         let fd = listener.as_raw_fd();
         // A failure here is normally ENOENT: the caller died before we read
         // its call. The listener stays (closing it would turn every later
@@ -255,7 +255,7 @@ impl Tally {
     }
 
     /// The result's `denials`, most frequent first.
-    pub fn denials(&self, model: &Model) -> Vec<Denial> {
+    pub(crate) fn denials(&self, model: &Model) -> Vec<Denial> {
         let mut out: Vec<Denial> = self
             .counts
             .iter()

@@ -33,7 +33,7 @@ use crate::client::pool::{Error, Reply};
 use crate::result::{RunResult, Status};
 
 /// `supervisor.cancelled_by` of a step its pool's caller cancelled.
-pub const BY_POOL_CALLER: &str = "pool_caller";
+pub(super) const BY_POOL_CALLER: &str = "pool_caller";
 /// How long a cancelled jail's session supervisor gets to kill the cell's
 /// tree, remove its cgroup and end, before it is killed (its janitor then
 /// cleans up).
