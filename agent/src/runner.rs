@@ -91,7 +91,7 @@ pub struct Runner {
 
 /// One finished step.
 #[derive(Debug, Clone)]
-pub struct Step {
+pub struct StepRun {
     pub result: RunResult,
     /// Wall time of the whole `jail` process, as the agent saw it.
     pub duration: Duration,
@@ -107,7 +107,7 @@ impl Runner {
         args: &[String],
         at_most: Option<Duration>,
         watch: &mut dyn StepWatch,
-    ) -> Result<Step, RunnerError> {
+    ) -> Result<StepRun, RunnerError> {
         let started = Instant::now();
         let wall_limit = at_most.map_or(self.wall_limit, |m| m.min(self.wall_limit));
         let timeout = match (self.timeout, at_most) {
@@ -135,7 +135,7 @@ impl Runner {
             Progress::Dropped => {}
         });
         shown.flush(|stream, line| watch.output(stream, &line));
-        Ok(Step { result: result.map_err(|e| self.error_of(e))?, duration: started.elapsed() })
+        Ok(StepRun { result: result.map_err(|e| self.error_of(e))?, duration: started.elapsed() })
     }
 
     /// A `jail run` of `script`, with our `--policy` and `--rootfs`, in a
@@ -230,7 +230,7 @@ impl Runner {
     /// runs, a signal to the agent interrupts it (stop.rs). The session
     /// kills a cell past its limit and its grace; the client gives up on a
     /// session that hangs past that.
-    pub fn exec_cell(&self, live: &mut Live, code: &str, watch: &mut dyn StepWatch) -> Result<Step, RunnerError> {
+    pub fn exec_cell(&self, live: &mut Live, code: &str, watch: &mut dyn StepWatch) -> Result<StepRun, RunnerError> {
         let started = Instant::now();
         let _running = live::cell_running(&live.handle);
         live.cells += 1;
@@ -263,7 +263,7 @@ impl Runner {
         if let Some(l) = result.limits.get_mut("wall_time_secs") {
             l.value = serde_json::json!(live.cell_limit.as_secs_f64());
         }
-        Ok(Step { result, duration: started.elapsed() })
+        Ok(StepRun { result, duration: started.elapsed() })
     }
 }
 

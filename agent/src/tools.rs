@@ -507,7 +507,7 @@ impl Context<'_> {
         args: &[String],
         left: std::time::Duration,
         watch: &mut dyn crate::progress::StepWatch,
-    ) -> Result<(crate::runner::Step, String, Origin), crate::runner::RunnerError> {
+    ) -> Result<(crate::runner::StepRun, String, Origin), crate::runner::RunnerError> {
         let path = self.session.code.join(rel);
         let mut code = String::new();
         std::fs::File::open(&path)

@@ -44,7 +44,7 @@ use crate::plan::{NetworkPlan, RunPlan};
 use crate::proxy;
 use crate::result::RunResult;
 use crate::stage::Stage;
-use crate::step::{Clock, Outcome, Step};
+use crate::step::{Clock, Seen, Step};
 use crate::streams::Target;
 use crate::sync::{self, Channels, Pair};
 use crate::sys::{self, Forked};
@@ -226,7 +226,7 @@ impl Jail {
 
     /// Release the child, hand it what it asks for after the release, and
     /// watch until PID 1 is reaped.
-    fn release_and_watch(&mut self, step: &mut Step<'_>, lp: &mut dyn Loop) -> Result<Outcome, LaunchError> {
+    fn release_and_watch(&mut self, step: &mut Step<'_>, lp: &mut dyn Loop) -> Result<Seen, LaunchError> {
         let ours = self
             .ours
             .take()
@@ -274,7 +274,7 @@ impl Jail {
         step.clock.mark("reaped");
         // The tree is dead: every client socket is closed, so every relay ends.
         let network = proxy.map(proxy::Proxy::finish);
-        Ok(Outcome { released_at, output, network, ..seen })
+        Ok(Seen { released_at, output, network, ..seen })
     }
 
     /// The watch loop until PID 1 is gone and the pipes drained, then the
@@ -285,7 +285,7 @@ impl Jail {
         notify: Option<OwnedFd>,
         handed: Handed<'_>,
         lp: &mut dyn Loop,
-    ) -> Result<Outcome, LaunchError> {
+    ) -> Result<Seen, LaunchError> {
         let plan = &self.plan;
         let deadline = Instant::now() + plan.wall_time;
         let model = Rc::clone(&plan.seccomp.model);
@@ -329,7 +329,7 @@ impl Jail {
         // change the output tmpfs under the mirror now, nor the output dir
         // under the artifact walk.
         let tree_dead = TreeDead::after_reaping_pid1();
-        Ok(Outcome {
+        Ok(Seen {
             reports,
             tally: watch.tally,
             stdout: watch.stdout,

@@ -21,7 +21,7 @@
 //!   `Jail::run(step, loop)` runs one step in it (release, hand-overs, watch, reap, verdict); a `Child` guard kills and
 //!   reaps. It knows no session: a session is one such step whose watch drives the session's cells as its `Loop`
 //!   (session/cells.rs); a warm pool is sessions started ahead (pool.rs): see launch.rs's doc.
-//! - `step`: one step's inputs (`Step`, `Clock`) and what the launch saw of it (`Outcome`).
+//! - `step`: one step's inputs (`Step`, `Clock`) and what the launch saw of it (`Seen`).
 //! - `sync`: every supervisor↔child channel, in one table, and the reports sent over them.
 //! - `namespaces`: the clone flags and the id maps.
 //! - `child`: the jail side's steps (`mounts`, `conceal`, `privileges`, `network`, then `landlock` and `seccomp` last) and exec.

@@ -298,7 +298,7 @@ pub struct Policy {
     pub artifacts: ArtifactRules,
     pub seccomp: crate::seccomp::Model,
     pub landlock: crate::landlock::Settings,
-    pub session: Session,
+    pub session: SessionLimits,
     /// Dotted module names a pooled jail imports ahead (`jail pool`).
     pub preload: Vec<String>,
     /// sha256 of the policy's canonical JSON form, reported in every result.
@@ -310,7 +310,7 @@ pub struct Policy {
 
 /// A session's times (`jail session`), validated.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Session {
+pub struct SessionLimits {
     pub interrupt_grace: Duration,
     pub idle_timeout: Duration,
     pub max_lifetime: Duration,
@@ -699,13 +699,13 @@ fn is_module_name(name: &str) -> bool {
     name.len() <= 200 && name.split('.').all(part)
 }
 
-fn validate_session(f: &SessionFile) -> Result<Session, PolicyError> {
+fn validate_session(f: &SessionFile) -> Result<SessionLimits, PolicyError> {
     let secs = |name: &str, value: Option<f64>, default: f64, most: f64| {
         let v = value.unwrap_or(default);
         seconds::limit(v, most)
             .ok_or_else(|| PolicyError::field(&format!("session.{name}"), format!("is {v}, must be {}", seconds::range(most))))
     };
-    let session = Session {
+    let session = SessionLimits {
         interrupt_grace: secs("interrupt_grace_secs", f.interrupt_grace_secs, 2.0, 60.0)?,
         idle_timeout: secs("idle_timeout_secs", f.idle_timeout_secs, 600.0, seconds::MOST)?,
         max_lifetime: secs("max_lifetime_secs", f.max_lifetime_secs, 3_600.0, seconds::MOST)?,

@@ -102,7 +102,7 @@ impl Why {
         }
     }
 
-    fn describe(&self, s: &policy::Session) -> String {
+    fn describe(&self, s: &policy::SessionLimits) -> String {
         match self {
             Why::Stopped => "stopped by `jail session stop`".into(),
             Why::IdleTimeout => format!("no cell for session.idle_timeout_secs ({}s)", s.idle_timeout.as_secs_f64()),

@@ -1,6 +1,6 @@
 //! One step in a jail, as values: its inputs ([`Step`]: the snapshot, the
 //! result so far, the [`Clock`]) and what the launch saw of it
-//! ([`Outcome`], with how the watch loop [`Ending`]), which
+//! ([`Seen`], with how the watch loop [`Ending`]), which
 //! `verdict::assemble` turns into the result, and
 //! where that result's output is judged and delivered ([`Delivery`]: as
 //! planned, or the folder a session adopted). Here so that launch.rs,
@@ -37,7 +37,7 @@ pub(crate) enum Ending {
 }
 
 /// What the watch loop saw.
-pub(crate) struct Outcome {
+pub(crate) struct Seen {
     pub(crate) reports: Vec<Report>,
     pub(crate) tally: seccomp::Tally,
     pub(crate) stdout: Capture,

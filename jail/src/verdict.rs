@@ -24,7 +24,7 @@ use crate::result::{Isolation, LandlockReport, LayerStatus, RunResult, SeccompRe
 use crate::seccomp;
 use crate::stage::Stage;
 use crate::step::Ending;
-use crate::step::{Clock, Delivery, Outcome, Step};
+use crate::step::{Clock, Delivery, Seen, Step};
 use crate::sync::{ms_since, Report};
 use status::{status_of, Cut, Facts};
 
@@ -108,7 +108,7 @@ pub(crate) fn report_plan(result: &mut RunResult, plan: &RunPlan, filter: &secco
 /// (`None`: as planned).
 pub(crate) fn assemble(
     step: Step<'_>,
-    mut outcome: Outcome,
+    mut outcome: Seen,
     cgroup_usage: Option<CgroupUsage>,
     plan: &RunPlan,
     delivery: Option<Delivery>,
@@ -162,7 +162,7 @@ fn collect_artifacts(result: &mut RunResult, output_dir: &std::path::Path, dir: 
 
 /// The verdict from what the watch saw: denials, usage, the child's
 /// reports, the streams, then the status.
-fn finish(mut result: RunResult, o: Outcome, cg: Option<CgroupUsage>, plan: &RunPlan, clock: Clock) -> RunResult {
+fn finish(mut result: RunResult, o: Seen, cg: Option<CgroupUsage>, plan: &RunPlan, clock: Clock) -> RunResult {
     let model = &plan.seccomp.model;
     result.denials = o.tally.denials(model);
     if o.tally.capped {
@@ -261,7 +261,7 @@ fn tally_notes(t: &seccomp::Tally) -> Option<String> {
 
 /// What the run used: the cgroup sees every process of the run, getrusage
 /// only what PID 1 reaped, so the cgroup's numbers win where there are any.
-fn usage_of(o: &Outcome, cg: &CgroupUsage) -> Usage {
+fn usage_of(o: &Seen, cg: &CgroupUsage) -> Usage {
     let tv_ms = |tv: libc::timeval| tv.tv_sec as f64 * 1000.0 + tv.tv_usec as f64 / 1000.0;
     let ns_ms = |ns: u64| ns as f64 / 1e6;
     Usage {

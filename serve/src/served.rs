@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-/// A tenant's session, from the reservation of its place to its end.
-pub struct Session {
+/// A tenant's session as the service holds it, from the reservation of
+/// its place to its end.
+pub struct Served {
     pub dir: PathBuf,
     /// `None` while the session is being started (the place is reserved).
     pub handle: Option<String>,
@@ -19,7 +20,7 @@ pub struct Session {
     pub busy: tokio::sync::Mutex<u64>,
 }
 
-impl Drop for Session {
+impl Drop for Served {
     fn drop(&mut self) {
         // A reservation's folder belongs to the start that made it.
         if self.handle.is_some() {
@@ -31,6 +32,6 @@ impl Drop for Session {
 /// A session ended by `DELETE`: its closing result (the artifacts it
 /// lists) and its folder (the output they are in), until it is forgotten.
 pub struct Ended {
-    pub session: Arc<Session>,
+    pub session: Arc<Served>,
     pub closing: serde_json::Value,
 }

@@ -29,7 +29,7 @@ use crate::api::{parse, ApiError, ExecRequest, RunReply, SessionReply, SessionRe
 use crate::config::Tenant;
 use crate::pool::SessionRefused;
 use crate::runs::{check_files, checked_limits, plan_input, read_body, stage_input};
-use crate::served::{Ended, Session};
+use crate::served::{Ended, Served};
 use crate::state::{make_private_dir, new_id, Shared};
 use crate::{artifacts, input, route};
 
@@ -111,7 +111,7 @@ async fn start(state: &Shared, headers: &HeaderMap, body: Body) -> Result<(Statu
             return Err(e);
         }
     };
-    let session = Arc::new(Session {
+    let session = Arc::new(Served {
         dir,
         handle: Some(handle),
         cell_timeout: timeout,
@@ -200,7 +200,7 @@ fn reserve(state: &Shared, tenant: &Tenant, id: &str) -> Result<PathBuf, ApiErro
         )));
     }
     make_private_dir(&dir)?;
-    let placeholder = Session {
+    let placeholder = Served {
         dir: dir.clone(),
         handle: None,
         cell_timeout: Duration::ZERO,
@@ -210,7 +210,7 @@ fn reserve(state: &Shared, tenant: &Tenant, id: &str) -> Result<PathBuf, ApiErro
     Ok(dir)
 }
 
-fn find(state: &Shared, headers: &HeaderMap, id: &str) -> Result<Arc<Session>, ApiError> {
+fn find(state: &Shared, headers: &HeaderMap, id: &str) -> Result<Arc<Served>, ApiError> {
     let tenant = state.tenant(headers)?;
     let h = state.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
     h.get(&tenant.name)
@@ -305,7 +305,7 @@ pub async fn artifact(
 
 /// Stop every open session (the drain's last step).
 pub async fn stop_all(state: &Shared) {
-    let all: Vec<Arc<Session>> = match state.holdings.lock() {
+    let all: Vec<Arc<Served>> = match state.holdings.lock() {
         Ok(mut h) => h.values_mut().flat_map(|t| t.sessions.drain().map(|(_, s)| s)).collect(),
         Err(_) => return,
     };

@@ -117,7 +117,7 @@ impl Drop for Run {
 #[derive(Default)]
 pub struct Holdings {
     pub runs_in_flight: usize,
-    pub sessions: HashMap<String, Arc<crate::served::Session>>,
+    pub sessions: HashMap<String, Arc<crate::served::Served>>,
     runs: Kept<Arc<Run>>,
     /// Sessions ended by a DELETE: their closing result and folder, for
     /// their artifacts.

@@ -28,7 +28,7 @@ const MAX_TRACEBACK: usize = 32 << 10;
 /// How the driver says a cell ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum Said {
     /// The cell ran to its end.
     Ok,
     /// It raised an exception (`error`).
@@ -49,7 +49,7 @@ pub enum Reply {
         id: u64,
         /// The nonce of the `exec` it answers (cells.rs).
         nonce: String,
-        outcome: Outcome,
+        outcome: Said,
         exit_code: Option<i32>,
         error: Option<PythonError>,
     },
@@ -65,7 +65,7 @@ struct Wire {
     #[serde(default)]
     nonce: Option<String>,
     #[serde(default)]
-    outcome: Option<Outcome>,
+    outcome: Option<Said>,
     #[serde(default)]
     exit_code: Option<i64>,
     #[serde(default)]
@@ -145,7 +145,7 @@ pub enum Death {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Facts {
     /// The driver's `done` outcome and exit code, if one came.
-    pub done: Option<(Outcome, Option<i32>)>,
+    pub done: Option<(Said, Option<i32>)>,
     /// Whether the supervisor interrupted the cell, and why.
     pub overrun: Option<Overrun>,
     /// The interpreter died during the cell.
@@ -171,10 +171,10 @@ pub struct Facts {
 /// nothing explains failed to set up.
 pub fn status_of(f: &Facts) -> (Status, Option<i32>, Option<i32>) {
     let (code, signal) = match (f.done, f.death) {
-        (Some((Outcome::Ok, _)), _) => (Some(0), None),
-        (Some((Outcome::Exit, code)), _) => (Some(code.unwrap_or(0)), None),
+        (Some((Said::Ok, _)), _) => (Some(0), None),
+        (Some((Said::Exit, code)), _) => (Some(code.unwrap_or(0)), None),
         // An uncaught exception: what `python script.py` exits with.
-        (Some((Outcome::Error | Outcome::Interrupted, _)), _) => (Some(1), None),
+        (Some((Said::Error | Said::Interrupted, _)), _) => (Some(1), None),
         (None, Some(Death::Exited(code))) => (Some(code), None),
         (None, Some(Death::Signaled(sig))) => (None, Some(sig)),
         (None, Some(Death::Killed)) => (None, Some(libc::SIGKILL)),
@@ -233,7 +233,7 @@ mod tests {
         let Reply::Done { id, nonce, outcome, error: Some(e), .. } = parse_reply(line.as_bytes()) else {
             panic!("not done")
         };
-        assert_eq!((id, nonce.as_str(), outcome), (3, "n3", Outcome::Error));
+        assert_eq!((id, nonce.as_str(), outcome), (3, "n3", Said::Error));
         assert_eq!(e.kind, "ValueError");
         assert_eq!(e.message.len(), MAX_MESSAGE);
     }
@@ -264,7 +264,7 @@ mod tests {
 
     #[test]
     fn an_overrun_wins_over_what_the_cell_said() {
-        let f = Facts { done: Some((Outcome::Ok, None)), overrun: Some(Overrun::Wall), ..facts() };
+        let f = Facts { done: Some((Said::Ok, None)), overrun: Some(Overrun::Wall), ..facts() };
         assert_eq!(status_of(&f).0, Status::TimeoutWall);
         let f = Facts { death: Some(Death::Killed), overrun: Some(Overrun::Cpu), ..facts() };
         assert_eq!(status_of(&f), (Status::TimeoutCpu, None, Some(libc::SIGKILL)));
@@ -283,9 +283,9 @@ mod tests {
 
     #[test]
     fn an_exception_is_a_nonzero_exit_like_a_script() {
-        let f = Facts { done: Some((Outcome::Error, None)), ..facts() };
+        let f = Facts { done: Some((Said::Error, None)), ..facts() };
         assert_eq!(status_of(&f), (Status::NonzeroExit, Some(1), None));
-        let f = Facts { done: Some((Outcome::Exit, Some(0))), ..facts() };
+        let f = Facts { done: Some((Said::Exit, Some(0))), ..facts() };
         assert_eq!(status_of(&f), (Status::Ok, Some(0), None));
     }
 

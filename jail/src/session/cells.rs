@@ -45,7 +45,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::signal::Signal;
 
 use super::adopt::Adoption;
-use super::cell::{self, Death, Outcome, Overrun, Reply};
+use super::cell::{self, Death, Overrun, Reply, Said};
 use super::handle::{self, Answer, Request};
 use super::live::{self, Tail};
 use super::{CellLimits, Why};
@@ -108,7 +108,7 @@ struct Cell {
     stderr: Capture,
     /// Why and when the supervisor sent SIGINT.
     interrupted: Option<(Overrun, Instant)>,
-    done: Option<(Outcome, Option<i32>, Option<PythonError>)>,
+    done: Option<(Said, Option<i32>, Option<PythonError>)>,
     /// With `--events`: the cell's streams, live on its client's socket
     /// (live.rs).
     live: Option<Rc<RefCell<Events>>>,
@@ -122,7 +122,7 @@ pub(crate) struct Cells {
     key: String,
     listener: UnixListener,
     limits: CellLimits,
-    pub(super) session: policy::Session,
+    pub(super) session: policy::SessionLimits,
     /// The write end `start` waits on for `ready` or the setup error.
     ready: Option<OwnedFd>,
     /// Where the janitor is told the cgroup folders (session.rs).
@@ -175,7 +175,7 @@ impl Cells {
         key: String,
         listener: UnixListener,
         limits: CellLimits,
-        session: policy::Session,
+        session: policy::SessionLimits,
         ready: OwnedFd,
         lifeline: Option<OwnedFd>,
         adoption: Adoption,
