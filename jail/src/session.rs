@@ -37,7 +37,7 @@ pub mod handle;
 pub(crate) mod live;
 pub(crate) mod preload;
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
@@ -342,44 +342,31 @@ fn supervise(req: RunRequest, mut cells: Cells, paths: Leftovers) -> ! {
     sys::exit_now(0)
 }
 
-/// Fork the janitor: it waits for the supervisor to go (end-of-file on
-/// its pipe) and removes what a killed supervisor could not — the socket,
-/// the driver's folder, the run cgroup once its tree is gone.
+/// Fork the janitor (janitor.rs): once the supervisor is gone, however
+/// it went, it buries the session and removes its files, then the cgroup
+/// folders the supervisor told it (one path a line).
 fn start_janitor(paths: &Leftovers) -> io::Result<OwnedFd> {
-    let pipe = Pipe::new()?;
-    match sys::fork_process()? {
-        Forked::Child => {
-            drop(pipe.write);
-            janitor(pipe.read, paths)
-        }
-        Forked::Parent(_) => Ok(pipe.write),
-    }
-}
-
-fn janitor(from: OwnedFd, paths: &Leftovers) -> ! {
-    // Hold nothing of the session's: above all not its listening socket.
-    let _ = sys::close_from_except(3, &[from.as_raw_fd()]);
-    let mut text = Vec::new();
-    let _ = std::fs::File::from(from).take(64 << 10).read_to_end(&mut text);
-    // The supervisor is gone. If it ended normally all of this is done.
-    paths.bury("the session supervisor was killed", None);
-    paths.remove();
-    let dirs: Vec<PathBuf> = String::from_utf8_lossy(&text).lines().filter(|l| l.starts_with('/')).map(PathBuf::from).collect();
-    // PID 1 dies with its supervisor (PR_SET_PDEATHSIG): the cgroups empty
-    // within moments, and rmdir refuses until they do.
-    let until = Instant::now() + Duration::from_secs(10);
-    while dirs.iter().any(|d| d.exists()) && Instant::now() < until {
-        for d in &dirs {
-            if let Ok(entries) = std::fs::read_dir(d) {
-                for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
-                    let _ = std::fs::remove_dir(e.path());
+    crate::janitor::fork(|told| {
+        // If the supervisor ended normally all of this is done.
+        paths.bury("the session supervisor was killed", None);
+        paths.remove();
+        let dirs: Vec<PathBuf> =
+            String::from_utf8_lossy(told).lines().filter(|l| l.starts_with('/')).map(PathBuf::from).collect();
+        // PID 1 dies with its supervisor (PR_SET_PDEATHSIG): the cgroups empty
+        // within moments, and rmdir refuses until they do.
+        let until = Instant::now() + Duration::from_secs(10);
+        while dirs.iter().any(|d| d.exists()) && Instant::now() < until {
+            for d in &dirs {
+                if let Ok(entries) = std::fs::read_dir(d) {
+                    for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+                        let _ = std::fs::remove_dir(e.path());
+                    }
                 }
+                let _ = std::fs::remove_dir(d);
             }
-            let _ = std::fs::remove_dir(d);
+            std::thread::sleep(Duration::from_millis(50));
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    sys::exit_now(0)
+    })
 }
 
 /// Tombstones kept in a caller's session folder: the newest ones, so the

@@ -30,7 +30,7 @@ mod handout;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::fs;
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -254,33 +254,16 @@ pub fn run(cfg: Config) -> Result<i32, StartError> {
     Ok(0)
 }
 
-/// Fork the janitor: it waits for the pool to go (end-of-file on its
-/// pipe), then removes the work dir, so a SIGKILLed pool leaves no folder
-/// (its sessions clean up after themselves: their lifeline).
+/// Fork the janitor (janitor.rs): once the pool is gone, however it went,
+/// it removes the work dir, so a SIGKILLed pool leaves no folder (its
+/// sessions clean up after themselves: their lifeline).
 fn start_janitor(work: &Path) -> io::Result<OwnedFd> {
-    let pipe = crate::sync::Pipe::new()?;
-    match crate::sys::fork_process()? {
-        crate::sys::Forked::Child => {
-            drop(pipe.write);
-            // Its own session: a Ctrl-C meant for the pool's group must not
-            // end the janitor before the pool.
-            let _ = nix::unistd::setsid();
-            if let Ok(null) = fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-                for fd in 0..3 {
-                    let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
-                }
-            }
-            let _ = crate::sys::close_from_except(3, &[pipe.read.as_raw_fd()]);
-            let mut sink = Vec::new();
-            let _ = fs::File::from(pipe.read).take(1).read_to_end(&mut sink);
-            // The sessions' output folders are delivered into the work dir
-            // as their sessions end; give them a moment.
-            std::thread::sleep(Duration::from_millis(500));
-            let _ = fs::remove_dir_all(work);
-            crate::sys::exit_now(0)
-        }
-        crate::sys::Forked::Parent(_) => Ok(pipe.write),
-    }
+    crate::janitor::fork(|_| {
+        // The sessions' output folders are delivered into the work dir as
+        // their sessions end; give them a moment.
+        std::thread::sleep(Duration::from_millis(500));
+        let _ = fs::remove_dir_all(work);
+    })
 }
 
 fn drain_signals() -> nix::sys::signal::SigSet {
