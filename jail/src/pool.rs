@@ -148,8 +148,9 @@
 //! A pooled jail is a `jail session` the pool starts as a child process:
 //! the same namespaces, mounts, seccomp, landlock and limits as `jail run`.
 //! Its first cell is the policy's trusted `preload` (imports, and one
-//! figure drawn and saved when `matplotlib.pyplot` is listed), run before
-//! any untrusted code exists in it. A request gets one cell for its
+//! figure drawn and saved when `matplotlib.pyplot` is listed), run by its
+//! start (`jail session start --preload`, session/preload.rs) before any
+//! untrusted code exists in it. A request gets one cell for its
 //! `sys.argv` and one for its code; then the session is stopped, and its
 //! closing result's verdict (its artifacts and every refused entry,
 //! `RunResult::take_delivery`) goes in the reply. With a bound output
