@@ -14,7 +14,7 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from rust_source import code  # noqa: E402
 
-FILES = ["agent/src/runner.rs", "agent/src/cells.rs", "agent/src/pool.rs",
+FILES = ["agent/src/runner.rs", "agent/src/cells.rs", "agent/src/live.rs", "agent/src/pool.rs",
          "mcp/src/sessions.rs", "mcp/src/stop.rs",
          "serve/src/spawn.rs", "serve/src/pool.rs", "serve/src/pool/wire.rs"]
 FUNCS = [("mcp/src/server.rs", "run_step"), ("serve/src/sessions.rs", "jail"), ("serve/src/janitor.rs", "stop_session")]
