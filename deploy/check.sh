@@ -293,11 +293,15 @@ PY
     else fail "GET /v1/runs/$id/artifacts/f.png"; fi
     sid=$(api POST /v1/sessions '{}' | "$venv/bin/python" -c 'import json,sys; print(json.load(sys.stdin).get("id",""))' 2>/dev/null || true)
     api POST "/v1/sessions/$sid/exec" '{"code":"x = 41"}' >/dev/null
-    if api POST "/v1/sessions/$sid/exec" '{"code":"print(x + 1)"}' | grep -q '"text":"42\\n"' \
+    cell=$(api POST "/v1/sessions/$sid/exec" '{"code":"print(x + 1)"}' || true)
+    if grep -q '"text":"42\\n"' <<<"$cell" \
         && [ "$(api DELETE "/v1/sessions/$sid" >/dev/null; cat "$work/code")" = 200 ]; then
         ok "a session keeps state across cells and is deleted"
     else fail "session: $(cat "$work/body" | head -c 300)"; fi
-    if curl -sf "$base/metrics" | grep -q '^jail_runs_total{status="ok"}'; then ok "/metrics counts the runs (jail_runs_in_flight is the HPA's metric)"; else fail "/metrics"; fi
+    # Read whole first: `curl | grep -q` under pipefail fails when grep
+    # exits at its match before curl has written the rest.
+    metrics=$(curl -sf "$base/metrics" || true)
+    if grep -q '^jail_runs_total{status="ok"}' <<<"$metrics"; then ok "/metrics counts the runs (jail_runs_in_flight is the HPA's metric)"; else fail "/metrics: $(head -c 300 <<<"$metrics")"; fi
 }
 
 drain_check() { # NAME: SIGTERM with a run in flight
