@@ -3,7 +3,7 @@
 once per run): for each target of bench/bench.py, the range of its value
 over the runs before and over the runs after, and whether the after range
 is within noise: it overlaps the before range, or is better (lower for a
-`_max` target, higher for a `_min` one). Every figure is already a ratio to
+`<=` target, higher for a `>=` one). Every figure is already a ratio to
 bare Python or an absolute the bench checks, taken in the same run.
 
     scripts/bench-compare.py --before A.json [B.json...] --after C.json [D.json...]
@@ -41,7 +41,9 @@ def main(argv):
         if not bv or not av:
             print(f"{name:40} {'-':>22} {'-':>22}  not in both")
             continue
-        lower_is_better = name.endswith("_max")
+        # The bench says which way a target points ("<= 1.15", ">= 0.85").
+        target = next((str(r[name].get("target", "")) for r in before + after if name in r), "")
+        lower_is_better = target.startswith("<=") or name.endswith("_max")
         overlaps = min(av) <= max(bv) and min(bv) <= max(av)
         better = max(av) < min(bv) if lower_is_better else min(av) > max(bv)
         verdict = "better" if better else "within noise" if overlaps else "WORSE"
