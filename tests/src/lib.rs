@@ -339,14 +339,7 @@ impl Sandbox {
 
     /// Start a session; panics with jail's stderr if it does not start.
     pub fn start_session(&self) -> Session {
-        let out = self.session_command().output().expect("spawn jail session start");
-        assert!(out.status.success(), "jail session start failed: {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("session start --json output");
-        Session {
-            handle: PathBuf::from(v["handle"].as_str().expect("handle")),
-            pid: v["pid"].as_u64().expect("pid") as u32,
-            id: v["id"].as_str().expect("id").to_string(),
-        }
+        Session::started(&self.session_command().output().expect("spawn jail session start"))
     }
 
     /// Write a file into the input folder.
@@ -534,6 +527,18 @@ pub struct Session {
 }
 
 impl Session {
+    /// The session a `jail session start --json` printed; panics with its
+    /// stderr when it did not start.
+    pub fn started(out: &Output) -> Session {
+        assert!(out.status.success(), "jail session start failed: {:?}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("session start --json output");
+        Session {
+            handle: PathBuf::from(v["handle"].as_str().expect("handle")),
+            pid: v["pid"].as_u64().expect("pid") as u32,
+            id: v["id"].as_str().expect("id").to_string(),
+        }
+    }
+
     /// `jail session exec HANDLE -` with `code` on stdin: the result as JSON
     /// (`null` when none was printed) and the process's output.
     pub fn exec(&self, code: &str) -> (serde_json::Value, Output) {

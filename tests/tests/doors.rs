@@ -45,12 +45,7 @@ fn session_start(tree: &Tree, input: Option<&Path>, output: Option<&Path>) -> Ta
     if !out.status.success() {
         return Taken::Refused(text_of(&out));
     }
-    let v: Value = serde_json::from_slice(&out.stdout).expect("session start --json output");
-    let s = Session {
-        handle: PathBuf::from(v["handle"].as_str().expect("handle")),
-        pid: v["pid"].as_u64().expect("pid") as u32,
-        id: v["id"].as_str().expect("id").to_string(),
-    };
+    let s = Session::started(&out);
     let (cell, _) = s.exec(PROBE);
     let stop = s.stop();
     Taken::Ran(format!("{cell}{}", text_of(&stop)))

@@ -161,14 +161,7 @@ fn a_session_started_with_sigint_ignored_still_interrupts_a_cell_past_its_time()
             Ok(())
         });
     }
-    let out = start.output().expect("spawn jail session start");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("session start --json output");
-    let s = Session {
-        handle: PathBuf::from(v["handle"].as_str().unwrap()),
-        pid: v["pid"].as_u64().unwrap() as u32,
-        id: v["id"].as_str().unwrap().to_string(),
-    };
+    let s = Session::started(&start.output().expect("spawn jail session start"));
     s.exec("n = 7\n");
     let (v, _) = s.exec("import time\nwhile True:\n    time.sleep(0.1)\n");
     assert_eq!(
@@ -776,14 +769,7 @@ fn start_with_lifeline(sb: &Sandbox, more: &[&str]) -> (Session, std::os::fd::Ow
     jail::sys::pass_fd_on_exec(&mut cmd, read.as_raw_fd(), 3);
     let out = cmd.output().unwrap();
     drop(read);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let session = Session {
-        handle: PathBuf::from(v["handle"].as_str().unwrap()),
-        pid: v["pid"].as_u64().unwrap() as u32,
-        id: v["id"].as_str().unwrap().to_string(),
-    };
-    (session, write)
+    (Session::started(&out), write)
 }
 
 #[test]
@@ -888,14 +874,7 @@ fn a_session_takes_code_dir_and_its_code_dir_never_shows_the_driver() {
     assert_eq!(v["stdout"]["text"], "[]\n", "{v}");
     bare.stop();
     sb.extra_args.extend(["--code".to_string(), sb.code.display().to_string()]);
-    let out = sb.session_command().output().unwrap();
-    assert!(out.status.success(), "jail session start --code: {:?}\n{}", out.status, stderr_of(&out));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let s = Session {
-        handle: PathBuf::from(v["handle"].as_str().unwrap()),
-        pid: v["pid"].as_u64().unwrap() as u32,
-        id: v["id"].as_str().unwrap().to_string(),
-    };
+    let s = Session::started(&sb.session_command().output().unwrap());
     let (v, _) = s.exec("import os, helper\nprint(sorted(os.listdir('/workspace/code')), helper.ANSWER)\n");
     assert_eq!(v["status"], "ok", "{v}");
     assert_eq!(v["stdout"]["text"], "['helper.py'] 42\n", "{v}");
