@@ -784,8 +784,9 @@ fn check_input(input: &Path, reach: accept::Reach) -> Result<OwnedFd, Failed> {
 /// Copy the accepted input into the jail's input folder (accept.rs: links
 /// as links, what the jail may not read and hard links refused). Anything
 /// refused fails the request, naming each entry: nothing the caller gave
-/// vanishes without a word. Said as the pool's failure (`internal`), as
-/// it always was, though the fix is the caller's.
+/// vanishes without a word. An entry refused is the caller's to fix
+/// (`bad_request`, as a refused path is); a copy that broke is the pool's
+/// (`internal`).
 fn copy_input(from: &OwnedFd, path: &Path, to: &Path, reach: accept::Reach) -> Result<(), Failed> {
     let into = accept::open_own_dir(to).map_err(|e| broke(format!("the jail's input folder {e}")))?;
     let copied = accept::copy_tree(from, &into, reach, INPUT_BOUNDS)
@@ -795,10 +796,13 @@ fn copy_input(from: &OwnedFd, path: &Path, to: &Path, reach: accept::Reach) -> R
     }
     let listed: Vec<String> = copied.refused.iter().take(8).map(ToString::to_string).collect();
     let more = copied.refused.len().saturating_sub(listed.len());
-    Err(broke(format!(
-        "the input {} holds {} entries the jail may not be given ({}{}): remove them or give a folder without them",
+    Err(refused(format!(
+        "the input {} holds {} the jail may not be given ({}{}): remove them or give a folder without them",
         path.display(),
-        copied.refused.len(),
+        match copied.refused.len() {
+            1 => "1 entry".to_string(),
+            n => format!("{n} entries"),
+        },
         listed.join("; "),
         if more > 0 { format!("; and {more} more") } else { String::new() }
     )))
@@ -914,6 +918,7 @@ mod tests {
         fs::create_dir(&again).unwrap();
         let e = copy_input(&check_input(&src, accept::Reach::here()).unwrap(), &src, &again, accept::Reach::here()).unwrap_err();
         assert!(e.message.contains("hard: a file with 2 names"), "{e:?}");
+        assert_eq!(e.code, ErrorCode::BadRequest, "the caller's to fix");
         // The input itself is taken without following a link, trailing
         // slash or not.
         std::os::unix::fs::symlink("/etc", t.path().join("etcdir")).unwrap();

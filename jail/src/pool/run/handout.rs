@@ -92,7 +92,9 @@ impl Pool {
                 // Never handed out, never used again.
                 jail.destroy();
                 forget(&out, made);
-                let code = if flight.is_cancelled() { ErrorCode::Cancelled } else { ErrorCode::Internal };
+                // Its own code otherwise: an input refused is the caller's
+                // to fix (bad_request), a hand-over that broke the pool's.
+                let code = if flight.is_cancelled() { ErrorCode::Cancelled } else { e.code };
                 fail(wire::Error { code, ..e })
             }
         }
