@@ -47,15 +47,13 @@
 //! SIGKILL included — its jails then end with their lifeline (each holds a
 //! pipe only the pool writes) and its janitor removes its folder.
 
-use std::collections::VecDeque;
-use std::io::{BufRead, Read, Write};
-use std::process::{Child, ChildStdin, Stdio};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use jail::client::bounds::{CLAIM_WAIT, MAX_DOCUMENT, START_WAIT};
-use jail::client::lines;
+use jail::client::bounds::{CLAIM_WAIT, START_WAIT};
+use jail::client::command::PoolSpec;
 use jail::client::pool::{Body, Line, Reply, SessionRequest, Stats};
+use jail::client::pool_child::{self, Gone, PoolChild};
 
 use crate::escape::{escape, Lines};
 use crate::live::{self, JailFrom, Live};
@@ -73,9 +71,6 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
 const STOP_WAIT: Duration = Duration::from_millis(500);
 /// How long the last-resort stop (stop.rs) waits for a pool it sent SIGTERM.
 const SIGNAL_WAIT: Duration = Duration::from_secs(1);
-/// Lines of the pool's stderr kept for a failure message, and their length.
-const TAIL_LINES: usize = 20;
-const MAX_STDERR_LINE: u64 = 4 << 10;
 /// The most jails `jail pool` keeps.
 pub const MAX_SIZE: usize = 64;
 
@@ -117,13 +112,7 @@ enum State {
 
 /// A pool that is up.
 struct Link {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    /// Each reply with when it came.
-    replies: mpsc::Receiver<(Instant, Reply)>,
-    /// When it was spawned.
-    clock: Instant,
-    stderr: Arc<Mutex<VecDeque<String>>>,
+    pool: PoolChild,
     started: SpanStart,
     start_ms: f64,
     next_id: u64,
@@ -314,41 +303,39 @@ impl Pool {
     /// answers once its first jail is made (`ready`).
     fn start(&self, runner: &Runner) -> Result<Link, NoClaim> {
         let dir = self.session.pool_dir().map_err(|e| NoClaim::Unavailable(format!("its folder: {e}")))?;
-        let mut cmd = crate::runner::jail_command(&runner.jail);
-        cmd.arg("pool").arg("--size").arg(self.size.to_string());
-        runner.jail_options(&mut cmd);
-        if let Some(t) = runner.timeout {
-            cmd.arg("--timeout").arg(format!("{t:.3}"));
-        }
-        cmd.env("TMPDIR", &dir);
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        // Killed by the kernel when the thread spawning it dies: the agent
-        // calls this from its main thread, which lives as long as the run.
-        jail::sys::set_parent_death_signal(&mut cmd, nix::sys::signal::Signal::SIGKILL);
+        let mut spec = PoolSpec {
+            temp_dir: Some(dir),
+            withhold: crate::runner::secret_names(),
+            // Killed by the kernel when the thread spawning it dies: the
+            // agent calls this from its main thread, which lives as long as
+            // the run.
+            parent_death: Some(nix::sys::signal::Signal::SIGKILL),
+            ..PoolSpec::new(&runner.jail, self.size)
+        };
+        spec.flags.policy = runner.policy.clone();
+        spec.flags.rootfs = runner.rootfs.clone();
+        spec.flags.limits.timeout = runner.timeout.and_then(|t| Duration::try_from_secs_f64(t).ok());
         let started = SpanStart::now(None);
-        let clock = Instant::now();
-        let mut child = {
+        let display = self.display.clone();
+        let on_stderr = move |line: &str| {
+            let text = escape(line, Lines::One);
+            if text.is_empty() {
+                return None;
+            }
+            display.say("pool", &text);
+            Some(text)
+        };
+        let pool = {
             let mut reg = registry();
             if reg.closing || crate::stop::requested().is_some() {
                 return Err(NoClaim::Interrupted);
             }
-            let child = cmd
-                .spawn()
+            let pool = pool_child::spawn(&spec, on_stderr)
                 .map_err(|e| NoClaim::Unavailable(format!("cannot start {} pool: {e}", runner.jail.display())))?;
-            reg.pid = Some(child.id() as i32);
-            child
+            reg.pid = Some(pool.id() as i32);
+            pool
         };
-        let (tx, replies) = mpsc::channel();
-        if let Some(out) = child.stdout.take() {
-            std::thread::spawn(move || read_replies(out, &tx));
-        }
-        let stderr = Arc::new(Mutex::new(VecDeque::new()));
-        if let Some(err) = child.stderr.take() {
-            let (tail, display) = (Arc::clone(&stderr), self.display.clone());
-            std::thread::spawn(move || read_stderr(err, &tail, &display));
-        }
-        let stdin = child.stdin.take();
-        let mut link = Link { child, stdin, replies, clock, stderr, started, start_ms: 0.0, next_id: 0 };
+        let mut link = Link { pool, started, start_ms: 0.0, next_id: 0 };
         // The pool reads its first line once its first jail is made.
         if link.send(&Line::Stats { id: Some("ready".into()) }).is_err() {
             let why = link.exit_words();
@@ -360,10 +347,10 @@ impl Pool {
 
     /// Wait for the pool's first answer, the sign its first jail is made.
     fn ready(&self, mut link: Link) -> Result<Link, NoClaim> {
-        let left = START_WAIT.saturating_sub(link.clock.elapsed());
+        let left = START_WAIT.saturating_sub(link.pool.spawned().elapsed());
         match link.wait_for("ready", left) {
             Ok((at, Reply { body: Body::Stats(_), .. })) => {
-                link.start_ms = at.saturating_duration_since(link.clock).as_secs_f64() * 1000.0;
+                link.start_ms = at.saturating_duration_since(link.pool.spawned()).as_secs_f64() * 1000.0;
                 Ok(link)
             }
             Err(Gone::Stopped) => {
@@ -396,7 +383,7 @@ impl Pool {
             // No claim waited for it: it is up if its first answer came.
             was = match link.wait_for("ready", Duration::ZERO) {
                 Ok((at, _)) => {
-                    link.start_ms = at.saturating_duration_since(link.clock).as_secs_f64() * 1000.0;
+                    link.start_ms = at.saturating_duration_since(link.pool.spawned()).as_secs_f64() * 1000.0;
                     State::Up(link)
                 }
                 Err(_) => {
@@ -456,76 +443,26 @@ fn take_link(state: &mut State) -> Option<Link> {
     }
 }
 
-/// Why no answer came.
-enum Gone {
-    /// The pool's stdout ended: it exited.
-    Ended,
-    /// Nothing within the wait.
-    Silent,
-    /// The agent is stopping on a signal (stop.rs).
-    Stopped,
-}
-
 impl Link {
     /// Send one line and wait for the reply carrying `id`.
     fn ask(&mut self, line: &Line, id: &str, wait: Duration) -> Result<Reply, Gone> {
-        self.send(line)?;
-        self.wait_for(id, wait).map(|(_, v)| v)
+        self.pool.ask(line, id, wait, &stopping)
     }
 
     /// Send one line.
     fn send(&mut self, line: &Line) -> Result<(), Gone> {
-        let sent = self.stdin.as_mut().map(|w| {
-            let mut text = line.text();
-            text.push('\n');
-            w.write_all(text.as_bytes()).and_then(|()| w.flush())
-        });
-        if !matches!(sent, Some(Ok(()))) {
-            return Err(Gone::Ended);
-        }
-        Ok(())
+        self.pool.send(line)
     }
 
     /// The reply carrying `id` and when it came, waiting at most `wait`,
     /// and no longer once the agent is told to stop.
     fn wait_for(&mut self, id: &str, wait: Duration) -> Result<(Instant, Reply), Gone> {
-        let until = Instant::now() + wait;
-        loop {
-            if crate::stop::requested().is_some() {
-                return Err(Gone::Stopped);
-            }
-            let left = until.saturating_duration_since(Instant::now());
-            match self.replies.recv_timeout(left.min(Duration::from_millis(50))) {
-                Ok((at, v)) if v.id.as_deref() == Some(id) => return Ok((at, v)),
-                // Not ours (a reply to a claim given up on): dropped.
-                Ok(_) => continue,
-                Err(mpsc::RecvTimeoutError::Timeout) if left.is_zero() => return Err(Gone::Silent),
-                Err(mpsc::RecvTimeoutError::Timeout) => continue,
-                Err(mpsc::RecvTimeoutError::Disconnected) => return Err(Gone::Ended),
-            }
-        }
+        self.pool.wait_for(id, wait, &stopping)
     }
 
-    /// How the pool ended, with its last stderr line: `jail pool` writes
-    /// the reason it could not start there, in one line.
+    /// How the pool ended, with its last stderr line.
     fn exit_words(&mut self) -> String {
-        // Its stdout closed: it is exiting; give it and its stderr reader a moment.
-        let until = Instant::now() + Duration::from_secs(2);
-        let mut status = None;
-        while status.is_none() && Instant::now() < until {
-            status = self.child.try_wait().ok().flatten();
-            if status.is_none() {
-                std::thread::sleep(Duration::from_millis(20));
-            }
-        }
-        std::thread::sleep(Duration::from_millis(50));
-        let last = self.stderr.lock().unwrap_or_else(|e| e.into_inner()).back().cloned().unwrap_or_default();
-        let status = status.map_or_else(|| "still running".to_string(), |s| s.to_string());
-        if last.is_empty() {
-            format!("jail pool ended ({status})")
-        } else {
-            format!("{last} ({status})")
-        }
+        self.pool.exit_words()
     }
 
     /// Close its stdin (it drains: its ready jails destroyed, the sessions it
@@ -534,71 +471,23 @@ impl Link {
         // The signal thread may own it already: then it waits for it.
         let ours = {
             let mut reg = registry();
-            let ours = reg.pid == Some(self.child.id() as i32);
+            let ours = reg.pid == Some(self.pool.id() as i32);
             if ours {
                 reg.pid = None;
             }
             ours
         };
-        drop(self.stdin.take());
-        if !ours {
-            return;
-        }
-        let until = Instant::now() + wait;
-        loop {
-            match self.child.try_wait() {
-                Ok(Some(_)) | Err(_) => return,
-                Ok(None) if Instant::now() >= until => {
-                    let _ = self.child.kill();
-                    let _ = self.child.wait();
-                    return;
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
-            }
+        if ours {
+            self.pool.end(wait);
+        } else {
+            self.pool.close();
         }
     }
 }
 
-/// The pool's stdout, one reply a line (bounded: a longer line is
-/// dropped), onto the channel.
-fn read_replies(out: impl Read, tx: &mpsc::Sender<(Instant, Reply)>) {
-    let mut r = std::io::BufReader::new(out);
-    let mut lines = lines::Lines::new(MAX_DOCUMENT as usize);
-    loop {
-        match lines::read_line(&mut r, &mut lines) {
-            Ok(lines::Read::Whole) => {}
-            Ok(lines::Read::TooLong) => continue,
-            Ok(lines::Read::End) | Err(_) => return,
-        }
-        if let Ok(v) = Reply::parse(lines.line()) {
-            if tx.send((Instant::now(), v)).is_err() {
-                return;
-            }
-        }
-    }
-}
-
-/// The pool's stderr: each line shown as progress, the last few kept.
-fn read_stderr(err: impl Read, tail: &Mutex<VecDeque<String>>, display: &Display) {
-    let mut r = std::io::BufReader::new(err);
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        match r.by_ref().take(MAX_STDERR_LINE).read_until(b'\n', &mut line) {
-            Ok(0) | Err(_) => return,
-            Ok(_) => {}
-        }
-        let text = escape(String::from_utf8_lossy(&line).trim_end(), Lines::One);
-        if text.is_empty() {
-            continue;
-        }
-        display.say("pool", &text);
-        let mut t = tail.lock().unwrap_or_else(|e| e.into_inner());
-        if t.len() >= TAIL_LINES {
-            t.pop_front();
-        }
-        t.push_back(text);
-    }
+/// The agent is told to stop (stop.rs): no wait goes on.
+fn stopping() -> bool {
+    crate::stop::requested().is_some()
 }
 
 /// The signal path (signals.rs): no pool starts from now on, and a pool

@@ -7,8 +7,8 @@
 //! crate's own `RunResult`. All of it goes through `jail::client`: a fresh
 //! jail's step, the resume judge and the preflight through its `run`, a
 //! session's start and cells through its `session`; every `jail` runs in
-//! a process group of its own (`RunSpec`, `StartSpec`, or `jail_command`
-//! for the pool's): a signal reaches the agent alone, which stops its
+//! a process group of its own (`RunSpec`, `StartSpec`, or `PoolSpec` for
+//! the pool's, pool.rs): a signal reaches the agent alone, which stops its
 //! steps in its own order (stop.rs).
 //! Never in-process: the jail must fork from a single-threaded process, and
 //! it is the jail's subprocess boundary that keeps a step's failure from
@@ -17,7 +17,6 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -162,16 +161,6 @@ impl Runner {
 }
 
 impl Runner {
-    /// `--policy` and `--rootfs`, as given (the pool's command line).
-    pub(crate) fn jail_options(&self, cmd: &mut Command) {
-        if let Some(p) = &self.policy {
-            cmd.arg("--policy").arg(p);
-        }
-        if let Some(r) = &self.rootfs {
-            cmd.arg("--rootfs").arg(r);
-        }
-    }
-
     /// `jail session start` for one sub-task, when the run's warm pool
     /// cannot give one (pool.rs): each cell's wall-clock limit is the
     /// step's, cut to `at_most` (what is left of the run).
@@ -267,27 +256,10 @@ impl Runner {
     }
 }
 
-/// `jail` as our child: in a process group of its own, so a terminal's
-/// Ctrl-C reaches the agent alone, which stops its steps in its own order
-/// (stop.rs: a cell interrupted before it is killed), and with the model's
-/// credentials kept from it (`keep_secrets`).
-pub(crate) fn jail_command(jail: &Path) -> Command {
-    let mut cmd = Command::new(jail);
-    std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-    keep_secrets(&mut cmd);
-    cmd
-}
-
-/// The model's credentials never reach a step, even under a policy that
-/// passes variables through from the caller's environment.
-pub(crate) fn keep_secrets(cmd: &mut Command) {
-    for name in secret_names() {
-        cmd.env_remove(name);
-    }
-}
-
-/// The variables of ours a jail never gets (`is_secret`).
-fn secret_names() -> Vec<OsString> {
+/// The variables of ours a jail never gets (`is_secret`): the model's
+/// credentials never reach a step, even under a policy that passes
+/// variables through from the caller's environment.
+pub(crate) fn secret_names() -> Vec<OsString> {
     std::env::vars_os()
         .map(|(name, _)| name)
         .filter(|name| is_secret(&name.to_string_lossy()))

@@ -6,7 +6,8 @@
 //! already takes its caps and grace periods from one place.
 //!
 //! - `bounds`: the caps and grace periods.
-//! - `command`: a `jail run` command line from a typed `RunSpec`.
+//! - `command`: a `jail run`, `jail session start` or `jail pool` command
+//!   line from a typed spec.
 //! - `group`: stopping a started `jail` (SIGTERM, SIGKILL after a grace).
 //! - `lines`: THE bounded line reader (sans IO), for every reader of what `jail`
 //!   prints and of what a pool is sent.
@@ -17,6 +18,7 @@
 //!   deadline; typed answers and errors), and `start`.
 //! - `pool`: the pool's wire, typed once: what a caller writes and reads,
 //!   and what `jail pool` itself parses and writes.
+//! - `pool_child`: one `jail pool` as a child, spoken to on threads.
 
 pub mod bounds;
 pub mod command;
@@ -24,5 +26,6 @@ pub mod events;
 pub mod group;
 pub mod lines;
 pub mod pool;
+pub mod pool_child;
 pub mod run;
 pub mod session;

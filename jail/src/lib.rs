@@ -39,8 +39,10 @@
 //! - `delivery`: what passed the judgement, delivered to the host folder.
 //! - `result`: the JSON contract both sides and the agent share; `schema`: its JSON Schema and the version rule.
 //! - `client`: THE client of `jail` every front end uses (`client::bounds`: the one set of read caps and grace
-//!   periods; `client::pool`: the pool's wire, both ways, which the pool itself writes through; `client::session`:
-//!   a session's socket protocol, typed once, which session/handle.rs serves, and its one client).
+//!   periods; `client::command`: every `jail run`, `jail session start` and `jail pool` command line;
+//!   `client::pool`: the pool's wire, both ways, which the pool itself writes through; `client::pool_child`: a
+//!   `jail pool` child spoken to on threads; `client::session`: a session's socket protocol, typed once, which
+//!   session/handle.rs serves, and its one client).
 //! - `cli`: the `jail` command line, one file per subcommand (`jail mcp` and `jail serve` exec their binaries beside
 //!   this one: `cli/beside.rs`); main.rs only calls `cli::main`.
 //! - `session`: `jail session`, one jail serving many cells to a driver over a control channel.

@@ -20,7 +20,6 @@ pub mod wire;
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -33,6 +32,7 @@ use crate::backend::{Backend, BoxFuture, EventLog, Job, RawResult, RunError};
 use crate::cancel::Cancel;
 use crate::route::PoolShape;
 use jail::client::bounds::START_WAIT;
+use jail::client::command::{pool_command, PoolSpec};
 use jail::client::pool::ErrorCode;
 use wire::{Line, Read, Reply};
 
@@ -249,22 +249,21 @@ impl Pool {
     }
 
     fn command(&self) -> tokio::process::Command {
-        use std::os::unix::process::CommandExt;
         let c = &self.cfg;
-        let mut cmd = std::process::Command::new(&c.jail);
-        cmd.arg("pool").arg("--size").arg(c.size.to_string());
-        cmd.arg("--timeout").arg(c.timeout.as_secs_f64().to_string());
-        cmd.arg("--memory").arg(format!("{}M", c.memory_mib));
-        cmd.args(&c.flags);
-        cmd.env("TMPDIR", &c.temp_dir).env("XDG_RUNTIME_DIR", &c.runtime_dir);
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::piped());
-        // Its own group: a terminal's Ctrl-C reaches the server, which
-        // drains and then closes the pool.
-        cmd.process_group(0);
-        // SIGKILL: the pool's jails end with its lifeline, its janitor
-        // removes its folders; a SIGTERM would wait for its runs.
-        jail::sys::set_parent_death_signal(&mut cmd, nix::sys::signal::Signal::SIGKILL);
-        tokio::process::Command::from(cmd)
+        let mut spec = PoolSpec {
+            more: c.flags.clone(),
+            temp_dir: Some(c.temp_dir.clone()),
+            runtime_dir: Some(c.runtime_dir.clone()),
+            // SIGKILL: the pool's jails end with their lifeline, its
+            // janitor removes its folders; a SIGTERM would wait for its runs.
+            parent_death: Some(nix::sys::signal::Signal::SIGKILL),
+            ..PoolSpec::new(&c.jail, c.size)
+        };
+        spec.flags.limits.timeout = Some(c.timeout);
+        spec.flags.limits.memory = Some(format!("{}M", c.memory_mib));
+        // Its own group (pool_command): a terminal's Ctrl-C reaches the
+        // server, which drains and then closes the pool.
+        tokio::process::Command::from(pool_command(&spec))
     }
 
     /// Watch the pool; when it ends, fail its runs and start another.

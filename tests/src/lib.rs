@@ -441,20 +441,17 @@ impl Pool {
         let tmp = sb.pool_tmp();
         std::fs::create_dir_all(&tmp).expect("mkdir the pool's tmp");
         std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).expect("chmod");
-        let mut child = Command::new(jail_bin())
-            .arg("pool")
-            .arg("--size")
-            .arg(size.to_string())
-            .arg("--rootfs")
-            .arg(&sb.rootfs)
-            .args(extra)
-            .env("TMPDIR", &tmp)
-            .env("XDG_RUNTIME_DIR", sb.runtime_dir())
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::inherit())
-            .spawn()
-            .expect("spawn jail pool");
+        let mut spec = jail::client::command::PoolSpec {
+            more: extra.iter().map(Into::into).collect(),
+            temp_dir: Some(tmp),
+            runtime_dir: Some(sb.runtime_dir()),
+            ..jail::client::command::PoolSpec::new(jail_bin(), size)
+        };
+        spec.flags.rootfs = Some(sb.rootfs.clone());
+        // Its replies read here as the bytes it wrote, untyped: the pool's
+        // tests assert on the wire itself.
+        let mut cmd = jail::client::command::pool_command(&spec);
+        let mut child = cmd.stderr(std::process::Stdio::inherit()).spawn().expect("spawn jail pool");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, replies) = std::sync::mpsc::channel();
         std::thread::spawn(move || {

@@ -1,6 +1,7 @@
 //! A `jail run` command line built from a typed spec, by one function
-//! (`argv`; `start_argv` for `jail session start`), and the process it
-//! runs as (`command`, `start_command`): its own process group,
+//! (`argv`; `start_argv` for `jail session start`, `pool_argv` for `jail
+//! pool`), and the process it runs as (`command`, `start_command`,
+//! `pool_command`): its own process group,
 //! so that stopping it reaches whatever it started (group.rs); the parent
 //! death signal where the caller asks for one; the caller's environment
 //! policy. The front ends fill a `RunSpec`; none writes a flag by hand.
@@ -250,6 +251,70 @@ pub fn start_command(spec: &StartSpec) -> Command {
     cmd
 }
 
+/// One `jail pool` (pool_child.rs speaks to it).
+#[derive(Debug, Clone)]
+pub struct PoolSpec {
+    /// The `jail` binary.
+    pub jail: PathBuf,
+    /// `--size`: the jails it keeps ready.
+    pub size: usize,
+    /// Every pooled jail's flags; `limits.timeout` is the longest wall
+    /// time a request may ask, `limits.memory` each jail's memory.
+    pub flags: Flags,
+    /// Flags as the caller's own command line gave them.
+    pub more: Vec<OsString>,
+    /// Its TMPDIR: its folders and the outputs it delivers.
+    pub temp_dir: Option<PathBuf>,
+    /// Its XDG_RUNTIME_DIR: its jails' session handles (a short path).
+    pub runtime_dir: Option<PathBuf>,
+    /// Variables of ours its jails never get.
+    pub withhold: Vec<OsString>,
+    /// Sent to `jail pool` when its parent dies: SIGKILL is what callers
+    /// pass (its jails end with their lifeline, its janitor removes its
+    /// folders; SIGTERM would make it wait for its runs).
+    pub parent_death: Option<Signal>,
+}
+
+impl PoolSpec {
+    /// A pool of `size` jails with no flags.
+    pub fn new(jail: impl Into<PathBuf>, size: usize) -> PoolSpec {
+        PoolSpec {
+            jail: jail.into(),
+            size,
+            flags: Flags::default(),
+            more: Vec::new(),
+            temp_dir: None,
+            runtime_dir: None,
+            withhold: Vec::new(),
+            parent_death: None,
+        }
+    }
+}
+
+/// The arguments of `jail` for `spec` (the program not included).
+pub fn pool_argv(spec: &PoolSpec) -> Vec<OsString> {
+    let mut out: Vec<OsString> = vec!["pool".into(), "--size".into(), spec.size.to_string().into()];
+    out.extend(spec.flags.args());
+    out.extend(spec.more.iter().cloned());
+    out
+}
+
+/// The process for `spec`, as [`command`] makes a run's, its stdin piped:
+/// the pool reads its requests there.
+pub fn pool_command(spec: &PoolSpec) -> Command {
+    let mut env = Vec::new();
+    if let Some(dir) = &spec.temp_dir {
+        env.push(("TMPDIR".into(), dir.into()));
+    }
+    if let Some(dir) = &spec.runtime_dir {
+        env.push(("XDG_RUNTIME_DIR".into(), dir.into()));
+    }
+    let place = Place { dir: &None, env: &env, withhold: &spec.withhold, parent_death: spec.parent_death };
+    let mut cmd = process(&spec.jail, pool_argv(spec), &place);
+    cmd.stdin(Stdio::piped());
+    cmd
+}
+
 /// Where and with what a `jail` process runs.
 struct Place<'a> {
     dir: &'a Option<PathBuf>,
@@ -274,8 +339,8 @@ fn process(jail: &std::path::Path, args: Vec<OsString>, place: &Place<'_>) -> Co
     cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped());
     cmd.process_group(0);
     if let Some(sig) = place.parent_death {
-        // SIGTERM, not SIGKILL, is what callers pass: the jail kills its
-        // tree and removes its cgroup.
+        // SIGTERM, not SIGKILL, is what a run's or a session's callers
+        // pass: the jail kills its tree and removes its cgroup.
         crate::sys::set_parent_death_signal(&mut cmd, sig);
     }
     cmd
@@ -329,5 +394,12 @@ mod tests {
         assert_eq!(got.join(" "), "session start --json --lifeline-fd 3 --timeout 3 --no-systemd-delegation --input in");
         let judge = RunSpec::new("jail", Mode::Json, Script::Inline("pass".into()), Duration::from_secs(5));
         assert_eq!(argv(&judge), ["run", "--json", "-c", "pass"].map(OsString::from).to_vec());
+        let mut pool = PoolSpec::new("jail", 2);
+        pool.flags.rootfs = Some("/r".into());
+        pool.flags.limits.timeout = Some(Duration::from_secs(30));
+        pool.flags.limits.memory = Some("256M".into());
+        pool.more = vec!["--no-systemd-delegation".into()];
+        let got: Vec<String> = pool_argv(&pool).iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(got.join(" "), "pool --size 2 --rootfs /r --timeout 30 --memory 256M --no-systemd-delegation");
     }
 }
