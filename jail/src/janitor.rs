@@ -10,9 +10,12 @@
 //! a janitor's work must be harmless when repeated.
 //!
 //! Used by the session supervisor (session.rs: its socket, driver folder,
-//! tombstone and cgroups) and `jail pool` (pool/run.rs: its work folder).
-//! The lifeline a pool's sessions hold is the same kind of pipe, read by
-//! the session's watch loop rather than by a janitor (session/cells.rs).
+//! tombstone and cgroups), `jail pool` (pool/run.rs: its work folder) and
+//! the service (jail-serve's janitor.rs: its sessions, runs, folders and
+//! nested cgroups, through [`start`], which names the janitor and keeps
+//! the owner's stderr for the one line it may have to say). The lifeline
+//! a pool's sessions hold is the same kind of pipe, read by the session's
+//! watch loop rather than by a janitor (session/cells.rs).
 
 use std::io::Read;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -21,18 +24,52 @@ use crate::sync::Pipe;
 use crate::sys::{self, Forked};
 
 /// Bytes of what the owner told the janitor that are kept.
-pub(crate) const MAX_TOLD: u64 = 64 << 10;
+pub const MAX_TOLD: u64 = 64 << 10;
+
+/// How a janitor another crate starts is made.
+#[derive(Debug, Clone, Copy)]
+pub struct Spec<'a> {
+    /// Its process name (`/proc/PID/comm`, at most 15 bytes), so that
+    /// the owner's tests and its operator can tell it from the owner.
+    pub name: &'a std::ffi::CStr,
+    /// Keep the owner's stderr: the one place a janitor that could not
+    /// undo something can say so.
+    pub keep_stderr: bool,
+}
+
+/// A janitor started by [`start`].
+#[derive(Debug)]
+pub struct Janitor {
+    pub pid: u32,
+    /// The owner's end of the pipe: lines written here are what the
+    /// janitor is told; closing it (the owner's end, however it comes)
+    /// starts the clean-up.
+    pub pipe: OwnedFd,
+}
+
+/// Fork a janitor as `spec` says. Call before any thread starts.
+pub fn start(spec: Spec<'_>, clean_up: impl FnOnce(&[u8])) -> std::io::Result<Janitor> {
+    forked(Some(spec), clean_up)
+}
 
 /// Fork the janitor; the owner keeps the returned write end for its whole
 /// life (dropping it is the signal). Call before any thread starts.
 pub(crate) fn fork(clean_up: impl FnOnce(&[u8])) -> std::io::Result<OwnedFd> {
+    forked(None, clean_up).map(|j| j.pipe)
+}
+
+fn forked(spec: Option<Spec<'_>>, clean_up: impl FnOnce(&[u8])) -> std::io::Result<Janitor> {
     let pipe = Pipe::new()?;
     match sys::fork_process()? {
         Forked::Child => {
             drop(pipe.write);
             let _ = nix::unistd::setsid();
+            if let Some(spec) = spec {
+                let _ = nix::sys::prctl::set_name(spec.name);
+            }
+            let keep_stderr = spec.is_some_and(|s| s.keep_stderr);
             if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-                for fd in 0..3 {
+                for fd in 0..if keep_stderr { 2 } else { 3 } {
                     let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
                 }
             }
@@ -44,6 +81,6 @@ pub(crate) fn fork(clean_up: impl FnOnce(&[u8])) -> std::io::Result<OwnedFd> {
             clean_up(&told);
             sys::exit_now(0)
         }
-        Forked::Parent(_) => Ok(pipe.write),
+        Forked::Parent(pid) => Ok(Janitor { pid: pid.as_raw().unsigned_abs(), pipe: pipe.write }),
     }
 }

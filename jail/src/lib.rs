@@ -46,7 +46,8 @@
 //! - `cli`: the `jail` command line, one file per subcommand (`jail mcp` and `jail serve` exec their binaries beside
 //!   this one: `cli/beside.rs`); main.rs only calls `cli::main`.
 //! - `session`: `jail session`, one jail serving many cells to a driver over a control channel.
-//! - `janitor`: the one janitor, forked by the session supervisor and `jail pool`, that cleans up after their death.
+//! - `janitor`: the one janitor, forked by the session supervisor, `jail pool` and the service, that cleans up after
+//!   their death.
 //! - `doctor`: what this host provides, for `jail doctor`.
 //! - `install`: the embedded rootfs recipes, for `jail rootfs build|list`.
 //! - `sys`: every `unsafe`.
@@ -81,7 +82,7 @@ pub mod hostuid;
 pub(crate) mod inline;
 pub(crate) mod inside;
 pub(crate) mod install;
-mod janitor;
+pub mod janitor;
 pub mod landlock;
 mod launch;
 mod layers;

@@ -1,19 +1,21 @@
-//! The janitor: a child the server starts before anything else, holding
-//! the read end of a pipe whose write end only the server has. When the
-//! server dies, however it dies, the janitor reads end-of-file, stops the
-//! sessions left in the work folder (their supervisors are setsid'd, so no
-//! parent-death signal reaches them), removes the folder, and undoes the
-//! server's nested cgroups (nest.rs), which the server names on the pipe
-//! before it makes them: one JSON line `{"nest": RECORD}`, or `{"nest":
-//! null}` once it has undone them itself.
+//! The janitor: forked by the server before anything else (the one
+//! janitor primitive, `jail::janitor`, as the session supervisor and `jail
+//! pool` fork theirs), holding the read end of a pipe whose write end only
+//! the server has. When the server dies, however it dies, the janitor
+//! reads end-of-file, stops the sessions left in the work folder (their
+//! supervisors are setsid'd, so no parent-death signal reaches them),
+//! removes the folder, and undoes the server's nested cgroups (nest.rs),
+//! which the server names on the pipe before it makes them: one JSON line
+//! `{"nest": RECORD}`, or `{"nest": null}` once it has undone them itself.
+//! It is named `serve-janitor` (`/proc/PID/comm`) and shares the server's
+//! stderr, the one place it can say what it could not undo.
 
-use std::os::unix::process::CommandExt;
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
-/// The first argument that makes this binary the janitor.
-pub const FLAG: &str = "--janitor";
+/// The janitor's process name.
+pub const NAME: &std::ffi::CStr = c"serve-janitor";
 
 /// The file in a run's folder naming its process group.
 pub const PGID_FILE: &str = "jail.pgid";
@@ -24,33 +26,30 @@ const REMOVE_FOR: Duration = Duration::from_secs(20);
 /// How long the janitor tries to remove the server's cgroups while the
 /// runs' processes finish.
 const CGROUPS_FOR: Duration = Duration::from_secs(20);
-/// Bytes of the pipe kept: the server writes a few short lines.
-const MAX_TOLD_BYTES: usize = 64 << 10;
 /// How deep under the work folder a session socket is looked for
 /// (ID/jail/sessions/ID.sock).
 const MAX_DEPTH: usize = 6;
 
-/// Start the janitor of `dir`; the server keeps the returned child (and
-/// its stdin) for its whole life.
-pub fn start(dirs: &[&Path]) -> std::io::Result<Child> {
-    let exe = std::env::current_exe()?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg(FLAG).args(dirs);
-    cmd.stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        // Its own group: a terminal's Ctrl-C that stops the server must
-        // not stop the cleanup.
-        .process_group(0)
-        .spawn()
+/// The server's hold on its janitor: kept for the server's whole life.
+pub struct Janitor {
+    pub pid: u32,
+    pipe: File,
+}
+
+/// Start the janitor of `dirs`. Before any thread starts (it is forked).
+pub fn start(dirs: &[&Path]) -> std::io::Result<Janitor> {
+    let dirs: Vec<PathBuf> = dirs.iter().map(|d| d.to_path_buf()).collect();
+    let spec = jail::janitor::Spec { name: NAME, keep_stderr: true };
+    let j = jail::janitor::start(spec, |told| clean_up(&dirs, told))?;
+    Ok(Janitor { pid: j.pid, pipe: File::from(j.pipe) })
 }
 
 /// Tell the janitor which nested cgroups to undo after the server's death
 /// (`None`: none, the server undid them).
-pub fn tell(janitor: &mut Child, record: Option<&crate::nest::Record>) -> std::io::Result<()> {
+pub fn tell(janitor: &mut Janitor, record: Option<&crate::nest::Record>) -> std::io::Result<()> {
     use std::io::Write;
-    let stdin = janitor.stdin.as_mut().ok_or_else(|| std::io::Error::other("the janitor's pipe is closed"))?;
     let line = serde_json::json!({ "nest": record }).to_string();
-    stdin.write_all(format!("{line}\n").as_bytes())
+    janitor.pipe.write_all(format!("{line}\n").as_bytes())
 }
 
 /// The last record the server told, from what it wrote on the pipe. Pure.
@@ -64,16 +63,9 @@ fn told(bytes: &[u8]) -> Option<crate::nest::Record> {
     last.nest
 }
 
-pub fn main(dirs: &[PathBuf]) -> ExitCode {
-    use std::io::Read;
-    let mut sink = [0u8; 4096];
-    let mut heard = Vec::new();
-    // Returns on end-of-file (the server is gone) or an error.
-    while let Ok(n @ 1..) = std::io::stdin().read(&mut sink) {
-        if heard.len() + n <= MAX_TOLD_BYTES {
-            heard.extend_from_slice(&sink[..n]);
-        }
-    }
+/// What the janitor does once the server is gone: `heard` is what the
+/// server told it.
+fn clean_up(dirs: &[PathBuf], heard: &[u8]) {
     for dir in dirs {
         let (socks, groups) = leftovers(dir, 0);
         for pgid in groups {
@@ -94,7 +86,7 @@ pub fn main(dirs: &[PathBuf]) -> ExitCode {
         }
     }
     // After the runs: their cgroups lie beneath the server's `runs`.
-    if let Some(record) = told(&heard) {
+    if let Some(record) = told(heard) {
         let me = i32::try_from(std::process::id()).unwrap_or(i32::MAX);
         if let Err(e) = crate::nest::tear_down(&record, me, Instant::now() + CGROUPS_FOR) {
             // The server's stderr, which the janitor shares: the one place
@@ -106,7 +98,6 @@ pub fn main(dirs: &[PathBuf]) -> ExitCode {
             );
         }
     }
-    ExitCode::SUCCESS
 }
 
 /// Session sockets and runs' process groups under `dir`, links not followed.

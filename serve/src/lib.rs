@@ -63,15 +63,8 @@ struct Cli {
     args: Option<config::ServeArgs>,
 }
 
-/// The binary's whole life: the janitor, or the server.
+/// The binary's whole life: the server (its janitor is forked, janitor.rs).
 pub fn main() -> ExitCode {
-    // The janitor (janitor.rs) is this binary started as `jail-serve
-    // --janitor DIR...` by the server, before the server's own flags apply.
-    let argv: Vec<std::ffi::OsString> = std::env::args_os().collect();
-    if argv.get(1).is_some_and(|a| a == janitor::FLAG) {
-        let dirs: Vec<std::path::PathBuf> = argv[2..].iter().map(Into::into).collect();
-        return janitor::main(&dirs);
-    }
     let cli = Cli::parse();
     match cli.args {
         Some(args) => server::main(args),

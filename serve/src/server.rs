@@ -278,7 +278,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     // threads, and every jail must be started after it (nest.rs).
     let run_cgroups = match args.no_nest_cgroup {
         true => RunCgroups::Off,
-        false => nest::start(janitor.id(), &mut |record| janitor::tell(&mut janitor, record), args.policy.as_deref()),
+        false => nest::start(janitor.pid, &mut |record| janitor::tell(&mut janitor, record), args.policy.as_deref()),
     };
     if let Some(line) = run_cgroups.said() {
         eprintln!("jail serve: {line}");

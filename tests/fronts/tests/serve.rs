@@ -353,9 +353,10 @@ fn jails_of(server: &Server) -> Vec<u32> {
         .collect()
 }
 
-/// The server's janitor (it carries the work folder too, and outlives the server by design).
+/// The server's janitor (forked by it, so it carries the work folder too,
+/// and outlives the server by design), told apart by its name.
 fn is_janitor(pid: u32) -> bool {
-    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("--janitor"))
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim_end() == "serve-janitor")
 }
 
 fn assert_left_nothing(server: &Server, pids: &[u32]) {
