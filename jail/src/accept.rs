@@ -130,7 +130,8 @@ impl AcceptError {
     }
 
     /// Whether the path refused was a link (or had one on the way).
-    pub fn is_link(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_link(&self) -> bool {
         matches!(self.problem, Problem::Link)
     }
 }
@@ -412,12 +413,12 @@ pub fn open_file_beneath(dir: &OwnedFd, dir_path: &Path, rel: &Path, reach: Reac
 
 /// Read the caller's regular file `path` (a script), at most `max` bytes,
 /// as text.
-pub fn read_text(path: &Path, reach: Reach, max: u64) -> Result<String, AcceptError> {
+pub(crate) fn read_text(path: &Path, reach: Reach, max: u64) -> Result<String, AcceptError> {
     read_file_text(path, open_file(path, reach)?, max)
 }
 
 /// Read an accepted file, at most `max` bytes, as UTF-8 text.
-pub fn read_file_text(path: &Path, file: File, max: u64) -> Result<String, AcceptError> {
+pub(crate) fn read_file_text(path: &Path, file: File, max: u64) -> Result<String, AcceptError> {
     let mut bytes = Vec::new();
     file.take(max.saturating_add(1)).read_to_end(&mut bytes).map_err(|e| AcceptError::io(path, e))?;
     if bytes.len() as u64 > max {
@@ -481,7 +482,7 @@ impl Place {
     }
 
     /// Make the folder (`mode`, less the umask) beneath the parent.
-    pub fn make_dir(&self, mode: u32) -> Result<(), AcceptError> {
+    pub(crate) fn make_dir(&self, mode: u32) -> Result<(), AcceptError> {
         nix::sys::stat::mkdirat(Some(self.parent.as_raw_fd()), self.name.as_os_str(), Mode::from_bits_truncate(mode))
             .map_err(|e| AcceptError::io(&self.path, e.into()))
     }
@@ -497,7 +498,7 @@ impl Place {
     }
 
     /// Remove the empty folder there (a failure leaves it).
-    pub fn remove_empty_dir(&self) -> Result<(), AcceptError> {
+    pub(crate) fn remove_empty_dir(&self) -> Result<(), AcceptError> {
         nix::unistd::unlinkat(Some(self.parent.as_raw_fd()), self.name.as_os_str(), nix::unistd::UnlinkatFlags::RemoveDir)
             .map_err(|e| AcceptError::io(&self.path, e.into()))
     }

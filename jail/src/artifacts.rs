@@ -49,14 +49,15 @@ use crate::digest::Hasher;
 use crate::result::{Artifact, Change, Disposition, FlagKind, InputReport, Neutralised, RejectReason, RejectedArtifact};
 use crate::sys;
 
-pub use rules::{ArtifactRules, Extensions, FormulaCells, PastBudget};
+pub use rules::FormulaCells;
+pub(crate) use rules::{ArtifactRules, Extensions, PastBudget};
 use text::printable;
 pub use text::{escape_name, needs_escape};
 
 /// Every open below the output dir: never a symlink, never out of the tree.
 const RESOLVE: u64 = sys::RESOLVE_BENEATH | sys::RESOLVE_NO_SYMLINKS | sys::RESOLVE_NO_MAGICLINKS;
 /// Refusals listed in the result; the rest are counted in one last entry.
-pub const MAX_REJECTED_LISTED: usize = 100;
+pub(crate) const MAX_REJECTED_LISTED: usize = 100;
 /// The input digest's own bounds (the input is the caller's, but it is
 /// digested twice per run).
 const INPUT_MAX_ENTRIES: u64 = 100_000;
@@ -92,7 +93,7 @@ pub struct TreeDead(());
 
 impl TreeDead {
     /// Only to be called once wait4 of the jail's PID 1 has returned.
-    pub fn after_reaping_pid1() -> TreeDead {
+    pub(crate) fn after_reaping_pid1() -> TreeDead {
         TreeDead(())
     }
 }
@@ -538,7 +539,7 @@ impl Before {
     /// Snapshot the output dir again, from a descriptor: the jail's output
     /// tmpfs once the host folder was copied into it, before the script
     /// runs, so that changes are judged where the script made them.
-    pub fn retake_output_at(&mut self, root: &OwnedFd, rules: &ArtifactRules) {
+    pub(crate) fn retake_output_at(&mut self, root: &OwnedFd, rules: &ArtifactRules) {
         let listing = walk(root, rules);
         self.output = listing.files.into_iter().map(|f| (f.rel, f.meta)).collect();
         self.entries = listing.metas;
@@ -636,7 +637,7 @@ pub fn collect(output: &Path, before: &Before, rules: &ArtifactRules, spend: bud
 
 /// The verdict when the output dir cannot be read at all: nothing is
 /// accepted, and the one refusal says why (no input report).
-pub fn unreadable_output(why: &str) -> Collected {
+pub(crate) fn unreadable_output(why: &str) -> Collected {
     let rejected = vec![RejectedArtifact {
         path: ".".into(),
         reason: RejectReason::Unreadable,
@@ -649,7 +650,13 @@ pub fn unreadable_output(why: &str) -> Collected {
 
 /// [`collect`] beneath a descriptor of the output dir (the host folder, or
 /// the jail's output tmpfs).
-pub fn collect_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, spend: budget::Spend, dead: TreeDead) -> Collected {
+pub(crate) fn collect_at(
+    root: &OwnedFd,
+    before: &Before,
+    rules: &ArtifactRules,
+    spend: budget::Spend,
+    dead: TreeDead,
+) -> Collected {
     let mut collected = judge_at(root, before, rules, spend, dead);
     collected.input = input_now(before, rules);
     collected
@@ -657,14 +664,20 @@ pub fn collect_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, spend:
 
 /// The input's report: re-digested now, against its digest from before
 /// the run (what the script could not change, by the caller's rights).
-pub fn input_now(before: &Before, rules: &ArtifactRules) -> Option<InputReport> {
+pub(crate) fn input_now(before: &Before, rules: &ArtifactRules) -> Option<InputReport> {
     before.input.as_ref().map(|(dir, was)| input_report(dir, was, rules))
 }
 
 /// The output half of [`collect_at`]: its verdict, with no input report.
 /// Every read of a file's content is charged to `spend`; past it, with
 /// `past_budget: "refuse"`, what was not judged in full is refused.
-pub fn judge_at(root: &OwnedFd, before: &Before, rules: &ArtifactRules, spend: budget::Spend, _dead: TreeDead) -> Collected {
+pub(crate) fn judge_at(
+    root: &OwnedFd,
+    before: &Before,
+    rules: &ArtifactRules,
+    spend: budget::Spend,
+    _dead: TreeDead,
+) -> Collected {
     let input = None;
     let listing = walk(root, rules);
     // The summarisers' time budget for this whole collection starts now.
@@ -780,7 +793,7 @@ fn accept(
 
 /// A digest of a whole folder tree.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TreeDigest {
+pub(crate) struct TreeDigest {
     pub sha256: String,
     pub files: u64,
     pub bytes: u64,
@@ -819,7 +832,7 @@ fn errno_of(e: &io::Error) -> i32 {
 /// and each regular file's content — or, when the files add up to more than
 /// `content_budget` bytes, their size, mtime, ctime and inode instead (ctime
 /// cannot be set back by anyone, so a change is still seen).
-pub fn digest_tree(dir: &Path, content_budget: u64) -> io::Result<TreeDigest> {
+pub(crate) fn digest_tree(dir: &Path, content_budget: u64) -> io::Result<TreeDigest> {
     let root = open_root(dir)?;
     let mut records = Vec::new();
     let mut complete = true;

@@ -38,10 +38,10 @@ pub const V1_CONTROLLERS: [&str; 5] = ["memory", "pids", "cpu", "cpuacct", "free
 pub const V2_CONTROLLERS: [&str; 3] = ["memory", "pids", "cpu"];
 
 /// The leaf that holds the run's processes, where there is one ([`Leaf`]).
-pub const LEAF: &str = "tree";
+pub(crate) const LEAF: &str = "tree";
 
 /// CFS period for the CPU quota: 100 ms, the kernel's default.
-pub const CPU_PERIOD_US: u64 = 100_000;
+pub(crate) const CPU_PERIOD_US: u64 = 100_000;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -52,7 +52,7 @@ pub enum Version {
 
 impl Version {
     /// The name the result uses for what enforced a limit.
-    pub fn enforcer(self) -> &'static str {
+    pub(crate) fn enforcer(self) -> &'static str {
         match self {
             Version::V1 => "cgroup_v1",
             Version::V2 => "cgroup_v2",
@@ -63,7 +63,7 @@ impl Version {
     /// the child builds its mounts (v1: the child moves itself in through
     /// `tasks` files sent to it), rather than before it (v2: `clone3`
     /// starts the child in it).
-    pub fn made_after_clone(self) -> bool {
+    pub(crate) fn made_after_clone(self) -> bool {
         self == Version::V1
     }
 }
@@ -206,7 +206,7 @@ impl Candidate {
     }
 
     /// Whether the run's CPU usage can be read (for the CPU-time limit).
-    pub fn has_cpu_usage(&self) -> bool {
+    pub(crate) fn has_cpu_usage(&self) -> bool {
         match self.version {
             // cpu.stat's usage_usec is there without the cpu controller.
             Version::V2 => true,
@@ -235,7 +235,7 @@ pub fn read_words(path: &Path) -> Vec<String> {
 
 /// Look at both hierarchies from this process's place in them. `parent`
 /// (a cgroup path) replaces our own cgroup as the parent of run cgroups.
-pub fn discover(layout: &Layout, me: &Membership, parent: Option<&Path>) -> Discovery {
+pub(crate) fn discover(layout: &Layout, me: &Membership, parent: Option<&Path>) -> Discovery {
     Discovery { v2: discover_v2(layout, me, parent), v1: discover_v1(layout, me, parent) }
 }
 
@@ -378,7 +378,7 @@ pub fn choose(d: &Discovery, s: &Settings) -> Choice {
 }
 
 /// This host's choice for this process, from /proc.
-pub fn choose_here(parent: Option<&Path>, s: &Settings) -> (Discovery, Choice) {
+pub(crate) fn choose_here(parent: Option<&Path>, s: &Settings) -> (Discovery, Choice) {
     let layout = parse_mountinfo(&std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
     let me = parse_proc_cgroup(&std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default());
     let d = discover(&layout, &me, parent);
@@ -413,7 +413,7 @@ fn quota_us(cpus: f64) -> u64 {
 }
 
 /// The limit files for a v2 run cgroup, in order. Pure.
-pub fn v2_writes(s: &Settings, controllers: &BTreeSet<&str>) -> Vec<Write> {
+pub(crate) fn v2_writes(s: &Settings, controllers: &BTreeSet<&str>) -> Vec<Write> {
     let mut out = Vec::new();
     if let (Some(m), true) = (s.memory, controllers.contains("memory")) {
         out.push(w("memory.max", m, Need::Required));
@@ -429,7 +429,7 @@ pub fn v2_writes(s: &Settings, controllers: &BTreeSet<&str>) -> Vec<Write> {
 }
 
 /// The limit files for one v1 controller of the run cgroup, in order. Pure.
-pub fn v1_writes(s: &Settings, controller: &str) -> Vec<Write> {
+pub(crate) fn v1_writes(s: &Settings, controller: &str) -> Vec<Write> {
     match (controller, s) {
         // The memory limit first: memsw may never be below it.
         ("memory", Settings { memory: Some(m), .. }) => vec![
@@ -454,7 +454,7 @@ fn write_file(path: &Path, value: &str) -> io::Result<()> {
 /// Child side, still single-threaded: move the calling thread (the whole
 /// process) into the leaf through the supervisor's `tasks` descriptors,
 /// and close them.
-pub fn enter_self(tasks: Vec<OwnedFd>) -> io::Result<()> {
+pub(crate) fn enter_self(tasks: Vec<OwnedFd>) -> io::Result<()> {
     for fd in tasks {
         let n = nix::unistd::write(&fd, b"0")?;
         if n != 1 {
@@ -468,7 +468,7 @@ pub fn enter_self(tasks: Vec<OwnedFd>) -> io::Result<()> {
 /// run cgroup is made (sync.rs, the `cgroup` channel) and move in through
 /// them ([`enter_self`]). End-of-file without them means the supervisor
 /// could not make it, and the run must not go on.
-pub fn enter_sent(sock: &OwnedFd) -> io::Result<()> {
+pub(crate) fn enter_sent(sock: &OwnedFd) -> io::Result<()> {
     let tasks = crate::sys::recv_fds(std::os::fd::AsFd::as_fd(sock))?;
     if tasks.is_empty() {
         return Err(io::Error::other("the supervisor closed the cgroup channel without sending the run cgroup's tasks files"));
@@ -478,7 +478,7 @@ pub fn enter_sent(sock: &OwnedFd) -> io::Result<()> {
 
 /// What the run used, from the cgroup. `None`: this kernel does not say.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CgroupUsage {
+pub(crate) struct CgroupUsage {
     pub user_ns: Option<u64>,
     pub system_ns: Option<u64>,
     pub memory_peak: Option<u64>,
@@ -488,7 +488,7 @@ pub struct CgroupUsage {
 
 /// Where the run's processes live in the run cgroup.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Leaf {
+pub(crate) enum Leaf {
     /// In the leaf [`LEAF`] beneath it, the root of their cgroup namespace:
     /// the files that hold their limits lie above what they can see.
     Below,
@@ -507,7 +507,7 @@ pub enum Leaf {
 /// only read them. v2 keeps its leaf whoever creates it: a delegated v2
 /// cgroup belongs to the uid the sandbox maps to, and the leaf costs v2 no
 /// join (the child is cloned straight into it).
-pub fn leaf_for(version: Version, creator_uid: u32, sandbox_host_uid: u32) -> Leaf {
+pub(crate) fn leaf_for(version: Version, creator_uid: u32, sandbox_host_uid: u32) -> Leaf {
     match version {
         Version::V2 => Leaf::Below,
         Version::V1 if creator_uid != 0 && creator_uid == sandbox_host_uid => Leaf::Below,
@@ -517,7 +517,7 @@ pub fn leaf_for(version: Version, creator_uid: u32, sandbox_host_uid: u32) -> Le
 
 /// A run cgroup decided but not made yet: its place, name, limits and leaf.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Planned {
+pub(crate) struct Planned {
     pub candidate: Candidate,
     pub name: String,
     pub settings: Settings,
@@ -526,9 +526,8 @@ pub struct Planned {
 
 /// One run's cgroup, removed on drop if not removed before.
 #[derive(Debug)]
-pub struct RunCgroup {
+pub(crate) struct RunCgroup {
     pub version: Version,
-    pub name: String,
     /// The run cgroup in each hierarchy, with the controllers it serves.
     dirs: Vec<Parent>,
     leaf: Leaf,
@@ -540,13 +539,13 @@ pub struct RunCgroup {
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// `jail-<pid>-<n>`: recognisable, and its creator can be checked for life.
-pub fn run_name() -> String {
+pub(crate) fn run_name() -> String {
     format!("jail-{}-{}", std::process::id(), SEQ.fetch_add(1, Ordering::Relaxed))
 }
 
 /// The creator pid and sequence number in a run cgroup's name, if it is
 /// one of ours.
-pub fn creator_of(name: &str) -> Option<(u32, u32)> {
+pub(crate) fn creator_of(name: &str) -> Option<(u32, u32)> {
     let rest = name.strip_prefix("jail-")?;
     let (pid, n) = rest.split_once('-')?;
     if pid.is_empty() || !pid.bytes().all(|b| b.is_ascii_digit()) || n.is_empty() || !n.bytes().all(|b| b.is_ascii_digit()) {
@@ -574,7 +573,6 @@ impl RunCgroup {
         let Planned { candidate: c, name, settings: s, leaf } = planned;
         let mut cg = RunCgroup {
             version: c.version,
-            name: name.to_string(),
             dirs: Vec::new(),
             leaf: *leaf,
             created_in: Duration::ZERO,
@@ -610,10 +608,6 @@ impl RunCgroup {
         }
         cg.created_in = started.elapsed();
         Ok(cg)
-    }
-
-    pub fn controllers(&self) -> BTreeSet<&str> {
-        self.dirs.iter().flat_map(|p| p.controllers.iter().map(String::as_str)).collect()
     }
 
     pub fn has(&self, controller: &str) -> bool {
@@ -665,7 +659,7 @@ impl RunCgroup {
     // lock when the current thread moves alone.
 
     /// v2: the leaf, opened for `clone3(CLONE_INTO_CGROUP)`; `None` on v1.
-    pub fn clone_into(&self) -> Result<Option<OwnedFd>, CgroupError> {
+    pub(crate) fn clone_into(&self) -> Result<Option<OwnedFd>, CgroupError> {
         match (self.version, self.dirs.first()) {
             (Version::V2, Some(p)) => {
                 let opts = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_DIRECTORY).clone();
@@ -678,7 +672,7 @@ impl RunCgroup {
     /// v1: the `tasks` file the run's processes go into, in each hierarchy;
     /// empty on v2. Opened here, so the permission check is ours (the
     /// kernel checks the opener's credentials, not the writer's).
-    pub fn tasks_files(&self) -> Result<Vec<OwnedFd>, CgroupError> {
+    pub(crate) fn tasks_files(&self) -> Result<Vec<OwnedFd>, CgroupError> {
         match self.version {
             Version::V1 => {
                 let opts = std::fs::OpenOptions::new().write(true).clone();
@@ -704,7 +698,7 @@ impl RunCgroup {
     }
 
     /// CPU time used so far by the whole run, in nanoseconds.
-    pub fn cpu_ns(&self) -> Option<u64> {
+    pub(crate) fn cpu_ns(&self) -> Option<u64> {
         match self.version {
             Version::V2 => {
                 let text = std::fs::read_to_string(self.dir_for("cpu")?.join("cpu.stat")).ok()?;
@@ -763,7 +757,7 @@ impl RunCgroup {
     }
 
     /// Whether any process is still in the run cgroup.
-    pub fn is_populated(&self) -> bool {
+    pub(crate) fn is_populated(&self) -> bool {
         self.all_dirs().iter().any(|d| !procs_of(d).is_empty())
     }
 
@@ -899,7 +893,7 @@ pub fn procs_of(dir: &Path) -> Vec<i32> {
 /// v1's user/system split comes from tick sampling while its total
 /// (`cpuacct.usage`) is exact: scale the split to the total, as getrusage
 /// does for a process. Pure.
-pub fn split_v1_cpu(total: Option<u64>, user: Option<u64>, system: Option<u64>) -> (Option<u64>, Option<u64>) {
+pub(crate) fn split_v1_cpu(total: Option<u64>, user: Option<u64>, system: Option<u64>) -> (Option<u64>, Option<u64>) {
     match (total, user, system) {
         (Some(t), Some(u), Some(s)) if u + s > 0 => {
             let user = (t as u128 * u as u128 / (u as u128 + s as u128)) as u64;
@@ -916,7 +910,7 @@ fn read_u64(path: &Path) -> Option<u64> {
 
 /// The value of `key` in a `key value` per line file (cpu.stat,
 /// memory.events, memory.oom_control). Pure.
-pub fn keyed(text: &str, key: &str) -> Option<u64> {
+pub(crate) fn keyed(text: &str, key: &str) -> Option<u64> {
     text.lines().find_map(|l| {
         let (k, v) = l.split_once(' ')?;
         (k == key).then(|| v.trim().parse().ok()).flatten()

@@ -36,10 +36,10 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// The leaf of the scope the supervisor moves itself into, so that the
 /// scope itself has no processes and can enable controllers for the run
 /// cgroups (cgroup v2's no-internal-processes rule).
-pub const SUPERVISOR_LEAF: &str = "supervisor";
+pub(crate) const SUPERVISOR_LEAF: &str = "supervisor";
 
 #[derive(Debug, thiserror::Error)]
-pub enum DelegateError {
+pub(crate) enum DelegateError {
     #[error(
         "no systemd user bus at {path} (no user manager runs for uid {uid}: `loginctl enable-linger` starts one, \
          `systemctl --user status` checks it)"
@@ -78,7 +78,7 @@ pub struct Scope {
 static SCOPE: Mutex<Option<Scope>> = Mutex::new(None);
 
 /// The unit name for this process's scope. Pure.
-pub fn unit_name(pid: u32, nonce: u32) -> String {
+pub(crate) fn unit_name(pid: u32, nonce: u32) -> String {
     format!("jail-run-{pid}-{nonce}.scope")
 }
 
@@ -97,7 +97,7 @@ pub fn properties(pid: u32) -> Vec<(&'static str, Value<'static>)> {
 /// signature `ssa(sv)a(sa(sv))`. Mode "fail": never replace another job.
 type StartBody = (String, &'static str, Vec<(&'static str, Value<'static>)>, Vec<(String, Vec<(String, Value<'static>)>)>);
 
-pub fn start_body(unit: &str, pid: u32) -> StartBody {
+pub(crate) fn start_body(unit: &str, pid: u32) -> StartBody {
     (unit.to_string(), "fail", properties(pid), Vec::new())
 }
 
@@ -119,7 +119,7 @@ fn v2_has_controllers() -> bool {
 
 /// Whether a run here could ask for a scope, without asking (for doctor):
 /// the bus it would use, or why it would not try.
-pub fn availability() -> Result<PathBuf, String> {
+pub(crate) fn availability() -> Result<PathBuf, String> {
     let uid = nix::unistd::getuid().as_raw();
     let path = bus_path(uid);
     if !v2_has_controllers() {
@@ -138,7 +138,7 @@ pub fn availability() -> Result<PathBuf, String> {
 /// supervisor must stay single-threaded until it clones the run's child.
 /// The helper asks for the scope with the supervisor's pid in it, waits for
 /// the job, reports one line through a pipe and exits.
-pub fn obtain() -> Result<Scope, DelegateError> {
+pub(crate) fn obtain() -> Result<Scope, DelegateError> {
     let uid = nix::unistd::getuid().as_raw();
     let path = bus_path(uid);
     if !path.exists() {
@@ -284,7 +284,7 @@ fn enter_leaf(unit: &str) -> Result<Scope, DelegateError> {
 /// When the host gave no cgroup and delegation is on, get (or reuse) a
 /// systemd scope and choose again beneath it. The reason it was not tried,
 /// or failed, joins the choice's notes: the fallback is never silent.
-pub fn fill_in(choice: Choice, enabled: bool, explicit_parent: bool, wanted: &Settings) -> (Choice, Option<Scope>) {
+pub(crate) fn fill_in(choice: Choice, enabled: bool, explicit_parent: bool, wanted: &Settings) -> (Choice, Option<Scope>) {
     if choice.candidate.is_some() || explicit_parent {
         return (choice, None);
     }
@@ -328,7 +328,7 @@ pub fn fill_in(choice: Choice, enabled: bool, explicit_parent: bool, wanted: &Se
 
 /// Say in every limit the run cgroup enforces that the cgroup lies in a
 /// scope systemd delegated.
-pub fn annotate(plan: &mut limits::Plan, scope: &Scope) {
+pub(crate) fn annotate(plan: &mut limits::Plan, scope: &Scope) {
     for r in plan.reports.values_mut().filter(|r| r.enforced_by.starts_with("cgroup_")) {
         let words = format!(
             "beneath systemd scope {} ({}), delegated by the user manager (StartTransientUnit, Delegate=yes)",
@@ -347,8 +347,9 @@ pub fn current() -> Option<Scope> {
     SCOPE.lock().unwrap_or_else(|e| e.into_inner()).clone()
 }
 
-/// Whether `path` names a jail scope's cgroup.
-pub fn is_scope_cgroup(path: &Path) -> bool {
+/// Whether `path` names a jail scope's cgroup (what `unit_name` makes).
+#[cfg(test)]
+fn is_scope_cgroup(path: &Path) -> bool {
     path.file_name()
         .and_then(|n| n.to_str())
         .is_some_and(|n| n.starts_with("jail-run-") && n.ends_with(".scope"))

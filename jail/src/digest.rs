@@ -29,7 +29,7 @@ impl Hasher {
 }
 
 /// The raw sha256 of `bytes`.
-pub fn sha256_bytes(bytes: &[u8]) -> [u8; 32] {
+pub(crate) fn sha256_bytes(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 

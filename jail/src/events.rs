@@ -82,7 +82,7 @@ pub enum Event<'a> {
 
 /// How the result event, and only it, begins: the tag is written first
 /// (serde writes an internally tagged enum's tag before its fields).
-pub const RESULT_PREFIX: &[u8] = br#"{"type":"result","#;
+pub(crate) const RESULT_PREFIX: &[u8] = br#"{"type":"result","#;
 
 /// One stream's place in the event stream.
 #[derive(Default)]

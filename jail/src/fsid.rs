@@ -68,7 +68,7 @@ const FS_CAPS: [Capability; 8] = [
 ];
 
 #[derive(Debug, thiserror::Error)]
-pub enum FsIdError {
+pub(crate) enum FsIdError {
     #[error("read the effective capabilities")]
     ReadCaps(#[source] caps::errors::CapsError),
     #[error("lower the filesystem capabilities (CAP_DAC_OVERRIDE and the rest) for the output copy")]

@@ -11,13 +11,13 @@ use crate::policy::Policy;
 
 /// The variable a trusted caller (the tests) sets to map names to fixed
 /// addresses for the allowlist proxy: `name=address,name=address`.
-pub use crate::proxy::TEST_RESOLVE_VAR;
+pub(crate) use crate::proxy::TEST_RESOLVE_VAR;
 
 /// Overrides where compiled seccomp programs are kept; empty turns the cache off.
-pub const CACHE_DIR_VAR: &str = "JAIL_CACHE_DIR";
+pub(crate) const CACHE_DIR_VAR: &str = "JAIL_CACHE_DIR";
 
 /// The rootfs folder to use instead of looking one up by name.
-pub const ROOTFS_VAR: &str = "JAIL_ROOTFS";
+pub(crate) const ROOTFS_VAR: &str = "JAIL_ROOTFS";
 
 /// The cgroup to create run cgroups beneath when `--cgroup-parent` is not given.
 pub const CGROUP_PARENT_VAR: &str = "JAIL_CGROUP_PARENT";
@@ -54,7 +54,7 @@ impl HostEnv {
 /// Where compiled seccomp programs are kept: `$JAIL_CACHE_DIR` (empty turns
 /// the cache off), else `$XDG_CACHE_HOME/jail`, else `$HOME/.cache/jail`;
 /// only an absolute path counts.
-pub fn cache_dir(var: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
+pub(crate) fn cache_dir(var: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
     let set = |k: &str| var(k).filter(|v| !v.is_empty()).map(PathBuf::from);
     let dir = match var(CACHE_DIR_VAR) {
         Some(v) if v.is_empty() => return None,
@@ -65,7 +65,7 @@ pub fn cache_dir(var: &dyn Fn(&str) -> Option<OsString>) -> Option<PathBuf> {
 }
 
 /// A non-empty variable as a path.
-pub fn path_var(var: &dyn Fn(&str) -> Option<OsString>, name: &str) -> Option<PathBuf> {
+pub(crate) fn path_var(var: &dyn Fn(&str) -> Option<OsString>, name: &str) -> Option<PathBuf> {
     var(name).filter(|v| !v.is_empty()).map(PathBuf::from)
 }
 

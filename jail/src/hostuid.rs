@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 /// Where the lock files live: root's own run-time dir, a tmpfs, so they go
 /// with a reboot.
-pub const LOCK_DIR: &str = "/run/jail/uids";
+pub(crate) const LOCK_DIR: &str = "/run/jail/uids";
 
 /// The default range: 65536 uids from 0x70000000 (1879048192), above the
 /// `/etc/subuid` ranges useradd hands out (100000 up to 600100000) and
@@ -102,7 +102,7 @@ pub struct Lease {
 /// The host ids a run's sandbox maps to, and the lease that keeps the uid
 /// its own while it runs.
 #[derive(Debug)]
-pub struct HostIds {
+pub(crate) struct HostIds {
     pub uid: u32,
     pub gid: u32,
     /// For a run started by root; `None` for an ordinary caller.
@@ -118,7 +118,7 @@ pub struct HostIds {
 /// could not read what an earlier one left. Others get nothing either way,
 /// and no user has the group. A capped output needs no group bits: its
 /// host files are the caller's (fsid.rs), copied in as the sandbox's.
-pub fn sandbox_umask(started_by_root: bool, output_bound: bool) -> u32 {
+pub(crate) fn sandbox_umask(started_by_root: bool, output_bound: bool) -> u32 {
     if started_by_root && output_bound {
         0o007
     } else {
@@ -130,14 +130,14 @@ pub fn sandbox_umask(started_by_root: bool, output_bound: bool) -> u32 {
 /// `uids` and the gid `gid`. The policy's `identity` converts into it, so
 /// this module never imports the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RootIds {
+pub(crate) struct RootIds {
     pub uids: UidRange,
     pub gid: u32,
 }
 
 /// An ordinary caller's sandbox maps to the caller's own ids; root's to a
 /// uid leased from the policy's range and the policy's gid, never to 0.
-pub fn for_caller(caller_uid: u32, caller_gid: u32, root: impl Into<RootIds>) -> Result<HostIds, HostUidError> {
+pub(crate) fn for_caller(caller_uid: u32, caller_gid: u32, root: impl Into<RootIds>) -> Result<HostIds, HostUidError> {
     if caller_uid != 0 {
         return Ok(HostIds { uid: caller_uid, gid: caller_gid, lease: None });
     }
@@ -152,7 +152,7 @@ pub fn take(range: UidRange) -> Result<Lease, HostUidError> {
 }
 
 /// [`take`] with the lock files in `dir` (tests use a temp dir).
-pub fn take_in(dir: &Path, range: UidRange) -> Result<Lease, HostUidError> {
+pub(crate) fn take_in(dir: &Path, range: UidRange) -> Result<Lease, HostUidError> {
     private_dir(dir)?;
     for uid in range.uids() {
         let path = dir.join(uid.to_string());

@@ -24,7 +24,7 @@ use crate::sync::Pipe;
 use crate::sys::{self, Forked};
 
 /// Bytes of what the owner told the janitor that are kept.
-pub const MAX_TOLD: u64 = 64 << 10;
+pub(crate) const MAX_TOLD: u64 = 64 << 10;
 
 /// How a janitor another crate starts is made.
 #[derive(Debug, Clone, Copy)]

@@ -43,7 +43,7 @@ const MISSING_BELOW: [(u32, &str); 5] = [
 /// The `landlock` section of a policy file.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct LandlockFile {
+pub(crate) struct LandlockFile {
     /// `best_effort` (the default) or `required`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mode: Option<String>,
@@ -79,7 +79,7 @@ pub struct Settings {
 }
 
 /// Validate the `landlock` section of a policy.
-pub fn validate(f: &LandlockFile) -> Result<Settings, FieldError> {
+pub(crate) fn validate(f: &LandlockFile) -> Result<Settings, FieldError> {
     let field = |name: &str, message: String| FieldError::new(format!("landlock.{name}"), message);
     let enforcement = match f.mode.as_deref().unwrap_or("best_effort") {
         "best_effort" => Enforcement::BestEffort,
@@ -249,7 +249,7 @@ pub fn rules(ops: &[MountOp]) -> Vec<PathRule> {
 }
 
 /// The filesystem rights of an access at an ABI.
-pub fn fs_rights(access: Access, abi: ABI) -> BitFlags<AccessFs> {
+pub(crate) fn fs_rights(access: Access, abi: ABI) -> BitFlags<AccessFs> {
     let all = AccessFs::from_all(abi);
     let wanted = match access {
         Access::List => AccessFs::ReadDir.into(),

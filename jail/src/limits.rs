@@ -53,7 +53,7 @@ pub struct Plan {
 /// The sizes of `/tmp`, `/dev/shm` and the output dir (`None`: the host
 /// folder bound directly, no tmpfs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TmpfsSizes {
+pub(crate) struct TmpfsSizes {
     pub tmp: u64,
     pub shm: u64,
     pub output: Option<u64>,

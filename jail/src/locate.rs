@@ -25,10 +25,10 @@ pub const DEFAULT_NAME: &str = "default";
 
 /// What [`DEFAULT_NAME`] stands for, in order: the data stack where it was
 /// built, else the standard library alone.
-pub const DEFAULT_ORDER: [&str; 2] = ["data", "minimal"];
+pub(crate) const DEFAULT_ORDER: [&str; 2] = ["data", "minimal"];
 
 /// The flavours `jail rootfs build` makes (python-rootfs/flavours).
-pub const FLAVOURS: [&str; 2] = ["minimal", "data"];
+pub(crate) const FLAVOURS: [&str; 2] = ["minimal", "data"];
 
 /// Where root's `jail rootfs build` installs, and every user may read.
 pub const SYSTEM_DIR: &str = "/var/lib/jail/rootfs";
@@ -86,7 +86,7 @@ pub enum LocateError {
 
 /// A rootfs name: `[A-Za-z0-9][A-Za-z0-9._-]*`, at most 64 bytes, so it is
 /// one path component.
-pub fn valid_name(name: &str) -> bool {
+pub(crate) fn valid_name(name: &str) -> bool {
     let mut chars = name.chars();
     name.len() <= 64
         && chars.next().is_some_and(|c| c.is_ascii_alphanumeric())
@@ -153,7 +153,7 @@ impl Search {
     }
 
     /// [`Search::find`] over `exists`, which returns the canonical folder.
-    pub fn find_with(&self, exists: &dyn Fn(&Path) -> Option<PathBuf>) -> Result<(Source, PathBuf), LocateError> {
+    pub(crate) fn find_with(&self, exists: &dyn Fn(&Path) -> Option<PathBuf>) -> Result<(Source, PathBuf), LocateError> {
         if !valid_name(&self.name) {
             return Err(LocateError::BadName(self.name.clone()));
         }
@@ -199,7 +199,7 @@ impl Search {
 
     /// Where `jail rootfs build NAME` installs without `--dest`: the system
     /// folder for root, else the user's.
-    pub fn install_dir(&self, root: bool) -> Option<PathBuf> {
+    pub(crate) fn install_dir(&self, root: bool) -> Option<PathBuf> {
         if root {
             Some(self.system_dir.clone())
         } else {

@@ -86,7 +86,7 @@ pub enum Kind {
 
 /// One top-level entry of the rootfs folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RootfsEntry {
+pub(crate) enum RootfsEntry {
     Dir(String),
     Symlink(String, PathBuf),
 }

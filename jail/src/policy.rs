@@ -16,20 +16,21 @@ use crate::seconds;
 // The validated `artifacts` section is the artifacts module's own type, as
 // `seccomp::Model` and `landlock::Settings` are theirs: the judgement never
 // imports the policy.
-pub use crate::artifacts::{ArtifactRules, Extensions, FormulaCells, PastBudget};
+pub use crate::artifacts::FormulaCells;
+pub(crate) use crate::artifacts::{ArtifactRules, Extensions, PastBudget};
 
 /// The default policy shipped in `policies/default.json`, built in so the
 /// binary works without `--policy`.
-pub const DEFAULT_POLICY_JSON: &str = include_str!("../../policies/default.json");
+pub(crate) const DEFAULT_POLICY_JSON: &str = include_str!("../../policies/default.json");
 
 /// Where relative paths in the built-in default policy are resolved from.
-pub const DEFAULT_POLICY_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../policies");
+pub(crate) const DEFAULT_POLICY_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../policies");
 
 /// [`Policy::source`] of the built-in default.
-pub const BUILTIN_SOURCE: &str = "built-in";
+pub(crate) const BUILTIN_SOURCE: &str = "built-in";
 
 /// The only policy format version this build understands.
-pub const POLICY_VERSION: u32 = 1;
+pub(crate) const POLICY_VERSION: u32 = 1;
 
 #[derive(Debug, thiserror::Error)]
 pub enum PolicyError {
@@ -58,7 +59,7 @@ impl PolicyError {
 /// The policy file exactly as written on disk.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct PolicyFile {
+pub(crate) struct PolicyFile {
     pub version: u32,
     #[serde(default)]
     pub name: Option<String>,
@@ -99,7 +100,7 @@ pub struct PolicyFile {
 /// The `session` section (`jail session`, session.rs).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct SessionFile {
+pub(crate) struct SessionFile {
     /// Seconds a cell past its time limit gets to stop after SIGINT
     /// (KeyboardInterrupt) before the tree is killed and the session ends.
     pub interrupt_grace_secs: Option<f64>,
@@ -117,7 +118,7 @@ impl SessionFile {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct IdentityFile {
+pub(crate) struct IdentityFile {
     pub uid: Option<u32>,
     pub gid: Option<u32>,
     pub hostname: Option<String>,
@@ -132,14 +133,14 @@ pub struct IdentityFile {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct UidRangeFile {
+pub(crate) struct UidRangeFile {
     pub first: u32,
     pub count: u32,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct EnvironmentFile {
+pub(crate) struct EnvironmentFile {
     /// Variables set to fixed values.
     #[serde(default)]
     pub set: BTreeMap<String, String>,
@@ -150,7 +151,7 @@ pub struct EnvironmentFile {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct FilesystemFile {
+pub(crate) struct FilesystemFile {
     pub tmp_size: Option<Size>,
     pub shm_size: Option<Size>,
     /// Size cap of `/workspace/output`, or `"unlimited"`.
@@ -159,7 +160,7 @@ pub struct FilesystemFile {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct LimitsFile {
+pub(crate) struct LimitsFile {
     pub wall_time_secs: Option<f64>,
     /// CPU seconds of the whole run (user + system), or `"unlimited"`.
     pub cpu_time_secs: Option<Amount>,
@@ -190,7 +191,7 @@ pub struct LimitsFile {
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct NetworkFile {
+pub(crate) struct NetworkFile {
     /// `none` (the default) or `allowlist`.
     pub mode: Option<String>,
     /// With `allowlist`: host names the script may reach through the proxy,
@@ -211,7 +212,7 @@ pub struct NetworkFile {
 /// What may leave the output dir, and how it is checked (artifacts.rs).
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 #[serde(deny_unknown_fields)]
-pub struct ArtifactsFile {
+pub(crate) struct ArtifactsFile {
     pub max_file_bytes: Option<Size>,
     pub max_total_bytes: Option<Size>,
     pub max_files: Option<u64>,
@@ -250,16 +251,16 @@ impl Size {
 /// A number, or a string: `"unlimited"` or the number written as text.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 #[serde(untagged)]
-pub enum Amount {
+pub(crate) enum Amount {
     Number(f64),
     Text(String),
 }
 
 /// The word that lifts a limit.
-pub const UNLIMITED: &str = "unlimited";
+pub(crate) const UNLIMITED: &str = "unlimited";
 
 /// Parse `"512M"`, `"1G"`, `"64k"`, `"4096"` into bytes.
-pub fn parse_size(text: &str) -> Result<u64, String> {
+pub(crate) fn parse_size(text: &str) -> Result<u64, String> {
     let t = text.trim();
     let (digits, mult) = match t.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => {
@@ -358,7 +359,7 @@ pub enum Sizing {
 }
 
 /// The word that sizes `/tmp` from the memory limit.
-pub const AUTO: &str = "auto";
+pub(crate) const AUTO: &str = "auto";
 
 /// Resource limits; `None` means unlimited.
 #[derive(Debug, Clone, PartialEq)]
@@ -399,7 +400,7 @@ pub struct Enforcements {
 }
 
 /// The limits `limits.enforcement` may name.
-pub const ENFORCEABLE: [&str; 4] = ["memory", "cpus", "pids", "cpu_time"];
+pub(crate) const ENFORCEABLE: [&str; 4] = ["memory", "cpus", "pids", "cpu_time"];
 
 /// Limit overrides from the command line; each is a value as the user typed
 /// it (`512M`, `0.5`, `unlimited`), validated like the policy field it
@@ -456,7 +457,7 @@ pub enum HostPattern {
 
 impl Allowlist {
     /// Whether a (lowercased, dot-free-at-the-end) host name is on the list.
-    pub fn allows_host(&self, host: &str) -> bool {
+    pub(crate) fn allows_host(&self, host: &str) -> bool {
         self.hosts.iter().any(|p| match p {
             HostPattern::Exact(name) => host == name,
             HostPattern::Subdomains(suffix) => {
@@ -467,7 +468,7 @@ impl Allowlist {
         })
     }
 
-    pub fn allows_port(&self, port: u16) -> bool {
+    pub(crate) fn allows_port(&self, port: u16) -> bool {
         self.ports.contains(&port)
     }
 }
@@ -475,7 +476,7 @@ impl Allowlist {
 /// Whether `name` is a DNS host name: dot-separated labels of letters,
 /// digits and inner dashes, 1 to 63 bytes each, 253 in all, and not an IP
 /// address. Expects lowercase.
-pub fn valid_host_name(name: &str) -> bool {
+pub(crate) fn valid_host_name(name: &str) -> bool {
     name.len() <= 253
         && name.parse::<std::net::IpAddr>().is_err()
         && !name.rsplit('.').next().is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()))
@@ -576,7 +577,7 @@ impl Policy {
     }
 
     /// Parse and validate policy JSON; `base` resolves relative paths.
-    pub fn from_json(text: &str, base: &Path) -> Result<Policy, PolicyError> {
+    pub(crate) fn from_json(text: &str, base: &Path) -> Result<Policy, PolicyError> {
         let file = parse_file(text)?;
         Policy::validate(file, base)
     }
@@ -745,7 +746,7 @@ pub fn check_round_trip(text: &str, base: &Path) -> Result<bool, RoundTripError>
 }
 
 /// Parse the wire form, naming the JSON path of whatever is wrong.
-pub fn parse_file(text: &str) -> Result<PolicyFile, PolicyError> {
+pub(crate) fn parse_file(text: &str) -> Result<PolicyFile, PolicyError> {
     let de = &mut serde_json::Deserializer::from_str(text);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let path = e.path().to_string();
@@ -896,7 +897,7 @@ fn limit_size(name: &str, value: &Option<Size>, default: Option<u64>) -> Result<
 
 /// The smallest memory limit: below it the interpreter cannot even start,
 /// and the jail's own setup would be what the kernel kills.
-pub const MIN_MEMORY: u64 = 16 << 20;
+pub(crate) const MIN_MEMORY: u64 = 16 << 20;
 
 fn memory_limit(name: &str, value: &Option<Size>, default: Option<u64>) -> Result<Option<u64>, PolicyError> {
     let m = limit_size(name, value, default)?;
@@ -1062,7 +1063,7 @@ fn validate_artifacts(f: &ArtifactsFile) -> Result<ArtifactRules, PolicyError> {
 }
 
 /// Extensions admitted when a policy gives no `artifacts.allowed_extensions`.
-pub const DEFAULT_EXTENSIONS: &[&str] = &[
+pub(crate) const DEFAULT_EXTENSIONS: &[&str] = &[
     "csv", "tsv", "txt", "md", "json", "jsonl", "xml", "yaml", "yml", "log", "html", "svg", "png", "jpg", "jpeg", "gif", "webp",
     "pdf", "xlsx", "pptx", "docx", "parquet",
 ];
@@ -1095,7 +1096,7 @@ fn validate_environment(f: &EnvironmentFile) -> Result<Environment, PolicyError>
 /// without one, limits.rs shrinks the tmpfs mounts to fit), so data work
 /// can spill a file the size of half its memory (numpy's own tests write
 /// 32-64 MiB temp files). Pure.
-pub fn auto_tmp_size(memory: Option<u64>) -> u64 {
+pub(crate) fn auto_tmp_size(memory: Option<u64>) -> u64 {
     match memory {
         Some(m) => (m / 2 / 4096 * 4096).max(64 << 20),
         None => 1 << 30,

@@ -51,7 +51,7 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The variable a trusted caller (the tests) sets to map names to fixed
 /// addresses: `name=address,name=address`. Read from the supervisor's own
 /// environment, which the script can never touch.
-pub const TEST_RESOLVE_VAR: &str = "JAIL_TEST_RESOLVE";
+pub(crate) const TEST_RESOLVE_VAR: &str = "JAIL_TEST_RESOLVE";
 
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum ProxyError {

@@ -69,7 +69,7 @@ impl InputError {
 }
 
 /// Who the sandbox is on the host, and what that means for permissions.
-pub(crate) struct Identity {
+pub struct Identity {
     pub(crate) caller_uid: u32,
     pub(crate) host_uid: u32,
     pub(crate) host_gid: u32,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 pub const SCHEMA_VERSION: u32 = 2;
 
 /// Exit status of `jail` when the script ran past its wall-clock limit.
-pub const EXIT_TIMEOUT: i32 = 124;
+pub(crate) const EXIT_TIMEOUT: i32 = 124;
 /// Exit status of `jail` when the jail itself failed to set up.
 pub const EXIT_SETUP_FAILED: i32 = 125;
 
@@ -724,7 +724,7 @@ impl RunResult {
     /// input's digest — becomes the step's. The one way a cell's result
     /// takes its session's verdict, so no refusal is left behind in the
     /// closing.
-    pub fn take_delivery(&mut self, closing: RunResult) {
+    pub(crate) fn take_delivery(&mut self, closing: RunResult) {
         self.artifacts = closing.artifacts;
         self.rejected_artifacts = closing.rejected_artifacts;
         self.output_sync = closing.output_sync;
@@ -734,7 +734,7 @@ impl RunResult {
 
     /// The quarantine folder was moved to `to` (a pool hands it over with
     /// the output folder): the result names where its entries are now.
-    pub fn rehome_quarantine(&mut self, to: &std::path::Path) {
+    pub(crate) fn rehome_quarantine(&mut self, to: &std::path::Path) {
         let Some(from) = self.quarantine_dir.replace(to.display().to_string()) else { return };
         for r in &mut self.rejected_artifacts {
             if let Some(rest) = r.moved_to.as_deref().and_then(|m| std::path::Path::new(m).strip_prefix(&from).ok()) {
@@ -774,7 +774,7 @@ impl RunResult {
 }
 
 /// Find the Python exception at the end of a stderr text.
-pub fn parse_python_error(stderr: &str) -> Option<PythonError> {
+pub(crate) fn parse_python_error(stderr: &str) -> Option<PythonError> {
     let lines: Vec<&str> = stderr.lines().collect();
     let last = lines.iter().rposition(|l| !l.trim().is_empty())?;
     let line = lines[last];

@@ -63,7 +63,7 @@ impl Kind {
 
 /// One limit to set.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rlimit {
+pub(crate) struct Rlimit {
     pub kind: Kind,
     pub soft: u64,
     pub hard: u64,

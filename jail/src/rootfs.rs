@@ -96,7 +96,7 @@ pub struct Report {
 
 /// The raw manifest bytes, or `None` when the rootfs has none (built before
 /// manifests existed, or by hand).
-pub fn read_manifest_bytes(rootfs: &Path) -> Result<Option<Vec<u8>>, RootfsError> {
+pub(crate) fn read_manifest_bytes(rootfs: &Path) -> Result<Option<Vec<u8>>, RootfsError> {
     let dir = sys::openat2(None, rootfs, libc::O_PATH | libc::O_DIRECTORY, 0)
         .map_err(|source| RootfsError::OpenRootfs { path: rootfs.to_path_buf(), source })?;
     let relative = MANIFEST_PATH.trim_start_matches('/');

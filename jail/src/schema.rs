@@ -19,7 +19,7 @@ use crate::result::{RunResult, SCHEMA_VERSION};
 pub const SCHEMA_PATH: &str = "schema/result.schema.json";
 
 /// The JSON Schema (draft 2020-12) of the document `jail run --json` prints.
-pub fn result_schema() -> Value {
+pub(crate) fn result_schema() -> Value {
     let mut schema = serde_json::to_value(schemars::schema_for!(RunResult)).unwrap_or(Value::Null);
     if let Value::Object(root) = &mut schema {
         root.insert("title".into(), Value::from("jail run --json result"));
@@ -47,7 +47,7 @@ pub fn result_schema() -> Value {
 }
 
 /// The schema as `jail schema` prints it and the repository keeps it.
-pub fn result_schema_text() -> String {
+pub(crate) fn result_schema_text() -> String {
     let mut text = serde_json::to_string_pretty(&result_schema()).unwrap_or_default();
     text.push('\n');
     text

@@ -31,9 +31,11 @@ mod notify;
 use std::io;
 
 pub(crate) use allowlist::adapt_for_allowlist;
-pub use compile::{check_call, compile, host_mode, Filter, Mismatch, Mode};
+pub use compile::{check_call, compile, Mode};
+pub(crate) use compile::{host_mode, Filter};
 pub(crate) use invariants::{check_floor, check_jail_needs, check_network_allowlist, check_network_none};
-pub use model::{Action, Cause, Model, Report, SeccompFile, Verdict};
+pub(crate) use model::Action;
+pub use model::{Model, Report, SeccompFile};
 pub use notify::MAX_ANSWERED;
 pub(crate) use notify::{host_can_continue, Next, Tally, PAST_CAP_PACE};
 

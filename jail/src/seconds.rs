@@ -8,7 +8,7 @@ use std::time::Duration;
 /// The shortest time limit anything takes: 1 ms, the unit the result's
 /// times are in. A shorter positive number (1e-15) would become a zero
 /// `Duration`, a limit already past before the script starts.
-pub const LEAST: f64 = 0.001;
+pub(crate) const LEAST: f64 = 0.001;
 
 /// The longest time limit a policy, a flag or a request takes: a day.
 pub const MOST: f64 = 86_400.0;

@@ -53,7 +53,7 @@ use crate::sys::{self, Forked};
 
 /// The cell driver, trusted, stdlib only; copied into the jail read-only
 /// like any script.
-pub const DRIVER: &str = include_str!("session/driver.py");
+pub(crate) const DRIVER: &str = include_str!("session/driver.py");
 
 /// How long `start` waits for the jail's driver to say `ready`.
 const READY_WAIT: Duration = Duration::from_secs(120);

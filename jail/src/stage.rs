@@ -123,7 +123,7 @@ impl std::fmt::Display for Stage {
 }
 
 /// Every source below `e`, outermost first.
-pub fn causes_of(e: &dyn Error) -> Vec<String> {
+pub(crate) fn causes_of(e: &dyn Error) -> Vec<String> {
     let mut causes = Vec::new();
     let mut src = e.source();
     while let Some(s) = src {

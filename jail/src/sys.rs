@@ -27,13 +27,13 @@ pub const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 pub const RESOLVE_BENEATH: u64 = 0x08;
 /// `RESOLVE_IN_ROOT`: resolve as if the starting directory were `/`
 /// (absolute symlinks and `..` stay inside it).
-pub const RESOLVE_IN_ROOT: u64 = 0x10;
+pub(crate) const RESOLVE_IN_ROOT: u64 = 0x10;
 
 /// `MOUNT_ATTR_*` bits for [`mount_setattr`].
-pub const MOUNT_ATTR_RDONLY: u64 = 0x1;
-pub const MOUNT_ATTR_NOSUID: u64 = 0x2;
-pub const MOUNT_ATTR_NODEV: u64 = 0x4;
-pub const MOUNT_ATTR_NOEXEC: u64 = 0x8;
+pub(crate) const MOUNT_ATTR_RDONLY: u64 = 0x1;
+pub(crate) const MOUNT_ATTR_NOSUID: u64 = 0x2;
+pub(crate) const MOUNT_ATTR_NODEV: u64 = 0x4;
+pub(crate) const MOUNT_ATTR_NOEXEC: u64 = 0x8;
 
 #[repr(C)]
 struct OpenHow {
@@ -64,7 +64,7 @@ fn check(ret: libc::c_long) -> io::Result<libc::c_long> {
 }
 
 /// How many threads this process has, from `/proc/self/status`.
-pub fn thread_count() -> io::Result<usize> {
+pub(crate) fn thread_count() -> io::Result<usize> {
     proc_status_field("Threads")?
         .parse()
         .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "no Threads: line"))
@@ -97,7 +97,7 @@ pub enum Forked {
 /// `clone(flags | SIGCHLD)` with no new stack: fork(2) semantics plus
 /// namespace flags. Refuses to run in a multi-threaded process, where the
 /// child could inherit a lock held by a thread that no longer exists.
-pub fn clone_process(flags: libc::c_int) -> io::Result<Forked> {
+pub(crate) fn clone_process(flags: libc::c_int) -> io::Result<Forked> {
     require_single_thread("clone")?;
     // SAFETY: the process is single-threaded (checked above), so the child
     // starts with a consistent copy of every lock and allocator state. A null
@@ -143,7 +143,7 @@ const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 /// no new stack: like [`clone_process`], but the child is born in the v2
 /// cgroup `cgroup` (a directory descriptor). `Ok(None)`: this kernel has
 /// no clone3 or no CLONE_INTO_CGROUP (before 5.7); use clone and a join.
-pub fn clone_into_cgroup(flags: libc::c_int, cgroup: BorrowedFd<'_>) -> io::Result<Option<Forked>> {
+pub(crate) fn clone_into_cgroup(flags: libc::c_int, cgroup: BorrowedFd<'_>) -> io::Result<Option<Forked>> {
     require_single_thread("clone3")?;
     let args = CloneArgs {
         flags: flags as u32 as u64 | CLONE_INTO_CGROUP,
@@ -181,7 +181,7 @@ pub fn pidfd_open(pid: Pid) -> io::Result<OwnedFd> {
 
 /// `pidfd_send_signal(pidfd, sig, NULL, 0)`: the signal reaches the process
 /// the descriptor was opened for, never one that reused its pid.
-pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: nix::sys::signal::Signal) -> io::Result<()> {
+pub(crate) fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: nix::sys::signal::Signal) -> io::Result<()> {
     // SAFETY: plain syscall on a descriptor we borrow, a valid signal
     // number, no siginfo (NULL) and no flags.
     check(unsafe {
@@ -195,7 +195,7 @@ pub fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: nix::sys::signal::Signal) -
 /// the opened entry `fd` as `mode` (`R_OK`, `W_OK`, `X_OK`). The syscall
 /// itself (Linux 5.8): glibc's `faccessat` before 2.33 checks these flags
 /// in user space and refuses AT_EMPTY_PATH with EINVAL (Debian 11).
-pub fn access_fd(fd: BorrowedFd<'_>, mode: libc::c_int) -> io::Result<()> {
+pub(crate) fn access_fd(fd: BorrowedFd<'_>, mode: libc::c_int) -> io::Result<()> {
     let empty = c"";
     // SAFETY: `fd` is a live descriptor borrowed for the call and `empty` a
     // static NUL-terminated string; nothing is written back.
@@ -233,7 +233,7 @@ pub fn openat2_mode(
 /// `open_tree(fd, "", OPEN_TREE_CLONE | AT_RECURSIVE | AT_EMPTY_PATH)`: a
 /// detached copy of the mount tree at `fd`, ready for [`mount_setattr`] and
 /// [`move_mount`].
-pub fn open_tree_clone(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+pub(crate) fn open_tree_clone(fd: BorrowedFd<'_>) -> io::Result<OwnedFd> {
     let empty = c"";
     let flags = OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE | libc::AT_EMPTY_PATH as u32;
     // SAFETY: `fd` is a live descriptor borrowed for the call and `empty` a
@@ -250,7 +250,7 @@ pub fn mount_setattr(fd: BorrowedFd<'_>, attr_set: u64) -> io::Result<()> {
 }
 
 /// `mount_setattr(AT_FDCWD, path, 0, {attr_set})` on the one mount at `path`.
-pub fn mount_setattr_path(path: &Path, attr_set: u64) -> io::Result<()> {
+pub(crate) fn mount_setattr_path(path: &Path, attr_set: u64) -> io::Result<()> {
     let c_path = path_cstring(path)?;
     mount_setattr_at(libc::AT_FDCWD, &c_path, 0, attr_set)
 }
@@ -296,7 +296,7 @@ pub fn move_mount(fd: BorrowedFd<'_>, target: &Path) -> io::Result<()> {
 /// CVE-2024-21626). Kernels before 5.11 know close_range but not the flag
 /// (EINVAL): there each open descriptor, as `/proc/self/fd` lists them, is
 /// flagged with fcntl; if that list cannot be read, the error stands.
-pub fn cloexec_from(first: RawFd) -> io::Result<()> {
+pub(crate) fn cloexec_from(first: RawFd) -> io::Result<()> {
     // SAFETY: integer-only syscall; it changes descriptor flags, never memory.
     let ret = unsafe { libc::syscall(libc::SYS_close_range, first as libc::c_uint, libc::c_uint::MAX, CLOSE_RANGE_CLOEXEC) };
     match check(ret) {
@@ -332,7 +332,7 @@ fn cloexec_listed(first: RawFd) -> io::Result<()> {
 }
 
 /// Close every descriptor from `first` up except `keep`.
-pub fn close_from_except(first: RawFd, keep: &[RawFd]) -> io::Result<()> {
+pub(crate) fn close_from_except(first: RawFd, keep: &[RawFd]) -> io::Result<()> {
     let mut keep: Vec<RawFd> = keep.iter().copied().filter(|&k| k >= first).collect();
     keep.sort_unstable();
     let mut lo = first;
@@ -357,7 +357,7 @@ fn close_range(lo: RawFd, hi: RawFd) -> io::Result<()> {
 /// `/proc/self/status`, which covers only the current image.
 /// (getrusage's ru_maxrss keeps the peak of the image before execve, so a
 /// jail started by a big process would report that process's size.)
-pub fn self_max_rss_bytes() -> u64 {
+pub(crate) fn self_max_rss_bytes() -> u64 {
     let hwm = proc_status_field("VmHWM").ok().and_then(|v| v.trim_end_matches("kB").trim().parse::<u64>().ok());
     match hwm {
         Some(kib) => kib * 1024,
@@ -387,7 +387,7 @@ pub fn wait4(pid: Pid) -> io::Result<(libc::c_int, libc::rusage)> {
 
 /// Ignore or restore the default for a signal (used for SIGPIPE and
 /// SIGXFSZ before exec, so the script sees EPIPE/EFBIG like any program).
-pub fn set_default_signal(sig: nix::sys::signal::Signal) -> io::Result<()> {
+pub(crate) fn set_default_signal(sig: nix::sys::signal::Signal) -> io::Result<()> {
     use nix::sys::signal::{sigaction, SaFlags, SigAction, SigHandler, SigSet};
     let act = SigAction::new(SigHandler::SigDfl, SaFlags::empty(), SigSet::empty());
     // SAFETY: installing SIG_DFL runs no handler code, so none of sigaction's
@@ -397,7 +397,7 @@ pub fn set_default_signal(sig: nix::sys::signal::Signal) -> io::Result<()> {
 
 /// The Landlock ABI version the kernel offers
 /// (`landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)`).
-pub fn landlock_abi() -> io::Result<i32> {
+pub(crate) fn landlock_abi() -> io::Result<i32> {
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: with a null attr and size 0 this call only returns a number;
     // it reads and writes no memory.
@@ -413,13 +413,13 @@ pub fn landlock_abi() -> io::Result<i32> {
 }
 
 /// Send one descriptor over a unix socket (`SCM_RIGHTS`), with one byte.
-pub fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
+pub(crate) fn send_fd(sock: BorrowedFd<'_>, fd: BorrowedFd<'_>) -> io::Result<()> {
     send_fds(sock, &[fd])
 }
 
 /// Send up to [`MAX_FDS`] descriptors over a unix socket in one message
 /// (`SCM_RIGHTS`), with one byte.
-pub fn send_fds(sock: BorrowedFd<'_>, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
+pub(crate) fn send_fds(sock: BorrowedFd<'_>, fds: &[BorrowedFd<'_>]) -> io::Result<()> {
     use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags, UnixAddr};
     if fds.len() > MAX_FDS {
         return Err(io::Error::new(io::ErrorKind::InvalidInput, format!("more than {MAX_FDS} descriptors in one message")));
@@ -431,11 +431,11 @@ pub fn send_fds(sock: BorrowedFd<'_>, fds: &[BorrowedFd<'_>]) -> io::Result<()> 
 }
 
 /// The most descriptors [`send_fds`] sends and [`recv_fds`] takes at once.
-pub const MAX_FDS: usize = 8;
+pub(crate) const MAX_FDS: usize = 8;
 
 /// Receive what [`send_fd`] sent; `None` when the peer closed the socket
 /// without sending a descriptor.
-pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
+pub(crate) fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
     Ok(recv_fds(sock)?.into_iter().next())
 }
 
@@ -443,7 +443,7 @@ pub fn recv_fd(sock: BorrowedFd<'_>) -> io::Result<Option<OwnedFd>> {
 /// they arrive; empty when the peer closed the socket without sending any.
 /// A message that carried more than [`MAX_FDS`] is an error (the kernel
 /// has closed the ones that did not fit).
-pub fn recv_fds(sock: BorrowedFd<'_>) -> io::Result<Vec<OwnedFd>> {
+pub(crate) fn recv_fds(sock: BorrowedFd<'_>) -> io::Result<Vec<OwnedFd>> {
     use nix::sys::socket::{recvmsg, ControlMessageOwned, MsgFlags, UnixAddr};
     let mut byte = [0u8; 1];
     let mut iov = [io::IoSliceMut::new(&mut byte)];
@@ -469,7 +469,7 @@ pub fn recv_fds(sock: BorrowedFd<'_>) -> io::Result<Vec<OwnedFd>> {
 /// (`SIOCGIFFLAGS`, then `SIOCSIFFLAGS` with `IFF_UP`; netdevice(7)). A new
 /// network namespace starts with `lo` down. Needs CAP_NET_ADMIN in the
 /// namespace's owning user namespace.
-pub fn loopback_up() -> io::Result<()> {
+pub(crate) fn loopback_up() -> io::Result<()> {
     let sock = nix::sys::socket::socket(
         nix::sys::socket::AddressFamily::Inet,
         nix::sys::socket::SockType::Datagram,
@@ -494,14 +494,14 @@ pub fn loopback_up() -> io::Result<()> {
 }
 
 /// Whether `fd` is an open descriptor of this process.
-pub fn fd_is_open(fd: RawFd) -> bool {
+pub(crate) fn fd_is_open(fd: RawFd) -> bool {
     // SAFETY: F_GETFD on any number only reads its flags.
     fd >= 0 && unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0
 }
 
 /// Own an inherited descriptor another process handed us by number
 /// (`jail session start --lifeline-fd`); `None` unless it is open.
-pub fn take_inherited_fd(fd: RawFd) -> Option<OwnedFd> {
+pub(crate) fn take_inherited_fd(fd: RawFd) -> Option<OwnedFd> {
     if !fd_is_open(fd) {
         return None;
     }
@@ -545,7 +545,7 @@ pub fn exit_now(code: i32) -> ! {
 /// `seccomp(SECCOMP_SET_MODE_FILTER, flags, &prog)`: load a classic BPF
 /// filter into the calling thread. With `SECCOMP_FILTER_FLAG_NEW_LISTENER`
 /// in `flags` the kernel returns a user-notification listener (close-on-exec).
-pub fn seccomp_set_mode_filter(program: &[libc::sock_filter], flags: u32) -> io::Result<Option<OwnedFd>> {
+pub(crate) fn seccomp_set_mode_filter(program: &[libc::sock_filter], flags: u32) -> io::Result<Option<OwnedFd>> {
     const SECCOMP_SET_MODE_FILTER: libc::c_uint = 1;
     const SECCOMP_FILTER_FLAG_NEW_LISTENER: u32 = 1 << 3;
     let len = u16::try_from(program.len())
@@ -564,13 +564,13 @@ pub fn seccomp_set_mode_filter(program: &[libc::sock_filter], flags: u32) -> io:
 }
 
 /// A `SOCK_STREAM` unix socket pair, both ends close-on-exec.
-pub fn stream_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn stream_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     Ok(socketpair(AddressFamily::Unix, SockType::Stream, None, SockFlag::SOCK_CLOEXEC)?)
 }
 
 /// A `SOCK_SEQPACKET` unix socket pair, both ends close-on-exec.
-pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
     use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
     Ok(socketpair(AddressFamily::Unix, SockType::SeqPacket, None, SockFlag::SOCK_CLOEXEC)?)
 }
@@ -579,7 +579,7 @@ pub fn seqpacket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
 /// spawned it dies (`prctl(PR_SET_PDEATHSIG)` between fork and exec), and
 /// check after setting it that the parent is still the spawner (it may have
 /// died in between). `jail serve` uses it so its runs die with it.
-pub fn set_parent_death_signal(cmd: &mut std::process::Command, sig: nix::sys::signal::Signal) {
+pub(crate) fn set_parent_death_signal(cmd: &mut std::process::Command, sig: nix::sys::signal::Signal) {
     use std::os::unix::process::CommandExt;
     let parent = nix::unistd::getpid();
     // SAFETY: the closure runs in the forked child before exec and calls only

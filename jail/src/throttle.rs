@@ -54,18 +54,18 @@ use nix::unistd::Pid;
 use crate::result::Throttled;
 
 /// How often the tree's CPU time is measured while it runs.
-pub const PERIOD: Duration = Duration::from_millis(50);
+pub(crate) const PERIOD: Duration = Duration::from_millis(50);
 
 /// Processes of the tree looked at, at most, per scan.
-pub const MAX_PROCESSES: usize = 8192;
+pub(crate) const MAX_PROCESSES: usize = 8192;
 
 /// Bytes read, at most, from one `/proc` file.
-pub const MAX_FILE_BYTES: u64 = 64 * 1024;
+pub(crate) const MAX_FILE_BYTES: u64 = 64 * 1024;
 
 /// Passes of a stop's first sweep, before the rest is left to the watch
 /// loop: 16 a [`PASS_GAP`] apart, the rest a [`SLOW_PASS_GAP`] apart
 /// (about 25 ms in all).
-pub const STOP_PASSES: usize = 32;
+pub(crate) const STOP_PASSES: usize = 32;
 
 /// Passes of each later sweep of a stop that has not settled yet.
 const SETTLE_PASSES: usize = 8;
@@ -83,14 +83,14 @@ const SLOW_PASS_GAP: Duration = Duration::from_millis(1);
 /// Between the sweeps of a stop that has not settled yet (a CI run of the
 /// test suite counted one unsettled stop in seventeen with 64 passes in
 /// about 60 ms, so the sweep no longer ends at a pass count).
-pub const SETTLE_GAP: Duration = Duration::from_millis(5);
+pub(crate) const SETTLE_GAP: Duration = Duration::from_millis(5);
 
 /// How long, from its start, a stop that has not settled is held before
 /// it is given up and counted as unsettled.
-pub const SETTLE_LIMIT: Duration = Duration::from_millis(250);
+pub(crate) const SETTLE_LIMIT: Duration = Duration::from_millis(250);
 
 /// The precision `limits.cpus.detail` states, in words.
-pub fn precision_words() -> String {
+pub(crate) fn precision_words() -> String {
     format!(
         "measured every {} ms from /proc/<pid>/stat (10 ms clock ticks): over the run the tree's CPU time stays within \
          cpus × wall time, plus at most one {} ms period on each core it keeps busy",
@@ -219,7 +219,7 @@ fn stop_pending(pid: i32) -> bool {
 }
 
 /// Whether a `status` text's `ShdPnd` or `SigPnd` mask has SIGSTOP's bit.
-pub fn pending_has_stop(status: &[u8]) -> bool {
+pub(crate) fn pending_has_stop(status: &[u8]) -> bool {
     let bit = 1u64 << (libc::SIGSTOP - 1);
     status.split(|&b| b == b'\n').any(|line| {
         let mask = line.strip_prefix(b"ShdPnd:").or_else(|| line.strip_prefix(b"SigPnd:"));
@@ -251,7 +251,7 @@ pub fn decide(credit: f64, cores: f64, wall: f64, used: f64) -> Decision {
 }
 
 /// The throttle of one run's tree.
-pub struct Throttle {
+pub(crate) struct Throttle {
     cores: f64,
     root: Pid,
     tick: f64,
@@ -284,7 +284,7 @@ impl Throttle {
     }
 
     /// When [`Throttle::check`] must run next.
-    pub fn next_wake(&self) -> Instant {
+    pub(crate) fn next_wake(&self) -> Instant {
         self.next
     }
 
@@ -383,7 +383,7 @@ impl Throttle {
     /// the quota holds across cells, each cell's result says what it cost
     /// this one). A stop under way at `before` counts in the earlier
     /// report; its stopped time is split at `before`.
-    pub fn report_since(&self, before: &Throttled, now: Instant) -> Throttled {
+    pub(crate) fn report_since(&self, before: &Throttled, now: Instant) -> Throttled {
         let t = self.report(now);
         Throttled {
             stops: t.stops.saturating_sub(before.stops),

@@ -50,7 +50,7 @@ impl Spend {
     }
 
     /// A budget of `limit` (tests).
-    pub fn with_limit(limit: Duration) -> Spend {
+    pub(crate) fn with_limit(limit: Duration) -> Spend {
         Spend { start: thread_cpu(), limit }
     }
 
@@ -89,15 +89,13 @@ pub const STAGE_SCAN_TIME: Duration = Duration::from_secs(10);
 
 /// Bytes of a file kept in memory for the summaries that need more than its
 /// first chunk: JSON, SVG and JPEG (inspect.rs).
-pub const KEEP_BYTES: usize = 4 << 20;
+pub(crate) const KEEP_BYTES: usize = 4 << 20;
 
 /// Deepest element nesting an XML/SVG reader follows; deeper, it stops.
-pub const MAX_XML_DEPTH: usize = 256;
+pub(crate) const MAX_XML_DEPTH: usize = 256;
 /// Attributes read from one XML element (the ones we want come first in
 /// every writer we know; a tag with a million attributes is not walked).
-pub const MAX_XML_ATTRIBUTES: usize = 32;
-/// Deepest JSON nesting followed (serde_json's own recursion limit).
-pub const MAX_JSON_DEPTH: usize = 128;
+pub(crate) const MAX_XML_ATTRIBUTES: usize = 32;
 
 /// The parsers that have a budget, for [`memory_budget`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -135,7 +133,7 @@ pub fn memory_budget(parser: Parser, input_bytes: usize) -> usize {
 
 /// Why a scan stopped short.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Limit {
+pub(crate) enum Limit {
     /// This file's own time.
     File,
     /// The whole collection's time.
@@ -144,7 +142,7 @@ pub enum Limit {
 
 /// The collection's scanning clock, and the run's CPU budget.
 #[derive(Debug, Clone, Copy)]
-pub struct Clock {
+pub(crate) struct Clock {
     stage_ends: Instant,
     spend: Spend,
 }
@@ -194,7 +192,7 @@ impl Deadline {
     }
 
     /// Whether the run's CPU budget is spent.
-    pub fn over_budget(&self) -> bool {
+    pub(crate) fn over_budget(&self) -> bool {
         self.spend.is_some_and(|s| s.out())
     }
 
@@ -215,7 +213,7 @@ impl Deadline {
 /// Counts work between looks at the clock: `Instant::now` per XML event
 /// would cost more than the event.
 #[derive(Debug)]
-pub struct Ticker {
+pub(crate) struct Ticker {
     deadline: Deadline,
     n: u32,
     stopped: bool,

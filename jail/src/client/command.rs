@@ -168,7 +168,7 @@ pub fn command(spec: &RunSpec) -> Command {
 }
 
 /// The lifeline's descriptor in a `jail session start` child.
-pub const LIFELINE_FD: RawFd = 3;
+pub(crate) const LIFELINE_FD: RawFd = 3;
 
 /// One `jail session start --json` (session.rs starts it).
 #[derive(Debug, Clone)]
@@ -220,7 +220,7 @@ impl StartSpec {
 }
 
 /// The arguments of `jail` for `spec` (the program not included).
-pub fn start_argv(spec: &StartSpec) -> Vec<OsString> {
+pub(crate) fn start_argv(spec: &StartSpec) -> Vec<OsString> {
     let mut out: Vec<OsString> = vec!["session".into(), "start".into(), "--json".into()];
     if spec.lifeline.is_some() {
         out.push("--lifeline-fd".into());
@@ -237,7 +237,7 @@ pub fn start_argv(spec: &StartSpec) -> Vec<OsString> {
 
 /// The process for `spec`, as [`command`] makes a run's, holding the
 /// lifeline at [`LIFELINE_FD`].
-pub fn start_command(spec: &StartSpec) -> Command {
+pub(crate) fn start_command(spec: &StartSpec) -> Command {
     let place = Place {
         dir: &spec.dir,
         env: &spec.env,
@@ -292,7 +292,7 @@ impl PoolSpec {
 }
 
 /// The arguments of `jail` for `spec` (the program not included).
-pub fn pool_argv(spec: &PoolSpec) -> Vec<OsString> {
+pub(crate) fn pool_argv(spec: &PoolSpec) -> Vec<OsString> {
     let mut out: Vec<OsString> = vec!["pool".into(), "--size".into(), spec.size.to_string().into()];
     out.extend(spec.flags.args());
     out.extend(spec.more.iter().cloned());

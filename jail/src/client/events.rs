@@ -53,7 +53,7 @@ pub enum ResultError {
 
 /// A result document read as ours: the schema version checked first
 /// (jail/src/schema.rs), then the type.
-pub fn result_of(doc: serde_json::Value) -> Result<RunResult, ResultError> {
+pub(crate) fn result_of(doc: serde_json::Value) -> Result<RunResult, ResultError> {
     crate::schema::check_version(&doc).map_err(|e| ResultError::Version(e.to_string()))?;
     serde_json::from_value(doc).map_err(|e| ResultError::Contract(e.to_string()))
 }

@@ -84,7 +84,7 @@ impl Stopper {
 
     /// SIGTERM now, SIGKILL after `grace` if the group is still there; the
     /// wait on a thread of its own.
-    pub fn stop_within(&self, grace: Duration) {
+    pub(crate) fn stop_within(&self, grace: Duration) {
         self.terminate();
         let pgid = self.pgid;
         let wait = move || {

@@ -23,7 +23,7 @@ use serde_json::Value;
 use crate::seconds;
 
 /// Longest request line the pool reads; a longer one is `malformed`.
-pub const MAX_REQUEST_LINE: usize = 4 << 20;
+pub(crate) const MAX_REQUEST_LINE: usize = 4 << 20;
 const MAX_ID_CHARS: usize = 128;
 
 // ---- Lines in ----
@@ -435,10 +435,10 @@ impl Error {
 
 /// How the pool's refusal of a session starts when its policy binds each
 /// jail's output folder.
-pub const REFUSES_SESSIONS: &str = "this pool's policy binds each jail's output folder when it is made";
+pub(crate) const REFUSES_SESSIONS: &str = "this pool's policy binds each jail's output folder when it is made";
 /// How the pool's error starts when the claimed jail failed before the
 /// step's code was sent (setting `sys.argv`).
-pub const SET_ARGV: &str = "set sys.argv";
+pub(crate) const SET_ARGV: &str = "set sys.argv";
 
 /// The pool's `stats` answer (pool.rs says what each field means). Each
 /// field is read as 0 or `null` when a pool did not write it.

@@ -104,7 +104,7 @@ pub fn spawn(spec: &RunSpec) -> Result<Running, RunError> {
 
 /// Start a `jail` that prints one document (command.rs made `cmd`), given
 /// `wall` (+ the grace) to print it and exit: read by [`Running::output`].
-pub fn spawn_document(cmd: std::process::Command, jail: &std::path::Path, wall: Duration) -> Result<Running, RunError> {
+pub(crate) fn spawn_document(cmd: std::process::Command, jail: &std::path::Path, wall: Duration) -> Result<Running, RunError> {
     started(cmd, jail, wall, Reading::Document)
 }
 

@@ -35,12 +35,12 @@ use super::run::{self, RunError};
 use crate::result::RunResult;
 
 /// The largest cell a client may send.
-pub const MAX_CELL: usize = 8 << 20;
+pub(crate) const MAX_CELL: usize = 8 << 20;
 
 /// The longest `session.interrupt_grace_secs` a policy may set
 /// (policy.rs): a cell past its time is killed that long after its
 /// KeyboardInterrupt, before its answer comes.
-pub const MOST_INTERRUPT_GRACE: Duration = Duration::from_secs(60);
+pub(crate) const MOST_INTERRUPT_GRACE: Duration = Duration::from_secs(60);
 
 /// A cell's wait when the caller does not know its wall-clock limit (the
 /// session's own): the longest limit a policy or a flag may set.
@@ -99,7 +99,7 @@ pub struct Adopted {
 }
 
 /// The tombstone beside a handle: `X.sock` → `X.ended`.
-pub fn tombstone_of(handle: &Path) -> Option<PathBuf> {
+pub(crate) fn tombstone_of(handle: &Path) -> Option<PathBuf> {
     let name = handle.file_name()?.to_str()?.strip_suffix(".sock")?;
     Some(handle.with_file_name(format!("{name}.ended")))
 }
@@ -109,7 +109,7 @@ pub fn tombstone_of(handle: &Path) -> Option<PathBuf> {
 /// result when it got as far as one (a killed supervisor's janitor has
 /// none). An `exec` gets the why; a `stop` the closing.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct Tombstone {
+pub(crate) struct Tombstone {
     pub why: String,
     #[serde(default)]
     pub closing: Option<Value>,
@@ -199,7 +199,7 @@ impl SessionError {
 
 /// How long a call may take for a cell of `wall` (the session's own, up
 /// to a day, when `None`): its time, the interrupt grace, the hung grace.
-pub fn cell_wait(wall: Option<Duration>) -> Duration {
+pub(crate) fn cell_wait(wall: Option<Duration>) -> Duration {
     wall.unwrap_or(MOST_WALL) + MOST_INTERRUPT_GRACE + HUNG_GRACE
 }
 
@@ -223,7 +223,7 @@ pub fn exec_live(
 
 /// [`exec`] (live when `on_event` is given), its result document as the
 /// session wrote it.
-pub fn exec_value(
+pub(crate) fn exec_value(
     handle: &Path,
     code: String,
     wall: Option<Duration>,

@@ -41,7 +41,7 @@ impl Footprint {
 }
 
 /// The jail under the session supervisor `supervisor`, all three figures.
-pub fn of_jail(supervisor: u32) -> Footprint {
+pub(crate) fn of_jail(supervisor: u32) -> Footprint {
     let mut total = Footprint::default();
     for pid in jail_processes(supervisor) {
         total.add(of_process(pid));
@@ -51,7 +51,7 @@ pub fn of_jail(supervisor: u32) -> Footprint {
 
 /// The jail's `rss` alone: what the pool records as each jail is made,
 /// without the rollup's walk of every mapping of the preloaded interpreter.
-pub fn rss_of_jail(supervisor: u32) -> u64 {
+pub(crate) fn rss_of_jail(supervisor: u32) -> u64 {
     jail_processes(supervisor).into_iter().map(|pid| status_of(pid).0).sum()
 }
 

@@ -97,7 +97,7 @@ pub fn fits(size: usize, per_jail: PerJail, available: &Available) -> Result<(),
 }
 
 /// `MemAvailable` from the text of /proc/meminfo, in bytes.
-pub fn mem_available(meminfo: &str) -> Option<u64> {
+pub(crate) fn mem_available(meminfo: &str) -> Option<u64> {
     let rest = meminfo.lines().find_map(|l| l.strip_prefix("MemAvailable:"))?;
     let kb = rest.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()?;
     kb.checked_mul(1024)
@@ -105,7 +105,7 @@ pub fn mem_available(meminfo: &str) -> Option<u64> {
 
 /// One cgroup memory limit file's value: `None` for no limit ("max", or
 /// a v1 value at the page counter's maximum) or a value that is not one.
-pub fn parse_limit(text: &str) -> Option<u64> {
+pub(crate) fn parse_limit(text: &str) -> Option<u64> {
     let t = text.trim();
     if t == "max" {
         return None;
@@ -163,7 +163,7 @@ pub fn available(root: &Path, meminfo: &str, mountinfo: &str, proc_cgroup: &str)
 }
 
 /// [`available`] on this host.
-pub fn available_here() -> Option<Available> {
+pub(crate) fn available_here() -> Option<Available> {
     let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
     available(Path::new("/"), &read("/proc/meminfo"), &read("/proc/self/mountinfo"), &read("/proc/self/cgroup"))
 }

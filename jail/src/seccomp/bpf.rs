@@ -12,11 +12,11 @@
 use std::fmt;
 
 /// Most instructions the kernel accepts in one filter (`BPF_MAXINSNS`).
-pub const MAX_INSNS: usize = 4096;
+pub(crate) const MAX_INSNS: usize = 4096;
 /// Scratch memory words (`BPF_MEMWORDS`).
 const MEM_WORDS: usize = 16;
 /// `sizeof(struct seccomp_data)`.
-pub const DATA_LEN: u32 = 64;
+pub(crate) const DATA_LEN: u32 = 64;
 
 // Instruction classes and fields (include/uapi/linux/bpf_common.h).
 const BPF_LD: u16 = 0x00;
@@ -287,7 +287,7 @@ pub fn run(prog: &[Insn], data: &SeccompData) -> Result<u32, BpfError> {
 
 /// What a filter's return value means (`SECCOMP_RET_*`, seccomp(2)).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ret {
+pub(crate) enum Ret {
     KillProcess,
     KillThread,
     Trap(u16),

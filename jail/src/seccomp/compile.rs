@@ -23,7 +23,7 @@ pub enum Mode {
 }
 
 /// The best mode this kernel offers.
-pub fn host_mode() -> Mode {
+pub(crate) fn host_mode() -> Mode {
     let avail = std::fs::read_to_string("/proc/sys/kernel/seccomp/actions_avail").unwrap_or_default();
     if avail.split_whitespace().any(|a| a == "user_notif") {
         Mode::Notify

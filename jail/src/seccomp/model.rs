@@ -38,25 +38,25 @@ pub const NATIVE_ARCH: u32 = 0xc000_003e;
 pub const NATIVE_ARCH: u32 = 0xc000_00b7;
 /// The bit that selects the x32 syscall table on x86_64 (`__X32_SYSCALL_BIT`).
 #[cfg(target_arch = "x86_64")]
-pub const X32_SYSCALL_BIT: u32 = 0x4000_0000;
+pub(crate) const X32_SYSCALL_BIT: u32 = 0x4000_0000;
 #[cfg(target_arch = "aarch64")]
-pub const X32_SYSCALL_BIT: u32 = 0;
+pub(crate) const X32_SYSCALL_BIT: u32 = 0;
 /// The architecture's name, as error messages give it.
 #[cfg(target_arch = "x86_64")]
-pub const NATIVE_ARCH_NAME: &str = "x86_64";
+pub(crate) const NATIVE_ARCH_NAME: &str = "x86_64";
 #[cfg(target_arch = "aarch64")]
-pub const NATIVE_ARCH_NAME: &str = "aarch64";
+pub(crate) const NATIVE_ARCH_NAME: &str = "aarch64";
 
 /// Most values one `not_in` condition may list: each value multiplies the
 /// BPF code libseccomp generates for the rule.
-pub const MAX_NOT_IN_VALUES: usize = 8;
+pub(crate) const MAX_NOT_IN_VALUES: usize = 8;
 /// Most libseccomp rules one policy rule may expand to (each `not_in` is a
 /// union of masked comparisons, and several multiply).
-pub const MAX_EXPANSION: usize = 256;
+pub(crate) const MAX_EXPANSION: usize = 256;
 
 /// Names a condition's number may use instead of digits, so a policy reads
 /// `"AF_UNIX"` rather than `1`. `|` combines them: `"CLONE_NEWNS|CLONE_NEWPID"`.
-pub const CONSTANTS: &[(&str, u64)] = &[
+pub(crate) const CONSTANTS: &[(&str, u64)] = &[
     ("AF_UNIX", 1),
     ("AF_INET", 2),
     ("AF_INET6", 10),
@@ -122,7 +122,7 @@ pub const ERRNOS: &[(&str, i32)] = &[
 ];
 
 /// The name of an errno number, when it is one [`ERRNOS`] lists.
-pub fn errno_name(errno: i32) -> Option<&'static str> {
+pub(crate) fn errno_name(errno: i32) -> Option<&'static str> {
     ERRNOS.iter().find(|(_, n)| *n == errno).map(|(name, _)| *name)
 }
 
@@ -369,7 +369,7 @@ impl Op {
 
 /// Whether no value satisfies both ops. Conservative: `false` means "could
 /// not prove it", which validation treats as overlapping.
-pub fn exclusive(a: &Op, b: &Op) -> bool {
+pub(crate) fn exclusive(a: &Op, b: &Op) -> bool {
     if let Some(p) = a.singleton() {
         return !b.matches(p);
     }
@@ -414,7 +414,7 @@ pub struct Rule {
 }
 
 impl Rule {
-    pub fn matches_args(&self, args: &[u64; 6]) -> bool {
+    pub(crate) fn matches_args(&self, args: &[u64; 6]) -> bool {
         self.when.iter().all(|c| c.op.matches(args[c.arg]))
     }
 }
@@ -455,7 +455,7 @@ pub fn resolve(name: &str) -> Option<i32> {
 }
 
 /// The name of a syscall number on this architecture.
-pub fn syscall_name(nr: i32) -> String {
+pub(crate) fn syscall_name(nr: i32) -> String {
     libseccomp::ScmpSyscall::from_raw_syscall(nr).get_name().unwrap_or_else(|_| format!("syscall {nr}"))
 }
 
@@ -767,7 +767,7 @@ impl Model {
     /// ENOSYS and counted, or a kill where the policy already killed some
     /// form of it (never weaker than the policy). Names this architecture
     /// lacks are skipped.
-    pub fn with_refused(&self, names: &[&str], why: &str) -> Model {
+    pub(crate) fn with_refused(&self, names: &[&str], why: &str) -> Model {
         let nrs: Vec<(String, i32)> = names.iter().filter_map(|n| resolve(n).map(|nr| (n.to_string(), nr))).collect();
         let killed = |nr: i32| self.rules_for(nr).any(|(_, r)| r.action == Action::KillProcess);
         let mut rules: Vec<Rule> = self
@@ -822,7 +822,7 @@ impl Model {
     }
 
     /// What the policy does with syscall `name` and these arguments.
-    pub fn evaluate_named(&self, name: &str, args: [u64; 6]) -> Option<Verdict> {
+    pub(crate) fn evaluate_named(&self, name: &str, args: [u64; 6]) -> Option<Verdict> {
         let nr = resolve(name)?;
         Some(self.evaluate(&SeccompData { nr, arch: NATIVE_ARCH, instruction_pointer: 0, args }))
     }
@@ -833,7 +833,7 @@ impl Model {
     }
 
     /// The rules that name syscall `nr`, in policy order.
-    pub fn rules_for(&self, nr: i32) -> impl Iterator<Item = (usize, &Rule)> + '_ {
+    pub(crate) fn rules_for(&self, nr: i32) -> impl Iterator<Item = (usize, &Rule)> + '_ {
         self.by_nr.get(&nr).into_iter().flatten().map(|&i| (i, &self.rules[i]))
     }
 
@@ -851,7 +851,7 @@ impl Model {
 /// libseccomp, which has no such operator. Walks the mask's bits from the
 /// top: at each bit, the branch no listed value takes is a cube; the branch
 /// some values take is split further. At most `values × bits` cubes.
-pub fn not_in_cubes(mask: u64, values: &[u64]) -> Vec<(u64, u64)> {
+pub(crate) fn not_in_cubes(mask: u64, values: &[u64]) -> Vec<(u64, u64)> {
     let bits: Vec<u64> = (0..64).rev().map(|b| 1u64 << b).filter(|b| mask & b != 0).collect();
     let mut set: Vec<u64> = values.iter().map(|v| v & mask).collect();
     set.sort_unstable();

@@ -19,7 +19,7 @@ use crate::verdict::status::{self, Cut};
 
 /// The longest reply line read from the driver; past it the line is
 /// dropped up to its end (cells.rs).
-pub const MAX_REPLY: usize = 256 << 10;
+pub(crate) const MAX_REPLY: usize = 256 << 10;
 const MAX_TYPE: usize = 256;
 const MAX_NONCE: usize = 64;
 const MAX_MESSAGE: usize = 8 << 10;
@@ -125,7 +125,7 @@ fn cut_head(s: &str, max: usize) -> String {
 
 /// Why the supervisor interrupted a cell.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Overrun {
+pub(crate) enum Overrun {
     Wall,
     Cpu,
     /// The session was cancelled (SIGTERM to its supervisor) mid-cell.
@@ -143,7 +143,7 @@ pub enum Death {
 
 /// The facts of one cell, as the cells loop (cells.rs) saw them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Facts {
+pub(crate) struct Facts {
     /// The driver's `done` outcome and exit code, if one came.
     pub done: Option<(Said, Option<i32>)>,
     /// Whether the supervisor interrupted the cell, and why.
@@ -169,7 +169,7 @@ pub struct Facts {
 /// `status_of` decides, the one set of rules for runs and cells (timeouts
 /// first, RLIMIT_CPU's signals, the OOM killer, the output caps). A cell
 /// nothing explains failed to set up.
-pub fn status_of(f: &Facts) -> (Status, Option<i32>, Option<i32>) {
+pub(crate) fn status_of(f: &Facts) -> (Status, Option<i32>, Option<i32>) {
     let (code, signal) = match (f.done, f.death) {
         (Some((Said::Ok, _)), _) => (Some(0), None),
         (Some((Said::Exit, code)), _) => (Some(code.unwrap_or(0)), None),
@@ -198,7 +198,7 @@ pub fn status_of(f: &Facts) -> (Status, Option<i32>, Option<i32>) {
 
 /// The refusals of one cell: the session's tally now, less what it was
 /// when the cell began.
-pub fn denials_since(before: &[Denial], now: &[Denial]) -> Vec<Denial> {
+pub(crate) fn denials_since(before: &[Denial], now: &[Denial]) -> Vec<Denial> {
     let key = |d: &Denial| (d.what.clone(), d.family.clone(), d.errno.clone());
     now.iter()
         .filter_map(|d| {

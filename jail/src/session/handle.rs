@@ -11,7 +11,8 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-pub use crate::client::session::{tombstone_of, Answer, Request, Tombstone, MAX_CELL};
+pub use crate::client::session::{Answer, Request};
+pub(crate) use crate::client::session::{Tombstone, MAX_CELL};
 
 #[derive(Debug, thiserror::Error)]
 pub enum HandleError {
@@ -80,20 +81,20 @@ pub fn bind(path: &Path) -> Result<UnixListener, HandleError> {
 }
 
 /// The uid of the process at the other end (SO_PEERCRED).
-pub fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
+pub(crate) fn peer_uid(stream: &UnixStream) -> io::Result<u32> {
     let cred = nix::sys::socket::getsockopt(stream, nix::sys::socket::sockopt::PeerCredentials)?;
     Ok(cred.uid())
 }
 
 /// Read one request line from a client, bounded in bytes and time.
-pub fn read_request(stream: &UnixStream) -> Result<Request, String> {
+pub(crate) fn read_request(stream: &UnixStream) -> Result<Request, String> {
     read_request_within(stream, Duration::from_secs(10))
 }
 
 /// [`read_request`] waiting at most `wait` for each read (the serve loop
 /// reads a request while a cell runs within a short one: it must not hold
 /// the cell's pipes and clocks for long).
-pub fn read_request_within(stream: &UnixStream, wait: Duration) -> Result<Request, String> {
+pub(crate) fn read_request_within(stream: &UnixStream, wait: Duration) -> Result<Request, String> {
     let _ = stream.set_read_timeout(Some(wait));
     let mut line = Vec::new();
     let mut reader = BufReader::new(stream.take(MAX_CELL as u64 * 2 + 1024));
