@@ -181,6 +181,17 @@ pub(crate) fn cpu_of(pid: Pid) -> Option<Duration> {
     Some(Duration::from_secs_f64(stat.cpu_ticks as f64 * tick()))
 }
 
+/// The CPU time of every process of the tree under `root` (and of what
+/// they reaped), from /proc; `None` when not even `root` could be read.
+pub(crate) fn tree_cpu(root: Pid) -> Option<Duration> {
+    let found = scan(root);
+    if found.is_empty() {
+        return None;
+    }
+    let ticks: u64 = found.iter().map(|s| s.cpu_ticks).fold(0, u64::saturating_add);
+    Some(Duration::from_secs_f64(ticks as f64 * tick()))
+}
+
 /// Seconds per clock tick, the unit of `/proc/<pid>/stat`'s CPU times.
 fn tick() -> f64 {
     let hz = nix::unistd::sysconf(nix::unistd::SysconfVar::CLK_TCK)

@@ -229,6 +229,16 @@ impl<'a> Tree<'a> {
         self.cgroup.and_then(RunCgroup::cpu_ns)
     }
 
+    /// The CPU time the tree has run: the run cgroup's, else the sum over
+    /// its processes in /proc (10 ms ticks; what PID 1 reaped counted in
+    /// its own); `None` when neither can be read.
+    pub(crate) fn run_time(&self) -> Option<Duration> {
+        match self.cpu_ns() {
+            Some(ns) => Some(Duration::from_nanos(ns)),
+            None => crate::throttle::tree_cpu(self.pid),
+        }
+    }
+
     /// The run cgroup's counters now; `None` without a cgroup.
     pub(crate) fn usage(&self) -> Option<crate::cgroup::CgroupUsage> {
         self.cgroup.map(RunCgroup::usage)

@@ -189,6 +189,29 @@ fn bad_lines_get_protocol_errors_and_the_pool_keeps_serving() {
     assert_pool_gone(&sb, &sb.pool_tmp());
 }
 
+/// A pool's run past its time ends within its time plus the grace: the
+/// jail is destroyed after the step, so nothing is kept by waiting, and
+/// its grace is the wall clock's (a session cell's counts once its
+/// interpreter ran: up to ten graces for one that sleeps while ignoring
+/// its KeyboardInterrupt, session/grace.rs). Without the step's mark it
+/// took the ten graces: 1 + 20 s here.
+#[test]
+fn a_pool_run_that_ignores_its_interrupt_ends_within_its_time_and_the_grace() {
+    let sb = Sandbox::new();
+    let mut pool = Pool::start(&sb, 1, &[]);
+    pool.wait_ready(1);
+    let deaf = "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    time.sleep(0.1)\n";
+    let began = Instant::now();
+    let r = pool.call(json!({"id": "deaf", "code": deaf, "limits": {"wall_time_secs": 1}}));
+    let took = began.elapsed();
+    assert_eq!(result(&r)["status"], "timeout_wall", "{r}");
+    // 1 s, the default grace of 2 s, and room for a loaded host's closing;
+    // far under the 21 s of a session cell's ceiling.
+    assert!(took < Duration::from_secs(13), "the run took {took:?}: {r}");
+    assert!(pool.finish().success());
+    assert_pool_gone(&sb, &sb.pool_tmp());
+}
+
 #[test]
 fn sigkill_of_the_pool_leaves_no_process_mount_or_folder() {
     let sb = Sandbox::new();

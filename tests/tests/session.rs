@@ -175,6 +175,72 @@ fn a_session_started_with_sigint_ignored_still_interrupts_a_cell_past_its_time()
     s.stop();
 }
 
+/// The host pids of every process beneath `pid` (its threads' children,
+/// breadth first).
+fn descendants(pid: u32) -> Vec<u32> {
+    let (mut found, mut next) = (vec![pid], 0);
+    while next < found.len() {
+        let p = found[next];
+        next += 1;
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{p}/task")) else { continue };
+        for t in tasks.flatten() {
+            let list = std::fs::read_to_string(t.path().join("children")).unwrap_or_default();
+            found.extend(list.split_whitespace().filter_map(|c| c.parse::<u32>().ok()));
+        }
+    }
+    found.remove(0);
+    found
+}
+
+/// A cell past its time whose interpreter gets no CPU for longer than
+/// the grace (SIGSTOPped here, as a loaded host or the throttle would
+/// starve it) is not killed for it: the grace counts once the interpreter
+/// has run (session/grace.rs). Once it runs again it takes its
+/// KeyboardInterrupt and the session lives, its variables with it.
+/// Without that rule the wall clock ended the grace while the interpreter
+/// was stopped, and the cell was killed with its session (`cell_killed`).
+#[test]
+fn a_starved_interpreter_keeps_its_grace_and_the_session_lives() {
+    use nix::sys::signal::{kill, Signal};
+    let mut sb = Sandbox::new();
+    sb.extra_args.extend(["--timeout".into(), "1".into()]);
+    let s = sb.start_session();
+    s.exec("n = 7\n");
+    let pid = s.pid;
+    let (handle, id) = (s.handle.clone(), s.id.clone());
+    let cell = std::thread::spawn(move || {
+        let s = Session { handle, pid, id };
+        s.exec("print('sleeping', flush=True)\nimport time\nwhile True:\n    time.sleep(0.1)\n").0
+    });
+    // The driver: the interpreter beneath the jail's PID 1, in the loop.
+    let mut driver = None;
+    let until = Instant::now() + Duration::from_secs(10);
+    while driver.is_none() && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+        driver = descendants(s.pid)
+            .into_iter()
+            .rev()
+            .find(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("python")));
+    }
+    let driver = nix::unistd::Pid::from_raw(driver.expect("the session's interpreter") as i32);
+    std::thread::sleep(Duration::from_millis(300));
+    kill(driver, Signal::SIGSTOP).expect("stop the interpreter");
+    // Past its time (1 s) and past the grace (2 s) by far, on the wall
+    // clock; far inside the ceiling (ten graces).
+    std::thread::sleep(Duration::from_secs(5));
+    // (Gone, when the grace was the wall clock's: the assertion says why.)
+    let _ = kill(driver, Signal::SIGCONT);
+    let v = cell.join().expect("the cell's thread");
+    assert_eq!(
+        (&v["status"], &v["error"]["type"], &v["session"]["ended"]),
+        (&serde_json::json!("timeout_wall"), &serde_json::json!("KeyboardInterrupt"), &serde_json::json!(false)),
+        "{v}"
+    );
+    let (v, _) = s.exec("print(n)\n");
+    assert_eq!(v["stdout"]["text"], "7\n", "{v}");
+    s.stop();
+}
+
 #[test]
 fn a_cell_past_its_time_gets_keyboard_interrupt_and_the_session_lives_on() {
     let mut sb = Sandbox::new();

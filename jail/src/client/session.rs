@@ -60,6 +60,11 @@ pub enum Request {
         /// events, one per line before the answer (live.rs).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         events: bool,
+        /// A stateless step (a pool's run, whose jail is destroyed after
+        /// it): past its time, its grace is the wall clock's alone (a
+        /// session cell's counts once its interpreter ran, session/grace.rs).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        stateless: bool,
     },
     /// End the session; the answer is the session's closing result. Served
     /// while a cell runs too: the cell is killed (it ends `cancelled` if an
@@ -209,6 +214,25 @@ pub fn exec(handle: &Path, code: String, wall: Option<Duration>) -> Result<RunRe
     typed(handle, exec_value(handle, code, wall, None)?)
 }
 
+/// [`exec`] (live when `on_event` is given) as a stateless step: the
+/// jail is destroyed after it, so past its time its grace is the wall
+/// clock's alone (a pool's run).
+pub fn exec_step(
+    handle: &Path,
+    code: String,
+    wall: Option<Duration>,
+    on_event: Option<&mut dyn FnMut(&str)>,
+) -> Result<RunResult, SessionError> {
+    let request = Request::Exec {
+        code,
+        wall_secs: wall.map(|w| w.as_secs_f64()),
+        events: on_event.is_some(),
+        stateless: true,
+    };
+    let mut quiet = |_: &str| {};
+    typed(handle, call(handle, &request, cell_wait(wall), on_event.unwrap_or(&mut quiet))?)
+}
+
 /// [`exec`] with the cell's output live: each event line (`stdout`,
 /// `stderr`, `truncated`, `dropped`), exactly as `jail run --events`
 /// writes it, goes to `on_event` while the cell runs.
@@ -230,7 +254,7 @@ pub(crate) fn exec_value(
     on_event: Option<&mut dyn FnMut(&str)>,
 ) -> Result<Value, SessionError> {
     let events = on_event.is_some();
-    let request = Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()), events };
+    let request = Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()), events, stateless: false };
     let mut quiet = |_: &str| {};
     call(handle, &request, cell_wait(wall), on_event.unwrap_or(&mut quiet))
 }
@@ -507,9 +531,12 @@ mod tests {
     #[test]
     fn requests_are_the_lines_they_always_were() {
         let lines = [
-            (Request::Exec { code: "x".into(), wall_secs: None, events: false }, r#"{"op":"exec","code":"x"}"#),
             (
-                Request::Exec { code: "print(1)\n".into(), wall_secs: Some(2.5), events: true },
+                Request::Exec { code: "x".into(), wall_secs: None, events: false, stateless: false },
+                r#"{"op":"exec","code":"x"}"#,
+            ),
+            (
+                Request::Exec { code: "print(1)\n".into(), wall_secs: Some(2.5), events: true, stateless: false },
                 r#"{"op":"exec","code":"print(1)\n","wall_secs":2.5,"events":true}"#,
             ),
             (Request::Stop, r#"{"op":"stop"}"#),
@@ -521,7 +548,7 @@ mod tests {
             assert_eq!(serde_json::from_str::<Request>(line).unwrap(), request);
         }
         let r: Request = serde_json::from_str(r#"{"op":"exec","code":"x=1","events":true}"#).unwrap();
-        assert_eq!(r, Request::Exec { code: "x=1".into(), wall_secs: None, events: true });
+        assert_eq!(r, Request::Exec { code: "x=1".into(), wall_secs: None, events: true, stateless: false });
         assert!(serde_json::from_str::<Request>(r#"{"op":"exec","code":"x","more":1}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"shell"}"#).is_err());
     }

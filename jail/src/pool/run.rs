@@ -663,6 +663,8 @@ impl Pool {
         if !flight.enter(jail.supervisor) {
             return Err(not_run());
         }
+        // Stateless: the jail is destroyed after the step, so past its time
+        // its grace is the wall clock's (session/grace.rs).
         let cell = if req.events {
             // Each event on our stdout as it comes, tagged with the request.
             let mut tell = |ev: &str| {
@@ -670,9 +672,9 @@ impl Pool {
                     self.say(&line);
                 }
             };
-            session::exec_live(&jail.handle, code, Some(req.wall_time), &mut tell)
+            session::exec_step(&jail.handle, code, Some(req.wall_time), Some(&mut tell))
         } else {
-            session::exec(&jail.handle, code, Some(req.wall_time))
+            session::exec_step(&jail.handle, code, Some(req.wall_time), None)
         };
         if let Some(supervisor) = flight.leave() {
             // A cancel reached the jail: it is ending. Replied once it is

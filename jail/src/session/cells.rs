@@ -46,11 +46,13 @@ use nix::sys::signal::Signal;
 
 use super::adopt::Adoption;
 use super::cell::{self, Death, Overrun, Reply, Said};
+use super::grace;
 use super::handle::{self, Answer, Request};
 use super::live::{self, Tail};
 use super::{CellLimits, Why};
 use crate::capture::Capture;
 use crate::cgroup::CgroupUsage;
+use crate::client::session::MOST_INTERRUPT_GRACE;
 use crate::events::Events;
 use crate::limits;
 use crate::policy;
@@ -108,6 +110,11 @@ struct Cell {
     stderr: Capture,
     /// Why and when the supervisor sent SIGINT.
     interrupted: Option<(Overrun, Instant)>,
+    /// The tree's CPU time when it did (grace.rs: the grace counts once
+    /// the interpreter has run).
+    run_at_interrupt: Option<Duration>,
+    /// A stateless step (a pool's run): its grace is the wall clock's.
+    stateless: bool,
     done: Option<(Said, Option<i32>, Option<PythonError>)>,
     /// With `--events`: the cell's streams, live on its client's socket
     /// (live.rs).
@@ -376,7 +383,17 @@ impl Loop for Cells {
             Phase::Running(c) => {
                 wake = wake.min(match c.interrupted {
                     None => c.deadline,
-                    Some((_, at)) => at + self.session.interrupt_grace,
+                    // At the grace; past it, while the interpreter has not
+                    // run its floor, every `LOOK` up to the ceiling.
+                    Some((_, at)) => {
+                        let grace = self.session.interrupt_grace;
+                        let now = Instant::now();
+                        if now < at + grace {
+                            at + grace
+                        } else {
+                            (now + grace::LOOK).min(at + grace::ceiling(grace, MOST_INTERRUPT_GRACE))
+                        }
+                    }
                 });
                 if self.cpu_limit.is_some() && c.interrupted.is_none() {
                     wake = wake.min(self.next_cpu_check);
@@ -533,7 +550,9 @@ impl Cells {
     fn serve(&mut self, stream: UnixStream, request: Request, w: &mut Watched<'_>) {
         match request {
             Request::AdoptOutput { dir } => self.adopt_output(&stream, &dir),
-            Request::Exec { code, wall_secs, events } => self.start_cell(stream, code, wall_secs, events, w),
+            Request::Exec { code, wall_secs, events, stateless } => {
+                self.start_cell(stream, Exec { code, wall_secs, events, stateless }, w)
+            }
             Request::Stop => self.end(Why::Stopped, Some(stream), w),
             Request::Interrupt => self.interrupt_cell(&stream, w),
         }
@@ -555,8 +574,7 @@ impl Cells {
         let id = match &mut self.phase {
             Phase::Running(c) => {
                 if c.interrupted.is_none() {
-                    c.interrupted = Some((Overrun::Cancelled, Instant::now()));
-                    w.tree.interrupt();
+                    c.interrupt(Overrun::Cancelled, Instant::now(), w);
                 }
                 Some(c.id)
             }
@@ -586,7 +604,8 @@ impl Cells {
         handle::answer(client, &answer);
     }
 
-    fn start_cell(&mut self, client: UnixStream, code: String, wall_secs: Option<f64>, events: bool, w: &Watched<'_>) {
+    fn start_cell(&mut self, client: UnixStream, exec: Exec, w: &Watched<'_>) {
+        let Exec { code, wall_secs, events, stateless } = exec;
         // Whatever the driver (or a thread a cell left) wrote since the
         // last cell is stale: it can never end this one.
         self.drain_control();
@@ -617,6 +636,8 @@ impl Cells {
             stdout: std::mem::replace(&mut self.spill_out, Capture::new(cap_out, OutputMode::Capture, Target::Stdout)),
             stderr: std::mem::replace(&mut self.spill_err, Capture::new(cap_err, OutputMode::Capture, Target::Stderr)),
             interrupted: None,
+            run_at_interrupt: None,
+            stateless,
             done: None,
             live: None,
         });
@@ -672,8 +693,7 @@ impl Cells {
         }
         if let (Some(used), Some(start)) = (w.tree.cpu_ns(), c.cpu_start) {
             if used.saturating_sub(start) >= limit {
-                c.interrupted = Some((Overrun::Cpu, Instant::now()));
-                w.tree.interrupt();
+                c.interrupt(Overrun::Cpu, Instant::now(), w);
             }
         }
     }
@@ -689,10 +709,9 @@ impl Cells {
             Phase::Running(c) => match c.interrupted {
                 None if now >= c.deadline => {
                     // KeyboardInterrupt in the cell; the grace starts now.
-                    c.interrupted = Some((Overrun::Wall, now));
-                    w.tree.interrupt();
+                    c.interrupt(Overrun::Wall, now, w);
                 }
-                Some((_, at)) if now >= at + self.session.interrupt_grace => {
+                Some((_, at)) if c.grace_over(now.saturating_duration_since(at), self.session.interrupt_grace, w) => {
                     let id = c.id;
                     w.tree.kill();
                     self.set_end(Why::CellKilled(id), None);
@@ -860,5 +879,31 @@ fn usage_of(wall_ms: f64, before: Option<&CgroupUsage>, now: Option<&CgroupUsage
             throttled: None,
         },
         _ => Usage { wall_ms, ..Usage::default() },
+    }
+}
+
+/// What an `exec` asked for.
+struct Exec {
+    code: String,
+    wall_secs: Option<f64>,
+    events: bool,
+    stateless: bool,
+}
+
+impl Cell {
+    /// KeyboardInterrupt in the cell (`why`): the grace starts now.
+    fn interrupt(&mut self, why: Overrun, now: Instant, w: &Watched<'_>) {
+        self.interrupted = Some((why, now));
+        self.run_at_interrupt = w.tree.run_time();
+        w.tree.interrupt();
+    }
+
+    /// Whether its grace is over, `wall` after the interrupt (grace.rs).
+    fn grace_over(&self, wall: Duration, grace: Duration, w: &Watched<'_>) -> bool {
+        let run = match (self.run_at_interrupt, w.tree.run_time()) {
+            (Some(then), Some(now)) => Some(now.saturating_sub(then)),
+            _ => None,
+        };
+        grace::over(wall, run, grace, MOST_INTERRUPT_GRACE, self.stateless)
     }
 }
