@@ -849,3 +849,33 @@ pub fn assert_nothing_left(jail_pid: u32, marker: &str, sb: &Sandbox) {
     assert_eq!(host_processes_with(marker), Vec::<u32>::new(), "a process of the run survived it");
     assert_eq!(host_mounts_with(&sb.dir.path().display().to_string()), Vec::<String>::new(), "a mount was left behind");
 }
+
+/// Busy loops on the host (plain `/usr/bin/python3 -c 'while 1: pass'`, at
+/// the test's own priority), for a test that must hold under load: killed
+/// by their pids when dropped, never by name.
+pub struct Hogs(Vec<std::process::Child>);
+
+impl Hogs {
+    pub fn start(n: usize) -> Hogs {
+        let hogs = (0..n)
+            .map(|_| {
+                Command::new("/usr/bin/python3")
+                    .args(["-c", "while 1: pass"])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::null())
+                    .spawn()
+                    .expect("spawn a busy loop")
+            })
+            .collect();
+        Hogs(hogs)
+    }
+}
+
+impl Drop for Hogs {
+    fn drop(&mut self) {
+        for h in &mut self.0 {
+            let _ = h.kill();
+            let _ = h.wait();
+        }
+    }
+}

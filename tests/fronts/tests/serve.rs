@@ -34,6 +34,17 @@ struct Server {
     said: Arc<Mutex<Vec<String>>>,
 }
 
+/// How the server is started.
+#[derive(Clone, Copy)]
+enum Wrap<'a> {
+    Plain,
+    /// Moved into this cgroup first.
+    Cgroup(&'a TestCgroup),
+    /// With SIGINT and SIGQUIT ignored, as a shell starts a background job
+    /// (`jail serve ... &` from a script): inherited by everything it starts.
+    IgnoringSigint,
+}
+
 impl Server {
     /// A server on the warm pool.
     fn start(extra: &[&str]) -> Server {
@@ -50,12 +61,12 @@ impl Server {
     }
 
     fn launch(extra: &[&str]) -> Server {
-        Server::launch_in(None, extra)
+        Server::launch_in(Wrap::Plain, extra)
     }
 
     /// A server started in `cgroup` (a wrapper moves itself there, then
     /// execs the server), with no `JAIL_CGROUP_PARENT`: it nests its own.
-    fn launch_in(cgroup: Option<&TestCgroup>, extra: &[&str]) -> Server {
+    fn launch_in(cgroup: Wrap<'_>, extra: &[&str]) -> Server {
         let tenants = json!({"tenants": [
             {"name": "alice", "token": ALICE, "max_runs": 8, "max_sessions": 2, "max_bytes_in": 65536,
              "max_timeout_secs": 60, "max_memory_mib": 256},
@@ -67,7 +78,7 @@ impl Server {
     }
 
     /// A server with these tenants (the tokens file's JSON).
-    fn launch_with(cgroup: Option<&TestCgroup>, tenants: &Value, extra: &[&str]) -> Server {
+    fn launch_with(cgroup: Wrap<'_>, tenants: &Value, extra: &[&str]) -> Server {
         let bin = jail_bin().with_file_name("jail-serve");
         assert!(bin.is_file(), "no {} (cargo build -p jail-serve)", bin.display());
         let mut tokens = tempfile::NamedTempFile::new().unwrap();
@@ -77,11 +88,16 @@ impl Server {
         // reach its run folder beneath this one.
         std::fs::set_permissions(work.path(), std::os::unix::fs::PermissionsExt::from_mode(0o711)).unwrap();
         let mut cmd = match cgroup {
-            None => Command::new(&bin),
-            Some(cg) => {
+            Wrap::Plain => Command::new(&bin),
+            Wrap::Cgroup(cg) => {
                 let mut c = Command::new("/bin/sh");
                 c.arg("-c").arg("echo $$ > \"$0\" && exec \"$@\"").arg(cg.dir.join("cgroup.procs")).arg(&bin);
                 c.env_remove("JAIL_CGROUP_PARENT");
+                c
+            }
+            Wrap::IgnoringSigint => {
+                let mut c = Command::new("/bin/sh");
+                c.arg("-c").arg("trap '' INT QUIT; exec \"$@\"").arg("sh").arg(&bin);
                 c
             }
         };
@@ -474,6 +490,38 @@ fn every_endpoint_answers_and_a_run_sends_back_its_result_events_and_artifacts()
         assert!(metrics.contains(&needle), "/metrics lacks {needle}:\n{metrics}");
     }
     assert!(s.metric("jail_pool_refill_seconds{stat=\"mean\"}").is_some_and(|m| m > 0.0), "{metrics}");
+}
+
+/// A served session's cell past its time gets its KeyboardInterrupt and
+/// the session lives, its variables with it: with the server started as
+/// a background job is (SIGINT ignored, inherited by its pool's jails) and
+/// with busy loops on every core beside it (issue 37: both once killed the
+/// session, `cell_killed`, and the next cell was a 500). The pooled
+/// session's interpreter starts with every signal at its default (child.rs)
+/// and its grace counts once it has run (session/grace.rs).
+#[test]
+fn a_served_cell_past_its_time_is_interrupted_under_load_and_its_session_lives() {
+    let s = Server::launch_in(Wrap::IgnoringSigint, &["--pool-size", "1", "--pool-memory", POOL_MEMORY]);
+    let sess = s.call("POST", "/v1/sessions", Some(ALICE), Some(r#"{"limits": {"timeout_secs": 1}}"#));
+    assert_eq!(sess.status, 201, "{sess:?}");
+    let sid = sess.json()["id"].as_str().unwrap().to_owned();
+    let exec =
+        |code: &str| s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&json!({"code": code}).to_string()));
+    assert_eq!(exec("x = 41").status, 200);
+    let hogs = Hogs::start(2 * std::thread::available_parallelism().map_or(2, |n| n.get()) + 2);
+    let late = exec("import time\nwhile True:\n    time.sleep(0.1)\n");
+    drop(hogs);
+    assert_eq!(late.status, 200, "{late:?}");
+    let r = &late.json()["result"];
+    assert_eq!(
+        (&r["status"], &r["error"]["type"], &r["session"]["ended"]),
+        (&json!("timeout_wall"), &json!("KeyboardInterrupt"), &json!(false)),
+        "{late:?}"
+    );
+    let after = exec("print(x + 1)");
+    assert_eq!(after.status, 200, "{after:?}");
+    assert_eq!(after.json()["result"]["stdout"]["text"], "42\n", "{after:?}");
+    assert_eq!(s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).status, 200);
 }
 
 #[test]
@@ -1607,7 +1655,7 @@ fn assert_limits_by_cgroup_v2(result: &Value, what: &str) {
 #[test]
 fn a_server_in_a_cgroup_v2_of_its_own_gives_every_run_a_cgroup_and_removes_them_after_a_drain() {
     let Some(cg) = TestCgroup::make() else { return };
-    let mut s = Server::launch_in(Some(&cg), &["--pool-size", "1", "--pool-memory", POOL_MEMORY]);
+    let mut s = Server::launch_in(Wrap::Cgroup(&cg), &["--pool-size", "1", "--pool-memory", POOL_MEMORY]);
     let runs = cg.path.join("runs");
     assert!(s.said().contains(&format!("each run gets a cgroup of its own beneath {}", runs.display())), "{}", s.said());
     assert_eq!(cgroup_of(s.child.id()), cg.path.join("serve"), "the server is not in its leaf");
@@ -1666,7 +1714,7 @@ fn a_server_in_a_cgroup_v2_of_its_own_gives_every_run_a_cgroup_and_removes_them_
 #[test]
 fn sigkill_of_a_nested_server_leaves_none_of_its_cgroups() {
     let Some(cg) = TestCgroup::make() else { return };
-    let s = Server::launch_in(Some(&cg), &["--pool-size", "0"]);
+    let s = Server::launch_in(Wrap::Cgroup(&cg), &["--pool-size", "0"]);
     assert_eq!(s.metric("jail_run_cgroups{mode=\"nested\"}"), Some(1.0), "{}", s.said());
     assert_eq!(s.run(ALICE, json!({"code": "import time; time.sleep(60)", "wait": false})).status, 202);
     assert_eq!(s.call("POST", "/v1/sessions", Some(ALICE), None).status, 201);
@@ -1940,7 +1988,7 @@ fn noisy_neighbour_on_loopback() {
         {"name": "steady", "token": STEADY, "max_runs": 2, "max_timeout_secs": 30, "max_memory_mib": 256}
     ]});
     let s = Server::launch_with(
-        None,
+        Wrap::Plain,
         &tenants,
         &[
             "--pool-size",
@@ -2430,7 +2478,7 @@ fn a_stalled_event_reader_is_cut_off_and_resumes_from_where_it_stopped() {
     let tenants = json!({"tenants": [
         {"name": "alice", "token": ALICE, "max_streams": 1, "max_memory_mib": 256}
     ]});
-    let s = Server::launch_with(None, &tenants, &["--pool-size", "0", "--send-timeout", "2"]);
+    let s = Server::launch_with(Wrap::Plain, &tenants, &["--pool-size", "0", "--send-timeout", "2"]);
     // 1 MiB of control bytes on each stream: 12 MiB of events, far past
     // what the sockets hold.
     let code = "import sys\nsys.stdout.write('\\x01' * (1 << 20))\nsys.stderr.write('\\x01' * (1 << 20))";
@@ -2489,7 +2537,7 @@ fn a_tenant_keeps_no_more_bytes_than_its_max_kept_bytes() {
     let tenants = json!({"tenants": [
         {"name": "alice", "token": ALICE, "max_kept_bytes": 16 << 20, "max_memory_mib": 256}
     ]});
-    let s = Server::launch_with(None, &tenants, &["--pool-size", "0"]);
+    let s = Server::launch_with(Wrap::Plain, &tenants, &["--pool-size", "0"]);
     // Each run keeps ~6 MiB of events and ~6 MiB of result (1 MiB of control bytes, escaped).
     let code = "import sys\nsys.stdout.write('\\x01' * (1 << 20))";
     let ids: Vec<String> = (0..4)
