@@ -158,6 +158,22 @@ def test_a_remote_session_keeps_state_and_is_deleted_with_its_block(remote):
         remote.session(session_id=session_id).run("print(x)")
 
 
+def test_a_session_that_ended_by_itself_is_a_closed_session_and_keeps_its_closing(remote):
+    s = remote.session()
+    s.run("x = 41")
+    died = s.run("import os\nos._exit(3)")
+    assert died.status, "the cell that ended it is answered as any cell is"
+    with pytest.raises(SessionClosedError) as info:
+        s.run("print(x)")
+    assert "ended" in str(info.value) and "RemoteSandbox.session()" in str(info.value), str(info.value)
+    cause = info.value.__cause__
+    assert isinstance(cause, RemoteError) and (cause.status, cause.code) == (410, "session_ended"), cause
+    with pytest.raises(SessionClosedError):
+        s.run("print(x)")
+    closing = s.close()
+    assert closing is not None and closing.status, "its closing result is still the service's to give"
+
+
 def test_a_session_can_be_attached_again_by_its_id(remote):
     s = remote.session()
     try:

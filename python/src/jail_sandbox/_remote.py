@@ -103,8 +103,8 @@ class RemoteError(SandboxError):
     Attributes:
         status: The HTTP status (``None`` when there was no answer at all).
         code: The JSON error's ``code``: ``bad_request``, ``unauthorized``,
-            ``not_found``, ``too_large``, ``busy``, ``draining``, ``failed``
-            (``None`` when the body was not the service's JSON error).
+            ``not_found``, ``too_large``, ``busy``, ``draining``, ``session_ended``,
+            ``failed`` (``None`` when the body was not the service's JSON error).
         field: The request field at fault, as the service names it
             (``limits.timeout_secs``), or ``None``.
         message: The service's message (it names the fix), or the start of the body.
@@ -716,11 +716,23 @@ class RemoteSession:
         self.timeout = timeout
         self.closed = False
         self.closing: Optional[Execution] = None
+        # Why it ended by itself, once the service said so (410).
+        self._ended: Optional[str] = None
 
     def __repr__(self) -> str:
         return f"RemoteSession({self.id!r}, closed={self.closed})"
 
     def _gone(self, e: RemoteError) -> SessionClosedError:
+        if e.status == 410:
+            # It ended by itself (a cell that ignored its KeyboardInterrupt
+            # past the grace, one that ended the interpreter, the idle
+            # timeout): the service's message says which. The service keeps
+            # its closing result for close().
+            self._ended = (
+                f"session {self.id} ended ({e.message}): its variables are gone; start another with "
+                "RemoteSandbox.session() (close() still gives its closing result)"
+            )
+            return SessionClosedError(self._ended)
         self.closed = True
         return SessionClosedError(
             f"session {self.id} is gone ({e.status}: {e.message}): it ended (idle timeout, lifetime, a server "
@@ -738,6 +750,8 @@ class RemoteSession:
         """
         if self.closed:
             raise SessionClosedError("the session is closed: start another with RemoteSandbox.session()")
+        if self._ended is not None:
+            raise SessionClosedError(self._ended)
         try:
             reply = self.sandbox._json(
                 "POST",
@@ -747,7 +761,7 @@ class RemoteSession:
                 ok=(200,),
             )
         except RemoteError as e:
-            if e.status == 404:
+            if e.status in (404, 410):
                 raise self._gone(e) from e
             raise
         execution = self.sandbox._execution(reply.get("result"), None)
