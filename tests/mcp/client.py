@@ -16,6 +16,7 @@ import base64
 import json
 import os
 import struct
+import subprocess
 import sys
 
 from mcp import ClientSession, StdioServerParameters
@@ -112,6 +113,28 @@ async def main(config_path, name, csv_input):
             checks["stopped_session_is_refused"] = bool(gone.is_error) and "no open session" in texts(gone)
             outside = await session.call_tool("session_start", {"input": ["/etc/passwd"]})
             checks["session_refuses_outside_path"] = bool(outside.is_error)
+            # A cell past its time, with busy loops on every core beside it:
+            # KeyboardInterrupt in the cell, and the session lives on with its
+            # variables (issue 37 item 1). The loops are killed by their pids.
+            timed = await session.call_tool("session_start", {"timeout_seconds": 1})
+            tsid = (timed.structured_content or {}).get("session_id")
+            await session.call_tool("session_exec", {"session_id": tsid, "code": "y = 6"})
+            hogs = [
+                subprocess.Popen(["/usr/bin/python3", "-c", "while 1: pass"]) for _ in range(2 * (os.cpu_count() or 1) + 2)
+            ]
+            try:
+                late = await session.call_tool(
+                    "session_exec", {"session_id": tsid, "code": "import time\nwhile True:\n    time.sleep(0.1)\n"}
+                )
+            finally:
+                for h in hogs:
+                    h.kill()
+                    h.wait()
+            report["session_late_cell"] = texts(late)
+            checks["late_cell_gets_keyboard_interrupt"] = "KeyboardInterrupt" in texts(late)
+            after = await session.call_tool("session_exec", {"session_id": tsid, "code": "print(y * 7)"})
+            checks["late_cell_session_keeps_state"] = not after.is_error and "42" in texts(after)
+            await session.call_tool("session_stop", {"session_id": tsid})
             # Left open on purpose: it must end when the server exits.
             left = await session.call_tool("session_start", {})
             report["left_open"] = (left.structured_content or {}).get("session_id")
