@@ -504,6 +504,7 @@ fn a_served_cell_past_its_time_is_interrupted_under_load_and_its_session_lives()
     let s = Server::launch_in(Wrap::IgnoringSigint, &["--pool-size", "1", "--pool-memory", POOL_MEMORY]);
     let sess = s.call("POST", "/v1/sessions", Some(ALICE), Some(r#"{"limits": {"timeout_secs": 1}}"#));
     assert_eq!(sess.status, 201, "{sess:?}");
+    assert_eq!(sess.json()["backend"], "pool", "the issue's case is a pooled session: {sess:?}");
     let sid = sess.json()["id"].as_str().unwrap().to_owned();
     let exec =
         |code: &str| s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&json!({"code": code}).to_string()));
