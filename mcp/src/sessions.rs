@@ -104,12 +104,14 @@ impl Sessions {
     }
 }
 
-/// A session client's error in this server's terms.
+/// A session client's error in this server's terms, naming no socket path.
 fn said(e: SessionError) -> String {
-    if e.is_gone() {
-        format!("{e}: start a new one with session_start")
-    } else {
-        e.to_string()
+    match e {
+        SessionError::Ended { detail, .. } => {
+            format!("the session ended ({detail}): its variables are gone; start a new one with session_start")
+        }
+        SessionError::Unknown { .. } => "the session's jail is gone: start a new one with session_start".to_string(),
+        e => e.to_string(),
     }
 }
 

@@ -134,6 +134,14 @@ async def main(config_path, name, csv_input):
             checks["late_cell_gets_keyboard_interrupt"] = "KeyboardInterrupt" in texts(late)
             after = await session.call_tool("session_exec", {"session_id": tsid, "code": "print(y * 7)"})
             checks["late_cell_session_keeps_state"] = not after.is_error and "42" in texts(after)
+            # A cell that ends the interpreter ends the session: the next
+            # call says so in MCP terms, naming no socket of the host.
+            await session.call_tool("session_exec", {"session_id": tsid, "code": "import os\nos._exit(3)"})
+            ended = await session.call_tool("session_exec", {"session_id": tsid, "code": "print(y)"})
+            report["ended_session"] = texts(ended)
+            checks["ended_session_says_so_in_mcp_terms"] = (
+                bool(ended.is_error) and "session_start" in texts(ended) and ".sock" not in texts(ended)
+            )
             await session.call_tool("session_stop", {"session_id": tsid})
             # Left open on purpose: it must end when the server exits.
             left = await session.call_tool("session_start", {})
