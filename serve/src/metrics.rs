@@ -207,25 +207,23 @@ fn render_pool(s: &mut String, p: &Snapshot) {
     let _ = writeln!(s, "# HELP jail_pool_size Jails the pool keeps made ahead.");
     let _ = writeln!(s, "# TYPE jail_pool_size gauge\njail_pool_size {}", p.size);
     let Some(st) = &p.stats else { return };
-    let num = |k: &str| st.get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0);
-    for (name, key, help) in [
-        ("jail_pool_ready", "ready", "Jails made and waiting for a run."),
-        ("jail_pool_making", "making", "Jails being made."),
-        ("jail_pool_in_use", "in_use", "Jails running a run."),
+    for (name, value, help) in [
+        ("jail_pool_ready", st.ready, "Jails made and waiting for a run."),
+        ("jail_pool_making", st.making, "Jails being made."),
+        ("jail_pool_in_use", st.in_use, "Jails running a run."),
         (
             "jail_pool_idle_rss_bytes",
-            "idle_rss_bytes",
+            st.idle_rss_bytes,
             "Resident memory of the last jail made, idle, summed over its processes.",
         ),
     ] {
         let _ = writeln!(s, "# HELP {name} {help}");
-        let _ = writeln!(s, "# TYPE {name} gauge\n{name} {}", num(key));
+        let _ = writeln!(s, "# TYPE {name} gauge\n{name} {value}");
     }
-    let refill = |k: &str| st["refill_ms"].get(k).and_then(serde_json::Value::as_f64).unwrap_or(0.0) / 1000.0;
     let _ = writeln!(s, "# HELP jail_pool_refill_seconds Time to make a jail (start to preload done): the last, and the mean.");
     let _ = writeln!(s, "# TYPE jail_pool_refill_seconds gauge");
-    let _ = writeln!(s, "jail_pool_refill_seconds{{stat=\"last\"}} {}", refill("last"));
-    let _ = writeln!(s, "jail_pool_refill_seconds{{stat=\"mean\"}} {}", refill("mean"));
+    let _ = writeln!(s, "jail_pool_refill_seconds{{stat=\"last\"}} {}", st.refill_ms.last / 1000.0);
+    let _ = writeln!(s, "jail_pool_refill_seconds{{stat=\"mean\"}} {}", st.refill_ms.mean / 1000.0);
 }
 
 #[cfg(test)]
@@ -277,8 +275,9 @@ mod tests {
 
     #[test]
     fn the_pools_stats_become_gauges() {
-        let stats = serde_json::json!({"size": 4, "ready": 3, "making": 1, "in_use": 0,
-                                       "refill_ms": {"last": 44.5, "mean": 50.0}, "idle_rss_bytes": 1000});
+        let stats = serde_json::from_value(serde_json::json!({"size": 4, "ready": 3, "making": 1, "in_use": 0,
+                                       "refill_ms": {"last": 44.5, "mean": 50.0}, "idle_rss_bytes": 1000}))
+        .unwrap();
         let snap = Snapshot { health: Health::Up, restarts: 2, events: false, size: 4, stats: Some(stats) };
         let text = Metrics::default().render(0, 0, false, Some(&snap));
         for needle in [

@@ -24,7 +24,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::sync::{mpsc, oneshot, Notify, Semaphore};
 
@@ -33,7 +32,7 @@ use crate::cancel::Cancel;
 use crate::route::PoolShape;
 use jail::client::bounds::START_WAIT;
 use jail::client::command::{pool_command, PoolSpec};
-use jail::client::pool::ErrorCode;
+use jail::client::pool::{ErrorCode, Stats};
 use wire::{Line, Read, Reply};
 
 /// Past a run's wall time: waiting for a jail (the pool queues requests
@@ -97,7 +96,7 @@ pub struct Snapshot {
     pub events: bool,
     pub size: usize,
     /// The pool's own `stats` answer, when it gave one in time.
-    pub stats: Option<Value>,
+    pub stats: Option<Stats>,
 }
 
 pub struct Pool {
@@ -390,11 +389,11 @@ impl Link {
         Ok(rx)
     }
 
-    async fn stats(&self) -> Option<Value> {
+    async fn stats(&self) -> Option<Stats> {
         let id = format!("stats-{}", self.next.fetch_add(1, Ordering::SeqCst));
         let asked = tokio::time::timeout(STATS_WAIT, self.call(wire::stats_line(&id), id.clone())).await;
         match asked {
-            Ok(Some(Reply::Stats(s))) => serde_json::to_value(s).ok(),
+            Ok(Some(Reply::Stats(s))) => Some(s),
             _ => {
                 lock(&self.waiting).remove(&id);
                 None
@@ -610,6 +609,7 @@ async fn forward_stderr(err: tokio::process::ChildStderr, tail: Arc<Mutex<String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::Value;
     use std::os::unix::fs::PermissionsExt;
 
     /// A stand-in `jail pool` speaking the protocol: `old` knows no
@@ -737,7 +737,7 @@ for line in sys.stdin:
             assert!(!log.written().done, "the log is the caller's to finish, once the run is recorded");
         }
         let snap = pool.snapshot().await;
-        assert_eq!(snap.stats.unwrap()["refill_ms"]["mean"], 42.0);
+        assert_eq!(snap.stats.unwrap().refill_ms.mean, 42.0);
         pool.shut_down().await;
         assert_eq!(pool.health(), Health::Stopped);
     }
