@@ -196,9 +196,16 @@ impl Running {
         Ok(Ended { status, result, document, stderr })
     }
 
-    /// The jail closed its output: wait for its exit (by `deadline`).
+    /// The jail closed its output: wait for its exit (by `deadline`). Its
+    /// pidfd wakes the wait the moment it exits (a pool makes each jail
+    /// through here: a sleep's latency would be every refill's); where no
+    /// pidfd can be had, short sleeps.
     fn reap(&mut self, deadline: Instant) -> Result<ExitStatus, RunError> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        use std::os::fd::AsFd;
         let Some(child) = self.child.as_mut() else { return Err(RunError::Hung { grace: HUNG_GRACE }) };
+        let pid = nix::unistd::Pid::from_raw(i32::try_from(child.id()).unwrap_or(i32::MAX));
+        let pidfd = crate::sys::pidfd_open(pid).ok();
         let mut pause = Duration::from_millis(1);
         loop {
             if let Some(status) = child.try_wait().map_err(RunError::Wait)? {
@@ -208,11 +215,20 @@ impl Running {
                 }
                 return Ok(status);
             }
-            if Instant::now() >= deadline {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 return Err(RunError::Hung { grace: HUNG_GRACE });
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(50));
+            match &pidfd {
+                Some(fd) => {
+                    let ms = u16::try_from(left.as_millis()).unwrap_or(u16::MAX).clamp(1, 50);
+                    let _ = poll(&mut [PollFd::new(fd.as_fd(), PollFlags::POLLIN)], PollTimeout::from(ms));
+                }
+                None => {
+                    std::thread::sleep(pause);
+                    pause = (pause * 2).min(Duration::from_millis(50));
+                }
+            }
         }
     }
 }
