@@ -223,14 +223,7 @@ pub fn exec_step(
     wall: Option<Duration>,
     on_event: Option<&mut dyn FnMut(&str)>,
 ) -> Result<RunResult, SessionError> {
-    let request = Request::Exec {
-        code,
-        wall_secs: wall.map(|w| w.as_secs_f64()),
-        events: on_event.is_some(),
-        stateless: true,
-    };
-    let mut quiet = |_: &str| {};
-    typed(handle, call(handle, &request, cell_wait(wall), on_event.unwrap_or(&mut quiet))?)
+    typed(handle, exec_request(handle, code, wall, true, on_event)?)
 }
 
 /// [`exec`] with the cell's output live: each event line (`stdout`,
@@ -253,8 +246,19 @@ pub(crate) fn exec_value(
     wall: Option<Duration>,
     on_event: Option<&mut dyn FnMut(&str)>,
 ) -> Result<Value, SessionError> {
+    exec_request(handle, code, wall, false, on_event)
+}
+
+/// One `exec` on the socket: a session cell, or a stateless step.
+fn exec_request(
+    handle: &Path,
+    code: String,
+    wall: Option<Duration>,
+    stateless: bool,
+    on_event: Option<&mut dyn FnMut(&str)>,
+) -> Result<Value, SessionError> {
     let events = on_event.is_some();
-    let request = Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()), events, stateless: false };
+    let request = Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()), events, stateless };
     let mut quiet = |_: &str| {};
     call(handle, &request, cell_wait(wall), on_event.unwrap_or(&mut quiet))
 }
