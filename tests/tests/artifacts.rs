@@ -660,7 +660,12 @@ open("plot.svg", "w").write('<svg xmlns="http://www.w3.org/2000/svg" width="120"
 
 #[test]
 fn a_zip_bomb_sheet_is_read_only_up_to_the_cap() {
-    let sb = Sandbox::new();
+    // Under "flag", a file the run's judging budget stopped is delivered
+    // flagged instead of refused: a debug build on a slow host can spend
+    // its 1 s of CPU on the capped part before the parse ends (seen in CI),
+    // and this test is about the byte cap, whose line comes first either way.
+    let mut sb = Sandbox::new();
+    with_rules(&mut sb, serde_json::json!({"past_budget": "flag"}));
     let (r, _) = run_ok(
         &sb,
         &format!(
@@ -671,7 +676,8 @@ write_xlsx("bomb.xlsx", [("Big", row * 1_200_000, "A1:A1")], ["x"])
         ),
     );
     let bomb = artifact(&r, "bomb.xlsx");
-    assert_eq!(flag_count(bomb, FlagKind::IncompleteScan), 1, "{:?}", bomb.flags);
+    let capped = bomb.flags.iter().find(|f| f.kind == FlagKind::IncompleteScan);
+    assert!(capped.is_some_and(|f| f.detail.contains("larger than the jail reads")), "{:?}", bomb.flags);
     assert!(bomb.bytes < 1 << 20, "the test bomb should be small on disk: {}", bomb.bytes);
     // The flag above is what shows the cap held; the time is a sanity bound
     // loose enough for a debug build on a busy machine.

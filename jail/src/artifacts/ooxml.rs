@@ -767,6 +767,17 @@ mod tests {
     }
 
     #[test]
+    fn a_part_larger_than_the_cap_is_read_up_to_it_and_flagged() {
+        // 8 MiB of the part is read, however large it claims or inflates
+        // to; no clock stops this one (a deadline an hour away, no CPU budget).
+        let rows = "<row><c r=\"A1\"><v>1</v></c></row>".repeat((PART_BYTES as usize) / 30 + 1);
+        let f = xlsx(&format!("<worksheet><sheetData>{rows}</sheetData></worksheet>"), &[]);
+        assert!(f.len() < (PART_BYTES as usize) / 10, "the test's part should compress: {}", f.len());
+        let o = run(&f, Deadline::at(Instant::now() + std::time::Duration::from_secs(3600)));
+        assert!(incomplete_detail(&o).is_some_and(|d| d.contains("larger than the jail reads")), "{:?}", o.flags);
+    }
+
+    #[test]
     fn relationship_targets_resolve_against_the_part_folder() {
         assert_eq!(resolve("xl", "worksheets/sheet1.xml"), "xl/worksheets/sheet1.xml");
         assert_eq!(resolve("ppt", "/ppt/slides/slide2.xml"), "ppt/slides/slide2.xml");
