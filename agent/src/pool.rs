@@ -255,6 +255,7 @@ impl Pool {
             id: id.clone(),
             input: Some(session.input.clone()),
             output: Some(session.output.clone()),
+            env: Default::default(),
         });
         if !live::begin_start() {
             return Err(NoClaim::Interrupted);

@@ -231,7 +231,7 @@ impl Runner {
             let mut send = move |name, text| {
                 let _ = out.send(Output::Script(name, text));
             };
-            let result = socket::exec_live(&handle, code, Some(wall), &mut |line| shown.line(line, &mut send));
+            let result = socket::exec_live(&handle, socket::Cell::new(code, Some(wall)), &mut |line| shown.line(line, &mut send));
             shown.flush(&mut send);
             let _ = tx.send(Output::Done(Box::new(result)));
         });

@@ -191,6 +191,45 @@ impl LimitArgs {
     }
 }
 
+/// The variables a caller sets for a run or a session (envs.rs checks them).
+#[derive(clap::Args, Default)]
+pub(crate) struct EnvArgs {
+    /// Set a variable for the code: NAME=VALUE (repeatable). A command line
+    /// is visible to other users: pass secrets with --env-fd.
+    #[arg(long = "env", value_name = "NAME=VALUE")]
+    env: Vec<String>,
+    /// Read variables from this inherited descriptor (0: stdin), as one
+    /// JSON object of strings (at most 32 KiB), over those of --env.
+    #[arg(long = "env-fd", value_name = "FD")]
+    env_fd: Option<i32>,
+}
+
+impl EnvArgs {
+    /// Whether the variables come on stdin.
+    pub(crate) fn on_stdin(&self) -> bool {
+        self.env_fd == Some(0)
+    }
+
+    /// The variables, checked; the descriptor is read to its end and closed.
+    pub(crate) fn envs(&self) -> Result<crate::envs::Envs, SetupError> {
+        let input_err = |message: String| SetupError { stage: "input".into(), message, causes: vec![] };
+        let flags = crate::envs::Envs::from_pairs(self.env.iter().map(String::as_str)).map_err(|e| input_err(e.to_string()))?;
+        let Some(fd) = self.env_fd else { return Ok(flags) };
+        let given = if fd == 0 {
+            // Read to its end and left open: nothing else reads it (the
+            // jail's stdin is /dev/null), and no later file takes fd 0.
+            crate::envs::Envs::read_json(std::io::stdin().lock())
+        } else {
+            let owned = (fd > 2).then(|| crate::sys::take_inherited_fd(fd)).flatten().ok_or_else(|| {
+                input_err(format!("--env-fd {fd} is not stdin (0) or an open descriptor above 2: pass the read end of a pipe"))
+            })?;
+            crate::envs::Envs::read_json(std::fs::File::from(owned))
+        }
+        .map_err(|e| input_err(e.to_string()))?;
+        flags.and(&given).map_err(|e| input_err(e.to_string()))
+    }
+}
+
 /// A flag's help in one door's words: the `(arg id, help)` pair that names
 /// it, else its own (`#[command(mut_args(...))]` on the door's flags).
 pub(crate) fn reword(arg: clap::Arg, words: &[(&str, &'static str)]) -> clap::Arg {

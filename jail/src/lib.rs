@@ -4,6 +4,7 @@
 //! The map, in the order one run uses the modules (DESIGN.md §6):
 //! - `hostenv`, `locate`, `inline`: what the caller's environment gives a run (read once by the CLI, cli.rs),
 //!   which rootfs it uses, and a script given as `-c CODE` or on stdin.
+//! - `envs`: THE one check of the variables a caller sets for a run, a session or a cell (every door's `env`).
 //! - `policy`: the policy file, validated (with `digest` for its hash; `field` is the leaf error the facility validators return;
 //!   `seconds` is the one check of a time limit, shared with the flags, the pool, the service and the MCP server).
 //! - `supervisor`: one run's steps, in order; each step is one of the rooms below.
@@ -73,6 +74,7 @@ pub mod delegate;
 mod delivery;
 pub mod digest;
 pub(crate) mod doctor;
+pub mod envs;
 pub mod events;
 pub(crate) mod field;
 mod fsid;

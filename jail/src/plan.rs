@@ -189,7 +189,7 @@ fn plan_with(
     // Root's sandbox writes a bound output folder as its leased uid, and the
     // next run may lease another (hostuid.rs, `sandbox_umask`).
     let umask = crate::hostuid::sandbox_umask(host.caller_uid == 0, mount_request.output_size.is_none());
-    let exec = build_exec(policy, &prepared.script, &req.args, req.mode, umask, &host.env).map_err(PlanError::Exec)?;
+    let exec = build_exec(policy, &prepared.script, &req.args, req.mode, umask, &host.env, &req.env).map_err(PlanError::Exec)?;
     let network = match (&policy.network, &prepared.resolver) {
         (Network::Allowlist(rules), Some(resolver)) => NetworkPlan::Allowlist {
             rules: rules.clone(),
@@ -274,7 +274,8 @@ pub(crate) const THREAD_POOL_VARS: [&str; 5] = [
 ];
 
 /// The interpreter's argv and its environment, rebuilt from the policy;
-/// `passed` holds the values of its `environment.pass` variables.
+/// `passed` holds the values of its `environment.pass` variables, `given`
+/// what the caller set for this run (envs.rs), which wins over both.
 fn build_exec(
     policy: &Policy,
     script: &Path,
@@ -282,6 +283,7 @@ fn build_exec(
     mode: OutputMode,
     umask: u32,
     passed: &BTreeMap<String, String>,
+    given: &crate::envs::Envs,
 ) -> Result<Exec, InputError> {
     let cstr =
         |s: &[u8], what: &str| CString::new(s).map_err(|_| input_error(format!("{what} contains a NUL byte"), "remove it"));
@@ -301,6 +303,9 @@ fn build_exec(
         if let Some(v) = passed.get(k) {
             env.insert(k.clone(), v.clone());
         }
+    }
+    for (k, v) in given.iter() {
+        env.insert(k.clone(), v.clone());
     }
     // Thread pools follow the CPU limit: a BLAS or OpenMP pool sized to the
     // host's cores under a one-core quota only thrashes. A value the policy

@@ -1068,14 +1068,9 @@ pub(crate) const DEFAULT_EXTENSIONS: &[&str] = &[
     "pdf", "xlsx", "pptx", "docx", "parquet",
 ];
 
-fn valid_env_name(name: &str) -> bool {
-    let mut chars = name.chars();
-    matches!(chars.next(), Some(c) if c.is_ascii_alphabetic() || c == '_') && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
 fn validate_environment(f: &EnvironmentFile) -> Result<Environment, PolicyError> {
     for (k, v) in &f.set {
-        if !valid_env_name(k) {
+        if !crate::envs::valid_name(k) {
             return Err(PolicyError::field(&format!("environment.set.{k}"), "is not a valid variable name"));
         }
         if v.contains('\0') {
@@ -1083,7 +1078,7 @@ fn validate_environment(f: &EnvironmentFile) -> Result<Environment, PolicyError>
         }
     }
     for (i, k) in f.pass.iter().enumerate() {
-        if !valid_env_name(k) {
+        if !crate::envs::valid_name(k) {
             return Err(PolicyError::field(&format!("environment.pass[{i}]"), format!("`{k}` is not a valid variable name")));
         }
     }

@@ -28,6 +28,8 @@ pub struct RunRequest {
     /// What the caller's environment gives the run, read once by the caller
     /// (hostenv.rs): the library reads no environment variable.
     pub host: crate::hostenv::HostEnv,
+    /// Variables the caller sets for the run (envs.rs), over the policy's.
+    pub env: crate::envs::Envs,
     /// What the step is: one script to its end, or a session's cells
     /// served to the trusted driver (session.rs).
     pub step: StepKind,

@@ -1,6 +1,7 @@
 //! The server: its configuration, fixed at start, and the `run_python`
 //! tool, each call of which is one `jail run --json` process.
 
+use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -20,6 +21,7 @@ use jail::client::command::{Flags, Limits, Mode, RunSpec, Script};
 use jail::client::events::ResultError;
 use jail::client::group::Group;
 use jail::client::run::{self, RunError};
+use jail::envs::Envs;
 use jail::policy::{Overrides, Policy};
 use jail::result::{RunResult, Status, EXIT_SETUP_FAILED};
 
@@ -136,7 +138,7 @@ impl Config {
     }
 
     /// Check one call's arguments; nothing runs unless they pass.
-    fn check(&self, req: &RunPython) -> Result<(Duration, Staging), String> {
+    fn check(&self, req: &RunPython) -> Result<(Duration, Staging, Envs), String> {
         if req.code.trim().is_empty() {
             return Err("`code` is empty: pass the Python source to run".into());
         }
@@ -158,7 +160,7 @@ impl Config {
             })?,
         };
         let staging = self.allowlist.stage(&req.input).map_err(|e| e.to_string())?;
-        Ok((timeout, staging))
+        Ok((timeout, staging, envs(&req.env)?))
     }
 
     fn instructions(&self) -> String {
@@ -173,6 +175,11 @@ impl Config {
             self.allowlist.describe()
         )
     }
+}
+
+/// A call's `env`, checked as every door's is (jail/src/envs.rs).
+fn envs(vars: &BTreeMap<String, String>) -> Result<Envs, String> {
+    Envs::check(vars.clone()).map_err(|e| format!("`env`: {e}"))
 }
 
 /// The arguments of `run_python`.
@@ -191,6 +198,10 @@ pub struct RunPython {
     /// Wall-clock limit in seconds, at least 0.001 and at most the server's (its default).
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
+    /// Environment variables for the code, NAME to value (at most 64;
+    /// names as in a shell, not JAIL_*, PYTHON*, LD_* or the proxy variables).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// The arguments of `session_start`.
@@ -204,6 +215,10 @@ pub struct SessionStart {
     /// Wall-clock limit of each cell in seconds, at least 0.001 and at most the server's (its default).
     #[serde(default)]
     pub timeout_seconds: Option<f64>,
+    /// Environment variables for every cell, NAME to value (at most 64;
+    /// names as in a shell, not JAIL_*, PYTHON*, LD_* or the proxy variables).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// What `session_start` answers as structured content.
@@ -222,6 +237,10 @@ pub struct SessionExec {
     /// Python source, run as the session's next cell: the names earlier
     /// cells defined are still there.
     pub code: String,
+    /// Environment variables for this cell only (over the session's), NAME to value (at most 64;
+    /// names as in a shell, not JAIL_*, PYTHON*, LD_* or the proxy variables).
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
 }
 
 /// The arguments of `session_stop`.
@@ -269,8 +288,13 @@ impl Server {
                        session_stop (it also ends when this server exits)."
     )]
     async fn session_start(&self, Parameters(req): Parameters<SessionStart>) -> Result<CallToolResult, ErrorData> {
-        let check = RunPython { code: "pass".into(), input: req.input, timeout_seconds: req.timeout_seconds };
-        let (timeout, staging) = match self.config.check(&check) {
+        let check = RunPython {
+            code: "pass".into(),
+            input: req.input,
+            timeout_seconds: req.timeout_seconds,
+            env: req.env,
+        };
+        let (timeout, staging, env) = match self.config.check(&check) {
             Ok(ok) => ok,
             Err(message) => return refused(message),
         };
@@ -282,7 +306,7 @@ impl Server {
             Ok(i) => i,
             Err(message) => return refused(message),
         };
-        match self.sessions.start(self.config.flags.clone(), input, Some(dir), timeout).await {
+        match self.sessions.start(self.config.flags.clone(), input, Some(dir), timeout, env).await {
             Ok(id) => {
                 let mut reply = CallToolResult::success(vec![ContentBlock::text(format!(
                     "session {id} started: run cells with session_exec(session_id=\"{id}\", code=...)"
@@ -300,11 +324,12 @@ impl Server {
                        defined are still there. Returns the cell's stdout, stderr, Python error and status."
     )]
     async fn session_exec(&self, Parameters(req): Parameters<SessionExec>) -> Result<CallToolResult, ErrorData> {
-        let check = RunPython { code: req.code, input: vec![], timeout_seconds: None };
-        if let Err(message) = self.config.check(&check) {
-            return refused(message);
-        }
-        match self.sessions.exec(&req.session_id, &check.code).await {
+        let check = RunPython { code: req.code, input: vec![], timeout_seconds: None, env: req.env };
+        let env = match self.config.check(&check) {
+            Ok((_, _, env)) => env,
+            Err(message) => return refused(message),
+        };
+        match self.sessions.exec(&req.session_id, &check.code, env).await {
             Ok(result) => Ok(reply_of(&result)),
             Err(message) => refused(message),
         }
@@ -328,11 +353,11 @@ impl Server {
                        Python error, status and the files it wrote to /workspace/output (PNG images inline)."
     )]
     async fn run_python(&self, Parameters(req): Parameters<RunPython>) -> Result<CallToolResult, ErrorData> {
-        let (timeout, staging) = match self.config.check(&req) {
+        let (timeout, staging, env) = match self.config.check(&req) {
             Ok(ok) => ok,
             Err(message) => return Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
         };
-        let result = match run_step(&self.config, &req.code, timeout, &staging).await {
+        let result = match run_step(&self.config, &req.code, (timeout, env), &staging).await {
             Ok(r) => r,
             Err(message) => return Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
         };
@@ -351,7 +376,7 @@ impl ServerHandler for Server {
 
 /// One call: stage the code and input in a private folder, run `jail run
 /// --json` on them, read its result (bounded) and check its version.
-async fn run_step(config: &Config, code: &str, timeout: Duration, staging: &Staging) -> Result<RunResult, String> {
+async fn run_step(config: &Config, code: &str, (timeout, env): (Duration, Envs), staging: &Staging) -> Result<RunResult, String> {
     let dir = step_dir()?;
     let script = dir.path().join("main.py");
     std::fs::write(&script, code).map_err(|e| format!("write {}: {e}", script.display()))?;
@@ -361,6 +386,7 @@ async fn run_step(config: &Config, code: &str, timeout: Duration, staging: &Stag
     spec.flags = config.flags.clone();
     spec.flags.limits.timeout = Some(timeout);
     spec.input = input;
+    spec.envs = env;
     let running = run::spawn(&spec).map_err(|e| e.to_string())?;
     // A cancelled call (this future dropped) terminates the run, then kills
     // it after the grace: SIGTERM first, so that it removes its cgroup.

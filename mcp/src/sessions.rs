@@ -51,12 +51,13 @@ impl Sessions {
         input: Option<PathBuf>,
         staging: Option<tempfile::TempDir>,
         wall: Duration,
+        env: jail::envs::Envs,
     ) -> Result<String, String> {
         if self.count() >= MAX_SESSIONS {
             return Err(format!("this server already holds {MAX_SESSIONS} sessions: stop one with session_stop"));
         }
         flags.limits.timeout = Some(wall);
-        let spec = StartSpec { flags, input, ..StartSpec::new(&self.jail) };
+        let spec = StartSpec { flags, input, envs: env, ..StartSpec::new(&self.jail) };
         let started = blocking(move || session::start(&spec)).await?.map_err(|e| match e {
             StartError::Failed { line, .. } => format!("the session did not start: {line}"),
             e => e.to_string(),
@@ -75,10 +76,12 @@ impl Sessions {
     }
 
     /// Run `code` as the session's next cell.
-    pub async fn exec(&self, id: &str, code: &str) -> Result<RunResult, String> {
+    pub async fn exec(&self, id: &str, code: &str, env: jail::envs::Envs) -> Result<RunResult, String> {
         let (handle, wall) = self.handle(id)?;
         let code = code.to_string();
-        blocking(move || session::exec(&handle, code, Some(wall))).await?.map_err(said)
+        blocking(move || session::exec(&handle, session::Cell::new(code, Some(wall)).with_env(env)))
+            .await?
+            .map_err(said)
     }
 
     /// End the session: its closing result (the artifacts delivered).

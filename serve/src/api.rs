@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
+use jail::envs::Envs;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -122,6 +123,12 @@ pub struct RunRequest {
     /// `DELETE /v1/runs/{id}` cancels it.
     #[serde(default = "yes")]
     pub wait: bool,
+    /// Variables for the script, NAME to value (at most 64, 32 KiB as
+    /// JSON; names as in a shell, not `JAIL_*`, `PYTHON*`, `LD_*` or the
+    /// proxy variables): refused with 400 and `field: "env"`, naming it.
+    #[serde(default)]
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub env: Envs,
 }
 
 fn yes() -> bool {
@@ -190,6 +197,12 @@ pub struct SessionRequest {
     #[serde(default)]
     #[schema(format = Byte)]
     pub input_tar: Option<String>,
+    /// Variables for every cell, NAME to value (at most 64, 32 KiB as
+    /// JSON; names as in a shell, not `JAIL_*`, `PYTHON*`, `LD_*` or the
+    /// proxy variables): refused with 400 and `field: "env"`, naming it.
+    #[serde(default)]
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub env: Envs,
 }
 
 /// `POST /v1/sessions/{id}/exec`.
@@ -198,6 +211,11 @@ pub struct SessionRequest {
 pub struct ExecRequest {
     /// Python source of the next cell.
     pub code: String,
+    /// Variables for this cell only, over the session's (checked as a
+    /// run's `env`); set back once the cell ends.
+    #[serde(default)]
+    #[schema(value_type = BTreeMap<String, String>)]
+    pub env: Envs,
 }
 
 #[derive(Serialize, ToSchema)]

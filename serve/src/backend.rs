@@ -33,6 +33,8 @@ pub struct Job {
     pub input: Option<PathBuf>,
     pub timeout: Duration,
     pub memory_mib: u64,
+    /// Variables for the script (checked by envs.rs as the body was read).
+    pub env: jail::envs::Envs,
 }
 
 /// Bytes of one run's events kept at most; the events past them are

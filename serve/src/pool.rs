@@ -415,11 +415,12 @@ impl Link {
         id: &str,
         input: Option<&std::path::Path>,
         output: &std::path::Path,
+        env: &jail::envs::Envs,
     ) -> Result<String, SessionRefused> {
         let failed = |m: String| SessionRefused::Failed(m);
         // A turn like a run's while it claims a jail (not for the session's life).
         let _turn = self.gate.acquire().await.map_err(|_| failed("the warm pool was closed".into()))?;
-        let rx = self.send(wire::session_line(id, input, output), id.into(), None).map_err(failed)?;
+        let rx = self.send(wire::session_line(id, input, output, env), id.into(), None).map_err(failed)?;
         match tokio::time::timeout(QUEUE_GRACE, rx).await {
             Err(_) => {
                 lock(&self.waiting).remove(id);
@@ -703,6 +704,7 @@ for line in sys.stdin:
                 input: None,
                 timeout: Duration::from_secs(5),
                 memory_mib: 256,
+                env: Default::default(),
             }
         }
     }

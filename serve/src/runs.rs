@@ -227,7 +227,14 @@ async fn start(state: &Shared, headers: &HeaderMap, body: Body) -> Result<Respon
     // What staging took is taken from the run's wall time: the jail's
     // result reports the wall limit it was held to (`limits`).
     let left = timeout.saturating_sub(began.elapsed()).max(MIN_WALL);
-    let job = Job { id: id.clone(), dir, input, timeout: left, memory_mib };
+    let job = Job {
+        id: id.clone(),
+        dir,
+        input,
+        timeout: left,
+        memory_mib,
+        env: std::mem::take(&mut req.env),
+    };
     let view = state.view_of_run(&job.dir);
     let ended = Ended { tenant: tenant.name.clone(), budget: tenant.max_kept_bytes, view };
     if req.wait {

@@ -100,7 +100,7 @@ async fn start(state: &Shared, headers: &HeaderMap, body: Body) -> Result<(Statu
     }
     let id = new_id()?;
     let dir = reserve(state, &tenant, &id)?;
-    let opened = open(state, &id, &dir, plan, timeout, memory).await;
+    let opened = open(state, &id, &dir, plan, (timeout, memory), std::mem::take(&mut req.env)).await;
     let mut h = state.holdings.lock().map_err(|_| ApiError::failed("state lock poisoned"))?;
     let mine = h.entry(tenant.name.clone()).or_default();
     let (handle, backend) = match opened {
@@ -129,14 +129,14 @@ async fn open(
     id: &str,
     dir: &Path,
     plan: input::Plan,
-    timeout: Duration,
-    memory: u64,
+    (timeout, memory): (Duration, u64),
+    env: jail::envs::Envs,
 ) -> Result<(String, &'static str), ApiError> {
     let entries = plan.items.len();
     let input = stage_input(dir, plan, std::time::Instant::now() + input::MAX_TIME).await?;
     if let Some(link) = pool_for(state, timeout, memory, entries) {
         // Its output folder: made by the pool, beneath the session's.
-        match link.session(&format!("session-{id}"), input.as_deref(), &dir.join("output")).await {
+        match link.session(&format!("session-{id}"), input.as_deref(), &dir.join("output"), &env).await {
             Ok(handle) => return Ok((handle, "pool")),
             Err(SessionRefused::Never) => {
                 eprintln!("jail serve: the warm pool's policy binds each jail's output folder: sessions start on their own")
@@ -157,6 +157,7 @@ async fn open(
         dir: Some(dir.to_path_buf()),
         env: vec![("XDG_RUNTIME_DIR".into(), dir.into()), ("TMPDIR".into(), dir.into())],
         parent_death: Some(nix::sys::signal::Signal::SIGTERM),
+        envs: env,
         ..StartSpec::new(&state.jail)
     };
     spec.flags.limits.timeout = Some(timeout);
@@ -244,7 +245,7 @@ async fn exec_cell(state: &Shared, headers: &HeaderMap, id: &str, body: Body) ->
     let wall = session.cell_timeout;
     // The cell's code goes on the session's socket: it is in no file and
     // on no command line.
-    let cell = blocking(move || session::exec(&handle, req.code, Some(wall))).await?;
+    let cell = blocking(move || session::exec(&handle, session::Cell::new(req.code, Some(wall)).with_env(req.env))).await?;
     let mut result = document(&cell.map_err(|e| session_error(state, &session.dir, e))?)?;
     state.view_of_session(&session.dir).result(&mut result);
     Ok((StatusCode::OK, RunReply::done(id, result)))

@@ -39,7 +39,7 @@ impl SpawnBackend {
     /// Its own group, so that stopping it reaches whatever it started;
     /// SIGTERM on the server's death, not SIGKILL: the jail kills its
     /// tree and removes its cgroup.
-    fn command(&self, job: &Job) -> tokio::process::Command {
+    fn command(&self, job: &Job) -> std::io::Result<tokio::process::Command> {
         let mut spec = RunSpec::new(&self.jail, Mode::Events, Script::File("main.py".into()), job.timeout);
         spec.flags = self.flags.clone();
         spec.flags.limits.timeout = Some(job.timeout);
@@ -47,8 +47,9 @@ impl SpawnBackend {
         spec.input = job.input.as_ref().map(|input| input.strip_prefix(&job.dir).unwrap_or(input).to_path_buf());
         spec.dir = Some(job.dir.clone());
         spec.env.push(("TMPDIR".into(), job.dir.clone().into()));
+        spec.envs = job.env.clone();
         spec.parent_death = Some(Signal::SIGTERM);
-        tokio::process::Command::from(command::command(&spec))
+        command::command(&spec).map(tokio::process::Command::from)
     }
 }
 
@@ -58,7 +59,7 @@ impl Backend for SpawnBackend {
             let failed = |m: String| RunError::Failed(m);
             let mut child = self
                 .command(&job)
-                .spawn()
+                .and_then(|mut c| c.spawn())
                 .map_err(|e| failed(format!("cannot start {}: {e}", self.jail.display())))?;
             // Dropped before `done` (the run's future was), the group is
             // terminated, then killed after the grace.

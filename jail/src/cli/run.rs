@@ -5,7 +5,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use super::{env_var, load_policy, rootfs_search, temp_dir, LimitArgs, RootfsArgs};
+use super::{env_var, load_policy, rootfs_search, temp_dir, EnvArgs, LimitArgs, RootfsArgs};
 use crate::hostenv::HostEnv;
 use crate::inline::InlineScript;
 use crate::result::{RunResult, SetupError, Status};
@@ -32,6 +32,8 @@ pub(crate) struct RunArgs {
     pub(crate) command: Option<String>,
     #[command(flatten)]
     pub(crate) limits: LimitArgs,
+    #[command(flatten)]
+    pub(crate) env: EnvArgs,
     /// Capture the output and print one JSON result document on stdout.
     #[arg(long, conflicts_with = "events")]
     pub(crate) json: bool,
@@ -58,6 +60,7 @@ impl RunArgs {
             rootfs,
             command: None,
             limits,
+            env: EnvArgs::default(),
             json: true,
             events: false,
             script: Some(PathBuf::new()),
@@ -141,6 +144,9 @@ pub(crate) fn run(args: RunArgs) -> ExitCode {
 
 pub(crate) fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<InlineScript>), SetupError> {
     let input_err = |message: String| SetupError { stage: "input".into(), message, causes: vec![] };
+    if args.env.on_stdin() && args.script.as_deref() == Some(Path::new("-")) {
+        return Err(input_err("the script (-) and --env-fd 0 both read stdin: pass one of them another way".into()));
+    }
     let (script, inline) =
         script_source(args.command.as_deref(), args.script.as_deref(), args.code.is_some()).map_err(input_err)?;
     let mut policy = load_policy(args.policy.as_ref()).map_err(|e| SetupError {
@@ -149,6 +155,7 @@ pub(crate) fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<Inlin
         causes: vec![],
     })?;
     let timeout = args.limits.timeout()?;
+    let env = args.env.envs()?;
     let overrides = args.limits.overrides();
     policy
         .apply_overrides(&overrides)
@@ -170,6 +177,7 @@ pub(crate) fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<Inlin
             (false, false) => OutputMode::Stream,
         },
         host,
+        env,
         step: crate::request::StepKind::Script,
     };
     Ok((req, inline))

@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::Subcommand;
 
 use super::run::{prepare_request, RunArgs};
-use super::{env_var, reword, LimitArgs, RootfsArgs};
+use super::{env_var, reword, EnvArgs, LimitArgs, RootfsArgs};
 use crate::client::session::{self, SessionError};
 use crate::result::{RunResult, EXIT_SETUP_FAILED};
 use crate::stage::chain_line;
@@ -29,6 +29,10 @@ pub(crate) enum SessionCommand {
         /// (`--timeout` at start, or the policy's), never raises it.
         #[arg(long, value_name = "SECS", value_parser = seconds_arg)]
         timeout: Option<std::time::Duration>,
+        /// Variables for this cell only, over the session's, set back once
+        /// it ends.
+        #[command(flatten)]
+        env: EnvArgs,
         /// The handle `jail session start` printed.
         handle: PathBuf,
         /// The cell's code: a file, or `-` for stdin.
@@ -84,6 +88,8 @@ pub(crate) struct SessionStartArgs {
     rootfs: RootfsArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    #[command(flatten)]
+    env: EnvArgs,
     /// Print {"handle": ..., "pid": ..., "id": ...} instead of the handle alone.
     #[arg(long)]
     json: bool,
@@ -128,6 +134,7 @@ pub(crate) fn session(command: SessionCommand) -> ExitCode {
                 input: a.input,
                 output: a.output,
                 code: a.code,
+                env: a.env,
                 ..RunArgs::for_cells(a.policy, a.rootfs, a.limits)
             };
             let req = match prepare_request(args) {
@@ -151,7 +158,14 @@ pub(crate) fn session(command: SessionCommand) -> ExitCode {
                 Err(e) => fail(chain_line(&e)),
             }
         }
-        SessionCommand::Exec { events, timeout: wall, handle, file } => {
+        SessionCommand::Exec { events, timeout: wall, env, handle, file } => {
+            if env.on_stdin() && file.as_os_str() == "-" {
+                return fail("the cell (-) and --env-fd 0 both read stdin: pass one of them another way".into());
+            }
+            let env = match env.envs() {
+                Ok(env) => env,
+                Err(e) => return fail(e.message),
+            };
             let code = if file.as_os_str() == "-" {
                 let mut text = String::new();
                 std::io::Read::read_to_string(&mut std::io::stdin(), &mut text).map(|_| text)
@@ -173,10 +187,11 @@ pub(crate) fn session(command: SessionCommand) -> ExitCode {
                     let _ = out.write_all(b"\n");
                     let _ = out.flush();
                 };
-                let result = session::exec_value(&handle, code, wall, Some(&mut |ev| line(ev)));
+                let cell = session::Cell::new(code, wall).with_env(env);
+                let result = session::exec_value(&handle, cell, Some(&mut |ev| line(ev)));
                 result.inspect(|value| line(&format!(r#"{{"type":"result","result":{value}}}"#)))
             } else {
-                session::exec_value(&handle, code, wall, None).inspect(print)
+                session::exec_value(&handle, session::Cell::new(code, wall).with_env(env), None).inspect(print)
             };
             match done {
                 Ok(value) => {

@@ -7,12 +7,15 @@
 //! policy. The front ends fill a `RunSpec`; none writes a flag by hand.
 
 use std::ffi::OsString;
+use std::io::{self, Write};
 use std::os::fd::RawFd;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use nix::sys::signal::Signal;
+
+use crate::envs::Envs;
 
 /// The flags every call of a front end passes (its configuration): which
 /// policy and rootfs, where the cgroups go, the limits it sets.
@@ -99,8 +102,12 @@ pub struct RunSpec {
     /// The working folder (paths in the spec may be relative to it, so
     /// that no command line, readable in /proc, names them).
     pub dir: Option<PathBuf>,
-    /// Variables set for the jail.
+    /// Variables set for `jail` itself (`TMPDIR`: where its folders go).
     pub env: Vec<(OsString, OsString)>,
+    /// Variables set for the script (envs.rs): written to the child's
+    /// stdin (`--env-fd 0`), never on its command line, which every local
+    /// user may read.
+    pub envs: Envs,
     /// Variables of ours the jail never gets (the agent's credentials):
     /// named by the caller, which reads its environment at its own edge.
     pub withhold: Vec<OsString>,
@@ -123,6 +130,7 @@ impl RunSpec {
             wall,
             dir: None,
             env: Vec::new(),
+            envs: Envs::default(),
             withhold: Vec::new(),
             parent_death: None,
         }
@@ -140,6 +148,7 @@ pub fn argv(spec: &RunSpec) -> Vec<OsString> {
         .into(),
     );
     out.extend(spec.flags.args());
+    env_flag(&mut out, &spec.envs);
     folders(&mut out, [&spec.input, &spec.output, &spec.code]);
     match &spec.script {
         Script::File(path) => out.push(path.into()),
@@ -155,16 +164,40 @@ pub fn argv(spec: &RunSpec) -> Vec<OsString> {
     out
 }
 
-/// The process for `spec`: stdin null, stdout and stderr piped, a process
-/// group of its own, the environment policy and parent death signal set.
-pub fn command(spec: &RunSpec) -> Command {
+/// The process for `spec`: stdin null (or the script's variables),
+/// stdout and stderr piped, a process group of its own, the environment
+/// policy and parent death signal set. Fails only when no pipe can be made.
+pub fn command(spec: &RunSpec) -> io::Result<Command> {
     let place = Place {
         dir: &spec.dir,
         env: &spec.env,
         withhold: &spec.withhold,
         parent_death: spec.parent_death,
     };
-    process(&spec.jail, argv(spec), &place)
+    let mut cmd = process(&spec.jail, argv(spec), &place);
+    give_envs(&mut cmd, &spec.envs)?;
+    Ok(cmd)
+}
+
+/// `--env-fd 0` when there are variables to give.
+fn env_flag(out: &mut Vec<OsString>, envs: &Envs) {
+    if !envs.is_empty() {
+        out.push("--env-fd".into());
+        out.push("0".into());
+    }
+}
+
+/// The variables as the child's stdin: a pipe holding their JSON, its
+/// write end closed. They fit in the pipe's buffer by construction
+/// (`envs::MAX_JSON_BYTES`), so nothing waits for the child to read.
+fn give_envs(cmd: &mut Command, envs: &Envs) -> io::Result<()> {
+    if envs.is_empty() {
+        return Ok(());
+    }
+    let (read, write) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(io::Error::from)?;
+    std::fs::File::from(write).write_all(&envs.to_json())?;
+    cmd.stdin(Stdio::from(read));
+    Ok(())
 }
 
 /// The lifeline's descriptor in a `jail session start` child.
@@ -191,8 +224,10 @@ pub struct StartSpec {
     pub preload: bool,
     /// The working folder (paths in the spec may be relative to it).
     pub dir: Option<PathBuf>,
-    /// Variables set for the jail (`XDG_RUNTIME_DIR`: where its handle goes).
+    /// Variables set for `jail` itself (`XDG_RUNTIME_DIR`: where its handle goes).
     pub env: Vec<(OsString, OsString)>,
+    /// Variables set for every cell, given as a run's are.
+    pub envs: Envs,
     /// Variables of ours the jail never gets.
     pub withhold: Vec<OsString>,
     /// Sent to `jail session start` when its parent dies.
@@ -213,6 +248,7 @@ impl StartSpec {
             preload: false,
             dir: None,
             env: Vec::new(),
+            envs: Envs::default(),
             withhold: Vec::new(),
             parent_death: None,
         }
@@ -231,13 +267,14 @@ pub(crate) fn start_argv(spec: &StartSpec) -> Vec<OsString> {
     }
     out.extend(spec.flags.args());
     out.extend(spec.more.iter().cloned());
+    env_flag(&mut out, &spec.envs);
     folders(&mut out, [&spec.input, &spec.output, &spec.code]);
     out
 }
 
 /// The process for `spec`, as [`command`] makes a run's, holding the
 /// lifeline at [`LIFELINE_FD`].
-pub(crate) fn start_command(spec: &StartSpec) -> Command {
+pub(crate) fn start_command(spec: &StartSpec) -> io::Result<Command> {
     let place = Place {
         dir: &spec.dir,
         env: &spec.env,
@@ -248,7 +285,8 @@ pub(crate) fn start_command(spec: &StartSpec) -> Command {
     if let Some(fd) = spec.lifeline {
         crate::sys::pass_fd_on_exec(&mut cmd, fd, LIFELINE_FD);
     }
-    cmd
+    give_envs(&mut cmd, &spec.envs)?;
+    Ok(cmd)
 }
 
 /// One `jail pool` (pool_child.rs speaks to it).
@@ -392,6 +430,12 @@ mod tests {
         start.input = Some("in".into());
         let got: Vec<String> = start_argv(&start).iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(got.join(" "), "session start --json --lifeline-fd 3 --timeout 3 --no-systemd-delegation --input in");
+        start.envs = Envs::from_pairs(["SECRET=s"]).unwrap();
+        let got: Vec<String> = start_argv(&start).iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(
+            got.join(" "),
+            "session start --json --lifeline-fd 3 --timeout 3 --no-systemd-delegation --env-fd 0 --input in"
+        );
         let judge = RunSpec::new("jail", Mode::Json, Script::Inline("pass".into()), Duration::from_secs(5));
         assert_eq!(argv(&judge), ["run", "--json", "-c", "pass"].map(OsString::from).to_vec());
         let mut pool = PoolSpec::new("jail", 2);

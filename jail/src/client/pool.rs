@@ -12,6 +12,7 @@
 //! fields sorted. A reply's `id` is its first key, except in an error
 //! reply, whose `error` sorts before it.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -20,6 +21,7 @@ use serde::{Deserialize, Serialize, Serializer};
 use serde_json::value::RawValue;
 use serde_json::Value;
 
+use crate::envs::Envs;
 use crate::seconds;
 
 /// Longest request line the pool reads; a longer one is `malformed`.
@@ -51,6 +53,10 @@ pub struct RequestLine {
     pub limits: LimitsLine,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub events: Option<bool>,
+    /// Variables for the step or the session, checked by envs.rs when the
+    /// line is (a refusal is `bad_request`, naming the variable).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub env: BTreeMap<String, String>,
 }
 
 /// A request's `limits`: the wall time alone (the rest is the pool's).
@@ -109,6 +115,8 @@ pub struct SessionRequest {
     /// The session's output folder, as `jail session start --output`: it
     /// may hold files; made when absent.
     pub output: Option<PathBuf>,
+    /// Variables for every cell of the session (envs.rs).
+    pub env: Envs,
 }
 
 /// One step to run in a claimed jail.
@@ -122,6 +130,8 @@ pub struct Request {
     pub wall_time: Duration,
     /// `{"id", "event"}` lines while the step runs, before the reply.
     pub events: bool,
+    /// Variables for the step (envs.rs).
+    pub env: Envs,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -160,6 +170,7 @@ impl Line {
                     args: r.args.clone(),
                     limits: LimitsLine { wall_time_secs: Some(r.wall_time.as_secs_f64()) },
                     events: r.events.then_some(true),
+                    env: r.env.clone().into(),
                     ..RequestLine::default()
                 }
             }
@@ -169,6 +180,7 @@ impl Line {
                 op: Some("session".into()),
                 input: s.input.clone(),
                 output: s.output.clone(),
+                env: s.env.clone().into(),
                 ..RequestLine::default()
             },
             Line::Cancel { id } => RequestLine { id: Some(id.clone()), op: Some("cancel".into()), ..RequestLine::default() },
@@ -232,7 +244,7 @@ fn check_id(id: &str) -> Result<(), Error> {
 fn stats(file: RequestLine) -> Result<Line, Error> {
     let extra =
         file.code.is_some() || file.script.is_some() || file.input.is_some() || file.output.is_some() || file.events.is_some();
-    if extra || !file.args.is_empty() {
+    if extra || !file.args.is_empty() || !file.env.is_empty() {
         let msg = "a stats line takes only \"op\" and \"id\": send the run fields in their own request";
         return Err(Error::new(ErrorCode::BadRequest, msg).about(file.id.as_deref()));
     }
@@ -249,6 +261,7 @@ fn cancel(file: RequestLine) -> Result<Line, Error> {
         || file.output.is_some()
         || file.events.is_some()
         || !file.args.is_empty()
+        || !file.env.is_empty()
         || file.limits.wall_time_secs.is_some();
     if extra {
         return Err(bad(&id, "a cancel line takes only \"op\" and \"id\" (the id of the request to stop)"));
@@ -268,12 +281,13 @@ fn session(file: RequestLine) -> Result<SessionRequest, Error> {
     if extra {
         return Err(bad(
             &id,
-            "a session line takes only \"id\", \"input\" and \"output\": send its code with `jail session exec`",
+            "a session line takes only \"id\", \"input\", \"output\" and \"env\": send its code with `jail session exec`",
         ));
     }
     let input = file.input.map(|p| absolute("input", p)).transpose().map_err(|m| bad(&id, m))?;
     let output = file.output.map(|p| absolute("output", p)).transpose().map_err(|m| bad(&id, m))?;
-    Ok(SessionRequest { id, input, output })
+    let env = envs(&id, file.env)?;
+    Ok(SessionRequest { id, input, output, env })
 }
 
 fn request(file: RequestLine, ceilings: Ceilings) -> Result<Request, Error> {
@@ -289,6 +303,7 @@ fn request(file: RequestLine, ceilings: Ceilings) -> Result<Request, Error> {
     let output = file.output.map(|p| absolute("output", p)).transpose().map_err(|m| bad(&id, m))?;
     let wall_time = within("wall_time_secs", file.limits.wall_time_secs, ceilings.wall_time)
         .map_err(|(code, msg)| Error::new(code, msg).about(Some(&id)))?;
+    let env = envs(&id, file.env)?;
     Ok(Request {
         id,
         source,
@@ -297,7 +312,13 @@ fn request(file: RequestLine, ceilings: Ceilings) -> Result<Request, Error> {
         args: file.args,
         wall_time,
         events: file.events.unwrap_or(false),
+        env,
     })
+}
+
+/// A request's `env`, checked as every door's is.
+fn envs(id: &str, vars: BTreeMap<String, String>) -> Result<Envs, Error> {
+    Envs::check(vars).map_err(|e| bad(id, format!("env: {e}")))
 }
 
 fn absolute(field: &str, path: PathBuf) -> Result<PathBuf, String> {

@@ -99,7 +99,8 @@ struct Ended {
 
 /// Start `spec`.
 pub fn spawn(spec: &RunSpec) -> Result<Running, RunError> {
-    started(command::command(spec), &spec.jail, spec.wall, Reading::Run(spec.mode))
+    let cmd = command::command(spec).map_err(|error| RunError::Spawn { path: spec.jail.clone(), error })?;
+    started(cmd, &spec.jail, spec.wall, Reading::Run(spec.mode))
 }
 
 /// Start a `jail` that prints one document (command.rs made `cmd`), given

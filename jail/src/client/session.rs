@@ -32,6 +32,7 @@ use super::command::{self, StartSpec};
 use super::events::{self, ResultError};
 use super::lines::{Line, Lines};
 use super::run::{self, RunError};
+use crate::envs::Envs;
 use crate::result::RunResult;
 
 /// The largest cell a client may send.
@@ -65,6 +66,14 @@ pub enum Request {
         /// session cell's counts once its interpreter ran, session/grace.rs).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         stateless: bool,
+        /// Variables for this cell, over the session's (envs.rs checks
+        /// them as it reads the request); set back once the cell ends.
+        #[serde(default, skip_serializing_if = "Envs::is_empty")]
+        env: Envs,
+        /// Keep `env` for every later cell too: the session's own from
+        /// now on (a pool's handout sets a session's variables so).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        keep_env: bool,
     },
     /// End the session; the answer is the session's closing result. Served
     /// while a cell runs too: the cell is killed (it ends `cancelled` if an
@@ -208,57 +217,66 @@ pub(crate) fn cell_wait(wall: Option<Duration>) -> Duration {
     wall.unwrap_or(MOST_WALL) + MOST_INTERRUPT_GRACE + HUNG_GRACE
 }
 
-/// Run `code` as the session's next cell, its wall-clock limit cut to
-/// `wall` (the session's own when that is shorter): its result.
-pub fn exec(handle: &Path, code: String, wall: Option<Duration>) -> Result<RunResult, SessionError> {
-    typed(handle, exec_value(handle, code, wall, None)?)
+/// One cell as a client sends it.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Cell {
+    pub code: String,
+    /// Cuts this cell's wall-clock limit (the session's own when that is
+    /// shorter); the client waits that long plus the graces.
+    pub wall: Option<Duration>,
+    /// Variables for this cell (envs.rs), over the session's.
+    pub env: Envs,
+    /// Keep `env` for every later cell too.
+    pub keep_env: bool,
+}
+
+impl Cell {
+    /// `code` within `wall`, with no variables of its own.
+    pub fn new(code: impl Into<String>, wall: Option<Duration>) -> Cell {
+        Cell { code: code.into(), wall, ..Cell::default() }
+    }
+
+    /// The same cell with `env` for it.
+    pub fn with_env(self, env: Envs) -> Cell {
+        Cell { env, ..self }
+    }
+}
+
+/// Run `cell` as the session's next: its result.
+pub fn exec(handle: &Path, cell: Cell) -> Result<RunResult, SessionError> {
+    typed(handle, exec_value(handle, cell, None)?)
 }
 
 /// [`exec`] (live when `on_event` is given) as a stateless step: the
 /// jail is destroyed after it, so past its time its grace is the wall
 /// clock's alone (a pool's run).
-pub fn exec_step(
-    handle: &Path,
-    code: String,
-    wall: Option<Duration>,
-    on_event: Option<&mut dyn FnMut(&str)>,
-) -> Result<RunResult, SessionError> {
-    typed(handle, exec_request(handle, code, wall, true, on_event)?)
+pub fn exec_step(handle: &Path, cell: Cell, on_event: Option<&mut dyn FnMut(&str)>) -> Result<RunResult, SessionError> {
+    typed(handle, exec_request(handle, cell, true, on_event)?)
 }
 
 /// [`exec`] with the cell's output live: each event line (`stdout`,
 /// `stderr`, `truncated`, `dropped`), exactly as `jail run --events`
 /// writes it, goes to `on_event` while the cell runs.
-pub fn exec_live(
-    handle: &Path,
-    code: String,
-    wall: Option<Duration>,
-    on_event: &mut dyn FnMut(&str),
-) -> Result<RunResult, SessionError> {
-    typed(handle, exec_value(handle, code, wall, Some(on_event))?)
+pub fn exec_live(handle: &Path, cell: Cell, on_event: &mut dyn FnMut(&str)) -> Result<RunResult, SessionError> {
+    typed(handle, exec_value(handle, cell, Some(on_event))?)
 }
 
 /// [`exec`] (live when `on_event` is given), its result document as the
 /// session wrote it.
-pub(crate) fn exec_value(
-    handle: &Path,
-    code: String,
-    wall: Option<Duration>,
-    on_event: Option<&mut dyn FnMut(&str)>,
-) -> Result<Value, SessionError> {
-    exec_request(handle, code, wall, false, on_event)
+pub(crate) fn exec_value(handle: &Path, cell: Cell, on_event: Option<&mut dyn FnMut(&str)>) -> Result<Value, SessionError> {
+    exec_request(handle, cell, false, on_event)
 }
 
 /// One `exec` on the socket: a session cell, or a stateless step.
 fn exec_request(
     handle: &Path,
-    code: String,
-    wall: Option<Duration>,
+    cell: Cell,
     stateless: bool,
     on_event: Option<&mut dyn FnMut(&str)>,
 ) -> Result<Value, SessionError> {
     let events = on_event.is_some();
-    let request = Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()), events, stateless };
+    let Cell { code, wall, env, keep_env } = cell;
+    let request = Request::Exec { code, wall_secs: wall.map(|w| w.as_secs_f64()), events, stateless, env, keep_env };
     let mut quiet = |_: &str| {};
     call(handle, &request, cell_wait(wall), on_event.unwrap_or(&mut quiet))
 }
@@ -518,7 +536,8 @@ pub enum StartError {
 /// jail's own wait for its interpreter (`bounds::START_WAIT`) plus the
 /// hung grace, its output bounded.
 pub fn start(spec: &StartSpec) -> Result<Started, StartError> {
-    let running = run::spawn_document(command::start_command(spec), &spec.jail, START_WAIT)?;
+    let cmd = command::start_command(spec).map_err(|error| RunError::Spawn { path: spec.jail.clone(), error })?;
+    let running = run::spawn_document(cmd, &spec.jail, START_WAIT)?;
     let out = running.output()?;
     if !out.status.success() {
         let line = out.stderr.lines().last().unwrap_or("").trim_start_matches("jail: ").to_string();
@@ -536,12 +555,26 @@ mod tests {
     fn requests_are_the_lines_they_always_were() {
         let lines = [
             (
-                Request::Exec { code: "x".into(), wall_secs: None, events: false, stateless: false },
+                Request::Exec {
+                    code: "x".into(),
+                    wall_secs: None,
+                    events: false,
+                    stateless: false,
+                    env: Envs::default(),
+                    keep_env: false,
+                },
                 r#"{"op":"exec","code":"x"}"#,
             ),
             (
-                Request::Exec { code: "print(1)\n".into(), wall_secs: Some(2.5), events: true, stateless: false },
-                r#"{"op":"exec","code":"print(1)\n","wall_secs":2.5,"events":true}"#,
+                Request::Exec {
+                    code: "print(1)\n".into(),
+                    wall_secs: Some(2.5),
+                    events: true,
+                    stateless: false,
+                    env: Envs::from_pairs(["A=1"]).unwrap(),
+                    keep_env: true,
+                },
+                r#"{"op":"exec","code":"print(1)\n","wall_secs":2.5,"events":true,"env":{"A":"1"},"keep_env":true}"#,
             ),
             (Request::Stop, r#"{"op":"stop"}"#),
             (Request::Interrupt, r#"{"op":"interrupt"}"#),
@@ -552,7 +585,19 @@ mod tests {
             assert_eq!(serde_json::from_str::<Request>(line).unwrap(), request);
         }
         let r: Request = serde_json::from_str(r#"{"op":"exec","code":"x=1","events":true}"#).unwrap();
-        assert_eq!(r, Request::Exec { code: "x=1".into(), wall_secs: None, events: true, stateless: false });
+        assert_eq!(
+            r,
+            Request::Exec {
+                code: "x=1".into(),
+                wall_secs: None,
+                events: true,
+                stateless: false,
+                env: Envs::default(),
+                keep_env: false
+            }
+        );
+        // The variables are checked as the request is read.
+        assert!(serde_json::from_str::<Request>(r#"{"op":"exec","code":"x","env":{"LD_PRELOAD":"/x"}}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"exec","code":"x","more":1}"#).is_err());
         assert!(serde_json::from_str::<Request>(r#"{"op":"shell"}"#).is_err());
     }
@@ -592,7 +637,7 @@ mod tests {
         let stone = Tombstone { why: "cell 2 ran past its time".into(), closing: Some(closing.clone()) };
         std::fs::write(tmp.path().join("ab.ended"), serde_json::to_vec(&stone).unwrap()).unwrap();
         assert_eq!(stop_value(&handle).unwrap(), closing);
-        let err = exec_value(&handle, "1".into(), None, None).unwrap_err();
+        let err = exec_value(&handle, Cell::new("1", None), None).unwrap_err();
         let SessionError::Ended { why, detail, .. } = &err else { panic!("{err}") };
         assert_eq!((*why, detail.as_str()), (EndCause::CellKilled, "cell 2 ran past its time"));
         assert!(err.is_gone());
@@ -694,7 +739,8 @@ mod tests {
             stream.write_all(b"{\"result\":{\"interrupted\":null}}\n").unwrap();
         });
         let mut seen = Vec::new();
-        let got = exec_value(&handle, "print(1)".into(), Some(Duration::from_secs(2)), Some(&mut |e| seen.push(e.to_string())));
+        let got =
+            exec_value(&handle, Cell::new("print(1)", Some(Duration::from_secs(2))), Some(&mut |e| seen.push(e.to_string())));
         assert_eq!(got.unwrap(), serde_json::json!({"interrupted": null}));
         assert_eq!(seen, [r#"{"type":"stdout","data":"1\n"}"#]);
         server.join().unwrap();
@@ -703,7 +749,7 @@ mod tests {
         let (handle, server) = fake_session(tmp.path(), |_, stream| {
             stream.write_all(b"{\"result\":{\"schema_version\":999}}\n").unwrap();
         });
-        let err = exec(&handle, "1".into(), None).unwrap_err();
+        let err = exec(&handle, Cell::new("1", None)).unwrap_err();
         assert!(matches!(err, SessionError::Result { error: ResultError::Version(_), .. }), "{err}");
         server.join().unwrap();
     }

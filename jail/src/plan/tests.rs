@@ -29,6 +29,7 @@ fn request(policy: Policy) -> RunRequest {
         timeout: None,
         mode: OutputMode::Capture,
         host: Default::default(),
+        env: Default::default(),
         step: crate::request::StepKind::Script,
     }
 }

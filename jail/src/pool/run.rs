@@ -655,7 +655,7 @@ impl Pool {
         argv.extend(req.args.iter().cloned());
         let set_argv = format!("import sys as _jail_sys\n_jail_sys.argv = {}\ndel _jail_sys\n", json!(argv));
         // Its failure is `never_started` to a client (client/pool.rs).
-        let set = session::exec(&jail.handle, set_argv, Some(self.cfg.ceilings.wall_time))
+        let set = session::exec(&jail.handle, session::Cell::new(set_argv, Some(self.cfg.ceilings.wall_time)))
             .map_err(|e| broke(format!("{}: {e}", wire::SET_ARGV)))?;
         if set.status != Status::Ok {
             return Err(broke(format!("{} in the jail: {}", wire::SET_ARGV, json!(set.status))));
@@ -665,6 +665,7 @@ impl Pool {
         }
         // Stateless: the jail is destroyed after the step, so past its time
         // its grace is the wall clock's (session/grace.rs).
+        let step = session::Cell::new(code, Some(req.wall_time)).with_env(req.env.clone());
         let cell = if req.events {
             // Each event on our stdout as it comes, tagged with the request.
             let mut tell = |ev: &str| {
@@ -672,9 +673,9 @@ impl Pool {
                     self.say(&line);
                 }
             };
-            session::exec_step(&jail.handle, code, Some(req.wall_time), Some(&mut tell))
+            session::exec_step(&jail.handle, step, Some(&mut tell))
         } else {
-            session::exec_step(&jail.handle, code, Some(req.wall_time), None)
+            session::exec_step(&jail.handle, step, None)
         };
         if let Some(supervisor) = flight.leave() {
             // A cancel reached the jail: it is ending. Replied once it is

@@ -550,8 +550,8 @@ impl Cells {
     fn serve(&mut self, stream: UnixStream, request: Request, w: &mut Watched<'_>) {
         match request {
             Request::AdoptOutput { dir } => self.adopt_output(&stream, &dir),
-            Request::Exec { code, wall_secs, events, stateless } => {
-                self.start_cell(stream, Exec { code, wall_secs, events, stateless }, w)
+            Request::Exec { code, wall_secs, events, stateless, env, keep_env } => {
+                self.start_cell(stream, Exec { code, wall_secs, events, stateless, env, keep_env }, w)
             }
             Request::Stop => self.end(Why::Stopped, Some(stream), w),
             Request::Interrupt => self.interrupt_cell(&stream, w),
@@ -605,7 +605,7 @@ impl Cells {
     }
 
     fn start_cell(&mut self, client: UnixStream, exec: Exec, w: &Watched<'_>) {
-        let Exec { code, wall_secs, events, stateless } = exec;
+        let Exec { code, wall_secs, events, stateless, env, keep_env } = exec;
         // Whatever the driver (or a thread a cell left) wrote since the
         // last cell is stale: it can never end this one.
         self.drain_control();
@@ -617,6 +617,13 @@ impl Cells {
             // The driver runs a live cell unbuffered, as PYTHONUNBUFFERED
             // makes `jail run --events`.
             msg["live"] = true.into();
+        }
+        if !env.is_empty() {
+            // Set for the cell, then back as they were (driver.py), unless kept.
+            msg["env"] = serde_json::to_value(&env).unwrap_or_default();
+            if keep_env {
+                msg["keep_env"] = true.into();
+            }
         }
         let mut line = serde_json::to_vec(&msg).unwrap_or_default();
         line.push(b'\n');
@@ -888,6 +895,8 @@ struct Exec {
     wall_secs: Option<f64>,
     events: bool,
     stateless: bool,
+    env: crate::envs::Envs,
+    keep_env: bool,
 }
 
 impl Cell {

@@ -6,10 +6,15 @@ newline-delimited JSON on the control socket it finds on fd 0 (moved to a
 private close-on-exec descriptor at once; fd 0 then reads /dev/null, so a
 cell and its subprocesses never see the protocol):
 
-  supervisor -> driver   {"op": "exec", "id": N, "nonce": "...", "code": "...", "live": true?}
+  supervisor -> driver   {"op": "exec", "id": N, "nonce": "...", "code": "...", "live": true?,
+                          "env": {NAME: VALUE}?, "keep_env": true?}
   driver -> supervisor   {"op": "ready", "preloaded": [...], "failed": [...]}
                          {"op": "done", "id": N, "nonce": "...", "outcome": "ok"|"error"|"exit"|"interrupted",
                           "exit_code": int|null, "error": {"type", "message", "traceback"}|null}
+
+A cell's `env` (checked by the supervisor, envs.rs) is set in os.environ
+for the cell and set back as it was once the cell ends, unless `keep_env`
+makes it the session's from then on.
 
 A `live` cell (its output watched as it comes: `jail session exec --events`)
 runs with unbuffered stdout and stderr, as PYTHONUNBUFFERED makes them for
@@ -118,6 +123,21 @@ def come_back(saved, live):
         sys.stdout = saved[0]
     if sys.stderr is live[1]:
         sys.stderr = saved[1]
+
+
+def set_env(env):
+    """Set `env` in os.environ; what to pass to `restore_env` to undo it."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    return saved
+
+
+def restore_env(saved):
+    for name, value in saved.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 def run_cell(namespace, cell_id, code):
@@ -232,12 +252,21 @@ def main():
             ):
                 send(ctl, {"op": "bad_request", "detail": "expected {op: exec, id: int, nonce: str, code: str}"})
                 continue
+            env = request.get("env") or {}
+            if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+                send(ctl, {"op": "bad_request", "detail": "env must be an object of strings"})
+                continue
+            saved = set_env(env) if request.get("keep_env") is not True else None
+            if saved is None:
+                os.environ.update(env)
             streams = go_live() if request.get("live") is True else None
             try:
                 reply = run_cell(namespace, cell_id, code)
             finally:
                 if streams:
                     come_back(*streams)
+                if saved:
+                    restore_env(saved)
             send(ctl, {"op": "done", "id": cell_id, "nonce": nonce, **reply})
         except KeyboardInterrupt:
             continue  # an interrupt that arrived between cells

@@ -15,7 +15,8 @@ use crate::result::Status;
 /// Run the preload of `modules` in the session at `handle`, within the
 /// session's own wall-clock limit; the reason when it did not end `ok`.
 pub(crate) fn run(handle: &Path, modules: &[String], wall: Duration) -> Result<(), String> {
-    let r = session::exec(handle, cell(modules), Some(wall)).map_err(|e| format!("the policy's preload: {e}"))?;
+    let r =
+        session::exec(handle, session::Cell::new(cell(modules), Some(wall))).map_err(|e| format!("the policy's preload: {e}"))?;
     if r.status == Status::Ok {
         return Ok(());
     }

@@ -48,7 +48,7 @@ import time
 import urllib.parse
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ._sandbox import (
     SCHEMA_VERSIONS,
@@ -62,6 +62,7 @@ from ._sandbox import (
     _artifact_fields,
     _checked,
     _chunk_text,
+    _envs,
 )
 
 #: Bytes of a JSON reply read at most (the service caps a run's events at 64 MiB).
@@ -209,6 +210,10 @@ class RemoteSandbox:
             ``Retry-After`` is sent again (default 3).
         max_retry_wait: The longest ``Retry-After`` waited for, in seconds
             (default 30); a longer one is raised at once.
+        envs: Environment variables for the code of every run and session
+            (``env`` in the request); a run's or a cell's own ``envs`` win.
+            The service checks them as ``jail`` does: a refused one is a
+            :class:`RemoteError` 400 with ``field == "env"``.
     """
 
     def __init__(
@@ -223,6 +228,7 @@ class RemoteSandbox:
         wait_timeout: Optional[float] = None,
         retries: int = 3,
         max_retry_wait: float = 30.0,
+        envs: Optional[Mapping[str, str]] = None,
     ) -> None:
         url = url if url is not None else os.environ.get("JAIL_URL")
         token = token if token is not None else os.environ.get("JAIL_TOKEN")
@@ -258,6 +264,7 @@ class RemoteSandbox:
         self.wait_timeout = wait_timeout
         self.retries = max(0, int(retries))
         self.max_retry_wait = float(max_retry_wait)
+        self.envs = _envs(envs)
 
     def __repr__(self) -> str:
         # Never the token.
@@ -281,6 +288,7 @@ class RemoteSandbox:
         on_artifact: Optional[Callable[[Artifact], None]] = None,
         timeout: Optional[float] = None,
         args: Iterable[str] = (),
+        envs: Optional[Mapping[str, str]] = None,
     ) -> Execution:
         """Run ``code`` in a fresh jail on the service and wait for it to end.
 
@@ -297,6 +305,7 @@ class RemoteSandbox:
             on_artifact: Called with each accepted :class:`RemoteArtifact` once the run ended.
             timeout: Wall-clock limit of this run in seconds (overrides the sandbox's).
             args: Not supported by the service: must be empty.
+            envs: Environment variables for this run, over the sandbox's.
 
         Returns:
             The :class:`~jail_sandbox.Execution`; its artifacts are
@@ -315,6 +324,9 @@ class RemoteSandbox:
             )
         limit = timeout if timeout is not None else self.timeout
         body: Dict[str, Any] = {"code": code, "limits": self._limits(limit)}
+        variables = dict(self.envs, **_envs(envs))
+        if variables:
+            body["env"] = variables
         if self.input is not None:
             body.update(input_payload(self.input))
         wait_for = self._wait_for(limit)
@@ -344,6 +356,7 @@ class RemoteSandbox:
         timeout: Optional[float] = None,
         memory: Union[int, str, None] = None,
         session_id: Optional[str] = None,
+        envs: Optional[Mapping[str, str]] = None,
     ) -> "RemoteSession":
         """Start a :class:`RemoteSession` on the service (``POST /v1/sessions``):
         one jail whose interpreter keeps its state from cell to cell. Use it in
@@ -354,6 +367,7 @@ class RemoteSandbox:
             memory: Memory of the session's jail (default: the sandbox's).
             session_id: Attach to a session this token opened before (its
                 ``id``) instead of starting one.
+            envs: Environment variables for every cell, over the sandbox's.
 
         The sandbox's ``input`` folder is sent with the request, as a run's
         (``files`` or ``input_tar``), and read by every cell at
@@ -373,6 +387,9 @@ class RemoteSandbox:
         if mib is not None:
             limits["memory_mib"] = mib
         body: Dict[str, Any] = {"limits": limits}
+        variables = dict(self.envs, **_envs(envs))
+        if variables:
+            body["env"] = variables
         if self.input is not None:
             body.update(input_payload(self.input))
         reply = self._json("POST", "/v1/sessions", body, timeout=self.request_timeout, ok=(201,))
@@ -740,9 +757,18 @@ class RemoteSession:
         )
 
     def run(
-        self, code: str, *, on_stdout: Optional[Callback] = None, on_stderr: Optional[Callback] = None
+        self,
+        code: str,
+        *,
+        on_stdout: Optional[Callback] = None,
+        on_stderr: Optional[Callback] = None,
+        envs: Optional[Mapping[str, str]] = None,
     ) -> Execution:
         """Run ``code`` as the session's next cell (``POST /v1/sessions/{id}/exec``).
+
+        Args:
+            envs: Environment variables for this cell only, over the
+                session's; set back once it ends.
 
         Raises:
             SessionClosedError: The session was closed, or the service no longer has it.
@@ -752,11 +778,15 @@ class RemoteSession:
             raise SessionClosedError("the session is closed: start another with RemoteSandbox.session()")
         if self._ended is not None:
             raise SessionClosedError(self._ended)
+        body: Dict[str, Any] = {"code": code}
+        variables = _envs(envs)
+        if variables:
+            body["env"] = variables
         try:
             reply = self.sandbox._json(
                 "POST",
                 f"/v1/sessions/{self.id}/exec",
-                {"code": code},
+                body,
                 timeout=self.sandbox._wait_for(self.timeout),
                 ok=(200,),
             )

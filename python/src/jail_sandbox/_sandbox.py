@@ -21,7 +21,7 @@ import threading
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from . import _scratch
 from ._pool import REPLY_GRACE, Pool, PoolError
@@ -278,6 +278,12 @@ class Sandbox:
         jail: The ``jail`` binary (default: :func:`find_jail`).
         env: The environment ``jail`` itself runs with (default: ours). The
             code sees only what the policy passes through.
+        envs: Environment variables for the code of every run and session,
+            ``{NAME: value}`` (E2B's ``envs``); a run's or a cell's own
+            ``envs`` win. Given to ``jail`` on a pipe, never on a command
+            line. ``jail`` checks them (names as in a shell, not ``JAIL_*``,
+            ``PYTHON*``, ``LD_*`` or the proxy variables; at most 64, 32 KiB):
+            a refused one raises :class:`SandboxSetupError` naming it.
     """
 
     def __init__(
@@ -294,6 +300,7 @@ class Sandbox:
         pool: Union[int, str] = AUTO,
         jail: Optional[PathLike] = None,
         env: Optional[Dict[str, str]] = None,
+        envs: Optional[Mapping[str, str]] = None,
     ) -> None:
         self.policy = None if policy is None else Path(policy)
         self.rootfs = None if rootfs is None else Path(rootfs)
@@ -308,6 +315,7 @@ class Sandbox:
         self.pool_size = pool
         self.jail = Path(jail) if jail is not None else find_jail()
         self.env = env
+        self.envs = _envs(envs)
         self._runs = 0
         self._pool: Optional[Pool] = None
         self._pool_failed: Optional[str] = None
@@ -423,17 +431,18 @@ class Sandbox:
                 self._start_pool(self.pool_size, required=True)
             return None
 
-    def session(self, *, timeout: Optional[float] = None) -> "Session":
+    def session(self, *, timeout: Optional[float] = None, envs: Optional[Mapping[str, str]] = None) -> "Session":
         """Start a :class:`Session`: one jail for many cells that share one
         interpreter's state. Use it in a ``with`` block so it is closed.
 
         Args:
             timeout: Wall-clock limit of each cell in seconds (default: the Sandbox's).
+            envs: Environment variables for every cell, over the Sandbox's.
 
         Raises:
             SandboxSetupError: The session's jail could not be started.
         """
-        return Session(self, timeout)
+        return Session(self, timeout, envs)
 
     def command(self, script: PathLike, *, timeout: Optional[float] = None, args: Iterable[str] = ()) -> List[str]:
         """The ``jail run --events`` command line for ``script``."""
@@ -457,6 +466,7 @@ class Sandbox:
         on_artifact: Optional[Callable[[Artifact], None]] = None,
         timeout: Optional[float] = None,
         args: Iterable[str] = (),
+        envs: Optional[Mapping[str, str]] = None,
     ) -> Execution:
         """Run ``code`` in a fresh jail and wait for it to end.
 
@@ -467,6 +477,7 @@ class Sandbox:
             on_artifact: Called with each accepted artifact, once the run has ended.
             timeout: Wall-clock limit of this run in seconds (overrides the Sandbox's).
             args: ``sys.argv[1:]`` for the code.
+            envs: Environment variables for this run, over the Sandbox's.
 
         Returns:
             The :class:`Execution`. A timeout, a crash or an exception in the
@@ -478,10 +489,11 @@ class Sandbox:
             JailNotFoundError: The binary cannot be started.
         """
         args = list(args)
+        variables = dict(self.envs, **_envs(envs))
         pool = self._pool_for_run()
         execution = None
         if pool is not None and self.output is None and not args:
-            execution = self._run_pooled(pool, code, timeout, on_stdout, on_stderr)
+            execution = self._run_pooled(pool, code, (timeout, variables), on_stdout, on_stderr)
         if execution is None:
             script_dir = _scratch.new_dir("script")
             try:
@@ -489,7 +501,7 @@ class Sandbox:
                 script.write_text(code, encoding="utf-8")
                 # The jail copies the script in as the caller, who owns it.
                 script.chmod(0o644)
-                execution = self._run_script(script, timeout, args, on_stdout, on_stderr)
+                execution = self._run_script(script, (timeout, variables), args, on_stdout, on_stderr)
             finally:
                 shutil.rmtree(script_dir, ignore_errors=True)
         if on_artifact is not None:
@@ -504,13 +516,16 @@ class Sandbox:
         self,
         pool: Pool,
         code: str,
-        timeout: Optional[float],
+        limits: Tuple[Optional[float], Dict[str, str]],
         on_stdout: Optional[Callback],
         on_stderr: Optional[Callback],
     ) -> Optional[Execution]:
         """The run in a pooled jail; ``None`` when the pool cannot take it
         (a limit above its own), so it is spawned instead."""
+        timeout, variables = limits
         request: Dict[str, Any] = {"code": code}
+        if variables:
+            request["env"] = variables
         if self.input is not None:
             request["input"] = str(self.input)
         limit = timeout if timeout is not None else self.timeout
@@ -546,18 +561,28 @@ class Sandbox:
     def _run_script(
         self,
         script: Path,
-        timeout: Optional[float],
+        limits: Tuple[Optional[float], Dict[str, str]],
         args: Iterable[str],
         on_stdout: Optional[Callback],
         on_stderr: Optional[Callback],
     ) -> Execution:
+        timeout, variables = limits
         cmd = self.command(script, timeout=timeout, args=args)
+        if variables:
+            # On stdin, never on the command line (which others may read).
+            cmd[3:3] = ["--env-fd", "0"]
         try:
             proc = subprocess.Popen(
-                cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=self._env()
+                cmd,
+                stdin=subprocess.PIPE if variables else subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                env=self._env(),
             )
         except OSError as e:
             raise JailNotFoundError(f"cannot start {self.jail}: {e}") from e
+        if variables:
+            _give(proc, variables)
         stderr_kept = bytearray()
 
         def read_stderr() -> None:
@@ -661,8 +686,11 @@ class Session:
     ``timeout`` is each cell's wall-clock limit.
     """
 
-    def __init__(self, sandbox: "Sandbox", timeout: Optional[float] = None) -> None:
+    def __init__(
+        self, sandbox: "Sandbox", timeout: Optional[float] = None, envs: Optional[Mapping[str, str]] = None
+    ) -> None:
         self.sandbox = sandbox
+        self._envs = dict(sandbox.envs, **_envs(envs))
         self.closing: Optional[Execution] = None
         self.handle: Optional[str] = None
         limit = timeout if timeout is not None else sandbox.timeout
@@ -695,6 +723,8 @@ class Session:
         request: Dict[str, Any] = {"op": "session"}
         if sandbox.input is not None:
             request["input"] = str(sandbox.input)
+        if self._envs:
+            request["env"] = self._envs
         try:
             return pool.run(request, REPLY_GRACE)
         except PoolError:
@@ -705,7 +735,12 @@ class Session:
         cmd = [str(self.sandbox.jail), "session", "start", "--json"] + self.sandbox._flags()
         if limit is not None:
             cmd += ["--timeout", repr(float(limit))]
-        out = self._call(cmd, None)
+        stdin = None
+        if self._envs:
+            # On stdin, never on the command line (which others may read).
+            cmd += ["--env-fd", "0"]
+            stdin = json.dumps(self._envs).encode("utf-8")
+        out = self._call(cmd, stdin)
         if out.returncode != 0:
             message = out.stderr.decode("utf-8", "replace").strip() or f"jail session start exited {out.returncode}"
             raise SandboxSetupError("session", message)
@@ -717,27 +752,72 @@ class Session:
             raise SandboxProtocolError(f"jail session start printed no handle: {out.stdout[:200]!r}")
         return started
 
-    def _call(self, cmd: List[str], stdin: Optional[bytes]) -> "subprocess.CompletedProcess[bytes]":
+    def _call(
+        self, cmd: List[str], stdin: Optional[bytes], variables: Optional[Dict[str, str]] = None
+    ) -> "subprocess.CompletedProcess[bytes]":
+        """Run ``cmd``; ``variables`` go on a pipe of their own (``--env-fd``
+        names it), as stdin carries the cell."""
+        fds: Tuple[int, ...] = ()
+        if variables:
+            read, write = os.pipe()
+            fds = (read,)
+            cmd = cmd[:3] + ["--env-fd", str(read)] + cmd[3:]
         try:
-            return subprocess.run(cmd, input=stdin, capture_output=True, env=self.sandbox._env())
+            if variables:
+                # Under a pipe's buffer (jail refuses more than 32 KiB), so
+                # this never waits for the reader; past it the write fails
+                # and jail's refusal says why.
+                try:
+                    os.write(write, json.dumps(variables).encode("utf-8")[: 60 << 10])
+                finally:
+                    os.close(write)
+            return subprocess.run(cmd, input=stdin, capture_output=True, env=self.sandbox._env(), pass_fds=fds)
         except OSError as e:
             raise JailNotFoundError(f"cannot start {self.sandbox.jail}: {e}") from e
+        finally:
+            for fd in fds:
+                os.close(fd)
 
-    def _result(self, cmd: List[str], stdin: Optional[bytes], own: bool = False) -> Execution:
-        out = self._call(cmd, stdin)
+    def _alive(self) -> bool:
+        """Whether the session's supervisor still runs."""
+        try:
+            os.kill(self.pid, 0)
+            return True
+        except ProcessLookupError:
+            return False
+        except OSError:
+            return True
+
+    def _result(
+        self, cmd: List[str], stdin: Optional[bytes], own: bool = False, variables: Optional[Dict[str, str]] = None
+    ) -> Execution:
+        out = self._call(cmd, stdin, variables)
         jail_stderr = out.stderr.decode("utf-8", "replace").strip()
         try:
             result = json.loads(out.stdout)
         except ValueError:
+            if cmd[2] == "exec" and out.returncode == EXIT_SETUP_FAILED and self._alive():
+                # Refused before the cell reached the session (its variables,
+                # say), which lives on.
+                raise SandboxSetupError("arguments", jail_stderr or "jail refused the cell") from None
             raise SessionClosedError(
                 f"jail session {cmd[2]} exited {out.returncode} without a result: {jail_stderr[:400]}"
             ) from None
         return _checked(result, jail_stderr, own=own)
 
     def run(
-        self, code: str, *, on_stdout: Optional[Callback] = None, on_stderr: Optional[Callback] = None
+        self,
+        code: str,
+        *,
+        on_stdout: Optional[Callback] = None,
+        on_stderr: Optional[Callback] = None,
+        envs: Optional[Mapping[str, str]] = None,
     ) -> Execution:
         """Run ``code`` as the session's next cell; names it defined stay for the next.
+
+        Args:
+            envs: Environment variables for this cell only, over the
+                session's; set back once it ends.
 
         Returns:
             The cell's :class:`Execution` (an exception in the code is its
@@ -752,7 +832,7 @@ class Session:
         cmd = [str(self.sandbox.jail), "session", "exec"]
         if self._cell_timeout is not None:
             cmd += ["--timeout", repr(float(self._cell_timeout))]
-        execution = self._result(cmd + [self.handle, "-"], code.encode("utf-8"))
+        execution = self._result(cmd + [self.handle, "-"], code.encode("utf-8"), variables=_envs(envs))
         for cb, text in ((on_stdout, execution.stdout), (on_stderr, execution.stderr)):
             if cb is not None and text:
                 cb(text)
@@ -781,6 +861,31 @@ class Session:
             # An exception from the block wins; the jail is gone either way.
             if exc[0] is None:
                 raise
+
+
+def _envs(envs: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    """``envs`` as a dict of strings; ``jail`` checks the names and sizes."""
+    if envs is None:
+        return {}
+    if not isinstance(envs, Mapping):
+        raise TypeError(f"envs must be a mapping of names to strings, not {type(envs).__name__}")
+    for name, value in envs.items():
+        if not isinstance(name, str):
+            raise TypeError(f"envs: the name {name!r} is not a str")
+        if not isinstance(value, str):
+            raise TypeError(f"envs[{name!r}] is a {type(value).__name__}: give a str")
+    return dict(envs)
+
+
+def _give(proc: "subprocess.Popen[bytes]", variables: Dict[str, str]) -> None:
+    """Write ``variables`` as JSON to ``proc``'s stdin and close it; a
+    ``jail`` that refused them and exited already says why on stderr."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(json.dumps(variables).encode("utf-8"))
+        proc.stdin.close()
+    except (BrokenPipeError, OSError):
+        pass
 
 
 def _stop_quietly(jail: str, handle: str, env: Dict[str, str]) -> None:

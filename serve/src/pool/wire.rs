@@ -31,6 +31,7 @@ pub fn run_line(job: &Job, events: bool) -> String {
         args: Vec::new(),
         wall_time: job.timeout,
         events,
+        env: job.env.clone(),
     })
     .text()
 }
@@ -38,11 +39,12 @@ pub fn run_line(job: &Job, events: bool) -> String {
 /// A session from the pool (`{"op": "session"}`): a ready jail (its
 /// preload imported) handed over with `input` copied into its read-only
 /// `/workspace/input` and `output` (made when absent) as its output folder.
-pub fn session_line(id: &str, input: Option<&std::path::Path>, output: &std::path::Path) -> String {
+pub fn session_line(id: &str, input: Option<&std::path::Path>, output: &std::path::Path, env: &jail::envs::Envs) -> String {
     Asked::Session(wire::SessionRequest {
         id: id.to_owned(),
         input: input.map(ToOwned::to_owned),
         output: Some(output.to_owned()),
+        env: env.clone(),
     })
     .text()
 }
@@ -174,6 +176,7 @@ mod tests {
             input: Some("/w/t/ab/input".into()),
             timeout: Duration::from_millis(2500),
             memory_mib: 256,
+            env: Default::default(),
         };
         let v: Value = serde_json::from_str(&run_line(&job, false)).unwrap();
         assert_eq!(
@@ -222,10 +225,12 @@ mod tests {
 
     #[test]
     fn a_session_line_names_its_folders() {
-        let v: Value = serde_json::from_str(&session_line("s1", Some("/w/in".as_ref()), "/w/out".as_ref())).unwrap();
+        let none = jail::envs::Envs::default();
+        let v: Value = serde_json::from_str(&session_line("s1", Some("/w/in".as_ref()), "/w/out".as_ref(), &none)).unwrap();
         assert_eq!(v, json!({"id": "s1", "op": "session", "input": "/w/in", "output": "/w/out"}));
-        let v: Value = serde_json::from_str(&session_line("s2", None, "/w/out".as_ref())).unwrap();
-        assert_eq!(v.get("input"), None);
+        let env = jail::envs::Envs::from_pairs(["S=1"]).unwrap();
+        let v: Value = serde_json::from_str(&session_line("s2", None, "/w/out".as_ref(), &env)).unwrap();
+        assert_eq!((v.get("input"), &v["env"]), (None, &json!({"S": "1"})));
     }
 
     #[tokio::test(flavor = "current_thread")]

@@ -19,13 +19,17 @@ struct Mcp {
 
 impl Mcp {
     fn start(tree: &Tree, input_dir: &Path) -> Result<Mcp, String> {
+        Mcp::spawn(&tree.sb.rootfs, &tree.victim(), input_dir)
+    }
+
+    fn spawn(rootfs: &Path, cwd: &Path, input_dir: &Path) -> Result<Mcp, String> {
         let mut child = Command::new(jail_bin())
             .arg("mcp")
             .arg("--rootfs")
-            .arg(&tree.sb.rootfs)
+            .arg(rootfs)
             .arg("--input-dir")
             .arg(input_dir)
-            .current_dir(tree.victim())
+            .current_dir(cwd)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -191,4 +195,46 @@ fn the_agents_input_copy_and_export_refuse_every_link_trick_and_copy_no_hard_lin
         }
     }
     tree.done();
+}
+
+/// The variables a caller sets (jail/src/envs.rs) through the MCP
+/// server's tools: `run_python`, `session_start` (every cell) and
+/// `session_exec` (that cell only); a name the jail keeps is a tool error
+/// naming it, and nothing runs. The service's doors: tests/serve.rs.
+#[test]
+fn the_mcp_tools_give_the_code_its_variables_and_refuse_the_jails_names() {
+    let sb = Sandbox::new();
+    let mut mcp = Mcp::spawn(&sb.rootfs, sb.dir.path(), &sb.input).expect("jail mcp starts");
+    let show = "import os\nprint(os.environ.get('A'), os.environ.get('S'), os.environ.get('C'))";
+    let mut tool = |name: &str, args: Value| {
+        let reply = mcp.call("tools/call", json!({"name": name, "arguments": args})).expect("a reply");
+        assert!(reply["error"].is_null(), "{name}: {reply}");
+        reply["result"].clone()
+    };
+    let stdout = |r: &Value| r["structuredContent"]["stdout"]["text"].as_str().unwrap_or_else(|| panic!("{r}")).trim().to_owned();
+    let r = tool("run_python", json!({"code": show, "env": {"A": "run"}}));
+    assert_eq!(stdout(&r), "run None None", "{r}");
+    let started = tool("session_start", json!({"env": {"S": "session"}}));
+    let sid = started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_owned();
+    let r = tool("session_exec", json!({"session_id": sid, "code": show, "env": {"C": "cell"}}));
+    assert_eq!(stdout(&r), "None session cell", "{r}");
+    let r = tool("session_exec", json!({"session_id": sid, "code": show}));
+    assert_eq!(stdout(&r), "None session None", "a cell's variable outlived it: {r}");
+    for (name, args) in [
+        ("run_python", json!({"code": "open('/workspace/output/ran', 'w')", "env": {"LD_PRELOAD": "/x.so"}})),
+        ("session_start", json!({"env": {"JAIL_PRELOAD": "os"}})),
+        (
+            "session_exec",
+            json!({"session_id": sid, "code": "open('/workspace/output/ran', 'w')", "env": {"PYTHONPATH": "/x"}}),
+        ),
+    ] {
+        let r = tool(name, args);
+        assert_eq!(r["isError"], json!(true), "{name}: {r}");
+        let text = r["content"][0]["text"].as_str().unwrap_or_default();
+        assert!(text.contains("`env`") && text.contains("may not be set"), "{name}: {r}");
+    }
+    tool("session_stop", json!({"session_id": sid}));
 }

@@ -2579,3 +2579,43 @@ fn an_input_of_many_entries_is_staged_within_the_runs_own_time() {
     assert!(wall < 5.0, "staging was not taken from the run's wall time: the jail was given {wall} s");
     assert_eq!((&v["result"]["status"], &v["result"]["stdout"]["text"]), (&json!("ok"), &json!("4000\n")));
 }
+
+/// The variables a tenant sets (jail/src/envs.rs) reach the code on every
+/// path of the service: a run and a session on either backend, a cell's
+/// own for that cell only; a name the jail keeps is 400 with `field:
+/// "env"` naming it, and nothing runs.
+#[test]
+fn a_tenants_variables_reach_runs_sessions_and_cells_on_either_backend_and_the_jails_names_are_400() {
+    let show = "import os\nprint(os.environ.get('A'), os.environ.get('S'), os.environ.get('C'))";
+    for (s, backend) in [(Server::start(&[]), "pool"), (Server::without_pool(&[]), "spawn")] {
+        if backend == "pool" {
+            wait_ready(&s, 2.0);
+        }
+        let r = s.run(ALICE, json!({"code": show, "env": {"A": "run"}}));
+        assert_eq!(r.status, 200, "{backend}: {r:?}");
+        assert_eq!(r.json()["result"]["stdout"]["text"], "run None None\n", "{backend}: {r:?}");
+        assert_eq!(r.json()["backend"], backend, "{r:?}");
+        let made = s.call("POST", "/v1/sessions", Some(ALICE), Some(&json!({"env": {"S": "session"}}).to_string()));
+        assert_eq!(made.status, 201, "{backend}: {made:?}");
+        assert_eq!(made.json()["backend"], backend, "{made:?}");
+        let sid = made.json()["id"].as_str().unwrap().to_owned();
+        let exec = |body: Value| s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&body.to_string()));
+        let cell = exec(json!({"code": show, "env": {"C": "cell"}}));
+        assert_eq!(cell.json()["result"]["stdout"]["text"], "None session cell\n", "{backend}: {cell:?}");
+        let cell = exec(json!({"code": show}));
+        assert_eq!(cell.json()["result"]["stdout"]["text"], "None session None\n", "{backend}: a cell's variable outlived it");
+        let bad = exec(json!({"code": "print(1)", "env": {"PYTHONPATH": "/x"}}));
+        assert_eq!((bad.status, bad.error().0.as_deref()), (400, Some("env")), "{backend}: {bad:?}");
+        assert!(bad.error().1.contains("PYTHONPATH"), "{backend}: {bad:?}");
+        for (body, field) in [
+            (json!({"code": "print(1)", "env": {"LD_PRELOAD": "/x.so"}}), "env"),
+            (json!({"code": "1", "env": {"A": 1}}), "env.A"),
+        ] {
+            let r = s.run(ALICE, body.clone());
+            assert_eq!((r.status, r.error().0.as_deref()), (400, Some(field)), "{backend}: {body}: {r:?}");
+        }
+        let r = s.call("POST", "/v1/sessions", Some(ALICE), Some(&json!({"env": {"JAIL_PRELOAD": "os"}}).to_string()));
+        assert_eq!((r.status, r.error().0.as_deref()), (400, Some("env")), "{backend}: {r:?}");
+        assert_eq!(s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).status, 200);
+    }
+}

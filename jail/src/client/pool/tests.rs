@@ -159,6 +159,7 @@ fn a_code_request_takes_the_policy_limits_unless_lowered() {
         args: vec!["a".into()],
         wall_time: CEIL.wall_time,
         events: false,
+        env: Envs::default(),
     };
     assert_eq!(Line::parse(line, CEIL).unwrap(), Line::Run(want));
     let Line::Run(r) = Line::parse(r#"{"id":"r2","script":"/s.py","limits":{"wall_time_secs":2.5}}"#, CEIL).unwrap() else {
@@ -172,6 +173,24 @@ fn a_code_request_takes_the_policy_limits_unless_lowered() {
 }
 
 #[test]
+fn a_requests_variables_are_checked_as_every_doors_are() {
+    let Line::Run(r) = Line::parse(r#"{"id":"r1","code":"1","env":{"API_KEY":"k"}}"#, CEIL).unwrap() else {
+        panic!("not a run")
+    };
+    assert_eq!(r.env, Envs::from_pairs(["API_KEY=k"]).unwrap());
+    for line in [
+        r#"{"id":"r2","code":"1","env":{"LD_PRELOAD":"/x.so"}}"#,
+        r#"{"id":"r3","code":"1","env":{"1X":"v"}}"#,
+        r#"{"id":"r4","op":"session","env":{"JAIL_PRELOAD":"os"}}"#,
+        r#"{"id":"r5","op":"cancel","env":{"A":"1"}}"#,
+    ] {
+        let e = err(line);
+        assert_eq!((e.code, e.id.is_some()), (ErrorCode::BadRequest, true), "{line}: {e:?}");
+    }
+    assert_eq!(err(r#"{"id":"r6","code":"1","env":{"A":1}}"#).code, ErrorCode::Malformed);
+}
+
+#[test]
 fn every_line_a_caller_writes_parses_back_to_itself() {
     let lines = [
         Line::Run(Request {
@@ -182,6 +201,7 @@ fn every_line_a_caller_writes_parses_back_to_itself() {
             args: vec![],
             wall_time: Duration::from_millis(2500),
             events: true,
+            env: Envs::from_pairs(["A=1", "B="]).unwrap(),
         }),
         Line::Run(Request {
             id: "c".into(),
@@ -191,11 +211,17 @@ fn every_line_a_caller_writes_parses_back_to_itself() {
             args: vec!["x".into()],
             wall_time: CEIL.wall_time,
             events: false,
+            env: Envs::default(),
         }),
         Line::Stats { id: Some("s".into()) },
         Line::Stats { id: None },
-        Line::Session(SessionRequest { id: "s1".into(), input: Some("/w/in".into()), output: Some("/w/out".into()) }),
-        Line::Session(SessionRequest { id: "s2".into(), input: None, output: None }),
+        Line::Session(SessionRequest {
+            id: "s1".into(),
+            input: Some("/w/in".into()),
+            output: Some("/w/out".into()),
+            env: Envs::from_pairs(["TOKEN=t"]).unwrap(),
+        }),
+        Line::Session(SessionRequest { id: "s2".into(), input: None, output: None, env: Envs::default() }),
         Line::Cancel { id: "r1".into() },
     ];
     for line in lines {
@@ -217,9 +243,14 @@ fn stats_is_its_own_line() {
 #[test]
 fn a_session_line_takes_an_id_and_its_folders_only() {
     let line = r#"{"id":"s1","op":"session","input":"/in","output":"/out"}"#;
-    let want = SessionRequest { id: "s1".into(), input: Some("/in".into()), output: Some("/out".into()) };
+    let want = SessionRequest {
+        id: "s1".into(),
+        input: Some("/in".into()),
+        output: Some("/out".into()),
+        env: Envs::default(),
+    };
     assert_eq!(Line::parse(line, CEIL).unwrap(), Line::Session(want));
-    let bare = SessionRequest { id: "s2".into(), input: None, output: None };
+    let bare = SessionRequest { id: "s2".into(), input: None, output: None, env: Envs::default() };
     assert_eq!(Line::parse(r#"{"op":"session","id":"s2"}"#, CEIL).unwrap(), Line::Session(bare));
     for (line, id) in [
         (r#"{"op":"session"}"#, None),

@@ -100,12 +100,23 @@ impl Pool {
         }
     }
 
-    /// The request's input in, then its output folder taken by the session.
+    /// The request's input in, then its output folder taken by the
+    /// session, then its variables set for every cell: an empty cell that
+    /// keeps them (after the adoption, which takes a folder only before any
+    /// cell but the trusted preload).
     fn hand_out(&self, jail: &Jail, req: &SessionRequest, input: Option<&OwnedFd>, out: &Path) -> Result<(), Failed> {
         if let (Some(from), Some(path)) = (input, &req.input) {
             copy_input(from, path, &jail.input(), self.cfg.reach)?;
         }
         session::adopt_output(&jail.handle, out).map_err(|e| broke(format!("hand the output folder to the session: {e}")))?;
+        if !req.env.is_empty() {
+            let cell = session::Cell { keep_env: true, ..session::Cell::new("", Some(self.cfg.ceilings.wall_time)) }
+                .with_env(req.env.clone());
+            let set = session::exec(&jail.handle, cell).map_err(|e| broke(format!("set the session's variables: {e}")))?;
+            if set.status != crate::result::Status::Ok {
+                return Err(broke(format!("set the session's variables: the cell ended {:?}", set.status)));
+            }
+        }
         Ok(())
     }
 
