@@ -44,3 +44,27 @@ def test_a_remote_sandboxs_variables_reach_runs_and_sessions_and_a_bad_name_is_4
     with pytest.raises(RemoteError) as e:
         remote.run("print(1)", envs={"HTTPS_PROXY": "http://evil"})
     assert (e.value.status, e.value.field) == (400, "env")
+
+
+def test_the_async_clients_are_the_same_calls_as_coroutines(rootfs, server):
+    import asyncio
+
+    from jail_sandbox import AsyncRemoteSandbox, AsyncSandbox
+
+    async def main() -> None:
+        async with AsyncSandbox(rootfs=rootfs, pool=0, envs={"A": "async"}) as sandbox:
+            # Two runs at once: the loop is never blocked on a jail.
+            a, b = await asyncio.gather(sandbox.run_code(SHOW), sandbox.run_code("print(2)"))
+            assert (a.stdout, b.stdout) == ("async None None\n", "2\n")
+            async with await sandbox.session(envs={"S": "s"}) as s:
+                await s.run_code("x = 41")
+                assert (await s.run_code("print(x + 1)")).stdout == "42\n"
+                assert (await s.run_code(SHOW, envs={"C": "c"})).stdout == "async s c\n"
+            with pytest.raises(SandboxSetupError, match="LD_PRELOAD"):
+                await sandbox.run_code("print(1)", envs={"LD_PRELOAD": "/x.so"})
+        remote = AsyncRemoteSandbox(server.url, TOKEN, envs={"A": "remote"})
+        assert (await remote.run_code(SHOW)).stdout == "remote None None\n"
+        async with await remote.session() as s:
+            assert (await s.run_code(SHOW, envs={"C": "c"})).stdout == "remote None c\n"
+
+    asyncio.run(main())

@@ -30,10 +30,17 @@ carrying the HTTP status, the service's error code, field and message::
     execution = remote.run("open('out.txt', 'w').write('hi')")
     assert execution.artifacts[0].read_bytes() == b"hi"
 
+:class:`AsyncSandbox` and :class:`AsyncRemoteSandbox` give the same calls as
+coroutines (each runs the synchronous client's own on a worker thread)::
+
+    async with AsyncSandbox() as sandbox:
+        execution = await sandbox.run_code("print(1)", envs={"REGION": "eu"})
+
 Agent frameworks plug in through :mod:`jail_sandbox.integrations`
 (smolagents, LangChain/LangGraph, the OpenAI Agents SDK).
 """
 
+from ._async import AsyncRemoteSandbox, AsyncSandbox, AsyncSession
 from ._remote import (
     ArtifactMismatchError,
     RemoteArtifact,
@@ -63,6 +70,9 @@ __all__ = [
     "EXIT_SETUP_FAILED",
     "Artifact",
     "ArtifactMismatchError",
+    "AsyncRemoteSandbox",
+    "AsyncSandbox",
+    "AsyncSession",
     "Execution",
     "ExecutionError",
     "JailNotFoundError",
