@@ -513,6 +513,14 @@ class Outcome:
     verdict: str  # PASS or FAIL
     detail: str = ""
     times: dict = field(default_factory=dict)
+    #: The guest never came up (no "guest up" line): nothing of ours ran,
+    #: so a second boot hides no test result.
+    never_up: bool = False
+
+
+#: Boots of a guest that never came up (a kernel that panics early under
+#: TCG now and then), before its failure stands.
+BOOTS = 2
 
 
 def boot(entry: Entry, kernel: Path, image: Path, share: Path, timeout: float) -> Outcome:
@@ -520,7 +528,7 @@ def boot(entry: Entry, kernel: Path, image: Path, share: Path, timeout: float) -
     (share / "entry.env").write_text(
         f"ENTRY={entry.name}\nEXPECT_RELEASE={release}\nEXPECT_PREFIX={entry.prefix}\n")
     shutil.copy2(HERE / "guest.sh", share / "guest.sh")
-    console, out = share.parent / f"{entry.name}.console.log", share.parent / f"{entry.name}.out.log"
+    console, out = share.parent / f"{share.name}.console.log", share.parent / f"{share.name}.out.log"
     cmdline = ("console=ttyS0 panic=-1 loglevel=4 "
                "systemd.unified_cgroup_hierarchy=1 cgroup_no_v1=all "
                "systemd.show_status=0")
@@ -539,7 +547,7 @@ def boot(entry: Entry, kernel: Path, image: Path, share: Path, timeout: float) -
     log(f"[{entry.name}] booting {release}: {' '.join(qemu)}")
     t0 = time.monotonic()
     times = {}
-    qemu_log = share.parent / f"{entry.name}.qemu.log"
+    qemu_log = share.parent / f"{share.name}.qemu.log"
     with open(qemu_log, "wb") as qlog:
         proc = subprocess.Popen(qemu, stdin=subprocess.DEVNULL, stdout=qlog,
                                 stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
@@ -595,12 +603,13 @@ def boot(entry: Entry, kernel: Path, image: Path, share: Path, timeout: float) -
         if qemu_out:
             print(f"[{entry.name} qemu] {qemu_out}", flush=True)
 
+    never_up = "boot" not in times
     if timed_out:
         show_console("timed out")
-        return Outcome(entry.name, "FAIL", f"timed out after {timeout:.0f} s", times)
+        return Outcome(entry.name, "FAIL", f"timed out after {timeout:.0f} s", times, never_up)
     if status is None:
         show_console(f"qemu exited {proc.returncode} and the guest reported no status")
-        return Outcome(entry.name, "FAIL", "the guest reported no status", times)
+        return Outcome(entry.name, "FAIL", "the guest reported no status", times, never_up)
     if status != "0":
         show_console(f"the guest reported status {status}")
         return Outcome(entry.name, "FAIL", f"guest status {status} (see the [{entry.name}] lines above)", times)
@@ -658,11 +667,18 @@ def main(argv: list[str]) -> int:
             setup = seconds(t0)
             log(f"[{entry.name}] kernel {package} {version} from {', '.join(entry.suites)}: "
                 f"{'cached' if hit else 'fetched'} in {setup} s")
-            share = work / f"share-{entry.name}"
-            share.mkdir()
-            os.link(payload, share / "payload.tar")
-            (share / "tests").write_text(tests_for(tests, entry.name))
-            outcome = boot(entry, kernel, image, share, timeout)
+            for attempt in range(1, BOOTS + 1):
+                share = work / f"share-{entry.name}-{attempt}"
+                share.mkdir()
+                os.link(payload, share / "payload.tar")
+                (share / "tests").write_text(tests_for(tests, entry.name))
+                outcome = boot(entry, kernel, image, share, timeout)
+                if not (outcome.verdict == "FAIL" and outcome.never_up) or attempt == BOOTS:
+                    break
+                log(f"[{entry.name}] the guest never came up ({outcome.detail}): booting it again "
+                    f"({attempt + 1} of {BOOTS}); its tests had not started")
+            if attempt > 1:
+                outcome.detail += f" (boot {attempt} of {BOOTS}: the first never came up)"
             outcome.times = {"setup": setup, **outcome.times}
             outcomes.append(outcome)
     print("\n== VM matrix", flush=True)
