@@ -1,6 +1,7 @@
 //! The compact view of one jail result that goes back to the model: status
 //! and exit code, the Python error, the head and tail of the output within a
-//! budget, the files the step left, and plain-words explanations of statuses
+//! budget, the rich results (each one's text and the other forms it has),
+//! the files the step left, and plain-words explanations of statuses
 //! and denials ("network access is disabled in this sandbox"). Pure: a
 //! `RunResult` and a listing in, text out.
 //!
@@ -68,6 +69,7 @@ pub fn render(result: &RunResult, before: &BTreeMap<String, (u64, i128)>, after:
         }
     }
     out.push_str(&stream("stdout", &result.stdout, &result.stdout.text, budget.stdout_chars));
+    out.push_str(&results(result, budget.stdout_chars));
     let stderr_rest = match &result.error {
         // The traceback is shown above; keep what the script wrote before it.
         Some(_) => result
@@ -288,6 +290,42 @@ fn stream(name: &str, s: &jail::result::Stream, text: &str, budget: usize) -> St
     format!("{name} ({} bytes{cut}):\n{}\n", s.bytes, head_tail(text.trim_end(), budget))
 }
 
+/// Rich results, compactly: each one's text within a share of `budget`,
+/// and the other forms it has by name and size (an image is not text the
+/// model can read; its file is the way to keep it).
+fn results(result: &RunResult, budget: usize) -> String {
+    const MOST: usize = 10;
+    if result.results.is_empty() && result.results_dropped == 0 {
+        return String::new();
+    }
+    let share = (budget / result.results.len().clamp(1, MOST)).max(80);
+    let mut out = String::new();
+    for r in result.results.iter().take(MOST) {
+        let what = if r.is_main_result { "result" } else { "display" };
+        let others: Vec<String> = r
+            .data
+            .iter()
+            .filter(|(m, _)| m.as_str() != "text/plain")
+            .map(|(m, v)| match v.as_str() {
+                Some(s) if m.starts_with("image/") => format!("{m} {}", human_bytes(s.len() as u64 / 4 * 3)),
+                _ => m.clone(),
+            })
+            .collect();
+        let also = if others.is_empty() {
+            String::new()
+        } else {
+            format!(" (also {})", others.join(", "))
+        };
+        let text = r.data.get("text/plain").and_then(Value::as_str).unwrap_or("");
+        out.push_str(&format!("{what}{also}:\n{}\n", head_tail(text.trim_end(), share)));
+    }
+    let more = result.results.len().saturating_sub(MOST) as u64 + result.results_dropped;
+    if more > 0 {
+        out.push_str(&format!("[… {more} more results not shown …]\n"));
+    }
+    out
+}
+
 /// The head and tail of `text` within `budget` characters.
 pub fn head_tail(text: &str, budget: usize) -> String {
     let n = text.chars().count();
@@ -408,6 +446,32 @@ mod tests {
         r.setup_error = None;
         r.status = status;
         r
+    }
+
+    #[test]
+    fn rich_results_show_their_text_and_name_their_other_forms() {
+        let mut r = result(Status::Ok);
+        let bundle = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), json!(v))).collect();
+        r.results = vec![
+            jail::result::DisplayResult {
+                data: bundle(&[("text/plain", "<Figure size 640x480>"), ("image/png", &"A".repeat(4000))]),
+                is_main_result: false,
+                flags: vec![],
+                refused: vec![],
+            },
+            jail::result::DisplayResult {
+                data: bundle(&[("text/plain", "2")]),
+                is_main_result: true,
+                flags: vec![],
+                refused: vec![],
+            },
+        ];
+        r.results_dropped = 3;
+        let view = render(&r, &BTreeMap::new(), &[], Budget::default());
+        assert!(view.contains("display (also image/png 2.9 KiB):\n<Figure size 640x480>\n"), "{view}");
+        assert!(view.contains("result:\n2\n"), "{view}");
+        assert!(view.contains("[… 3 more results not shown …]"), "{view}");
+        assert!(!view.contains("AAAA"), "an image's base64 reached the model: {view}");
     }
 
     #[test]

@@ -24,6 +24,7 @@
 //! budgets of `budget` (past them the file is flagged `incomplete_scan`).
 
 pub mod budget;
+pub mod bundle;
 mod csv;
 pub mod fuzzing;
 mod image;

@@ -73,7 +73,7 @@ pub(crate) struct Confine {
 }
 
 /// The interpreter's exec: path, argv and the rebuilt environment.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct Exec {
     pub path: CString,
     pub argv: Vec<CString>,
@@ -81,6 +81,45 @@ pub(crate) struct Exec {
     pub cwd: PathBuf,
     /// The script's umask (`hostuid::sandbox_umask`).
     pub umask: u32,
+}
+
+impl std::fmt::Debug for Exec {
+    /// As derived, the script runner's source (`python -c RUNNER`) named
+    /// rather than written out: a plan shows what runs, not 10 KB of it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let argv: Vec<String> = self
+            .argv
+            .iter()
+            .map(|a| match a.to_str() {
+                Ok(s) if s == crate::display::RUNNER => "<runner.py>".to_string(),
+                _ => format!("{a:?}"),
+            })
+            .collect();
+        f.debug_struct("Exec")
+            .field("path", &self.path)
+            .field("argv", &DebugRaw(&argv))
+            .field("envp", &self.envp)
+            .field("cwd", &self.cwd)
+            .field("umask", &self.umask)
+            .finish()
+    }
+}
+
+/// Strings printed as they are, in a list.
+struct DebugRaw<'a>(&'a [String]);
+
+impl std::fmt::Debug for DebugRaw<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.0.iter().map(|s| Raw(s))).finish()
+    }
+}
+
+struct Raw<'a>(&'a str);
+
+impl std::fmt::Debug for Raw<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
 }
 
 /// A failed step: which stage, and the error chain.

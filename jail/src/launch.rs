@@ -217,7 +217,11 @@ impl Jail {
         let result = match launched {
             // The verdict, then the output dir judged and delivered (verdict.rs).
             // Where the loop says (a session's adopted folder), else as planned.
-            Ok(outcome) => verdict::assemble(step, outcome, cgroup_usage, &self.plan, lp.delivery()),
+            Ok(outcome) => {
+                let mut result = verdict::assemble(step, outcome, cgroup_usage, &self.plan, lp.delivery());
+                (result.results, result.results_dropped) = lp.results();
+                result
+            }
             Err(e) => verdict::failed(step.result, e.stage().error(&e), step.clock.started),
         };
         let Jail { held, .. } = self;

@@ -32,6 +32,8 @@
 //!   step's clocks mean) over a `Tree` (what it may interrupt or kill); `script`: one script's deadlines as that loop,
 //!   `session::cells` a session's cells as the other.
 //! - `cancel`: SIGTERM/SIGINT/SIGHUP to `jail run`, turned into a cancelled run (polled by `watch`).
+//! - `display`: a step's rich results (Jupyter's display data) read off the control channel and judged
+//!   (`artifacts::bundle`), for a session's cells and one script alike.
 //! - `capture`, `relay`, `events`: the script's stdout and stderr, captured, streamed, or sent as `--events` NDJSON;
 //!   `streams` is the leaf they share with the request (`OutputMode`, `Target`).
 //! - `verdict`: facts → status (`verdict::status`, the one set of rules for runs and session cells), and the one place
@@ -73,6 +75,7 @@ mod conceal;
 pub mod delegate;
 mod delivery;
 pub mod digest;
+mod display;
 pub(crate) mod doctor;
 pub mod envs;
 pub mod events;

@@ -189,7 +189,8 @@ fn plan_with(
     // Root's sandbox writes a bound output folder as its leased uid, and the
     // next run may lease another (hostuid.rs, `sandbox_umask`).
     let umask = crate::hostuid::sandbox_umask(host.caller_uid == 0, mount_request.output_size.is_none());
-    let exec = build_exec(policy, &prepared.script, &req.args, req.mode, umask, &host.env, &req.env).map_err(PlanError::Exec)?;
+    let exec = build_exec(policy, &prepared.script, &req.args, (req.mode, req.step), umask, &host.env, &req.env)
+        .map_err(PlanError::Exec)?;
     let network = match (&policy.network, &prepared.resolver) {
         (Network::Allowlist(rules), Some(resolver)) => NetworkPlan::Allowlist {
             rules: rules.clone(),
@@ -212,8 +213,9 @@ fn plan_with(
         notify: seccomp.mode == seccomp::Mode::Notify,
         // With the allowlist, PID 1 hands us the proxy's listener (network.rs).
         proxy: matches!(network, NetworkPlan::Allowlist { .. }),
-        // A session's cell driver reads its cells from this (session.rs).
-        control: req.step == crate::request::StepKind::Cells,
+        // A session's cell driver reads its cells from this (session.rs);
+        // a script's runner sends its rich results on it (script.rs).
+        control: true,
         // A v1 run cgroup is made after the clone; its `tasks` files go
         // to PID 1 over this (cgroup.rs).
         cgroup: host.cgroup.as_ref().is_some_and(|c| c.version.made_after_clone()),
@@ -280,7 +282,7 @@ fn build_exec(
     policy: &Policy,
     script: &Path,
     args: &[String],
-    mode: OutputMode,
+    (mode, step): (OutputMode, crate::request::StepKind),
     umask: u32,
     passed: &BTreeMap<String, String>,
     given: &crate::envs::Envs,
@@ -333,7 +335,13 @@ fn build_exec(
         .map(|(k, v)| cstr(format!("{k}={v}").as_bytes(), "an environment value"))
         .collect::<Result<Vec<_>, _>>()?;
     let path = cstr(policy.python.as_os_str().as_bytes(), "the python path")?;
-    let mut argv = vec![path.clone(), cstr(script.as_os_str().as_bytes(), "the script path")?];
+    let mut argv = vec![path.clone()];
+    if step == crate::request::StepKind::Script {
+        // The runner runs the script, its rich results on the control channel.
+        argv.push(cstr(b"-c", "")?);
+        argv.push(cstr(crate::display::RUNNER.as_bytes(), "the script runner")?);
+    }
+    argv.push(cstr(script.as_os_str().as_bytes(), "the script path")?);
     for a in args {
         argv.push(cstr(a.as_bytes(), "an argument")?);
     }

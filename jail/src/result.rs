@@ -75,6 +75,51 @@ pub struct RunResult {
     /// from a `jail run` result.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub session: Option<SessionInfo>,
+    /// The code's rich results, Jupyter's way, in the order they came: each
+    /// `display()` and figure (`plt.show()`, or left open and unsaved at the
+    /// end), and
+    /// the last expression's value (`is_main_result`). Each is the code's
+    /// own word, judged by the supervisor as an artifact is (artifacts/
+    /// bundle.rs) before it is listed. Empty for a step that made none.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub results: Vec<DisplayResult>,
+    /// Rich results dropped whole, past the caps of one step (count or bytes).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub results_dropped: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// One rich result: a MIME bundle, as Jupyter's `display_data` and
+/// `execute_result` carry one (and E2B's `Result`).
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct DisplayResult {
+    /// The representations that passed, by MIME type: `text/plain`,
+    /// `text/html`, `text/markdown`, `text/latex` and `image/svg+xml` as
+    /// text; `image/png` and `image/jpeg` as base64; `application/json` as
+    /// the JSON value.
+    pub data: BTreeMap<String, serde_json::Value>,
+    /// The value of the code's last expression (Jupyter's `execute_result`),
+    /// not a `display()` or a figure.
+    pub is_main_result: bool,
+    /// What the judging found in them: `script` for HTML or SVG with active
+    /// content, `incomplete_scan` for a scan cut short.
+    #[serde(default)]
+    pub flags: Vec<ContentFlag>,
+    /// Representations that did not pass, and why; none of their content.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused: Vec<RefusedRepresentation>,
+}
+
+/// A representation of a rich result that was left out.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+pub struct RefusedRepresentation {
+    /// Its MIME type, escaped and cut as a name is.
+    pub mime: String,
+    /// Why: what it claimed and what it is, or the cap it passed.
+    pub detail: String,
 }
 
 /// Where a `jail session` result belongs (session.rs).
@@ -769,6 +814,8 @@ impl RunResult {
             setup_error: Some(error),
             supervisor: SupervisorStats::default(),
             session: None,
+            results: Vec::new(),
+            results_dropped: 0,
         }
     }
 }

@@ -4,14 +4,21 @@
 //! cancel (cancel.rs), the whole tree is killed, and the step ends so.
 //! A session's cells are the other loop (session/cells.rs).
 
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::time::Instant;
 
+use nix::poll::PollFlags;
 use nix::sys::signal::Signal;
 
+use crate::display::{self, Collected, Lines};
 use crate::limits;
+use crate::result::DisplayResult;
 use crate::step::Ending;
 use crate::sync::Report;
-use crate::watch::{Loop, Started, Watched};
+use crate::watch::{Loop, PollSet, Started, Watched};
+
+/// The loop's one descriptor slot: the control channel.
+const CONTROL: u32 = 0;
 
 /// One script until PID 1 ends or a limit is reached.
 pub(crate) struct Script {
@@ -23,6 +30,10 @@ pub(crate) struct Script {
     cpu_limit: Option<u64>,
     next_cpu_check: Instant,
     ending: Ending,
+    /// The runner's end of the control channel: its rich results.
+    control: Option<OwnedFd>,
+    lines: Lines,
+    results: Collected,
 }
 
 impl Script {
@@ -32,6 +43,36 @@ impl Script {
             cpu_limit: None,
             next_cpu_check: Instant::now(),
             ending: Ending::Exited,
+            control: None,
+            lines: Lines::default(),
+            results: Collected::default(),
+        }
+    }
+
+    /// Read what the runner wrote (`wait`: poll first, so a drain at
+    /// death never blocks); each whole `display` line judged and kept.
+    fn read_control(&mut self, wait: bool) {
+        let mut buf = vec![0u8; 64 << 10];
+        while let Some(fd) = &self.control {
+            if wait {
+                let mut fds = [nix::poll::PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+                if !matches!(nix::poll::poll(&mut fds, nix::poll::PollTimeout::ZERO), Ok(1)) {
+                    return;
+                }
+            }
+            let n = nix::unistd::read(fd.as_raw_fd(), &mut buf).unwrap_or(0);
+            if n == 0 {
+                self.control = None;
+                return;
+            }
+            for line in self.lines.feed(&buf[..n]) {
+                if let Some(d) = display::parse(&line) {
+                    self.results.take(&d);
+                }
+            }
+            if !wait {
+                return;
+            }
         }
     }
 
@@ -45,6 +86,17 @@ impl Loop for Script {
     fn started(&mut self, s: Started<'_>) {
         self.wall = s.wall;
         self.cpu_limit = s.cpu_limit;
+        self.control = s.control;
+    }
+
+    fn add_fds<'a>(&'a self, set: &mut PollSet<'a>) {
+        if let Some(fd) = &self.control {
+            set.add(fd.as_fd(), PollFlags::POLLIN, CONTROL);
+        }
+    }
+
+    fn on_ready(&mut self, _slot: u32, _flags: PollFlags, _w: &mut Watched<'_>) {
+        self.read_control(false);
     }
 
     fn wake(&self) -> Option<Instant> {
@@ -70,6 +122,13 @@ impl Loop for Script {
     }
 
     fn at_death(&mut self, _reports: &[Report], _w: &mut Watched<'_>) -> Ending {
+        // What the runner wrote before it died is still queued: the tree
+        // is dead, so this ends.
+        self.read_control(true);
         self.ending
+    }
+
+    fn results(&mut self) -> (Vec<DisplayResult>, u64) {
+        std::mem::take(&mut self.results).finish()
     }
 }

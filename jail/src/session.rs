@@ -52,9 +52,16 @@ use crate::streams::OutputMode;
 use crate::sync::Pipe;
 use crate::sys::{self, Forked};
 
-/// The cell driver, trusted, stdlib only; copied into the jail read-only
-/// like any script.
-pub(crate) const DRIVER: &str = include_str!("session/driver.py");
+/// The cell driver, trusted, stdlib only, after the rich results it
+/// shares with the script runner (shown.py, display.py as text: see
+/// `display::RUNNER`); copied into the jail read-only like any script.
+pub(crate) const DRIVER: &str = concat!(
+    include_str!("shown.py"),
+    "\nDISPLAY = r'''",
+    include_str!("display.py"),
+    "'''\n\n",
+    include_str!("session/driver.py")
+);
 
 /// How long `start` waits for the jail's driver to say `ready`.
 const READY_WAIT: Duration = Duration::from_secs(120);

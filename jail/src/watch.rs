@@ -20,7 +20,7 @@ use nix::unistd::Pid;
 use crate::capture::Capture;
 use crate::cgroup::RunCgroup;
 use crate::output::FsIds;
-use crate::result::{Denial, RunResult, Throttled};
+use crate::result::{Denial, DisplayResult, RunResult, Throttled};
 use crate::seccomp;
 use crate::step::{Delivery, Ending};
 use crate::streams::Target;
@@ -98,6 +98,11 @@ pub(crate) trait Loop {
     /// the plan says (a session that adopted a folder, session/adopt.rs).
     fn delivery(&mut self) -> Option<Delivery> {
         None
+    }
+    /// The step's rich results, judged (display.rs), and how many were
+    /// dropped whole: a script's; a session's are each cell's own.
+    fn results(&mut self) -> (Vec<DisplayResult>, u64) {
+        (Vec::new(), 0)
     }
 }
 

@@ -1,6 +1,8 @@
 //! A result document as MCP content: text for the status, the streams and
-//! the Python error, and image content for PNG artifacts that passed the
-//! artifact check, so a client shows the chart. The PNGs are files a script
+//! the Python error, the rich results (the last expression's value, each
+//! `display()` and figure: text, and image content for a PNG or JPEG the
+//! supervisor judged and flagged nothing in), and image content for PNG
+//! artifacts that passed the artifact check, so a client shows the chart. The PNGs are files a script
 //! wrote: each is opened beneath the output dir without following any link,
 //! read to a fixed cap, and sent only when its size and sha256 are those the
 //! supervisor recorded and it starts with the PNG signature.
@@ -48,8 +50,32 @@ pub fn blocks(result: &RunResult) -> Vec<ContentBlock> {
     if let Some(e) = &result.error {
         out.push(ContentBlock::text(format!("Python error {}: {}\n{}", e.kind, e.message, e.traceback_tail)));
     }
+    let mut images = 0;
+    for r in &result.results {
+        let image = ["image/png", "image/jpeg"]
+            .into_iter()
+            .find_map(|mime| r.data.get(mime).and_then(|v| v.as_str()).map(|b64| (mime, b64)));
+        match image {
+            // Judged already (artifacts/bundle.rs): an image of its type.
+            Some((mime, b64)) if r.flags.is_empty() && images < MAX_IMAGES => {
+                images += 1;
+                out.push(ContentBlock::image(b64.to_string(), mime));
+            }
+            _ => {
+                let what = if r.is_main_result { "result" } else { "display" };
+                let text = r.data.get("text/plain").and_then(|v| v.as_str()).unwrap_or("");
+                let others: Vec<&str> = r.data.keys().map(String::as_str).filter(|m| *m != "text/plain").collect();
+                let also = if others.is_empty() {
+                    String::new()
+                } else {
+                    format!(" (also {})", others.join(", "))
+                };
+                out.push(ContentBlock::text(format!("{what}{also}:\n{text}")));
+            }
+        }
+    }
     let mut notes = Vec::new();
-    for a in shown_images(result) {
+    for a in shown_images(result).take(MAX_IMAGES.saturating_sub(images)) {
         match result.output_dir.as_deref().map(|d| read_png(Path::new(d), a)) {
             Some(Ok(png)) => out.push(ContentBlock::image(base64::engine::general_purpose::STANDARD.encode(png), "image/png")),
             Some(Err(e)) => notes.push(format!("image {} not attached: {e}", a.path)),

@@ -186,7 +186,9 @@ fn matplotlib_writes_a_png_from_the_prebuilt_font_cache() {
     let v = run_clean(&sb, CHART);
     assert_eq!(v["rebuilt"], json!(false), "matplotlib rebuilt its font cache: {v}");
     assert_eq!(v["cached"], json!(true), "matplotlib did not load the prebuilt font list: {v}");
-    assert_eq!(v["backend"].as_str().unwrap().to_lowercase(), "agg");
+    // The policy's Agg, as the inline backend: Agg's canvas, figures shown
+    // as rich results (jail/src/display.py).
+    assert_eq!(v["backend"], json!("module://_jail_inline"), "{v}");
     assert_eq!(v["cachedir"], json!("/tmp/matplotlib"));
     eprintln!("import matplotlib + one chart, prebuilt font list: {:.3} s", v["secs"].as_f64().unwrap());
     let png = std::fs::read(sb.output.join("chart.png")).unwrap();
@@ -516,4 +518,53 @@ fn jail_packages_on_a_rootfs_without_a_manifest_says_how_to_fix_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("has no manifest") && err.contains("jail rootfs build minimal"), "{err}");
     assert!(out.stdout.is_empty());
+}
+
+/// Figures as rich results, Jupyter's inline way, in a script and in a
+/// session's cell alike: `plt.show()` shows the open figures, a figure
+/// left open unsaved is shown at the end, one saved to a file is not sent
+/// again (its file is the artifact), and a DataFrame shows as HTML. Each
+/// PNG is a real one of the figure's size, judged by the jail.
+const FIGURES: &str = r#"
+import matplotlib.pyplot as plt, pandas as pd
+display(pd.DataFrame({"region": ["north", "south"], "units": [7, 5]}))
+plt.figure(figsize=(4, 3), dpi=50); plt.plot([1, 2]); plt.show()
+saved, ax = plt.subplots(figsize=(2, 2), dpi=50); ax.plot([3, 1]); saved.savefig("/workspace/output/saved.png")
+plt.figure(figsize=(3, 2), dpi=50); plt.bar(["a", "b"], [1, 2])
+print("drawn")
+"#;
+
+#[test]
+fn figures_and_frames_are_rich_results_in_a_script_and_a_cell_alike() {
+    let Some(sb) = data_sandbox() else { return };
+    let check = |r: &jail::result::RunResult, how: &str| {
+        assert_eq!(r.status, Status::Ok, "{how}: {}", r.stderr.text);
+        assert_eq!(r.stdout.text, "drawn\n", "{how}");
+        let kinds: Vec<Vec<&str>> = r.results.iter().map(|x| x.data.keys().map(String::as_str).collect()).collect();
+        assert_eq!(
+            kinds,
+            [
+                vec!["text/html", "text/plain"],
+                vec!["image/png", "text/plain"],
+                vec!["image/png", "text/plain"]
+            ],
+            "{how}"
+        );
+        assert!(r.results[0].data["text/html"].as_str().unwrap().contains("north"), "{how}");
+        use base64::Engine;
+        let sizes: Vec<(u32, u32)> = r.results[1..]
+            .iter()
+            .map(|x| base64::engine::general_purpose::STANDARD.decode(x.data["image/png"].as_str().unwrap()).unwrap())
+            .map(|png| png_size(&png))
+            .collect();
+        // bbox_inches="tight" trims the margins: at most the figure's size.
+        assert!(sizes[0].0 <= 200 && sizes[0].1 <= 150 && sizes[0].0 > 100, "{how}: {sizes:?}");
+        assert!(sizes[1].0 <= 150 && sizes[1].1 <= 100 && sizes[1].0 > 60, "{how}: {sizes:?}");
+    };
+    let (r, _) = sb.run(FIGURES);
+    check(&r, "jail run");
+    let s = sb.start_session();
+    let (v, _) = s.exec(FIGURES);
+    s.stop();
+    check(&serde_json::from_value(v).unwrap(), "a session's cell");
 }

@@ -17,8 +17,8 @@ use serde::Deserialize;
 use crate::result::{Denial, PythonError, Status};
 use crate::verdict::status::{self, Cut};
 
-/// The longest reply line read from the driver; past it the line is
-/// dropped up to its end (cells.rs).
+/// The longest `ready` or `done` line believed (a `display` line is
+/// display.rs's, within its own bound).
 pub(crate) const MAX_REPLY: usize = 256 << 10;
 const MAX_TYPE: usize = 256;
 const MAX_NONCE: usize = 64;

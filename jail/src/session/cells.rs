@@ -53,6 +53,7 @@ use super::{CellLimits, Why};
 use crate::capture::Capture;
 use crate::cgroup::CgroupUsage;
 use crate::client::session::MOST_INTERRUPT_GRACE;
+use crate::display;
 use crate::events::Events;
 use crate::limits;
 use crate::policy;
@@ -119,6 +120,9 @@ struct Cell {
     /// With `--events`: the cell's streams, live on its client's socket
     /// (live.rs).
     live: Option<Rc<RefCell<Events>>>,
+    /// Its rich results as they came, each judged when it came
+    /// (display.rs), within the cell's caps.
+    results: display::Collected,
 }
 
 /// A session's cells: what the session supervisor (session.rs) holds, and
@@ -151,9 +155,8 @@ pub(crate) struct Cells {
     next_cpu_check: Instant,
     /// RLIMIT_CPU's soft limit, when it stands in for the cgroup's CPU check.
     cpu_rlimit: Option<Duration>,
-    ctl_buf: Vec<u8>,
-    /// Past an over-long reply line: dropping bytes up to its newline.
-    ctl_skipping: bool,
+    /// The driver's lines, read whole and bounded.
+    ctl_lines: display::Lines,
     phase: Phase,
     cells: u64,
     /// Output that arrived between cells, for the next one.
@@ -205,8 +208,7 @@ impl Cells {
             cpu_limit: None,
             next_cpu_check: now,
             cpu_rlimit: None,
-            ctl_buf: Vec::new(),
-            ctl_skipping: false,
+            ctl_lines: display::Lines::default(),
             phase: Phase::Starting,
             cells: 0,
             spill_out: Capture::new(limits.stdout_cap, OutputMode::Capture, Target::Stdout),
@@ -476,24 +478,18 @@ impl Cells {
             self.control = None;
             return;
         }
-        let mut lines = Vec::new();
-        for &b in &self.buf[..n] {
-            if b == b'\n' {
-                if !std::mem::take(&mut self.ctl_skipping) {
-                    lines.push(std::mem::take(&mut self.ctl_buf));
+        for line in self.ctl_lines.feed(&self.buf[..n]) {
+            match display::parse(&line) {
+                // A rich result of the cell in flight, before its `done`.
+                Some(d) => {
+                    if let Phase::Running(c) = &mut self.phase {
+                        if d.id == c.id && d.nonce == c.nonce && c.done.is_none() {
+                            c.results.take(&d);
+                        }
+                    }
                 }
-                self.ctl_buf.clear();
-            } else if !self.ctl_skipping {
-                self.ctl_buf.push(b);
-                if self.ctl_buf.len() > cell::MAX_REPLY {
-                    // Bounded: an over-long line is dropped, not kept.
-                    self.ctl_buf.clear();
-                    self.ctl_skipping = true;
-                }
+                None => self.on_reply(cell::parse_reply(&line), w),
             }
-        }
-        for line in lines {
-            self.on_reply(cell::parse_reply(&line), w);
         }
     }
 
@@ -511,6 +507,7 @@ impl Cells {
                 c.done = Some((outcome, exit_code, error));
                 self.finish_cell(w);
             }
+
             _ => {}
         }
     }
@@ -647,6 +644,7 @@ impl Cells {
             stateless,
             done: None,
             live: None,
+            results: display::Collected::default(),
         });
         if let Some(ev) = live {
             c.stdout.stream_to(Rc::clone(&ev));
@@ -678,8 +676,7 @@ impl Cells {
 
     /// Discard whatever is readable on the control channel now.
     fn drain_control(&mut self) {
-        self.ctl_buf.clear();
-        self.ctl_skipping = false;
+        self.ctl_lines = display::Lines::default();
         while let Some(fd) = &self.control {
             let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
             if !matches!(poll(&mut fds, PollTimeout::ZERO), Ok(1)) {
@@ -825,6 +822,7 @@ impl Cells {
         };
         result.stdout = stdout;
         result.stderr = stderr;
+        (result.results, result.results_dropped) = c.results.finish();
         let wall_ms = c.started.elapsed().as_secs_f64() * 1000.0;
         result.usage = usage_of(wall_ms, c.usage_start.as_ref(), usage_now.as_ref());
         result.usage.throttled = c.throttled_start.as_ref().and_then(|before| w.throttled_since(before, Instant::now()));

@@ -1,7 +1,8 @@
 """jail's cell driver: runs the cells of one session (or the one step of a
 pooled jail) in one interpreter whose globals persist.
 
-Trusted, stdlib only, started by the jail in place of a script. It speaks
+Trusted, stdlib only, started by the jail in place of a script; the jail
+puts shown.py (rich results, the control channel) before it in one file. It speaks
 newline-delimited JSON on the control socket it finds on fd 0 (moved to a
 private close-on-exec descriptor at once; fd 0 then reads /dev/null, so a
 cell and its subprocesses never see the protocol):
@@ -9,12 +10,21 @@ cell and its subprocesses never see the protocol):
   supervisor -> driver   {"op": "exec", "id": N, "nonce": "...", "code": "...", "live": true?,
                           "env": {NAME: VALUE}?, "keep_env": true?}
   driver -> supervisor   {"op": "ready", "preloaded": [...], "failed": [...]}
+                         {"op": "display", "id": N, "nonce": "...", "main": bool, "data": {MIME: ...}}
                          {"op": "done", "id": N, "nonce": "...", "outcome": "ok"|"error"|"exit"|"interrupted",
                           "exit_code": int|null, "error": {"type", "message", "traceback"}|null}
 
 A cell's `env` (checked by the supervisor, envs.rs) is set in os.environ
 for the cell and set back as it was once the cell ends, unless `keep_env`
 makes it the session's from then on.
+
+A cell's rich results, Jupyter's way (shown.py, display.py): each `display(obj)`
+(a builtin, as in IPython), each figure `plt.show()` shows or the cell
+leaves open unsaved, and the value of its last expression (`main`, unless the cell ends with `;`) go
+to the supervisor as MIME bundles, one `display` line each, before the
+cell's `done`: text/plain always, and what the object's `_repr_*_`
+methods give (HTML, Markdown, SVG, PNG, JPEG, JSON, LaTeX). Images are
+base64. The supervisor judges each before it lists it (artifacts/bundle.rs).
 
 A `live` cell (its output watched as it comes: `jail session exec --events`)
 runs with unbuffered stdout and stderr, as PYTHONUNBUFFERED makes them for
@@ -39,22 +49,6 @@ import traceback
 
 MAX_LINE = 16 << 20  # a cell's source, at most (the supervisor caps it lower)
 TRACEBACK_LINES = 40
-
-
-def take_control_fd():
-    """The control socket, moved off fd 0 to a private close-on-exec fd:
-    a buffered reader of it and its descriptor for replies."""
-    fd = os.dup(0)  # os.dup's copy is not inheritable (PEP 446)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.close(devnull)
-    return open(fd, "rb", buffering=1 << 16, closefd=False), fd
-
-
-def send(fd, message):
-    data = json.dumps(message, separators=(",", ":")).encode() + b"\n"
-    while data:
-        data = data[os.write(fd, data):]
 
 
 def preload(modules):
@@ -140,13 +134,21 @@ def restore_env(saved):
             os.environ[name] = value
 
 
-def run_cell(namespace, cell_id, code):
+def run_cell(namespace, cell_id, code, results=None):
     """Run one cell; return the `done` reply (without op/id)."""
     filename = f"<cell {cell_id}>"
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     reply = {"outcome": "ok", "exit_code": None, "error": None}
     try:
-        exec(compile(code, filename, "exec"), namespace)
+        if results is None:
+            exec(compile(code, filename, "exec"), namespace)
+        else:
+            body, last = split_last(code, filename)
+            exec(compile(body, filename, "exec"), namespace)
+            if last is not None:
+                value = eval(compile(last, filename, "eval"), namespace)
+                if value is not None:
+                    results.emit(value, main=True)
     except SystemExit as e:
         code = e.code
         reply["outcome"] = "exit"
@@ -163,6 +165,8 @@ def run_cell(namespace, cell_id, code):
         reply["error"], text = error_of(e, e.__traceback__.tb_next)
         sys.stderr.write(text)
     finally:
+        if results is not None:
+            results.flush_figures(shown=False)
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -229,6 +233,9 @@ def main():
     if sys.path and sys.path[0] == here:
         sys.path[0] = CODE_DIR
     reader, ctl = take_control_fd()
+    results = Shown(ctl)
+    inline_backend(results)
+    builtins.display = results.display
     modules = [m for m in os.environ.pop("JAIL_PRELOAD", "").split(",") if m]
     done, failed = preload(modules)
     namespace = {"__name__": "__main__", "__builtins__": builtins}
@@ -260,9 +267,11 @@ def main():
             if saved is None:
                 os.environ.update(env)
             streams = go_live() if request.get("live") is True else None
+            results.cell = (cell_id, nonce)
             try:
-                reply = run_cell(namespace, cell_id, code)
+                reply = run_cell(namespace, cell_id, code, results)
             finally:
+                results.cell = None
                 if streams:
                     come_back(*streams)
                 if saved:

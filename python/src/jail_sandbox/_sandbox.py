@@ -149,6 +149,69 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class Result:
+    """One rich result of a run or cell (E2B's ``Result``, Jupyter's display
+    data): the value of the code's last expression (``is_main_result``), a
+    ``display(obj)``, or a figure (``plt.show()``, or left open and unsaved). Each
+    representation was judged by the jail before it was listed (a PNG is a
+    PNG; HTML and SVG with active content are flagged in ``flags``).
+
+    Attributes:
+        data: Every representation, by MIME type (images as base64 text,
+            JSON as its value).
+        is_main_result: The last expression's value, not a display.
+        flags: What the judging found (``script`` in HTML or SVG, ...).
+    """
+
+    data: Dict[str, Any]
+    is_main_result: bool = False
+    flags: List[Dict[str, Any]] = field(default_factory=list)
+
+    def _text(self, mime: str) -> Optional[str]:
+        value = self.data.get(mime)
+        return value if isinstance(value, str) else None
+
+    @property
+    def text(self) -> Optional[str]:
+        """``text/plain``: the object's repr."""
+        return self._text("text/plain")
+
+    @property
+    def html(self) -> Optional[str]:
+        """``text/html`` (a DataFrame's table)."""
+        return self._text("text/html")
+
+    @property
+    def markdown(self) -> Optional[str]:
+        return self._text("text/markdown")
+
+    @property
+    def svg(self) -> Optional[str]:
+        return self._text("image/svg+xml")
+
+    @property
+    def png(self) -> Optional[str]:
+        """``image/png`` as base64 text (``base64.b64decode`` gives the bytes)."""
+        return self._text("image/png")
+
+    @property
+    def jpeg(self) -> Optional[str]:
+        return self._text("image/jpeg")
+
+    @property
+    def latex(self) -> Optional[str]:
+        return self._text("text/latex")
+
+    @property
+    def json(self) -> Any:
+        return self.data.get("application/json")
+
+    def formats(self) -> List[str]:
+        """The MIME types it has."""
+        return sorted(self.data)
+
+
+@dataclass(frozen=True)
 class Execution:
     """The outcome of one :meth:`Sandbox.run`.
 
@@ -173,6 +236,8 @@ class Execution:
         backend: Where a local run ran: ``pool`` (a jail of the sandbox's
             warm pool) or ``run`` (a ``jail run`` of its own); ``None`` for
             a session's cell and a remote run.
+        results: The rich results, in order (:class:`Result`): each
+            ``display(obj)`` and figure, and the last expression's value.
     """
 
     status: str
@@ -188,6 +253,7 @@ class Execution:
     result: Dict[str, Any] = field(repr=False)
     run_id: Optional[str] = None
     backend: Optional[str] = None
+    results: List[Result] = field(default_factory=list)
     # The folder this client made for the run (see output_dir).
     _owner: Any = field(default=None, repr=False, compare=False)
 
@@ -197,9 +263,14 @@ class Execution:
         return self.status == "ok"
 
     @property
-    def text(self) -> str:
-        """stdout, as E2B's ``Execution.text`` and llm-sandbox's ``ConsoleOutput.stdout``."""
-        return self.stdout
+    def text(self) -> Optional[str]:
+        """The last expression's value as text (``text/plain`` of the main
+        result), as E2B's ``Execution.text``; ``None`` when the code ended
+        with a statement. The printed output is :attr:`stdout`."""
+        for r in self.results:
+            if r.is_main_result:
+                return r.text
+        return None
 
 
 def find_jail() -> Path:
@@ -950,5 +1021,10 @@ def _execution(
         stderr_truncated=bool(stderr.get("truncated")),
         result=r,
         run_id=run_id,
+        results=[
+            Result(data=dict(x.get("data") or {}), is_main_result=bool(x.get("is_main_result")), flags=list(x.get("flags") or []))
+            for x in r.get("results") or []
+            if isinstance(x, dict)
+        ],
         _owner=owner,
     )

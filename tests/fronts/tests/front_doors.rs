@@ -238,3 +238,49 @@ fn the_mcp_tools_give_the_code_its_variables_and_refuse_the_jails_names() {
     }
     tool("session_stop", json!({"session_id": sid}));
 }
+
+/// A PNG the code displays comes back from the MCP tools as image
+/// content, judged by the jail first; a forged one (text calling itself a
+/// PNG) never does, and the last expression's value comes as text.
+#[test]
+fn the_mcp_tools_return_a_displayed_png_as_image_content_and_a_forged_one_as_nothing() {
+    let sb = Sandbox::new();
+    let mut mcp = Mcp::spawn(&sb.rootfs, sb.dir.path(), &sb.input).expect("jail mcp starts");
+    let code = r#"
+import struct, zlib
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+PNG = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)) \
+    + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + chunk(b"IEND", b"")
+class Img:
+    def _repr_png_(self):
+        return PNG
+class Fake:
+    def _repr_png_(self):
+        return b"not a png at all"
+display(Img())
+display(Fake())
+6 * 7
+"#;
+    let mut tool = |name: &str, args: Value| {
+        let reply = mcp.call("tools/call", json!({"name": name, "arguments": args})).expect("a reply");
+        assert!(reply["error"].is_null(), "{name}: {reply}");
+        reply["result"].clone()
+    };
+    let started = tool("session_start", json!({}));
+    let sid = started["structuredContent"]["session_id"].as_str().unwrap().to_owned();
+    for (name, args) in [
+        ("run_python", json!({"code": code})),
+        ("session_exec", json!({"session_id": sid, "code": code})),
+    ] {
+        let r = tool(name, args);
+        let blocks = r["content"].as_array().unwrap();
+        let images: Vec<&Value> = blocks.iter().filter(|b| b["type"] == "image").collect();
+        assert_eq!(images.len(), 1, "{name}: {r}");
+        assert_eq!(images[0]["mimeType"], "image/png", "{name}");
+        let texts: Vec<&str> = blocks.iter().filter_map(|b| b["text"].as_str()).collect();
+        assert!(texts.iter().any(|t| t.starts_with("result:\n42")), "{name}: {texts:?}");
+        assert!(texts.iter().any(|t| t.starts_with("display:\n")), "{name}: the forged PNG's text is shown: {texts:?}");
+    }
+    tool("session_stop", json!({"session_id": sid}));
+}

@@ -2619,3 +2619,26 @@ fn a_tenants_variables_reach_runs_sessions_and_cells_on_either_backend_and_the_j
         assert_eq!(s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).status, 200);
     }
 }
+
+/// Rich results come back with a run and a cell on either backend: the
+/// last expression's value and a display, in `result.results`.
+#[test]
+fn a_served_run_and_cell_return_their_rich_results_on_either_backend() {
+    let code = "display({'a': 1})\nx = 20\nx * 2 + 2";
+    for (s, backend) in [(Server::start(&[]), "pool"), (Server::without_pool(&[]), "spawn")] {
+        if backend == "pool" {
+            wait_ready(&s, 2.0);
+        }
+        let r = s.run(ALICE, json!({"code": code}));
+        assert_eq!((r.status, &r.json()["backend"]), (200, &json!(backend)), "{r:?}");
+        let results = r.json()["result"]["results"].clone();
+        assert_eq!(results[0]["data"]["text/plain"], "{'a': 1}", "{backend}: {results}");
+        assert_eq!((&results[1]["data"]["text/plain"], &results[1]["is_main_result"]), (&json!("42"), &json!(true)), "{backend}");
+        let made = s.call("POST", "/v1/sessions", Some(ALICE), Some("{}"));
+        let sid = made.json()["id"].as_str().unwrap().to_owned();
+        let cell = s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&json!({"code": code}).to_string()));
+        let results = cell.json()["result"]["results"].clone();
+        assert_eq!(results[1]["data"]["text/plain"], "42", "{backend}: {cell:?}");
+        assert_eq!(s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).status, 200);
+    }
+}

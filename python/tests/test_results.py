@@ -1,0 +1,68 @@
+"""Rich results, Jupyter's and E2B's way, through every Python door: the
+last expression's value (`Execution.text`), `display()` and objects with
+`_repr_*_` methods, as `Execution.results` — from a spawned run, a pooled
+run, a session's cell and a remote run and cell alike; what the jail
+refused (a PNG that is not one) never reaches the caller."""
+
+from __future__ import annotations
+
+import base64
+
+import pytest
+from conftest import TOKEN
+
+from jail_sandbox import RemoteSandbox, Sandbox
+
+# A real 1x1 PNG made in the jail, an object that shows as HTML and PNG,
+# one that lies about its PNG, and the last expression.
+CODE = r'''
+import struct, zlib
+def chunk(kind, data):
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+PNG = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)) \
+    + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + chunk(b"IEND", b"")
+class Chart:
+    def _repr_html_(self):
+        return "<b>chart</b>"
+    def _repr_png_(self):
+        return PNG
+    def __repr__(self):
+        return "Chart()"
+class Liar:
+    def _repr_png_(self):
+        return b"<svg onload='x'/>"
+display(Chart())
+display(Liar())
+x = 1
+x += 1
+x
+'''
+
+
+def check(ex) -> None:
+    assert ex.status == "ok", ex.stderr
+    assert ex.text == "2" and ex.stdout == ""
+    chart, liar, main = ex.results
+    assert (chart.is_main_result, chart.text, chart.html) == (False, "Chart()", "<b>chart</b>")
+    assert base64.b64decode(chart.png).startswith(b"\x89PNG")
+    assert liar.png is None and liar.text is not None, liar
+    assert main.is_main_result and main.formats() == ["text/plain"]
+
+
+@pytest.mark.parametrize("pool", [0, 1])
+def test_a_local_run_and_cell_give_their_rich_results(rootfs, pool):
+    with Sandbox(rootfs=rootfs, pool=pool) as sb:
+        ex = sb.run_code(CODE)
+        assert ex.backend == ("pool" if pool else "run")
+        check(ex)
+        with sb.session() as s:
+            check(s.run_code(CODE))
+            assert s.run_code("y = 3").text is None and s.run_code("y = 3").results == []
+            assert s.run_code("y * 2;").results == [], "a cell ending in ; shows nothing"
+
+
+def test_a_remote_run_and_cell_give_their_rich_results(server):
+    remote = RemoteSandbox(server.url, TOKEN)
+    check(remote.run_code(CODE))
+    with remote.session() as s:
+        check(s.run_code(CODE))
