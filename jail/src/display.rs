@@ -103,6 +103,22 @@ impl Collected {
     }
 }
 
+/// What a step's control channel comes to, read in these `pieces` as the
+/// loops read it (script.rs, session/cells.rs, which also hold a cell's
+/// lines to its id and nonce): the results kept, and how many were dropped
+/// whole. The fuzz target's entry (fuzz/fuzz_targets/display_channel.rs).
+pub fn read_channel<'a>(pieces: impl Iterator<Item = &'a [u8]>) -> (Vec<DisplayResult>, u64) {
+    let (mut lines, mut collected) = (Lines::default(), Collected::default());
+    for piece in pieces {
+        for line in lines.feed(piece) {
+            if let Some(d) = parse(&line) {
+                collected.take(&d);
+            }
+        }
+    }
+    collected.finish()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -75,7 +75,7 @@ mod conceal;
 pub mod delegate;
 mod delivery;
 pub mod digest;
-mod display;
+pub mod display;
 pub(crate) mod doctor;
 pub mod envs;
 pub mod events;

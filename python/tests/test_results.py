@@ -7,43 +7,30 @@ refused (a PNG that is not one) never reaches the caller."""
 from __future__ import annotations
 
 import base64
+from pathlib import Path
 
 import pytest
 from conftest import TOKEN
 
 from jail_sandbox import RemoteSandbox, Sandbox
 
-# A real 1x1 PNG made in the jail, an object that shows as HTML and PNG,
-# one that lies about its PNG, and the last expression.
-CODE = r'''
-import struct, zlib
-def chunk(kind, data):
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-PNG = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)) \
-    + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + chunk(b"IEND", b"")
-class Chart:
-    def _repr_html_(self):
-        return "<b>chart</b>"
-    def _repr_png_(self):
-        return PNG
-    def __repr__(self):
-        return "Chart()"
-class Liar:
-    def _repr_png_(self):
-        return b"<svg onload='x'/>"
+# tests/shows.py's objects (a real PNG and HTML; a PNG that is an SVG)
+# shown, then the last expression.
+CODE = (Path(__file__).resolve().parents[2] / "tests/shows.py").read_text() + """
 display(Chart())
 display(Liar())
 x = 1
 x += 1
 x
-'''
+"""
 
 
 def check(ex) -> None:
     assert ex.status == "ok", ex.stderr
     assert ex.text == "2" and ex.stdout == ""
     chart, liar, main = ex.results
-    assert (chart.is_main_result, chart.text, chart.html) == (False, "Chart()", "<b>chart</b>")
+    assert (chart.is_main_result, chart.text) == (False, "Chart()") and chart.html.startswith("<b>chart</b>")
+    assert [f["kind"] for f in chart.flags] == ["script"]
     assert base64.b64decode(chart.png).startswith(b"\x89PNG")
     assert liar.png is None and liar.text is not None, liar
     assert main.is_main_result and main.formats() == ["text/plain"]

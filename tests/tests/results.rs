@@ -8,32 +8,19 @@
 use jail::result::{FlagKind, Status};
 use jail_tests::*;
 
-/// A real 1x1 PNG, an object showing as HTML (with a script) and PNG, one
-/// whose PNG is an SVG, a display of a dict, then the last expression.
-const SHOWS: &str = r#"
-import struct, zlib
-def chunk(kind, data):
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-PNG = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 3, 2, 8, 2, 0, 0, 0)) \
-    + chunk(b"IDAT", zlib.compress(b"\x00" + b"\xff\x00\x00" * 3)) + chunk(b"IEND", b"")
-class Chart:
-    def _repr_html_(self):
-        return "<b>chart</b><script>alert(1)</script>"
-    def _repr_png_(self):
-        return PNG
-    def __repr__(self):
-        return "Chart()"
-class Liar:
-    def _repr_png_(self):
-        return b"<svg onload='x'/>"
-    def __repr__(self):
-        return "Liar()"
+/// tests/shows.py's objects shown (a real PNG and HTML with a script;
+/// a PNG that is an SVG), a dict, what the code prints, then the last
+/// expression.
+const SHOWS: &str = concat!(
+    include_str!("../shows.py"),
+    r#"
 display(Chart())
 display(Liar())
 display({"a": 1})
 print("printed")
 6 * 7
-"#;
+"#
+);
 
 fn shows_through(runner: Runner) {
     let sb = Sandbox::with_runner(runner);

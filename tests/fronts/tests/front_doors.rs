@@ -240,28 +240,13 @@ fn the_mcp_tools_give_the_code_its_variables_and_refuse_the_jails_names() {
 }
 
 /// A PNG the code displays comes back from the MCP tools as image
-/// content, judged by the jail first; a forged one (text calling itself a
-/// PNG) never does, and the last expression's value comes as text.
+/// content, judged by the jail first; a forged one (an SVG calling itself
+/// a PNG) never does, and the last expression's value comes as text.
 #[test]
 fn the_mcp_tools_return_a_displayed_png_as_image_content_and_a_forged_one_as_nothing() {
     let sb = Sandbox::new();
     let mut mcp = Mcp::spawn(&sb.rootfs, sb.dir.path(), &sb.input).expect("jail mcp starts");
-    let code = r#"
-import struct, zlib
-def chunk(kind, data):
-    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-PNG = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)) \
-    + chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + chunk(b"IEND", b"")
-class Img:
-    def _repr_png_(self):
-        return PNG
-class Fake:
-    def _repr_png_(self):
-        return b"not a png at all"
-display(Img())
-display(Fake())
-6 * 7
-"#;
+    let code = concat!(include_str!("../../shows.py"), "display(Picture())\ndisplay(Liar())\n6 * 7\n");
     let mut tool = |name: &str, args: Value| {
         let reply = mcp.call("tools/call", json!({"name": name, "arguments": args})).expect("a reply");
         assert!(reply["error"].is_null(), "{name}: {reply}");
