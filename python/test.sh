@@ -87,15 +87,17 @@ else
     as=(setpriv --reuid="$uid" --regid="$uid" --clear-groups --)
     label="uid $uid (no account)"
 fi
-# The user reads the suite, README.md, the examples, the policies and the
-# package's sources (the API reference check) from a staging folder (a
-# checkout under /root is not theirs to read); their HOME and TMPDIR are
-# in it too; the rootfs, the wheel and jail-serve (with its jail) as well,
-# when they cannot reach them where they are.
+# The user reads the suite, README.md, the examples, the policies, the
+# shared test fixtures (tests/shows.py) and the package's sources (the API
+# reference check) from a staging folder (a checkout under /root is not
+# theirs to read); their HOME and TMPDIR are in it too; the rootfs, the
+# wheel and jail-serve (with its jail) as well, when they cannot reach them
+# where they are.
 stage="$work/user"
-mkdir -p "$stage/repo/python" "$stage/home" "$stage/tmp"
+mkdir -p "$stage/repo/python" "$stage/repo/tests" "$stage/home" "$stage/tmp"
 cp -r python/tests python/src python/apidoc.py python/API.md python/README.md "$stage/repo/python/"
 cp -r README.md examples policies "$stage/repo/"
+cp tests/shows.py "$stage/repo/tests/"
 cp "$wheel" "$stage/"
 wheel="$stage/$(basename "$wheel")"
 chmod -R a+rX "$stage" && chmod 777 "$stage/home" "$stage/tmp"

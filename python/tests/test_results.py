@@ -7,16 +7,15 @@ refused (a PNG that is not one) never reaches the caller."""
 from __future__ import annotations
 
 import base64
-from pathlib import Path
 
 import pytest
-from conftest import TOKEN
+from conftest import REPO, TOKEN
 
 from jail_sandbox import RemoteSandbox, Sandbox
 
 # tests/shows.py's objects (a real PNG and HTML; a PNG that is an SVG)
 # shown, then the last expression.
-CODE = (Path(__file__).resolve().parents[2] / "tests/shows.py").read_text() + """
+CODE = (REPO / "tests/shows.py").read_text() + """
 display(Chart())
 display(Liar())
 x = 1
