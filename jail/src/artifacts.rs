@@ -34,6 +34,7 @@ mod markup;
 pub(crate) mod neutralise;
 mod ooxml;
 mod rules;
+pub(crate) mod single;
 mod text;
 mod zipdir;
 

@@ -1,5 +1,5 @@
-//! `jail session start|exec|stop|interrupt`: one jail whose cells share one
-//! interpreter's state.
+//! `jail session start|exec|stop|interrupt|put|get|ls`: one jail whose
+//! cells share one interpreter's state, and its files while it lives.
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -49,6 +49,47 @@ pub(crate) enum SessionCommand {
     Interrupt {
         /// The handle `jail session start` printed.
         handle: PathBuf,
+    },
+    /// Write a file into the session's /workspace/output (at most 8 MiB),
+    /// whole, while it lives; the code sees it, and it is delivered with
+    /// the rest at the end. Prints what was written.
+    Put {
+        /// Print the answer as JSON (a refusal too, on stdout, exit 1).
+        #[arg(long)]
+        json: bool,
+        /// The handle `jail session start` printed.
+        handle: PathBuf,
+        /// Where, relative to /workspace/output (or starting with it).
+        path: String,
+        /// The content: a file, or `-` for stdin.
+        #[arg(default_value = "-")]
+        from: PathBuf,
+    },
+    /// Read a file of the session's /workspace/output, judged as an
+    /// artifact is (a CSV's formula cells neutralised, a refused file not
+    /// given); its bytes to stdout or --to.
+    Get {
+        /// Print the answer as JSON, the bytes in base64 (a refusal too, exit 1).
+        #[arg(long)]
+        json: bool,
+        /// Write the bytes to this file (replaced) instead of stdout.
+        #[arg(long, value_name = "FILE")]
+        to: Option<PathBuf>,
+        /// The handle `jail session start` printed.
+        handle: PathBuf,
+        /// The file, relative to /workspace/output (or starting with it).
+        path: String,
+    },
+    /// List a folder of the session's /workspace/output: kind, bytes, name.
+    Ls {
+        /// Print the answer as JSON.
+        #[arg(long)]
+        json: bool,
+        /// The handle `jail session start` printed.
+        handle: PathBuf,
+        /// The folder, relative to /workspace/output; empty: itself.
+        #[arg(default_value = "")]
+        path: String,
     },
 }
 
@@ -215,6 +256,82 @@ pub(crate) fn session(command: SessionCommand) -> ExitCode {
             }
             Err(e) => fail(said(&e)),
         },
+        SessionCommand::Put { json, handle, path, from } => {
+            let data = if from.as_os_str() == "-" {
+                let mut data = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::Read::take(std::io::stdin(), session::MAX_FILE as u64 + 1), &mut data)
+                    .map(|_| data)
+            } else {
+                std::fs::File::open(&from).and_then(|f| {
+                    let mut data = Vec::new();
+                    std::io::Read::read_to_end(&mut std::io::Read::take(f, session::MAX_FILE as u64 + 1), &mut data).map(|_| data)
+                })
+            };
+            match data {
+                Ok(data) => file_answer(session::put_file(&handle, &path, &data), json, |_| None),
+                Err(e) => fail(format!("read {}: {e}: give a readable file, or - for stdin", from.display())),
+            }
+        }
+        SessionCommand::Get { json, to, handle, path } => file_answer(session::get_file(&handle, &path), json, |answer| {
+            let session::FileAnswer::Read { data, .. } = answer else { return None };
+            use base64::Engine;
+            let bytes = base64::engine::general_purpose::STANDARD.decode(data).unwrap_or_default();
+            let written = match &to {
+                Some(to) => std::fs::write(to, &bytes),
+                None => std::io::stdout().lock().write_all(&bytes),
+            };
+            Some(written.map_err(|e| format!("write {}: {e}", to.as_ref().map_or("stdout".into(), |t| t.display().to_string()))))
+        }),
+        SessionCommand::Ls { json, handle, path } => file_answer(session::list_files(&handle, &path), json, |answer| {
+            let session::FileAnswer::Listed { entries, truncated, .. } = answer else { return None };
+            let mut out = std::io::stdout().lock();
+            for e in entries {
+                let _ = writeln!(out, "{:<7} {:>10} {}", e.kind, e.bytes, e.name);
+            }
+            if *truncated {
+                let _ = writeln!(out, "... (more than {} entries)", session::MAX_LISTED);
+            }
+            Some(Ok(()))
+        }),
+    }
+}
+
+/// A files API answer on the command line: as JSON with `--json`, else by
+/// `human` (`None`: as JSON anyway); a refusal exits 1, saying why.
+fn file_answer(
+    answer: Result<session::FileAnswer, SessionError>,
+    json: bool,
+    human: impl FnOnce(&session::FileAnswer) -> Option<Result<(), String>>,
+) -> ExitCode {
+    let answer = match answer {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("jail: {}", said(&e));
+            return ExitCode::from(EXIT_SETUP_FAILED as u8);
+        }
+    };
+    let refused = matches!(answer, session::FileAnswer::Refused { .. });
+    if let (session::FileAnswer::Refused { code, detail, .. }, false) = (&answer, json) {
+        eprintln!("jail: refused ({}): {detail}", serde_json::to_value(code).unwrap_or_default().as_str().unwrap_or("?"));
+        return ExitCode::from(1);
+    }
+    let shown = if json { None } else { human(&answer) };
+    match shown {
+        Some(Err(e)) => {
+            eprintln!("jail: {e}");
+            return ExitCode::from(1);
+        }
+        Some(Ok(())) => {}
+        None => {
+            let mut text = serde_json::to_vec_pretty(&answer).unwrap_or_default();
+            text.push(b'\n');
+            let _ = std::io::stdout().lock().write_all(&text);
+        }
+    }
+    if refused {
+        ExitCode::from(1)
+    } else {
+        ExitCode::SUCCESS
     }
 }
 

@@ -89,6 +89,99 @@ pub enum Request {
     /// cell has run (adopt.rs; `jail pool` sends it when it hands a made
     /// jail out as a session). The answer's result is `{"output_dir": DIR}`.
     AdoptOutput { dir: PathBuf },
+    /// Write a file into the session's `/workspace/output` (session/files.rs):
+    /// `path` relative to it, `data` its content in base64, at most
+    /// [`MAX_FILE`] bytes. Served while a cell runs too. The answer's
+    /// result is a [`FileAnswer`].
+    PutFile { path: String, data: String },
+    /// Read a file of `/workspace/output` back, judged as an artifact is.
+    GetFile { path: String },
+    /// List a folder of `/workspace/output` (`""`: the folder itself).
+    ListFiles {
+        #[serde(default)]
+        path: String,
+    },
+}
+
+/// The largest file the files API moves either way: the size of the
+/// largest cell, so that its request, in base64, is a line the session
+/// reads (handle.rs).
+pub const MAX_FILE: usize = MAX_CELL;
+
+/// A file request's answer: what was done, or why not. A refusal is an
+/// answer too, so every door can say it in its own terms.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum FileAnswer {
+    /// The file is in place, whole (it replaced what had its name).
+    Written { path: String, bytes: u64, sha256: String },
+    /// The file as judged: its artifact entry, and the bytes that passed
+    /// (a CSV/TSV's formula cells neutralised), base64.
+    Read {
+        artifact: crate::result::Artifact,
+        data: String,
+    },
+    /// A folder's entries, sorted by name; `truncated` past [`MAX_LISTED`].
+    Listed {
+        path: String,
+        entries: Vec<FileEntry>,
+        truncated: bool,
+    },
+    Refused {
+        code: FileRefusal,
+        /// The artifact check's reason, when it refused the file.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        reason: Option<crate::result::RejectReason>,
+        detail: String,
+    },
+}
+
+/// Entries one listing gives at most.
+pub const MAX_LISTED: usize = 4096;
+
+/// One entry of a listing.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct FileEntry {
+    pub name: String,
+    /// `file`, `dir`, `symlink` or `other`.
+    pub kind: String,
+    pub bytes: u64,
+}
+
+/// Why a file request was refused.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum FileRefusal {
+    /// Not a path the files API takes (`..`, absolute, a bad name).
+    BadPath,
+    NotFound,
+    /// A link on the way, or the name itself: never followed.
+    Link,
+    /// Not a regular file (or, for a listing, not a folder).
+    NotAFile,
+    /// Over [`MAX_FILE`].
+    TooLarge,
+    /// The artifact check refused it (`reason` says which rule).
+    Rejected,
+    /// The session's output is the host folder itself
+    /// (`filesystem.output_size: "unlimited"`): use that folder.
+    Unavailable,
+    /// The output filled up, or another error of the filesystem.
+    Failed,
+}
+
+impl FileRefusal {
+    /// The HTTP status a service gives it.
+    pub fn http_status(self) -> u16 {
+        match self {
+            FileRefusal::BadPath | FileRefusal::Link => 400,
+            FileRefusal::NotFound => 404,
+            FileRefusal::NotAFile | FileRefusal::Unavailable => 409,
+            FileRefusal::TooLarge => 413,
+            FileRefusal::Rejected => 422,
+            FileRefusal::Failed => 507,
+        }
+    }
 }
 
 /// The session's answer: a result document, or why there is none.
@@ -308,6 +401,36 @@ pub fn interrupt(handle: &Path) -> Result<Interrupted, SessionError> {
 pub fn adopt_output(handle: &Path, dir: &Path) -> Result<Adopted, SessionError> {
     let v = call(handle, &Request::AdoptOutput { dir: dir.to_path_buf() }, HUNG_GRACE, &mut |_| {})?;
     serde_json::from_value(v).map_err(|e| io_error(handle, format!("an adoption's answer: {e}")))
+}
+
+/// Write `data` as `path` (relative to `/workspace/output`) in the session.
+pub fn put_file(handle: &Path, path: &str, data: &[u8]) -> Result<FileAnswer, SessionError> {
+    use base64::Engine;
+    if data.len() > MAX_FILE {
+        let detail = format!(
+            "{} bytes, over the {} MiB a file may be here: give a larger file as input instead",
+            data.len(),
+            MAX_FILE >> 20
+        );
+        return Ok(FileAnswer::Refused { code: FileRefusal::TooLarge, reason: None, detail });
+    }
+    let data = base64::engine::general_purpose::STANDARD.encode(data);
+    file_call(handle, &Request::PutFile { path: path.to_string(), data })
+}
+
+/// Read `path` back, judged; [`FileAnswer::Read`]'s data is base64.
+pub fn get_file(handle: &Path, path: &str) -> Result<FileAnswer, SessionError> {
+    file_call(handle, &Request::GetFile { path: path.to_string() })
+}
+
+/// List the folder `path` (`""`: `/workspace/output` itself).
+pub fn list_files(handle: &Path, path: &str) -> Result<FileAnswer, SessionError> {
+    file_call(handle, &Request::ListFiles { path: path.to_string() })
+}
+
+fn file_call(handle: &Path, request: &Request) -> Result<FileAnswer, SessionError> {
+    let v = call(handle, request, HUNG_GRACE, &mut |_| {})?;
+    serde_json::from_value(v).map_err(|e| io_error(handle, format!("a file request's answer: {e}")))
 }
 
 fn typed(handle: &Path, doc: Value) -> Result<RunResult, SessionError> {

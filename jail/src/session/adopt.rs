@@ -61,6 +61,12 @@ impl Adoption {
         self.tmpfs = tmpfs.and_then(|fd| fd.try_clone().ok()).map(|fd| (fd, ids));
     }
 
+    /// The output tmpfs, its owner's ids and the session's artifact rules
+    /// (the files API's place, files.rs); `None` with a bound output folder.
+    pub(crate) fn place(&self) -> Option<super::files::Place<'_>> {
+        self.tmpfs.as_ref().map(|(tmpfs, ids)| super::files::Place { tmpfs, ids: *ids, rules: &self.rules })
+    }
+
     /// Take `dir` as the output folder: fill the jail's output from it and
     /// judge the session's changes against it from now on. `cells_run` is
     /// how many cells the session has run. An error is one line for the

@@ -46,9 +46,9 @@ use nix::sys::signal::Signal;
 
 use super::adopt::Adoption;
 use super::cell::{self, Death, Overrun, Reply, Said};
-use super::grace;
 use super::handle::{self, Answer, Request};
 use super::live::{self, Tail};
+use super::{files, grace};
 use super::{CellLimits, Why};
 use crate::capture::Capture;
 use crate::cgroup::CgroupUsage;
@@ -532,6 +532,11 @@ impl Cells {
             Err(error) => handle::answer(&stream, &Answer { result: None, error: Some(error) }),
             Ok(Request::Stop) => self.end(Why::Stopped, Some(stream), w),
             Ok(Request::Interrupt) => self.interrupt_cell(&stream, w),
+            // Bounded in bytes and time (files.rs): served at once, a cell
+            // running or not.
+            Ok(request @ (Request::PutFile { .. } | Request::GetFile { .. } | Request::ListFiles { .. })) => {
+                self.serve_file(&stream, request)
+            }
             Ok(request) if running => {
                 if self.waiting.len() >= MOST_WAITING {
                     handle::refuse(&stream, format!("{MOST_WAITING} requests already wait for the running cell"));
@@ -552,7 +557,21 @@ impl Cells {
             }
             Request::Stop => self.end(Why::Stopped, Some(stream), w),
             Request::Interrupt => self.interrupt_cell(&stream, w),
+            Request::PutFile { .. } | Request::GetFile { .. } | Request::ListFiles { .. } => self.serve_file(&stream, request),
         }
+    }
+
+    /// A request of the files API (files.rs).
+    fn serve_file(&mut self, stream: &UnixStream, request: Request) {
+        let place = self.adoption.place();
+        let answer = match request {
+            Request::PutFile { path, data } => files::put(place, &path, &data),
+            Request::GetFile { path } => files::get(place, &path),
+            Request::ListFiles { path } => files::list(place, &path),
+            _ => return,
+        };
+        let result = serde_json::to_value(&answer).ok();
+        handle::answer(stream, &Answer { result, error: None });
     }
 
     /// The next request that waited for a cell, once the session is idle.
