@@ -555,6 +555,35 @@ impl Session {
         (v, out)
     }
 
+    /// `jail session put --json HANDLE PATH -` with `data` on stdin: the
+    /// answer as JSON (`null` when none was printed) and the output.
+    pub fn put(&self, path: &str, data: &[u8]) -> (serde_json::Value, Output) {
+        let mut child = Command::new(jail_bin())
+            .args(["session", "put", "--json", "--"])
+            .arg(&self.handle)
+            .arg(path)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn jail session put");
+        child.stdin.take().expect("stdin").write_all(data).expect("write the content");
+        let out = child.wait_with_output().expect("wait for jail session put");
+        (serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null), out)
+    }
+
+    /// `jail session get --json HANDLE PATH` (`ls` with `list`): the answer
+    /// as JSON and the output.
+    pub fn files(&self, op: &str, path: &str) -> (serde_json::Value, Output) {
+        let out = Command::new(jail_bin())
+            .args(["session", op, "--json", "--"])
+            .arg(&self.handle)
+            .arg(path)
+            .output()
+            .expect("spawn jail session get|ls");
+        (serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null), out)
+    }
+
     /// `jail session stop HANDLE`.
     pub fn stop(&self) -> Output {
         Command::new(jail_bin())

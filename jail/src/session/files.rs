@@ -145,9 +145,18 @@ fn failed(e: &io::Error) -> Refusal {
     (FileRefusal::Failed, None, e.to_string())
 }
 
-/// What an open of one component came to, in the API's words.
-fn opened(e: io::Error, what: &str) -> Refusal {
+/// What an open of `name` in `dir` came to, in the API's words (`what`:
+/// the path so far). A link refused by `RESOLVE_NO_SYMLINKS` is `ELOOP`,
+/// or `ENOTDIR` when a folder was asked for: the entry itself says which.
+fn opened(dir: &OwnedFd, name: &str, e: io::Error, what: &str) -> Refusal {
+    let is_link = || {
+        nix::sys::stat::fstatat(Some(dir.as_raw_fd()), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW)
+            .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
+    };
     match e.raw_os_error() {
+        Some(libc::ENOTDIR | libc::ELOOP) if is_link() => {
+            (FileRefusal::Link, None, format!("{what} is a link: the files API follows none"))
+        }
         Some(libc::ENOENT) => (FileRefusal::NotFound, None, format!("{what} is not there")),
         Some(libc::ELOOP | libc::EXDEV) => (FileRefusal::Link, None, format!("{what} is a link: the files API follows none")),
         Some(libc::ENOTDIR) => (FileRefusal::NotAFile, None, format!("{what}: a component on the way is not a folder")),
@@ -175,9 +184,9 @@ fn walk(root: &OwnedFd, dirs: &[&str], make: bool) -> Result<OwnedFd, Refusal> {
                     Ok(()) | Err(nix::errno::Errno::EEXIST) => {}
                     Err(e) => return Err(failed(&e.into())),
                 }
-                open_dir(&at, name).map_err(|e| opened(e, &shown))?
+                open_dir(&at, name).map_err(|e| opened(&at, name, e, &shown))?
             }
-            Err(e) => return Err(opened(e, &shown)),
+            Err(e) => return Err(opened(&at, name, e, &shown)),
         };
     }
     Ok(at)
@@ -210,7 +219,7 @@ fn read(root: &OwnedFd, parts: &[&str]) -> Result<Vec<u8>, Refusal> {
     let shown = parts.join("/");
     // O_NONBLOCK: a fifo in its place does not hang the open.
     let flags = libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC;
-    let fd = sys::openat2(Some(dir.as_fd()), Path::new(name[0]), flags, BENEATH).map_err(|e| opened(e, &shown))?;
+    let fd = sys::openat2(Some(dir.as_fd()), Path::new(name[0]), flags, BENEATH).map_err(|e| opened(&dir, name[0], e, &shown))?;
     let st = nix::sys::stat::fstat(fd.as_raw_fd()).map_err(|e| failed(&e.into()))?;
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err((FileRefusal::NotAFile, None, format!("{shown} is not a regular file")));
