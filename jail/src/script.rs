@@ -34,6 +34,8 @@ pub(crate) struct Script {
     control: Option<OwnedFd>,
     lines: Lines,
     results: Collected,
+    /// What each read of the control channel takes: made at the first.
+    buf: Vec<u8>,
 }
 
 impl Script {
@@ -46,13 +48,16 @@ impl Script {
             control: None,
             lines: Lines::default(),
             results: Collected::default(),
+            buf: Vec::new(),
         }
     }
 
     /// Read what the runner wrote (`wait`: poll first, so a drain at
     /// death never blocks); each whole `display` line judged and kept.
     fn read_control(&mut self, wait: bool) {
-        let mut buf = vec![0u8; 64 << 10];
+        if self.buf.is_empty() {
+            self.buf.resize(64 << 10, 0);
+        }
         while let Some(fd) = &self.control {
             if wait {
                 let mut fds = [nix::poll::PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
@@ -60,12 +65,12 @@ impl Script {
                     return;
                 }
             }
-            let n = nix::unistd::read(fd.as_raw_fd(), &mut buf).unwrap_or(0);
+            let n = nix::unistd::read(fd.as_raw_fd(), &mut self.buf).unwrap_or(0);
             if n == 0 {
                 self.control = None;
                 return;
             }
-            for line in self.lines.feed(&buf[..n]) {
+            for line in self.lines.feed(&self.buf[..n]) {
                 if let Some(d) = display::parse(&line) {
                     self.results.take(&d);
                 }

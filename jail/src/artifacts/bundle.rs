@@ -69,10 +69,6 @@ pub struct Judge {
 }
 
 impl Judge {
-    pub fn new() -> Judge {
-        Judge::default()
-    }
-
     /// The result a bundle makes, or `None` when it is dropped whole (past
     /// the step's caps, or nothing in it was a bundle).
     pub fn take(&mut self, data: &serde_json::Map<String, Value>, main: bool) -> Option<DisplayResult> {
@@ -188,7 +184,7 @@ mod tests {
 
     #[test]
     fn what_a_type_promises_is_checked_and_active_markup_is_flagged() {
-        let mut j = Judge::new();
+        let mut j = Judge::default();
         let r = j
             .take(
                 &bundle(json!({
@@ -228,7 +224,7 @@ mod tests {
 
     #[test]
     fn a_steps_results_are_bounded_in_count_and_bytes() {
-        let mut j = Judge::new();
+        let mut j = Judge::default();
         let big = "x".repeat(MAX_REPRESENTATION_BYTES);
         for _ in 0..(MAX_STEP_BYTES / MAX_REPRESENTATION_BYTES) {
             let r = j.take(&bundle(json!({ "text/plain": big })), false).unwrap();
@@ -238,9 +234,9 @@ mod tests {
         let r = j.take(&bundle(json!({ "text/plain": "one more" })), false).unwrap();
         assert!(r.data.is_empty() && r.refused[0].detail.contains("MiB"), "{r:?}");
         let over = "x".repeat(MAX_REPRESENTATION_BYTES + 1);
-        let r = Judge::new().take(&bundle(json!({ "text/html": over })), false).unwrap();
+        let r = Judge::default().take(&bundle(json!({ "text/html": over })), false).unwrap();
         assert!(r.data.is_empty(), "{:?}", r.refused);
-        let mut j = Judge::new();
+        let mut j = Judge::default();
         for _ in 0..MAX_RESULTS {
             assert!(j.take(&bundle(json!({"text/plain": "r"})), false).is_some());
         }
@@ -248,9 +244,9 @@ mod tests {
         assert_eq!(j.dropped(), 1);
         let many: serde_json::Map<String, Value> =
             (0..=MAX_REPRESENTATIONS).map(|i| (format!("text/x{i}"), json!("v"))).collect();
-        assert!(Judge::new().take(&many, false).is_none());
+        assert!(Judge::default().take(&many, false).is_none());
         // A refusal names the type escaped and cut, never raw.
-        let r = Judge::new().take(&bundle(json!({"text/\u{202e}evil": "x"})), false).unwrap();
+        let r = Judge::default().take(&bundle(json!({"text/\u{202e}evil": "x"})), false).unwrap();
         assert!(!r.refused[0].mime.contains('\u{202e}'), "{r:?}");
     }
 }
