@@ -9,8 +9,9 @@ use jail::envs::Envs;
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-/// A refusal: `{"error": {"code", "field", "message"}}`; `message` says
-/// what was wrong and how to fix it.
+/// A refusal: `{"error": {"code", "field", "message"}}` (and `reason`
+/// when the files API refused a file or its name by the artifact rules);
+/// `message` says what was wrong and how to fix it.
 #[derive(Debug)]
 pub struct ApiError {
     pub status: StatusCode,
@@ -18,11 +19,29 @@ pub struct ApiError {
     pub field: Option<String>,
     pub message: String,
     pub retry_after: Option<Duration>,
+    /// The artifact rules' reason (`bad_name`, `extension_not_allowed`,
+    /// ...), for a file of a session's files API, or its name, that they
+    /// refused.
+    pub reason: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
 pub struct ErrorBody {
+    pub error: ErrorSent,
+}
+
+/// A refusal as it is sent: the error, and the artifact check's reason
+/// when there is one.
+#[derive(Serialize, ToSchema)]
+pub struct ErrorSent {
+    #[serde(flatten)]
     pub error: ErrorDetail,
+    /// Why the artifact rules refused a file of a session's files API, or
+    /// its name (`bad_name`, `too_deep`, `extension_not_allowed`,
+    /// `hard_link`, `formula_cells`, ...: a result's
+    /// `rejected_artifacts[].reason`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
 }
 
 #[derive(Serialize, ToSchema)]
@@ -30,16 +49,26 @@ pub struct ErrorDetail {
     /// A stable name: `bad_request`, `unauthorized`, `not_found`, `too_large`, `busy`, `draining`,
     /// `failed`, `pool_lost` (the warm pool ended while the run was in it: send it again),
     /// `cancelled` (the run was cancelled before it reached a jail: nothing ran),
-    /// `session_ended` (the session ended by itself: start a new one).
+    /// `session_ended` (the session ended by itself: start a new one); from a session's files
+    /// API, why it refused a file: `bad_path`, `not_found`, `link`, `not_a_file`, `too_large`,
+    /// `rejected`, `unavailable`, `failed`.
     pub code: String,
-    /// The request field at fault, when one is.
+    /// The request field at fault, when one is (`path` when the files API refused the path
+    /// itself: `bad_path`, `not_found`, `link`, `not_a_file`).
     pub field: Option<String>,
     pub message: String,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> ApiError {
-        ApiError { status, code, field: None, message: message.into(), retry_after: None }
+        ApiError {
+            status,
+            code,
+            field: None,
+            message: message.into(),
+            retry_after: None,
+            reason: None,
+        }
     }
     pub fn field(field: impl Into<String>, message: impl Into<String>) -> ApiError {
         ApiError {
@@ -85,7 +114,10 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = ErrorBody {
-            error: ErrorDetail { code: self.code.into(), field: self.field, message: self.message },
+            error: ErrorSent {
+                error: ErrorDetail { code: self.code.into(), field: self.field, message: self.message },
+                reason: self.reason,
+            },
         };
         let mut response = (self.status, axum::Json(body)).into_response();
         if let Some(after) = self.retry_after {
@@ -224,6 +256,48 @@ pub struct SessionReply {
     /// Where its jail came from: `pool` (a jail the warm pool made ahead,
     /// its preload imported) or `spawn` (a `jail session start` of its own).
     pub backend: String,
+}
+
+/// `PUT /v1/sessions/{id}/files/{path}`'s reply: the file as it is now
+/// in the session's `/workspace/output`.
+#[derive(Serialize, ToSchema)]
+pub struct FileWritten {
+    /// Relative to `/workspace/output`.
+    pub path: String,
+    pub bytes: u64,
+    /// Lowercase hex sha256 of the bytes written.
+    pub sha256: String,
+}
+
+/// `GET /v1/sessions/{id}/files`'s reply: a folder of the session's
+/// `/workspace/output`, its entries sorted by name.
+#[derive(Serialize, ToSchema)]
+pub struct FileListing {
+    /// The folder, relative to `/workspace/output` (`""`: the folder itself).
+    pub path: String,
+    pub entries: Vec<FileListed>,
+    /// More entries than a listing gives (4096): the rest are not listed.
+    pub truncated: bool,
+}
+
+/// One entry of a [`FileListing`].
+#[derive(Serialize, ToSchema)]
+pub struct FileListed {
+    /// Its name (control characters escaped).
+    pub name: String,
+    /// `file`, `dir`, `symlink` or `other`: a link is listed, never followed.
+    pub kind: String,
+    /// A file's size; 0 for anything else.
+    pub bytes: u64,
+}
+
+/// `GET /v1/sessions/{id}/files`'s query.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileQuery {
+    /// The folder to list, relative to `/workspace/output` (default: the folder itself).
+    #[serde(default)]
+    pub path: String,
 }
 
 /// Parse a JSON body into `T`, naming the field at fault.

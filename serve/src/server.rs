@@ -64,7 +64,8 @@ const FD_PER_RUN: u64 = 8;
 #[openapi(
     info(title = "jail serve", description = "Python runs and sessions, each in a fresh Linux jail"),
     paths(runs::create, runs::get, runs::cancel, runs::events, runs::artifact, sessions::create, sessions::exec,
-          sessions::delete, sessions::artifact, healthz, readyz, metrics),
+          sessions::delete, sessions::artifact, sessions::put_file, sessions::get_file, sessions::list_files, healthz,
+          readyz, metrics),
     modifiers(&Bearer)
 )]
 struct Doc;
@@ -222,6 +223,8 @@ pub fn router(state: Shared) -> Router {
         .route("/v1/sessions/{id}/exec", post(sessions::exec))
         .route("/v1/sessions/{id}", delete(sessions::delete))
         .route("/v1/sessions/{id}/artifacts/{*path}", get(sessions::artifact))
+        .route("/v1/sessions/{id}/files", get(sessions::list_files))
+        .route("/v1/sessions/{id}/files/{*path}", get(sessions::get_file).put(sessions::put_file))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))

@@ -11,6 +11,14 @@
 //! handle lives in a private folder (XDG_RUNTIME_DIR), so the janitor can
 //! stop it should the server die. A session ended by `DELETE` is kept, its
 //! closing result and folder, so its accepted artifacts can be fetched.
+//!
+//! While a session lives, its files API (`PUT`/`GET
+//! /v1/sessions/{id}/files/{path}`, `GET /v1/sessions/{id}/files`) puts a
+//! file into its `/workspace/output`, gets one back judged as an artifact
+//! is, or lists a folder: each one round trip of jail::client's
+//! `put_file`, `get_file` or `list_files` on the session's socket (the
+//! session checks every path and serves it while a cell runs, so no cell's
+//! turn is waited for), the same for a pooled session and a spawned one.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -18,14 +26,18 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Path as UrlPath, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use base64::Engine;
 use jail::client::command::StartSpec;
-use jail::client::session::{self, SessionError, StartError};
+use jail::client::session::{self, FileAnswer, FileRefusal, SessionError, StartError};
 
-use crate::api::{parse, ApiError, ExecRequest, RunReply, SessionReply, SessionRequest};
+use crate::api::{
+    parse, ApiError, ExecRequest, FileListed, FileListing, FileQuery, FileWritten, RunReply, SessionReply, SessionRequest,
+};
 use crate::config::Tenant;
 use crate::pool::SessionRefused;
 use crate::runs::{check_files, checked_limits, plan_input, read_body, stage_input};
@@ -304,6 +316,217 @@ pub async fn artifact(
     .await
 }
 
+/// The live session `id` of this token and its handle.
+fn find_handle(state: &Shared, headers: &HeaderMap, id: &str) -> Result<(Arc<Served>, PathBuf), ApiError> {
+    let session = find(state, headers, id)?;
+    let handle = PathBuf::from(session.handle.as_deref().unwrap_or_default());
+    Ok((session, handle))
+}
+
+/// A file route's path, or a JSON 400 (not axum's text) when the URL's
+/// percent-encoding is not UTF-8.
+fn file_path(url: Result<UrlPath<(String, String)>, PathRejection>) -> Result<(String, String), ApiError> {
+    url.map(|UrlPath(p)| p).map_err(|e| ApiError {
+        field: Some("path".into()),
+        ..ApiError::new(StatusCode::BAD_REQUEST, "bad_path", format!("{e}: give a UTF-8 path"))
+    })
+}
+
+/// A refusal's code as the session says it: its serde name, as the
+/// `&'static str` an [`ApiError`] (and so the rejections metric) takes; a
+/// test below holds the two together.
+fn refusal_code(code: FileRefusal) -> &'static str {
+    match code {
+        FileRefusal::BadPath => "bad_path",
+        FileRefusal::NotFound => "not_found",
+        FileRefusal::Link => "link",
+        FileRefusal::NotAFile => "not_a_file",
+        FileRefusal::TooLarge => "too_large",
+        FileRefusal::Rejected => "rejected",
+        FileRefusal::Unavailable => "unavailable",
+        FileRefusal::Failed => "failed",
+    }
+}
+
+/// A serde enum's name (a reject reason, a flag kind).
+fn name_of<T: serde::Serialize>(v: &T) -> Option<String> {
+    serde_json::to_value(v).ok()?.as_str().map(String::from)
+}
+
+/// The session's answer to a file request, when it is not the one asked
+/// for: a refusal in the service's terms (the status the core gives it,
+/// its code, its detail with no host path, the artifact check's reason).
+/// `field` is `path` when the path itself is at fault, which is how a
+/// client tells a missing file (404 `not_found`, `field: "path"`) from a
+/// session that is not there (404 `not_found`, no field).
+fn file_refused(state: &Shared, dir: &Path, answer: FileAnswer) -> ApiError {
+    let FileAnswer::Refused { code, reason, detail } = answer else {
+        return ApiError::failed("the session answered a file request with another's answer");
+    };
+    let status = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let about_path = matches!(code, FileRefusal::BadPath | FileRefusal::NotFound | FileRefusal::Link | FileRefusal::NotAFile);
+    ApiError {
+        field: about_path.then(|| "path".to_string()),
+        reason: reason.as_ref().and_then(name_of),
+        ..ApiError::new(status, refusal_code(code), state.view_of_session(dir).text(&detail))
+    }
+}
+
+#[utoipa::path(put, path = "/v1/sessions/{id}/files/{path}", params(("id" = String, Path), ("path" = String, Path,
+        description = "relative to the session's /workspace/output (a path starting /workspace/output/ is taken too)")),
+    request_body(content = Vec<u8>, content_type = "application/octet-stream",
+        description = "the file's bytes, at most 8 MiB and the token's `max_bytes_in`"),
+    description = "Write a file into a live session's /workspace/output (folders on the way are made), whole: a cell \
+never sees half of it, and it replaces what had its name. Served while a cell runs. The cells see it at once; it is \
+judged and delivered with the rest of the output when the session ends.",
+    responses((status = 200, body = FileWritten),
+        (status = 400, description = "`bad_path` (`..`, absolute, a bad name), `link` (a link on the way)", body = crate::api::ErrorBody),
+        (status = 404, description = "`not_found`: no session with this id for this token", body = crate::api::ErrorBody),
+        (status = 409, description = "`not_a_file` (a folder has the name), `unavailable` (the session's output is a host folder)", body = crate::api::ErrorBody),
+        (status = 410, description = "`session_ended`: the session ended by itself", body = crate::api::ErrorBody),
+        (status = 413, description = "`too_large`", body = crate::api::ErrorBody),
+        (status = 507, description = "`failed`: the session's output is full", body = crate::api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn put_file(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    url: Result<UrlPath<(String, String)>, PathRejection>,
+    body: Body,
+) -> Response {
+    let r = put(&state, &headers, url, body).await;
+    reply(&state, r)
+}
+
+async fn put(
+    state: &Shared,
+    headers: &HeaderMap,
+    url: Result<UrlPath<(String, String)>, PathRejection>,
+    body: Body,
+) -> Result<(StatusCode, FileWritten), ApiError> {
+    let tenant = state.tenant(headers)?.clone();
+    let (id, path) = file_path(url)?;
+    let (session, handle) = find_handle(state, headers, &id)?;
+    // Bounded as it is read, as every body is: a file the session would
+    // refuse is never held whole.
+    let most = session::MAX_FILE.min(tenant.max_bytes_in).min(state.max_body);
+    let data = read_body(state, &tenant, body, most).await.map_err(|e| match e.code {
+        "too_large" => ApiError {
+            message: format!("the file is over {most} bytes, the most this token may put in a session: give a larger file as the session's input"),
+            ..e
+        },
+        _ => e,
+    })?;
+    let answer = blocking(move || session::put_file(&handle, &path, &data)).await?;
+    match answer.map_err(|e| session_error(state, &session.dir, e))? {
+        FileAnswer::Written { path, bytes, sha256 } => Ok((StatusCode::OK, FileWritten { path, bytes, sha256 })),
+        other => Err(file_refused(state, &session.dir, other)),
+    }
+}
+
+#[utoipa::path(get, path = "/v1/sessions/{id}/files/{path}", params(("id" = String, Path), ("path" = String, Path,
+        description = "relative to the session's /workspace/output (a path starting /workspace/output/ is taken too)")),
+    description = "A file of a live session's /workspace/output, judged as an artifact is when the session ends (the \
+policy's artifact rules: its extension allowed, a CSV/TSV's formula cells neutralised, ...): the bytes are those that \
+passed, copied once, so a cell writing the file meanwhile changes nothing that was judged. Headers: `x-jail-sha256` \
+(of the bytes sent), `x-jail-media-type` (sniffed from the content), `x-jail-flags` (the flag kinds found, \
+comma-separated: `formula_injection`, `script`, `macros`, `media_type_mismatch`, `incomplete_scan`; absent when none).",
+    responses((status = 200, description = "the file's judged bytes", content_type = "application/octet-stream"),
+        (status = 400, description = "`bad_path`, `link` (a link on the way or the file itself: never followed)", body = crate::api::ErrorBody),
+        (status = 404, description = "`not_found`: with `field: \"path\"` no such file, else no session with this id for this token", body = crate::api::ErrorBody),
+        (status = 409, description = "`not_a_file`, `unavailable`", body = crate::api::ErrorBody),
+        (status = 410, description = "`session_ended`", body = crate::api::ErrorBody),
+        (status = 413, description = "`too_large`: over 8 MiB", body = crate::api::ErrorBody),
+        (status = 422, description = "`rejected`: the artifact rules refused it; `reason` says which", body = crate::api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_file(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    url: Result<UrlPath<(String, String)>, PathRejection>,
+) -> Response {
+    match get(&state, &headers, url).await {
+        Ok(r) => r,
+        Err(e) => {
+            state.metrics.rejected(e.code);
+            e.into_response()
+        }
+    }
+}
+
+async fn get(
+    state: &Shared,
+    headers: &HeaderMap,
+    url: Result<UrlPath<(String, String)>, PathRejection>,
+) -> Result<Response, ApiError> {
+    let (id, path) = file_path(url)?;
+    let (session, handle) = find_handle(state, headers, &id)?;
+    let answer = blocking(move || session::get_file(&handle, &path)).await?;
+    let (artifact, data) = match answer.map_err(|e| session_error(state, &session.dir, e))? {
+        FileAnswer::Read { artifact, data } => (artifact, data),
+        other => return Err(file_refused(state, &session.dir, other)),
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data)
+        .map_err(|e| ApiError::failed(format!("the session's file is not base64: {e}")))?;
+    let mut response = (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response();
+    let mut kinds: Vec<String> = Vec::new();
+    for kind in artifact.flags.iter().filter_map(|f| name_of(&f.kind)) {
+        if !kinds.contains(&kind) {
+            kinds.push(kind);
+        }
+    }
+    let said = [
+        ("x-jail-sha256", artifact.sha256),
+        ("x-jail-media-type", artifact.media_type),
+        ("x-jail-flags", Some(kinds.join(",")).filter(|k| !k.is_empty())),
+    ];
+    for (name, value) in said {
+        // A value a header cannot carry is left out, never sent broken.
+        if let Some(v) = value.and_then(|v| HeaderValue::from_str(&v).ok()) {
+            response.headers_mut().insert(HeaderName::from_static(name), v);
+        }
+    }
+    Ok(response)
+}
+
+#[utoipa::path(get, path = "/v1/sessions/{id}/files", params(("id" = String, Path),
+        ("path" = Option<String>, Query, description = "the folder, relative to /workspace/output (default: the folder itself)")),
+    description = "A folder of a live session's /workspace/output: its entries sorted by name, at most 4096 \
+(`truncated` past them). A link is listed as `symlink`, never followed.",
+    responses((status = 200, body = FileListing),
+        (status = 400, description = "`bad_path`, `link`", body = crate::api::ErrorBody),
+        (status = 404, description = "`not_found`: with `field: \"path\"` no such folder, else no session with this id for this token", body = crate::api::ErrorBody),
+        (status = 409, description = "`not_a_file` (not a folder), `unavailable`", body = crate::api::ErrorBody),
+        (status = 410, description = "`session_ended`", body = crate::api::ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list_files(
+    State(state): State<Shared>,
+    headers: HeaderMap,
+    UrlPath(id): UrlPath<String>,
+    query: Result<Query<FileQuery>, QueryRejection>,
+) -> Response {
+    let r = list(&state, &headers, &id, query).await;
+    reply(&state, r)
+}
+
+async fn list(
+    state: &Shared,
+    headers: &HeaderMap,
+    id: &str,
+    query: Result<Query<FileQuery>, QueryRejection>,
+) -> Result<(StatusCode, FileListing), ApiError> {
+    let Query(FileQuery { path }) =
+        query.map_err(|e| ApiError::field("path", format!("{e}: the query is `?path=FOLDER` alone")))?;
+    let (session, handle) = find_handle(state, headers, id)?;
+    let answer = blocking(move || session::list_files(&handle, &path)).await?;
+    match answer.map_err(|e| session_error(state, &session.dir, e))? {
+        FileAnswer::Listed { path, entries, truncated } => {
+            let entries = entries.into_iter().map(|e| FileListed { name: e.name, kind: e.kind, bytes: e.bytes }).collect();
+            Ok((StatusCode::OK, FileListing { path, entries, truncated }))
+        }
+        other => Err(file_refused(state, &session.dir, other)),
+    }
+}
+
 /// Stop every open session (the drain's last step).
 pub async fn stop_all(state: &Shared) {
     let all: Vec<Arc<Served>> = match state.holdings.lock() {
@@ -313,6 +536,19 @@ pub async fn stop_all(state: &Shared) {
     for s in &all {
         if let Some(handle) = s.handle.clone().map(PathBuf::from) {
             let _ = blocking(move || session::stop_value(&handle)).await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refusals_code_is_the_name_the_session_gives_it() {
+        use FileRefusal::*;
+        for code in [BadPath, NotFound, Link, NotAFile, TooLarge, Rejected, Unavailable, Failed] {
+            assert_eq!(name_of(&code).as_deref(), Some(refusal_code(code)));
         }
     }
 }

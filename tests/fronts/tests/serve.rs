@@ -235,6 +235,13 @@ impl Reply {
     fn json(&self) -> Value {
         serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("not JSON ({e}): {self:?}"))
     }
+    /// A header's value (the first of its name).
+    fn header(&self, name: &str) -> Option<String> {
+        self.headers.lines().find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+        })
+    }
     /// A refusal's `error.field` and `error.message`, checked to be the JSON error.
     fn error(&self) -> (Option<String>, String) {
         let v = self.json();
@@ -274,7 +281,25 @@ fn request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body
 /// A request whose connection the server may close before answering (a
 /// cap closes it as it is accepted): the error, not a panic.
 fn try_request(addr: SocketAddr, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> std::io::Result<Reply> {
-    let mut s = try_connect(addr, method, path, token, body)?;
+    read_reply(try_connect(addr, method, path, token, body)?)
+}
+
+/// A request with a raw body (`application/octet-stream`): a file of a
+/// session's files API.
+fn send_bytes(addr: SocketAddr, method: &str, path: &str, token: &str, body: &[u8]) -> Reply {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    // The server may answer (a 413) before it took the whole body.
+    let _ = s.write_all(body);
+    read_reply(s).unwrap()
+}
+
+fn read_reply(mut s: TcpStream) -> std::io::Result<Reply> {
     s.set_read_timeout(Some(Duration::from_secs(90)))?;
     let mut raw = Vec::new();
     s.read_to_end(&mut raw)?;
@@ -2641,4 +2666,150 @@ fn a_served_run_and_cell_return_their_rich_results_on_either_backend() {
         assert_eq!(results[1]["data"]["text/plain"], "42", "{backend}: {cell:?}");
         assert_eq!(s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).status, 200);
     }
+}
+
+/// A live session's files API on either backend: a CSV put mid-session,
+/// read by a cell that writes another, which comes back judged (its
+/// formula cell neutralised, the headers saying so) and is listed; what
+/// the file put was is delivered with the session's output at its end.
+#[test]
+fn a_sessions_files_are_put_read_by_its_cells_got_back_judged_and_listed_on_either_backend() {
+    for (s, backend) in [(Server::start(&[]), "pool"), (Server::without_pool(&[]), "spawn")] {
+        let made = s.call("POST", "/v1/sessions", Some(ALICE), Some("{}"));
+        assert_eq!((made.status, &made.json()["backend"]), (201, &json!(backend)), "{made:?}");
+        let sid = made.json()["id"].as_str().unwrap().to_owned();
+        let files = format!("/v1/sessions/{sid}/files");
+        let csv = b"item,price\npen,2\n";
+        let put = send_bytes(s.addr, "PUT", &format!("{files}/data/prices.csv"), ALICE, csv);
+        assert_eq!(put.status, 200, "{backend}: {put:?}");
+        assert_eq!(
+            put.json(),
+            json!({"path": "data/prices.csv", "bytes": csv.len(), "sha256": jail::digest::sha256_hex(csv)}),
+            "{backend}"
+        );
+        // The path a cell uses is taken too.
+        let again = send_bytes(s.addr, "PUT", &format!("{files}//workspace/output/data/prices.csv"), ALICE, csv);
+        assert_eq!((again.status, &again.json()["path"]), (200, &json!("data/prices.csv")), "{backend}: {again:?}");
+        let code = "import csv\nrows = list(csv.reader(open('/workspace/output/data/prices.csv')))\n\
+                    rows.append(['total', '=SUM(B2:B2)'])\n\
+                    csv.writer(open('/workspace/output/total.csv', 'w', newline='')).writerows(rows)\nprint(len(rows))";
+        let cell = s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&json!({"code": code}).to_string()));
+        assert_eq!(cell.json()["result"]["stdout"]["text"], "3\n", "{backend}: the cell did not read the file put: {cell:?}");
+        let got = s.call("GET", &format!("{files}/total.csv"), Some(ALICE), None);
+        assert_eq!(got.status, 200, "{backend}: {got:?}");
+        assert_eq!(got.body, "item,price\r\npen,2\r\ntotal,'=SUM(B2:B2)\r\n", "{backend}: not neutralised");
+        assert_eq!(got.header("content-type").as_deref(), Some("application/octet-stream"));
+        assert_eq!(got.header("x-jail-sha256"), Some(jail::digest::sha256_hex(got.body.as_bytes())), "{backend}: {got:?}");
+        assert_eq!(got.header("x-jail-media-type").as_deref(), Some("text/csv"), "{backend}: {got:?}");
+        assert_eq!(got.header("x-jail-flags").as_deref(), Some("formula_injection"), "{backend}: {got:?}");
+        let plain = s.call("GET", &format!("{files}/data/prices.csv"), Some(ALICE), None);
+        assert_eq!((plain.status, plain.body.as_bytes()), (200, &csv[..]), "{backend}: {plain:?}");
+        assert_eq!(plain.header("x-jail-flags"), None, "{backend}: a file with no flag has no flags header");
+        let listed = s.call("GET", &files, Some(ALICE), None);
+        assert_eq!(listed.status, 200, "{backend}: {listed:?}");
+        assert_eq!(
+            listed.json(),
+            json!({"path": "", "truncated": false, "entries": [
+                {"name": "data", "kind": "dir", "bytes": 0},
+                {"name": "total.csv", "kind": "file", "bytes": 38}]}),
+            "{backend}"
+        );
+        let sub = s.call("GET", &format!("{files}?path=data"), Some(ALICE), None).json();
+        assert_eq!(sub["entries"], json!([{"name": "prices.csv", "kind": "file", "bytes": csv.len()}]), "{backend}: {sub}");
+        let closing = s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).json();
+        let mut paths: Vec<&str> = closing["result"]["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a["path"].as_str())
+            .collect();
+        paths.sort();
+        assert_eq!(paths, ["data/prices.csv", "total.csv"], "{backend}: {closing}");
+    }
+}
+
+/// Each way out of the files API is refused as a 4xx JSON error, never a
+/// 500: `..` (as sent, and percent-encoded, which axum decodes), a link a
+/// cell made (as the file, and on the way), a body over the token's most,
+/// a file the artifact rules refuse, a folder where a file is asked for,
+/// another tenant's session, a session that ended by itself.
+#[test]
+fn the_files_api_refuses_dot_dot_links_oversize_bodies_refused_files_other_tenants_and_ended_sessions() {
+    let s = Server::start(&[]);
+    let made = s.call("POST", "/v1/sessions", Some(ALICE), Some("{}"));
+    assert_eq!(made.status, 201, "{made:?}");
+    let sid = made.json()["id"].as_str().unwrap().to_owned();
+    let files = format!("/v1/sessions/{sid}/files");
+    let exec =
+        |code: &str| s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&json!({"code": code}).to_string()));
+    let cell = exec(
+        "import os\nos.symlink('/etc/passwd', 'passwd.txt')\nos.symlink('/etc', 'etc')\nos.mkdir('folder.txt')\n\
+         open('run.sh', 'w').write('echo hi')\nopen('ok.txt', 'w').write('fine')",
+    );
+    assert_eq!(cell.json()["result"]["status"], "ok", "{cell:?}");
+    let refused = |r: &Reply, status: u16, code: &str| {
+        assert_eq!(r.status, status, "{r:?}");
+        assert_eq!(r.json()["error"]["code"], code, "{r:?}");
+        assert!(!r.body.contains("root:x:0"), "{r:?}");
+    };
+    for path in [
+        "../../../etc/passwd",
+        "%2E%2E/%2E%2E/etc/passwd",
+        "data/%2e%2e/%2e%2e/x.txt",
+        "%2Fetc%2Fpasswd",
+    ] {
+        let got = s.call("GET", &format!("{files}/{path}"), Some(ALICE), None);
+        refused(&got, 400, "bad_path");
+        assert_eq!(got.json()["error"]["field"], "path", "{got:?}");
+        refused(&send_bytes(s.addr, "PUT", &format!("{files}/{path}"), ALICE, b"x"), 400, "bad_path");
+    }
+    refused(&s.call("GET", &format!("{files}?path=%2E%2E"), Some(ALICE), None), 400, "bad_path");
+    // A path whose percent-encoding is not UTF-8: the service's JSON 400.
+    refused(&s.call("GET", &format!("{files}/%FF.txt"), Some(ALICE), None), 400, "bad_path");
+    // A link, as the file or on the way, is never followed: not to read,
+    // not to write through, not to list.
+    refused(&s.call("GET", &format!("{files}/passwd.txt"), Some(ALICE), None), 400, "link");
+    refused(&s.call("GET", &format!("{files}/etc/passwd"), Some(ALICE), None), 400, "link");
+    refused(&send_bytes(s.addr, "PUT", &format!("{files}/etc/evil.txt"), ALICE, b"x"), 400, "link");
+    refused(&s.call("GET", &format!("{files}?path=etc"), Some(ALICE), None), 400, "link");
+    // A put over a link replaces the link, whole; it never writes through it.
+    assert_eq!(send_bytes(s.addr, "PUT", &format!("{files}/passwd.txt"), ALICE, b"x").status, 200);
+    assert_eq!(s.call("GET", &format!("{files}/passwd.txt"), Some(ALICE), None).body, "x");
+    // Over the token's bytes in (alice's: 65536), refused as it is read.
+    let big = vec![b'a'; 65537];
+    let over = send_bytes(s.addr, "PUT", &format!("{files}/big.txt"), ALICE, &big);
+    refused(&over, 413, "too_large");
+    assert!(over.error().1.contains("65536 bytes"), "{over:?}");
+    assert_eq!(s.call("GET", &format!("{files}/big.txt"), Some(ALICE), None).status, 404, "a part of the body was written");
+    // The artifact rules: an extension the policy does not allow.
+    let sh = s.call("GET", &format!("{files}/run.sh"), Some(ALICE), None);
+    refused(&sh, 422, "rejected");
+    assert_eq!(sh.json()["error"]["reason"], "extension_not_allowed", "{sh:?}");
+    assert!(!sh.body.contains("echo hi"), "{sh:?}");
+    refused(&s.call("GET", &format!("{files}/folder.txt"), Some(ALICE), None), 409, "not_a_file");
+    let missing = s.call("GET", &format!("{files}/nothing.txt"), Some(ALICE), None);
+    refused(&missing, 404, "not_found");
+    assert_eq!(missing.json()["error"]["field"], "path", "a missing file is told from a missing session: {missing:?}");
+    // Another tenant finds no session at all, and writes nothing.
+    for theirs in [
+        s.call("GET", &format!("{files}/ok.txt"), Some(BOB), None),
+        s.call("GET", &files, Some(BOB), None),
+        send_bytes(s.addr, "PUT", &format!("{files}/bob.txt"), BOB, b"from bob"),
+    ] {
+        refused(&theirs, 404, "not_found");
+        assert_eq!(theirs.json()["error"]["field"], Value::Null, "{theirs:?}");
+        assert!(!theirs.body.contains("fine"), "{theirs:?}");
+    }
+    assert_eq!(s.call("GET", &format!("{files}/bob.txt"), Some(ALICE), None).status, 404, "bob wrote into alice's session");
+    assert_eq!(s.call("GET", &format!("{files}/ok.txt"), Some(ALICE), None).body, "fine");
+    // A session that ended by itself: 410, as a cell gets.
+    assert_eq!(exec("import os\nos._exit(3)").status, 200);
+    for gone in [
+        s.call("GET", &format!("{files}/ok.txt"), Some(ALICE), None),
+        s.call("GET", &files, Some(ALICE), None),
+        send_bytes(s.addr, "PUT", &format!("{files}/late.txt"), ALICE, b"late"),
+    ] {
+        refused(&gone, 410, "session_ended");
+    }
+    assert_eq!(s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).status, 200);
 }
