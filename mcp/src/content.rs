@@ -5,7 +5,10 @@
 //! artifacts that passed the artifact check, so a client shows the chart. The PNGs are files a script
 //! wrote: each is opened beneath the output dir without following any link,
 //! read to a fixed cap, and sent only when its size and sha256 are those the
-//! supervisor recorded and it starts with the PNG signature.
+//! supervisor recorded and it starts with the PNG signature. The files
+//! tools (files.rs) show a file they read by the same rule
+//! ([`shown_as_image`]) and describe it as an artifact's line here
+//! ([`describe`]).
 
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -15,7 +18,7 @@ use base64::Engine;
 use rmcp::model::ContentBlock;
 use sha2::{Digest, Sha256};
 
-use jail::result::{Artifact, Change, RunResult, Status, Summary};
+use jail::result::{Artifact, Change, ContentFlag, RunResult, Status, Summary};
 use jail::sys;
 
 /// Images one result may carry, and the size of each.
@@ -23,6 +26,16 @@ pub const MAX_IMAGES: usize = 8;
 pub const MAX_IMAGE_BYTES: u64 = 8 << 20;
 
 const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+
+/// The types a client is shown as image content.
+pub const IMAGE_TYPES: [&str; 2] = ["image/png", "image/jpeg"];
+
+/// Whether content the supervisor judged (its media type sniffed from the
+/// bytes, never the name) goes to the client as an image: a PNG or JPEG
+/// in which the check flagged nothing.
+pub fn shown_as_image(media_type: &str, flags: &[ContentFlag]) -> bool {
+    IMAGE_TYPES.contains(&media_type) && flags.is_empty()
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ImageError {
@@ -52,12 +65,12 @@ pub fn blocks(result: &RunResult) -> Vec<ContentBlock> {
     }
     let mut images = 0;
     for r in &result.results {
-        let image = ["image/png", "image/jpeg"]
+        let image = IMAGE_TYPES
             .into_iter()
             .find_map(|mime| r.data.get(mime).and_then(|v| v.as_str()).map(|b64| (mime, b64)));
         match image {
             // Judged already (artifacts/bundle.rs): an image of its type.
-            Some((mime, b64)) if r.flags.is_empty() && images < MAX_IMAGES => {
+            Some((mime, b64)) if shown_as_image(mime, &r.flags) && images < MAX_IMAGES => {
                 images += 1;
                 out.push(ContentBlock::image(b64.to_string(), mime));
             }
@@ -123,18 +136,7 @@ pub fn summary(r: &RunResult) -> String {
         lines.push(format!("artifacts (host folder {dir}):"));
         for a in &r.artifacts {
             let change = serde_json::to_value(a.change).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-            let kind = a.media_type.as_deref().unwrap_or("-");
-            let size = match &a.summary {
-                Some(Summary::Image { width, height }) => format!(", {width}x{height}"),
-                Some(Summary::Csv { rows, columns, .. }) => format!(", {rows} rows x {columns} columns"),
-                _ => String::new(),
-            };
-            let flags = if a.flags.is_empty() {
-                String::new()
-            } else {
-                format!(", flagged: {}", a.flags.iter().map(|f| f.detail.as_str()).collect::<Vec<_>>().join("; "))
-            };
-            lines.push(format!("  {} ({change}, {kind}, {} bytes{size}{flags})", a.path, a.bytes));
+            lines.push(format!("  {} ({change}, {})", a.path, describe(a)));
         }
     }
     for x in &r.rejected_artifacts {
@@ -144,6 +146,27 @@ pub fn summary(r: &RunResult) -> String {
         lines.push(format!("isolation degraded: {d}"));
     }
     lines.join("\n")
+}
+
+/// What the check found a file to be, in one phrase: its media type,
+/// size, dimensions, flags, and the formula cells neutralised.
+pub fn describe(a: &Artifact) -> String {
+    let kind = a.media_type.as_deref().unwrap_or("-");
+    let size = match &a.summary {
+        Some(Summary::Image { width, height }) => format!(", {width}x{height}"),
+        Some(Summary::Csv { rows, columns, .. }) => format!(", {rows} rows x {columns} columns"),
+        _ => String::new(),
+    };
+    let flags = if a.flags.is_empty() {
+        String::new()
+    } else {
+        format!(", flagged: {}", a.flags.iter().map(|f| f.detail.as_str()).collect::<Vec<_>>().join("; "))
+    };
+    let neutralised = match &a.neutralised {
+        Some(n) => format!(", {} formula cells neutralised (each now starts with ')", n.cells),
+        None => String::new(),
+    };
+    format!("{kind}, {} bytes{size}{flags}{neutralised}", a.bytes)
 }
 
 /// The bytes of one accepted PNG, read without following links and checked
