@@ -6,16 +6,20 @@
 //! may touch on the host is fixed when the server starts: the policy and
 //! its limits, and the folders given with `--input-dir` (see `inputs.rs`).
 //! `session_start`, `session_exec` and `session_stop` drive one jail's
-//! stateful cells (`jail session`, see `sessions.rs`).
+//! stateful cells (`jail session`, see `sessions.rs`);
+//! `session_write_file`, `session_read_file` and `session_list_files`
+//! move files in and out of its `/workspace/output` (`files.rs`).
 //!
 //! - `server`: the configuration and the tool (each run through
 //!   `jail::client::run`, which also stops a cancelled call's run).
 //! - `inputs`: the allowlisted input folders; `content`: the result as MCP content.
 //! - `sessions`: the open sessions the session tools drive.
+//! - `files`: the files tools' arguments, caps and replies.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 mod content;
+mod files;
 mod inputs;
 mod server;
 mod sessions;

@@ -1,5 +1,6 @@
-//! The server: its configuration, fixed at start, and the `run_python`
-//! tool, each call of which is one `jail run --json` process.
+//! The server: its configuration, fixed at start, and its tools: the
+//! `run_python` tool, each call of which is one `jail run --json` process,
+//! the session tools (sessions.rs) and the files tools (files.rs).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::PermissionsExt;
@@ -15,15 +16,17 @@ use rmcp::{schemars, tool, tool_handler, tool_router, ErrorData, ServerHandler, 
 use serde::Deserialize;
 
 use crate::content;
+use crate::files;
 use crate::inputs::{Allowlist, InputError, Staging};
 use crate::sessions::Sessions;
 use jail::client::command::{Flags, Limits, Mode, RunSpec, Script};
 use jail::client::events::ResultError;
 use jail::client::group::Group;
 use jail::client::run::{self, RunError};
+use jail::client::session::{self, FileAnswer};
 use jail::envs::Envs;
 use jail::policy::{Overrides, Policy};
-use jail::result::{RunResult, Status, EXIT_SETUP_FAILED};
+use jail::result::{Artifact, RunResult, Status, EXIT_SETUP_FAILED};
 
 /// Bytes of Python source one call may send.
 pub const MAX_CODE_BYTES: usize = 1 << 20;
@@ -169,7 +172,8 @@ impl Config {
              nothing kept between calls (policy `{}`, at most {} s per call). Input folders the code may be given \
              (the `input` argument): {}. Write files to /workspace/output: they are checked and listed, and PNG \
              images come back as images. For state across calls: session_start returns a session_id, \
-             session_exec runs cells in it, session_stop ends it.",
+             session_exec runs cells in it, session_stop ends it; session_write_file, session_read_file and \
+             session_list_files move files in and out of a session's /workspace/output while it runs.",
             self.policy_name,
             self.ceiling.as_secs_f64(),
             self.allowlist.describe()
@@ -275,6 +279,15 @@ fn refused(message: String) -> Result<CallToolResult, ErrorData> {
     Ok(CallToolResult::error(vec![ContentBlock::text(message)]))
 }
 
+/// A files tool's reply: the session's answer (files.rs), or why there is
+/// none (an unknown id, an ended session) as the other session tools say it.
+fn file_reply(op: files::Op, answer: Result<FileAnswer, String>) -> Result<CallToolResult, ErrorData> {
+    match answer {
+        Ok(answer) => Ok(files::reply(op, answer)),
+        Err(message) => refused(message),
+    }
+}
+
 #[tool_router]
 impl Server {
     fn new(config: Config, sessions: Arc<Sessions>) -> Server {
@@ -333,6 +346,47 @@ impl Server {
             Ok(result) => Ok(reply_of(&result)),
             Err(message) => refused(message),
         }
+    }
+
+    #[tool(
+        output_schema = rmcp::handler::server::common::schema_for_output::<files::Written>(),
+        description = "Write a file into a session's /workspace/output, where its cells see it: `path` relative to \
+                       that folder, `content` text (or base64 with encoding \"base64\"), at most 8 MiB. It \
+                       replaces a file of that name; folders on the way are made."
+    )]
+    async fn session_write_file(&self, Parameters(req): Parameters<files::WriteFile>) -> Result<CallToolResult, ErrorData> {
+        let data = match files::content_bytes(&req) {
+            Ok(d) => d,
+            Err(message) => return refused(message),
+        };
+        let path = req.path;
+        let answer = self.sessions.file(&req.session_id, move |h| session::put_file(h, &path, &data)).await;
+        file_reply(files::Op::Write, answer)
+    }
+
+    #[tool(
+        output_schema = rmcp::handler::server::common::schema_for_output::<Artifact>(),
+        description = "Read a file of a session's /workspace/output (`path` relative to it), checked as a run's \
+                       output files are: a PNG or JPEG comes back as an image, text as text (the first 128 KiB; \
+                       a CSV's formula cells neutralised), another file as its type and size (and base64 up to \
+                       48 KiB). A file the check refuses is not returned."
+    )]
+    async fn session_read_file(&self, Parameters(req): Parameters<files::ReadFile>) -> Result<CallToolResult, ErrorData> {
+        let path = req.path;
+        let answer = self.sessions.file(&req.session_id, move |h| session::get_file(h, &path)).await;
+        file_reply(files::Op::Read, answer)
+    }
+
+    #[tool(
+        output_schema = rmcp::handler::server::common::schema_for_output::<files::Listing>(),
+        description = "List a folder of a session's /workspace/output (`path` relative to it; by default the \
+                       folder itself): each entry's name, kind and size, at most 500. Links are listed, never \
+                       followed."
+    )]
+    async fn session_list_files(&self, Parameters(req): Parameters<files::ListFiles>) -> Result<CallToolResult, ErrorData> {
+        let path = req.path;
+        let answer = self.sessions.file(&req.session_id, move |h| session::list_files(h, &path)).await;
+        file_reply(files::Op::List, answer)
     }
 
     #[tool(

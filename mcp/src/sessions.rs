@@ -1,21 +1,23 @@
 //! The session tools' state: `session_start` makes a jail (`jail session
 //! start`, through jail::client) and returns its id, `session_exec` runs a
-//! cell in it, `session_stop` ends it (which delivers its artifacts); a
-//! cell and a stop are one round trip on the session's socket, on a
-//! blocking thread, with the client's deadline (the cell's wall-clock
-//! limit plus its graces). Explicit ids, not one implicit session per
+//! cell in it, `session_stop` ends it (which delivers its artifacts); the
+//! files tools write, read and list its `/workspace/output` (files.rs). A
+//! cell, a stop and a file request are each one round trip on the
+//! session's socket, on a blocking thread, with the client's deadline (a
+//! cell's wall-clock limit plus its graces; the session's own bound for a
+//! file request, which is served while a cell runs too). Explicit ids, not one implicit session per
 //! connection: an agent may hold several, and a client that restarts a
 //! conversation knows which one it ends. Every session still open when the
 //! server exits is stopped ([`Sessions::stop_all`]); a session's own
 //! lifetime limit ends one whose server was killed.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use jail::client::command::{Flags, StartSpec};
-use jail::client::session::{self, SessionError, StartError};
+use jail::client::session::{self, FileAnswer, SessionError, StartError};
 use jail::result::RunResult;
 
 /// Sessions one server holds at once: each is a live jail.
@@ -82,6 +84,18 @@ impl Sessions {
         blocking(move || session::exec(&handle, session::Cell::new(code, Some(wall)).with_env(env)))
             .await?
             .map_err(said)
+    }
+
+    /// One files API request (`session::put_file`, `get_file` or
+    /// `list_files`, as `call`) on the session's handle: its answer, a
+    /// refusal among them (files.rs says each in this server's terms).
+    pub async fn file(
+        &self,
+        id: &str,
+        call: impl FnOnce(&Path) -> Result<FileAnswer, SessionError> + Send + 'static,
+    ) -> Result<FileAnswer, String> {
+        let (handle, _) = self.handle(id)?;
+        blocking(move || call(&handle)).await?.map_err(said)
     }
 
     /// End the session: its closing result (the artifacts delivered).

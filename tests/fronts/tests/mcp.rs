@@ -5,7 +5,8 @@
 //! the working folder. The client lists the tools, charts a CSV with
 //! matplotlib in the data rootfs and checks the PNG it gets back, then sends
 //! requests that must be refused with nothing run: this test checks that no
-//! run left an output folder for them.
+//! run left an output folder for them. In a session it also writes, reads
+//! and lists files with the files tools.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -110,7 +111,18 @@ fn an_mcp_client_runs_the_readme_config_gets_a_chart_and_is_refused_outside_path
         "checks failed: {failed:?}\n{report:#}\nstderr: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(report["tools"], serde_json::json!(["run_python", "session_exec", "session_start", "session_stop"]));
+    assert_eq!(
+        report["tools"],
+        serde_json::json!([
+            "run_python",
+            "session_exec",
+            "session_list_files",
+            "session_read_file",
+            "session_start",
+            "session_stop",
+            "session_write_file"
+        ])
+    );
     assert_eq!(report["image"]["mime"], "image/png");
     assert!(report["refusals"]["outside_path"]["text"].as_str().unwrap().contains("outside the folders"), "{report:#}");
     assert!(report["refusals"]["dotdot_path"]["text"].as_str().unwrap().contains("outside the folders"), "{report:#}");
