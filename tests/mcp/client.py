@@ -5,7 +5,8 @@ config (the `mcpServers` JSON that Claude Desktop, Claude Code and Cursor
 read; the test hands it README.md's snippet as written), then:
 lists the tools, runs a step that charts an input CSV with matplotlib and
 checks the image content is a PNG, then sends the requests the server must
-refuse without running anything. It prints one JSON report on stdout and
+refuse without running anything; then drives sessions, their files tools
+among them (every structured reply checked against its tool's schema). It prints one JSON report on stdout and
 exits 0 only when every check passed; the test asserts on the report too.
 
     client.py CONFIG.json SERVER_NAME CSV_INPUT
@@ -105,6 +106,28 @@ async def main(config_path, name, csv_input):
             checks["session_keeps_state"] = not second.is_error and "x is 42" in texts(second)
             drawn = await session.call_tool("session_exec", {"session_id": sid, "code": CHART})
             checks["session_chart_ran"] = not drawn.is_error and "regions 3" in texts(drawn)
+            # The files tools (issue 37 item 4), while the session lives: a CSV
+            # in, read by a cell as written, read back with its formula cell
+            # neutralised; the chart back as an image; a listing; `..` refused.
+            csv = "a,b\n1,=SUM(A1)\n"
+            wrote = await session.call_tool("session_write_file", {"session_id": sid, "path": "in/f.csv", "content": csv})
+            checks["files_write"] = not wrote.is_error and (wrote.structured_content or {}).get("bytes") == len(csv)
+            seen = await session.call_tool(
+                "session_exec", {"session_id": sid, "code": "print(open('/workspace/output/in/f.csv').read().split()[1])"}
+            )
+            checks["files_cell_reads_the_write"] = "1,=SUM(A1)" in texts(seen)
+            back = await session.call_tool("session_read_file", {"session_id": sid, "path": "in/f.csv"})
+            report["files_read"] = texts(back)
+            cells = ((back.structured_content or {}).get("neutralised") or {}).get("cells")
+            checks["files_read_neutralised"] = not back.is_error and "1,'=SUM(A1)" in texts(back) and cells == 1
+            pic = await session.call_tool("session_read_file", {"session_id": sid, "path": "chart.png"})
+            pics = [c for c in pic.content if c.type == "image"]
+            checks["files_read_png_is_an_image"] = len(pics) == 1 and base64.b64decode(pics[0].data).startswith(b"\x89PNG")
+            listed = await session.call_tool("session_list_files", {"session_id": sid})
+            checks["files_listed"] = [e["name"] for e in (listed.structured_content or {}).get("entries", [])] == ["chart.png", "in"]
+            dotdot = await session.call_tool("session_read_file", {"session_id": sid, "path": "../input/sales.csv"})
+            report["files_dotdot"] = texts(dotdot)
+            checks["files_refuse_dotdot"] = bool(dotdot.is_error) and "relative to /workspace/output" in texts(dotdot)
             stopped = await session.call_tool("session_stop", {"session_id": sid})
             shown = [c for c in list(drawn.content) + list(stopped.content) if c.type == "image"]
             report["session_stop"] = texts(stopped)

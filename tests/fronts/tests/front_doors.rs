@@ -1,6 +1,7 @@
 //! The link tricks of issue 32 (jail_tests::tricks) driven through the
-//! doors only a front end has: the MCP server's staging, and the agent's
-//! input copy and export; the jail's own doors are tests/doors.rs.
+//! doors only a front end has: the MCP server's staging and its files
+//! tools, and the agent's input copy and export; the jail's own doors are
+//! tests/doors.rs.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -268,4 +269,200 @@ fn the_mcp_tools_return_a_displayed_png_as_image_content_and_a_forged_one_as_not
         assert!(texts.iter().any(|t| t.starts_with("display:\n")), "{name}: the forged PNG's text is shown: {texts:?}");
     }
     tool("session_stop", json!({"session_id": sid}));
+}
+
+/// One `tools/call`'s result; a JSON-RPC error fails the test.
+fn tool(mcp: &mut Mcp, name: &str, args: Value) -> Value {
+    let reply = mcp.call("tools/call", json!({"name": name, "arguments": args})).expect("a reply");
+    assert!(reply["error"].is_null(), "{name}: {reply}");
+    reply["result"].clone()
+}
+
+/// A result's text blocks, joined.
+fn texts(r: &Value) -> String {
+    let blocks = r["content"].as_array().unwrap_or_else(|| panic!("no content: {r}"));
+    blocks.iter().filter_map(|b| b["text"].as_str()).collect::<Vec<_>>().join("\n")
+}
+
+fn images(r: &Value) -> Vec<&Value> {
+    r["content"]
+        .as_array()
+        .map(|b| b.iter().filter(|b| b["type"] == "image").collect())
+        .unwrap_or_default()
+}
+
+fn is_error(r: &Value) -> bool {
+    r["isError"] == json!(true)
+}
+
+fn start_session(mcp: &mut Mcp) -> String {
+    let started = tool(mcp, "session_start", json!({}));
+    started["structuredContent"]["session_id"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{started}"))
+        .to_owned()
+}
+
+/// The files tools (issue 37 item 4) on a live session: a CSV written by
+/// the caller is what a cell reads, byte for byte; read back, its formula
+/// cell comes neutralised; a PNG a cell wrote comes back as image
+/// content; base64 content is decoded; a listing shows both.
+#[test]
+fn the_mcp_files_tools_hand_a_cell_the_written_csv_and_read_it_back_neutralised_and_a_png_as_an_image() {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let sb = Sandbox::new();
+    let mut mcp = Mcp::spawn(&sb.rootfs, sb.dir.path(), &sb.input).expect("jail mcp starts");
+    let sid = start_session(&mut mcp);
+    let csv = "name,total\nbob,=1+2\n";
+    let w = tool(&mut mcp, "session_write_file", json!({"session_id": sid, "path": "data/in.csv", "content": csv}));
+    assert!(!is_error(&w), "{w}");
+    let want = json!({"path": "data/in.csv", "bytes": csv.len(), "sha256": jail::digest::sha256_hex(csv.as_bytes())});
+    assert_eq!(w["structuredContent"], want, "{w}");
+    let w = tool(
+        &mut mcp,
+        "session_write_file",
+        json!({"session_id": sid, "path": "/workspace/output/note.txt", "content": b64.encode("héllo\n"), "encoding": "base64"}),
+    );
+    assert_eq!(w["structuredContent"]["path"], "note.txt", "a path as the code names it is taken: {w}");
+
+    let code = concat!(
+        "print(repr(open('/workspace/output/data/in.csv').read()))\n",
+        "print(open('/workspace/output/note.txt', 'rb').read() == 'héllo\\n'.encode())\n",
+        include_str!("../../shows.py"),
+        "open('/workspace/output/chart.png', 'wb').write(PNG)\n",
+        "import base64\nprint(base64.b64encode(PNG).decode())\n",
+    );
+    let cell = tool(&mut mcp, "session_exec", json!({"session_id": sid, "code": code}));
+    let stdout = cell["structuredContent"]["stdout"]["text"].as_str().unwrap_or_else(|| panic!("{cell}")).to_owned();
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[..2], ["'name,total\\nbob,=1+2\\n'", "True"], "the cell sees what was written: {cell}");
+    let png = lines[2];
+
+    let r = tool(&mut mcp, "session_read_file", json!({"session_id": sid, "path": "data/in.csv"}));
+    assert!(!is_error(&r), "{r}");
+    let text = texts(&r);
+    assert!(text.contains("bob,'=1+2") && !text.contains("bob,=1+2"), "the formula cell is neutralised: {text}");
+    assert_eq!(r["structuredContent"]["media_type"], "text/csv", "{r}");
+    assert_eq!(r["structuredContent"]["neutralised"]["cells"], 1, "{r}");
+    let r = tool(&mut mcp, "session_read_file", json!({"session_id": sid, "path": "note.txt"}));
+    assert!(texts(&r).ends_with("\nhéllo\n"), "{r}");
+
+    let r = tool(&mut mcp, "session_read_file", json!({"session_id": sid, "path": "chart.png"}));
+    let shown = images(&r);
+    assert_eq!(shown.len(), 1, "{r}");
+    assert_eq!(shown[0]["mimeType"], "image/png");
+    assert_eq!(shown[0]["data"], png, "the image is the PNG the cell wrote");
+    assert_eq!(r["structuredContent"]["summary"], json!({"kind": "image", "width": 3, "height": 2}), "{r}");
+
+    let r = tool(&mut mcp, "session_list_files", json!({"session_id": sid}));
+    let entries = &r["structuredContent"]["entries"];
+    let names: Vec<(&str, &str)> = entries
+        .as_array()
+        .unwrap_or_else(|| panic!("{r}"))
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["kind"].as_str().unwrap()))
+        .collect();
+    assert_eq!(names, [("chart.png", "file"), ("data", "dir"), ("note.txt", "file")], "{r}");
+    let r = tool(&mut mcp, "session_list_files", json!({"session_id": sid, "path": "data"}));
+    assert_eq!(r["structuredContent"]["entries"], json!([{"name": "in.csv", "kind": "file", "bytes": csv.len()}]), "{r}");
+    assert!(texts(&r).contains(&format!("in.csv ({} bytes)", csv.len())), "{r}");
+    tool(&mut mcp, "session_stop", json!({"session_id": sid}));
+}
+
+/// The files tools against a hostile session: `..` and absolute paths,
+/// links a cell made (to a host file, to a folder the write would land
+/// in), a hard link, content over the 8 MiB a file may be, a file over
+/// it, and files whose whole content would hand the model megabytes (a
+/// long text, a binary, 600 names). Each refusal is a tool error saying
+/// what to do in tool terms, and no reply carries more than its cap.
+#[test]
+fn the_mcp_files_tools_refuse_dotdot_links_and_oversize_content_and_never_hand_the_model_megabytes() {
+    use base64::Engine;
+    let sb = Sandbox::new();
+    let mut mcp = Mcp::spawn(&sb.rootfs, sb.dir.path(), &sb.input).expect("jail mcp starts");
+    let sid = start_session(&mut mcp);
+    let setup = "import os
+os.chdir('/workspace/output')
+os.symlink('/etc/passwd', 'link.txt')
+os.symlink('/tmp', 'tmplink')
+os.symlink('/etc', 'etclink')
+open('h.txt', 'w').write('h')
+os.link('h.txt', 'h2.txt')
+open('long.txt', 'w').write('a line of text\\n' * 100000)
+open('blob.parquet', 'wb').write(os.urandom(1 << 20))
+open('huge.txt', 'w').write('x' * (9 << 20))
+open('forged.png', 'w').write(\"<svg xmlns='http://www.w3.org/2000/svg' onload='alert(1)'/>\")
+os.mkdir('many')
+for i in range(600):
+    open(f'many/{i:03}.txt', 'w').write('')
+print('ready')
+";
+    let cell = tool(&mut mcp, "session_exec", json!({"session_id": sid, "code": setup}));
+    assert!(texts(&cell).contains("ready"), "{cell}");
+    let mut largest = 0;
+    let mut call = |mcp: &mut Mcp, name: &str, args: Value| {
+        let r = tool(mcp, name, args);
+        largest = largest.max(r.to_string().len());
+        r
+    };
+    let refused = |r: &Value, what: &str, why: &str| {
+        let text = texts(r);
+        assert!(is_error(r), "{what}: not refused: {r}");
+        assert!(text.contains(why), "{what}: refused, but not for `{why}`: {text}");
+        assert!(!text.contains("root:") && !text.contains("jail session"), "{what}: {text}");
+    };
+    let read = |path: &str| json!({"session_id": sid, "path": path});
+    let write = |path: &str, content: &str| json!({"session_id": sid, "path": path, "content": content});
+
+    for path in ["../escape.txt", "/etc/passwd", "a/../../x.txt"] {
+        refused(&call(&mut mcp, "session_write_file", write(path, "x")), path, "relative to /workspace/output");
+        refused(&call(&mut mcp, "session_read_file", read(path)), path, "relative to /workspace/output");
+    }
+    refused(&call(&mut mcp, "session_read_file", read("../../etc/passwd")), "`..` to a host file", "`..`");
+    refused(&call(&mut mcp, "session_read_file", read("link.txt")), "a link to /etc/passwd", "link");
+    refused(&call(&mut mcp, "session_read_file", read("etclink/passwd")), "through a linked folder", "link");
+    refused(&call(&mut mcp, "session_list_files", read("etclink")), "a linked folder listed", "link");
+    refused(
+        &call(&mut mcp, "session_write_file", write("tmplink/new.txt", "x")),
+        "a write through a linked folder",
+        "link",
+    );
+    refused(&call(&mut mcp, "session_read_file", read("h.txt")), "a hard link", "hard_link");
+    refused(&call(&mut mcp, "session_read_file", read("huge.txt")), "a 9 MiB file", "8 MiB");
+    refused(&call(&mut mcp, "session_read_file", read("gone.txt")), "a missing file", "session_list_files");
+    let over = "x".repeat((8 << 20) + 1);
+    refused(&call(&mut mcp, "session_write_file", write("over.txt", &over)), "9 MiB of text", "8 MiB");
+    let over = base64::engine::general_purpose::STANDARD.encode(vec![0u8; (8 << 20) + 1]);
+    let args = json!({"session_id": sid, "path": "over.txt", "content": over, "encoding": "base64"});
+    refused(&call(&mut mcp, "session_write_file", args), "9 MiB of base64", "8 MiB");
+    refused(
+        &call(&mut mcp, "session_read_file", json!({"session_id": "nope", "path": "h.txt"})),
+        "a bad id",
+        "no open session",
+    );
+
+    // The long text comes cut at its cap, the binary as its type and size.
+    let r = call(&mut mcp, "session_read_file", read("long.txt"));
+    assert!(
+        !is_error(&r) && texts(&r).contains("its first 131072 bytes follow"),
+        "{}",
+        texts(&r).chars().take(300).collect::<String>()
+    );
+    let r = call(&mut mcp, "session_read_file", read("blob.parquet"));
+    assert!(!is_error(&r) && texts(&r).contains("not shown") && texts(&r).len() < 1000, "{r}");
+    // A PNG by name only: what the check sniffed decides, never as an image.
+    let r = call(&mut mcp, "session_read_file", read("forged.png"));
+    assert!(images(&r).is_empty() && texts(&r).contains("image/svg+xml"), "{r}");
+    let r = call(&mut mcp, "session_list_files", read("many"));
+    assert_eq!(r["structuredContent"]["entries"].as_array().map(Vec::len), Some(500), "{r}");
+    assert_eq!(r["structuredContent"]["truncated"], true, "{r}");
+    assert!(largest < 200 << 10, "a reply of {largest} bytes");
+
+    // Nothing was written where a refused path or link pointed.
+    let check = "import os\nprint(sorted(n for n in ('/tmp/new.txt', '/workspace/escape.txt', '/workspace/output/over.txt') if os.path.exists(n)))";
+    let cell = tool(&mut mcp, "session_exec", json!({"session_id": sid, "code": check}));
+    assert_eq!(cell["structuredContent"]["stdout"]["text"], "[]\n", "{cell}");
+    tool(&mut mcp, "session_stop", json!({"session_id": sid}));
+    refused(&tool(&mut mcp, "session_list_files", json!({"session_id": sid})), "a stopped session", "no open session");
 }
