@@ -36,11 +36,19 @@ coroutines (each runs the synchronous client's own on a worker thread)::
     async with AsyncSandbox() as sandbox:
         execution = await sandbox.run_code("print(1)", envs={"REGION": "eu"})
 
+A session's ``/workspace/output`` is reachable while it lives, E2B's way
+(:class:`Files`; a refusal is a :class:`FileRefusedError`)::
+
+    with sandbox.session() as s:
+        s.files.write("prices.csv", "item,price\\npen,2\\n")
+        s.run("import csv; n = len(list(csv.reader(open('prices.csv'))))")
+        data = s.files.read("prices.csv")
+
 Agent frameworks plug in through :mod:`jail_sandbox.integrations`
 (smolagents, LangChain/LangGraph, the OpenAI Agents SDK).
 """
 
-from ._async import AsyncRemoteSandbox, AsyncSandbox, AsyncSession
+from ._async import AsyncFiles, AsyncRemoteSandbox, AsyncSandbox, AsyncSession
 from ._remote import (
     ArtifactMismatchError,
     RemoteArtifact,
@@ -55,6 +63,10 @@ from ._sandbox import (
     Artifact,
     Execution,
     ExecutionError,
+    FileEntry,
+    FileInfo,
+    FileRefusedError,
+    Files,
     JailNotFoundError,
     Result,
     Sandbox,
@@ -71,11 +83,16 @@ __all__ = [
     "EXIT_SETUP_FAILED",
     "Artifact",
     "ArtifactMismatchError",
+    "AsyncFiles",
     "AsyncRemoteSandbox",
     "AsyncSandbox",
     "AsyncSession",
     "Execution",
     "ExecutionError",
+    "FileEntry",
+    "FileInfo",
+    "FileRefusedError",
+    "Files",
     "JailNotFoundError",
     "RemoteArtifact",
     "RemoteConnectionError",

@@ -20,10 +20,32 @@ its own time limit, and a session is closed by its ``async with``.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Optional, Union
+from typing import Any, List, Optional, Union
 
 from ._remote import RemoteSandbox, RemoteSession
-from ._sandbox import Execution, Sandbox, Session
+from ._sandbox import Execution, FileEntry, FileInfo, Files, Sandbox, Session
+
+
+class AsyncFiles:
+    """A session's :class:`~jail_sandbox.Files` whose calls are coroutines
+    (``AsyncSession.files``): the same ``write``, ``read`` and ``list``, the
+    same exceptions."""
+
+    def __init__(self, files: Files) -> None:
+        #: The synchronous files every call goes through.
+        self.files = files
+
+    async def write(self, path: str, data: Union[bytes, bytearray, memoryview, str]) -> FileInfo:
+        """As :meth:`Files.write`."""
+        return await asyncio.to_thread(self.files.write, path, data)
+
+    async def read(self, path: str) -> bytes:
+        """As :meth:`Files.read`."""
+        return await asyncio.to_thread(self.files.read, path)
+
+    async def list(self, path: str = "") -> List[FileEntry]:
+        """As :meth:`Files.list`."""
+        return await asyncio.to_thread(self.files.list, path)
 
 
 class AsyncSession:
@@ -41,6 +63,12 @@ class AsyncSession:
         return await asyncio.to_thread(self.session.run, code, **kwargs)
 
     run_code = run
+
+    @property
+    def files(self) -> AsyncFiles:
+        """The session's ``/workspace/output`` while it lives, as
+        :attr:`Session.files` with coroutines (:class:`AsyncFiles`)."""
+        return AsyncFiles(self.session.files)
 
     async def close(self) -> Optional[Execution]:
         """End the session, as :meth:`Session.close`: its closing result."""

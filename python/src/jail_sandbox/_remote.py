@@ -18,6 +18,11 @@ What it speaks (README "As a service", ``GET /openapi.json``):
   ``input_tar``), ``POST /v1/sessions/{id}/exec``, ``DELETE
   /v1/sessions/{id}``, and ``GET /v1/sessions/{id}/artifacts/{path}`` for
   the artifacts a deleted session's closing result lists.
+- A live session's files (``session.files``): ``PUT
+  /v1/sessions/{id}/files/{path}`` (the raw bytes), ``GET`` of the same
+  (the judged bytes, checked against ``x-jail-sha256``) and ``GET
+  /v1/sessions/{id}/files?path=DIR``; a refusal (the service's 4xx with a
+  files code) is a :class:`~jail_sandbox.FileRefusedError`, as locally.
 
 The service is trusted less than the local binary: every request has a
 timeout, every reply is read up to a cap, every result's
@@ -51,15 +56,20 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 from ._sandbox import (
+    FILE_REFUSALS,
+    MAX_FILE,
     SCHEMA_VERSIONS,
     Artifact,
     Callback,
     Execution,
+    FileRefusedError,
+    Files,
     PathLike,
     SandboxError,
     SandboxProtocolError,
     SessionClosedError,
     _artifact_fields,
+    _check_sha256,
     _checked,
     _chunk_text,
     _envs,
@@ -111,6 +121,8 @@ class RemoteError(SandboxError):
         message: The service's message (it names the fix), or the start of the body.
         retry_after: Seconds the service asked to wait (``Retry-After``), or ``None``.
         method, path: The request.
+        reason: The artifact rules' reason the service gave with a files
+            API refusal, or ``None``.
     """
 
     def __init__(
@@ -124,6 +136,7 @@ class RemoteError(SandboxError):
         retry_after: Optional[float] = None,
         method: str = "",
         path: str = "",
+        reason: Optional[str] = None,
     ) -> None:
         super().__init__(text)
         self.status = status
@@ -133,6 +146,7 @@ class RemoteError(SandboxError):
         self.retry_after = retry_after
         self.method = method
         self.path = path
+        self.reason = reason
 
 
 class RemoteConnectionError(RemoteError):
@@ -595,10 +609,18 @@ class RemoteSandbox:
     # ------------------------------------------------------------- HTTP
 
     def _json(
-        self, method: str, path: str, body: Optional[Dict[str, Any]], *, timeout: float, ok: Tuple[int, ...] = (200, 202)
+        self,
+        method: str,
+        path: str,
+        body: Optional[Dict[str, Any]],
+        *,
+        timeout: float,
+        ok: Tuple[int, ...] = (200, 202),
+        raw: Optional[bytes] = None,
     ) -> Dict[str, Any]:
-        """Send a request, take a JSON object back (bounded)."""
-        conn, resp = self._call(method, path, body, timeout=timeout, ok=ok)
+        """Send a request (``raw``: bytes as they are, not ``body``'s JSON),
+        take a JSON object back (bounded)."""
+        conn, resp = self._call(method, path, body, timeout=timeout, ok=ok, raw=raw)
         try:
             raw = _read(resp, MAX_REPLY_BYTES, path, timeout)
         finally:
@@ -612,16 +634,25 @@ class RemoteSandbox:
         return reply
 
     def _call(
-        self, method: str, path: str, body: Optional[Dict[str, Any]], *, timeout: float, ok: Tuple[int, ...]
+        self,
+        method: str,
+        path: str,
+        body: Optional[Dict[str, Any]],
+        *,
+        timeout: float,
+        ok: Tuple[int, ...],
+        raw: Optional[bytes] = None,
     ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """Send a request; an answer with a status in ``ok``. 429 and 503 with
-        ``Retry-After`` are sent again (nothing ran), a GET that could not
-        connect too; any other status is a :class:`RemoteError`."""
-        payload = _encode(body)
+        """Send a request (``raw``: an ``application/octet-stream`` body);
+        an answer with a status in ``ok``. 429 and 503 with ``Retry-After``
+        are sent again (nothing ran), a GET that could not connect too; any
+        other status is a :class:`RemoteError`."""
+        payload = raw if raw is not None else _encode(body)
+        kind = "application/octet-stream" if raw is not None else "application/json"
         attempt = 0
         while True:
             try:
-                conn, resp = self._send(method, path, payload, timeout=timeout)
+                conn, resp = self._send(method, path, payload, timeout=timeout, content_type=kind)
             except RemoteTimeoutError:
                 raise
             except RemoteConnectionError:
@@ -649,9 +680,17 @@ class RemoteSandbox:
             raise error
 
     def _send(
-        self, method: str, path: str, payload: Optional[bytes], *, timeout: float, accept: str = "application/json"
+        self,
+        method: str,
+        path: str,
+        payload: Optional[bytes],
+        *,
+        timeout: float,
+        accept: str = "application/json",
+        content_type: str = "application/json",
     ) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
-        """One request; ``payload`` is a JSON body made by :func:`_encode`."""
+        """One request; ``payload`` is a JSON body made by :func:`_encode`,
+        or a file's bytes (``content_type``)."""
         conn: http.client.HTTPConnection
         if self._tls is not None:
             conn = http.client.HTTPSConnection(self._host, self._port, timeout=timeout, context=self._tls)
@@ -663,7 +702,7 @@ class RemoteSandbox:
             "User-Agent": "jail-sandbox (python)",
         }
         if payload is not None:
-            headers["Content-Type"] = "application/json"
+            headers["Content-Type"] = content_type
         try:
             conn.request(method, self._prefix + path, body=payload, headers=headers)
             resp = conn.getresponse()
@@ -801,6 +840,89 @@ class RemoteSession:
         return execution
 
     run_code = run
+
+    @property
+    def files(self) -> Files:
+        """The session's ``/workspace/output`` while it lives
+        (:class:`~jail_sandbox.Files`: ``write``, ``read``, ``list``), through
+        ``/v1/sessions/{id}/files``."""
+        return Files(self)
+
+    def _file_url(self, path: str) -> str:
+        if not path:
+            # The URL has no place for an empty path; the session would refuse it too.
+            raise FileRefusedError("bad_path", "an empty path: name a file", reason="bad_name", path=path)
+        try:
+            return f"/v1/sessions/{self.id}/files/{urllib.parse.quote(path, safe='/')}"
+        except UnicodeEncodeError:
+            raise FileRefusedError("bad_path", "the path is not valid Unicode", reason="bad_name", path=path) from None
+
+    def _file_call(self, method: str, url: str, path: str, raw: Optional[bytes] = None) -> Tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+        """One files API request; a refusal raised as :class:`FileRefusedError`,
+        a session that is gone as :class:`SessionClosedError`."""
+        if self.closed:
+            raise SessionClosedError("the session is closed: start another with RemoteSandbox.session()")
+        if self._ended is not None:
+            raise SessionClosedError(self._ended)
+        try:
+            return self.sandbox._call(method, url, None, timeout=self.sandbox.request_timeout, ok=(200,), raw=raw)
+        except RemoteError as e:
+            # A missing file names the field `path`; a missing session none.
+            if e.status == 410 or (e.status == 404 and e.field != "path"):
+                raise self._gone(e) from e
+            if e.code in FILE_REFUSALS and e.status is not None and 400 <= e.status < 600:
+                raise FileRefusedError(e.code, e.message, reason=e.reason, path=path) from e
+            raise
+
+    def _put_file(self, path: str, data: bytes) -> Dict[str, Any]:
+        if len(data) > MAX_FILE:
+            # Not sent: no door takes it.
+            raise FileRefusedError(
+                "too_large", f"{len(data)} bytes, over the {MAX_FILE >> 20} MiB a file may be here", path=path
+            )
+        url = self._file_url(path)
+        conn, resp = self._file_call("PUT", url, path, raw=data)
+        try:
+            raw = _read(resp, MAX_ERROR_BYTES, url, self.sandbox.request_timeout)
+        finally:
+            conn.close()
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise SandboxProtocolError(f"PUT {url} answered with a body that is not a JSON object: {raw[:200]!r}")
+        return answer
+
+    def _get_file(self, path: str) -> bytes:
+        url = self._file_url(path)
+        conn, resp = self._file_call("GET", url, path)
+        try:
+            sha256 = resp.getheader("x-jail-sha256")
+            data = _read(resp, MAX_FILE, url, self.sandbox.request_timeout)
+        finally:
+            conn.close()
+        if sha256 is None:
+            raise SandboxProtocolError(f"GET {url}: the service sent no x-jail-sha256: refused")
+        _check_sha256(path, data, sha256, ArtifactMismatchError)
+        return data
+
+    def _list_files(self, path: str) -> Dict[str, Any]:
+        url = f"/v1/sessions/{self.id}/files"
+        if path:
+            url += "?" + urllib.parse.urlencode({"path": path})
+        conn, resp = self._file_call("GET", url, path)
+        try:
+            raw = _read(resp, MAX_REPLY_BYTES, url, self.sandbox.request_timeout)
+        finally:
+            conn.close()
+        try:
+            answer = json.loads(raw)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise SandboxProtocolError(f"GET {url} answered with a body that is not a JSON object: {raw[:200]!r}")
+        return answer
 
     def close(self) -> Optional[Execution]:
         """Delete the session (``DELETE /v1/sessions/{id}``): its jail is
@@ -1061,7 +1183,7 @@ def _error(method: str, path: str, resp: http.client.HTTPResponse, retried: int)
         raw = resp.read(MAX_ERROR_BYTES)
     except (OSError, http.client.HTTPException):
         raw = b""
-    code = field_name = None
+    code = field_name = reason = None
     message = raw.decode("utf-8", "replace").strip()[:500]
     try:
         detail = json.loads(raw).get("error")
@@ -1069,6 +1191,7 @@ def _error(method: str, path: str, resp: http.client.HTTPResponse, retried: int)
             message = detail["message"]
             code = detail.get("code") if isinstance(detail.get("code"), str) else None
             field_name = detail.get("field") if isinstance(detail.get("field"), str) else None
+            reason = detail.get("reason") if isinstance(detail.get("reason"), str) else None
     except (ValueError, AttributeError):
         pass
     status = resp.status
@@ -1092,6 +1215,7 @@ def _error(method: str, path: str, resp: http.client.HTTPResponse, retried: int)
         retry_after=retry_after,
         method=method,
         path=path,
+        reason=reason,
     )
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import builtins
 import dataclasses
+import hashlib
 import json
 import os
 import shutil
@@ -74,6 +75,36 @@ class SessionClosedError(SandboxError):
 
 class SandboxProtocolError(SandboxError):
     """``jail`` ended without a result this client can read."""
+
+
+class FileRefusedError(SandboxError):
+    """A session's files API (``session.files``) refused the request, for a
+    local session (``jail session put|get|ls``) and a remote one (the
+    service's 4xx) alike; the session lives on.
+
+    Attributes:
+        code: ``bad_path`` (``..``, an absolute path, a bad or empty name),
+            ``not_found``, ``link`` (a link on the way, or the file itself:
+            never followed), ``not_a_file`` (a folder where a file is meant,
+            or the other way round), ``too_large`` (over 8 MiB, or over a
+            service token's ``max_bytes_in``), ``rejected`` (the artifact
+            rules refused the file: ``reason`` says which), ``unavailable``
+            (the session's output is a host folder: ``output_size``
+            ``"unlimited"``), ``failed`` (the output is full).
+        reason: The artifact rules' reason (``extension_not_allowed``,
+            ``bad_name``, ``hard_link``, ...; a result's
+            ``rejected_artifacts[].reason``), or ``None``.
+        detail: What the session said, naming the fix.
+        path: The path asked for.
+    """
+
+    def __init__(self, code: str, detail: str, *, reason: Optional[str] = None, path: str = "") -> None:
+        self.code = code
+        self.reason = reason
+        self.detail = detail
+        self.path = path
+        why = f"{code}, {reason}" if reason else code
+        super().__init__(f"{path!r} refused ({why}): {detail}")
 
 
 @dataclass(frozen=True)
@@ -271,6 +302,132 @@ class Execution:
             if r.is_main_result:
                 return r.text
         return None
+
+
+#: The largest file a session's files API moves either way, in bytes
+#: (``jail``'s ``session::MAX_FILE``).
+MAX_FILE = 8 << 20
+#: The refusal codes of the files API (:class:`FileRefusedError`'s ``code``).
+FILE_REFUSALS = ("bad_path", "not_found", "link", "not_a_file", "too_large", "rejected", "unavailable", "failed")
+
+
+@dataclass(frozen=True)
+class FileInfo:
+    """A file :meth:`Files.write` put in the session.
+
+    Attributes:
+        path: Relative to ``/workspace/output``.
+        bytes: Its size.
+        sha256: Hex digest of what was written.
+    """
+
+    path: str
+    bytes: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One entry of :meth:`Files.list`.
+
+    Attributes:
+        name: Its name in the folder listed (control characters escaped).
+        kind: ``file``, ``dir``, ``symlink`` (listed, never followed) or ``other``.
+        bytes: A file's size; 0 for anything else.
+        path: Relative to ``/workspace/output``: the folder's path and the name.
+    """
+
+    name: str
+    kind: str
+    bytes: int
+    path: str
+
+
+class _Listing(list):  # type: ignore[type-arg]
+    """A listing: its entries, and whether the folder held more."""
+
+    truncated: bool = False
+
+
+class Files:
+    """A live session's ``/workspace/output``, E2B's ``sandbox.files``:
+    ``session.files.write(path, data)`` puts a file there mid-session (the
+    next cell reads it), ``read(path)`` gets one back, ``list(path)`` lists a
+    folder. Paths are relative to ``/workspace/output`` (``/workspace/output/x``
+    is taken too); the session checks each one and follows no link.
+
+    A file read is judged as the session's artifacts are when it ends (the
+    policy's ``allowed_extensions``, a CSV/TSV's formula cells neutralised,
+    ...): what comes back is what would be delivered. What a caller writes
+    is the session's like anything a cell writes: judged and delivered with
+    the rest when the session ends. The same calls for a :class:`Session`
+    (``jail session put|get|ls``, the content on a pipe, never on a command
+    line) and a :class:`~jail_sandbox.RemoteSession` (``PUT``/``GET
+    /v1/sessions/{id}/files/{path}``, ``GET /v1/sessions/{id}/files``).
+    Served while a cell runs too.
+
+    Raises (each call):
+        FileRefusedError: The session refused it (its ``code`` says why).
+        SessionClosedError: The session was closed, or its jail is gone
+            (or, a local one, no longer answers).
+    """
+
+    def __init__(self, session: Any) -> None:
+        self._session = session
+
+    def write(self, path: str, data: Union[bytes, bytearray, memoryview, str]) -> FileInfo:
+        """Write ``data`` (``str`` is written as UTF-8) as ``path``, whole: a
+        cell never sees half of it; it replaces what had its name, and the
+        folders on the way are made. At most 8 MiB (:data:`MAX_FILE`)."""
+        if isinstance(data, str):
+            raw = data.encode("utf-8")
+        elif isinstance(data, (bytes, bytearray, memoryview)):
+            raw = bytes(data)
+        else:
+            raise TypeError(f"files.write: data is a {type(data).__name__}: give bytes or str")
+        answer = self._session._put_file(_file_path(path), raw)
+        try:
+            info = FileInfo(path=str(answer["path"]), bytes=int(answer["bytes"]), sha256=str(answer["sha256"]))
+        except (KeyError, TypeError, ValueError):
+            raise SandboxProtocolError(f"files.write {path!r}: the answer is not a written file: {str(answer)[:200]!r}") from None
+        if info.bytes != len(raw):
+            raise SandboxProtocolError(f"files.write {path!r}: {info.bytes} bytes written, not the {len(raw)} given")
+        return info
+
+    def read(self, path: str) -> bytes:
+        """The file ``path`` as judged (at most 8 MiB): its bytes as they
+        would be delivered (a CSV's formula cells neutralised), checked
+        against the sha256 the session gives. A file the artifact rules
+        refuse raises :class:`FileRefusedError` with ``code`` ``rejected``."""
+        return self._session._get_file(_file_path(path))
+
+    def list(self, path: str = "") -> List[FileEntry]:
+        """The entries of the folder ``path`` (default: ``/workspace/output``
+        itself), sorted by name, as :class:`FileEntry` objects; at most 4096,
+        and the list's ``truncated`` attribute is ``True`` when the folder
+        held more."""
+        answer = self._session._list_files(_file_path(path))
+        try:
+            folder = str(answer["path"])
+            entries = _Listing(
+                FileEntry(
+                    name=str(e["name"]),
+                    kind=str(e["kind"]),
+                    bytes=int(e["bytes"]),
+                    path=f"{folder}/{e['name']}" if folder else str(e["name"]),
+                )
+                for e in answer["entries"]
+            )
+            entries.truncated = bool(answer["truncated"])
+        except (KeyError, TypeError, ValueError):
+            raise SandboxProtocolError(f"files.list {path!r}: the answer is not a listing: {str(answer)[:200]!r}") from None
+        return entries
+
+
+def _file_path(path: str) -> str:
+    if not isinstance(path, str):
+        raise TypeError(f"a files path is a str, not {type(path).__name__}")
+    return path
 
 
 def find_jail() -> Path:
@@ -911,6 +1068,54 @@ class Session:
 
     run_code = run
 
+    @property
+    def files(self) -> Files:
+        """The session's ``/workspace/output`` while it lives (:class:`Files`:
+        ``write``, ``read``, ``list``), through ``jail session put|get|ls``."""
+        return Files(self)
+
+    def _files(self, op: str, path: str, stdin: Optional[bytes] = None) -> Dict[str, Any]:
+        """``jail session OP --json`` on ``path`` (the content, for ``put``,
+        on stdin): the answer; a refusal raised."""
+        if self.handle is None:
+            raise SessionClosedError("the session is closed: start another with Sandbox.session()")
+        # `--`: a path that starts with `-` is the session's to judge, not an option.
+        cmd = [str(self.sandbox.jail), "session", op, "--json", "--", self.handle, path] + (["-"] if op == "put" else [])
+        out = self._call(cmd, stdin)
+        jail_stderr = out.stderr.decode("utf-8", "replace").strip()
+        if out.returncode == EXIT_SETUP_FAILED:
+            # The session gave no answer: it ended or is gone (its
+            # supervisor may still be delivering its output), or it no
+            # longer answers; jail's line says which.
+            raise SessionClosedError(f"{jail_stderr[:400] or 'the session gave no answer'}: start another with Sandbox.session()")
+        try:
+            answer = json.loads(out.stdout)
+        except ValueError:
+            answer = None
+        if isinstance(answer, dict) and out.returncode == 1 and answer.get("status") == "refused":
+            raise FileRefusedError(
+                str(answer.get("code")), str(answer.get("detail") or ""), reason=answer.get("reason"), path=path
+            )
+        if not isinstance(answer, dict) or out.returncode != 0:
+            raise SandboxProtocolError(f"jail session {op} exited {out.returncode} without an answer: {jail_stderr[:400]}")
+        return answer
+
+    def _put_file(self, path: str, data: bytes) -> Dict[str, Any]:
+        return self._files("put", path, data)
+
+    def _get_file(self, path: str) -> bytes:
+        answer = self._files("get", path)
+        try:
+            data = base64.b64decode(answer["data"], validate=True)
+            sha256 = answer["artifact"]["sha256"]
+        except (KeyError, TypeError, ValueError):
+            raise SandboxProtocolError(f"jail session get {path!r}: the answer is not a file read") from None
+        _check_sha256(path, data, sha256)
+        return data
+
+    def _list_files(self, path: str) -> Dict[str, Any]:
+        return self._files("ls", path)
+
     def close(self) -> Optional[Execution]:
         """End the session: its jail is killed and removed, its artifacts
         delivered. Returns the closing result (its ``artifacts``); ``None``
@@ -932,6 +1137,15 @@ class Session:
             # An exception from the block wins; the jail is gone either way.
             if exc[0] is None:
                 raise
+
+
+def _check_sha256(
+    path: str, data: bytes, sha256: Any, error: Callable[[str], SandboxError] = SandboxProtocolError
+) -> None:
+    """Refuse a file read whose bytes are not the ones the session judged."""
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise error(f"files.read {path!r}: the bytes' sha256 {digest} is not {sha256!r}, the one judged: refused")
 
 
 def _envs(envs: Optional[Mapping[str, str]]) -> Dict[str, str]:
