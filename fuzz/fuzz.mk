@@ -11,8 +11,10 @@
 #                  uses (accept_paths: link tricks over a scratch tree,
 #                  against an lstat oracle) and a step's rich results as
 #                  the supervisor reads them off the control channel
-#                  (display_channel) for FUZZ_PARSER_CI_SECS each
-#                  (default 30): 2 x 60 + 11 x 30 = 450 s of fuzzing,
+#                  (display_channel) and a session's files API over a
+#                  tree of link tricks (session_files) for
+#                  FUZZ_PARSER_CI_SECS each (default 30):
+#                  2 x 60 + 12 x 30 = 480 s of fuzzing,
 #                  plus the build
 #
 # The parser targets (issue 15) run the artifact summarisers over
@@ -32,7 +34,7 @@
 
 FUZZ_DIR            ?= fuzz
 FUZZ_CORE_TARGETS   ?= policy_loader seccomp_differential
-FUZZ_PARSER_TARGETS ?= office_zip csv image_headers markup json proc_stat serve_tar pool_line session_answer accept_paths display_channel
+FUZZ_PARSER_TARGETS ?= office_zip csv image_headers markup json proc_stat serve_tar pool_line session_answer accept_paths display_channel session_files
 FUZZ_TARGETS        ?= $(FUZZ_CORE_TARGETS) $(FUZZ_PARSER_TARGETS)
 FUZZ_SECS           ?= 300
 FUZZ_CI_SECS        ?= 60

@@ -33,7 +33,7 @@
 pub(crate) mod adopt;
 pub mod cell;
 pub(crate) mod cells;
-pub(crate) mod files;
+pub mod files;
 pub(crate) mod grace;
 pub mod handle;
 pub(crate) mod live;

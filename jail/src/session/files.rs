@@ -276,3 +276,28 @@ fn entries(root: &OwnedFd, parts: &[&str]) -> Result<(Vec<FileEntry>, bool), Ref
     entries.sort_by(|a, b| a.name.cmp(&b.name));
     Ok((entries, truncated))
 }
+
+/// The fuzz target's entry (fuzz/fuzz_targets/session_files.rs), not an
+/// API for anything else: one request of the files API served in the
+/// folder `dir`, standing for the output tmpfs, as its owner, by `rules`
+/// (none: the built-in policy's).
+pub fn serve_in(dir: &Path, request: &crate::client::session::Request, rules: Option<&ArtifactRules>) -> FileAnswer {
+    use crate::client::session::Request;
+    let default = crate::policy::Policy::builtin_default().map(|p| p.artifacts);
+    let rules = match (rules, &default) {
+        (Some(r), _) => r,
+        (None, Ok(r)) => r,
+        (None, Err(e)) => return refused((FileRefusal::Failed, None, e.to_string())),
+    };
+    let root = match sys::openat2(None, dir, libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC, 0) {
+        Ok(fd) => fd,
+        Err(e) => return refused(failed(&e)),
+    };
+    let place = || Some(Place { tmpfs: &root, ids: FsIds::caller(), rules });
+    match request {
+        Request::PutFile { path, data } => put(place(), path, data),
+        Request::GetFile { path } => get(place(), path),
+        Request::ListFiles { path } => list(place(), path),
+        _ => refused((FileRefusal::BadPath, None, "not a files request".into())),
+    }
+}
