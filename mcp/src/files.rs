@@ -98,25 +98,9 @@ pub struct Listing {
     /// The folder, relative to /workspace/output (`""`: that folder).
     pub path: String,
     /// Sorted by name, at most 500.
-    pub entries: Vec<Entry>,
+    pub entries: Vec<FileEntry>,
     /// Whether the folder holds more entries than are listed.
     pub truncated: bool,
-}
-
-/// One entry of a listing.
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct Entry {
-    pub name: String,
-    /// `file`, `dir`, `symlink` (never followed) or `other`.
-    pub kind: String,
-    /// A file's size; 0 for the others.
-    pub bytes: u64,
-}
-
-impl From<FileEntry> for Entry {
-    fn from(e: FileEntry) -> Entry {
-        Entry { name: e.name, kind: e.kind, bytes: e.bytes }
-    }
 }
 
 /// Which tool asked: a refusal's advice depends on it.
@@ -314,7 +298,7 @@ fn listed(path: String, mut entries: Vec<FileEntry>, truncated: bool) -> CallToo
     if more {
         lines.push("more entries are not listed: list a subfolder, or look in a cell (session_exec)".into());
     }
-    let listing = Listing { path, entries: entries.into_iter().map(Entry::from).collect(), truncated: more };
+    let listing = Listing { path, entries, truncated: more };
     let mut r = CallToolResult::success(vec![ContentBlock::text(lines.join("\n"))]);
     r.structured_content = serde_json::to_value(listing).ok();
     r

@@ -140,11 +140,13 @@ pub enum FileAnswer {
 pub const MAX_LISTED: usize = 4096;
 
 /// One entry of a listing.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, schemars::JsonSchema, PartialEq)]
 pub struct FileEntry {
+    /// Printable: a control or bidi character in the name is escaped.
     pub name: String,
-    /// `file`, `dir`, `symlink` or `other`.
+    /// `file`, `dir`, `symlink` (never followed) or `other`.
     pub kind: String,
+    /// A file's size; 0 for the others.
     pub bytes: u64,
 }
 
