@@ -229,9 +229,7 @@ pub struct SessionRequest {
     #[serde(default)]
     #[schema(format = Byte)]
     pub input_tar: Option<String>,
-    /// Variables for every cell, NAME to value (at most 64, 32 KiB as
-    /// JSON; names as in a shell, not `JAIL_*`, `PYTHON*`, `LD_*` or the
-    /// proxy variables): refused with 400 and `field: "env"`, naming it.
+    /// Variables for every cell, NAME to value, checked as a run's `env`.
     #[serde(default)]
     #[schema(value_type = BTreeMap<String, String>)]
     pub env: Envs,

@@ -992,9 +992,9 @@ class Session:
             cmd = cmd[:3] + ["--env-fd", str(read)] + cmd[3:]
         try:
             if variables:
-                # Under a pipe's buffer (jail refuses more than 32 KiB), so
-                # this never waits for the reader; past it the write fails
-                # and jail's refusal says why.
+                # Under a pipe's buffer, so this never waits for the reader.
+                # A cut document is never parsed: jail reads at most 32 KiB
+                # and one byte, and refuses more by its size (envs.rs).
                 try:
                     os.write(write, json.dumps(variables).encode("utf-8")[: 60 << 10])
                 finally:
