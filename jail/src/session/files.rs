@@ -61,11 +61,21 @@ fn bad_path((reason, detail): (RejectReason, String)) -> Refusal {
     (FileRefusal::BadPath, Some(reason), detail)
 }
 
+/// `rel`'s components (artifacts/single.rs, `check_rel`), none of them a
+/// name the jail keeps for a file it is writing (output.rs, `Partial`).
+fn components<'a>(rel: &'a str, rules: &ArtifactRules, folder_ok: bool) -> Result<Vec<&'a str>, Refusal> {
+    let parts = check_rel(rel, rules, folder_ok).map_err(bad_path)?;
+    match parts.iter().find(|p| p.starts_with(crate::output::PARTIAL_PREFIX)) {
+        Some(p) => Err(bad_path((RejectReason::BadName, format!("{p:?} is a name the jail keeps for files it is writing")))),
+        None => Ok(parts),
+    }
+}
+
 /// Write `data` (base64) as `path`.
 pub(crate) fn put(place: Option<Place<'_>>, path: &str, data: &str) -> FileAnswer {
     with_place(place, |p| {
         let rel = inside(path);
-        let parts = check_rel(rel, p.rules, false).map_err(bad_path)?;
+        let parts = components(rel, p.rules, false)?;
         if data.len() / 4 * 3 > MAX_FILE + 3 {
             return Err(too_large(data.len() / 4 * 3));
         }
@@ -87,7 +97,7 @@ pub(crate) fn put(place: Option<Place<'_>>, path: &str, data: &str) -> FileAnswe
 pub(crate) fn get(place: Option<Place<'_>>, path: &str) -> FileAnswer {
     with_place(place, |p| {
         let rel = inside(path);
-        let parts = check_rel(rel, p.rules, false).map_err(bad_path)?;
+        let parts = components(rel, p.rules, false)?;
         let mut fs = Acting::begin(p.ids).map_err(|e| failed(&e.into()))?;
         let bytes = fs.on(As::Jail, || Ok(read(p.tmpfs, &parts))).map_err(|e| failed(&e))??;
         let (artifact, bytes) =
@@ -100,7 +110,7 @@ pub(crate) fn get(place: Option<Place<'_>>, path: &str) -> FileAnswer {
 pub(crate) fn list(place: Option<Place<'_>>, path: &str) -> FileAnswer {
     with_place(place, |p| {
         let rel = inside(path);
-        let parts = check_rel(rel, p.rules, true).map_err(bad_path)?;
+        let parts = components(rel, p.rules, true)?;
         let mut fs = Acting::begin(p.ids).map_err(|e| failed(&e.into()))?;
         let (entries, truncated) = fs.on(As::Jail, || Ok(entries(p.tmpfs, &parts))).map_err(|e| failed(&e))??;
         Ok(FileAnswer::Listed { path: rel.to_string(), entries, truncated })
