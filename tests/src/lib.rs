@@ -509,6 +509,19 @@ impl Pool {
     }
 
     /// Close stdin and wait for the pool to exit.
+    /// The session a `{"op": "session"}` request claims (`request` holds
+    /// the op); panics with the reply when none came.
+    pub fn session(&mut self, request: serde_json::Value) -> Session {
+        let reply = self.call(request);
+        let s = &reply["session"];
+        assert!(s.is_object(), "no session in the reply: {reply}");
+        Session {
+            handle: PathBuf::from(s["handle"].as_str().expect("handle")),
+            pid: s["pid"].as_u64().expect("pid") as u32,
+            id: s["id"].as_str().expect("id").to_string(),
+        }
+    }
+
     pub fn finish(mut self) -> std::process::ExitStatus {
         drop(self.stdin.take());
         self.child.wait().expect("wait for the pool")

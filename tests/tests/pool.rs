@@ -549,19 +549,6 @@ fn the_memory_limit_of_the_pools_own_cgroup_bounds_its_size() {
     removed.unwrap_or_else(|e| panic!("the test cgroup {} is not empty after the pool: {e}", cg.display()));
 }
 
-/// Ask the pool for a session; the handed-out session, as `jail session
-/// start` would print it.
-fn pool_session(pool: &mut Pool, request: Value) -> Session {
-    let reply = pool.call(request);
-    let s = &reply["session"];
-    assert!(s.is_object(), "no session in the reply: {reply}");
-    Session {
-        handle: PathBuf::from(s["handle"].as_str().unwrap()),
-        pid: s["pid"].as_u64().unwrap() as u32,
-        id: s["id"].as_str().unwrap().to_string(),
-    }
-}
-
 fn closing(s: &Session) -> Value {
     let out = s.stop();
     assert!(out.status.success(), "jail session stop: {}", String::from_utf8_lossy(&out.stderr));
@@ -588,7 +575,7 @@ fn a_pool_session_keeps_its_state_across_cells_and_starts_with_the_preload_impor
     sb.input_file("data.csv", b"x,y\n1,2\n");
     let policy = policy_with_preload(&sb, json!(["csv", "xml.dom.minidom"]));
     let mut pool = Pool::start(&sb, 1, &["--policy", policy.to_str().unwrap()]);
-    let s = pool_session(&mut pool, json!({"id": "s1", "op": "session", "input": sb.input}));
+    let s = pool.session(json!({"id": "s1", "op": "session", "input": sb.input}));
     let (v, _) = s.exec(
         "import json, sys\nrows = open('/workspace/input/data.csv').read().splitlines()\n\
          print(json.dumps({'loaded': [m in sys.modules for m in ('csv', 'xml.dom.minidom')], \
@@ -621,7 +608,7 @@ fn a_pool_sessions_output_folder_keeps_its_files_and_gets_what_passed() {
     std::fs::write(out.join("sub/deep.txt"), "deep").unwrap();
     give_to_sandbox(&out);
     let mut pool = Pool::start(&sb, 1, &[]);
-    let s = pool_session(&mut pool, json!({"id": "s", "op": "session", "output": out}));
+    let s = pool.session(json!({"id": "s", "op": "session", "output": out}));
     let (v, _) = s.exec(
         "import os, json\nprint(json.dumps(sorted(os.path.relpath(os.path.join(d, f), '/workspace/output') \
          for d, _, fs in os.walk('/workspace/output') for f in fs)))\nprint(open('/workspace/output/keep.txt').read())\n\
@@ -660,14 +647,14 @@ fn a_second_pool_session_sees_nothing_of_the_first() {
     let marker = format!("pool-session-canary-{}", std::process::id());
     let mut pool = Pool::start(&sb, 1, &[]);
     let first_out = sb.dir.path().join("first-out");
-    let a = pool_session(&mut pool, json!({"id": "a", "op": "session", "output": first_out}));
+    let a = pool.session(json!({"id": "a", "op": "session", "output": first_out}));
     let (v, _) = a.exec(&format!(
         "import subprocess\nsecret = '{marker}'\nopen('/tmp/canary', 'w').write(secret)\n\
          open('/workspace/output/first.txt', 'w').write(secret)\n\
          child = subprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n"
     ));
     assert_eq!(v["status"], "ok", "{v}");
-    let b = pool_session(&mut pool, json!({"id": "b", "op": "session"}));
+    let b = pool.session(json!({"id": "b", "op": "session"}));
     assert_ne!(a.pid, b.pid);
     let (v, _) = b.exec(
         "import json, os\nprint(json.dumps({'vars': sorted(k for k in globals() if not k.startswith('__')), \
@@ -696,7 +683,7 @@ fn sigkill_of_the_pool_ends_its_handed_out_sessions_and_leaves_nothing() {
     let marker = format!("pool-session-kill-{}", std::process::id());
     let out = sb.dir.path().join("killed-out");
     let mut pool = Pool::start(&sb, 1, &[]);
-    let s = pool_session(&mut pool, json!({"id": "s", "op": "session", "output": out}));
+    let s = pool.session(json!({"id": "s", "op": "session", "output": out}));
     let (v, _) = s.exec(&format!(
         "import subprocess, time\nopen('/workspace/output/made.txt', 'w').write('kept')\n\
          child = subprocess.Popen(['python3', '-c', 'import time; time.sleep(60)', '{marker}'])\n\
@@ -720,7 +707,7 @@ fn a_pool_that_drains_stops_its_sessions_and_their_output_is_delivered() {
     let sb = Sandbox::new();
     let out = sb.dir.path().join("drained-out");
     let mut pool = Pool::start(&sb, 1, &[]);
-    let s = pool_session(&mut pool, json!({"id": "s", "op": "session", "output": out}));
+    let s = pool.session(json!({"id": "s", "op": "session", "output": out}));
     let (v, _) = s.exec("open('/workspace/output/made.txt', 'w').write('made')\n");
     assert_eq!(v["status"], "ok", "{v}");
     assert!(pool.finish().success());
@@ -745,7 +732,7 @@ fn a_jail_that_ended_while_it_waited_is_never_handed_out_and_a_session_idles_and
     // and 5 s lifetime count from the hand-over, not from when the jail
     // was made (5.5 s before the cell).
     std::thread::sleep(Duration::from_secs(3));
-    let s = pool_session(&mut pool, json!({"id": "s", "op": "session"}));
+    let s = pool.session(json!({"id": "s", "op": "session"}));
     std::thread::sleep(Duration::from_millis(2500));
     let (v, _) = s.exec("print('still here')\n");
     assert_eq!(v["stdout"]["text"], "still here\n", "{v}");

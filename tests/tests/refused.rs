@@ -106,14 +106,7 @@ fn through(sb: &Sandbox, door: Door) -> RunResult {
         Door::PoolSession => {
             let extra: Vec<&str> = sb.extra_args.iter().map(String::as_str).collect();
             let mut pool = Pool::start(sb, 1, &extra);
-            let reply = pool.call(json!({"id": "s", "op": "session", "output": sb.output}));
-            let h = &reply["session"];
-            assert!(h.is_object(), "no session in the reply: {reply}");
-            let s = Session {
-                handle: PathBuf::from(h["handle"].as_str().unwrap()),
-                pid: h["pid"].as_u64().unwrap() as u32,
-                id: h["id"].as_str().unwrap().to_string(),
-            };
+            let s = pool.session(json!({"id": "s", "op": "session", "output": sb.output}));
             let (cell, _) = s.exec(LEAVE);
             assert!(cell.is_object(), "{door:?}: the cell printed no result");
             let closing = closing_of(&s);

@@ -31,14 +31,7 @@ fn session(sb: &Sandbox, door: Door) -> (Session, Option<Pool>) {
         Door::Start => (sb.start_session(), None),
         Door::Pool => {
             let mut pool = Pool::start(sb, 1, &[]);
-            let reply = pool.call(json!({"id": "s", "op": "session", "output": sb.output}));
-            let s = &reply["session"];
-            assert!(s.is_object(), "no session in the reply: {reply}");
-            let session = Session {
-                handle: PathBuf::from(s["handle"].as_str().unwrap()),
-                pid: s["pid"].as_u64().unwrap() as u32,
-                id: s["id"].as_str().unwrap().to_string(),
-            };
+            let session = pool.session(json!({"id": "s", "op": "session", "output": sb.output}));
             (session, Some(pool))
         }
     }

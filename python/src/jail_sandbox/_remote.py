@@ -881,18 +881,7 @@ class RemoteSession:
                 "too_large", f"{len(data)} bytes, over the {MAX_FILE >> 20} MiB a file may be here", path=path
             )
         url = self._file_url(path)
-        conn, resp = self._file_call("PUT", url, path, raw=data)
-        try:
-            raw = _read(resp, MAX_ERROR_BYTES, url, self.sandbox.request_timeout)
-        finally:
-            conn.close()
-        try:
-            answer = json.loads(raw)
-        except ValueError:
-            answer = None
-        if not isinstance(answer, dict):
-            raise SandboxProtocolError(f"PUT {url} answered with a body that is not a JSON object: {raw[:200]!r}")
-        return answer
+        return self._file_answer("PUT", url, path, MAX_ERROR_BYTES, raw=data)
 
     def _get_file(self, path: str) -> bytes:
         url = self._file_url(path)
@@ -911,17 +900,21 @@ class RemoteSession:
         url = f"/v1/sessions/{self.id}/files"
         if path:
             url += "?" + urllib.parse.urlencode({"path": path})
-        conn, resp = self._file_call("GET", url, path)
+        return self._file_answer("GET", url, path, MAX_REPLY_BYTES)
+
+    def _file_answer(self, method: str, url: str, path: str, limit: int, raw: Optional[bytes] = None) -> Dict[str, Any]:
+        """A files route's JSON object answer, read within ``limit`` bytes."""
+        conn, resp = self._file_call(method, url, path, raw=raw)
         try:
-            raw = _read(resp, MAX_REPLY_BYTES, url, self.sandbox.request_timeout)
+            body = _read(resp, limit, url, self.sandbox.request_timeout)
         finally:
             conn.close()
         try:
-            answer = json.loads(raw)
+            answer = json.loads(body)
         except ValueError:
             answer = None
         if not isinstance(answer, dict):
-            raise SandboxProtocolError(f"GET {url} answered with a body that is not a JSON object: {raw[:200]!r}")
+            raise SandboxProtocolError(f"{method} {url} answered with a body that is not a JSON object: {body[:200]!r}")
         return answer
 
     def close(self) -> Optional[Execution]:
