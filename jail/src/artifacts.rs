@@ -469,12 +469,24 @@ fn walk(root: &OwnedFd, rules: &ArtifactRules) -> Listing {
 /// A file of the listing that passes the per-file rules, or why not.
 fn file_refusal(f: &FileEntry, rules: &ArtifactRules) -> Option<(RejectReason, String)> {
     let name = f.rel.rsplit('/').next().unwrap_or(&f.rel);
-    if f.meta.nlink > 1 {
-        return Some((RejectReason::HardLink, format!("the file has {} names (hard links)", f.meta.nlink)));
+    link_refusal(f.meta.nlink, f.meta.mode).or_else(|| name_size_refusal(name, f.meta.size, rules))
+}
+
+/// Why a file of `nlink` names and `mode` is refused, if it is: the rules
+/// on its inode (also the files API's, session/files.rs).
+pub(crate) fn link_refusal(nlink: u64, mode: u32) -> Option<(RejectReason, String)> {
+    if nlink > 1 {
+        return Some((RejectReason::HardLink, format!("the file has {nlink} names (hard links)")));
     }
-    if f.meta.mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+    if mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
         return Some((RejectReason::SetId, "the file has the set-user-ID or set-group-ID bit".into()));
     }
+    None
+}
+
+/// Why a file called `name` of `size` bytes is refused, if it is: the
+/// rules on its name and size (also a copy's, single.rs).
+pub(crate) fn name_size_refusal(name: &str, size: u64, rules: &ArtifactRules) -> Option<(RejectReason, String)> {
     let ext = extension(name);
     if !rules.allowed_extensions.allows(&ext) {
         let shown = if ext.is_empty() {
@@ -484,11 +496,8 @@ fn file_refusal(f: &FileEntry, rules: &ArtifactRules) -> Option<(RejectReason, S
         };
         return Some((RejectReason::ExtensionNotAllowed, format!("{shown} is not in artifacts.allowed_extensions")));
     }
-    if f.meta.size > rules.max_file_bytes {
-        return Some((
-            RejectReason::TooLarge,
-            format!("{} bytes, over artifacts.max_file_bytes ({})", f.meta.size, rules.max_file_bytes),
-        ));
+    if size > rules.max_file_bytes {
+        return Some((RejectReason::TooLarge, format!("{size} bytes, over artifacts.max_file_bytes ({})", rules.max_file_bytes)));
     }
     None
 }

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use super::budget::{Deadline, Spend};
 use super::neutralise::{self, NeutraliseError};
 use super::rules::{ArtifactRules, FormulaCells};
-use super::{check_name, extension, inspect};
+use super::{check_name, extension, inspect, name_size_refusal};
 use crate::result::{Artifact, Change, FlagKind, Neutralised, RejectReason};
 
 /// How long one file's scan and neutralising may take: the run's judging
@@ -67,17 +67,9 @@ pub(crate) fn judge_copy(
 ) -> Result<(Artifact, Vec<u8>), (RejectReason, String)> {
     let name = rel.rsplit('/').next().unwrap_or(rel);
     let ext = extension(name);
-    if !rules.allowed_extensions.allows(&ext) {
-        let shown = if ext.is_empty() {
-            "a name without an extension".to_string()
-        } else {
-            format!(".{ext}")
-        };
-        return Err((RejectReason::ExtensionNotAllowed, format!("{shown} is not in artifacts.allowed_extensions")));
-    }
     let size = bytes.len() as u64;
-    if size > rules.max_file_bytes {
-        return Err((RejectReason::TooLarge, format!("{size} bytes, over artifacts.max_file_bytes ({})", rules.max_file_bytes)));
+    if let Some(refusal) = name_size_refusal(name, size, rules) {
+        return Err(refusal);
     }
     let until = Instant::now() + SCAN_TIME;
     let seen =

@@ -103,6 +103,14 @@ pub enum Request {
     },
 }
 
+impl Request {
+    /// A request of the files API: bounded in bytes and time, so served
+    /// at once, a cell running or not (session/files.rs).
+    pub fn is_file_op(&self) -> bool {
+        matches!(self, Request::PutFile { .. } | Request::GetFile { .. } | Request::ListFiles { .. })
+    }
+}
+
 /// The largest file the files API moves either way: the size of the
 /// largest cell, so that its request, in base64, is a line the session
 /// reads (handle.rs).

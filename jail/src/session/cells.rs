@@ -532,12 +532,9 @@ impl Cells {
             Err(error) => handle::answer(&stream, &Answer { result: None, error: Some(error) }),
             Ok(Request::Stop) => self.end(Why::Stopped, Some(stream), w),
             Ok(Request::Interrupt) => self.interrupt_cell(&stream, w),
-            // Bounded in bytes and time (files.rs): served at once, a cell
-            // running or not.
-            Ok(request @ (Request::PutFile { .. } | Request::GetFile { .. } | Request::ListFiles { .. })) => {
-                self.serve_file(&stream, request)
-            }
-            Ok(request) if running => {
+            // A files request is bounded in bytes and time (files.rs):
+            // served at once, a cell running or not.
+            Ok(request) if running && !request.is_file_op() => {
                 if self.waiting.len() >= MOST_WAITING {
                     handle::refuse(&stream, format!("{MOST_WAITING} requests already wait for the running cell"));
                 } else {
@@ -548,7 +545,8 @@ impl Cells {
         }
     }
 
-    /// An `exec` or an `adopt_output`, between cells.
+    /// A request: an `exec` or an `adopt_output` between cells, a files
+    /// request at any time.
     fn serve(&mut self, stream: UnixStream, request: Request, w: &mut Watched<'_>) {
         match request {
             Request::AdoptOutput { dir } => self.adopt_output(&stream, &dir),
@@ -557,19 +555,13 @@ impl Cells {
             }
             Request::Stop => self.end(Why::Stopped, Some(stream), w),
             Request::Interrupt => self.interrupt_cell(&stream, w),
-            Request::PutFile { .. } | Request::GetFile { .. } | Request::ListFiles { .. } => self.serve_file(&stream, request),
+            Request::PutFile { .. } | Request::GetFile { .. } | Request::ListFiles { .. } => self.serve_file(&stream, &request),
         }
     }
 
     /// A request of the files API (files.rs).
-    fn serve_file(&mut self, stream: &UnixStream, request: Request) {
-        let place = self.adoption.place();
-        let answer = match request {
-            Request::PutFile { path, data } => files::put(place, &path, &data),
-            Request::GetFile { path } => files::get(place, &path),
-            Request::ListFiles { path } => files::list(place, &path),
-            _ => return,
-        };
+    fn serve_file(&mut self, stream: &UnixStream, request: &Request) {
+        let answer = files::answer(self.adoption.place(), request);
         let result = serde_json::to_value(&answer).ok();
         handle::answer(stream, &Answer { result, error: None });
     }

@@ -32,9 +32,10 @@ use std::path::Path;
 
 use base64::Engine;
 
+use crate::artifacts::link_refusal;
 use crate::artifacts::single::{check_rel, judge_copy};
 use crate::artifacts::ArtifactRules;
-use crate::client::session::{FileAnswer, FileEntry, FileRefusal, MAX_FILE, MAX_LISTED};
+use crate::client::session::{FileAnswer, FileEntry, FileRefusal, Request, MAX_FILE, MAX_LISTED};
 use crate::digest::sha256_hex;
 use crate::fsid::{Acting, As, FsIds};
 use crate::output::Partial;
@@ -86,9 +87,7 @@ pub(crate) fn put(place: Option<Place<'_>>, path: &str, data: &str) -> FileAnswe
             return Err(too_large(bytes.len()));
         }
         let (dirs, name) = parts.split_at(parts.len() - 1);
-        let mut fs = Acting::begin(p.ids).map_err(|e| failed(&e.into()))?;
-        fs.on(As::Jail, || Ok(write(p.tmpfs, dirs, OsStr::new(name[0]), &bytes)))
-            .map_err(|e| failed(&e))??;
+        write(p.tmpfs, dirs, OsStr::new(name[0]), &bytes)?;
         Ok(FileAnswer::Written { path: rel.to_string(), bytes: bytes.len() as u64, sha256: sha256_hex(&bytes) })
     })
 }
@@ -98,8 +97,7 @@ pub(crate) fn get(place: Option<Place<'_>>, path: &str) -> FileAnswer {
     with_place(place, |p| {
         let rel = inside(path);
         let parts = components(rel, p.rules, false)?;
-        let mut fs = Acting::begin(p.ids).map_err(|e| failed(&e.into()))?;
-        let bytes = fs.on(As::Jail, || Ok(read(p.tmpfs, &parts))).map_err(|e| failed(&e))??;
+        let bytes = read(p.tmpfs, &parts)?;
         let (artifact, bytes) =
             judge_copy(rel, bytes, p.rules).map_err(|(reason, detail)| (FileRefusal::Rejected, Some(reason), detail))?;
         Ok(FileAnswer::Read { artifact, data: base64::engine::general_purpose::STANDARD.encode(bytes) })
@@ -111,8 +109,7 @@ pub(crate) fn list(place: Option<Place<'_>>, path: &str) -> FileAnswer {
     with_place(place, |p| {
         let rel = inside(path);
         let parts = components(rel, p.rules, true)?;
-        let mut fs = Acting::begin(p.ids).map_err(|e| failed(&e.into()))?;
-        let (entries, truncated) = fs.on(As::Jail, || Ok(entries(p.tmpfs, &parts))).map_err(|e| failed(&e))??;
+        let (entries, truncated) = entries(p.tmpfs, &parts)?;
         Ok(FileAnswer::Listed { path: rel.to_string(), entries, truncated })
     })
 }
@@ -127,7 +124,15 @@ fn with_place(place: Option<Place<'_>>, op: impl FnOnce(Place<'_>) -> Result<Fil
                 .into(),
         ));
     };
-    op(place).unwrap_or_else(refused)
+    // Every open, made and read as the sandbox's host ids.
+    let mut fs = match Acting::begin(place.ids) {
+        Ok(fs) => fs,
+        Err(e) => return refused(failed(&e.into())),
+    };
+    match fs.on(As::Jail, || Ok(op(place))) {
+        Ok(answer) => answer.unwrap_or_else(refused),
+        Err(e) => refused(failed(&e)),
+    }
 }
 
 /// The caller's path relative to the place: a path the code would use
@@ -234,13 +239,8 @@ fn read(root: &OwnedFd, parts: &[&str]) -> Result<Vec<u8>, Refusal> {
     if st.st_mode & libc::S_IFMT != libc::S_IFREG {
         return Err((FileRefusal::NotAFile, None, format!("{shown} is not a regular file")));
     }
-    if st.st_nlink > 1 {
-        let detail = format!("the file has {} names (hard links)", st.st_nlink);
-        return Err((FileRefusal::Rejected, Some(RejectReason::HardLink), detail));
-    }
-    if st.st_mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
-        let detail = "the file has the set-user-ID or set-group-ID bit".to_string();
-        return Err((FileRefusal::Rejected, Some(RejectReason::SetId), detail));
+    if let Some((reason, detail)) = link_refusal(st.st_nlink, st.st_mode) {
+        return Err((FileRefusal::Rejected, Some(reason), detail));
     }
     if st.st_size as u64 > MAX_FILE as u64 {
         return Err(too_large(st.st_size as usize));
@@ -291,8 +291,7 @@ fn entries(root: &OwnedFd, parts: &[&str]) -> Result<(Vec<FileEntry>, bool), Ref
 /// API for anything else: one request of the files API served in the
 /// folder `dir`, standing for the output tmpfs, as its owner, by `rules`
 /// (none: the built-in policy's).
-pub fn serve_in(dir: &Path, request: &crate::client::session::Request, rules: Option<&ArtifactRules>) -> FileAnswer {
-    use crate::client::session::Request;
+pub fn serve_in(dir: &Path, request: &Request, rules: Option<&ArtifactRules>) -> FileAnswer {
     let default = crate::policy::Policy::builtin_default().map(|p| p.artifacts);
     let rules = match (rules, &default) {
         (Some(r), _) => r,
@@ -303,11 +302,15 @@ pub fn serve_in(dir: &Path, request: &crate::client::session::Request, rules: Op
         Ok(fd) => fd,
         Err(e) => return refused(failed(&e)),
     };
-    let place = || Some(Place { tmpfs: &root, ids: FsIds::caller(), rules });
+    answer(Some(Place { tmpfs: &root, ids: FsIds::caller(), rules }), request)
+}
+
+/// The answer to a request of the files API; any other request is refused.
+pub(crate) fn answer(place: Option<Place<'_>>, request: &Request) -> FileAnswer {
     match request {
-        Request::PutFile { path, data } => put(place(), path, data),
-        Request::GetFile { path } => get(place(), path),
-        Request::ListFiles { path } => list(place(), path),
-        _ => refused((FileRefusal::BadPath, None, "not a files request".into())),
+        Request::PutFile { path, data } => put(place, path, data),
+        Request::GetFile { path } => get(place, path),
+        Request::ListFiles { path } => list(place, path),
+        _ => refused((FileRefusal::BadPath, None, "not a request of the files API".into())),
     }
 }
