@@ -41,6 +41,7 @@ mod zipdir;
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fs::File;
 use std::io::{self, Read};
+use std::marker::PhantomData;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
@@ -97,6 +98,25 @@ impl TreeDead {
     /// Only to be called once wait4 of the jail's PID 1 has returned.
     pub(crate) fn after_reaping_pid1() -> TreeDead {
         TreeDead(())
+    }
+}
+
+impl From<TreeDead> for TreeStill<'static> {
+    fn from(_: TreeDead) -> TreeStill<'static> {
+        TreeStill(PhantomData)
+    }
+}
+
+/// Proof that nothing in the jail can change the output dir for `'a`: its
+/// tree dead ([`TreeDead`]), or held still (still.rs, `Hold`) while the
+/// hold `'a` lasts.
+#[derive(Debug, Clone, Copy)]
+pub struct TreeStill<'a>(PhantomData<&'a ()>);
+
+impl<'a> TreeStill<'a> {
+    /// Only for still.rs, from a hold it has.
+    pub(crate) fn held(lasts: PhantomData<&'a ()>) -> TreeStill<'a> {
+        TreeStill(lasts)
     }
 }
 
@@ -556,6 +576,28 @@ impl Before {
         self.entries = listing.metas;
     }
 
+    /// The output dir beneath `root` as it is now (a session's cell
+    /// starts from it, session/cell_files.rs): names and metadata only.
+    pub(crate) fn output_at(root: &OwnedFd, rules: &ArtifactRules) -> Before {
+        let mut before = Before::empty();
+        before.retake_output_at(root, rules);
+        before
+    }
+
+    /// An empty output dir, no input.
+    pub(crate) fn empty() -> Before {
+        Before { output: BTreeMap::new(), entries: HashMap::new(), input: None }
+    }
+
+    /// Whether the output dir beneath `root` is still as this snapshot saw
+    /// it: the same entries, each the same by its metadata. No content is
+    /// read.
+    pub(crate) fn unchanged_at(&self, root: &OwnedFd, rules: &ArtifactRules) -> bool {
+        let now = walk(root, rules).metas;
+        now.len() == self.entries.len()
+            && now.iter().all(|(k, m)| self.entries.get(k).is_some_and(|b| b.kind() == m.kind() && b.same_file(m)))
+    }
+
     fn change_of(&self, rel: &str, now: &Meta) -> Change {
         match self.output.get(rel) {
             None => Change::Created,
@@ -668,7 +710,7 @@ pub(crate) fn collect_at(
     spend: budget::Spend,
     dead: TreeDead,
 ) -> Collected {
-    let mut collected = judge_at(root, before, rules, spend, dead);
+    let mut collected = judge_at(root, before, rules, spend, dead.into());
     collected.input = input_now(before, rules);
     collected
 }
@@ -687,8 +729,33 @@ pub(crate) fn judge_at(
     before: &Before,
     rules: &ArtifactRules,
     spend: budget::Spend,
-    _dead: TreeDead,
+    _still: TreeStill<'_>,
 ) -> Collected {
+    judge(root, before, rules, spend, false)
+}
+
+/// What changed beneath `root` since `before` (a session's cell: the files
+/// it made, changed or deleted, session/cell_files.rs), judged by the same
+/// rules as [`judge_at`]: a file the same as before is not read, and a
+/// refused entry there before and left alone is not listed. Nothing is
+/// delivered from this verdict (`accepted` and `refused` are empty).
+pub(crate) fn judge_changes_at(
+    root: &OwnedFd,
+    before: &Before,
+    rules: &ArtifactRules,
+    spend: budget::Spend,
+    _still: TreeStill<'_>,
+) -> Collected {
+    let mut c = judge(root, before, rules, spend, true);
+    let alone: HashSet<usize> = c.refused.iter().filter(|r| before.left_alone(r)).filter_map(|r| r.listed).collect();
+    let rejected = std::mem::take(&mut c.rejected);
+    c.rejected = rejected.into_iter().enumerate().filter(|(i, _)| !alone.contains(i)).map(|(_, r)| r).collect();
+    c.accepted.clear();
+    c.refused.clear();
+    c
+}
+
+fn judge(root: &OwnedFd, before: &Before, rules: &ArtifactRules, spend: budget::Spend, changes_only: bool) -> Collected {
     let input = None;
     let listing = walk(root, rules);
     // The summarisers' time budget for this whole collection starts now.
@@ -698,6 +765,9 @@ pub(crate) fn judge_at(
     let mut accepted_files = Vec::new();
     let (mut accepted, mut total) = (0u64, 0u64);
     for f in &listing.files {
+        if changes_only && before.change_of(&f.rel, &f.meta) == Change::Unchanged {
+            continue;
+        }
         if let Some((reason, why)) = file_refusal(f, rules) {
             rejected.add_file(f, reason, why);
             continue;

@@ -797,6 +797,57 @@ impl RunCgroup {
         }
     }
 
+    /// Freeze every process of the run cgroup and wait, up to `within`,
+    /// until the kernel says all of them are frozen: v2's `cgroup.freeze`
+    /// (`frozen 1` in `cgroup.events`), v1's `freezer.state`. A frozen
+    /// task is held where it would take a signal, never inside a system
+    /// call that has begun to change a file. `Ok(false)`: this cgroup has
+    /// no freezer. An error (the time passed, a write refused) leaves the
+    /// cgroup thawed.
+    pub(crate) fn freeze(&self, within: Duration) -> Result<bool, String> {
+        let (file, frozen): (PathBuf, fn(&Path) -> bool) = match self.version {
+            Version::V2 => match self.dirs.first() {
+                Some(p) => (p.dir.join("cgroup.freeze"), |dir| {
+                    std::fs::read_to_string(dir.join("cgroup.events")).is_ok_and(|t| t.lines().any(|l| l.trim() == "frozen 1"))
+                }),
+                None => return Ok(false),
+            },
+            Version::V1 => match self.dir_for("freezer") {
+                Some(d) => (d.join("freezer.state"), |dir| {
+                    std::fs::read_to_string(dir.join("freezer.state")).is_ok_and(|s| s.trim() == "FROZEN")
+                }),
+                None => return Ok(false),
+            },
+        };
+        let dir = file.parent().map(Path::to_path_buf).unwrap_or_default();
+        let value = if self.version == Version::V2 { "1" } else { "FROZEN" };
+        write_file(&file, value).map_err(|e| format!("{}: {e}", file.display()))?;
+        let deadline = Instant::now() + within;
+        let mut pause = Duration::from_micros(50);
+        loop {
+            if frozen(&dir) {
+                return Ok(true);
+            }
+            if Instant::now() >= deadline {
+                self.thaw();
+                return Err(format!("not all of its processes were frozen within {} ms", within.as_millis()));
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(Duration::from_millis(2));
+        }
+    }
+
+    /// Thaw what [`RunCgroup::freeze`] froze.
+    pub(crate) fn thaw(&self) {
+        let (dir, file, value) = match self.version {
+            Version::V2 => (self.dirs.first().map(|p| p.dir.as_path()), "cgroup.freeze", "0"),
+            Version::V1 => (self.dir_for("freezer"), "freezer.state", "THAWED"),
+        };
+        if let Some(d) = dir {
+            let _ = write_file(&d.join(file), value);
+        }
+    }
+
     fn kill_listed(&self) {
         for dir in self.all_dirs() {
             for pid in procs_of(&dir) {

@@ -169,7 +169,7 @@ fn judge_as_sandbox(
 ) -> Collected {
     let judged = Acting::begin(ids)
         .map_err(io::Error::other)
-        .and_then(|mut fs| fs.on(As::Jail, || Ok(artifacts::judge_at(tmpfs, before, rules, spend, dead))));
+        .and_then(|mut fs| fs.on(As::Jail, || Ok(artifacts::judge_at(tmpfs, before, rules, spend, dead.into()))));
     let mut collected =
         judged.unwrap_or_else(|e| artifacts::unreadable_output(&format!("act as the sandbox to judge the output: {e}")));
     collected.input = artifacts::input_now(before, rules);

@@ -114,6 +114,7 @@ pub mod seconds;
 pub mod session;
 pub mod stage;
 mod step;
+pub mod still;
 mod streams;
 pub(crate) mod supervisor;
 mod sync;

@@ -42,7 +42,11 @@ pub struct RunResult {
     /// Files of the output dir, as the supervisor found them after the whole
     /// process tree was dead: every accepted file (created, modified or left
     /// unchanged by this step) and every file the step deleted, sorted by path.
-    /// Only these may be handed on; see [`Artifact`].
+    /// Only these may be handed on; see [`Artifact`]. A session cell's
+    /// result lists only what that cell created, modified or deleted in
+    /// the session's output, judged with the jail held still; those files
+    /// are still in the session (read one with its files API) until it
+    /// ends and delivers them.
     pub artifacts: Vec<Artifact>,
     /// Entries of the output dir that were refused, with the reason. They
     /// never reach the host output folder (a size-capped output dir keeps
@@ -138,8 +142,10 @@ pub struct SessionInfo {
     pub why: Option<String>,
     /// The same, in words.
     pub detail: Option<String>,
-    /// Where this session's files go: judged and delivered to the output
-    /// folder once, when the session ends; a cell's `artifacts` are empty.
+    /// Where this session's files go, in words: judged and delivered to
+    /// the output folder once, when the session ends; each cell's
+    /// `artifacts` and `rejected_artifacts` list what it changed, judged
+    /// (none when the output is the host folder itself).
     pub artifacts: String,
 }
 

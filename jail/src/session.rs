@@ -32,6 +32,7 @@
 
 pub(crate) mod adopt;
 pub mod cell;
+pub(crate) mod cell_files;
 pub(crate) mod cells;
 pub mod files;
 pub(crate) mod grace;

@@ -204,7 +204,7 @@ fn tick() -> f64 {
 
 /// Every process of the tree under `root` (itself first) that could be
 /// read, breadth first, at most [`MAX_PROCESSES`].
-fn scan(root: Pid) -> Vec<Stat> {
+pub(crate) fn scan(root: Pid) -> Vec<Stat> {
     let mut found = Vec::new();
     let mut queue = vec![root.as_raw()];
     let mut next = 0;

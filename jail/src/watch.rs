@@ -254,6 +254,11 @@ impl<'a> Tree<'a> {
         self.pid
     }
 
+    /// Hold the tree still until the hold is dropped (still.rs).
+    pub(crate) fn hold(&self, within: Duration) -> Result<crate::still::Hold<'a>, String> {
+        crate::still::hold(self.pid, self.cgroup, within)
+    }
+
     /// Whether a loop killed the tree.
     pub(crate) fn killed(&self) -> bool {
         self.killed.get()

@@ -1,9 +1,11 @@
-//! A session's files API (issue 37 item 4), through the CLI that every
+//! A session's files (issue 37 items 3 and 4), through the CLI that every
 //! local door spawns, on a session of its own and on one from `jail pool`:
 //! a file put mid-session is the code's, one read back is judged as an
 //! artifact, and neither goes anywhere but `/workspace/output`, whatever
 //! the code left there (links to the host, hard links, fifos, a file it
-//! keeps rewriting) and whatever the caller asks (`..`, oversize).
+//! keeps rewriting) and whatever the caller asks (`..`, oversize). Each
+//! cell's result lists what that cell made, changed or deleted, judged
+//! with the jail held still, even while a thread it left keeps writing.
 
 use std::io::Write;
 use std::os::unix::fs::PermissionsExt;
@@ -279,5 +281,135 @@ fn a_session_whose_output_is_the_host_folder_says_so() {
     let (w, out) = s.put("x.txt", b"x");
     refused(&w, "unavailable");
     assert_eq!(out.status.code(), Some(1));
+    s.stop();
+}
+
+// ------------------------------------------------------ each cell's files
+
+/// (path, change) of artifacts, or (path, reason) of refusals.
+type Pairs = Vec<(String, String)>;
+
+/// What a cell's result lists: (path, change) of its artifacts, and
+/// (path, reason) of its refusals.
+fn listed(v: &Value) -> (Pairs, Pairs) {
+    let pairs = |key: &str, second: &str| -> Pairs {
+        v[key]
+            .as_array()
+            .unwrap_or(&Vec::new())
+            .iter()
+            .map(|a| (a["path"].as_str().unwrap_or("").to_string(), a[second].as_str().unwrap_or("").to_string()))
+            .collect()
+    };
+    (pairs("artifacts", "change"), pairs("rejected_artifacts", "reason"))
+}
+
+fn pairs(list: &[(&str, &str)]) -> Pairs {
+    list.iter().map(|(a, b)| (a.to_string(), b.to_string())).collect()
+}
+
+fn each_cell_lists_its_files(door: Door) {
+    let sb = Sandbox::new();
+    let (s, pool) = session(&sb, door);
+    let (v, _) = s.exec(concat!(
+        "import os\n",
+        "o = '/workspace/output/'\n",
+        "open(o + 'a.csv', 'w').write('k,v\\nx,=1+1\\n')\n",
+        "os.makedirs(o + 'd')\n",
+        "open(o + 'd/c.txt', 'w').write('see')\n",
+        "open(o + 'prog.exe', 'w').write('MZ')\n",
+    ));
+    assert_eq!(v["status"], "ok", "{v}");
+    let (made, refused) = listed(&v);
+    assert_eq!(made, pairs(&[("a.csv", "created"), ("d/c.txt", "created")]), "{v}");
+    assert_eq!(refused, pairs(&[("prog.exe", "extension_not_allowed")]), "{v}");
+    let csv = v["artifacts"].as_array().unwrap().iter().find(|a| a["path"] == "a.csv").unwrap().clone();
+    assert!(csv["flags"].as_array().unwrap().iter().any(|f| f["kind"] == "formula_injection"), "{csv}");
+    assert!(v["session"]["artifacts"].as_str().unwrap().contains("each cell lists"), "{}", v["session"]["artifacts"]);
+
+    // What the caller puts between cells is not the next cell's doing.
+    let (w, _) = s.put("put.txt", b"from the caller");
+    assert_eq!(w["status"], "written", "{w}");
+    let (v, _) = s.exec(concat!(
+        "import os\n",
+        "open('/workspace/output/a.csv', 'a').write('y,2\\n')\n",
+        "os.remove('/workspace/output/d/c.txt')\n",
+    ));
+    let (made, refused) = listed(&v);
+    assert_eq!(made, pairs(&[("a.csv", "modified"), ("d/c.txt", "deleted")]), "{v}");
+    assert!(refused.is_empty(), "a refusal the cell did not make is listed again: {v}");
+    // The verdict is on the file as the cell left it; a read gives it neutralised.
+    let listed_sha = v["artifacts"][0]["sha256"].as_str().unwrap().to_string();
+    let (r, _) = s.files("get", "a.csv");
+    assert_eq!(r["artifact"]["neutralised"]["original_sha256"], listed_sha.as_str(), "{r}");
+
+    let (v, _) = s.exec("x = 1\n");
+    assert_eq!(listed(&v), (vec![], vec![]), "a cell that wrote nothing lists nothing: {v}");
+
+    let out = s.stop();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    drop(pool);
+    assert_eq!(std::fs::read(sb.output.join("a.csv")).unwrap(), b"k,v\nx,'=1+1\ny,2\n");
+    assert!(!sb.output.join("d/c.txt").exists());
+}
+
+#[test]
+fn each_cell_lists_the_files_it_made_changed_or_deleted() {
+    each_cell_lists_its_files(Door::Start);
+}
+
+#[test]
+fn a_pooled_sessions_cells_list_their_files_the_same() {
+    each_cell_lists_its_files(Door::Pool);
+}
+
+#[test]
+fn a_cells_files_are_judged_with_the_jail_held_still_while_a_thread_rewrites_them() {
+    let sb = Sandbox::new();
+    let s = sb.start_session();
+    // A thread the first cell leaves behind truncates and rewrites a large
+    // file as fast as it can, for as long as the session lives: judged
+    // while it runs, a file would change between its listing and its read,
+    // or under the read.
+    const SIZE: usize = 400_000;
+    let (v, _) = s.exec(&format!(
+        concat!(
+            "import threading, time\n",
+            "n = 0\n",
+            "def churn():\n",
+            "    global n\n",
+            "    while True:\n",
+            "        n += 1\n",
+            "        with open('/workspace/output/busy.txt', 'w') as f:\n",
+            "            f.write(str(n % 10) * {size})\n",
+            "threading.Thread(target=churn, daemon=True).start()\n",
+            "time.sleep(0.05)\n",
+        ),
+        size = SIZE
+    ));
+    assert_eq!(v["status"], "ok", "{v}");
+    let valid: Vec<String> = (0..10)
+        .map(|d| jail::digest::sha256_hex(d.to_string().repeat(SIZE).as_bytes()))
+        .chain([jail::digest::sha256_hex(b"")])
+        .collect();
+    let mut seen = 0;
+    for i in 0..30 {
+        let (v, _) = s.exec("import time; time.sleep(0.01)\n");
+        assert_eq!(v["status"], "ok", "{v}");
+        let (made, refused) = listed(&v);
+        assert!(refused.is_empty(), "cell {i}: judged while it moved: {v}");
+        for a in v["artifacts"].as_array().unwrap() {
+            assert_eq!(a["path"], "busy.txt", "{v}");
+            assert_eq!(a["change"], "modified", "{v}");
+            let sha = a["sha256"].as_str().unwrap();
+            assert!(valid.iter().any(|h| h == sha), "cell {i}: a sha256 of no state the file was in: {a}");
+            assert!(a["bytes"] == SIZE || a["bytes"] == 0, "{a}");
+            seen += 1;
+        }
+        let _ = made;
+    }
+    assert!(seen > 0, "the file never changed within a cell: the test did not race");
+    // The hold let go: the thread still runs.
+    let (v, _) = s.exec("a = n; time.sleep(0.1); print(n > a)\n");
+    assert_eq!(v["stdout"]["text"], "True\n", "the jail was left held: {v}");
     s.stop();
 }

@@ -48,8 +48,9 @@ use super::adopt::Adoption;
 use super::cell::{self, Death, Overrun, Reply, Said};
 use super::handle::{self, Answer, Request};
 use super::live::{self, Tail};
-use super::{files, grace};
+use super::{cell_files, files, grace};
 use super::{CellLimits, Why};
+use crate::artifacts::Before;
 use crate::capture::Capture;
 use crate::cgroup::CgroupUsage;
 use crate::client::session::MOST_INTERRUPT_GRACE;
@@ -123,6 +124,9 @@ struct Cell {
     /// Its rich results as they came, each judged when it came
     /// (display.rs), within the cell's caps.
     results: display::Collected,
+    /// The output folder as it began (cell_files.rs); `None` for a
+    /// stateless step, or without an output tmpfs.
+    files_before: Option<Before>,
 }
 
 /// A session's cells: what the session supervisor (session.rs) holds, and
@@ -273,9 +277,16 @@ impl Cells {
             ended: ended.is_some(),
             why: ended.map(|w| w.code().to_string()),
             detail: ended.map(|w| w.describe(&self.session)),
-            // A cell's `artifacts` are empty: the output dir is judged and
-            // delivered once, when the whole tree is dead (artifacts.rs).
-            artifacts: "judged and delivered when the session ends (jail session stop)".into(),
+            // Delivered once, when the whole tree is dead (artifacts.rs);
+            // a cell lists what it changed (cell_files.rs).
+            artifacts: match self.adoption.place() {
+                Some(_) => {
+                    "each cell lists what it made, changed or deleted, judged; all is delivered when the session ends \
+                            (jail session stop)"
+                }
+                None => "written to the output folder directly; judged when the session ends (jail session stop)",
+            }
+            .into(),
         }
     }
 
@@ -656,6 +667,7 @@ impl Cells {
             done: None,
             live: None,
             results: display::Collected::default(),
+            files_before: if stateless { None } else { cell_files::noted(self.adoption.place()) },
         });
         if let Some(ev) = live {
             c.stdout.stream_to(Rc::clone(&ev));
@@ -834,6 +846,10 @@ impl Cells {
         result.stdout = stdout;
         result.stderr = stderr;
         (result.results, result.results_dropped) = c.results.finish();
+        // A cell that ended the session is judged with the rest, its tree dead.
+        if let (Some(before), None) = (&c.files_before, death) {
+            (result.artifacts, result.rejected_artifacts) = cell_files::judged(self.adoption.place(), before, w.tree);
+        }
         let wall_ms = c.started.elapsed().as_secs_f64() * 1000.0;
         result.usage = usage_of(wall_ms, c.usage_start.as_ref(), usage_now.as_ref());
         result.usage.throttled = c.throttled_start.as_ref().and_then(|before| w.throttled_since(before, Instant::now()));
