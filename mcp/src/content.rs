@@ -1,14 +1,22 @@
 //! A result document as MCP content: text for the status, the streams and
 //! the Python error, the rich results (the last expression's value, each
 //! `display()` and figure: text, and image content for a PNG or JPEG the
-//! supervisor judged and flagged nothing in), and image content for PNG
-//! artifacts that passed the artifact check, so a client shows the chart. The PNGs are files a script
-//! wrote: each is opened beneath the output dir without following any link,
-//! read to a fixed cap, and sent only when its size and sha256 are those the
-//! supervisor recorded and it starts with the PNG signature. The files
-//! tools (files.rs) show a file they read by the same rule
-//! ([`shown_as_image`]) and describe it as an artifact's line here
-//! ([`describe`]).
+//! supervisor judged and flagged nothing in), and image content for the
+//! image files that passed the artifact check, so a client shows the chart.
+//!
+//! Where those files are decides how they are read. A run's, and a
+//! session's closing result, name files delivered to the host folder
+//! (`output_dir`): each PNG is opened beneath it without following any
+//! link, read to a fixed cap, and sent only when its size and sha256 are
+//! those the supervisor recorded and it starts with the PNG signature. A
+//! session cell's files are still in the session (the host folder gets
+//! them when it ends, and may hold an older file of the same name), so
+//! each PNG or JPEG it lists is read through the session's files API, the
+//! judged copy session_read_file reads ([`cell_images`] chooses them,
+//! the server reads them), and sent only when its bytes are those the
+//! cell listed; never from the host folder. The files tools (files.rs)
+//! show a file they read by the same rule ([`shown_as_image`]) and
+//! describe it as an artifact's line here ([`describe`]).
 
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -18,7 +26,8 @@ use base64::Engine;
 use rmcp::model::ContentBlock;
 use sha2::{Digest, Sha256};
 
-use jail::result::{Artifact, Change, ContentFlag, RunResult, Status, Summary};
+use jail::client::session::FileAnswer;
+use jail::result::{Artifact, Change, ContentFlag, DisplayResult, RunResult, SessionInfo, Status, Summary};
 use jail::sys;
 
 /// Images one result may carry, and the size of each.
@@ -26,6 +35,7 @@ pub const MAX_IMAGES: usize = 8;
 pub const MAX_IMAGE_BYTES: u64 = 8 << 20;
 
 const PNG_SIGNATURE: &[u8] = b"\x89PNG\r\n\x1a\n";
+const JPEG_SIGNATURE: &[u8] = b"\xff\xd8\xff";
 
 /// The types a client is shown as image content.
 pub const IMAGE_TYPES: [&str; 2] = ["image/png", "image/jpeg"];
@@ -45,10 +55,24 @@ pub enum ImageError {
     Read { path: PathBuf, source: std::io::Error },
     #[error("{path} is not the file the jail accepted ({why})")]
     NotAsAccepted { path: PathBuf, why: &'static str },
+    #[error("the session did not give it: {detail}")]
+    Session { detail: String },
 }
 
-/// Every content block of one run, in the order a reader wants them.
-pub fn blocks(result: &RunResult) -> Vec<ContentBlock> {
+/// What the session's files API answered for each image of a cell that
+/// [`cell_images`] chose, by path (an unknown session, an ended one: why
+/// there is no answer).
+pub type SessionReads = [(String, Result<FileAnswer, String>)];
+
+/// The session cell a result is of; `None` for a run's result and for a
+/// session's closing one (cell 0), whose files are in the host folder.
+pub fn cell_of(result: &RunResult) -> Option<&SessionInfo> {
+    result.session.as_ref().filter(|s| s.cell > 0)
+}
+
+/// Every content block of one run, in the order a reader wants them; a
+/// cell's images are those in `reads` (empty for any other result).
+pub fn blocks(result: &RunResult, reads: &SessionReads) -> Vec<ContentBlock> {
     let mut out = vec![ContentBlock::text(summary(result))];
     for (name, s) in [("stdout", &result.stdout), ("stderr", &result.stderr)] {
         if !s.text.is_empty() {
@@ -65,12 +89,8 @@ pub fn blocks(result: &RunResult) -> Vec<ContentBlock> {
     }
     let mut images = 0;
     for r in &result.results {
-        let image = IMAGE_TYPES
-            .into_iter()
-            .find_map(|mime| r.data.get(mime).and_then(|v| v.as_str()).map(|b64| (mime, b64)));
-        match image {
-            // Judged already (artifacts/bundle.rs): an image of its type.
-            Some((mime, b64)) if shown_as_image(mime, &r.flags) && images < MAX_IMAGES => {
+        match inline_image(r) {
+            Some((mime, b64)) if images < MAX_IMAGES => {
                 images += 1;
                 out.push(ContentBlock::image(b64.to_string(), mime));
             }
@@ -88,17 +108,40 @@ pub fn blocks(result: &RunResult) -> Vec<ContentBlock> {
         }
     }
     let mut notes = Vec::new();
-    for a in shown_images(result).take(MAX_IMAGES.saturating_sub(images)) {
-        match result.output_dir.as_deref().map(|d| read_png(Path::new(d), a)) {
-            Some(Ok(png)) => out.push(ContentBlock::image(base64::engine::general_purpose::STANDARD.encode(png), "image/png")),
-            Some(Err(e)) => notes.push(format!("image {} not attached: {e}", a.path)),
-            None => notes.push(format!("image {} not attached: the result names no output dir", a.path)),
+    if cell_of(result).is_some() {
+        // Not delivered yet: the session's judged copy, never the host folder's.
+        for a in cell_images(result) {
+            let answer = reads.iter().find(|(path, _)| *path == a.path).map(|(_, answer)| answer);
+            match answer.map(|answer| session_image(a, answer)) {
+                Some(Ok((b64, mime))) => out.push(ContentBlock::image(b64, mime)),
+                Some(Err(e)) => notes.push(format!("image {} not attached: {e}; read it with session_read_file", a.path)),
+                None => notes.push(format!("image {} not attached: read it with session_read_file", a.path)),
+            }
+        }
+    } else {
+        for a in shown_images(result).take(MAX_IMAGES.saturating_sub(images)) {
+            match result.output_dir.as_deref().map(|d| read_png(Path::new(d), a)) {
+                Some(Ok(png)) => {
+                    out.push(ContentBlock::image(base64::engine::general_purpose::STANDARD.encode(png), "image/png"))
+                }
+                Some(Err(e)) => notes.push(format!("image {} not attached: {e}", a.path)),
+                None => notes.push(format!("image {} not attached: the result names no output dir", a.path)),
+            }
         }
     }
     if !notes.is_empty() {
         out.push(ContentBlock::text(notes.join("\n")));
     }
     out
+}
+
+/// A rich result's image, when it is shown as one: judged already
+/// (artifacts/bundle.rs), an image of its type with no flag.
+fn inline_image(r: &DisplayResult) -> Option<(&'static str, &str)> {
+    IMAGE_TYPES
+        .into_iter()
+        .find_map(|mime| r.data.get(mime).and_then(|v| v.as_str()).map(|b64| (mime, b64)))
+        .filter(|(mime, _)| shown_as_image(mime, &r.flags))
 }
 
 /// The PNGs a client is shown: accepted, present after the run, with no
@@ -109,6 +152,60 @@ fn shown_images(result: &RunResult) -> impl Iterator<Item = &Artifact> {
         .iter()
         .filter(|a| a.change != Change::Deleted && a.media_type.as_deref() == Some("image/png") && a.flags.is_empty())
         .take(MAX_IMAGES)
+}
+
+/// The images of a cell's files a client is shown, as session_read_file
+/// shows a file ([`shown_as_image`]): present as the cell ended, at most
+/// what [`MAX_IMAGES`] leaves after the cell's rich results. None for any
+/// other result. The server reads each through the session.
+pub fn cell_images(result: &RunResult) -> Vec<&Artifact> {
+    if cell_of(result).is_none() {
+        return Vec::new();
+    }
+    let inline = result.results.iter().filter_map(inline_image).take(MAX_IMAGES).count();
+    result
+        .artifacts
+        .iter()
+        .filter(|a| a.change != Change::Deleted && shown_as_image(a.media_type.as_deref().unwrap_or(""), &a.flags))
+        .take(MAX_IMAGES.saturating_sub(inline))
+        .collect()
+}
+
+/// A cell's image as the session's files API gave it (`answer`): its
+/// base64 and type, when the bytes are those the cell listed (`a`: its
+/// size and sha256) and the check still judges them an image it shows.
+fn session_image(a: &Artifact, answer: &Result<FileAnswer, String>) -> Result<(String, &'static str), ImageError> {
+    let path = PathBuf::from(&a.path);
+    let not_as_accepted = |why| ImageError::NotAsAccepted { path: path.clone(), why };
+    let (now, data) = match answer {
+        Ok(FileAnswer::Read { artifact, data }) => (artifact, data),
+        Ok(FileAnswer::Refused { detail, .. }) => return Err(ImageError::Session { detail: detail.clone() }),
+        Ok(other) => return Err(ImageError::Session { detail: format!("it answered {other:?}; this is a bug") }),
+        Err(e) => return Err(ImageError::Session { detail: e.clone() }),
+    };
+    let mime = IMAGE_TYPES
+        .into_iter()
+        .find(|m| a.media_type.as_deref() == Some(*m))
+        .ok_or_else(|| not_as_accepted("not an image"))?;
+    if a.bytes > MAX_IMAGE_BYTES {
+        return Err(not_as_accepted("larger than the 8 MiB an image may be"));
+    }
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(data.as_bytes())
+        .map_err(|_| not_as_accepted("the session's answer is not base64"))?;
+    // Written again since the cell ended (by a later cell, or a thread
+    // this one left running): not the file the cell's result lists.
+    if bytes.len() as u64 != a.bytes || a.sha256.as_deref() != Some(jail::digest::sha256_hex(&bytes).as_str()) {
+        return Err(not_as_accepted("it changed since the cell ended"));
+    }
+    if now.media_type.as_deref() != Some(mime) || !shown_as_image(mime, &now.flags) {
+        return Err(not_as_accepted("the check no longer shows it as an image"));
+    }
+    let signature = if mime == "image/png" { PNG_SIGNATURE } else { JPEG_SIGNATURE };
+    if !bytes.starts_with(signature) {
+        return Err(not_as_accepted("no image signature"));
+    }
+    Ok((data.clone(), mime))
 }
 
 /// How the run ended, what it used and what it left, in a few lines.
@@ -133,10 +230,24 @@ pub fn summary(r: &RunResult) -> String {
     lines.push(format!("status {status}: {how}, {:.2} s wall{cpu}{mem}", r.usage.wall_ms / 1000.0));
     if !r.artifacts.is_empty() {
         let dir = r.output_dir.as_deref().unwrap_or("?");
-        lines.push(format!("artifacts (host folder {dir}):"));
+        lines.push(match cell_of(r) {
+            None => format!("artifacts (host folder {dir}):"),
+            Some(s) if s.ended => format!(
+                "files this cell made, changed or deleted in /workspace/output (the session ended: what passed the \
+                 check was delivered to the host folder {dir}):"
+            ),
+            Some(_) => format!(
+                "files this cell made, changed or deleted in /workspace/output, still in the session (read one with \
+                 session_read_file; session_stop delivers them to the host folder {dir}):"
+            ),
+        });
         for a in &r.artifacts {
             let change = serde_json::to_value(a.change).ok().and_then(|v| v.as_str().map(String::from)).unwrap_or_default();
-            lines.push(format!("  {} ({change}, {})", a.path, describe(a)));
+            lines.push(match (cell_of(r), a.change) {
+                // Gone from the session: nothing to describe.
+                (Some(_), Change::Deleted) => format!("  {} ({change})", a.path),
+                _ => format!("  {} ({change}, {})", a.path, describe(a)),
+            });
         }
     }
     for x in &r.rejected_artifacts {
@@ -239,6 +350,126 @@ mod tests {
         assert!(matches!(read_png(t.path(), &artifact("../c.png", &png)), Err(ImageError::Open { .. })));
         std::fs::write(t.path().join("n.png"), b"not a png").unwrap();
         assert!(matches!(read_png(t.path(), &artifact("n.png", b"not a png")), Err(ImageError::NotAsAccepted { .. })));
+    }
+
+    /// A cell's result (or, at `cell` 0, a session's closing one) whose
+    /// host folder is `dir`, listing `artifacts`.
+    fn of_cell(cell: u64, dir: &Path, artifacts: Vec<Artifact>) -> RunResult {
+        let mut r = RunResult::setup_failed(SetupError { stage: "-".into(), message: "-".into(), causes: vec![] });
+        r.status = Status::Ok;
+        r.exit_code = Some(0);
+        r.setup_error = None;
+        r.output_dir = Some(dir.display().to_string());
+        r.artifacts = artifacts;
+        r.session = Some(SessionInfo {
+            id: "s".into(),
+            cell,
+            ended: false,
+            why: None,
+            detail: None,
+            artifacts: "-".into(),
+        });
+        r
+    }
+
+    fn read(a: &Artifact, bytes: &[u8]) -> (String, Result<FileAnswer, String>) {
+        let data = base64::engine::general_purpose::STANDARD.encode(bytes);
+        (a.path.clone(), Ok(FileAnswer::Read { artifact: a.clone(), data }))
+    }
+
+    fn images(blocks: &[ContentBlock]) -> Vec<Vec<u8>> {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        blocks.iter().filter_map(|b| b.as_image()).map(|i| b64.decode(&i.data).unwrap()).collect()
+    }
+
+    fn text(blocks: &[ContentBlock]) -> String {
+        blocks.iter().filter_map(|b| b.as_text()).map(|t| t.text.as_str()).collect::<Vec<_>>().join("\n")
+    }
+
+    #[test]
+    fn a_cells_image_comes_from_the_session_never_from_the_host_folder_which_may_hold_an_older_one() {
+        let t = tempfile::tempdir().unwrap();
+        let old = [PNG_SIGNATURE, b"old chart"].concat();
+        let new = [PNG_SIGNATURE, b"new chart"].concat();
+        std::fs::write(t.path().join("chart.png"), &old).unwrap();
+        let cell = of_cell(2, t.path(), vec![artifact("chart.png", &new)]);
+        assert_eq!(cell_images(&cell).len(), 1);
+        let shown = blocks(&cell, &[read(&artifact("chart.png", &new), &new)]);
+        assert_eq!(images(&shown), vec![new.clone()]);
+        // Not read from the session: not shown, whatever the host folder holds.
+        std::fs::write(t.path().join("chart.png"), &new).unwrap();
+        let shown = blocks(&cell, &[]);
+        assert!(images(&shown).is_empty() && text(&shown).contains("read it with session_read_file"), "{shown:?}");
+        // The session's copy changed since the cell ended: a note, no image.
+        let later = [PNG_SIGNATURE, b"LATER chart"].concat();
+        let shown = blocks(&cell, &[read(&artifact("chart.png", &later), &later)]);
+        assert!(images(&shown).is_empty() && text(&shown).contains("changed since the cell ended"), "{shown:?}");
+        // Refused, or the session gone: the reason, no image.
+        let refused = FileAnswer::Refused {
+            code: jail::client::session::FileRefusal::NotFound,
+            reason: None,
+            detail: "gone".into(),
+        };
+        let shown = blocks(&cell, &[("chart.png".into(), Ok(refused))]);
+        assert!(images(&shown).is_empty() && text(&shown).contains("did not give it: gone"), "{shown:?}");
+        let shown = blocks(&cell, &[("chart.png".into(), Err("no open session".into()))]);
+        assert!(images(&shown).is_empty() && text(&shown).contains("no open session"), "{shown:?}");
+        // A session's closing result names delivered files: the host folder's.
+        let closing = of_cell(0, t.path(), vec![artifact("chart.png", &new)]);
+        assert!(cell_images(&closing).is_empty());
+        assert_eq!(images(&blocks(&closing, &[])), [new]);
+    }
+
+    #[test]
+    fn a_cells_jpeg_is_shown_and_a_flagged_or_rejudged_image_is_not() {
+        let t = tempfile::tempdir().unwrap();
+        let jpeg = b"\xff\xd8\xff\xe0 a jpeg".to_vec();
+        let mut a = artifact("p.jpg", &jpeg);
+        a.media_type = Some("image/jpeg".into());
+        let cell = of_cell(1, t.path(), vec![a.clone()]);
+        let shown = blocks(&cell, &[read(&a, &jpeg)]);
+        assert_eq!(shown.iter().filter_map(|b| b.as_image()).map(|i| i.mime_type.as_str()).collect::<Vec<_>>(), ["image/jpeg"]);
+        // Judged again by the read, now flagged: not shown.
+        let mut now = a.clone();
+        now.flags.push(ContentFlag {
+            kind: jail::result::FlagKind::Script,
+            count: 1,
+            detail: "x".into(),
+            locations: vec![],
+        });
+        let answer = FileAnswer::Read {
+            artifact: now.clone(),
+            data: base64::engine::general_purpose::STANDARD.encode(&jpeg),
+        };
+        assert!(images(&blocks(&cell, &[("p.jpg".into(), Ok(answer))])).is_empty());
+        // Flagged as the cell ended: not even asked for.
+        assert!(cell_images(&of_cell(1, t.path(), vec![now])).is_empty());
+    }
+
+    #[test]
+    fn a_cells_files_are_said_to_be_in_the_session_with_their_change_and_a_cell_that_wrote_nothing_says_nothing() {
+        let t = tempfile::tempdir().unwrap();
+        let mut gone = artifact("d/c.txt", b"");
+        gone.change = Change::Deleted;
+        gone.sha256 = None;
+        gone.media_type = None;
+        let mut cell = of_cell(3, t.path(), vec![artifact("chart.png", b"png"), gone]);
+        cell.rejected_artifacts.push(jail::result::RejectedArtifact {
+            path: "prog.exe".into(),
+            reason: jail::result::RejectReason::ExtensionNotAllowed,
+            detail: "the extension .exe is not allowed".into(),
+            disposition: jail::result::Disposition::NotDelivered,
+            moved_to: None,
+        });
+        let s = summary(&cell);
+        assert!(s.contains("still in the session") && s.contains("session_read_file") && s.contains("session_stop"), "{s}");
+        assert!(!s.contains("artifacts (host folder"), "{s}");
+        assert!(s.contains("  chart.png (created, image/png, 3 bytes)") && s.contains("  d/c.txt (deleted)\n"), "{s}");
+        assert!(s.contains("refused output prog.exe: the extension .exe is not allowed"), "{s}");
+        let s = summary(&of_cell(4, t.path(), vec![]));
+        assert!(!s.contains("files") && !s.contains("artifacts") && !s.contains('\n'), "{s}");
+        let s = summary(&of_cell(0, t.path(), vec![artifact("chart.png", b"png")]));
+        assert!(s.contains("artifacts (host folder"), "the closing result: {s}");
     }
 
     #[test]

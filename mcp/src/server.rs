@@ -262,10 +262,10 @@ pub struct Server {
     tool_router: ToolRouter<Server>,
 }
 
-/// A jail result as the tool's reply: MCP content (text, PNG images) and the
-/// whole document as structured content.
-fn reply_of(result: &RunResult) -> CallToolResult {
-    let blocks = content::blocks(result);
+/// A jail result as the tool's reply: MCP content (text, images; a cell's
+/// as `reads` gave them) and the whole document as structured content.
+fn reply_of(result: &RunResult, reads: &content::SessionReads) -> CallToolResult {
+    let blocks = content::blocks(result, reads);
     let mut reply = if result.status == Status::SetupFailed {
         CallToolResult::error(blocks)
     } else {
@@ -285,6 +285,22 @@ fn file_reply(op: files::Op, answer: Result<FileAnswer, String>) -> Result<CallT
     match answer {
         Ok(answer) => Ok(files::reply(op, answer)),
         Err(message) => refused(message),
+    }
+}
+
+impl Server {
+    /// The images a cell's result lists (content::cell_images), each read
+    /// through the session's files API as session_read_file reads it: the
+    /// judged copy in the session, since the host folder gets the cell's
+    /// files only when the session ends.
+    async fn cell_images(&self, id: &str, result: &RunResult) -> Vec<(String, Result<FileAnswer, String>)> {
+        let mut reads = Vec::new();
+        for a in content::cell_images(result) {
+            let path = a.path.clone();
+            let answer = self.sessions.file(id, move |h| session::get_file(h, &path)).await;
+            reads.push((a.path.clone(), answer));
+        }
+        reads
     }
 }
 
@@ -334,7 +350,9 @@ impl Server {
     #[tool(
         output_schema = rmcp::handler::server::common::schema_for_output::<RunResult>(),
         description = "Run Python 3 code as the next cell of a session (session_start): names earlier cells \
-                       defined are still there. Returns the cell's stdout, stderr, Python error and status."
+                       defined are still there. Returns the cell's stdout, stderr, Python error and status, and \
+                       the files it made, changed or deleted in /workspace/output, checked (PNG and JPEG images \
+                       inline); they stay in the session (session_read_file reads one) until session_stop."
     )]
     async fn session_exec(&self, Parameters(req): Parameters<SessionExec>) -> Result<CallToolResult, ErrorData> {
         let check = RunPython { code: req.code, input: vec![], timeout_seconds: None, env: req.env };
@@ -343,7 +361,10 @@ impl Server {
             Err(message) => return refused(message),
         };
         match self.sessions.exec(&req.session_id, &check.code, env).await {
-            Ok(result) => Ok(reply_of(&result)),
+            Ok(result) => {
+                let reads = self.cell_images(&req.session_id, &result).await;
+                Ok(reply_of(&result, &reads))
+            }
             Err(message) => refused(message),
         }
     }
@@ -392,11 +413,11 @@ impl Server {
     #[tool(
         output_schema = rmcp::handler::server::common::schema_for_output::<RunResult>(),
         description = "Stop a session: its jail ends, and the files its cells wrote to /workspace/output are \
-                       checked and listed (PNG images inline)."
+                       checked again, delivered to the host folder and listed (PNG images inline)."
     )]
     async fn session_stop(&self, Parameters(req): Parameters<SessionStop>) -> Result<CallToolResult, ErrorData> {
         match self.sessions.stop(&req.session_id).await {
-            Ok(result) => Ok(reply_of(&result)),
+            Ok(result) => Ok(reply_of(&result, &[])),
             Err(message) => refused(message),
         }
     }
@@ -415,7 +436,7 @@ impl Server {
             Ok(r) => r,
             Err(message) => return Ok(CallToolResult::error(vec![ContentBlock::text(message)])),
         };
-        Ok(reply_of(&result))
+        Ok(reply_of(&result, &[]))
     }
 }
 

@@ -466,3 +466,69 @@ print('ready')
     tool(&mut mcp, "session_stop", json!({"session_id": sid}));
     refused(&tool(&mut mcp, "session_list_files", json!({"session_id": sid})), "a stopped session", "no open session");
 }
+
+/// A cell's files come back with that cell (issue 37 item 3), from the
+/// session: its PNG as image content before session_stop, read through
+/// the session's files API, not from the host folder, which is given
+/// the cell's files only when the session ends and here holds an older
+/// chart.png of the same name. The text says where the files are, each
+/// one's change, and the refusals; a cell that wrote nothing says nothing
+/// of files; the closing result shows the delivered chart as before.
+#[test]
+fn a_session_cells_png_comes_back_from_the_session_before_session_stop_and_never_the_host_folders_older_one() {
+    use base64::Engine;
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let sb = Sandbox::new();
+    let mut mcp = Mcp::spawn(&sb.rootfs, sb.dir.path(), &sb.input).expect("jail mcp starts");
+    let sid = start_session(&mut mcp);
+    let quiet = tool(&mut mcp, "session_exec", json!({"session_id": sid, "code": "x = 1\nprint('quiet')"}));
+    let text = texts(&quiet);
+    assert!(text.contains("quiet") && !text.contains("files") && !text.contains("artifacts"), "{quiet}");
+    assert!(images(&quiet).is_empty(), "{quiet}");
+    let host = quiet["structuredContent"]["output_dir"].as_str().unwrap_or_else(|| panic!("{quiet}")).to_owned();
+    // An older chart of the same name, already in the host folder.
+    let old = [b"\x89PNG\r\n\x1a\n".as_slice(), b"an older chart"].concat();
+    std::fs::write(Path::new(&host).join("chart.png"), &old).unwrap();
+
+    let code = concat!(
+        include_str!("../../shows.py"),
+        "open('/workspace/output/chart.png', 'wb').write(PNG)\n",
+        "open('/workspace/output/prog.exe', 'wb').write(b'MZ')\n",
+        "import base64\nprint(base64.b64encode(PNG).decode())\n",
+    );
+    let drawn = tool(&mut mcp, "session_exec", json!({"session_id": sid, "code": code}));
+    let png = drawn["structuredContent"]["stdout"]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{drawn}"))
+        .trim()
+        .to_owned();
+    let shown = images(&drawn);
+    assert_eq!(shown.len(), 1, "the cell's chart, as it ends: {drawn}");
+    assert_eq!(shown[0]["mimeType"], "image/png");
+    assert_eq!(shown[0]["data"], png, "the chart the cell wrote, not the host folder's older one");
+    assert_ne!(shown[0]["data"], b64.encode(&old));
+    let text = texts(&drawn);
+    assert!(
+        text.contains("still in the session") && text.contains("session_read_file") && text.contains("session_stop"),
+        "{text}"
+    );
+    assert!(text.contains("chart.png (created, image/png") && text.contains("refused output prog.exe"), "{text}");
+    assert!(!text.contains("not attached"), "{text}");
+    assert_eq!(std::fs::read(Path::new(&host).join("chart.png")).unwrap(), old, "delivered before the session ended");
+
+    // Moved: the old name deleted, the new one shown.
+    let moved = "import os\nos.rename('/workspace/output/chart.png', '/workspace/output/moved.png')\n";
+    let cell = tool(&mut mcp, "session_exec", json!({"session_id": sid, "code": moved}));
+    let text = texts(&cell);
+    assert!(text.contains("  chart.png (deleted)") && text.contains("moved.png (created"), "{text}");
+    let shown = images(&cell);
+    assert_eq!(shown.len(), 1, "{cell}");
+    assert_eq!(shown[0]["data"], png, "{cell}");
+
+    // The closing result: delivered to the host folder, shown from there.
+    let stopped = tool(&mut mcp, "session_stop", json!({"session_id": sid}));
+    assert!(texts(&stopped).contains(&format!("artifacts (host folder {host})")), "{stopped}");
+    let shown = images(&stopped);
+    assert_eq!(shown.len(), 1, "{stopped}");
+    assert_eq!(shown[0]["data"], png, "{stopped}");
+}
