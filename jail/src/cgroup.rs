@@ -823,7 +823,7 @@ impl RunCgroup {
         let value = if self.version == Version::V2 { "1" } else { "FROZEN" };
         write_file(&file, value).map_err(|e| format!("{}: {e}", file.display()))?;
         let deadline = Instant::now() + within;
-        let mut pause = Duration::from_micros(50);
+        let (mut pause, mut passes) = (Duration::from_micros(20), 0);
         loop {
             if frozen(&dir) {
                 return Ok(true);
@@ -832,8 +832,7 @@ impl RunCgroup {
                 self.thaw();
                 return Err(format!("not all of its processes were frozen within {} ms", within.as_millis()));
             }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(2));
+            pause = crate::still::next_pause(pause, &mut passes);
         }
     }
 
