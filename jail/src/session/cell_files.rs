@@ -12,7 +12,8 @@
 //! while it is judged, and what changed since the cell began is judged,
 //! acting as the sandbox's host ids (fsid.rs) as the end's judging does.
 //! A tree that cannot be held within [`HOLD_WITHIN`] is not judged: the
-//! result says so, as a refusal of the folder (`not_judged`).
+//! result says so, as a refusal of the folder (`not_judged`). The judging
+//! costs the supervisor at most [`CELL_JUDGING`] of CPU a cell.
 //!
 //! Nothing is delivered from here: a client reads a cell's file through
 //! the files API (a judged copy), and everything is judged and delivered
@@ -30,6 +31,12 @@ use crate::watch::Tree;
 
 /// How long the jail's processes may take to be held still.
 pub(crate) const HOLD_WITHIN: Duration = Duration::from_secs(1);
+
+/// The supervisor CPU one cell's judging may cost (budget.rs): a quarter
+/// of a run's, since a session has many cells and the end judges all
+/// again. What is past it is handled by `artifacts.past_budget`, as at
+/// the end of a run.
+pub(crate) const CELL_JUDGING: Duration = Duration::from_millis(250);
 
 /// The output folder as a cell starts; `None` without a tmpfs. A folder
 /// that could not be looked at is an empty snapshot: everything the cell
@@ -54,7 +61,7 @@ pub(super) fn judged(place: Option<Place<'_>>, before: &Before, tree: &Tree<'_>)
         Err(e) => return not_judged(e),
     };
     let still = hold.still();
-    match as_sandbox(&p, || artifacts::judge_changes_at(p.tmpfs, before, p.rules, Spend::start(), still)) {
+    match as_sandbox(&p, || artifacts::judge_changes_at(p.tmpfs, before, p.rules, Spend::with_limit(CELL_JUDGING), still)) {
         Ok(c) => (c.artifacts, c.rejected),
         Err(e) => not_judged(e),
     }
