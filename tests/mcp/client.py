@@ -94,7 +94,9 @@ async def main(config_path, name, csv_input):
                 checks["refuses_" + key] = bool(r.is_error) and "status" not in texts(r)
 
             # A session: state survives from one cell to the next; the chart
-            # its cell draws comes back as an image when it is stopped.
+            # its cell draws comes back as an image with that cell (read
+            # through the session: it is not delivered until the stop), and
+            # again when it is stopped.
             checks["lists_session_tools"] = {"session_start", "session_exec", "session_stop"} <= set(report["tools"])
             started = await session.call_tool("session_start", {"input": [csv_input]})
             sid = (started.structured_content or {}).get("session_id")
@@ -106,6 +108,17 @@ async def main(config_path, name, csv_input):
             checks["session_keeps_state"] = not second.is_error and "x is 42" in texts(second)
             drawn = await session.call_tool("session_exec", {"session_id": sid, "code": CHART})
             checks["session_chart_ran"] = not drawn.is_error and "regions 3" in texts(drawn)
+            report["session_chart_cell"] = texts(drawn)
+            cell_pics = [base64.b64decode(c.data) for c in drawn.content if c.type == "image"]
+            checks["session_cell_chart_is_an_image"] = (
+                len(cell_pics) == 1 and cell_pics[0].startswith(b"\x89PNG") and struct.unpack(">II", cell_pics[0][16:24]) == (400, 300)
+            )
+            checks["session_cell_says_its_files_are_in_the_session"] = (
+                "chart.png (created" in texts(drawn) and "session_read_file" in texts(drawn)
+            )
+            checks["quiet_cell_lists_no_files"] = "files this cell" not in texts(first) and not [
+                c for c in first.content if c.type == "image"
+            ]
             # The files tools (issue 37 item 4), while the session lives: a CSV
             # in, read by a cell as written, read back with its formula cell
             # neutralised; the chart back as an image; a listing; `..` refused.
@@ -129,7 +142,7 @@ async def main(config_path, name, csv_input):
             report["files_dotdot"] = texts(dotdot)
             checks["files_refuse_dotdot"] = bool(dotdot.is_error) and "relative to /workspace/output" in texts(dotdot)
             stopped = await session.call_tool("session_stop", {"session_id": sid})
-            shown = [c for c in list(drawn.content) + list(stopped.content) if c.type == "image"]
+            shown = [c for c in stopped.content if c.type == "image"]
             report["session_stop"] = texts(stopped)
             checks["session_chart_is_an_image"] = bool(shown) and base64.b64decode(shown[0].data).startswith(b"\x89PNG")
             gone = await session.call_tool("session_exec", {"session_id": sid, "code": "print(x)"})

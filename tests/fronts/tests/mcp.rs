@@ -5,7 +5,8 @@
 //! the working folder. The client lists the tools, charts a CSV with
 //! matplotlib in the data rootfs and checks the PNG it gets back, then sends
 //! requests that must be refused with nothing run: this test checks that no
-//! run left an output folder for them. In a session it also writes, reads
+//! run left an output folder for them. In a session it gets a cell's chart
+//! back with that cell, before the session is stopped, and writes, reads
 //! and lists files with the files tools.
 
 use std::path::{Path, PathBuf};
