@@ -428,8 +428,10 @@ async fn put(
     description = "A file of a live session's /workspace/output, judged as an artifact is when the session ends (the \
 policy's artifact rules: its extension allowed, a CSV/TSV's formula cells neutralised, ...): the bytes are those that \
 passed, copied once, so a cell writing the file meanwhile changes nothing that was judged. Headers: `x-jail-sha256` \
-(of the bytes sent), `x-jail-media-type` (sniffed from the content), `x-jail-flags` (the flag kinds found, \
-comma-separated: `formula_injection`, `script`, `macros`, `media_type_mismatch`, `incomplete_scan`; absent when none).",
+(of the bytes sent), `x-jail-original-sha256` (of the file as the code wrote it, the sha256 a cell's result lists, \
+when the bytes sent are a neutralised copy; absent otherwise), `x-jail-media-type` (sniffed from the content), \
+`x-jail-flags` (the flag kinds found, comma-separated: `formula_injection`, `script`, `macros`, `media_type_mismatch`, \
+`incomplete_scan`; absent when none).",
     responses((status = 200, description = "the file's judged bytes", content_type = "application/octet-stream"),
         (status = 400, description = "`bad_path`, `link` (a link on the way or the file itself: never followed)", body = crate::api::ErrorBody),
         (status = 404, description = "`not_found`: with `field: \"path\"` no such file, else no session with this id for this token", body = crate::api::ErrorBody),
@@ -474,8 +476,12 @@ async fn get(
             kinds.push(kind);
         }
     }
+    // A cell's result lists the file as the code wrote it; a neutralised
+    // copy's own sha256 cannot be checked against that, the original's can.
+    let original = artifact.neutralised.map(|n| n.original_sha256);
     let said = [
         ("x-jail-sha256", artifact.sha256),
+        ("x-jail-original-sha256", original),
         ("x-jail-media-type", artifact.media_type),
         ("x-jail-flags", Some(kinds.join(",")).filter(|k| !k.is_empty())),
     ];

@@ -2728,6 +2728,95 @@ fn a_sessions_files_are_put_read_by_its_cells_got_back_judged_and_listed_on_eith
     }
 }
 
+/// A cell that draws a chart (a real PNG, made by hand: the minimal rootfs
+/// has no matplotlib) and writes a CSV with a formula.
+const CHART_AND_TABLE: &str = "import struct, zlib\n\
+def chunk(kind, data):\n    return struct.pack('>I', len(data)) + kind + data + struct.pack('>I', zlib.crc32(kind + data))\n\
+png = b'\\x89PNG\\r\\n\\x1a\\n' + chunk(b'IHDR', struct.pack('>IIBBBBB', 2, 1, 8, 2, 0, 0, 0)) \
++ chunk(b'IDAT', zlib.compress(b'\\x00\\xff\\x00\\x00\\x00\\x00\\xff')) + chunk(b'IEND', b'')\n\
+open('/workspace/output/chart.png', 'wb').write(png)\n\
+open('/workspace/output/table.csv', 'w').write('k,v\\n=1+1,2\\n')\n\
+open('/workspace/output/note.txt', 'w').write('gone soon')";
+
+/// A cell's result passes on, untouched, the files that cell made, changed
+/// or deleted as the jail judged them, on either backend; before the
+/// session ends each is read through the files route (its judged copy,
+/// whose `x-jail-sha256`, or for a neutralised CSV `x-jail-original-sha256`,
+/// is the sha256 the cell listed), and the ended session's artifacts route
+/// serves none of them yet.
+#[test]
+fn a_cells_chart_and_csv_are_listed_in_its_result_and_read_through_the_files_route_before_the_session_ends() {
+    for (s, backend) in [(Server::start(&[]), "pool"), (Server::without_pool(&[]), "spawn")] {
+        let made = s.call("POST", "/v1/sessions", Some(ALICE), Some("{}"));
+        assert_eq!((made.status, &made.json()["backend"]), (201, &json!(backend)), "{made:?}");
+        let sid = made.json()["id"].as_str().unwrap().to_owned();
+        let exec = |code: &str| {
+            let r = s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&json!({"code": code}).to_string()));
+            assert_eq!((r.status, &r.json()["result"]["status"]), (200, &json!("ok")), "{backend}: {r:?}");
+            r.json()["result"].clone()
+        };
+        let listed = |cell: &Value| -> Vec<(String, String)> {
+            let mut l: Vec<(String, String)> = cell["artifacts"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{backend}: no artifacts: {cell}"))
+                .iter()
+                .map(|a| (a["path"].as_str().unwrap().to_owned(), a["change"].as_str().unwrap().to_owned()))
+                .collect();
+            l.sort();
+            l
+        };
+        let entry = |cell: &Value, path: &str| -> Value {
+            cell["artifacts"].as_array().unwrap().iter().find(|a| a["path"] == path).cloned().unwrap()
+        };
+        let cell = exec(CHART_AND_TABLE);
+        let created = |p: &str| (p.to_owned(), "created".to_owned());
+        assert_eq!(listed(&cell), [created("chart.png"), created("note.txt"), created("table.csv")], "{backend}: {cell}");
+        assert_eq!(cell["rejected_artifacts"], json!([]), "{backend}: {cell}");
+        let chart = entry(&cell, "chart.png");
+        assert_eq!(chart["media_type"], "image/png", "{backend}: {chart}");
+        let table = entry(&cell, "table.csv");
+        assert_eq!(table["flags"][0]["kind"], "formula_injection", "{backend}: {table}");
+        let files = format!("/v1/sessions/{sid}/files");
+        let got = s.call("GET", &format!("{files}/chart.png"), Some(ALICE), None);
+        assert_eq!(got.status, 200, "{backend}: {got:?}");
+        assert!(got.body.contains("IHDR"), "{backend}: not the chart: {got:?}");
+        assert_eq!(got.header("x-jail-sha256").as_deref(), chart["sha256"].as_str(), "{backend}: {got:?}");
+        assert_eq!(got.header("content-length"), Some(chart["bytes"].to_string()), "{backend}: {got:?}");
+        assert_eq!(got.header("x-jail-media-type").as_deref(), Some("image/png"), "{backend}: {got:?}");
+        assert_eq!(got.header("x-jail-original-sha256"), None, "{backend}: the chart was sent as written: {got:?}");
+        let got = s.call("GET", &format!("{files}/table.csv"), Some(ALICE), None);
+        assert_eq!((got.status, got.body.as_str()), (200, "k,v\n'=1+1,2\n"), "{backend}: not neutralised: {got:?}");
+        assert_eq!(got.header("x-jail-sha256"), Some(jail::digest::sha256_hex(got.body.as_bytes())), "{backend}");
+        assert_eq!(got.header("x-jail-original-sha256").as_deref(), table["sha256"].as_str(), "{backend}: {got:?}");
+        let art = s.call("GET", &format!("/v1/sessions/{sid}/artifacts/chart.png"), Some(ALICE), None);
+        assert_eq!(art.status, 404, "{backend}: served as a closing artifact before the session ended: {art:?}");
+        // The next cell lists only what it did: a change and a deletion.
+        let next =
+            exec("open('/workspace/output/table.csv', 'a').write('x,3\\n')\nimport os\nos.remove('/workspace/output/note.txt')");
+        assert_eq!(
+            listed(&next),
+            [
+                ("note.txt".to_owned(), "deleted".to_owned()),
+                ("table.csv".to_owned(), "modified".to_owned())
+            ],
+            "{backend}: {next}"
+        );
+        assert_eq!(entry(&next, "note.txt")["sha256"], Value::Null, "{backend}: {next}");
+        let got = s.call("GET", &format!("{files}/table.csv"), Some(ALICE), None);
+        assert_eq!(got.header("x-jail-original-sha256").as_deref(), entry(&next, "table.csv")["sha256"].as_str(), "{backend}");
+        assert_ne!(entry(&next, "table.csv")["sha256"], table["sha256"], "{backend}: the change went unseen");
+        let closing = s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).json();
+        let mut paths: Vec<&str> = closing["result"]["artifacts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a["path"].as_str())
+            .collect();
+        paths.sort();
+        assert_eq!(paths, ["chart.png", "table.csv"], "{backend}: {closing}");
+    }
+}
+
 /// Each way out of the files API is refused as a 4xx JSON error, never a
 /// 500: `..` (as sent, and percent-encoded, which axum decodes), a link a
 /// cell made (as the file, and on the way), a body over the token's most,
