@@ -710,7 +710,7 @@ pub(crate) fn collect_at(
     spend: budget::Spend,
     dead: TreeDead,
 ) -> Collected {
-    let mut collected = judge_at(root, before, rules, spend, dead.into());
+    let mut collected = judge_at(root, before, rules, spend, dead.into(), Scope::Whole);
     collected.input = input_now(before, rules);
     collected
 }
@@ -719,6 +719,19 @@ pub(crate) fn collect_at(
 /// the run (what the script could not change, by the caller's rights).
 pub(crate) fn input_now(before: &Before, rules: &ArtifactRules) -> Option<InputReport> {
     before.input.as_ref().map(|(dir, was)| input_report(dir, was, rules))
+}
+
+/// What [`judge_at`] judges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// The whole output dir, for delivery: the end of a run or a session.
+    Whole,
+    /// Only what changed since `before` (a session's cell: the files it
+    /// made, changed or deleted, session/cell_files.rs): a file the same as
+    /// before is not read, a refused entry there before and left alone is
+    /// not listed, and nothing is to be delivered (`accepted` and `refused`
+    /// are empty).
+    Changes,
 }
 
 /// The output half of [`collect_at`]: its verdict, with no input report.
@@ -730,28 +743,16 @@ pub(crate) fn judge_at(
     rules: &ArtifactRules,
     spend: budget::Spend,
     _still: TreeStill<'_>,
+    scope: Scope,
 ) -> Collected {
-    judge(root, before, rules, spend, false)
-}
-
-/// What changed beneath `root` since `before` (a session's cell: the files
-/// it made, changed or deleted, session/cell_files.rs), judged by the same
-/// rules as [`judge_at`]: a file the same as before is not read, and a
-/// refused entry there before and left alone is not listed. Nothing is
-/// delivered from this verdict (`accepted` and `refused` are empty).
-pub(crate) fn judge_changes_at(
-    root: &OwnedFd,
-    before: &Before,
-    rules: &ArtifactRules,
-    spend: budget::Spend,
-    _still: TreeStill<'_>,
-) -> Collected {
-    let mut c = judge(root, before, rules, spend, true);
-    let alone: HashSet<usize> = c.refused.iter().filter(|r| before.left_alone(r)).filter_map(|r| r.listed).collect();
-    let rejected = std::mem::take(&mut c.rejected);
-    c.rejected = rejected.into_iter().enumerate().filter(|(i, _)| !alone.contains(i)).map(|(_, r)| r).collect();
-    c.accepted.clear();
-    c.refused.clear();
+    let mut c = judge(root, before, rules, spend, scope == Scope::Changes);
+    if scope == Scope::Changes {
+        let alone: HashSet<usize> = c.refused.iter().filter(|r| before.left_alone(r)).filter_map(|r| r.listed).collect();
+        let rejected = std::mem::take(&mut c.rejected);
+        c.rejected = rejected.into_iter().enumerate().filter(|(i, _)| !alone.contains(i)).map(|(_, r)| r).collect();
+        c.accepted.clear();
+        c.refused.clear();
+    }
     c
 }
 

@@ -31,7 +31,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use crate::artifacts::budget::Spend;
-use crate::artifacts::{self, neutralise, ArtifactRules, Before, Collected, PastBudget, Refused, TreeDead};
+use crate::artifacts::{self, neutralise, ArtifactRules, Before, Collected, PastBudget, Refused, Scope, TreeDead};
 use crate::fsid::{Acting, As};
 use crate::output::{self, FsIds, Inventory, Partial};
 use crate::result::{Disposition, OutputSync, RejectReason, RejectedArtifact};
@@ -169,7 +169,7 @@ fn judge_as_sandbox(
 ) -> Collected {
     let judged = Acting::begin(ids)
         .map_err(io::Error::other)
-        .and_then(|mut fs| fs.on(As::Jail, || Ok(artifacts::judge_at(tmpfs, before, rules, spend, dead.into()))));
+        .and_then(|mut fs| fs.on(As::Jail, || Ok(artifacts::judge_at(tmpfs, before, rules, spend, dead.into(), Scope::Whole))));
     let mut collected =
         judged.unwrap_or_else(|e| artifacts::unreadable_output(&format!("act as the sandbox to judge the output: {e}")));
     collected.input = artifacts::input_now(before, rules);

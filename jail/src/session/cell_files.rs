@@ -24,7 +24,7 @@
 use std::time::Duration;
 
 use super::files::Place;
-use crate::artifacts::{self, budget::Spend, Before};
+use crate::artifacts::{self, budget::Spend, Before, Scope};
 use crate::fsid::{Acting, As};
 use crate::result::{Artifact, Disposition, RejectReason, RejectedArtifact};
 use crate::watch::Tree;
@@ -60,8 +60,8 @@ pub(super) fn judged(place: Option<Place<'_>>, before: &Before, tree: &Tree<'_>)
         Ok(hold) => hold,
         Err(e) => return not_judged(e),
     };
-    let still = hold.still();
-    match as_sandbox(&p, || artifacts::judge_changes_at(p.tmpfs, before, p.rules, Spend::with_limit(CELL_JUDGING), still)) {
+    let (still, spend) = (hold.still(), Spend::with_limit(CELL_JUDGING));
+    match as_sandbox(&p, || artifacts::judge_at(p.tmpfs, before, p.rules, spend, still, Scope::Changes)) {
         Ok(c) => (c.artifacts, c.rejected),
         Err(e) => not_judged(e),
     }
