@@ -1178,6 +1178,29 @@ mod tests {
     }
 
     #[test]
+    fn a_changes_verdict_lists_only_what_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path();
+        for n in ["keep.txt", "edit.txt", "gone.txt", "old.exe"] {
+            std::fs::write(p.join(n), "v1\n").unwrap();
+        }
+        let root = open_root(p).unwrap();
+        let before = Before::output_at(&root, &rules());
+        assert!(before.unchanged_at(&root, &rules()));
+        std::fs::write(p.join("edit.txt"), "v22\n").unwrap();
+        std::fs::remove_file(p.join("gone.txt")).unwrap();
+        std::fs::write(p.join("new.exe"), "MZ").unwrap();
+        assert!(!before.unchanged_at(&root, &rules()));
+        let still = TreeStill::from(TreeDead::after_reaping_pid1());
+        let c = judge_at(&root, &before, &rules(), budget::Spend::start(), still, Scope::Changes);
+        let listed: Vec<(&str, Change)> = c.artifacts.iter().map(|a| (a.path.as_str(), a.change)).collect();
+        assert_eq!(listed, [("edit.txt", Change::Modified), ("gone.txt", Change::Deleted)]);
+        let refused: Vec<&str> = c.rejected.iter().map(|r| r.path.as_str()).collect();
+        assert_eq!(refused, ["new.exe"], "old.exe was there before, left alone");
+        assert!(c.accepted.is_empty() && c.refused.is_empty(), "a cell's verdict delivers nothing");
+    }
+
+    #[test]
     fn changes_against_the_snapshot_are_told_apart() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path();
