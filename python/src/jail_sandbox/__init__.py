@@ -61,6 +61,7 @@ from ._remote import (
 from ._sandbox import (
     EXIT_SETUP_FAILED,
     Artifact,
+    ArtifactChangedError,
     Execution,
     ExecutionError,
     FileEntry,
@@ -74,6 +75,7 @@ from ._sandbox import (
     SandboxProtocolError,
     SandboxSetupError,
     Session,
+    SessionArtifact,
     SessionClosedError,
     Usage,
     find_jail,
@@ -82,6 +84,7 @@ from ._sandbox import (
 __all__ = [
     "EXIT_SETUP_FAILED",
     "Artifact",
+    "ArtifactChangedError",
     "ArtifactMismatchError",
     "AsyncFiles",
     "AsyncRemoteSandbox",
@@ -106,6 +109,7 @@ __all__ = [
     "SandboxProtocolError",
     "SandboxSetupError",
     "Session",
+    "SessionArtifact",
     "SessionClosedError",
     "Usage",
     "find_jail",

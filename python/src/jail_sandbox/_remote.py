@@ -23,6 +23,9 @@ What it speaks (README "As a service", ``GET /openapi.json``):
   (the judged bytes, checked against ``x-jail-sha256``) and ``GET
   /v1/sessions/{id}/files?path=DIR``; a refusal (the service's 4xx with a
   files code) is a :class:`~jail_sandbox.FileRefusedError`, as locally.
+  A cell's artifacts are read through the same ``GET`` (the session has
+  delivered nothing yet), each checked against the sha256 the cell listed
+  (``x-jail-original-sha256`` for a neutralised copy).
 
 The service is trusted less than the local binary: every request has a
 timeout, every reply is read up to a cap, every result's
@@ -67,6 +70,7 @@ from ._sandbox import (
     PathLike,
     SandboxError,
     SandboxProtocolError,
+    SessionArtifact,
     SessionClosedError,
     _artifact_fields,
     _check_sha256,
@@ -165,7 +169,9 @@ class ArtifactMismatchError(SandboxProtocolError):
 
 @dataclass(frozen=True)
 class RemoteArtifact(Artifact):
-    """An accepted artifact of a remote run. Its bytes stay on the service
+    """An accepted artifact of a remote run, or of a remote session's
+    closing result (a live session's cell lists
+    :class:`~jail_sandbox.SessionArtifact` objects). Its bytes stay on the service
     until :meth:`read_bytes` fetches them (``GET
     /v1/runs/{id}/artifacts/{path}``) and checks them against ``sha256`` and
     ``bytes``; ``output_dir`` and ``host_path`` are ``None``.
@@ -427,10 +433,16 @@ class RemoteSandbox:
             return float(self.wait_timeout)
         return (float(limit) if limit is not None and limit > 0 else DEFAULT_WAIT) + WAIT_SLACK
 
-    def _execution(self, result: Any, run_id: Optional[str], session_id: Optional[str] = None) -> Execution:
+    def _execution(
+        self, result: Any, run_id: Optional[str], session_id: Optional[str] = None, cell_of: Optional["RemoteSession"] = None
+    ) -> Execution:
+        """``cell_of``: the live session whose cell this is; its artifacts
+        are that session's until it ends, read through its files route."""
         _check_result_shape(result)
 
         def make(a: Dict[str, Any]) -> Artifact:
+            if cell_of is not None:
+                return SessionArtifact(**_artifact_fields(a), output_dir=None, session=cell_of)
             return RemoteArtifact(**_artifact_fields(a), output_dir=None, run_id=run_id, sandbox=self, session_id=session_id)
 
         return _checked(result, "", make, run_id)
@@ -833,7 +845,7 @@ class RemoteSession:
             if e.status in (404, 410):
                 raise self._gone(e) from e
             raise
-        execution = self.sandbox._execution(reply.get("result"), None)
+        execution = self.sandbox._execution(reply.get("result"), None, cell_of=self)
         for cb, text in ((on_stdout, execution.stdout), (on_stderr, execution.stderr)):
             if cb is not None and text:
                 cb(text)
@@ -883,18 +895,21 @@ class RemoteSession:
         url = self._file_url(path)
         return self._file_answer("PUT", url, path, MAX_ERROR_BYTES, raw=data)
 
-    def _get_file(self, path: str) -> bytes:
+    def _read_file(self, path: str) -> Tuple[bytes, str]:
+        """The judged bytes of ``path`` and the sha256 of the file as the
+        code wrote it (``x-jail-original-sha256`` for a neutralised copy)."""
         url = self._file_url(path)
         conn, resp = self._file_call("GET", url, path)
         try:
             sha256 = resp.getheader("x-jail-sha256")
+            original = resp.getheader("x-jail-original-sha256")
             data = _read(resp, MAX_FILE, url, self.sandbox.request_timeout)
         finally:
             conn.close()
         if sha256 is None:
             raise SandboxProtocolError(f"GET {url}: the service sent no x-jail-sha256: refused")
         _check_sha256(path, data, sha256, ArtifactMismatchError)
-        return data
+        return data, original or sha256
 
     def _list_files(self, path: str) -> Dict[str, Any]:
         url = f"/v1/sessions/{self.id}/files"

@@ -77,6 +77,23 @@ class SandboxProtocolError(SandboxError):
     """``jail`` ended without a result this client can read."""
 
 
+class ArtifactChangedError(SandboxError):
+    """A session cell's artifact is not what the cell listed any more: a
+    later cell (or ``session.files.write``) changed the file, or removed it,
+    after that cell ended. Nothing is returned; ``session.files.read(path)``
+    reads the file as it is now.
+
+    Attributes:
+        path: The artifact's path, relative to ``/workspace/output``.
+    """
+
+    def __init__(self, path: str, why: str) -> None:
+        self.path = path
+        super().__init__(
+            f"artifact {path}: {why} since the cell listed it; read it as it is now with session.files.read({path!r})"
+        )
+
+
 class FileRefusedError(SandboxError):
     """A session's files API (``session.files``) refused the request, for a
     local session (``jail session put|get|ls``) and a remote one (the
@@ -180,6 +197,38 @@ class Artifact:
 
 
 @dataclass(frozen=True)
+class SessionArtifact(Artifact):
+    """A file a session's cell made, changed or deleted, as its result lists
+    it. The session delivers its output to the host folder only when it
+    ends, so until then the file is the live session's: :meth:`read_bytes`
+    reads it through the session's files API (:attr:`Session.files`, local
+    or remote). ``output_dir`` and ``host_path`` are ``None``; ``sha256``
+    and ``bytes`` are the file's as the cell left it (a CSV/TSV before its
+    formula cells are neutralised). It holds its session: one dropped
+    without ``close()`` is stopped once its cells' artifacts are gone too.
+    """
+
+    session: Any = field(default=None, repr=False, compare=False)
+
+    def read_bytes(self) -> builtins.bytes:
+        """The file's content as judged (a CSV's formula cells neutralised),
+        read from the live session and checked to be the file this cell
+        listed.
+
+        Raises:
+            ArtifactChangedError: A later cell (or ``files.write``) changed or
+                removed the file: ``session.files.read(path)`` reads it as it is now.
+            SessionClosedError: The session ended; what it delivered is its
+                closing result's artifacts (``session.closing``).
+            FileRefusedError: The files API refused it (``too_large``: over 8 MiB).
+            SandboxError: The cell deleted the file.
+        """
+        if self.sha256 is None or self.change == "deleted":
+            raise SandboxError(f"artifact {self.path}: the code deleted it; there are no bytes to read")
+        return Files(self.session)._listed(self.path, self.sha256)
+
+
+@dataclass(frozen=True)
 class Result:
     """One rich result of a run or cell (E2B's ``Result``, Jupyter's display
     data): the value of the code's last expression (``is_main_result``), a
@@ -256,11 +305,18 @@ class Execution:
         error: The exception the code ended with, or ``None``.
         exit_code: The interpreter's exit status, ``None`` if it was killed.
         usage: Time and memory the run used.
-        artifacts: Accepted output files, in the result's order.
+        artifacts: Accepted output files, in the result's order. A
+            session cell's are what that cell made, changed or deleted, as
+            :class:`SessionArtifact` objects: the session delivers its files
+            only when it ends, so ``read_bytes()`` reads each from the live
+            session (through ``session.files``, judged) and raises
+            :class:`ArtifactChangedError` once a later cell has changed it;
+            the closing result's (``session.close()``) are the delivered ones.
         output_dir: The host folder the artifacts are in: the ``output`` the
             sandbox was given, else a folder made for this run, which is
             removed once this object and its artifacts are gone (copy what
-            you keep); ``None`` when the run left no file, and for a
+            you keep); ``None`` when the run left no file, for a session's
+            cell (its files are the session's until it ends), and for a
             :class:`~jail_sandbox.RemoteSandbox` run (its files stay on the service).
         result: The whole result document, as ``jail run --json`` prints it.
         run_id: The service's id of the run (:class:`~jail_sandbox.RemoteSandbox`), else ``None``.
@@ -399,7 +455,26 @@ class Files:
         would be delivered (a CSV's formula cells neutralised), checked
         against the sha256 the session gives. A file the artifact rules
         refuse raises :class:`FileRefusedError` with ``code`` ``rejected``."""
-        return self._session._get_file(_file_path(path))
+        return self._session._read_file(_file_path(path))[0]
+
+    def _listed(self, path: str, sha256: str) -> bytes:
+        """The judged bytes of ``path``, if it is still the file a cell
+        listed with ``sha256`` (of the file as the code wrote it: for a
+        neutralised copy, its original's)."""
+        try:
+            data, written = self._session._read_file(path)
+        except FileRefusedError as e:
+            if e.code == "not_found":
+                raise ArtifactChangedError(path, "it was removed") from e
+            raise
+        except SessionClosedError as e:
+            raise SessionClosedError(
+                f"artifact {path} is no longer in the session ({e}); what a closed session delivered is its "
+                "closing result's artifacts (session.closing)"
+            ) from e
+        if written != sha256:
+            raise ArtifactChangedError(path, f"it was changed (sha256 {written}, not the listed {sha256})")
+        return data
 
     def list(self, path: str = "") -> List[FileEntry]:
         """The entries of the folder ``path`` (default: ``/workspace/output``
@@ -1017,7 +1092,12 @@ class Session:
             return True
 
     def _result(
-        self, cmd: List[str], stdin: Optional[bytes], own: bool = False, variables: Optional[Dict[str, str]] = None
+        self,
+        cmd: List[str],
+        stdin: Optional[bytes],
+        own: bool = False,
+        variables: Optional[Dict[str, str]] = None,
+        make_artifact: Optional[Callable[[Dict[str, Any]], Artifact]] = None,
     ) -> Execution:
         out = self._call(cmd, stdin, variables)
         jail_stderr = out.stderr.decode("utf-8", "replace").strip()
@@ -1031,7 +1111,7 @@ class Session:
             raise SessionClosedError(
                 f"jail session {cmd[2]} exited {out.returncode} without a result: {jail_stderr[:400]}"
             ) from None
-        return _checked(result, jail_stderr, own=own)
+        return _checked(result, jail_stderr, make_artifact, own=own)
 
     def run(
         self,
@@ -1060,13 +1140,19 @@ class Session:
         cmd = [str(self.sandbox.jail), "session", "exec"]
         if self._cell_timeout is not None:
             cmd += ["--timeout", repr(float(self._cell_timeout))]
-        execution = self._result(cmd + [self.handle, "-"], code.encode("utf-8"), variables=_envs(envs))
+        execution = self._result(
+            cmd + [self.handle, "-"], code.encode("utf-8"), variables=_envs(envs), make_artifact=self._artifact
+        )
         for cb, text in ((on_stdout, execution.stdout), (on_stderr, execution.stderr)):
             if cb is not None and text:
                 cb(text)
         return execution
 
     run_code = run
+
+    def _artifact(self, a: Dict[str, Any]) -> Artifact:
+        """A cell's artifact: in the session until it ends, so read from it."""
+        return SessionArtifact(**_artifact_fields(a), output_dir=None, session=self)
 
     @property
     def files(self) -> Files:
@@ -1103,15 +1189,19 @@ class Session:
     def _put_file(self, path: str, data: bytes) -> Dict[str, Any]:
         return self._files("put", path, data)
 
-    def _get_file(self, path: str) -> bytes:
+    def _read_file(self, path: str) -> Tuple[bytes, str]:
+        """The judged bytes of ``path`` and the sha256 of the file as the
+        code wrote it (a neutralised copy's original's)."""
         answer = self._files("get", path)
         try:
             data = base64.b64decode(answer["data"], validate=True)
-            sha256 = answer["artifact"]["sha256"]
-        except (KeyError, TypeError, ValueError):
+            artifact = answer["artifact"]
+            sha256 = artifact["sha256"]
+            written = str((artifact.get("neutralised") or {}).get("original_sha256") or sha256)
+        except (KeyError, TypeError, ValueError, AttributeError):
             raise SandboxProtocolError(f"jail session get {path!r}: the answer is not a file read") from None
         _check_sha256(path, data, sha256)
-        return data
+        return data, written
 
     def _list_files(self, path: str) -> Dict[str, Any]:
         return self._files("ls", path)
