@@ -2716,15 +2716,7 @@ fn a_sessions_files_are_put_read_by_its_cells_got_back_judged_and_listed_on_eith
         );
         let sub = s.call("GET", &format!("{files}?path=data"), Some(ALICE), None).json();
         assert_eq!(sub["entries"], json!([{"name": "prices.csv", "kind": "file", "bytes": csv.len()}]), "{backend}: {sub}");
-        let closing = s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).json();
-        let mut paths: Vec<&str> = closing["result"]["artifacts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|a| a["path"].as_str())
-            .collect();
-        paths.sort();
-        assert_eq!(paths, ["data/prices.csv", "total.csv"], "{backend}: {closing}");
+        assert_eq!(closed_with(&s, &sid), ["data/prices.csv", "total.csv"], "{backend}");
     }
 }
 
@@ -2805,16 +2797,21 @@ fn a_cells_chart_and_csv_are_listed_in_its_result_and_read_through_the_files_rou
         let got = s.call("GET", &format!("{files}/table.csv"), Some(ALICE), None);
         assert_eq!(got.header("x-jail-original-sha256").as_deref(), entry(&next, "table.csv")["sha256"].as_str(), "{backend}");
         assert_ne!(entry(&next, "table.csv")["sha256"], table["sha256"], "{backend}: the change went unseen");
-        let closing = s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).json();
-        let mut paths: Vec<&str> = closing["result"]["artifacts"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|a| a["path"].as_str())
-            .collect();
-        paths.sort();
-        assert_eq!(paths, ["chart.png", "table.csv"], "{backend}: {closing}");
+        assert_eq!(closed_with(&s, &sid), ["chart.png", "table.csv"], "{backend}");
     }
+}
+
+/// End session `sid` (`DELETE`): the paths its closing result lists, sorted.
+fn closed_with(s: &Server, sid: &str) -> Vec<String> {
+    let closing = s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).json();
+    let mut paths: Vec<String> = closing["result"]["artifacts"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no artifacts in the closing result: {closing}"))
+        .iter()
+        .filter_map(|a| a["path"].as_str().map(String::from))
+        .collect();
+    paths.sort();
+    paths
 }
 
 /// Each way out of the files API is refused as a 4xx JSON error, never a
