@@ -27,7 +27,7 @@ use std::sync::Arc;
 use axum::body::{Body, Bytes};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::api::ApiError;
 use crate::config::Tenant;
@@ -55,27 +55,46 @@ pub async fn respond<F>(state: &Shared, tenant: &Tenant, find: F) -> Response
 where
     F: FnOnce() -> Result<Found, ApiError> + Send + 'static,
 {
-    let Some(gates) = state.gates.get(&tenant.name) else {
-        return ApiError::failed("no read budget for this token").into_response();
+    let reply = match read_permit(state, tenant) {
+        Ok(permit) => serve(find, permit).await,
+        Err(e) => Err(e),
     };
-    match serve(find, &gates.artifacts).await {
-        Ok(r) => r,
-        Err(e) => {
-            if e.code == "busy" {
-                state.metrics.limit_hit("tenant_artifact_reads", &tenant.name);
-            }
-            e.into_response()
-        }
-    }
+    reply.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn serve<F>(find: F, budget: &Arc<Semaphore>) -> Result<Response, ApiError>
+/// A place in `tenant`'s read budget (`max_artifact_reads`), held while a
+/// reply of a file's bytes is made and sent: an artifact's, or a live
+/// session file's (sessions.rs), each up to megabytes. `busy` when the
+/// budget is full.
+pub fn read_permit(state: &Shared, tenant: &Tenant) -> Result<OwnedSemaphorePermit, ApiError> {
+    let Some(gates) = state.gates.get(&tenant.name) else {
+        return Err(ApiError::failed("no read budget for this token"));
+    };
+    take(&gates.artifacts).inspect_err(|_| state.metrics.limit_hit("tenant_artifact_reads", &tenant.name))
+}
+
+/// A place in `budget`, or `busy`.
+fn take(budget: &Arc<Semaphore>) -> Result<OwnedSemaphorePermit, ApiError> {
+    Arc::clone(budget)
+        .try_acquire_owned()
+        .map_err(|_| ApiError::busy("this token's file replies in flight hold its read budget: retry shortly"))
+}
+
+/// `bytes` as a reply body that holds `permit` until it is sent.
+pub fn held_body(bytes: Vec<u8>, permit: OwnedSemaphorePermit) -> Body {
+    // The permit stays in the stream's state past its one chunk, and goes
+    // with the stream once it has ended or is dropped.
+    let start = (Some(Bytes::from(bytes)), permit);
+    Body::from_stream(futures_util::stream::unfold(start, |(bytes, permit)| async move {
+        let chunk = bytes?;
+        Some((Ok::<_, std::io::Error>(chunk), (None, permit)))
+    }))
+}
+
+async fn serve<F>(find: F, permit: OwnedSemaphorePermit) -> Result<Response, ApiError>
 where
     F: FnOnce() -> Result<Found, ApiError> + Send + 'static,
 {
-    let permit = Arc::clone(budget)
-        .try_acquire_owned()
-        .map_err(|_| ApiError::busy("this token's artifact replies in flight hold its read budget: retry shortly"))?;
     let found = tokio::task::spawn_blocking(find)
         .await
         .map_err(|e| ApiError::failed(format!("read artifact: {e}")))??;
@@ -246,21 +265,21 @@ mod tests {
         let content = vec![b'c'; 3 * crate::files::CHUNK + 5];
         std::fs::write(dir.path().join("a.txt"), &content).unwrap();
         let result = result_listing(dir.path(), "a.txt", &content);
-        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget)).unwrap();
+        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), take(&budget).unwrap())).unwrap();
         assert_eq!(r.headers()[header::CONTENT_LENGTH], content.len().to_string());
         assert_eq!(body_of(&rt, r).unwrap(), content);
         // Same size, other bytes: the sha256 tells, and the reply never ends whole.
         let mut other = content.clone();
         other[10] = b'X';
         std::fs::write(dir.path().join("a.txt"), &other).unwrap();
-        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget)).unwrap();
+        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), take(&budget).unwrap())).unwrap();
         assert!(body_of(&rt, r).is_err(), "a changed file is cut short");
         // Another size: refused before a byte is sent.
         std::fs::write(dir.path().join("a.txt"), b"a longer text").unwrap();
         assert_eq!(code(listed(&result, dir.path(), "a.txt").err().unwrap()), (StatusCode::CONFLICT, "changed"));
         // Grown between the open and the read: cut short too.
         std::fs::write(dir.path().join("a.txt"), &content).unwrap();
-        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), &budget)).unwrap();
+        let r = rt.block_on(serve(find(&result, dir.path(), "a.txt"), take(&budget).unwrap())).unwrap();
         std::fs::write(dir.path().join("a.txt"), [content.as_slice(), b"more"].concat()).unwrap();
         assert!(body_of(&rt, r).is_err(), "a grown file is cut short");
     }
@@ -286,16 +305,27 @@ mod tests {
         let result = result_listing(dir.path(), "big.bin", &content);
         // A tenant's budget of one reply; another tenant's of its own.
         let (mine, theirs) = (Arc::new(Semaphore::new(1)), Arc::new(Semaphore::new(1)));
-        let first = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine)).unwrap();
+        let first = rt.block_on(serve(find(&result, dir.path(), "big.bin"), take(&mine).unwrap())).unwrap();
         assert_eq!(mine.available_permits(), 0, "the unsent body holds the share");
-        let second = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine));
-        assert_eq!(code(second.err().unwrap()), (StatusCode::TOO_MANY_REQUESTS, "busy"));
-        let other = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &theirs)).unwrap();
+        assert_eq!(code(take(&mine).err().unwrap()), (StatusCode::TOO_MANY_REQUESTS, "busy"));
+        let other = rt.block_on(serve(find(&result, dir.path(), "big.bin"), take(&theirs).unwrap())).unwrap();
         assert_eq!(body_of(&rt, other).unwrap().len(), content.len(), "another tenant is not held up");
         assert_eq!(body_of(&rt, first).unwrap().len(), content.len());
         assert_eq!(mine.available_permits(), 1, "sent: the share is back");
-        let dropped = rt.block_on(serve(find(&result, dir.path(), "big.bin"), &mine)).unwrap();
+        let dropped = rt.block_on(serve(find(&result, dir.path(), "big.bin"), take(&mine).unwrap())).unwrap();
         drop(dropped);
         assert_eq!(mine.available_permits(), 1, "dropped unsent: the share is back");
+    }
+
+    #[test]
+    fn a_held_body_gives_its_place_back_once_sent_or_dropped() {
+        let rt = runtime();
+        let budget = Arc::new(Semaphore::new(1));
+        let sent = Response::new(held_body(b"judged bytes".to_vec(), take(&budget).unwrap()));
+        assert!(take(&budget).is_err(), "the unsent body holds the place");
+        assert_eq!(body_of(&rt, sent).unwrap(), b"judged bytes");
+        assert_eq!(budget.available_permits(), 1, "sent: the place is back");
+        drop(held_body(vec![0; 16], take(&budget).unwrap()));
+        assert_eq!(budget.available_permits(), 1, "dropped unsent: the place is back");
     }
 }

@@ -148,8 +148,9 @@ pub struct TenantFile {
     /// Event streams (`GET /v1/runs/{id}/events`) open at most.
     #[serde(default = "default_streams")]
     pub max_streams: usize,
-    /// Artifact replies in flight at most: this token's share of the
-    /// service's read budget, which no other token's replies touch.
+    /// Replies of a file's bytes in flight at most (an artifact's, a live
+    /// session file's): this token's share of the service's read budget,
+    /// which no other token's replies touch.
     #[serde(default = "default_artifact_reads")]
     pub max_artifact_reads: usize,
     /// Bytes kept for this token's finished runs (their events, results

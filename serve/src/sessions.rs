@@ -438,7 +438,8 @@ when the bytes sent are a neutralised copy; absent otherwise), `x-jail-media-typ
         (status = 409, description = "`not_a_file`, `unavailable`", body = crate::api::ErrorBody),
         (status = 410, description = "`session_ended`", body = crate::api::ErrorBody),
         (status = 413, description = "`too_large`: over 8 MiB", body = crate::api::ErrorBody),
-        (status = 422, description = "`rejected`: the artifact rules refused it; `reason` says which", body = crate::api::ErrorBody)),
+        (status = 422, description = "`rejected`: the artifact rules refused it; `reason` says which", body = crate::api::ErrorBody),
+        (status = 429, description = "`busy`: file replies in flight hold this token's read budget (`max_artifact_reads`)", body = crate::api::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get_file(
     State(state): State<Shared>,
@@ -459,8 +460,12 @@ async fn get(
     headers: &HeaderMap,
     url: Result<UrlPath<(String, String)>, PathRejection>,
 ) -> Result<Response, ApiError> {
+    let tenant = state.tenant(headers)?.clone();
     let (id, path) = file_path(url)?;
     let (session, handle) = find_handle(state, headers, &id)?;
+    // Up to 8 MiB held, twice over while decoded: in the token's read
+    // budget, as an artifact's reply is, until it is sent.
+    let permit = artifacts::read_permit(state, &tenant)?;
     let answer = blocking(move || session::get_file(&handle, &path)).await?;
     let (artifact, data) = match answer.map_err(|e| session_error(state, &session.dir, e))? {
         FileAnswer::Read { artifact, data } => (artifact, data),
@@ -469,7 +474,8 @@ async fn get(
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(data)
         .map_err(|e| ApiError::failed(format!("the session's file is not base64: {e}")))?;
-    let mut response = (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], bytes).into_response();
+    let body = artifacts::held_body(bytes, permit);
+    let mut response = (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], body).into_response();
     let mut kinds: Vec<String> = Vec::new();
     for kind in artifact.flags.iter().filter_map(|f| name_of(&f.kind)) {
         if !kinds.contains(&kind) {

@@ -2801,6 +2801,44 @@ fn a_cells_chart_and_csv_are_listed_in_its_result_and_read_through_the_files_rou
     }
 }
 
+/// A live session's file reply is held in the token's read budget until
+/// it is sent, as an artifact's is: with `max_artifact_reads` 1, a client
+/// that leaves a 6 MiB file reply unread has the next read of it refused
+/// `busy` (429), not another 6 MiB held; once that reply is taken, reads
+/// are served again.
+#[test]
+fn a_session_files_reply_is_held_in_the_tokens_read_budget_until_it_is_sent() {
+    let tenants = json!({"tenants": [
+        {"name": "alice", "token": ALICE, "max_runs": 2, "max_sessions": 1, "max_artifact_reads": 1,
+         "max_timeout_secs": 60, "max_memory_mib": 256}
+    ]});
+    let s = Server::launch_with(Wrap::Plain, &tenants, &["--pool-size", "0"]);
+    let made = s.call("POST", "/v1/sessions", Some(ALICE), Some("{}"));
+    assert_eq!(made.status, 201, "{made:?}");
+    let sid = made.json()["id"].as_str().unwrap().to_owned();
+    let code = json!({"code": "open('/workspace/output/big.txt', 'w').write('x' * (6 << 20))"}).to_string();
+    let r = s.call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&code));
+    assert_eq!(r.status, 200, "{r:?}");
+    let path = format!("/v1/sessions/{sid}/files/big.txt");
+    let (unread, status) = stalled(s.addr, &path, ALICE).expect("the first read's head");
+    assert_eq!(status, 200);
+    let second = s.call("GET", &path, Some(ALICE), None);
+    let said: String = second.body.chars().take(200).collect();
+    assert_eq!(second.status, 429, "a second 6 MiB reply was made while the first was held: {said}");
+    assert_eq!(second.json()["error"]["code"], "busy", "{said}");
+    drop(unread);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let again = s.call("GET", &path, Some(ALICE), None);
+        if again.status == 200 {
+            assert_eq!(again.body.len(), 6 << 20);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the budget was never given back: {}", again.status);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// End session `sid` (`DELETE`): the paths its closing result lists, sorted.
 fn closed_with(s: &Server, sid: &str) -> Vec<String> {
     let closing = s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).json();
