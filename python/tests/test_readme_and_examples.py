@@ -39,6 +39,7 @@ def test_the_readme_snippet_runs_as_written(rootfs, tmp_path):
     assert "nonzero_exit 1" in lines
     assert "KeyError 'late'" in lines
     assert "42" in lines, "the session's second cell saw the first's x"
+    assert "[('total.csv', 'created')]" in lines, "the session cell's result lists the file it made"
     assert "total,'=SUM(B2)" in lines, "the file the session's cell wrote came back judged, its formula neutralised"
     assert lines[-1].startswith("input rootfs /no/such/rootfs") and "jail rootfs build" in lines[-1], lines
 
