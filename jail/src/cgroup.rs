@@ -832,7 +832,7 @@ impl RunCgroup {
                 self.thaw();
                 return Err(format!("not all of its processes were frozen within {} ms", within.as_millis()));
             }
-            pause = crate::still::next_pause(pause, &mut passes);
+            pause = next_pause(pause, &mut passes);
         }
     }
 
@@ -913,6 +913,20 @@ pub fn enable_controllers(p: &Parent) -> Result<(), CgroupError> {
     }
     let value = missing.join(" ");
     write_file(&path, &value).map_err(|source| CgroupError::EnableControllers { path, controllers: value, source })
+}
+
+/// The gap before the next look at a tree being held still (a freeze here,
+/// a SIGSTOP sweep in still.rs): short while a hold usually settles (a stop
+/// lands as soon as the task is scheduled; no gap is needed for the proof),
+/// then growing, so that a tree that takes long costs little CPU.
+pub(crate) fn next_pause(pause: Duration, passes: &mut u32) -> Duration {
+    std::thread::sleep(pause);
+    *passes += 1;
+    if *passes < 16 {
+        pause
+    } else {
+        (pause * 2).min(Duration::from_millis(2))
+    }
 }
 
 /// Freeze a v1 cgroup and wait (up to 100 ms) until it is frozen.

@@ -104,20 +104,7 @@ fn stop_all(root: Pid, within: Duration) -> Result<Vec<i32>, String> {
                 within.as_millis()
             ));
         }
-        pause = next_pause(pause, &mut passes);
-    }
-}
-
-/// The gap before the next look: short while a hold usually settles (a
-/// stop lands as soon as the task is scheduled; no gap is needed for the
-/// proof), then growing, so that a tree that takes long costs little CPU.
-pub(crate) fn next_pause(pause: Duration, passes: &mut u32) -> Duration {
-    std::thread::sleep(pause);
-    *passes += 1;
-    if *passes < 16 {
-        pause
-    } else {
-        (pause * 2).min(Duration::from_millis(2))
+        pause = crate::cgroup::next_pause(pause, &mut passes);
     }
 }
 
