@@ -474,8 +474,13 @@ async fn get(
     let bytes = base64::engine::general_purpose::STANDARD
         .decode(data)
         .map_err(|e| ApiError::failed(format!("the session's file is not base64: {e}")))?;
+    let length = bytes.len().to_string();
     let body = artifacts::held_body(bytes, permit);
-    let mut response = (StatusCode::OK, [(header::CONTENT_TYPE, "application/octet-stream")], body).into_response();
+    let head = [
+        (header::CONTENT_TYPE, "application/octet-stream".to_string()),
+        (header::CONTENT_LENGTH, length),
+    ];
+    let mut response = (StatusCode::OK, head, body).into_response();
     let mut kinds: Vec<String> = Vec::new();
     for kind in artifact.flags.iter().filter_map(|f| name_of(&f.kind)) {
         if !kinds.contains(&kind) {
