@@ -364,8 +364,17 @@ fn a_pooled_sessions_cells_list_their_files_the_same() {
 
 #[test]
 fn a_cells_files_are_judged_with_the_jail_held_still_while_a_thread_rewrites_them() {
+    judged_held_still(Door::Start);
+}
+
+#[test]
+fn a_pooled_sessions_cells_are_judged_held_still_the_same() {
+    judged_held_still(Door::Pool);
+}
+
+fn judged_held_still(door: Door) {
     let sb = Sandbox::new();
-    let s = sb.start_session();
+    let (s, pool) = session(&sb, door);
     // A thread the first cell leaves behind truncates and rewrites a large
     // file as fast as it can, for as long as the session lives: judged
     // while it runs, a file would change between its listing and its read,
@@ -412,4 +421,5 @@ fn a_cells_files_are_judged_with_the_jail_held_still_while_a_thread_rewrites_the
     let (v, _) = s.exec("a = n; time.sleep(0.1); print(n > a)\n");
     assert_eq!(v["stdout"]["text"], "True\n", "the jail was left held: {v}");
     s.stop();
+    drop(pool);
 }

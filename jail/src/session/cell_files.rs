@@ -38,17 +38,26 @@ pub(crate) const HOLD_WITHIN: Duration = Duration::from_secs(1);
 /// the end of a run.
 pub(crate) const CELL_JUDGING: Duration = Duration::from_millis(250);
 
-/// The output folder as a cell starts; `None` without a tmpfs. A folder
-/// that could not be looked at is an empty snapshot: everything the cell
-/// ends with is then judged.
-pub(super) fn noted(place: Option<Place<'_>>) -> Option<Before> {
+/// The output folder as a cell starts; `None` without a tmpfs. When it
+/// could not be noted, why: the cell then lists no change but one
+/// `not_judged` refusal, rather than everything as created.
+pub(super) fn noted(place: Option<Place<'_>>) -> Option<Noted> {
     let p = place?;
-    Some(as_sandbox(&p, || Before::output_at(p.tmpfs, p.rules)).unwrap_or_else(|_| Before::empty()))
+    Some(as_sandbox(&p, || Before::output_at(p.tmpfs, p.rules)))
 }
 
+/// The output folder as a cell started, or why it could not be noted.
+pub(super) type Noted = Result<Before, String>;
+
 /// What changed since `before`, judged; both empty when nothing did.
-pub(super) fn judged(place: Option<Place<'_>>, before: &Before, tree: &Tree<'_>) -> (Vec<Artifact>, Vec<RejectedArtifact>) {
+pub(super) fn judged(place: Option<Place<'_>>, before: &Noted, tree: &Tree<'_>) -> (Vec<Artifact>, Vec<RejectedArtifact>) {
     let Some(p) = place else { return (Vec::new(), Vec::new()) };
+    let before = match before {
+        Ok(before) => before,
+        Err(why) => return not_judged(why.clone()),
+    };
+    // This first look is at a tree that may still move: it only says
+    // whether to hold it. What is judged is listed again below, held.
     match as_sandbox(&p, || before.unchanged_at(p.tmpfs, p.rules)) {
         Ok(true) => return (Vec::new(), Vec::new()),
         Ok(false) => {}

@@ -50,7 +50,6 @@ use super::handle::{self, Answer, Request};
 use super::live::{self, Tail};
 use super::{cell_files, files, grace};
 use super::{CellLimits, Why};
-use crate::artifacts::Before;
 use crate::capture::Capture;
 use crate::cgroup::CgroupUsage;
 use crate::client::session::MOST_INTERRUPT_GRACE;
@@ -126,7 +125,7 @@ struct Cell {
     results: display::Collected,
     /// The output folder as it began (cell_files.rs); `None` for a
     /// stateless step, or without an output tmpfs.
-    files_before: Option<Before>,
+    files_before: Option<cell_files::Noted>,
 }
 
 /// A session's cells: what the session supervisor (session.rs) holds, and
