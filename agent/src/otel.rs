@@ -299,11 +299,14 @@ pub fn span_of(r: &Record, model: &str, server: Option<&(String, i64)>, scope: &
             if let Some(s) = stats {
                 attrs.push(KeyValue::new("jail.pool.refill_ms.mean", s.refill_ms.mean));
                 attrs.push(KeyValue::new("jail.pool.refill_ms.last", s.refill_ms.last));
+                attrs.push(KeyValue::new("jail.pool.refill_ms.median", s.refill_ms.median));
+                attrs.push(KeyValue::new("jail.pool.refill_ms.p99", s.refill_ms.p99));
                 if let Some(i) = &s.idle {
                     for (k, v) in [
                         ("jail.pool.idle.rss_bytes", i.rss_bytes),
                         ("jail.pool.idle.pss_bytes", i.pss_bytes),
                         ("jail.pool.idle.anon_bytes", i.anon_bytes),
+                        ("jail.pool.idle.uss_bytes", i.uss_bytes),
                     ] {
                         if let Some(v) = v {
                             attrs.push(KeyValue::new(k, int(v)));

@@ -1154,7 +1154,7 @@ mod tests {
         let stats = jail::client::pool::Stats {
             size: 1,
             ready: 0,
-            refill_ms: jail::client::pool::Refill { last: 90.0, mean: 80.0 },
+            refill_ms: jail::client::pool::Refill { last: 90.0, mean: 80.0, ..Default::default() },
             idle_rss_bytes: 3 << 20,
             idle: None,
             ..Default::default()

@@ -111,15 +111,22 @@
 //!
 //! `{"op": "stats"}` (an `id` is optional) answers
 //! `{"id": ..., "stats": {"size": N, "ready": R, "making": K, "in_use": U,
-//! "refill_ms": {"last": L, "mean": M}, "idle_rss_bytes": B, "sessions": Z,
-//! "idle": {"rss_bytes": R, "pss_bytes": P, "anon_bytes": A},
+//! "refill_ms": {"last": L, "mean": M, "median": D, "p99": P},
+//! "idle_rss_bytes": B, "sessions": Z, "idle": {"rss_bytes": R,
+//! "pss_bytes": P, "anon_bytes": A, "uss_bytes": U},
 //! "available_memory_bytes": A, "max_size": S}}`: `making` counts jails
-//! being made, `idle_rss_bytes` is what the last jail made holds once its
+//! being made, `refill_ms` how long making a jail took, from its start to
+//! its preload done (the last one, the mean of all, and the median and p99,
+//! by nearest rank, of the last 256; each 0 before the first jail is made:
+//! run/refills.rs), `idle_rss_bytes` is what the last jail made holds once its
 //! preload ran (shared pages counted in each of its processes), `idle` the
 //! mean over the ready jails now of their resident, proportional (a page
 //! shared by n processes counted 1/n: N ready jails' `pss_bytes` sum to
-//! what they cost together) and anonymous memory (what one more jail
-//! costs), `null` when no jail is ready (footprint.rs),
+//! what they cost together), anonymous and unique memory (`uss_bytes`:
+//! `Private_Clean` + `Private_Dirty`, the pages no other process maps,
+//! what one more jail costs; a process whose `smaps_rollup` is refused
+//! counts its resident memory in `pss_bytes` and `uss_bytes`, an upper
+//! bound), `null` when no jail is ready (footprint.rs),
 //! `available_memory_bytes` the memory available to the pool now and
 //! `max_size` the largest `--size` that fits in it (at most 64; both `null`
 //! when unknown).

@@ -51,6 +51,23 @@ fn assert_pool_gone(sb: &Sandbox, pool_tmp: &Path) {
     assert_eq!(leftovers(), Vec::<String>::new(), "the pool left something behind");
 }
 
+/// A `stats` answer's refill times and ready jails' memory: every figure
+/// there and a number, the refill's median at most its p99, a ready
+/// jail's unique memory at most its proportional (a page of its own counts
+/// whole in both). Asked with a jail ready, so at least one was made.
+fn assert_stats_figures(reply: &Value) {
+    let s = &reply["stats"];
+    let refill = &s["refill_ms"];
+    let ms = |k: &str| refill[k].as_f64().unwrap_or_else(|| panic!("refill_ms.{k} is not a number: {reply}"));
+    let (last, mean, median, p99) = (ms("last"), ms("mean"), ms("median"), ms("p99"));
+    assert!(last > 0.0 && mean > 0.0 && median > 0.0, "{reply}");
+    assert!(median <= p99, "the refill's median above its p99: {reply}");
+    let idle = &s["idle"];
+    let bytes = |k: &str| idle[k].as_u64().unwrap_or_else(|| panic!("idle.{k} is not a number: {reply}"));
+    assert!(bytes("uss_bytes") > 0 && bytes("uss_bytes") <= bytes("pss_bytes"), "{reply}");
+    assert!(bytes("pss_bytes") <= bytes("rss_bytes"), "{reply}");
+}
+
 #[test]
 fn a_pooled_jail_takes_one_request_and_the_next_sees_nothing_of_it() {
     let sb = Sandbox::new();
@@ -81,6 +98,9 @@ fn a_pooled_jail_takes_one_request_and_the_next_sees_nothing_of_it() {
     // namespace ids prove nothing: they are inode numbers, and the kernel
     // reuses the first jail's, destroyed by then, for the second.
     assert!(host_processes_with(&marker).is_empty(), "the first request's process outlived its jail");
+    // The first jail and the two that replaced the used ones: three refills.
+    pool.wait_ready(1);
+    assert_stats_figures(&pool.call(json!({"op": "stats", "id": "s"})));
     assert!(pool.finish().success());
     assert_pool_gone(&sb, &sb.pool_tmp());
 }
@@ -546,6 +566,9 @@ fn the_memory_limit_of_the_pools_own_cgroup_bounds_its_size() {
     let reply: Value = serde_json::from_slice(&stats.stdout).unwrap_or_else(|e| panic!("{e}: {stats:?}"));
     assert_eq!(reply["stats"]["available_memory_bytes"], 1u64 << 30, "{reply}");
     assert_eq!(reply["stats"]["max_size"], 4, "{reply}");
+    // Asked at once: the first jail, made before any request is read, is
+    // ready.
+    assert_stats_figures(&reply);
     removed.unwrap_or_else(|e| panic!("the test cgroup {} is not empty after the pool: {e}", cg.display()));
 }
 

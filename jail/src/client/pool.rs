@@ -487,16 +487,20 @@ pub struct Stats {
 pub struct Refill {
     pub last: f64,
     pub mean: f64,
+    /// The median and p99 of the recent refills (pool/run/refills.rs).
+    pub median: f64,
+    pub p99: f64,
 }
 
-/// Resident, proportional and anonymous memory of a ready jail, each
-/// `null` when it was not said.
+/// Resident, proportional, anonymous and private (unique) memory of a
+/// ready jail, each `null` when it was not said.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct Idle {
     pub anon_bytes: Option<u64>,
     pub pss_bytes: Option<u64>,
     pub rss_bytes: Option<u64>,
+    pub uss_bytes: Option<u64>,
 }
 
 /// A session handed out (`"op": "session"`).

@@ -2,7 +2,7 @@
 //! `stats` and `make bench` report it (issue 18: "the idle cost of a
 //! pooled jail measured and reported").
 //!
-//! Three figures, summed over the jail's processes (the descendants of its
+//! Four figures, summed over the jail's processes (the descendants of its
 //! session supervisor, which is the pool's and not counted):
 //!
 //! - `rss`: resident pages, each process counting every page it maps,
@@ -11,13 +11,19 @@
 //!   counted 1/n in each: the jails of one pool map the same rootfs files,
 //!   so the pss of N ready jails sums to what they cost together;
 //! - `anon`: anonymous memory (the interpreter's heap, what the preload
-//!   built), which no other jail shares: the cost of one more jail.
+//!   built), which no other jail shares;
+//! - `uss`: the unique set size, the pages mapped by this process alone
+//!   (`Private_Clean` + `Private_Dirty`): what the kernel would free were
+//!   the jail gone, so the cost of one more jail (issue 36's "private
+//!   memory"). It counts private file pages too, which `anon` leaves out.
 //!
 //! `rss` and `anon` (`RssAnon`) come from `/proc/PID/status`, which anyone
-//! may read; `pss` from `/proc/PID/smaps_rollup`, which needs ptrace read
-//! access: an ordinary user's pool is refused the jail's PID 1 (it is not
-//! dumpable), so for a process whose rollup is refused its `rss` stands in
-//! (an upper bound: PID 1 is small, and mostly shared pages).
+//! may read; `pss` and `uss` from `/proc/PID/smaps_rollup`, which needs
+//! ptrace read access: an ordinary user's pool is refused the jail's PID 1
+//! (it is not dumpable), so for a process whose rollup is refused its
+//! `rss` stands in for both (an upper bound of each: PID 1 is small, and
+//! mostly shared pages). A figure held to a ceiling is overstated then,
+//! never understated.
 
 use crate::throttle::{children_of, read_bounded};
 
@@ -30,6 +36,7 @@ pub struct Footprint {
     pub rss: u64,
     pub pss: u64,
     pub anon: u64,
+    pub uss: u64,
 }
 
 impl Footprint {
@@ -37,10 +44,11 @@ impl Footprint {
         self.rss += other.rss;
         self.pss += other.pss;
         self.anon += other.anon;
+        self.uss += other.uss;
     }
 }
 
-/// The jail under the session supervisor `supervisor`, all three figures.
+/// The jail under the session supervisor `supervisor`, all four figures.
 pub(crate) fn of_jail(supervisor: u32) -> Footprint {
     let mut total = Footprint::default();
     for pid in jail_processes(supervisor) {
@@ -88,13 +96,24 @@ pub fn mean(jails: &[Footprint]) -> Option<Footprint> {
     for j in jails {
         sum.add(*j);
     }
-    Some(Footprint { rss: sum.rss / n, pss: sum.pss / n, anon: sum.anon / n })
+    Some(Footprint { rss: sum.rss / n, pss: sum.pss / n, anon: sum.anon / n, uss: sum.uss / n })
 }
 
 fn of_process(pid: i32) -> Footprint {
     let (rss, anon) = status_of(pid);
     let rollup = text_of(&format!("/proc/{pid}/smaps_rollup"));
-    Footprint { rss, pss: kib_field(&rollup, "Pss:").unwrap_or(rss), anon }
+    Footprint {
+        rss,
+        pss: kib_field(&rollup, "Pss:").unwrap_or(rss),
+        anon,
+        uss: private_of(&rollup).unwrap_or(rss),
+    }
+}
+
+/// `Private_Clean` + `Private_Dirty` of a rollup, in bytes; `None` unless
+/// both are there (a refused or cut read).
+fn private_of(rollup: &str) -> Option<u64> {
+    Some(kib_field(rollup, "Private_Clean:")? + kib_field(rollup, "Private_Dirty:")?)
 }
 
 /// `VmRSS` and `RssAnon` of `/proc/PID/status`, in bytes (0 when unread).
@@ -131,10 +150,18 @@ mod tests {
     }
 
     #[test]
+    fn the_unique_set_is_both_private_fields_and_none_unless_both_are_read() {
+        let rollup = "Rss:  1668 kB\nPss:  345 kB\nShared_Clean:  1520 kB\nPrivate_Clean:  36 kB\nPrivate_Dirty:  112 kB\n";
+        assert_eq!(private_of(rollup), Some((36 + 112) * 1024));
+        assert_eq!(private_of("Rss:  1668 kB\nPrivate_Clean:  36 kB\n"), None, "a cut read");
+        assert_eq!(private_of(""), None, "a refused read: rss stands in");
+    }
+
+    #[test]
     fn the_mean_is_per_figure() {
-        let a = Footprint { rss: 100, pss: 60, anon: 40 };
-        let b = Footprint { rss: 200, pss: 100, anon: 80 };
-        assert_eq!(mean(&[a, b]), Some(Footprint { rss: 150, pss: 80, anon: 60 }));
+        let a = Footprint { rss: 100, pss: 60, anon: 40, uss: 50 };
+        let b = Footprint { rss: 200, pss: 100, anon: 80, uss: 90 };
+        assert_eq!(mean(&[a, b]), Some(Footprint { rss: 150, pss: 80, anon: 60, uss: 70 }));
         assert_eq!(mean(&[]), None);
     }
 
@@ -142,5 +169,7 @@ mod tests {
     fn this_process_has_a_footprint() {
         let me = of_process(std::process::id() as i32);
         assert!(me.rss > 0 && me.pss > 0 && me.pss <= me.rss && me.anon > 0, "{me:?}");
+        // A page of ours alone counts whole in the PSS too.
+        assert!(me.uss > 0 && me.uss <= me.pss, "{me:?}");
     }
 }

@@ -26,6 +26,7 @@
 
 mod cancel;
 mod handout;
+mod refills;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -134,9 +135,8 @@ struct State {
     /// Set when jails cannot be made: waiting requests get it as an error.
     broken: Option<String>,
     failures: u32,
-    refill_last_ms: f64,
-    refill_sum_ms: f64,
-    refill_n: u64,
+    /// How long each jail took to be made ready (`stats`' `refill_ms`).
+    refills: refills::Refills,
     idle_rss_bytes: u64,
     /// Jails handed out as sessions and not ended yet: their supervisor's
     /// pid and handle (handout.rs).
@@ -409,12 +409,12 @@ impl Pool {
         })();
         match made {
             Ok(jail) => {
-                let rss = footprint::rss_of_jail(jail.supervisor);
+                // Ready: its preload ran. Our own read of its memory is
+                // not part of making it.
                 let ms = started.elapsed().as_secs_f64() * 1000.0;
+                let rss = footprint::rss_of_jail(jail.supervisor);
                 let mut st = self.lock();
-                st.refill_last_ms = ms;
-                st.refill_sum_ms += ms;
-                st.refill_n += 1;
+                st.refills.record(ms);
                 st.idle_rss_bytes = rss;
                 Ok(jail)
             }
@@ -510,7 +510,6 @@ impl Pool {
         // Read outside the lock: /proc reads of each ready jail's processes.
         let idle = footprint::mean(&supervisors.into_iter().map(footprint::of_jail).collect::<Vec<_>>());
         let st = self.lock();
-        let mean = if st.refill_n == 0 { 0.0 } else { st.refill_sum_ms / st.refill_n as f64 };
         let per_jail = self.cfg.memory_limit.unwrap_or(st.idle_rss_bytes);
         let available = memory::available_here();
         let max_size = available
@@ -522,9 +521,14 @@ impl Pool {
             ready: st.ready.len() as u64,
             making: st.making as u64,
             in_use: st.in_use as u64,
-            refill_ms: wire::Refill { last: round1(st.refill_last_ms), mean: round1(mean) },
+            refill_ms: st.refills.summary(),
             idle_rss_bytes: st.idle_rss_bytes,
-            idle: idle.map(|f| wire::Idle { rss_bytes: Some(f.rss), pss_bytes: Some(f.pss), anon_bytes: Some(f.anon) }),
+            idle: idle.map(|f| wire::Idle {
+                rss_bytes: Some(f.rss),
+                pss_bytes: Some(f.pss),
+                anon_bytes: Some(f.anon),
+                uss_bytes: Some(f.uss),
+            }),
             sessions: st.sessions.len() as u64,
             available_memory_bytes: available.map(|a| a.bytes),
             max_size,
@@ -749,10 +753,6 @@ enum Claim {
     Cancelled,
     /// No jail can be made: the reason.
     Failed(String),
-}
-
-fn round1(x: f64) -> f64 {
-    (x * 10.0).round() / 10.0
 }
 
 /// A fresh, empty output folder in the temp dir, as `jail run` makes one.

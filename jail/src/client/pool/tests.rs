@@ -67,13 +67,13 @@ fn an_event_of_more_than_one_line_is_neither_made_nor_read() {
 fn some_stats() -> Stats {
     Stats {
         available_memory_bytes: Some(1000),
-        idle: Some(Idle { anon_bytes: Some(3), pss_bytes: Some(2), rss_bytes: Some(1) }),
+        idle: Some(Idle { anon_bytes: Some(3), pss_bytes: Some(2), rss_bytes: Some(1), uss_bytes: Some(2) }),
         idle_rss_bytes: 123,
         in_use: 1,
         making: 0,
         max_size: None,
         ready: 1,
-        refill_ms: Refill { last: 58.2, mean: 0.0 },
+        refill_ms: Refill { last: 58.2, mean: 0.0, median: 58.2, p99: 61.0 },
         sessions: 0,
         size: 2,
     }
@@ -81,7 +81,7 @@ fn some_stats() -> Stats {
 
 #[test]
 fn a_stats_reply_is_todays_line_byte_for_byte() {
-    let stats = r#"{"available_memory_bytes":1000,"idle":{"anon_bytes":3,"pss_bytes":2,"rss_bytes":1},"idle_rss_bytes":123,"in_use":1,"making":0,"max_size":null,"ready":1,"refill_ms":{"last":58.2,"mean":0.0},"sessions":0,"size":2}"#;
+    let stats = r#"{"available_memory_bytes":1000,"idle":{"anon_bytes":3,"pss_bytes":2,"rss_bytes":1,"uss_bytes":2},"idle_rss_bytes":123,"in_use":1,"making":0,"max_size":null,"ready":1,"refill_ms":{"last":58.2,"mean":0.0,"median":58.2,"p99":61.0},"sessions":0,"size":2}"#;
     let reply = Reply { id: Some("s".into()), body: Body::Stats(some_stats()) };
     assert_eq!(reply.text(), format!(r#"{{"id":"s","stats":{stats}}}"#));
     let reply = Reply { id: None, body: Body::Stats(some_stats()) };
@@ -123,7 +123,9 @@ fn a_stats_answer_is_read_whole_or_with_its_unknowns_null() {
     let user = json!({"size": 1, "ready": 1, "refill_ms": {"last": 1.0, "mean": 1.0}, "idle_rss_bytes": 5,
                       "idle": {"rss_bytes": 9, "pss_bytes": null, "anon_bytes": null}});
     let s: Stats = serde_json::from_value(user).unwrap();
-    assert_eq!(s.idle.unwrap(), Idle { rss_bytes: Some(9), pss_bytes: None, anon_bytes: None });
+    assert_eq!(s.idle.unwrap(), Idle { rss_bytes: Some(9), pss_bytes: None, anon_bytes: None, uss_bytes: None });
+    // A pool before the refill's median and p99: read as 0.
+    assert_eq!(s.refill_ms, Refill { last: 1.0, mean: 1.0, median: 0.0, p99: 0.0 });
     let none_ready: Stats = serde_json::from_value(json!({"size": 1, "ready": 0, "idle": null})).unwrap();
     assert_eq!((none_ready.idle, none_ready.max_size), (None, None));
 }
