@@ -59,13 +59,17 @@ pub(crate) struct ChildSpec {
     /// `jail session`: the control socket the cell driver reads on fd 0
     /// (sync.rs); `None` leaves stdin on /dev/null.
     pub stdin: Option<OwnedFd>,
+    /// A template's own jail: its old root stays beneath the new one, for
+    /// its forks to leave by (template/fork.rs, `HOST_ROOT`).
+    pub keep_host_root: bool,
 }
 
 /// The last restrictions, planned and compiled by the supervisor.
 pub(crate) struct Confine {
     pub landlock: landlock::Plan,
     pub landlock_rules: Vec<landlock::PathRule>,
-    pub seccomp: seccomp::Filter,
+    /// `None` for a template's own jail only (template.rs).
+    pub seccomp: Option<seccomp::Filter>,
     /// Where the seccomp notification listener goes (notify mode only).
     pub notify: Option<OwnedFd>,
     /// TCP ports landlock lets connect(2) reach: the proxy's, with an allowlist.
@@ -158,8 +162,33 @@ fn fail(report: &OwnedFd, e: StageError) -> ! {
     sys::exit_now(EXIT_SETUP_FAILED)
 }
 
+/// How the worker ends once confined.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ends {
+    /// In exec of the interpreter (a jail cloned by its supervisor).
+    Exec,
+    /// Returning to the interpreter it already is (a fork of a template,
+    /// template/fork.rs), the report pipe closed as an exec would close it.
+    Return,
+}
+
 /// PID 1's entry point, right after clone.
 pub(crate) fn run(spec: ChildSpec) -> ! {
+    live(spec, None);
+    sys::exit_now(EXIT_SETUP_FAILED)
+}
+
+/// PID 1's entry point in a fork of a template (template/fork.rs), right
+/// after the template's clone: `hello` is the connection the supervisor's
+/// request came on. Returns only in the worker, confined as a cloned
+/// jail's worker is right before its exec; PID 1 never returns.
+pub(crate) fn run_forked(spec: ChildSpec, hello: OwnedFd, template_ids: (u32, u32)) {
+    live(spec, Some((hello, template_ids)))
+}
+
+/// Everything from the release to the worker's end; returns only in a
+/// forked jail's worker.
+fn live(spec: ChildSpec, forked: Option<(OwnedFd, (u32, u32))>) {
     let ChildSpec {
         release,
         report,
@@ -179,9 +208,21 @@ pub(crate) fn run(spec: ChildSpec) -> ! {
         cgroup,
         cpus,
         stdin,
+        keep_host_root,
     } = spec;
-    // The supervisor writes our id maps, then releases us; until then we have
-    // no identity in the new user namespace.
+    let ends = match forked {
+        None => Ends::Exec,
+        Some((hello, template_ids)) => {
+            // Not the supervisor's child: it can neither write our id maps
+            // (it is not in our parent user namespace) nor see our pid.
+            if let Err(e) = crate::template::fork::begin(&hello, (uid, gid), template_ids).stage(Stage::IdMaps) {
+                fail(&report, e);
+            }
+            Ends::Return
+        }
+    };
+    // The supervisor writes our id maps (a fork wrote its own), then
+    // releases us; until then we have no identity in the new user namespace.
     if !sync::wait_for_release(release) {
         sys::exit_now(EXIT_SETUP_FAILED);
     }
@@ -189,10 +230,14 @@ pub(crate) fn run(spec: ChildSpec) -> ! {
     marks.mark("released");
     // Before anything of ours can be seen from inside: we are a fork of the
     // supervisor, whose command line and environment name host paths.
+    if let (Ends::Return, Err(e)) = (ends, crate::template::fork::leave_template_root().stage(Stage::Mounts)) {
+        fail(&report, e);
+    }
     if let Err(e) = crate::conceal::scrub_pid1() {
         fail(&report, StageError { stage: Stage::Conceal, error: Box::new(e) });
     }
-    match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, uid, gid, &hostname, output.as_ref(), proxy) {
+    let keep = keep_host_root.then_some(crate::template::fork::HOST_ROOT);
+    match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, (uid, gid), &hostname, output.as_ref(), proxy, keep) {
         Ok(()) => {}
         Err(e) => fail(&report, e),
     }
@@ -255,13 +300,17 @@ pub(crate) fn run(spec: ChildSpec) -> ! {
     match sys::fork_process() {
         Err(e) => fail(&report, StageError { stage: Stage::ForkWorker, error: Box::new(e) }),
         Ok(Forked::Child) => {
+            // PID 1's alone; closed now rather than by the worker's sweep
+            // of descriptors, which a worker that returns (a fork's) must
+            // not follow with a second close.
+            drop(status);
             // A session's driver reads its cells on fd 0; PID 1 keeps no copy.
             if let Some(control) = stdin {
                 if let Err(e) = privileges::stdin_onto(&control).stage(Stage::Stdio) {
                     fail(&report, e);
                 }
             }
-            worker(marks, report, exec, &rlimits, confine)
+            worker(marks, report, exec, &rlimits, confine, ends)
         }
         Ok(Forked::Parent(worker_pid)) => {
             drop(stdin);
@@ -269,7 +318,7 @@ pub(crate) fn run(spec: ChildSpec) -> ! {
             // never see the end-of-file that means "exec happened".
             drop(report);
             drop(confine);
-            reaper(worker_pid, status, handled)
+            reaper(worker_pid, status, handled, ends)
         }
     }
 }
@@ -283,11 +332,11 @@ fn setup(
     stderr: OwnedFd,
     plan: &[MountOp],
     staging: &std::path::Path,
-    uid: u32,
-    gid: u32,
+    (uid, gid): (u32, u32),
     hostname: &str,
     output: Option<&OwnedFd>,
     proxy: Option<OwnedFd>,
+    keep_host_root: Option<&str>,
 ) -> Result<(), StageError> {
     // stdio goes to the supervisor's pipes; stdin is /dev/null, never a tty
     // (TIOCSTI, bwrap CVE-2017-5226).
@@ -318,7 +367,7 @@ fn setup(
         let dir = mounts::open_output(staging).stage(Stage::Output)?;
         sys::send_fd(sock.as_fd(), dir.as_fd()).stage(Stage::Output)?;
     }
-    mounts::pivot_root(staging).stage(Stage::PivotRoot)?;
+    mounts::pivot_root(staging, keep_host_root).stage(Stage::PivotRoot)?;
     marks.mark("pivot_root");
     nix::unistd::sethostname(hostname).stage(Stage::Hostname)?;
     if let Some(sock) = proxy {
@@ -330,19 +379,28 @@ fn setup(
     Ok(())
 }
 
-/// The worker: drop everything, restrict, exec. Runs as PID 2.
-fn worker(mut marks: Marks, report: OwnedFd, exec: Exec, limits: &[Rlimit], confine: Confine) -> ! {
+/// The worker: drop everything, restrict, exec (or, in a fork of a
+/// template, return to the interpreter). Runs as PID 2.
+fn worker(mut marks: Marks, report: OwnedFd, exec: Exec, limits: &[Rlimit], confine: Confine, ends: Ends) {
     match worker_setup(&mut marks, &report, &exec, limits, &confine) {
         Ok(()) => {}
         Err(e) => fail(&report, e),
     }
     // Seccomp last: from here on every syscall passes the filter, and in
     // notify mode the listener reaches the supervisor before any other call.
-    if let Err(e) = confine.seccomp.load(confine.notify.as_ref()).stage(Stage::Seccomp) {
-        fail(&report, e);
+    if let Some(filter) = &confine.seccomp {
+        if let Err(e) = filter.load(confine.notify.as_ref()).stage(Stage::Seccomp) {
+            fail(&report, e);
+        }
+        marks.mark("seccomp");
     }
-    marks.mark("seccomp");
     let _ = sync::send(&report, &Report::Stages(std::mem::take(&mut marks.0)));
+    if ends == Ends::Return {
+        // What an exec's close-on-exec would do: the supervisor reads the
+        // end of the report pipe as "the interpreter runs".
+        drop(report);
+        return;
+    }
     let err = nix::unistd::execve(&exec.path, &exec.argv, &exec.envp).unwrap_err();
     fail(&report, StageError { stage: Stage::Exec, error: Box::new(ExecError(exec.path.clone(), err)) })
 }
@@ -410,15 +468,29 @@ fn reaper_signals() -> SigSet {
 /// PID 1 after the fork: reap every orphan, forward termination signals to
 /// the worker, and exit with nothing left behind once the worker is gone
 /// (the kernel kills the rest of the pid namespace when PID 1 exits).
-fn reaper(worker: Pid, status: OwnedFd, handled: SigSet) -> ! {
+fn reaper(worker: Pid, status: OwnedFd, handled: SigSet, ends: Ends) -> ! {
     let _ = privileges::release_stdio();
     let keep: [RawFd; 1] = [status.as_raw_fd()];
     let _ = sys::close_from_except(3, &keep);
+    let sfd = match ends {
+        Ends::Exec => None,
+        Ends::Return => crate::template::fork::signals(&handled),
+    };
     loop {
-        let sig = match handled.wait() {
-            Ok(sig) => sig,
-            Err(_) => continue,
+        let sig = match ends {
+            Ends::Exec => handled.wait().ok(),
+            // A fork's parent is its template, not its supervisor, so no
+            // parent-death signal tells us the supervisor is gone: its
+            // end of the status pipe closing does, looked at between waits.
+            Ends::Return => match crate::template::fork::wait_signal(sfd.as_ref(), &status) {
+                Ok(sig) => sig,
+                Err(()) => {
+                    let _ = nix::sys::signal::kill(worker, Signal::SIGKILL);
+                    sys::exit_now(0);
+                }
+            },
         };
+        let Some(sig) = sig else { continue };
         if sig != Signal::SIGCHLD {
             let _ = nix::sys::signal::kill(worker, sig);
             continue;

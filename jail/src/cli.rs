@@ -10,6 +10,7 @@ mod pool;
 mod rootfs;
 mod run;
 mod session;
+mod template;
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -65,6 +66,10 @@ enum Command {
     /// Keep jails made ahead (preload imported) and run each request of a
     /// JSON-lines protocol on stdin in one of them, then destroy it.
     Pool(PoolArgs),
+    /// A pool's template: jails forked from an interpreter that imported
+    /// the policy's preload (`jail pool` runs it).
+    #[command(hide = true)]
+    Template(template::TemplateArgs),
     /// List the Python packages a rootfs provides, from its manifest.
     Packages {
         #[command(flatten)]
@@ -258,6 +263,7 @@ pub fn main() -> ExitCode {
         Command::Rootfs(RootfsCommand::List { json }) => rootfs::rootfs_list(json),
         Command::Session(command) => session::session(command),
         Command::Pool(args) => pool::pool(args),
+        Command::Template(args) => template::template(args),
         Command::Schema => emit(&crate::schema::result_schema_text(), ExitCode::SUCCESS),
         Command::Mcp { args } => beside::exec(&args),
         Command::Serve { args } => beside::exec_beside(beside::SERVE, &args),

@@ -61,6 +61,13 @@ pub(crate) struct Held {
     pub(crate) cgroup_later: Option<Planned>,
 }
 
+impl Held {
+    /// Whether a host uid was leased for the run (a root caller).
+    pub(crate) fn leased(&self) -> bool {
+        self._lease.is_some()
+    }
+}
+
 /// Who called, before any lease: what a failed lease reports.
 pub(crate) fn caller() -> (u32, u32) {
     (nix::unistd::getuid().as_raw(), nix::unistd::getgid().as_raw())

@@ -23,6 +23,38 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use crate::sync::Pipe;
 use crate::sys::{self, Forked};
 
+/// Tell the janitor `dirs`, the run cgroup's folders, one a line.
+pub(crate) fn tell_cgroups(janitor: &OwnedFd, dirs: &[&std::path::Path]) {
+    let mut text = String::new();
+    for d in dirs {
+        text.push_str(&d.display().to_string());
+        text.push('\n');
+    }
+    let _ = nix::unistd::write(janitor, text.as_bytes());
+}
+
+/// In the janitor: remove the cgroup folders it was told
+/// ([`tell_cgroups`]), once they are empty. The jail's PID 1 dies with its
+/// supervisor (PR_SET_PDEATHSIG): they empty within moments, and rmdir
+/// refuses until they do.
+pub(crate) fn remove_told_cgroups(told: &[u8]) {
+    use std::time::{Duration, Instant};
+    let dirs: Vec<std::path::PathBuf> =
+        String::from_utf8_lossy(told).lines().filter(|l| l.starts_with('/')).map(std::path::PathBuf::from).collect();
+    let until = Instant::now() + Duration::from_secs(10);
+    while dirs.iter().any(|d| d.exists()) && Instant::now() < until {
+        for d in &dirs {
+            if let Ok(entries) = std::fs::read_dir(d) {
+                for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
+                    let _ = std::fs::remove_dir(e.path());
+                }
+            }
+            let _ = std::fs::remove_dir(d);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Bytes of what the owner told the janitor that are kept.
 pub(crate) const MAX_TOLD: u64 = 64 << 10;
 

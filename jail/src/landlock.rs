@@ -53,7 +53,7 @@ pub(crate) struct LandlockFile {
     pub min_abi: Option<u32>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Enforcement {
     /// Fail the run, before the script starts, below `min_abi`.
     Required,
@@ -117,7 +117,7 @@ pub enum LandlockError {
 }
 
 /// What this run gets from Landlock, decided before the clone.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Plan {
     /// The ABI the ruleset is built for; 0 means none is applied.
     pub abi: u32,
@@ -153,6 +153,17 @@ pub fn plan(kernel_abi: u32, settings: &Settings) -> Result<Plan, LandlockError>
 }
 
 impl Plan {
+    /// None applied: a template's own jail (template.rs), whose forks
+    /// each get their own.
+    pub(crate) fn not_applied(self) -> Plan {
+        Plan {
+            abi: 0,
+            status: LayerStatus::NotEnforced,
+            missing: vec!["a template runs only its trusted preload, and its forks apply their own".to_string()],
+            ..self
+        }
+    }
+
     /// The result's `isolation.landlock`.
     pub fn report(&self) -> LandlockReport {
         LandlockReport {
@@ -193,7 +204,7 @@ fn status_word(s: LayerStatus) -> &'static str {
 }
 
 /// What one path beneath grants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Access {
     /// List folders (the root, /dev).
     List,
@@ -209,7 +220,7 @@ pub enum Access {
 }
 
 /// One Landlock rule: everything beneath `path` gets `access`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct PathRule {
     pub path: PathBuf,
     pub access: Access,

@@ -56,6 +56,8 @@ use crate::{namespaces, seccomp, verdict};
 pub(crate) enum LaunchError {
     #[error(transparent)]
     Channel(sync::ChannelError),
+    #[error(transparent)]
+    Template(crate::template::TemplateError),
     #[error("drop supplementary groups before clone")]
     DropGroups(#[source] nix::Error),
     #[error("clone into new namespaces")]
@@ -88,7 +90,7 @@ impl LaunchError {
     pub(crate) fn stage(&self) -> Stage {
         match self {
             LaunchError::Channel(_) => Stage::Pipes,
-            LaunchError::DropGroups(_) | LaunchError::Clone(_) => Stage::Clone,
+            LaunchError::DropGroups(_) | LaunchError::Clone(_) | LaunchError::Template(_) => Stage::Clone,
             LaunchError::IdMaps(_) => Stage::IdMaps,
             LaunchError::JoinCgroup(_) | LaunchError::CreateCgroup(_) => Stage::Cgroup,
             LaunchError::Output(_) => Stage::Output,
@@ -124,12 +126,14 @@ pub(crate) struct Jail {
     ours: Option<Ours>,
     plan: RunPlan,
     held: Held,
+    /// A fork of a template (template.rs) rather than our clone.
+    forked: Option<crate::template::Forked>,
 }
 
 impl Jail {
     /// Make the jail `plan` describes, confined by `filter` (compiled from
     /// `plan.seccomp`), with what `held` holds on the host.
-    pub(crate) fn make(plan: RunPlan, filter: seccomp::Filter, held: Held, clock: &mut Clock) -> Result<Jail, LaunchError> {
+    pub(crate) fn make(mut plan: RunPlan, filter: seccomp::Filter, held: Held, clock: &mut Clock) -> Result<Jail, LaunchError> {
         // Every channel between us and the child, from what this run needs
         // (sync.rs has the table).
         let Channels { release, report, status, stdout, stderr, output, notify, proxy, control, cgroup } =
@@ -169,20 +173,37 @@ impl Jail {
         };
         let spec = child_spec(&plan, filter, theirs);
         clock.mark("plan");
-        let (pid, born_in_cgroup) = clone_child(spec, clone_into)?;
-        clock.mark("clone");
-        // From here every early return kills and reaps it (Child's drop),
-        // before `held` goes.
-        let child = Child { pid: Some(pid) };
-        namespaces::write_id_maps(pid, plan.uid_map, plan.gid_map).map_err(LaunchError::IdMaps)?;
-        clock.mark("id_maps");
+        let (pid, born_in_cgroup, forked) = match plan.template.as_deref() {
+            None => {
+                let (pid, born_in) = clone_child(spec, clone_into)?;
+                (pid, born_in, None)
+            }
+            Some(socket) => {
+                drop(clone_into);
+                let forked = crate::template::fork(socket, spec).map_err(LaunchError::Template)?;
+                (forked.pid, false, Some(forked))
+            }
+        };
+        clock.mark(if forked.is_some() { "fork" } else { "clone" });
+        let pidfd = sys::pidfd_open(pid).map_err(LaunchError::Pidfd)?;
+        // From here every early return kills it, and reaps our own child
+        // (Child's drop), before `held` goes.
+        let child = Child { pid: Some(pid), fork: forked.is_some().then(|| pidfd.try_clone()).transpose().map_err(LaunchError::Pidfd)? };
+        match forked {
+            // The fork mapped itself; it runs as its template's host ids,
+            // which the output is written and judged as.
+            Some(f) => (plan.uid_map.outside, plan.gid_map.outside) = (f.uid, f.gid),
+            None => {
+                namespaces::write_id_maps(pid, plan.uid_map, plan.gid_map).map_err(LaunchError::IdMaps)?;
+                clock.mark("id_maps");
+            }
+        }
         if let (Some(cg), false) = (&held.cgroup, born_in_cgroup || joins_later) {
             // The slow way, on a kernel without CLONE_INTO_CGROUP; before the
             // release, so none of the child's code runs outside.
             cg.join(pid.as_raw() as u32).map_err(LaunchError::JoinCgroup)?;
             clock.mark("cgroup_join");
         }
-        let pidfd = sys::pidfd_open(pid).map_err(LaunchError::Pidfd)?;
         let pipes = ChildPipes {
             stdout: stdout.read,
             stderr: stderr.read,
@@ -198,7 +219,7 @@ impl Jail {
             control: control_ours,
             cgroup: cgroup_ours,
         };
-        Ok(Jail { child, pid, pidfd, ours: Some(ours), plan, held })
+        Ok(Jail { child, pid, pidfd, ours: Some(ours), plan, held, forked })
     }
 
     /// Run one step: release the child, watch it until PID 1 is reaped,
@@ -207,6 +228,9 @@ impl Jail {
     /// Consumes the jail: a one-shot step ends with its PID 1. `lp` is
     /// what the step's clocks mean (watch.rs).
     pub(crate) fn run(mut self, mut step: Step<'_>, lp: &mut dyn Loop) -> (RunResult, Leftovers) {
+        if let Some(f) = self.forked {
+            crate::template::note(&mut step.result, f, self.held.leased());
+        }
         let launched = self.release_and_watch(&mut step, lp);
         if launched.is_err() {
             // Whatever failed, the tree dies before its cgroup is read.
@@ -320,14 +344,15 @@ impl Jail {
             ids: output::FsIds { uid: plan.uid_map.outside, gid: plan.gid_map.outside },
             control: handed.control,
         });
-        let tree = Tree::new(self.pid, cgroup);
+        let tree = Tree::new(self.pid, self.pidfd.as_fd(), cgroup);
         let (ending, reports) = watch.run(lp, &tree, &self.pidfd, pipes);
         // Streaming: the caller gets until the deadline to take what is queued,
         // never longer (a reader that stopped reading cannot hold the run).
         let throttled = watch.throttle.as_ref().map(|t| t.report(Instant::now()));
         watch.stdout.end(deadline);
         watch.stderr.end(deadline);
-        let (pid1_status, rusage) = self.child.reap().map_err(LaunchError::Wait)?;
+        let reaped = self.child.reap().map_err(LaunchError::Wait)?;
+        let (pid1_status, rusage) = (reaped.map(|r| r.0), reaped.map(|r| r.1));
         let ended_at = Instant::now();
         // PID 1 is reaped only once its pid namespace is empty: nothing can
         // change the output tmpfs under the mirror now, nor the output dir
@@ -442,7 +467,7 @@ fn child_spec(plan: &RunPlan, filter: seccomp::Filter, theirs: ChildEnds) -> Chi
         confine: Confine {
             landlock: plan.landlock.clone(),
             landlock_rules: plan.landlock_rules.clone(),
-            seccomp: filter,
+            seccomp: (!plan.is_template).then_some(filter),
             notify: theirs.notify,
             tcp_connect: match &plan.network {
                 NetworkPlan::Allowlist { tcp_connect, .. } => tcp_connect.clone(),
@@ -453,6 +478,7 @@ fn child_spec(plan: &RunPlan, filter: seccomp::Filter, theirs: ChildEnds) -> Chi
         cgroup: theirs.cgroup,
         cpus: plan.cpus.clone(),
         stdin: theirs.control,
+        keep_host_root: plan.is_template,
     }
 }
 
@@ -526,26 +552,55 @@ fn split(pair: Option<Pair>) -> (Option<OwnedFd>, Option<OwnedFd>) {
     }
 }
 
-/// A cloned child the supervisor has not reaped yet. Dropped, it is killed
-/// and reaped, so no early return can leave a live jail behind.
+/// A jail's PID 1 the supervisor has not seen end yet. Dropped, it is
+/// killed and, when it is our child, reaped, so no early return can leave
+/// a live jail behind.
 struct Child {
     pid: Option<Pid>,
+    /// A template's fork (not our child: its template reaps it), by its
+    /// pidfd, which a reused pid can never stand for.
+    fork: Option<OwnedFd>,
 }
 
 impl Child {
-    /// Wait for PID 1 (and so for its whole pid namespace) to end.
-    fn reap(&mut self) -> io::Result<(libc::c_int, libc::rusage)> {
-        match self.pid.take() {
-            Some(pid) => sys::wait4(pid),
-            None => Err(io::Error::other("the child was already reaped")),
+    /// Wait for PID 1 (and so for its whole pid namespace) to end: its
+    /// wait status and usage, which only its parent can read (`None` for
+    /// a fork, whose pidfd has said it ended).
+    fn reap(&mut self) -> io::Result<Option<(libc::c_int, libc::rusage)>> {
+        match (self.pid.take(), &self.fork) {
+            (Some(_), Some(pidfd)) => {
+                ended_within(pidfd, None);
+                Ok(None)
+            }
+            (Some(pid), None) => sys::wait4(pid).map(Some),
+            (None, _) => Err(io::Error::other("the child was already reaped")),
         }
     }
 
     /// Kill the tree (PID 1 takes its namespace with it) and reap it.
     fn kill(&mut self) {
         if let Some(pid) = self.pid.take() {
-            let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
-            let _ = sys::wait4(pid);
+            match &self.fork {
+                Some(pidfd) => {
+                    let _ = sys::pidfd_send_signal(pidfd.as_fd(), Signal::SIGKILL);
+                    ended_within(pidfd, None);
+                }
+                None => {
+                    let _ = nix::sys::signal::kill(pid, Signal::SIGKILL);
+                    let _ = sys::wait4(pid);
+                }
+            }
+        }
+    }
+}
+
+/// Wait until the process of `pidfd` has ended (its pidfd readable).
+fn ended_within(pidfd: &OwnedFd, _limit: Option<std::time::Duration>) {
+    loop {
+        let mut fds = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+        match poll(&mut fds, PollTimeout::NONE) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            _ => return,
         }
     }
 }

@@ -120,6 +120,7 @@ pub(crate) mod supervisor;
 mod sync;
 #[allow(unsafe_code)]
 pub mod sys;
+pub mod template;
 pub mod throttle;
 mod verdict;
 mod watch;

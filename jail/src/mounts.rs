@@ -72,13 +72,13 @@ pub(crate) const MASKED_PROC_DIRS: [&str; 4] = ["acpi", "scsi", "asound", "firmw
 /// `/proc` folders made read-only.
 pub(crate) const READONLY_PROC_DIRS: [&str; 4] = ["sys", "bus", "irq", "fs"];
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Access {
     ReadOnly,
     ReadWrite,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Kind {
     Dir,
     File,
@@ -110,7 +110,7 @@ pub enum Code {
 pub(crate) const MAX_SCRIPT_BYTES: u64 = 16 << 20;
 
 /// How a read-only host folder appears in the jail.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum View {
     /// A clone of the source's mount tree (its submounts included); its
     /// mountinfo line shows the source's path within its filesystem.
@@ -142,7 +142,7 @@ pub struct Request {
 }
 
 /// One step of building the new root. Paths are absolute inside the jail.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum MountOp {
     Dir {
         path: PathBuf,
@@ -717,10 +717,24 @@ pub(crate) fn open_output(staging: &Path) -> Result<OwnedFd, MountError> {
 
 /// Child side: make `staging` the root and detach the old one entirely, so
 /// no path leads back to the host (pivot_root(2), the `"."`/`"."` idiom).
-pub(crate) fn pivot_root(staging: &Path) -> Result<(), MountError> {
+/// A template's own jail alone keeps the old root beneath the new one, at
+/// `keep` (template.rs: its forks leave by it, and detach it themselves).
+pub(crate) fn pivot_root(staging: &Path, keep: Option<&str>) -> Result<(), MountError> {
     nix::unistd::chdir(staging).map_err(|source| MountError::Chdir { path: staging.to_path_buf(), source })?;
-    nix::unistd::pivot_root(".", ".").map_err(MountError::PivotRoot)?;
-    nix::mount::umount2(".", MntFlags::MNT_DETACH).map_err(MountError::DetachOldRoot)?;
+    match keep {
+        None => {
+            nix::unistd::pivot_root(".", ".").map_err(MountError::PivotRoot)?;
+            nix::mount::umount2(".", MntFlags::MNT_DETACH).map_err(MountError::DetachOldRoot)?;
+        }
+        Some(at) => {
+            let put_old = Path::new(".").join(at.trim_start_matches('/'));
+            std::fs::DirBuilder::new()
+                .mode(0o000)
+                .create(&put_old)
+                .map_err(|source| MountError::Mkdir { path: put_old.clone(), source })?;
+            nix::unistd::pivot_root(".", &put_old).map_err(MountError::PivotRoot)?;
+        }
+    }
     nix::unistd::chdir("/").map_err(|source| MountError::Chdir { path: PathBuf::from("/"), source })?;
     // The root tmpfs itself becomes read-only: only the granted mounts below
     // it are writable.

@@ -48,6 +48,11 @@ pub(crate) struct RunPlan {
     pub(crate) wall_time: Duration,
     /// The CPUs PID 1 pins the run to (inside.rs); `None`: left alone.
     pub(crate) cpus: Option<Vec<usize>>,
+    /// The template whose fork the jail is (template.rs); `None`: cloned.
+    pub(crate) template: Option<PathBuf>,
+    /// A template's own jail: the host's root kept beneath its root, no
+    /// landlock, no seccomp (template/start.rs).
+    pub(crate) is_template: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -184,8 +189,19 @@ fn plan_with(
     // The run's limits where programs inside read them (inside.rs).
     let view = crate::inside::view_of(policy, &host.inside);
     view.apply(&mut mount_request);
-    let mounts = mounts::plan(&mount_request);
+    let mut mounts = mounts::plan(&mount_request);
+    if req.template.is_some() {
+        // A fork runs the cell driver it already holds (template.py): the
+        // driver's host copy, in a folder only the caller's uid reaches,
+        // is not mounted.
+        mounts.retain(|op| !matches!(op, mounts::MountOp::ScriptCopy { dir, .. } if dir.as_path() == Path::new(mounts::DRIVER_DIR)));
+    }
     let landlock_rules = landlock::rules(&mounts);
+    let is_template = req.step == crate::request::StepKind::Template;
+    // A template's forks mount and make namespaces before they confine
+    // themselves, and landlock's domain is inherited: the template has
+    // none (it runs only the trusted preload), each fork its own.
+    let landlock = if is_template { landlock.not_applied() } else { landlock };
     // Root's sandbox writes a bound output folder as its leased uid, and the
     // next run may lease another (hostuid.rs, `sandbox_umask`).
     let umask = crate::hostuid::sandbox_umask(host.caller_uid == 0, mount_request.output_size.is_none());
@@ -239,6 +255,8 @@ fn plan_with(
         channels,
         wall_time,
         cpus: view.cpus,
+        template: req.template.clone(),
+        is_template,
     })
 }
 

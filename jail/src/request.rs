@@ -33,6 +33,9 @@ pub struct RunRequest {
     /// What the step is: one script to its end, or a session's cells
     /// served to the trusted driver (session.rs).
     pub step: StepKind,
+    /// Make the jail as a fork of the template listening at this socket
+    /// (template.rs) instead of cloning it: a session from a pool.
+    pub template: Option<PathBuf>,
 }
 
 /// What one step in a jail is, as plain data: the plan opens the control
@@ -46,6 +49,10 @@ pub enum StepKind {
     /// `jail session`: cells sent to the cell driver over the control
     /// channel (session/cells.rs).
     Cells,
+    /// `jail template`: a template's interpreter, which its forks leave
+    /// (template/start.rs): the host's root kept beneath its own, no
+    /// landlock, no seccomp, and nothing untrusted ever run in it.
+    Template,
 }
 
 /// A request that failed before anything was started: what is wrong and how
@@ -112,7 +119,7 @@ pub(crate) fn prepare(req: &RunRequest, who: &Identity) -> Result<Prepared, Inpu
 
     let (code, script) = match req.step {
         StepKind::Cells => session_code(req, who)?,
-        StepKind::Script => {
+        StepKind::Script | StepKind::Template => {
             let (code, script_rel) = resolve_script(&req.script, req.code.as_deref(), who)?;
             (code, Path::new(mounts::CODE_DIR).join(&script_rel))
         }

@@ -19,7 +19,7 @@ pub(crate) enum RlimitError {
 }
 
 /// The rlimits the jail sets.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Kind {
     /// Address space: the memory stand-in (per process, not per run).
     As,
@@ -62,7 +62,7 @@ impl Kind {
 }
 
 /// One limit to set.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Rlimit {
     pub kind: Kind,
     pub soft: u64,

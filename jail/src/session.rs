@@ -210,7 +210,8 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
     let session = req.policy.session;
     // The trusted preload, when asked for, is the first cell: the one cell
     // allowed before the session takes an output folder (adopt.rs).
-    let preload = if opts.preload { req.policy.preload.clone() } else { Vec::new() };
+    // A template's fork holds the template's preload already (template.rs).
+    let preload = if opts.preload && req.template.is_none() { req.policy.preload.clone() } else { Vec::new() };
     let trusted_cells = u64::from(!preload.is_empty());
     let adoption = adopt::Adoption::new(req.policy.artifacts.clone(), req.input.clone(), trusted_cells);
     // The jail lives as long as the session may; each cell has its own
@@ -360,22 +361,7 @@ fn start_janitor(paths: &Leftovers) -> io::Result<OwnedFd> {
         // If the supervisor ended normally all of this is done.
         paths.bury("the session supervisor was killed", None);
         paths.remove();
-        let dirs: Vec<PathBuf> =
-            String::from_utf8_lossy(told).lines().filter(|l| l.starts_with('/')).map(PathBuf::from).collect();
-        // PID 1 dies with its supervisor (PR_SET_PDEATHSIG): the cgroups empty
-        // within moments, and rmdir refuses until they do.
-        let until = Instant::now() + Duration::from_secs(10);
-        while dirs.iter().any(|d| d.exists()) && Instant::now() < until {
-            for d in &dirs {
-                if let Ok(entries) = std::fs::read_dir(d) {
-                    for e in entries.flatten().filter(|e| e.file_type().is_ok_and(|t| t.is_dir())) {
-                        let _ = std::fs::remove_dir(e.path());
-                    }
-                }
-                let _ = std::fs::remove_dir(d);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::janitor::remove_told_cgroups(told);
     })
 }
 

@@ -47,8 +47,10 @@ pub(crate) struct Seen {
     pub(crate) exec_at: Option<Instant>,
     pub(crate) released_at: Instant,
     pub(crate) ended_at: Instant,
-    pub(crate) rusage: libc::rusage,
-    pub(crate) pid1_status: libc::c_int,
+    /// PID 1's usage and wait status, as its parent reaps it: `None` for a
+    /// template's fork, which its template reaps.
+    pub(crate) rusage: Option<libc::rusage>,
+    pub(crate) pid1_status: Option<libc::c_int>,
     /// The jail's output tmpfs and what was copied into it, to be judged and
     /// mirrored (delivery.rs); `None` with a bound output dir.
     pub(crate) output: Option<(OwnedFd, output::Inventory)>,

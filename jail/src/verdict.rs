@@ -216,7 +216,10 @@ fn finish(mut result: RunResult, o: Seen, cg: Option<CgroupUsage>, plan: &RunPla
         cpu_used: Duration::from_secs_f64(cpu_ms.max(0.0) / 1000.0),
     };
     let Some(status) = status_of(&facts) else {
-        let message = format!("the jail's PID 1 ended without reporting the script's status (wait status {:#x})", o.pid1_status);
+        let message = match o.pid1_status {
+            Some(status) => format!("the jail's PID 1 ended without reporting the script's status (wait status {status:#x})"),
+            None => "the jail's PID 1 ended without reporting the script's status".to_string(),
+        };
         return failed(result, Stage::Reaper.message(message), started);
     };
     result.status = status;
@@ -266,10 +269,10 @@ fn usage_of(o: &Seen, cg: &CgroupUsage) -> Usage {
     let ns_ms = |ns: u64| ns as f64 / 1e6;
     Usage {
         wall_ms: (o.ended_at - o.released_at).as_secs_f64() * 1000.0,
-        user_cpu_ms: Some(cg.user_ns.map(ns_ms).unwrap_or_else(|| tv_ms(o.rusage.ru_utime))),
-        system_cpu_ms: Some(cg.system_ns.map(ns_ms).unwrap_or_else(|| tv_ms(o.rusage.ru_stime))),
+        user_cpu_ms: cg.user_ns.map(ns_ms).or_else(|| o.rusage.map(|r| tv_ms(r.ru_utime))),
+        system_cpu_ms: cg.system_ns.map(ns_ms).or_else(|| o.rusage.map(|r| tv_ms(r.ru_stime))),
         peak_memory_bytes: cg.memory_peak,
-        max_rss_bytes: Some(o.rusage.ru_maxrss as u64 * 1024),
+        max_rss_bytes: o.rusage.map(|r| r.ru_maxrss as u64 * 1024),
         pids_peak: cg.pids_peak,
         oom_kills: cg.oom_kills,
         throttled: o.throttled.clone(),

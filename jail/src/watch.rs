@@ -203,25 +203,29 @@ impl Watched<'_> {
 /// The jail's process tree, as a loop may act on it.
 pub(crate) struct Tree<'a> {
     pid: Pid,
+    /// PID 1's pidfd: what every signal to it goes through.
+    pidfd: BorrowedFd<'a>,
     cgroup: Option<&'a RunCgroup>,
     killed: Cell<bool>,
 }
 
 impl<'a> Tree<'a> {
-    pub(crate) fn new(pid: Pid, cgroup: Option<&'a RunCgroup>) -> Tree<'a> {
-        Tree { pid, cgroup, killed: Cell::new(false) }
+    pub(crate) fn new(pid: Pid, pidfd: BorrowedFd<'a>, cgroup: Option<&'a RunCgroup>) -> Tree<'a> {
+        Tree { pid, pidfd, cgroup, killed: Cell::new(false) }
     }
 
     /// KeyboardInterrupt for the script: PID 1 forwards SIGINT to it
     /// (child.rs, `reaper`).
     pub(crate) fn interrupt(&self) {
-        let _ = nix::sys::signal::kill(self.pid, Signal::SIGINT);
+        let _ = crate::sys::pidfd_send_signal(self.pidfd, Signal::SIGINT);
     }
 
     /// Kill the whole tree: PID 1's death takes every process of the
     /// namespace with it; the cgroup kill is the belt to that.
     pub(crate) fn kill(&self) {
-        let _ = nix::sys::signal::kill(self.pid, Signal::SIGKILL);
+        // By pidfd: a template's fork is not our child, and once its
+        // template has reaped it its pid may be another process's.
+        let _ = crate::sys::pidfd_send_signal(self.pidfd, Signal::SIGKILL);
         if let Some(cg) = self.cgroup {
             cg.kill();
         }

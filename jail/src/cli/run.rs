@@ -163,6 +163,7 @@ pub(crate) fn prepare_request(args: RunArgs) -> Result<(RunRequest, Option<Inlin
     let (_, rootfs) = rootfs_search(&args.rootfs, Some(&policy)).find().map_err(|e| input_err(e.to_string()))?;
     let host = HostEnv::read(&policy, &env_var);
     let req = RunRequest {
+        template: None,
         policy,
         script,
         args: args.args,

@@ -143,6 +143,11 @@ pub(crate) struct SessionStartArgs {
     /// then still take an output folder (`jail pool` asks for it).
     #[arg(long)]
     preload: bool,
+    /// Make the jail as a fork of the template listening at this socket
+    /// (`jail template`; `jail pool` passes it): its preload is the
+    /// template's.
+    #[arg(long, value_name = "SOCKET", hide = true)]
+    template: Option<PathBuf>,
 }
 
 /// Seconds from 1 ms to a day, as a limit (`jail session exec --timeout`).
@@ -178,10 +183,11 @@ pub(crate) fn session(command: SessionCommand) -> ExitCode {
                 env: a.env,
                 ..RunArgs::for_cells(a.policy, a.rootfs, a.limits)
             };
-            let req = match prepare_request(args) {
+            let mut req = match prepare_request(args) {
                 Ok((req, _)) => req,
                 Err(e) => return fail(format!("{} ({})", e.message, e.stage)),
             };
+            req.template = a.template;
             let opts = crate::session::StartOptions {
                 runtime_dir: env_var("XDG_RUNTIME_DIR").filter(|v| !v.is_empty()).map(PathBuf::from),
                 lifeline: a.lifeline_fd,

@@ -19,6 +19,7 @@ fn policy(name: &str) -> Policy {
 
 fn request(policy: Policy) -> RunRequest {
     RunRequest {
+        template: None,
         policy,
         script: PathBuf::from("analysis.py"),
         args: vec!["--rows".into(), "10".into()],

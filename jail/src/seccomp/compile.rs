@@ -12,7 +12,7 @@ use super::model::{self, Action, Model, Op, Report, Verdict};
 use super::SeccompError;
 
 /// How refusals marked `report` are compiled.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Mode {
     /// They go to the supervisor (SECCOMP_RET_USER_NOTIF), which answers with
     /// the policy's errno and counts them.

@@ -246,12 +246,7 @@ impl Cells {
     /// The cgroup folders, for the janitor to remove should we be killed.
     fn tell_janitor(&self, dirs: &[&Path]) {
         if let Some(fd) = self.janitor.as_ref() {
-            let mut text = String::new();
-            for d in dirs {
-                text.push_str(&d.display().to_string());
-                text.push('\n');
-            }
-            let _ = nix::unistd::write(fd, text.as_bytes());
+            crate::janitor::tell_cgroups(fd, dirs);
         }
     }
 

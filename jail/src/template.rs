@@ -1,0 +1,178 @@
+//! Jails forked from a trusted template (issue 36).
+//!
+//! A template is a jail of its own (its namespaces, cgroup, host uid,
+//! rlimits, no capabilities, no network) whose interpreter imports a
+//! policy's trusted `preload`, draws the warm-up figure, then waits for
+//! requests (template.py). No untrusted code ever runs in it and no
+//! request's data reaches it: a request is a spec this crate wrote (what
+//! a cloned jail's child is given) and the descriptors of the channels
+//! to its supervisor. For each, the template clones itself into fresh
+//! namespaces, and the copy is made a full jail by the code a cloned
+//! jail's child runs (child.rs, `run_forked`; template/fork.rs) before
+//! any untrusted byte exists in it. The session's supervisor then runs it
+//! as it runs a jail it cloned (launch.rs): released, watched, its cells
+//! served, judged; the fork is destroyed at the end and nothing of it
+//! returns to the template.
+//!
+//! # What a fork has that a cloned jail has, and what differs
+//!
+//! - Namespaces: its own user, mount, pid, net, ipc, uts and cgroup
+//!   namespaces. Its user namespace is nested in the template's: its
+//!   sandbox ids map to the template's, so every fork of a template runs
+//!   as the template's host uid (leased by the template's supervisor as
+//!   root; the caller's own as an ordinary user, as for any jail). The
+//!   result's `isolation.degraded` says so when the host uid is leased.
+//! - Filesystem: the same mount plan, every source opened by path
+//!   without following a link, as the template's uid (a root pool makes
+//!   its jails' folders reachable by it, as it does for any jail's leased
+//!   uid); the old root detached. Not mounted: the session's cell driver
+//!   (`/.jail`), which the fork already holds in memory.
+//! - Privileges, landlock, seccomp, rlimits: child.rs's, unchanged. The
+//!   template itself has neither landlock nor seccomp: its forks must
+//!   mount and make namespaces before they confine themselves, and both
+//!   layers are inherited. It runs only the trusted preload.
+//! - Resources: the session's own cgroup with the request's limits; the
+//!   supervisor moves the fork into it before releasing it.
+//! - Memory: a fork shares the template's pages copy-on-write. It shares
+//!   its address-space layout too (ASLR is per template, not per fork),
+//!   its hash seed and every value the preload computed: a step learns
+//!   nothing from another step (each fork is a copy of the template, never
+//!   of a sibling), but can learn where the template's libraries sit.
+//!
+//! # The template's own jail (start.rs)
+//!
+//! `jail template` makes it (hidden from `--help`: `jail pool` runs it):
+//! a jail whose root keeps the host's beneath it ([`fork::HOST_ROOT`]),
+//! with no landlock or seccomp, running template.py, its cells the
+//! requests its supervisor passes on: the supervisor listens on a unix
+//! socket (mode 0600, in a folder only its uid reaches) and hands each
+//! connection to the template over the control channel.
+//!
+//! # A request ([`fork`])
+//!
+//! One connection, one request: the spec (wire.rs) and its descriptors
+//! in one `SOCK_SEQPACKET` message. The answer is either one message from
+//! the fork itself carrying `SCM_CREDENTIALS` (its pid and ids, as the
+//! kernel translates them for us), or one from the template saying why no
+//! fork was made.
+
+pub(crate) mod fork;
+pub mod start;
+mod wire;
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::sys::socket::{
+    connect, recvmsg, sendmsg, setsockopt, sockopt, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
+    SockFlag, SockType, UnixAddr,
+};
+use nix::unistd::Pid;
+
+use crate::child::ChildSpec;
+
+pub(crate) use wire::MAX_MESSAGE;
+
+/// How long a fork may take to say who it is.
+const HELLO_WITHIN: Duration = Duration::from_secs(10);
+
+/// A fork, PID 1 of its namespaces, waiting at its release barrier.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Forked {
+    /// Its pid in ours.
+    pub(crate) pid: Pid,
+    /// The host ids it runs as (the template's).
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TemplateError {
+    #[error("reach the template at {0}")]
+    Connect(PathBuf, #[source] io::Error),
+    #[error("send the request to the template")]
+    Send(#[source] io::Error),
+    #[error("the template made no fork: {0}")]
+    Refused(String),
+    #[error("the template's fork did not say who it is within {}s", HELLO_WITHIN.as_secs())]
+    NoHello,
+}
+
+/// Ask the template listening at `socket` for a fork made into the jail
+/// `spec` describes. Our copies of the child's ends are closed once the
+/// template has them.
+pub(crate) fn fork(socket: &Path, spec: ChildSpec) -> Result<Forked, TemplateError> {
+    let (msg, fds) = wire::encode(spec).map_err(TemplateError::Refused)?;
+    let connected = (|| -> io::Result<OwnedFd> {
+        let sock = nix::sys::socket::socket(AddressFamily::Unix, SockType::SeqPacket, SockFlag::SOCK_CLOEXEC, None)?;
+        setsockopt(&sock, sockopt::PassCred, &true)?;
+        connect(sock.as_raw_fd(), &UnixAddr::new(socket)?)?;
+        Ok(sock)
+    })()
+    .map_err(|e| TemplateError::Connect(socket.to_path_buf(), e))?;
+    let raw: Vec<i32> = fds.iter().map(|fd| fd.as_raw_fd()).collect();
+    sendmsg::<UnixAddr>(
+        connected.as_raw_fd(),
+        &[io::IoSlice::new(&msg)],
+        &[ControlMessage::ScmRights(&raw)],
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(|e| TemplateError::Send(e.into()))?;
+    drop(fds);
+    hello(&connected)
+}
+
+/// The fork's word (its credentials) or the template's refusal.
+fn hello(sock: &OwnedFd) -> Result<Forked, TemplateError> {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let until = Instant::now() + HELLO_WITHIN;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
+        let timeout = PollTimeout::try_from(left.as_millis().min(u128::from(u16::MAX)) as u16).unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, timeout) {
+            Ok(0) if left.is_zero() => return Err(TemplateError::NoHello),
+            Ok(0) => continue,
+            Ok(_) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(TemplateError::Send(e.into())),
+        }
+    }
+    let mut buf = [0u8; 4096];
+    let mut space = nix::cmsg_space!(libc::ucred);
+    let mut iov = [io::IoSliceMut::new(&mut buf)];
+    let msg = recvmsg::<UnixAddr>(sock.as_raw_fd(), &mut iov, Some(&mut space), MsgFlags::MSG_CMSG_CLOEXEC)
+        .map_err(|e| TemplateError::Send(e.into()))?;
+    let mut creds = None;
+    for c in msg.cmsgs().map_err(|e| TemplateError::Send(e.into()))? {
+        if let ControlMessageOwned::ScmCredentials(c) = c {
+            creds = Some(c);
+        }
+    }
+    let n = msg.bytes;
+    let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+    match creds {
+        // Only the fork sends "forked"; the template's refusals are text.
+        Some(c) if text == "forked" => Ok(Forked { pid: Pid::from_raw(c.pid()), uid: c.uid(), gid: c.gid() }),
+        _ if n == 0 => Err(TemplateError::Refused("the template closed the connection".into())),
+        _ => Err(TemplateError::Refused(text)),
+    }
+}
+
+/// What a fork's result says of it: the host ids it runs as, and, where
+/// a lease would have given it a host uid of its own, that it shares its
+/// template's.
+pub(crate) fn note(result: &mut crate::result::RunResult, forked: Forked, leased: bool) {
+    result.isolation.host_uid = forked.uid;
+    result.isolation.host_gid = forked.gid;
+    if leased {
+        result.isolation.degraded.push(format!(
+            "this jail is a fork of a template: it runs as its template's host uid {}, as the template's other forks do, \
+             not as a uid leased for it alone",
+            forked.uid
+        ));
+    }
+}

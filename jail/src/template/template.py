@@ -1,0 +1,120 @@
+"""jail's template (template.rs): trusted code only.
+
+Started by `jail template` as the interpreter of a jail of its own, with
+`sys.argv[1:]` the path of this crate's library and of the session's cell
+driver, and the preload's modules as JSON. It imports the preload as a
+pooled session's first cell does (session/preload.rs), then serves its
+supervisor: each message on fd 0 (the control channel) brings one
+connection, whose one message is a request (template/wire.rs) and its
+descriptors. `jail_template_fork` (template/fork.rs) clones this process
+into a full jail and returns twice: here, with the fork's pid, and in the
+fork's worker, confined, with 0. There, this file becomes what an exec of
+`python DRIVER` would have been: the cell driver as `__main__`, the
+request's argv and environment, the signal handlers CPython installs.
+Nothing of a request stays here: its descriptors go to the fork, and the
+fork's memory is its own.
+"""
+import ctypes
+import gc
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+
+
+def preload(modules):
+    import importlib
+
+    for name in modules:
+        importlib.import_module(name)
+    if "matplotlib.pyplot" in modules:
+        import io
+        import matplotlib.pyplot as plt
+
+        fig = plt.figure()
+        fig.gca().plot([0, 1])
+        fig.savefig(io.BytesIO(), format="png")
+        plt.close(fig)
+
+
+def reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def become(request, driver):
+    """In the fork's worker: what `execve(python, [python, DRIVER, ...])`
+    would have set up, then the driver."""
+    ex = request["exec"]
+    os.environ.clear()
+    os.environ.update(e.split("=", 1) for e in ex["envp"] if "=" in e)
+    script = ex["argv"][1]
+    sys.argv = list(ex["argv"][1:])
+    sys.path[0] = os.path.dirname(script)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for name in ("SIGPIPE", "SIGXFSZ"):
+        signal.signal(getattr(signal, name), signal.SIG_IGN)
+    main = type(sys)("__main__")
+    main.__file__ = script
+    main.__builtins__ = __builtins__
+    sys.modules["__main__"] = main
+    code = compile(driver, script, "exec")
+    del request, ex
+    exec(code, main.__dict__)
+    os._exit(0)
+
+
+def main():
+    lib_path, driver_path, modules = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+    with open(driver_path) as f:
+        driver = f.read()
+    if sys.path and sys.path[0] in ("", os.path.dirname(os.path.abspath(__file__))):
+        del sys.path[0]
+    preload(modules)
+    lib = ctypes.PyDLL(lib_path)
+    fork = lib.jail_template_fork
+    fork.restype = ctypes.c_int
+    fork.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int), ctypes.c_size_t, ctypes.c_int]
+    gc.collect()
+    gc.freeze()
+    control = socket.socket(fileno=0)
+    if threading.active_count() != 1 or len(os.listdir("/proc/self/task")) != 1:
+        control.sendall(b"error the template has more than one thread after its preload\n")
+        return 1
+    control.sendall(b"ready\n")
+    while True:
+        reap()
+        try:
+            _, fds, _, _ = socket.recv_fds(control, 1, 1)
+        except InterruptedError:
+            continue
+        if not fds:
+            return 0  # the supervisor is gone: so are we
+        conn = socket.socket(fileno=fds[0])
+        try:
+            msg, given, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 64)
+        except OSError:
+            conn.close()
+            continue
+        arr = (ctypes.c_int * max(1, len(given)))(*given)
+        pid = fork(msg, len(msg), arr, len(given), conn.fileno())
+        if pid == 0:
+            # The fork's worker: every descriptor but its own is closed,
+            # so these objects must not close the numbers again.
+            conn.detach()
+            control.detach()
+            return become(json.loads(msg), driver)
+        conn.close()
+
+
+MAX_MESSAGE = 1 << 20
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,216 @@
+//! A child's spec on its way to the template: the supervisor's
+//! [`ChildSpec`] as one JSON message and its descriptors, in a fixed
+//! order, beside it (`SCM_RIGHTS`). Only a supervisor writes it, to a
+//! socket only its uid reaches, and only this crate's own code in the
+//! template reads it: the template runs no untrusted code.
+//!
+//! The descriptors: `release`, `report`, `status`, `stdout`, `stderr`,
+//! then `output`, `notify`, `proxy`, `cgroup` and `stdin`, each only when
+//! [`Has`] says the spec holds it. The seccomp program travels as the
+//! bytes the seccomp cache stores (bpf.rs, `encode`), in base64.
+
+use std::ffi::CString;
+use std::os::fd::OwnedFd;
+use std::path::PathBuf;
+
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+
+use crate::child::{ChildSpec, Confine, Exec};
+use crate::mounts::MountOp;
+use crate::rlimits::Rlimit;
+use crate::seccomp::{bpf, Filter, Mode};
+use crate::{landlock, mounts};
+
+/// The largest message a template takes (template.py reads at most this).
+pub(crate) const MAX_MESSAGE: usize = 1 << 20;
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct Wire {
+    mounts: Vec<MountOp>,
+    staging: PathBuf,
+    uid: u32,
+    gid: u32,
+    hostname: String,
+    /// What the interpreter would have been exec'd with: the fork's
+    /// interpreter takes its argv and environment from here (template.py).
+    pub(crate) exec: WireExec,
+    rlimits: Vec<Rlimit>,
+    landlock: landlock::Plan,
+    landlock_rules: Vec<landlock::PathRule>,
+    seccomp: String,
+    seccomp_mode: Mode,
+    seccomp_sha256: String,
+    tcp_connect: Vec<u16>,
+    cpus: Option<Vec<usize>>,
+    has: Has,
+}
+
+#[derive(Serialize, Deserialize)]
+pub(crate) struct WireExec {
+    path: String,
+    pub(crate) argv: Vec<String>,
+    pub(crate) envp: Vec<String>,
+    cwd: PathBuf,
+    umask: u32,
+}
+
+/// Which optional descriptors follow the five every spec has.
+#[derive(Serialize, Deserialize, Default, Clone, Copy)]
+struct Has {
+    output: bool,
+    notify: bool,
+    proxy: bool,
+    cgroup: bool,
+    stdin: bool,
+}
+
+/// The message and the descriptors for `spec`, which a fork cannot take
+/// without a seccomp filter (the template itself runs without one).
+pub(crate) fn encode(spec: ChildSpec) -> Result<(Vec<u8>, Vec<OwnedFd>), String> {
+    let ChildSpec {
+        release,
+        report,
+        status,
+        stdout,
+        stderr,
+        mounts,
+        staging,
+        uid,
+        gid,
+        hostname,
+        exec,
+        rlimits,
+        output,
+        confine,
+        proxy,
+        cgroup,
+        cpus,
+        stdin,
+        keep_host_root,
+    } = spec;
+    if keep_host_root {
+        return Err("a template's own jail is never a fork".into());
+    }
+    let Confine { landlock, landlock_rules, seccomp, notify, tcp_connect } = confine;
+    let filter = seccomp.ok_or("a fork is always given a seccomp filter")?;
+    let text = |c: &CString, what: &str| {
+        c.to_str().map(str::to_string).map_err(|_| format!("the template takes UTF-8 only, and the {what} is not"))
+    };
+    let exec = WireExec {
+        path: text(&exec.path, "interpreter's path")?,
+        argv: exec.argv.iter().map(|a| text(a, "interpreter's arguments")).collect::<Result<_, _>>()?,
+        envp: exec.envp.iter().map(|e| text(e, "environment")).collect::<Result<_, _>>()?,
+        cwd: exec.cwd,
+        umask: exec.umask,
+    };
+    let has = Has {
+        output: output.is_some(),
+        notify: notify.is_some(),
+        proxy: proxy.is_some(),
+        cgroup: cgroup.is_some(),
+        stdin: stdin.is_some(),
+    };
+    let program = bpf::encode(&filter.program);
+    let wire = Wire {
+        mounts,
+        staging,
+        uid,
+        gid,
+        hostname,
+        exec,
+        rlimits,
+        landlock,
+        landlock_rules,
+        seccomp: base64::engine::general_purpose::STANDARD.encode(program),
+        seccomp_mode: filter.mode,
+        seccomp_sha256: filter.sha256,
+        tcp_connect,
+        cpus,
+        has,
+    };
+    let bytes = serde_json::to_vec(&wire).map_err(|e| format!("encode the child's spec: {e}"))?;
+    if bytes.len() > MAX_MESSAGE {
+        return Err(format!("the child's spec is {} bytes, more than the template takes ({MAX_MESSAGE})", bytes.len()));
+    }
+    let mut fds = vec![release, report, status, stdout, stderr];
+    fds.extend([output, notify, proxy, cgroup, stdin].into_iter().flatten());
+    Ok((bytes, fds))
+}
+
+/// The spec back from what [`encode`] made: the descriptors must be
+/// exactly the ones it names.
+pub(crate) fn decode(msg: &[u8], fds: Vec<OwnedFd>) -> Result<ChildSpec, String> {
+    let wire: Wire = serde_json::from_slice(msg).map_err(|e| format!("decode the child's spec: {e}"))?;
+    let has = wire.has;
+    let want = 5 + [has.output, has.notify, has.proxy, has.cgroup, has.stdin].iter().filter(|h| **h).count();
+    if fds.len() != want {
+        return Err(format!("the spec names {want} descriptors and {} came", fds.len()));
+    }
+    let mut fds = fds.into_iter();
+    let mut next = |present: bool| if present { fds.next() } else { None };
+    let (release, report, status, stdout, stderr) = match (next(true), next(true), next(true), next(true), next(true)) {
+        (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
+        _ => return Err("fewer descriptors than the spec names".into()),
+    };
+    let (output, notify, proxy, cgroup, stdin) =
+        (next(has.output), next(has.notify), next(has.proxy), next(has.cgroup), next(has.stdin));
+    let cstr = |s: String| CString::new(s).map_err(|_| "a NUL byte in the interpreter's argv or environment".to_string());
+    let exec = Exec {
+        path: cstr(wire.exec.path)?,
+        argv: wire.exec.argv.into_iter().map(cstr).collect::<Result<_, _>>()?,
+        envp: wire.exec.envp.into_iter().map(cstr).collect::<Result<_, _>>()?,
+        cwd: wire.exec.cwd,
+        umask: wire.exec.umask,
+    };
+    let program = base64::engine::general_purpose::STANDARD
+        .decode(wire.seccomp)
+        .map_err(|e| format!("decode the seccomp program: {e}"))?;
+    // Checked as a cached program is (seccomp/cache.rs): the kernel would
+    // refuse no less.
+    let program = bpf::decode(&program).map_err(|e| format!("decode the seccomp program: {e}"))?;
+    bpf::check(&program).map_err(|e| format!("the seccomp program: {e}"))?;
+    let filter = Filter {
+        program,
+        mode: wire.seccomp_mode,
+        sha256: wire.seccomp_sha256,
+    };
+    if !wire.mounts.iter().any(|op| matches!(op, mounts::MountOp::Proc { .. })) {
+        return Err("the spec's mount plan has no /proc: not a jail's".into());
+    }
+    Ok(ChildSpec {
+        release,
+        report,
+        status,
+        stdout,
+        stderr,
+        mounts: wire.mounts,
+        staging: wire.staging,
+        uid: wire.uid,
+        gid: wire.gid,
+        hostname: wire.hostname,
+        exec,
+        rlimits: wire.rlimits,
+        output,
+        confine: Confine {
+            landlock: wire.landlock,
+            landlock_rules: wire.landlock_rules,
+            seccomp: Some(filter),
+            notify,
+            tcp_connect: wire.tcp_connect,
+        },
+        proxy,
+        cgroup,
+        cpus: wire.cpus,
+        stdin,
+        keep_host_root: false,
+    })
+}
+
+/// The interpreter's argv and environment from a message, for the
+/// template's own reading (tests: template.py does the same in Python).
+#[cfg(test)]
+pub(crate) fn exec_of(msg: &[u8]) -> Option<(Vec<String>, Vec<String>)> {
+    let wire: Wire = serde_json::from_slice(msg).ok()?;
+    Some((wire.exec.argv, wire.exec.envp))
+}
