@@ -62,6 +62,8 @@ mkdir -p "$stage/bin" "$stage/repo" "$stage/tmp"
 # (debug binaries are large), else a copy.
 stage_bin() { ln -f "$1" "$stage/bin/" 2>/dev/null || cp "$1" "$stage/bin/"; }
 stage_bin "$repo/target/debug/jail"
+# A pool's template loads the jail crate's cdylib from beside the binary.
+stage_bin "$repo/target/debug/libjail.so"
 # The agent's CLI tests run jail-agent, which finds jail beside itself;
 # `jail mcp` runs jail-mcp and `jail serve` jail-serve from beside jail
 # (tests/fronts/tests/mcp.rs, serve.rs).
@@ -96,7 +98,7 @@ data_rootfs=$(place "${JAIL_DATA_ROOTFS:-$repo/python-rootfs/out/data}" rootfs-d
 # Every binary runs, whatever the ones before it did.
 status=0 failed=()
 for b in "$stage"/bin/*; do
-    case "$(basename "$b")" in jail|jail-agent|jail-mcp|jail-serve) continue ;; esac
+    case "$(basename "$b")" in jail|jail-agent|jail-mcp|jail-serve|*.so) continue ;; esac
     echo "== as $label: $(basename "$b")"
     (cd "$stage" && as_user env -i PATH=/usr/bin:/bin HOME="$stage" TMPDIR="$stage/tmp" \
         JAIL_BIN="$stage/bin/jail" JAIL_AGENT_BIN="$stage/bin/jail-agent" JAIL_ROOTFS="$rootfs" ${data_rootfs:+JAIL_DATA_ROOTFS="$data_rootfs"} \

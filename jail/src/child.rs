@@ -18,6 +18,8 @@ use nix::sys::signal::{SigSet, Signal};
 use nix::sys::wait::{WaitPidFlag, WaitStatus};
 use nix::unistd::Pid;
 
+mod forked;
+
 use crate::mounts::{self, MountOp};
 use crate::result::{SetupError, EXIT_SETUP_FAILED};
 use crate::rlimits::Rlimit;
@@ -215,7 +217,7 @@ fn live(spec: ChildSpec, forked: Option<(OwnedFd, (u32, u32))>) {
         Some((hello, template_ids)) => {
             // Not the supervisor's child: it can neither write our id maps
             // (it is not in our parent user namespace) nor see our pid.
-            if let Err(e) = crate::template::fork::begin(&hello, (uid, gid), template_ids).stage(Stage::IdMaps) {
+            if let Err(e) = forked::begin(&hello, (uid, gid), template_ids).stage(Stage::IdMaps) {
                 fail(&report, e);
             }
             Ends::Return
@@ -230,13 +232,13 @@ fn live(spec: ChildSpec, forked: Option<(OwnedFd, (u32, u32))>) {
     marks.mark("released");
     // Before anything of ours can be seen from inside: we are a fork of the
     // supervisor, whose command line and environment name host paths.
-    if let (Ends::Return, Err(e)) = (ends, crate::template::fork::leave_template_root().stage(Stage::Mounts)) {
+    if let (Ends::Return, Err(e)) = (ends, forked::leave_template_root().stage(Stage::Mounts)) {
         fail(&report, e);
     }
     if let Err(e) = crate::conceal::scrub_pid1() {
         fail(&report, StageError { stage: Stage::Conceal, error: Box::new(e) });
     }
-    let keep = keep_host_root.then_some(crate::template::fork::HOST_ROOT);
+    let keep = keep_host_root.then_some(mounts::HOST_ROOT);
     match setup(&mut marks, &report, stdout, stderr, &mounts, &staging, (uid, gid), &hostname, output.as_ref(), proxy, keep) {
         Ok(()) => {}
         Err(e) => fail(&report, e),
@@ -386,6 +388,13 @@ fn worker(mut marks: Marks, report: OwnedFd, exec: Exec, limits: &[Rlimit], conf
         Ok(()) => {}
         Err(e) => fail(&report, e),
     }
+    if ends == Ends::Return {
+        // What the exec of a cloned jail's worker does: dumpable again
+        // (PID 1 stays not), as any interpreter exec'd by its own uid is.
+        if let Err(e) = nix::sys::prctl::set_dumpable(true).stage(Stage::Dumpable) {
+            fail(&report, e);
+        }
+    }
     // Seccomp last: from here on every syscall passes the filter, and in
     // notify mode the listener reaches the supervisor before any other call.
     if let Some(filter) = &confine.seccomp {
@@ -474,7 +483,7 @@ fn reaper(worker: Pid, status: OwnedFd, handled: SigSet, ends: Ends) -> ! {
     let _ = sys::close_from_except(3, &keep);
     let sfd = match ends {
         Ends::Exec => None,
-        Ends::Return => crate::template::fork::signals(&handled),
+        Ends::Return => forked::signals(&handled),
     };
     loop {
         let sig = match ends {
@@ -482,7 +491,7 @@ fn reaper(worker: Pid, status: OwnedFd, handled: SigSet, ends: Ends) -> ! {
             // A fork's parent is its template, not its supervisor, so no
             // parent-death signal tells us the supervisor is gone: its
             // end of the status pipe closing does, looked at between waits.
-            Ends::Return => match crate::template::fork::wait_signal(sfd.as_ref(), &status) {
+            Ends::Return => match forked::wait_signal(sfd.as_ref(), &status) {
                 Ok(sig) => sig,
                 Err(()) => {
                     let _ = nix::sys::signal::kill(worker, Signal::SIGKILL);

@@ -39,8 +39,11 @@ pub(crate) fn tell_cgroups(janitor: &OwnedFd, dirs: &[&std::path::Path]) {
 /// refuses until they do.
 pub(crate) fn remove_told_cgroups(told: &[u8]) {
     use std::time::{Duration, Instant};
-    let dirs: Vec<std::path::PathBuf> =
-        String::from_utf8_lossy(told).lines().filter(|l| l.starts_with('/')).map(std::path::PathBuf::from).collect();
+    let dirs: Vec<std::path::PathBuf> = String::from_utf8_lossy(told)
+        .lines()
+        .filter(|l| l.starts_with('/'))
+        .map(std::path::PathBuf::from)
+        .collect();
     let until = Instant::now() + Duration::from_secs(10);
     while dirs.iter().any(|d| d.exists()) && Instant::now() < until {
         for d in &dirs {

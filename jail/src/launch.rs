@@ -188,7 +188,10 @@ impl Jail {
         let pidfd = sys::pidfd_open(pid).map_err(LaunchError::Pidfd)?;
         // From here every early return kills it, and reaps our own child
         // (Child's drop), before `held` goes.
-        let child = Child { pid: Some(pid), fork: forked.is_some().then(|| pidfd.try_clone()).transpose().map_err(LaunchError::Pidfd)? };
+        let child = Child {
+            pid: Some(pid),
+            fork: forked.is_some().then(|| pidfd.try_clone()).transpose().map_err(LaunchError::Pidfd)?,
+        };
         match forked {
             // The fork mapped itself; it runs as its template's host ids,
             // which the output is written and judged as.
@@ -333,6 +336,7 @@ impl Jail {
         let cgroup = self.held.cgroup.as_ref();
         lp.started(Started {
             seed: handed.seed,
+            pid: self.pid,
             wall: deadline,
             cpu_limit: match (cgroup, plan.limits.cpu_watch) {
                 (Some(_), Some(limit)) => Some(limit.as_nanos() as u64),

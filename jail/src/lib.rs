@@ -53,14 +53,16 @@
 //!   their death.
 //! - `doctor`: what this host provides, for `jail doctor`.
 //! - `install`: the embedded rootfs recipes, for `jail rootfs build|list`.
-//! - `sys`: every `unsafe`.
+//! - `sys`: every `unsafe`, but for `ffi`: the one function another process calls into (a template's fork entry,
+//!   template/fork.rs), whose raw arguments it converts.
 //!
 //! A `pub` module or item is one another crate uses: main.rs, the front
 //! ends (agent, serve, mcp), the tests (tests/, tests/fronts/) or the fuzz
 //! targets; everything else is `pub(crate)`.
 
-// Every `unsafe` block lives in `sys`, each with its `// SAFETY:` line
-// (clippy::undocumented_unsafe_blocks): anywhere else it does not compile.
+// Every `unsafe` block lives in `sys` (and `ffi`'s one exported function),
+// each with its `// SAFETY:` line (clippy::undocumented_unsafe_blocks):
+// anywhere else it does not compile.
 #![deny(unsafe_code)]
 
 pub mod accept;
@@ -79,6 +81,8 @@ pub mod display;
 pub(crate) mod doctor;
 pub mod envs;
 pub mod events;
+#[allow(unsafe_code)]
+mod ffi;
 pub(crate) mod field;
 mod fsid;
 mod host;

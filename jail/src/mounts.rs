@@ -48,6 +48,10 @@ pub(crate) const OUTPUT_DIR: &str = "/workspace/output";
 /// Hidden (a rootfs's dot entries are never bound: request.rs), so no
 /// rootfs can be in its way.
 pub(crate) const DRIVER_DIR: &str = "/.jail";
+/// Where a template's own jail keeps the host's root (its old root, not
+/// detached: [`pivot_root`]); only a fork's PID 1 goes there, before its
+/// own pivot_root detaches it (template.rs).
+pub(crate) const HOST_ROOT: &str = "/.jail-host";
 /// The driver's name there: `/.jail/jail_cell_driver.py`.
 pub(crate) const DRIVER_NAME: &str = "jail_cell_driver.py";
 

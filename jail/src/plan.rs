@@ -51,7 +51,7 @@ pub(crate) struct RunPlan {
     /// The template whose fork the jail is (template.rs); `None`: cloned.
     pub(crate) template: Option<PathBuf>,
     /// A template's own jail: the host's root kept beneath its root, no
-    /// landlock, no seccomp (template/start.rs).
+    /// landlock, no seccomp (pool/template.rs).
     pub(crate) is_template: bool,
 }
 
@@ -194,7 +194,9 @@ fn plan_with(
         // A fork runs the cell driver it already holds (template.py): the
         // driver's host copy, in a folder only the caller's uid reaches,
         // is not mounted.
-        mounts.retain(|op| !matches!(op, mounts::MountOp::ScriptCopy { dir, .. } if dir.as_path() == Path::new(mounts::DRIVER_DIR)));
+        mounts.retain(
+            |op| !matches!(op, mounts::MountOp::ScriptCopy { dir, .. } if dir.as_path() == Path::new(mounts::DRIVER_DIR)),
+        );
     }
     let landlock_rules = landlock::rules(&mounts);
     let is_template = req.step == crate::request::StepKind::Template;

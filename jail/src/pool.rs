@@ -184,3 +184,4 @@ pub mod attach;
 pub mod footprint;
 pub mod memory;
 pub mod run;
+pub mod template;

@@ -50,7 +50,7 @@ pub enum StepKind {
     /// channel (session/cells.rs).
     Cells,
     /// `jail template`: a template's interpreter, which its forks leave
-    /// (template/start.rs): the host's root kept beneath its own, no
+    /// (pool/template.rs): the host's root kept beneath its own, no
     /// landlock, no seccomp, and nothing untrusted ever run in it.
     Template,
 }

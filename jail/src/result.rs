@@ -406,6 +406,13 @@ pub struct Isolation {
     pub seccomp: SeccompReport,
     /// Layers that are not fully enforced on this run, in plain words.
     pub degraded: Vec<String>,
+    /// Whether the jail is a fork of a pool's template (template.rs): its
+    /// memory began as a copy of an interpreter that imported the
+    /// policy's preload and ran nothing else. Every layer above is its
+    /// own; it shares that interpreter's address-space layout (ASLR is
+    /// per template) and hash seed with the template's other forks.
+    #[serde(default)]
+    pub forked_from_template: bool,
 }
 
 /// How much of a layer this run got.

@@ -169,6 +169,9 @@ pub struct Started {
     pub handle: PathBuf,
     pub pid: u32,
     pub id: String,
+    /// The jail's PID 1: a fork of a template is not the supervisor's
+    /// descendant (a pool reads its memory by it).
+    pub jail_pid: Option<u32>,
 }
 
 /// Start a session for `req` (its script is ignored: the driver runs).
@@ -211,7 +214,11 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
     // The trusted preload, when asked for, is the first cell: the one cell
     // allowed before the session takes an output folder (adopt.rs).
     // A template's fork holds the template's preload already (template.rs).
-    let preload = if opts.preload && req.template.is_none() { req.policy.preload.clone() } else { Vec::new() };
+    let preload = if opts.preload && req.template.is_none() {
+        req.policy.preload.clone()
+    } else {
+        Vec::new()
+    };
     let trusted_cells = u64::from(!preload.is_empty());
     let adoption = adopt::Adoption::new(req.policy.artifacts.clone(), req.input.clone(), trusted_cells);
     // The jail lives as long as the session may; each cell has its own
@@ -236,7 +243,7 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
         Ok(Forked::Parent(pid)) => {
             drop(ready.write);
             drop(listener);
-            wait_ready(ready.read)?;
+            let jail_pid = wait_ready(ready.read)?;
             if !preload.is_empty() {
                 if let Err(why) = preload::run(&socket, &preload, limits.wall) {
                     // Ended as `jail session stop` ends it: nothing left.
@@ -244,7 +251,7 @@ pub fn start(mut req: RunRequest, opts: &StartOptions) -> Result<Started, StartE
                     return Err(StartError::Setup(why));
                 }
             }
-            Ok(Started { handle: socket, pid: pid.as_raw() as u32, id })
+            Ok(Started { handle: socket, pid: pid.as_raw() as u32, id, jail_pid })
         }
     }
 }
@@ -278,8 +285,9 @@ impl Leftovers {
     }
 }
 
-/// Read the session supervisor's word: `ready`, or the setup error.
-fn wait_ready(from: OwnedFd) -> Result<(), StartError> {
+/// Read the session supervisor's word: `ready` (with the jail's PID 1),
+/// or the setup error.
+fn wait_ready(from: OwnedFd) -> Result<Option<u32>, StartError> {
     use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
     use std::os::fd::AsFd;
     let until = Instant::now() + READY_WAIT;
@@ -297,8 +305,10 @@ fn wait_ready(from: OwnedFd) -> Result<(), StartError> {
             break;
         }
         text.extend_from_slice(&buf[..n]);
-        if text.starts_with(b"ready\n") {
-            return Ok(());
+        if let Some(rest) = text.strip_prefix(b"ready") {
+            if let Some(end) = rest.iter().position(|b| *b == b'\n') {
+                return Ok(std::str::from_utf8(&rest[..end]).ok().and_then(|p| p.trim().parse().ok()));
+            }
         }
     }
     let text = String::from_utf8_lossy(&text);

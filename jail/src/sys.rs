@@ -598,48 +598,6 @@ pub(crate) fn set_parent_death_signal(cmd: &mut std::process::Command, sig: nix:
     };
 }
 
-/// The template's entry (template/fork.rs, `entry`), exported by this
-/// crate's cdylib (`libjail.so`), which template.py loads with
-/// `ctypes.PyDLL` and calls once per request, the interpreter's lock held:
-/// `msg` and `len` the request's message, `fds` and `nfds` the
-/// descriptors that came with it (ours from here on, closed or handed to
-/// the fork), `conn` the request's connection (borrowed). Returns the
-/// fork's pid in the template, 0 in the fork's worker, -1 when no fork
-/// was made.
-///
-/// # Safety
-///
-/// `msg` must point to `len` readable bytes and `fds` to `nfds` ints, each
-/// an open descriptor the caller gives up; `conn` must be open.
-#[no_mangle]
-pub unsafe extern "C" fn jail_template_fork(
-    msg: *const u8,
-    len: usize,
-    fds: *const libc::c_int,
-    nfds: usize,
-    conn: libc::c_int,
-) -> libc::c_int {
-    if msg.is_null() || fds.is_null() && nfds > 0 || len > crate::template::MAX_MESSAGE || nfds > 64 {
-        return -1;
-    }
-    // SAFETY: the caller passes `len` readable bytes at `msg` (template.py:
-    // the bytes object it received), checked non-null above.
-    let msg = unsafe { std::slice::from_raw_parts(msg, len) };
-    let raw: &[libc::c_int] = if nfds == 0 {
-        &[]
-    } else {
-        // SAFETY: as for `msg`: `nfds` ints at `fds`, checked non-null.
-        unsafe { std::slice::from_raw_parts(fds, nfds) }
-    };
-    // SAFETY: each is an open descriptor the caller received with the
-    // request and gives up to us (template.py never closes them itself).
-    let owned: Vec<OwnedFd> = raw.iter().map(|&fd| unsafe { OwnedFd::from_raw_fd(fd) }).collect();
-    // SAFETY: the connection stays open for the whole call (template.py
-    // holds its socket object).
-    let conn = unsafe { BorrowedFd::borrow_raw(conn) };
-    crate::template::fork::entry(msg, owned, conn)
-}
-
 /// CPython's fork hooks, as `os.fork` calls them around fork(2).
 pub(crate) struct PythonForkHooks {
     pub before: extern "C" fn(),

@@ -3,7 +3,7 @@
 //! A template is a jail of its own (its namespaces, cgroup, host uid,
 //! rlimits, no capabilities, no network) whose interpreter imports a
 //! policy's trusted `preload`, draws the warm-up figure, then waits for
-//! requests (template.py). No untrusted code ever runs in it and no
+//! requests (pool/template.py). No untrusted code ever runs in it and no
 //! request's data reaches it: a request is a spec this crate wrote (what
 //! a cloned jail's child is given) and the descriptors of the channels
 //! to its supervisor. For each, the template clones itself into fresh
@@ -39,10 +39,10 @@
 //!   nothing from another step (each fork is a copy of the template, never
 //!   of a sibling), but can learn where the template's libraries sit.
 //!
-//! # The template's own jail (start.rs)
+//! # The template's own jail (pool/template.rs)
 //!
 //! `jail template` makes it (hidden from `--help`: `jail pool` runs it):
-//! a jail whose root keeps the host's beneath it ([`fork::HOST_ROOT`]),
+//! a jail whose root keeps the host's beneath it (`mounts::HOST_ROOT`),
 //! with no landlock or seccomp, running template.py, its cells the
 //! requests its supervisor passes on: the supervisor listens on a unix
 //! socket (mode 0600, in a folder only its uid reaches) and hands each
@@ -57,7 +57,6 @@
 //! fork was made.
 
 pub(crate) mod fork;
-pub mod start;
 mod wire;
 
 use std::io;
@@ -66,8 +65,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nix::sys::socket::{
-    connect, recvmsg, sendmsg, setsockopt, sockopt, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
-    SockFlag, SockType, UnixAddr,
+    connect, recvmsg, sendmsg, setsockopt, sockopt, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags, SockFlag,
+    SockType, UnixAddr,
 };
 use nix::unistd::Pid;
 
@@ -132,7 +131,7 @@ fn hello(sock: &OwnedFd) -> Result<Forked, TemplateError> {
     loop {
         let left = until.saturating_duration_since(Instant::now());
         let mut fds = [PollFd::new(sock.as_fd(), PollFlags::POLLIN)];
-        let timeout = PollTimeout::try_from(left.as_millis().min(u128::from(u16::MAX)) as u16).unwrap_or(PollTimeout::MAX);
+        let timeout = PollTimeout::from(left.as_millis().min(u128::from(u16::MAX)) as u16);
         match poll(&mut fds, timeout) {
             Ok(0) if left.is_zero() => return Err(TemplateError::NoHello),
             Ok(0) => continue,
@@ -166,6 +165,7 @@ fn hello(sock: &OwnedFd) -> Result<Forked, TemplateError> {
 /// a lease would have given it a host uid of its own, that it shares its
 /// template's.
 pub(crate) fn note(result: &mut crate::result::RunResult, forked: Forked, leased: bool) {
+    result.isolation.forked_from_template = true;
     result.isolation.host_uid = forked.uid;
     result.isolation.host_gid = forked.gid;
     if leased {

@@ -51,6 +51,7 @@ pub(crate) fn base_result(policy: &Policy, host_uid: u32, host_gid: u32) -> RunR
         landlock: LandlockReport { mode: policy.landlock.enforcement.as_str().into(), ..LandlockReport::default() },
         seccomp: SeccompReport::default(),
         degraded: vec![],
+        forked_from_template: false,
     };
     r
 }

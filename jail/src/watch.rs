@@ -110,6 +110,8 @@ pub(crate) trait Loop {
 pub(crate) struct Started<'a> {
     /// The step's result so far: its isolation and limits.
     pub(crate) seed: &'a RunResult,
+    /// The jail's PID 1, in our pid namespace.
+    pub(crate) pid: Pid,
     /// The wall-clock deadline of the whole step.
     pub(crate) wall: Instant,
     /// The run cgroup's CPU-time limit in nanoseconds, when a cpu cgroup

@@ -272,6 +272,10 @@ pub enum Runner {
     /// pool has no exit status per request: the one `jail session exec`
     /// prints for the same result (`RunResult::jail_exit_code`) stands in.
     PoolStep,
+    /// As [`Runner::PoolStep`], the policy given a preload (`json`, or
+    /// its own): the pool's jail is a fork of its template (template.rs),
+    /// and the result must say so.
+    ForkedStep,
 }
 
 impl Default for Sandbox {
@@ -384,15 +388,48 @@ impl Sandbox {
                 session.stop();
                 out
             }
-            Runner::PoolStep => self.pool_step(source),
+            Runner::PoolStep => self.pool_step(source, &self.extra_args),
+            Runner::ForkedStep => {
+                let out = self.pool_step(source, &self.with_preload());
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("the pool's result");
+                assert_eq!(v["isolation"]["forked_from_template"], true, "the step did not run in a fork of a template");
+                out
+            }
         };
         (parse(&out), out)
     }
 
+    /// This sandbox's options with its policy (or the default one) given
+    /// a preload when it has none: a pool of it forks its jails from a
+    /// template.
+    pub fn with_preload(&self) -> Vec<String> {
+        let mut args = self.extra_args.clone();
+        let at = args.iter().position(|a| a == "--policy");
+        let text = match at.and_then(|i| args.get(i + 1)) {
+            Some(path) => std::fs::read_to_string(path).expect("the sandbox's policy"),
+            None => std::fs::read_to_string(repo().join("policies/default.json")).expect("default policy"),
+        };
+        let mut v: serde_json::Value = serde_json::from_str(&text).expect("a policy is JSON");
+        if let Some(o) = v.as_object_mut() {
+            o.remove("rootfs");
+            if o.get("preload").and_then(|p| p.as_array()).is_none_or(|p| p.is_empty()) {
+                o.insert("preload".into(), serde_json::json!(["json"]));
+            }
+        }
+        let p = self.dir.path().join("policy-preloaded.json");
+        std::fs::write(&p, serde_json::to_string_pretty(&v).expect("serialize")).expect("write the policy");
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).expect("chmod the policy");
+        match at {
+            Some(i) => args[i + 1] = p.display().to_string(),
+            None => args.extend(["--policy".to_string(), p.display().to_string()]),
+        }
+        args
+    }
+
     /// `source` as the one request of a pool made with this sandbox's
     /// options; its result as `jail run --json` would print it.
-    fn pool_step(&self, source: &str) -> Output {
-        let extra: Vec<&str> = self.extra_args.iter().map(String::as_str).collect();
+    fn pool_step(&self, source: &str, args: &[String]) -> Output {
+        let extra: Vec<&str> = args.iter().map(String::as_str).collect();
         let mut pool = Pool::start(self, 1, &extra);
         let reply = pool.call(serde_json::json!({
             "id": "probe", "code": source, "input": self.input, "output": self.output,

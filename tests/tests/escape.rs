@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use jail_tests::*;
 
-/// The probes below run three times, with the same assertions: as `jail
-/// run`, as the second cell of a session, and as a step of a warm pool
-/// (issue 18): a cell or a pooled step can do nothing a run cannot.
+/// The probes below run four times, with the same assertions: as `jail
+/// run`, as the second cell of a session, as a step of a warm pool (issue
+/// 18), and as a step of a pool whose jails are forks of its template
+/// (issue 36): a cell, a pooled step or a fork can do nothing a run cannot.
 macro_rules! both_ways {
     ($($name:ident),* $(,)?) => {
         mod as_run {
@@ -25,6 +26,10 @@ macro_rules! both_ways {
         mod as_pool_step {
             use jail_tests::Runner;
             $( #[test] fn $name() { super::$name(Runner::PoolStep) } )*
+        }
+        mod as_forked_step {
+            use jail_tests::Runner;
+            $( #[test] fn $name() { super::$name(Runner::ForkedStep) } )*
         }
     };
 }
@@ -336,15 +341,24 @@ print(json.dumps({"uid": os.getuid(), "euid": os.geteuid(), "gid": os.getgid(),
     assert_eq!(v["euid"], 1000);
     assert_eq!(v["gid"], 1000);
     let map: Vec<u32> = v["uid_map"].as_array().unwrap().iter().map(|x| x.as_str().unwrap().parse().unwrap()).collect();
-    assert_eq!(map, vec![1000, r.isolation.host_uid, 1], "{v}");
+    let host_uid = if runner == Runner::ForkedStep {
+        // A fork's user namespace is nested in its template's: its map's
+        // outside is the template's sandbox uid, which the template's own
+        // namespace maps to the host uid (on the file it wrote, below).
+        assert_eq!(map, vec![1000, 1000, 1], "{v}");
+        r.isolation.host_uid
+    } else {
+        assert_eq!(map, vec![1000, r.isolation.host_uid, 1], "{v}");
+        map[1]
+    };
     if is_root() {
         // One of the range root runs take theirs from (hostuid.rs).
         let range = jail::policy::Policy::builtin_default().unwrap().identity.root_host_uids;
-        assert!((range.first..=range.last()).contains(&map[1]), "{v}");
+        assert!((range.first..=range.last()).contains(&host_uid), "{v}");
     } else {
-        assert_eq!(map[1], sandbox_host_uid());
+        assert_eq!(host_uid, sandbox_host_uid());
     }
-    assert_ne!(map[1], 0);
+    assert_ne!(host_uid, 0);
     assert_eq!(v["setgroups"], "deny");
     let owner = std::fs::metadata(sb.output.join("owned.txt")).unwrap().uid();
     assert_eq!(owner, r.isolation.host_uid);
@@ -478,7 +492,7 @@ fn python_exception_is_reported(runner: Runner) {
     let file = match runner {
         Runner::Run => "/workspace/code/main.py",
         // The pool's first cell sets sys.argv; the step is the second.
-        Runner::SessionCell | Runner::PoolStep => "<cell 2>",
+        Runner::SessionCell | Runner::PoolStep | Runner::ForkedStep => "<cell 2>",
     };
     assert!(e.traceback_tail.contains(file), "{}", e.traceback_tail);
 }

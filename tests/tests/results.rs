@@ -54,6 +54,11 @@ fn a_pools_run_shows_them_the_same_way() {
     shows_through(Runner::PoolStep);
 }
 
+#[test]
+fn a_pools_forked_run_shows_them_the_same_way() {
+    shows_through(Runner::ForkedStep);
+}
+
 /// The code writes on the control channel itself: forged bundles (a PNG
 /// that is text), more results than the cap, lines over the bound, and a
 /// flood of garbage. Every forged bundle is judged, the caps hold, the

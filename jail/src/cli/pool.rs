@@ -81,6 +81,7 @@ pub(crate) fn pool(a: PoolArgs) -> ExitCode {
         memory_limit: req.policy.limits.memory,
         output_capped: req.policy.filesystem.output_size.is_some(),
         reach: crate::accept::Reach::of_jails(req.policy.identity.root_host_gid),
+        preload: !req.policy.preload.is_empty(),
     };
     match crate::pool::run::run(cfg) {
         Ok(code) => ExitCode::from(code as u8),

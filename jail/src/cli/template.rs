@@ -1,4 +1,4 @@
-//! `jail template`: a pool's template (template/start.rs). Hidden from
+//! `jail template`: a pool's template (pool/template.rs). Hidden from
 //! `--help`: `jail pool` runs it.
 
 use std::path::PathBuf;
@@ -45,8 +45,8 @@ pub(crate) fn template(a: TemplateArgs) -> ExitCode {
         Ok((req, _)) => req,
         Err(e) => return fail(format!("{} ({})", e.message, e.stage)),
     };
-    let opts = crate::template::start::Options { socket: a.socket, lifeline: a.lifeline_fd };
-    match crate::template::start::run(req, &opts) {
+    let opts = crate::pool::template::Options { socket: a.socket, lifeline: a.lifeline_fd };
+    match crate::pool::template::run(req, &opts) {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
         Err(e) => fail(chain_line(&e)),
     }

@@ -232,6 +232,9 @@ pub struct StartSpec {
     pub withhold: Vec<OsString>,
     /// Sent to `jail session start` when its parent dies.
     pub parent_death: Option<Signal>,
+    /// Make the jail as a fork of the template listening at this socket
+    /// (`--template`; `jail pool` passes its template's).
+    pub template: Option<PathBuf>,
 }
 
 impl StartSpec {
@@ -251,6 +254,7 @@ impl StartSpec {
             envs: Envs::default(),
             withhold: Vec::new(),
             parent_death: None,
+            template: None,
         }
     }
 }
@@ -264,6 +268,10 @@ pub(crate) fn start_argv(spec: &StartSpec) -> Vec<OsString> {
     }
     if spec.preload {
         out.push("--preload".into());
+    }
+    if let Some(socket) = &spec.template {
+        out.push("--template".into());
+        out.push(socket.into());
     }
     out.extend(spec.flags.args());
     out.extend(spec.more.iter().cloned());
@@ -287,6 +295,37 @@ pub(crate) fn start_command(spec: &StartSpec) -> io::Result<Command> {
     }
     give_envs(&mut cmd, &spec.envs)?;
     Ok(cmd)
+}
+
+/// A pool's template (`jail template`, pool/template.rs): the pool's own
+/// run options, where it listens, and the pool's lifeline.
+#[derive(Debug, Clone)]
+pub struct TemplateSpec {
+    /// The `jail` binary.
+    pub jail: PathBuf,
+    /// The pool's run options (policy, rootfs, limits).
+    pub more: Vec<OsString>,
+    pub socket: PathBuf,
+    /// The read end of the owner's lifeline, as a session's.
+    pub lifeline: Option<RawFd>,
+}
+
+/// The process for `spec`: stdout piped (its `ready` line), stderr piped
+/// (its one line when it cannot be made), holding the lifeline at
+/// [`LIFELINE_FD`].
+pub fn template_command(spec: &TemplateSpec) -> Command {
+    let mut args: Vec<OsString> = vec!["template".into(), "--socket".into(), spec.socket.clone().into()];
+    if spec.lifeline.is_some() {
+        args.push("--lifeline-fd".into());
+        args.push(LIFELINE_FD.to_string().into());
+    }
+    args.extend(spec.more.iter().cloned());
+    let place = Place { dir: &None, env: &[], withhold: &[], parent_death: Some(Signal::SIGKILL) };
+    let mut cmd = process(&spec.jail, args, &place);
+    if let Some(fd) = spec.lifeline {
+        crate::sys::pass_fd_on_exec(&mut cmd, fd, LIFELINE_FD);
+    }
+    cmd
 }
 
 /// One `jail pool` (pool_child.rs speaks to it).

@@ -644,6 +644,10 @@ pub struct Started {
     /// Its session supervisor.
     pub pid: u32,
     pub id: String,
+    /// The jail's PID 1 (for a template's fork, not the supervisor's
+    /// descendant); absent from an older `jail`.
+    #[serde(default)]
+    pub jail_pid: Option<u32>,
 }
 
 /// Why no session started.
@@ -946,7 +950,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let ok = crate::client::run::tests::fake(tmp.path(), r#"echo '{"handle":"/r/ab.sock","pid":42,"id":"ab"}'"#);
         let started = start(&StartSpec::new(ok)).unwrap();
-        assert_eq!(started, Started { handle: "/r/ab.sock".into(), pid: 42, id: "ab".into() });
+        assert_eq!(started, Started { handle: "/r/ab.sock".into(), pid: 42, id: "ab".into(), jail_pid: None });
         let dir = tempfile::tempdir().unwrap();
         let failed = crate::client::run::tests::fake(
             dir.path(),

@@ -2,8 +2,10 @@
 //! `stats` and `make bench` report it (issue 18: "the idle cost of a
 //! pooled jail measured and reported").
 //!
-//! Four figures, summed over the jail's processes (the descendants of its
-//! session supervisor, which is the pool's and not counted):
+//! Four figures, summed over the jail's processes: the descendants of its
+//! session supervisor (itself the pool's, and not counted), and for a
+//! fork of the pool's template (template.rs), its template's child, the
+//! fork's PID 1 and its descendants:
 //!
 //! - `rss`: resident pages, each process counting every page it maps,
 //!   shared or not (`VmRSS`);
@@ -48,10 +50,11 @@ impl Footprint {
     }
 }
 
-/// The jail under the session supervisor `supervisor`, all four figures.
-pub(crate) fn of_jail(supervisor: u32) -> Footprint {
+/// The jail of the session supervisor `supervisor`, whose PID 1 is
+/// `pid1` (as its start said), all four figures.
+pub(crate) fn of_jail(supervisor: u32, pid1: Option<u32>) -> Footprint {
     let mut total = Footprint::default();
-    for pid in jail_processes(supervisor) {
+    for pid in jail_processes(supervisor, pid1) {
         total.add(of_process(pid));
     }
     total
@@ -59,15 +62,27 @@ pub(crate) fn of_jail(supervisor: u32) -> Footprint {
 
 /// The jail's `rss` alone: what the pool records as each jail is made,
 /// without the rollup's walk of every mapping of the preloaded interpreter.
-pub(crate) fn rss_of_jail(supervisor: u32) -> u64 {
-    jail_processes(supervisor).into_iter().map(|pid| status_of(pid).0).sum()
+pub(crate) fn rss_of_jail(supervisor: u32, pid1: Option<u32>) -> u64 {
+    jail_processes(supervisor, pid1).into_iter().map(|pid| status_of(pid).0).sum()
 }
 
-/// The descendants of `supervisor`, not itself, at most [`MAX_PROCESSES`]
-/// looked at, each /proc file read bounded and without following a link
-/// (throttle.rs's walk).
-fn jail_processes(supervisor: u32) -> Vec<i32> {
-    let mut todo = vec![supervisor as i32];
+/// The descendants of `supervisor`, not itself, and of a PID 1 that is
+/// not among them (a template's fork, its template's child: template.rs)
+/// with it, at most [`MAX_PROCESSES`] looked at, each /proc file read
+/// bounded and without following a link (throttle.rs's walk).
+fn jail_processes(supervisor: u32, pid1: Option<u32>) -> Vec<i32> {
+    let mut found = descendants(supervisor as i32, false);
+    if let Some(p) = pid1.map(|p| p as i32).filter(|p| !found.contains(p)) {
+        found.extend(descendants(p, true));
+        found.truncate(MAX_PROCESSES);
+    }
+    found
+}
+
+/// `root`'s descendants, and `root` itself when `with_root`.
+fn descendants(root: i32, with_root: bool) -> Vec<i32> {
+    let supervisor = root;
+    let mut todo = vec![root];
     let mut found = Vec::new();
     let mut seen = 0;
     while let Some(pid) = todo.pop() {
@@ -75,7 +90,7 @@ fn jail_processes(supervisor: u32) -> Vec<i32> {
         if seen > MAX_PROCESSES {
             break;
         }
-        if pid != supervisor as i32 {
+        if pid != supervisor || with_root {
             found.push(pid);
         }
         if todo.len() < MAX_PROCESSES {

@@ -27,6 +27,7 @@
 mod cancel;
 mod handout;
 mod refills;
+mod template;
 
 use std::collections::{HashMap, VecDeque};
 use std::ffi::OsString;
@@ -88,6 +89,9 @@ pub struct Config {
     /// What each jail may read of the host (accept.rs): what a request's
     /// script and input are judged by.
     pub reach: accept::Reach,
+    /// Whether the policy has a `preload`: then the pool's jails are
+    /// forks of one template that imported it (template.rs).
+    pub preload: bool,
 }
 
 /// One made jail, not yet claimed.
@@ -96,6 +100,9 @@ struct Jail {
     /// The session's id, as `jail session start` printed it.
     id: String,
     supervisor: u32,
+    /// Its PID 1, as its start said: a template's fork is not the
+    /// supervisor's descendant (footprint.rs).
+    pid1: Option<u32>,
     /// The slot folder (its `in` is bound at /workspace/input).
     slot: PathBuf,
     /// The jail's output folder (in the slot), handed to the request.
@@ -152,6 +159,11 @@ struct Pool {
     _lifeline_write: OwnedFd,
     /// The janitor removes `work` when this closes, however we end.
     _janitor: OwnedFd,
+    /// The template every jail is forked from, when the policy has a
+    /// preload and one could be made (template.rs).
+    template: Mutex<Option<template::Template>>,
+    /// Where it listens (`--template` of each session).
+    template_socket: Option<PathBuf>,
     state: Mutex<State>,
     changed: Condvar,
     out: Mutex<io::Stdout>,
@@ -204,12 +216,23 @@ pub fn run(cfg: Config) -> Result<i32, StartError> {
     // an empty mask back (`spawn_session`).
     let signals = drain_signals();
     signals.thread_block().map_err(StartError::Signals)?;
+    let template = match cfg.preload {
+        true => template::start(&cfg, &work, &read)
+            .map_err(|why| {
+                eprintln!("jail pool: each jail imports the preload itself, as no template could be made: {why}");
+            })
+            .ok(),
+        false => None,
+    };
+    let template_socket = template.as_ref().map(|t| t.socket.clone());
     let pool = Arc::new(Pool {
         cfg,
         work,
         lifeline_read: read,
         _lifeline_write: write,
         _janitor: janitor,
+        template: Mutex::new(template),
+        template_socket,
         state: Mutex::new(State::default()),
         changed: Condvar::new(),
         out: Mutex::new(io::stdout()),
@@ -326,6 +349,8 @@ impl Pool {
         for handle in handed {
             let _ = session::stop(&handle);
         }
+        // Its forks are gone: the template goes.
+        drop(self.template.lock().unwrap_or_else(|e| e.into_inner()).take());
         let _ = fs::remove_dir_all(&self.work);
     }
 
@@ -404,15 +429,15 @@ impl Pool {
                 .mode(mode)
                 .create(&input)
                 .map_err(|e| format!("make {}: {e}", input.display()))?;
-            let (handle, id, supervisor) = self.spawn_session(&input, &out)?;
-            Ok(Jail { handle, id, supervisor, slot: slot.clone(), out: out.clone() })
+            let (handle, id, supervisor, pid1) = self.spawn_session(&input, &out)?;
+            Ok(Jail { handle, id, supervisor, pid1, slot: slot.clone(), out: out.clone() })
         })();
         match made {
             Ok(jail) => {
                 // Ready: its preload ran. Our own read of its memory is
                 // not part of making it.
                 let ms = started.elapsed().as_secs_f64() * 1000.0;
-                let rss = footprint::rss_of_jail(jail.supervisor);
+                let rss = footprint::rss_of_jail(jail.supervisor, jail.pid1);
                 let mut st = self.lock();
                 st.refills.record(ms);
                 st.idle_rss_bytes = rss;
@@ -427,19 +452,21 @@ impl Pool {
 
     /// `jail session start` as a child, holding the lifeline, its preload
     /// imported.
-    fn spawn_session(&self, input: &Path, out: &Path) -> Result<(PathBuf, String, u32), String> {
+    fn spawn_session(&self, input: &Path, out: &Path) -> Result<(PathBuf, String, u32, Option<u32>), String> {
         let spec = StartSpec {
             more: self.cfg.start_args.clone(),
             input: Some(input.to_path_buf()),
             output: Some(out.to_path_buf()),
             lifeline: Some(self.lifeline_read.as_raw_fd()),
             // The policy's trusted preload, run by the start before the
-            // handle comes back (session/preload.rs).
+            // handle comes back (session/preload.rs), or the template's,
+            // which its fork holds already.
             preload: true,
+            template: self.template_socket.clone(),
             ..StartSpec::new(&self.cfg.jail_exe)
         };
         let started = session::start(&spec).map_err(|e| e.to_string())?;
-        Ok((started.handle, started.id, started.pid))
+        Ok((started.handle, started.id, started.pid, started.jail_pid))
     }
 
     // ---- Requests ----
@@ -506,9 +533,9 @@ impl Pool {
     }
 
     fn stats(&self) -> wire::Stats {
-        let supervisors: Vec<u32> = self.lock().ready.iter().map(|j| j.supervisor).collect();
+        let supervisors: Vec<(u32, Option<u32>)> = self.lock().ready.iter().map(|j| (j.supervisor, j.pid1)).collect();
         // Read outside the lock: /proc reads of each ready jail's processes.
-        let idle = footprint::mean(&supervisors.into_iter().map(footprint::of_jail).collect::<Vec<_>>());
+        let idle = footprint::mean(&supervisors.into_iter().map(|(s, p)| footprint::of_jail(s, p)).collect::<Vec<_>>());
         let st = self.lock();
         let per_jail = self.cfg.memory_limit.unwrap_or(st.idle_rss_bytes);
         let available = memory::available_here();

@@ -139,6 +139,8 @@ pub(crate) struct Cells {
     pub(super) session: policy::SessionLimits,
     /// The write end `start` waits on for `ready` or the setup error.
     ready: Option<OwnedFd>,
+    /// The jail's PID 1, said with `ready` (a pool reads its memory).
+    jail_pid: Option<u32>,
     /// Where the janitor is told the cgroup folders (session.rs).
     pub(super) janitor: Option<OwnedFd>,
     /// The step's seed result: every cell's starts from it.
@@ -202,6 +204,7 @@ impl Cells {
             session,
             ready: Some(ready),
             janitor: None,
+            jail_pid: None,
             template: None,
             end: None,
             stopper: None,
@@ -228,7 +231,11 @@ impl Cells {
     /// Tell `start` the driver is up.
     fn say_ready(&mut self) {
         if let Some(fd) = self.ready.take() {
-            let _ = std::fs::File::from(fd).write_all(b"ready\n");
+            let line = match self.jail_pid {
+                Some(pid) => format!("ready {pid}\n"),
+                None => "ready\n".to_string(),
+            };
+            let _ = std::fs::File::from(fd).write_all(line.as_bytes());
         }
     }
 
@@ -301,6 +308,7 @@ impl Loop for Cells {
     fn started(&mut self, s: Started<'_>) {
         // Each cell's result starts from this step's seed: its isolation and limits.
         self.template = Some(s.seed.clone());
+        self.jail_pid = u32::try_from(s.pid.as_raw()).ok();
         self.adoption.hold(s.output, s.ids);
         if !s.cgroup_dirs.is_empty() {
             // The janitor removes these should we be killed (session.rs).

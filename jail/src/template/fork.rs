@@ -11,15 +11,15 @@
 //! (`run_forked`). The clone refuses a template that has a second thread
 //! (sys.rs, `clone_process`), as it refuses a threaded supervisor.
 //!
-//! The fork's first steps ([`begin`], [`leave_template_root`]) are the
-//! ones a cloned child does not need: its supervisor is not its parent,
+//! The fork's first steps (child/forked.rs) are the ones a cloned child
+//! does not need: its supervisor is not its parent,
 //! is not in its parent user namespace and cannot see its pid, so the fork
 //! writes its own id maps (one line each, its own ids in the template's
 //! namespace: allowed to an unprivileged process), says who it is with
 //! `SCM_CREDENTIALS` (which the kernel translates into the supervisor's
 //! pid and user namespaces: its pid, and the host ids it runs as), and,
 //! once released, leaves the template's root for the host's, which the
-//! template keeps beneath its own ([`HOST_ROOT`]) for this alone. From
+//! template keeps beneath its own (`mounts::HOST_ROOT`) for this alone. From
 //! there on it is where a cloned child starts, in a mount namespace of its
 //! own, and everything else is child.rs's: the same mount plan (every
 //! source opened by path without following a link, as the template's
@@ -27,19 +27,10 @@
 //! namespace, capabilities dropped, no_new_privs, rlimits, landlock and
 //! seccomp.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
-
-use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::signal::{SigSet, Signal};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
+use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 
 use super::wire;
 use crate::sys::{self, Forked};
-
-/// Where a template keeps the host's root: its old root, not detached
-/// (mounts.rs, `pivot_root_keeping`). Only a fork's PID 1 goes there,
-/// before its own pivot_root detaches it.
-pub(crate) const HOST_ROOT: &str = "/.jail-host";
 
 /// One request, in the template: the fork's pid in the template's pid
 /// namespace; in the fork's worker, confined, 0; -1 when no fork was made
@@ -86,61 +77,4 @@ pub(crate) fn entry(msg: &[u8], fds: Vec<OwnedFd>, conn: BorrowedFd<'_>) -> i32 
 fn refuse(conn: BorrowedFd<'_>, why: &str) -> i32 {
     let _ = nix::sys::socket::send(conn.as_raw_fd(), why.as_bytes(), nix::sys::socket::MsgFlags::MSG_NOSIGNAL);
     -1
-}
-
-/// The fork's PID 1, before its release: every signal at its default (the
-/// template's interpreter installed its handlers), its id maps written,
-/// and its pid and ids said on `hello`, which then closes.
-pub(crate) fn begin(hello: &OwnedFd, inside: (u32, u32), outside: (u32, u32)) -> std::io::Result<()> {
-    for sig in Signal::iterator().filter(|s| !matches!(s, Signal::SIGKILL | Signal::SIGSTOP)) {
-        sys::set_default_signal(sig)?;
-    }
-    std::fs::write("/proc/self/setgroups", "deny")?;
-    std::fs::write("/proc/self/uid_map", format!("{} {} 1\n", inside.0, outside.0))?;
-    std::fs::write("/proc/self/gid_map", format!("{} {} 1\n", inside.1, outside.1))?;
-    let creds = nix::sys::socket::UnixCredentials::from(libc::ucred {
-        pid: nix::unistd::getpid().as_raw(),
-        uid: inside.0,
-        gid: inside.1,
-    });
-    let iov = [std::io::IoSlice::new(b"forked")];
-    nix::sys::socket::sendmsg::<nix::sys::socket::UnixAddr>(
-        hello.as_raw_fd(),
-        &iov,
-        &[nix::sys::socket::ControlMessage::ScmCredentials(&creds)],
-        nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
-    Ok(())
-}
-
-/// Leave the template's root for the host's, kept beneath it.
-pub(crate) fn leave_template_root() -> nix::Result<()> {
-    nix::unistd::chroot(HOST_ROOT)?;
-    nix::unistd::chdir("/")
-}
-
-/// The signals the fork's reaper waits for, as a descriptor it can poll
-/// beside the status pipe (they are blocked already).
-pub(crate) fn signals(handled: &SigSet) -> Option<SignalFd> {
-    SignalFd::with_flags(handled, SfdFlags::SFD_CLOEXEC).ok()
-}
-
-/// The fork's reaper's wait: the next of its signals, or `None` when
-/// there is none yet; `Err` once the supervisor's end of `status` is
-/// closed (it is gone, and the jail must go too, as a cloned jail's PID 1
-/// goes by its parent-death signal) or the signals cannot be waited for.
-pub(crate) fn wait_signal(sfd: Option<&SignalFd>, status: &OwnedFd) -> Result<Option<Signal>, ()> {
-    let sfd = sfd.ok_or(())?;
-    let mut fds = [PollFd::new(sfd.as_fd(), PollFlags::POLLIN), PollFd::new(status.as_fd(), PollFlags::empty())];
-    if poll(&mut fds, PollTimeout::NONE).is_err() {
-        return Ok(None);
-    }
-    if fds[1].revents().is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP)) {
-        return Err(());
-    }
-    match sfd.read_signal() {
-        Ok(Some(info)) => Ok(Signal::try_from(info.ssi_signo as i32).ok()),
-        _ => Ok(None),
-    }
 }

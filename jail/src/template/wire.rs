@@ -10,6 +10,8 @@
 //! bytes the seccomp cache stores (bpf.rs, `encode`), in base64.
 
 use std::ffi::CString;
+#[cfg(test)]
+use std::os::fd::AsRawFd;
 use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 
@@ -95,7 +97,9 @@ pub(crate) fn encode(spec: ChildSpec) -> Result<(Vec<u8>, Vec<OwnedFd>), String>
     let Confine { landlock, landlock_rules, seccomp, notify, tcp_connect } = confine;
     let filter = seccomp.ok_or("a fork is always given a seccomp filter")?;
     let text = |c: &CString, what: &str| {
-        c.to_str().map(str::to_string).map_err(|_| format!("the template takes UTF-8 only, and the {what} is not"))
+        c.to_str()
+            .map(str::to_string)
+            .map_err(|_| format!("the template takes UTF-8 only, and the {what} is not"))
     };
     let exec = WireExec {
         path: text(&exec.path, "interpreter's path")?,
@@ -170,11 +174,7 @@ pub(crate) fn decode(msg: &[u8], fds: Vec<OwnedFd>) -> Result<ChildSpec, String>
     // refuse no less.
     let program = bpf::decode(&program).map_err(|e| format!("decode the seccomp program: {e}"))?;
     bpf::check(&program).map_err(|e| format!("the seccomp program: {e}"))?;
-    let filter = Filter {
-        program,
-        mode: wire.seccomp_mode,
-        sha256: wire.seccomp_sha256,
-    };
+    let filter = Filter { program, mode: wire.seccomp_mode, sha256: wire.seccomp_sha256 };
     if !wire.mounts.iter().any(|op| matches!(op, mounts::MountOp::Proc { .. })) {
         return Err("the spec's mount plan has no /proc: not a jail's".into());
     }
@@ -207,10 +207,89 @@ pub(crate) fn decode(msg: &[u8], fds: Vec<OwnedFd>) -> Result<ChildSpec, String>
     })
 }
 
-/// The interpreter's argv and environment from a message, for the
-/// template's own reading (tests: template.py does the same in Python).
 #[cfg(test)]
-pub(crate) fn exec_of(msg: &[u8]) -> Option<(Vec<String>, Vec<String>)> {
-    let wire: Wire = serde_json::from_slice(msg).ok()?;
-    Some((wire.exec.argv, wire.exec.envp))
+mod tests {
+    use super::*;
+    use crate::policy::Policy;
+
+    fn spec(with_proc: bool) -> ChildSpec {
+        let fd = || crate::sync::Pipe::new().unwrap().read;
+        let policy = Policy::builtin_default().unwrap();
+        let filter = crate::seccomp::compile(&policy.seccomp, Mode::ErrnoOnly).unwrap();
+        let mut mounts = vec![MountOp::Dir { path: "/workspace".into(), mode: 0o755 }];
+        if with_proc {
+            mounts.push(MountOp::Proc { path: "/proc".into() });
+        }
+        ChildSpec {
+            release: fd(),
+            report: fd(),
+            status: fd(),
+            stdout: fd(),
+            stderr: fd(),
+            mounts,
+            staging: "/tmp".into(),
+            uid: 1000,
+            gid: 1000,
+            hostname: "sandbox".into(),
+            exec: Exec {
+                path: CString::new("/usr/bin/python3").unwrap(),
+                argv: vec![
+                    CString::new("/usr/bin/python3").unwrap(),
+                    CString::new("/.jail/d.py").unwrap(),
+                ],
+                envp: vec![CString::new("LANG=C.UTF-8").unwrap()],
+                cwd: "/workspace/output".into(),
+                umask: 0o022,
+            },
+            rlimits: vec![],
+            output: None,
+            confine: Confine {
+                landlock: landlock::plan(0, &policy.landlock).unwrap(),
+                landlock_rules: vec![],
+                seccomp: Some(filter),
+                notify: None,
+                tcp_connect: vec![],
+            },
+            proxy: None,
+            cgroup: Some(fd()),
+            cpus: None,
+            stdin: Some(fd()),
+            keep_host_root: false,
+        }
+    }
+
+    #[test]
+    fn a_spec_comes_back_whole_with_its_descriptors_in_order() {
+        let original = spec(true);
+        let program = original.confine.seccomp.as_ref().unwrap().program.clone();
+        let (msg, fds) = encode(original).unwrap();
+        assert_eq!(fds.len(), 7, "five, the cgroup's and stdin");
+        let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
+        let back = decode(&msg, fds).unwrap();
+        assert_eq!(back.confine.seccomp.unwrap().program, program);
+        assert_eq!(back.exec.argv[1].to_str().unwrap(), "/.jail/d.py");
+        assert_eq!(back.release.as_raw_fd(), raw[0]);
+        assert_eq!(back.cgroup.map(|f| f.as_raw_fd()), Some(raw[5]));
+        assert_eq!(back.stdin.map(|f| f.as_raw_fd()), Some(raw[6]));
+        assert!(back.output.is_none() && back.confine.notify.is_none());
+    }
+
+    #[test]
+    fn what_is_not_a_forks_spec_is_refused() {
+        let (msg, mut fds) = encode(spec(true)).unwrap();
+        fds.pop();
+        assert!(decode(&msg, fds).err().unwrap().contains("descriptors"));
+        let (msg, fds) = encode(spec(false)).unwrap();
+        assert!(decode(&msg, fds).err().unwrap().contains("/proc"));
+        let mut template = spec(true);
+        template.keep_host_root = true;
+        assert!(encode(template).is_err());
+        let mut bare = spec(true);
+        bare.confine.seccomp = None;
+        assert!(encode(bare).is_err());
+        let (msg, fds) = encode(spec(true)).unwrap();
+        let text = String::from_utf8(msg).unwrap();
+        let cut = text.replace("\"seccomp\":\"", "\"seccomp\":\"AAAA");
+        assert!(decode(cut.as_bytes(), fds).err().unwrap().contains("seccomp"));
+    }
 }

@@ -1,4 +1,5 @@
-//! `jail template`: a template's own jail and its supervisor (template.rs).
+//! `jail template`: a pool's template's own jail and its supervisor
+//! (template.rs has what a template is and how a fork is made).
 //!
 //! Run by `jail pool` as its child (hidden from `--help`), with the
 //! pool's run options: it makes a jail for the policy whose interpreter
@@ -26,7 +27,6 @@ use nix::poll::PollFlags;
 use nix::sys::signal::Signal;
 use nix::sys::socket::{accept4, bind, listen, socket, AddressFamily, Backlog, SockFlag, SockType, UnixAddr};
 
-use super::fork::HOST_ROOT;
 use crate::request::{RunRequest, StepKind};
 use crate::step::Ending;
 use crate::streams::OutputMode;
@@ -86,7 +86,10 @@ pub fn run(mut req: RunRequest, opts: &Options) -> Result<i32, TemplateStartErro
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o755))
         .tempdir()
         .map_err(|e| TemplateStartError::Folder(std::env::temp_dir(), e))?;
-    for (name, text) in [("template.py", TEMPLATE), (crate::mounts::DRIVER_NAME, crate::session::DRIVER)] {
+    for (name, text) in [
+        ("template.py", TEMPLATE),
+        (crate::mounts::DRIVER_NAME, crate::session::DRIVER),
+    ] {
         let path = dir.path().join(name);
         std::fs::OpenOptions::new()
             .write(true)
@@ -108,7 +111,7 @@ pub fn run(mut req: RunRequest, opts: &Options) -> Result<i32, TemplateStartErro
         .map_err(|e| TemplateStartError::Unavailable(format!("fork the template's janitor: {e}")))?
     };
     let modules = serde_json::Value::from(req.policy.preload.clone()).to_string();
-    let inside = |p: &Path| format!("{HOST_ROOT}{}", p.display());
+    let inside = |p: &Path| format!("{}{}", crate::mounts::HOST_ROOT, p.display());
     req.step = StepKind::Template;
     req.script = dir.path().join("template.py");
     req.code = Some(dir.path().to_path_buf());
@@ -120,7 +123,14 @@ pub fn run(mut req: RunRequest, opts: &Options) -> Result<i32, TemplateStartErro
     req.timeout = Some(LIFETIME);
     req.mode = OutputMode::Capture;
     req.input = None;
-    let mut lp = Template { listener, lifeline, janitor: Some(janitor), control: None, said: Vec::new(), ready: false };
+    let mut lp = Template {
+        listener,
+        lifeline,
+        janitor: Some(janitor),
+        control: None,
+        said: Vec::new(),
+        ready: false,
+    };
     let result = crate::supervisor::run_with(&req, &mut lp);
     let _ = std::fs::remove_file(&opts.socket);
     drop(dir);

@@ -1,0 +1,73 @@
+//! A template's fork's own first steps (template/fork.rs): what a cloned
+//! child's supervisor does for it from outside (its id maps, knowing its
+//! pid, its death with the supervisor), a fork does itself; and it leaves
+//! its template's root for the host's before the setup every jail gets.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
+
+use crate::mounts::HOST_ROOT;
+use crate::sys;
+
+/// The fork's PID 1, before its release: every signal at its default (the
+/// template's interpreter installed its handlers), its id maps written,
+/// and its pid and ids said on `hello`, which then closes.
+pub(crate) fn begin(hello: &OwnedFd, inside: (u32, u32), outside: (u32, u32)) -> std::io::Result<()> {
+    for sig in Signal::iterator().filter(|s| !matches!(s, Signal::SIGKILL | Signal::SIGSTOP)) {
+        sys::set_default_signal(sig)?;
+    }
+    std::fs::write("/proc/self/setgroups", "deny")?;
+    std::fs::write("/proc/self/uid_map", format!("{} {} 1\n", inside.0, outside.0))?;
+    std::fs::write("/proc/self/gid_map", format!("{} {} 1\n", inside.1, outside.1))?;
+    let creds = nix::sys::socket::UnixCredentials::from(libc::ucred {
+        pid: nix::unistd::getpid().as_raw(),
+        uid: inside.0,
+        gid: inside.1,
+    });
+    let iov = [std::io::IoSlice::new(b"forked")];
+    nix::sys::socket::sendmsg::<nix::sys::socket::UnixAddr>(
+        hello.as_raw_fd(),
+        &iov,
+        &[nix::sys::socket::ControlMessage::ScmCredentials(&creds)],
+        nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+        None,
+    )?;
+    Ok(())
+}
+
+/// Leave the template's root for the host's, kept beneath it.
+pub(crate) fn leave_template_root() -> nix::Result<()> {
+    nix::unistd::chroot(HOST_ROOT)?;
+    nix::unistd::chdir("/")
+}
+
+/// The signals the fork's reaper waits for, as a descriptor it can poll
+/// beside the status pipe (they are blocked already).
+pub(crate) fn signals(handled: &SigSet) -> Option<SignalFd> {
+    SignalFd::with_flags(handled, SfdFlags::SFD_CLOEXEC).ok()
+}
+
+/// The fork's reaper's wait: the next of its signals, or `None` when
+/// there is none yet; `Err` once the supervisor's end of `status` is
+/// closed (it is gone, and the jail must go too, as a cloned jail's PID 1
+/// goes by its parent-death signal) or the signals cannot be waited for.
+pub(crate) fn wait_signal(sfd: Option<&SignalFd>, status: &OwnedFd) -> Result<Option<Signal>, ()> {
+    let sfd = sfd.ok_or(())?;
+    let mut fds = [
+        PollFd::new(sfd.as_fd(), PollFlags::POLLIN),
+        PollFd::new(status.as_fd(), PollFlags::empty()),
+    ];
+    if poll(&mut fds, PollTimeout::NONE).is_err() {
+        return Ok(None);
+    }
+    if fds[1].revents().is_some_and(|r| r.intersects(PollFlags::POLLERR | PollFlags::POLLHUP)) {
+        return Err(());
+    }
+    match sfd.read_signal() {
+        Ok(Some(info)) => Ok(Signal::try_from(info.ssi_signo as i32).ok()),
+        _ => Ok(None),
+    }
+}
