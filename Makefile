@@ -30,11 +30,11 @@ RELEASE_TRIPLE := x86_64-unknown-linux-gnu
 RELEASE_GLIBC := 2.31
 RELEASE_BINS := jail jail-mcp jail-serve
 LIBSECCOMP_A = $(firstword $(wildcard /usr/lib/x86_64-linux-gnu/libseccomp.a /usr/lib64/libseccomp.a /usr/lib/libseccomp.a))
-release: ## build the release binaries target/release/jail, jail-mcp and jail-serve (`jail mcp`, `jail serve` run them): glibc >= 2.31, libseccomp static
+release: ## build the release binaries target/release/jail, jail-mcp and jail-serve (`jail mcp`, `jail serve` run them) and libjail.so (a pool's template loads it): glibc >= 2.31, libseccomp static
 	@[ -n "$(LIBSECCOMP_A)" ] || { echo "no libseccomp.a: install libseccomp-dev (make setup)" >&2; exit 1; }
 	zig=$$(scripts/zig.sh) && PATH="$$zig:$$PATH" LIBSECCOMP_LINK_TYPE=static LIBSECCOMP_LIB_PATH=$(dir $(LIBSECCOMP_A)) \
 		$(CARGO) zigbuild --release --target $(RELEASE_TRIPLE).$(RELEASE_GLIBC) $(addprefix -p ,$(RELEASE_BINS))
-	@mkdir -p target/release && for b in $(RELEASE_BINS); do cp -p target/$(RELEASE_TRIPLE)/release/$$b target/release/$$b.new && mv target/release/$$b.new target/release/$$b; done
+	@mkdir -p target/release && for b in $(RELEASE_BINS) libjail.so; do cp -p target/$(RELEASE_TRIPLE)/release/$$b target/release/$$b.new && mv target/release/$$b.new target/release/$$b; done
 
 # `make install PREFIX=...`: the binary alone works anywhere (policy and
 # rootfs recipes compiled in); DESTDIR is honoured for packaging.

@@ -36,7 +36,9 @@ from typing import Dict, Iterable, List, Optional, Tuple
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-BINARIES = ("jail", "jail-mcp", "jail-serve")
+# libjail.so beside jail: what a pool's template loads to fork its jails
+# (jail/src/template.rs).
+BINARIES = ("jail", "jail-mcp", "jail-serve", "libjail.so")
 GLIBC_MAX = (2, 31)
 PLATFORM = "manylinux_2_31_x86_64"
 # The shared libraries every manylinux platform may assume (PEP 600 and

@@ -20,6 +20,9 @@ install -D -m 0755 "$mcp" "$prefix/bin/jail-mcp"
 # `jail serve` runs the HTTP service jail-serve from beside the jail binary.
 serve="$(dirname "$bin")/jail-serve"
 [ -x "$serve" ] && install -D -m 0755 "$serve" "$prefix/bin/jail-serve"
+# A pool's template loads libjail.so from beside the jail binary.
+lib="$(dirname "$bin")/libjail.so"
+[ -f "$lib" ] && install -D -m 0755 "$lib" "$prefix/bin/libjail.so"
 install -d -m 0755 "$prefix/share/jail/policies" "$prefix/share/doc/jail"
 install -m 0644 "$here"/policies/*.json "$prefix/share/jail/policies/"
 install -m 0644 "$here/README.md" "$prefix/share/doc/jail/README.md"

@@ -165,6 +165,21 @@
 //! follows the output folder, as `NAME.jail-rejected-N` beside it. No jail takes a second
 //! request; a replacement is made in the background when one is claimed.
 //!
+//! # Forked from a template (run/template.rs, template.rs)
+//!
+//! A pool whose policy has a `preload` starts one template before its
+//! first jail (`jail template`, pool/template.rs: a jail of its own whose
+//! interpreter imported the preload), and each jail it makes is a fork of
+//! it: `jail session start --template SOCKET`, whose jail the template
+//! clones into fresh namespaces and the code every jail's child runs makes
+//! a full jail (template.rs says what a fork shares and what is its own).
+//! Its preload is the template's, so the session's first cell is the
+//! caller's. A template that cannot be made (no `libjail.so` beside the
+//! binary, a preload it cannot import) is said once on stderr, and the
+//! jails are made as above; a pool without a preload has no template. The
+//! template ends with the pool (its lifeline, as a session's) and takes
+//! every fork of it with it.
+//!
 //! # Attaching instead of copying (attach.rs, not used yet)
 //!
 //! Settled by scripts/experiments/attach_mount.py on 6.18, as root and as

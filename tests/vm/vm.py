@@ -479,6 +479,8 @@ def build_payload(share_dir: Path, tests: list[TestLine], rootfs: Path) -> Path:
     with tarfile.open(payload, "w", format=tarfile.GNU_FORMAT) as tar:
         tar.add(jail, "bin/jail", filter=normalise)
         tar.add(jail.with_name("jail-serve"), "bin/jail-serve", filter=normalise)
+        # A pool's template loads the jail crate's cdylib from beside jail.
+        tar.add(jail.with_name("libjail.so"), "bin/libjail.so", filter=normalise)
         for name in names:
             tar.add(bins[name], f"bin/{name}", filter=normalise)
         for d in ("policies", "examples", "schema"):

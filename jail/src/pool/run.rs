@@ -162,8 +162,6 @@ struct Pool {
     /// The template every jail is forked from, when the policy has a
     /// preload and one could be made (template.rs).
     template: Mutex<Option<template::Template>>,
-    /// Where it listens (`--template` of each session).
-    template_socket: Option<PathBuf>,
     state: Mutex<State>,
     changed: Condvar,
     out: Mutex<io::Stdout>,
@@ -224,7 +222,6 @@ pub fn run(cfg: Config) -> Result<i32, StartError> {
             .ok(),
         false => None,
     };
-    let template_socket = template.as_ref().map(|t| t.socket.clone());
     let pool = Arc::new(Pool {
         cfg,
         work,
@@ -232,7 +229,6 @@ pub fn run(cfg: Config) -> Result<i32, StartError> {
         _lifeline_write: write,
         _janitor: janitor,
         template: Mutex::new(template),
-        template_socket,
         state: Mutex::new(State::default()),
         changed: Condvar::new(),
         out: Mutex::new(io::stdout()),
@@ -240,7 +236,7 @@ pub fn run(cfg: Config) -> Result<i32, StartError> {
     // The first jail is made before any request is read: a pool that
     // cannot make one says why and exits 125 (a missing preload module, a
     // bad limit), leaving nothing.
-    let first = match pool.make() {
+    let first = match pool.make().or_else(|e| pool.without_template(e)) {
         Ok(jail) => jail,
         Err(e) => {
             let _ = fs::remove_dir_all(&pool.work);
@@ -356,6 +352,18 @@ impl Pool {
 
     // ---- Making jails ----
 
+    /// The first jail, forked from the template, failed with `why`: the
+    /// template goes, said once, and the jail is made as without one
+    /// (`why` again when there was no template).
+    fn without_template(&self, why: String) -> Result<Jail, String> {
+        let Some(t) = self.template.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+            return Err(why);
+        };
+        drop(t);
+        eprintln!("jail pool: each jail imports the preload itself, as the template's fork failed: {why}");
+        self.make()
+    }
+
     /// Make one jail in the background to take a claimed one's place.
     fn refill(self: &Arc<Self>) {
         {
@@ -462,7 +470,7 @@ impl Pool {
             // handle comes back (session/preload.rs), or the template's,
             // which its fork holds already.
             preload: true,
-            template: self.template_socket.clone(),
+            template: self.template.lock().unwrap_or_else(|e| e.into_inner()).as_ref().map(|t| t.socket.clone()),
             ..StartSpec::new(&self.cfg.jail_exe)
         };
         let started = session::start(&spec).map_err(|e| e.to_string())?;
