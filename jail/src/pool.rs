@@ -175,8 +175,11 @@
 //! a full jail (template.rs says what a fork shares and what is its own).
 //! Its preload is the template's, so the session's first cell is the
 //! caller's. A template that cannot be made (no `libjail.so` beside the
-//! binary, a preload it cannot import) is said once on stderr, and the
-//! jails are made as above; a pool without a preload has no template. The
+//! binary, a preload it cannot import), or whose first fork fails, is said
+//! once on stderr, and the jails are made as above; a pool without a
+//! preload has no template. A new template replaces it after
+//! `--template-forks` jails (1,000) or `--template-secs` (600 s): a new
+//! address-space layout (template.rs); the old one ends with its last jail. The
 //! template ends with the pool (its lifeline, as a session's) and takes
 //! every fork of it with it.
 //!

@@ -36,6 +36,13 @@ pub(crate) struct PoolArgs {
     rootfs: RootfsArgs,
     #[command(flatten)]
     limits: LimitArgs,
+    /// With a preload, make a new template (and so a new address-space
+    /// layout) after this many jails forked from the last one.
+    #[arg(long, value_name = "N", default_value_t = crate::pool::run::TEMPLATE_FORKS)]
+    template_forks: u64,
+    /// ... or once the last one is this many seconds old.
+    #[arg(long, value_name = "SECS", default_value_t = crate::pool::run::TEMPLATE_SECS)]
+    template_secs: u64,
 }
 
 pub(crate) fn pool(a: PoolArgs) -> ExitCode {
@@ -82,6 +89,10 @@ pub(crate) fn pool(a: PoolArgs) -> ExitCode {
         output_capped: req.policy.filesystem.output_size.is_some(),
         reach: crate::accept::Reach::of_jails(req.policy.identity.root_host_gid),
         preload: !req.policy.preload.is_empty(),
+        renew_template: crate::pool::run::Renew {
+            forks: a.template_forks.max(1),
+            age: std::time::Duration::from_secs(a.template_secs.max(1)),
+        },
     };
     match crate::pool::run::run(cfg) {
         Ok(code) => ExitCode::from(code as u8),

@@ -81,11 +81,14 @@ pub fn run(mut req: RunRequest, opts: &Options) -> Result<i32, TemplateStartErro
     let exe = std::env::current_exe().map_err(|e| TemplateStartError::Unavailable(format!("find the jail binary: {e}")))?;
     let lib = library(&exe).map_err(TemplateStartError::Unavailable)?;
     let lib = std::fs::canonicalize(&lib).map_err(|e| TemplateStartError::Unavailable(format!("{}: {e}", lib.display())))?;
+    // Beside the socket: in the pool's own folder, which its janitor
+    // removes whatever happens to us.
+    let beside = opts.socket.parent().unwrap_or(Path::new("/")).to_path_buf();
     let dir = tempfile::Builder::new()
         .prefix("jail-template-")
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o755))
-        .tempdir()
-        .map_err(|e| TemplateStartError::Folder(std::env::temp_dir(), e))?;
+        .tempdir_in(&beside)
+        .map_err(|e| TemplateStartError::Folder(beside.clone(), e))?;
     for (name, text) in [
         ("template.py", TEMPLATE),
         (crate::mounts::DRIVER_NAME, crate::session::DRIVER),

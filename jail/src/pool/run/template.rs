@@ -13,21 +13,47 @@ use std::time::{Duration, Instant};
 
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use super::Config;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+
+use super::{Config, Renew};
 use crate::client::command::{template_command, TemplateSpec};
 
 /// How long the template may take to import the preload.
 const READY_WAIT: Duration = Duration::from_secs(120);
 
-/// A running template: where it listens.
+/// A running template: where it listens, and what it has done.
 pub(super) struct Template {
     child: Child,
     pub(super) socket: PathBuf,
+    forks: AtomicU64,
+    /// When it was made, or last kept past its renewal.
+    born: Mutex<Instant>,
 }
 
-/// Start the template for `cfg` in `work`, holding `lifeline`; why not.
+impl Template {
+    /// One more jail forked from it.
+    pub(super) fn forked(&self) {
+        self.forks.fetch_add(1, Ordering::SeqCst);
+    }
+
+    /// Whether a new template should replace it.
+    pub(super) fn due(&self, renew: Renew) -> bool {
+        self.forks.load(Ordering::SeqCst) >= renew.forks
+            || self.born.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= renew.age
+    }
+
+    /// A new one could not be made: this one counts again from now.
+    pub(super) fn renewed_anyway(&self) {
+        self.forks.store(0, Ordering::SeqCst);
+        *self.born.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+}
+
+/// Start a template for `cfg` in `work`, holding `lifeline`; why not.
 pub(super) fn start(cfg: &Config, work: &Path, lifeline: &OwnedFd) -> Result<Template, String> {
-    let socket = work.join("template.sock");
+    static MADE: AtomicU64 = AtomicU64::new(0);
+    let socket = work.join(format!("template-{}.sock", MADE.fetch_add(1, Ordering::SeqCst)));
     let spec = TemplateSpec {
         jail: cfg.jail_exe.clone(),
         more: cfg.start_args.clone(),
@@ -36,7 +62,9 @@ pub(super) fn start(cfg: &Config, work: &Path, lifeline: &OwnedFd) -> Result<Tem
     };
     let mut child = template_command(&spec).spawn().map_err(|e| format!("run {}: {e}", cfg.jail_exe.display()))?;
     let why = match wait_ready(&mut child) {
-        Ok(()) => return Ok(Template { child, socket }),
+        Ok(()) => {
+            return Ok(Template { child, socket, forks: AtomicU64::new(0), born: Mutex::new(Instant::now()) });
+        }
         Err(why) => why,
     };
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGKILL);
