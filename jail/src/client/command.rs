@@ -320,7 +320,10 @@ pub fn template_command(spec: &TemplateSpec) -> Command {
         args.push(LIFELINE_FD.to_string().into());
     }
     args.extend(spec.more.iter().cloned());
-    let place = Place { dir: &None, env: &[], withhold: &[], parent_death: Some(Signal::SIGKILL) };
+    // No parent-death signal: a pool makes a new template on whichever of
+    // its threads needs one, and that signal follows the thread, not the
+    // process. The lifeline ends it with the pool, however the pool ends.
+    let place = Place { dir: &None, env: &[], withhold: &[], parent_death: None };
     let mut cmd = process(&spec.jail, args, &place);
     if let Some(fd) = spec.lifeline {
         crate::sys::pass_fd_on_exec(&mut cmd, fd, LIFELINE_FD);
