@@ -204,6 +204,31 @@ fn killing_the_template_ends_its_forks_and_killing_the_pool_leaves_nothing() {
         .copied()
         .find(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("\0template\0")))
         .expect("the pool's `jail template`");
+    // A fork's PID 1 is its template's child, not its supervisor's: when
+    // its supervisor is killed, the fork must see it (the status pipe)
+    // and end, as a cloned jail ends by its parent-death signal.
+    let other = pool.session(json!({"id": "s2", "op": "session"}));
+    let (v, _) = other.exec("y = 2\n");
+    assert_eq!(v["status"], "ok", "{v}");
+    // Both handed out; the pool's replacements made before counting.
+    pool.wait_ready(2);
+    let living = || descendants(template).into_iter().filter(|p| alive(*p)).count();
+    let before = living();
+    // A cell that reads nothing while it runs: only its PID 1 can end it.
+    let handle = other.handle.clone();
+    let busy = std::thread::spawn(move || {
+        let cell = jail::client::session::Cell::new("import time\ntime.sleep(300)\n", None);
+        let _ = jail::client::session::exec(&handle, cell);
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(other.pid as i32), nix::sys::signal::Signal::SIGKILL);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    // Its PID 1 and its worker.
+    while living() + 2 > before && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(living() + 2 <= before, "the fork of a killed supervisor lives on: {before} processes, then {}", living());
+    let _ = busy.join();
     let forks_and_template = descendants(template);
     assert!(forks_and_template.len() >= 3, "the template's jail and its forks: {forks_and_template:?}");
     // SIGKILL the template's supervisor: its jail dies with it, and every
