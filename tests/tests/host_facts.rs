@@ -70,6 +70,11 @@ fn needles(sb: &Sandbox, code: &Path) -> Vec<(String, String)> {
         ("the runs' temp dir".to_string(), sb.dir.path().display().to_string()),
         ("jail binary".to_string(), jail_bin().display().to_string()),
         ("jail binary, resolved".to_string(), std::fs::canonicalize(jail_bin()).unwrap().display().to_string()),
+        // What else lies beside it (libjail.so, which a pool's template loads).
+        (
+            "jail binary's folder".to_string(),
+            format!("{}/", std::fs::canonicalize(jail_bin()).unwrap().parent().unwrap().display()),
+        ),
         ("rootfs".to_string(), sb.rootfs.display().to_string()),
         ("rootfs, resolved".to_string(), std::fs::canonicalize(&sb.rootfs).unwrap().display().to_string()),
     ];
@@ -89,22 +94,34 @@ fn scan_for_host_facts(sb: &Sandbox, code_dir: Option<&Path>) {
     let script = sb.script(SCAN);
     let code = code_dir.map(Path::to_path_buf).unwrap_or_else(|| sb.code.clone());
     let needles = needles(sb, &code);
-    let mut cmd = Command::new(jail_bin());
-    cmd.args(["run", "--json", "--rootfs"]).arg(&sb.rootfs);
-    cmd.arg("--input").arg(&sb.input).arg("--output").arg(&sb.output);
-    // The scan reads every file it can; in a TCG guest (the VM matrix) that
-    // took past the default 15 s wall limit as the ordinary user.
-    cmd.args(["--timeout", "120"]);
-    if let Some(dir) = code_dir {
-        cmd.arg("--code").arg(dir);
-    }
-    cmd.arg(&script);
-    for (_, n) in &needles {
-        cmd.arg(n.bytes().map(|b| format!("{b:02x}")).collect::<String>());
-    }
-    let out = cmd.output().unwrap();
-    let r = parse(&out);
-    assert_eq!(r.status, Status::Ok, "{}\n{}", r.stderr.text, String::from_utf8_lossy(&out.stderr));
+    let args: Vec<String> = needles.iter().map(|(_, n)| n.bytes().map(|b| format!("{b:02x}")).collect()).collect();
+    let (r, stderr) = if sb.runner == Runner::ForkedStep {
+        // A pool's fork of its template (issue 36): the same scan as its
+        // step, the needles as its argv.
+        let extra = sb.with_preload();
+        let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
+        let mut pool = Pool::start(sb, 1, &extra);
+        let reply = pool.call(serde_json::json!({
+            "id": "scan", "code": SCAN, "args": args, "input": sb.input, "output": sb.output,
+        }));
+        assert!(pool.finish().success());
+        assert_eq!(reply["result"]["isolation"]["forked_from_template"], true, "{reply}");
+        (serde_json::from_value::<RunResult>(reply["result"].clone()).unwrap(), String::new())
+    } else {
+        let mut cmd = Command::new(jail_bin());
+        cmd.args(["run", "--json", "--rootfs"]).arg(&sb.rootfs);
+        cmd.arg("--input").arg(&sb.input).arg("--output").arg(&sb.output);
+        // The scan reads every file it can; in a TCG guest (the VM matrix) that
+        // took past the default 15 s wall limit as the ordinary user.
+        cmd.args(["--timeout", "120"]);
+        if let Some(dir) = code_dir {
+            cmd.arg("--code").arg(dir);
+        }
+        cmd.arg(&script).args(&args);
+        let out = cmd.output().unwrap();
+        (parse(&out), String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    assert_eq!(r.status, Status::Ok, "{}\n{stderr}", r.stderr.text);
     let v: serde_json::Value = serde_json::from_str(r.stdout.text.trim()).unwrap();
     // The scan must have read what it looks at, or it proves nothing.
     assert!(v["read"].as_u64().unwrap() > 50, "the scan read almost nothing: {v}");
@@ -153,6 +170,13 @@ fn userns_overlayfs() -> bool {
 #[test]
 fn nothing_under_proc_names_a_host_path_the_caller_or_the_jail_binary() {
     let sb = Sandbox::new();
+    sb.input_file("data.csv", b"a,b\n1,2\n");
+    scan_for_host_facts(&sb, None);
+}
+
+#[test]
+fn a_jail_forked_from_a_pools_template_shows_no_host_path_either() {
+    let sb = Sandbox::with_runner(Runner::ForkedStep);
     sb.input_file("data.csv", b"a,b\n1,2\n");
     scan_for_host_facts(&sb, None);
 }

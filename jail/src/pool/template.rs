@@ -102,6 +102,13 @@ pub fn run(mut req: RunRequest, opts: &Options) -> Result<i32, TemplateStartErro
             .and_then(|mut f| f.write_all(text.as_bytes()))
             .map_err(|e| TemplateStartError::Folder(path, e))?;
     }
+    // A copy in the template's own code folder: loaded from there, every
+    // fork's /proc/self/maps names `/workspace/code/libjail.so`, not where
+    // the jail binary lies on the host.
+    let copy = dir.path().join(LIBRARY);
+    std::fs::copy(&lib, &copy)
+        .and_then(|_| std::fs::set_permissions(&copy, std::os::unix::fs::PermissionsExt::from_mode(0o644)))
+        .map_err(|e| TemplateStartError::Folder(copy.clone(), e))?;
     let listener = listen_at(&opts.socket).map_err(|e| TemplateStartError::Listen(opts.socket.clone(), e))?;
     let lifeline = opts.lifeline.and_then(crate::sys::take_inherited_fd);
     let janitor = {
@@ -114,12 +121,11 @@ pub fn run(mut req: RunRequest, opts: &Options) -> Result<i32, TemplateStartErro
         .map_err(|e| TemplateStartError::Unavailable(format!("fork the template's janitor: {e}")))?
     };
     let modules = serde_json::Value::from(req.policy.preload.clone()).to_string();
-    let inside = |p: &Path| format!("{}{}", crate::mounts::HOST_ROOT, p.display());
     req.step = StepKind::Template;
     req.script = dir.path().join("template.py");
     req.code = Some(dir.path().to_path_buf());
     req.args = vec![
-        inside(&lib),
+        Path::new(crate::mounts::CODE_DIR).join(LIBRARY).display().to_string(),
         Path::new(crate::mounts::CODE_DIR).join(crate::mounts::DRIVER_NAME).display().to_string(),
         modules,
     ];
