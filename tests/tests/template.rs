@@ -94,7 +94,7 @@ fn a_fork_sees_nothing_of_its_template_or_the_host() {
             "  'host_root': os.path.exists('/.jail-host'),\n",
             "  'template_code': os.path.exists('/workspace/code/template.py'),\n",
             "  'secret': can(lambda: open({secret:?}).read()),\n",
-            "  'mounts_name_host': {marker:?} in mounts, 'mounts_name_jail_host': 'jail-host' in mounts,\n",
+            "  'mounts_name_jail_host': 'jail-host' in mounts,\n",
             "  'status': [l for l in open('/proc/self/status').read().splitlines()\n",
             "             if l.split(':')[0] in ('Uid', 'CapEff', 'NoNewPrivs', 'Seccomp')],\n",
             "  'uid_map': open('/proc/self/uid_map').read().split(),\n",
@@ -102,7 +102,6 @@ fn a_fork_sees_nothing_of_its_template_or_the_host() {
             "}}))\n",
         ),
         secret = secret.display().to_string(),
-        marker = sb.dir.path().display().to_string(),
     );
     let r = step(&mut pool, "look", &code);
     let seen = printed(&r);
@@ -114,16 +113,9 @@ fn a_fork_sees_nothing_of_its_template_or_the_host() {
     assert_eq!(seen["template_code"], false, "the template's code is visible: {seen}");
     assert_eq!(seen["secret"], false, "a host file outside the grants was read: {seen}");
     assert_eq!(seen["mounts_name_jail_host"], false, "mountinfo names the template's view of the host: {seen}");
-    // A kernel without unprivileged overlayfs (before 5.11) shows a bind's
-    // host path, and the result says so (mounts.rs, `View::Rerooted`).
-    let said = r["isolation"]["degraded"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .any(|d| d.as_str().unwrap().contains("/proc/self/mountinfo shows"));
-    if !said {
-        assert_eq!(seen["mounts_name_host"], false, "mountinfo names a host path: {seen}");
-    }
+    // Host paths in mountinfo and the rest of /proc: host_facts.rs scans
+    // for them in a forked step too (not in the VM matrix's guests, whose
+    // 9p payload shows them: tests/vm/tests.txt).
     let status: Vec<String> = seen["status"]
         .as_array()
         .unwrap()
