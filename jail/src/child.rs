@@ -312,7 +312,10 @@ fn live(spec: ChildSpec, forked: Option<(OwnedFd, (u32, u32))>) {
                     fail(&report, e);
                 }
             }
-            worker(marks, report, exec, &rlimits, confine, ends)
+            worker(marks, report, exec, &rlimits, confine, ends);
+            // Only a fork's worker gets here: the host paths its plan named
+            // go from its memory before the step's code runs.
+            forked::scrub(mounts, staging);
         }
         Ok(Forked::Parent(worker_pid)) => {
             drop(stdin);

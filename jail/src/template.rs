@@ -48,6 +48,14 @@
 //!   does. A data-stack template costs 0.6-0.7 s of CPU to make (measured
 //!   by scripts/experiments/fork_confined.py), so the default costs 0.65
 //!   ms a jail under steady load, or 0.65 s every 10 minutes when idle.
+//! - What the template's memory held: a request names host paths (the
+//!   rootfs, the pool's folders for that jail). The template zeroes the
+//!   request's buffer before it clones, and a fork zeroes its own plan's
+//!   host paths before its step runs; what the allocator kept of decoding
+//!   them (its freed blocks) is not zeroed, so a step that reads its own
+//!   memory may find pieces of those paths, its template's earlier
+//!   requests' among them. No step's data is there: no step ever runs in
+//!   the template.
 //!
 //! # The template's own jail (pool/template.rs)
 //!

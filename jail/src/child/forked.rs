@@ -38,6 +38,31 @@ pub(crate) fn begin(hello: &OwnedFd, inside: (u32, u32), outside: (u32, u32)) ->
     Ok(())
 }
 
+/// Zero the host paths of a fork's mount plan before its worker returns to
+/// the interpreter, which a step could read its own memory from: freed,
+/// they would still be there.
+pub(super) fn scrub(mounts: Vec<crate::mounts::MountOp>, staging: std::path::PathBuf) {
+    use crate::mounts::MountOp;
+    use std::os::unix::ffi::OsStringExt;
+    let zero = |p: std::path::PathBuf| {
+        let mut bytes = p.into_os_string().into_vec();
+        bytes.fill(0);
+        // Not a dead store to the optimiser: the bytes are read once more.
+        std::hint::black_box(&bytes);
+    };
+    for op in mounts {
+        match op {
+            MountOp::Bind { source, path, .. } => {
+                zero(source);
+                zero(path);
+            }
+            MountOp::ScriptCopy { source, .. } => zero(source),
+            _ => {}
+        }
+    }
+    zero(staging);
+}
+
 /// Leave the template's root for the host's, kept beneath it.
 pub(crate) fn leave_template_root() -> nix::Result<()> {
     nix::unistd::chroot(HOST_ROOT)?;

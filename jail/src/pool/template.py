@@ -52,12 +52,13 @@ def reap():
 def become(request, driver):
     """In the fork's worker: what `execve(python, [python, DRIVER, ...])`
     would have set up, then the driver."""
-    ex = request["exec"]
+    ex = request
     os.environ.clear()
     os.environ.update(e.split("=", 1) for e in ex["envp"] if "=" in e)
     script = ex["argv"][1]
     sys.argv = list(ex["argv"][1:])
-    sys.path[0] = os.path.dirname(script)
+    # As `python SCRIPT` sets it (main dropped the template's own).
+    sys.path.insert(0, os.path.dirname(script))
     signal.signal(signal.SIGINT, signal.default_int_handler)
     for name in ("SIGPIPE", "SIGXFSZ"):
         signal.signal(getattr(signal, name), signal.SIG_IGN)
@@ -71,6 +72,20 @@ def become(request, driver):
     os._exit(0)
 
 
+def receive(conn, buf):
+    """One message into `buf`, and the descriptors that came with it."""
+    n, ancdata, flags, _ = conn.recvmsg_into([buf], socket.CMSG_SPACE(64 * 4))
+    fds = []
+    for level, kind, data in ancdata:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.extend(int.from_bytes(data[i : i + 4], sys.byteorder) for i in range(0, len(data) - len(data) % 4, 4))
+    if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC):
+        for fd in fds:
+            os.close(fd)
+        raise OSError("a request larger than the template takes")
+    return n, fds
+
+
 def main():
     lib_path, driver_path, modules = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     with open(driver_path) as f:
@@ -81,7 +96,16 @@ def main():
     lib = ctypes.PyDLL(lib_path)
     fork = lib.jail_template_fork
     fork.restype = ctypes.c_int
-    fork.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int), ctypes.c_size_t, ctypes.c_int]
+    fork.argtypes = [
+        ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.POINTER(ctypes.c_int), ctypes.c_size_t,
+        ctypes.c_int, ctypes.POINTER(ctypes.c_size_t),
+    ]
+    # One buffer for every request, which the library zeroes once it has
+    # read one: a request names host paths, and a fork's memory is this
+    # process's.
+    buf = bytearray(MAX_MESSAGE)
+    view = (ctypes.c_char * MAX_MESSAGE).from_buffer(buf)
+    said = ctypes.c_size_t(0)
     gc.collect()
     gc.freeze()
     control = socket.socket(fileno=0)
@@ -99,22 +123,27 @@ def main():
             return 0  # the supervisor is gone: so are we
         conn = socket.socket(fileno=fds[0])
         try:
-            msg, given, _, _ = socket.recv_fds(conn, MAX_MESSAGE, 64)
+            n, given = receive(conn, buf)
         except OSError:
             conn.close()
             continue
         arr = (ctypes.c_int * max(1, len(given)))(*given)
-        pid = fork(msg, len(msg), arr, len(given), conn.fileno())
+        pid = fork(ctypes.addressof(view), n, MAX_MESSAGE, arr, len(given), conn.fileno(), ctypes.byref(said))
         if pid == 0:
             # The fork's worker: every descriptor but its own is closed,
             # so these objects must not close the numbers again.
             conn.detach()
             control.detach()
-            return become(json.loads(msg), driver)
+            return json.loads(bytes(buf[: said.value])), driver
         conn.close()
 
 
 MAX_MESSAGE = 1 << 20
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # In a fork's worker, main returns what `become` needs, so that no
+    # frame of the template's loop is left under the driver's.
+    outcome = main()
+    if isinstance(outcome, tuple):
+        become(*outcome)
+    sys.exit(outcome)

@@ -32,13 +32,19 @@ use std::os::fd::{AsRawFd, BorrowedFd, OwnedFd};
 use super::wire;
 use crate::sys::{self, Forked};
 
-/// One request, in the template: the fork's pid in the template's pid
-/// namespace; in the fork's worker, confined, 0; -1 when no fork was made
-/// (the reason sent on `conn`).
-pub(crate) fn entry(msg: &[u8], fds: Vec<OwnedFd>, conn: BorrowedFd<'_>) -> i32 {
-    let spec = match wire::decode(msg, fds) {
-        Ok(spec) => spec,
-        Err(why) => return refuse(conn, &why),
+/// One request, the first `len` bytes of `buf`: in the template the
+/// fork's pid in the template's pid namespace; in the fork's worker,
+/// confined, 0; -1 when no fork was made (the reason sent on `conn`).
+/// With it, how many bytes of `buf` are the fork's interpreter's argv and
+/// environment (in its worker alone; 0 otherwise). The request itself,
+/// which names host paths (its mount sources, the rootfs), is zeroed in
+/// `buf` before the clone, so no fork's memory holds it there.
+pub(crate) fn entry(buf: &mut [u8], len: usize, fds: Vec<OwnedFd>, conn: BorrowedFd<'_>) -> (i32, usize) {
+    let decoded = wire::decode(&buf[..len], fds);
+    buf[..len].fill(0);
+    let (spec, exec) = match decoded {
+        Ok(decoded) => decoded,
+        Err(why) => return (refuse(conn, &why), 0),
     };
     // Our ids in the template's user namespace, which the fork's own
     // namespace maps its sandbox ids to: unmapped in the fork until then.
@@ -46,21 +52,22 @@ pub(crate) fn entry(msg: &[u8], fds: Vec<OwnedFd>, conn: BorrowedFd<'_>) -> i32 
     // Without them the fork would keep the template's random state and
     // locks as they were: refused, not degraded.
     let Some(hooks) = sys::python_fork_hooks() else {
-        return refuse(conn, "the template's process has no CPython fork hooks (PyOS_BeforeFork): not a CPython interpreter");
+        let why = "the template's process has no CPython fork hooks (PyOS_BeforeFork): not a CPython interpreter";
+        return (refuse(conn, why), 0);
     };
     (hooks.before)();
     match sys::clone_process(crate::namespaces::CLONE_FLAGS) {
         Err(e) => {
             (hooks.after_parent)();
             drop(spec);
-            refuse(conn, &format!("the template could not clone: {e}"))
+            (refuse(conn, &format!("the template could not clone: {e}")), 0)
         }
         Ok(Forked::Parent(pid)) => {
             (hooks.after_parent)();
             // Our copies of the child's ends go now: the supervisor must
             // see the ends close when the fork's do.
             drop(spec);
-            pid.as_raw()
+            (pid.as_raw(), 0)
         }
         Ok(Forked::Child) => {
             (hooks.after_child)();
@@ -68,7 +75,9 @@ pub(crate) fn entry(msg: &[u8], fds: Vec<OwnedFd>, conn: BorrowedFd<'_>) -> i32 
                 sys::exit_now(crate::result::EXIT_SETUP_FAILED);
             };
             crate::child::run_forked(spec, hello, outside);
-            0
+            let n = exec.len().min(buf.len());
+            buf[..n].copy_from_slice(&exec[..n]);
+            (0, n)
         }
     }
 }

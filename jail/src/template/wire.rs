@@ -142,10 +142,14 @@ pub(crate) fn encode(spec: ChildSpec) -> Result<(Vec<u8>, Vec<OwnedFd>), String>
     Ok((bytes, fds))
 }
 
-/// The spec back from what [`encode`] made: the descriptors must be
-/// exactly the ones it names.
-pub(crate) fn decode(msg: &[u8], fds: Vec<OwnedFd>) -> Result<ChildSpec, String> {
+/// The spec back from what [`encode`] made (the descriptors must be
+/// exactly the ones it names), and the interpreter's argv and environment
+/// as JSON (`{"argv": [...], "envp": [...]}`), which the fork's
+/// interpreter takes up where an exec would have set them.
+pub(crate) fn decode(msg: &[u8], fds: Vec<OwnedFd>) -> Result<(ChildSpec, Vec<u8>), String> {
     let wire: Wire = serde_json::from_slice(msg).map_err(|e| format!("decode the child's spec: {e}"))?;
+    let exec_json = serde_json::to_vec(&serde_json::json!({"argv": wire.exec.argv, "envp": wire.exec.envp}))
+        .map_err(|e| format!("encode the interpreter's argv: {e}"))?;
     let has = wire.has;
     let want = 5 + [has.output, has.notify, has.proxy, has.cgroup, has.stdin].iter().filter(|h| **h).count();
     if fds.len() != want {
@@ -178,33 +182,36 @@ pub(crate) fn decode(msg: &[u8], fds: Vec<OwnedFd>) -> Result<ChildSpec, String>
     if !wire.mounts.iter().any(|op| matches!(op, mounts::MountOp::Proc { .. })) {
         return Err("the spec's mount plan has no /proc: not a jail's".into());
     }
-    Ok(ChildSpec {
-        release,
-        report,
-        status,
-        stdout,
-        stderr,
-        mounts: wire.mounts,
-        staging: wire.staging,
-        uid: wire.uid,
-        gid: wire.gid,
-        hostname: wire.hostname,
-        exec,
-        rlimits: wire.rlimits,
-        output,
-        confine: Confine {
-            landlock: wire.landlock,
-            landlock_rules: wire.landlock_rules,
-            seccomp: Some(filter),
-            notify,
-            tcp_connect: wire.tcp_connect,
+    Ok((
+        ChildSpec {
+            release,
+            report,
+            status,
+            stdout,
+            stderr,
+            mounts: wire.mounts,
+            staging: wire.staging,
+            uid: wire.uid,
+            gid: wire.gid,
+            hostname: wire.hostname,
+            exec,
+            rlimits: wire.rlimits,
+            output,
+            confine: Confine {
+                landlock: wire.landlock,
+                landlock_rules: wire.landlock_rules,
+                seccomp: Some(filter),
+                notify,
+                tcp_connect: wire.tcp_connect,
+            },
+            proxy,
+            cgroup,
+            cpus: wire.cpus,
+            stdin,
+            keep_host_root: false,
         },
-        proxy,
-        cgroup,
-        cpus: wire.cpus,
-        stdin,
-        keep_host_root: false,
-    })
+        exec_json,
+    ))
 }
 
 #[cfg(test)]
@@ -265,7 +272,9 @@ mod tests {
         let (msg, fds) = encode(original).unwrap();
         assert_eq!(fds.len(), 7, "five, the cgroup's and stdin");
         let raw: Vec<i32> = fds.iter().map(|f| f.as_raw_fd()).collect();
-        let back = decode(&msg, fds).unwrap();
+        let (back, exec) = decode(&msg, fds).unwrap();
+        let exec: serde_json::Value = serde_json::from_slice(&exec).unwrap();
+        assert_eq!(exec["envp"], serde_json::json!(["LANG=C.UTF-8"]));
         assert_eq!(back.confine.seccomp.unwrap().program, program);
         assert_eq!(back.exec.argv[1].to_str().unwrap(), "/.jail/d.py");
         assert_eq!(back.release.as_raw_fd(), raw[0]);
