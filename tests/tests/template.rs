@@ -181,7 +181,7 @@ fn wait_gone(pids: &[u32], what: &str) {
 }
 
 #[test]
-fn killing_the_template_ends_its_forks_and_killing_the_pool_leaves_nothing() {
+fn killing_the_template_ends_its_forks_a_new_one_follows_and_killing_the_pool_leaves_nothing() {
     let sb = Sandbox::new();
     let mut pool = forked_pool(&sb, 2);
     // A fork handed out as a session, a cell of it running.
@@ -230,6 +230,29 @@ fn killing_the_template_ends_its_forks_and_killing_the_pool_leaves_nothing() {
     // The session's jail is gone: its next cell says so, and nothing hangs.
     let (v, _) = session.exec("x\n");
     assert_ne!(v["status"], "ok", "a cell ran in a fork whose template was killed: {v}");
+    // The pool goes on: a new template takes the killed one's place at
+    // once, not at its renewal. A jail made before (forked from the killed
+    // one) may still be handed out and fail; a few tries at most.
+    let mut tries = Vec::new();
+    loop {
+        let r = pool.call(json!({"id": format!("after{}", tries.len()), "code": "print(1)"}));
+        let forked = r["result"]["status"] == "ok" && r["result"]["isolation"]["forked_from_template"] == true;
+        tries.push(r);
+        if forked {
+            break;
+        }
+        assert!(tries.len() < 6, "no fork of a new template after the old one was killed: {tries:?}");
+    }
+    let templates: Vec<u32> = descendants(pool_pid)
+        .into_iter()
+        .filter(|p| {
+            std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("\0template\0"))
+        })
+        .collect();
+    assert!(
+        !templates.is_empty() && !templates.contains(&template),
+        "a new template: {templates:?}, the killed one {template}"
+    );
     // SIGKILL the pool: nothing of it stays.
     let all = descendants(pool_pid);
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pool_pid as i32), nix::sys::signal::Signal::SIGKILL);

@@ -381,7 +381,8 @@ impl Pool {
     /// The template the next jail is forked from, counted; when the current
     /// one is due (`Renew`), this maker makes a new one first while the
     /// others go on forking from the old, which ends once its last jail
-    /// does. A new one that cannot be made leaves the old one current.
+    /// does. A new one that cannot be made leaves the old one current, or,
+    /// when the old one has ended, none (said once).
     fn template_now(&self) -> Option<Arc<template::Template>> {
         use std::sync::atomic::Ordering;
         let current = self.template.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
@@ -398,6 +399,18 @@ impl Pool {
                         new.forked();
                         return Some(new);
                     }
+                }
+                Err(why) if current.ended() => {
+                    // Nothing can fork from it: the jails import the
+                    // preload themselves from now on.
+                    let mut slot = self.template.lock().unwrap_or_else(|e| e.into_inner());
+                    if slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &current)) {
+                        slot.take();
+                        eprintln!("jail pool: each jail imports the preload itself, as the template ended and a new one could not be made: {why}");
+                    }
+                    drop(slot);
+                    self.renewing.store(false, Ordering::SeqCst);
+                    return None;
                 }
                 Err(why) => {
                     eprintln!("jail pool: the template is kept past its renewal, as a new one could not be made: {why}");

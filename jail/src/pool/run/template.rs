@@ -24,7 +24,7 @@ const READY_WAIT: Duration = Duration::from_secs(120);
 
 /// A running template: where it listens, and what it has done.
 pub(super) struct Template {
-    child: Child,
+    child: Mutex<Child>,
     pub(super) socket: PathBuf,
     forks: AtomicU64,
     /// When it was made, or last kept past its renewal.
@@ -37,10 +37,17 @@ impl Template {
         self.forks.fetch_add(1, Ordering::SeqCst);
     }
 
-    /// Whether a new template should replace it.
+    /// Whether a new template should replace it: it is due, or it ended
+    /// (killed, or out of memory), when no fork of it can be made.
     pub(super) fn due(&self, renew: Renew) -> bool {
         self.forks.load(Ordering::SeqCst) >= renew.forks
             || self.born.lock().unwrap_or_else(|e| e.into_inner()).elapsed() >= renew.age
+            || self.ended()
+    }
+
+    /// Whether the template has ended.
+    pub(super) fn ended(&self) -> bool {
+        !matches!(self.child.lock().unwrap_or_else(|e| e.into_inner()).try_wait(), Ok(None))
     }
 
     /// A new one could not be made: this one counts again from now.
@@ -63,7 +70,12 @@ pub(super) fn start(cfg: &Config, work: &Path, lifeline: &OwnedFd) -> Result<Tem
     let mut child = template_command(&spec).spawn().map_err(|e| format!("run {}: {e}", cfg.jail_exe.display()))?;
     let why = match wait_ready(&mut child) {
         Ok(()) => {
-            return Ok(Template { child, socket, forks: AtomicU64::new(0), born: Mutex::new(Instant::now()) });
+            return Ok(Template {
+                child: Mutex::new(child),
+                socket,
+                forks: AtomicU64::new(0),
+                born: Mutex::new(Instant::now()),
+            });
         }
         Err(why) => why,
     };
@@ -113,7 +125,10 @@ impl Drop for Template {
     /// The template and every fork of it end: SIGTERM (it kills its tree
     /// and removes its cgroup), then the wait.
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.child.id() as i32), nix::sys::signal::Signal::SIGTERM);
-        let _ = self.child.wait();
+        let child = self.child.get_mut().unwrap_or_else(|e| e.into_inner());
+        if let Ok(None) = child.try_wait() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id() as i32), nix::sys::signal::Signal::SIGTERM);
+        }
+        let _ = child.wait();
     }
 }
