@@ -128,6 +128,7 @@ pub fn run(mut req: RunRequest, opts: &Options) -> Result<i32, TemplateStartErro
         Path::new(crate::mounts::CODE_DIR).join(LIBRARY).display().to_string(),
         Path::new(crate::mounts::CODE_DIR).join(crate::mounts::DRIVER_NAME).display().to_string(),
         modules,
+        Path::new(crate::mounts::DRIVER_DIR).join(crate::mounts::DRIVER_NAME).display().to_string(),
     ];
     req.timeout = Some(LIFETIME);
     req.mode = OutputMode::Capture;
