@@ -6,7 +6,7 @@
 //!
 //! The descriptors: `release`, `report`, `status`, `stdout`, `stderr`,
 //! then `output`, `notify`, `proxy`, `cgroup` and `stdin`, each only when
-//! [`Has`] says the spec holds it. The seccomp program travels as the
+//! `has` says the spec holds it. The seccomp program travels as the
 //! bytes the seccomp cache stores (bpf.rs, `encode`), in base64.
 
 use std::ffi::CString;
@@ -45,7 +45,9 @@ pub(crate) struct Wire {
     seccomp_sha256: String,
     tcp_connect: Vec<u16>,
     cpus: Option<Vec<usize>>,
-    has: Has,
+    /// Whether `output`, `notify`, `proxy`, `cgroup` and `stdin` follow the
+    /// five descriptors every spec has, in that order.
+    has: [bool; 5],
 }
 
 #[derive(Serialize, Deserialize)]
@@ -55,16 +57,6 @@ pub(crate) struct WireExec {
     pub(crate) envp: Vec<String>,
     cwd: PathBuf,
     umask: u32,
-}
-
-/// Which optional descriptors follow the five every spec has.
-#[derive(Serialize, Deserialize, Default, Clone, Copy)]
-struct Has {
-    output: bool,
-    notify: bool,
-    proxy: bool,
-    cgroup: bool,
-    stdin: bool,
 }
 
 /// The message and the descriptors for `spec`, which a fork cannot take
@@ -108,13 +100,8 @@ pub(crate) fn encode(spec: ChildSpec) -> Result<(Vec<u8>, Vec<OwnedFd>), String>
         cwd: exec.cwd,
         umask: exec.umask,
     };
-    let has = Has {
-        output: output.is_some(),
-        notify: notify.is_some(),
-        proxy: proxy.is_some(),
-        cgroup: cgroup.is_some(),
-        stdin: stdin.is_some(),
-    };
+    let optional = [output, notify, proxy, cgroup, stdin];
+    let has = optional.each_ref().map(Option::is_some);
     let program = bpf::encode(&filter.program);
     let wire = Wire {
         mounts,
@@ -138,7 +125,7 @@ pub(crate) fn encode(spec: ChildSpec) -> Result<(Vec<u8>, Vec<OwnedFd>), String>
         return Err(format!("the child's spec is {} bytes, more than the template takes ({MAX_MESSAGE})", bytes.len()));
     }
     let mut fds = vec![release, report, status, stdout, stderr];
-    fds.extend([output, notify, proxy, cgroup, stdin].into_iter().flatten());
+    fds.extend(optional.into_iter().flatten());
     Ok((bytes, fds))
 }
 
@@ -150,8 +137,7 @@ pub(crate) fn decode(msg: &[u8], fds: Vec<OwnedFd>) -> Result<(ChildSpec, Vec<u8
     let wire: Wire = serde_json::from_slice(msg).map_err(|e| format!("decode the child's spec: {e}"))?;
     let exec_json = serde_json::to_vec(&serde_json::json!({"argv": wire.exec.argv, "envp": wire.exec.envp}))
         .map_err(|e| format!("encode the interpreter's argv: {e}"))?;
-    let has = wire.has;
-    let want = 5 + [has.output, has.notify, has.proxy, has.cgroup, has.stdin].iter().filter(|h| **h).count();
+    let want = 5 + wire.has.iter().filter(|h| **h).count();
     if fds.len() != want {
         return Err(format!("the spec names {want} descriptors and {} came", fds.len()));
     }
@@ -161,8 +147,7 @@ pub(crate) fn decode(msg: &[u8], fds: Vec<OwnedFd>) -> Result<(ChildSpec, Vec<u8
         (Some(a), Some(b), Some(c), Some(d), Some(e)) => (a, b, c, d, e),
         _ => return Err("fewer descriptors than the spec names".into()),
     };
-    let (output, notify, proxy, cgroup, stdin) =
-        (next(has.output), next(has.notify), next(has.proxy), next(has.cgroup), next(has.stdin));
+    let [output, notify, proxy, cgroup, stdin] = wire.has.map(next);
     let cstr = |s: String| CString::new(s).map_err(|_| "a NUL byte in the interpreter's argv or environment".to_string());
     let exec = Exec {
         path: cstr(wire.exec.path)?,
