@@ -444,8 +444,11 @@ def test_binaries() -> dict[str, Path]:
 
 
 def build_payload(share_dir: Path, tests: list[TestLine], rootfs: Path) -> Path:
-    # jail-serve for the serve tests: it runs the `jail` beside it.
-    cargo("build", "-p", "jail", "-p", "jail-serve", "--quiet")
+    # jail-serve for the serve tests: it runs the `jail` beside it. The
+    # whole workspace, as `make build` builds it: `-p jail -p jail-serve`
+    # alone unifies other features and builds the jail crate and its
+    # dependencies a second time (minutes, and a gigabyte of target/).
+    cargo("build", "--workspace", "--quiet")
     target = Path(os.environ.get("CARGO_TARGET_DIR", REPO / "target"))
     jail = target / "debug/jail"
     bins = test_binaries()
