@@ -183,7 +183,8 @@ fn wait_gone(pids: &[u32], what: &str) {
 #[test]
 fn killing_the_template_ends_its_forks_a_new_one_follows_and_killing_the_pool_leaves_nothing() {
     let sb = Sandbox::new();
-    let mut pool = forked_pool(&sb, 2);
+    // Three, so that several makers find the template gone at once.
+    let mut pool = forked_pool(&sb, 3);
     // A fork handed out as a session, a cell of it running.
     let session = pool.session(json!({"id": "s", "op": "session"}));
     let (v, _) = session.exec("x = 1\n");
@@ -203,7 +204,7 @@ fn killing_the_template_ends_its_forks_a_new_one_follows_and_killing_the_pool_le
     let (v, _) = other.exec("y = 2\n");
     assert_eq!(v["status"], "ok", "{v}");
     // Both handed out; the pool's replacements made before counting.
-    pool.wait_ready(2);
+    pool.wait_ready(3);
     let living = || descendants(template).into_iter().filter(|p| alive(*p)).count();
     let before = living();
     // A cell that reads nothing while it runs: only its PID 1 can end it.

@@ -385,42 +385,63 @@ impl Pool {
     /// when the old one has ended, none (said once).
     fn template_now(&self) -> Option<Arc<template::Template>> {
         use std::sync::atomic::Ordering;
-        let current = self.template.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
-        if current.due(self.cfg.renew_template) && !self.renewing.swap(true, Ordering::SeqCst) {
-            match template::start(&self.cfg, &self.work, &self.lifeline_read) {
-                Ok(new) => {
-                    let new = Arc::new(new);
-                    let mut slot = self.template.lock().unwrap_or_else(|e| e.into_inner());
-                    // Not when the pool gave up on templates meanwhile.
-                    if slot.is_some() {
-                        *slot = Some(Arc::clone(&new));
-                        drop(slot);
-                        self.renewing.store(false, Ordering::SeqCst);
-                        new.forked();
-                        return Some(new);
-                    }
+        loop {
+            let current = self.template.lock().unwrap_or_else(|e| e.into_inner()).clone()?;
+            if current.due(self.cfg.renew_template) {
+                if !self.renewing.swap(true, Ordering::SeqCst) {
+                    return self.renew(current);
                 }
-                Err(why) if current.ended() => {
-                    // Nothing can fork from it: the jails import the
-                    // preload themselves from now on.
-                    let mut slot = self.template.lock().unwrap_or_else(|e| e.into_inner());
-                    if slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &current)) {
-                        slot.take();
-                        eprintln!("jail pool: each jail imports the preload itself, as the template ended and a new one could not be made: {why}");
-                    }
-                    drop(slot);
-                    self.renewing.store(false, Ordering::SeqCst);
-                    return None;
-                }
-                Err(why) => {
-                    eprintln!("jail pool: the template is kept past its renewal, as a new one could not be made: {why}");
-                    current.renewed_anyway();
+                if current.ended() {
+                    // Another maker is making its successor: wait for it
+                    // rather than fail a fork of nothing (failures in a
+                    // row break the pool).
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
                 }
             }
-            self.renewing.store(false, Ordering::SeqCst);
+            current.forked();
+            return Some(current);
         }
-        current.forked();
-        Some(current)
+    }
+
+    /// [`Self::template_now`] when `current` is due and this maker holds
+    /// `renewing`, which it lets go.
+    fn renew(&self, current: Arc<template::Template>) -> Option<Arc<template::Template>> {
+        use std::sync::atomic::Ordering;
+        let chosen = match template::start(&self.cfg, &self.work, &self.lifeline_read) {
+            Ok(new) => {
+                let new = Arc::new(new);
+                let mut slot = self.template.lock().unwrap_or_else(|e| e.into_inner());
+                // Not when the pool gave up on templates meanwhile.
+                if slot.is_some() {
+                    *slot = Some(Arc::clone(&new));
+                    Some(new)
+                } else {
+                    None
+                }
+            }
+            Err(why) if current.ended() => {
+                // Nothing can fork from it: the jails import the preload
+                // themselves from now on.
+                let mut slot = self.template.lock().unwrap_or_else(|e| e.into_inner());
+                if slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &current)) {
+                    slot.take();
+                    eprintln!(
+                        "jail pool: each jail imports the preload itself, as the template ended and a new one could not be made: {why}"
+                    );
+                }
+                None
+            }
+            Err(why) => {
+                eprintln!("jail pool: the template is kept past its renewal, as a new one could not be made: {why}");
+                current.renewed_anyway();
+                Some(current)
+            }
+        };
+        self.renewing.store(false, Ordering::SeqCst);
+        let chosen = chosen?;
+        chosen.forked();
+        Some(chosen)
     }
 
     /// The first jail, forked from the template, failed with `why`: the
