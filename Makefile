@@ -79,9 +79,11 @@ test-deps: ## what the tests need beyond the build: the agent's OTLP receiver ve
 test-user: build rootfs ## run the jail tests as TEST_USER, an account or a bare uid (root only)
 	tests/run-as-user.sh $(TEST_USER) $(TEST_FILTER)
 
-load-test: build release ## `jail serve` on its warm pool under load on loopback: LOAD_CLIENTS clients (200) for LOAD_SECS s (60), pool LOAD_POOL_SIZE (4); runs/s, p50/p99, errors 0, refill time, nothing left after the drain; then a noisy neighbour (release binaries): server RSS, the steady tenant's p50/p99 alone and under the attack, the caps hit
+load-test: build release ## `jail serve` on its warm pool under load on loopback: LOAD_CLIENTS clients (200) for LOAD_SECS s (60), pool LOAD_POOL_SIZE (4); runs/s, p50/p99, errors 0, refill time, nothing left after the drain; the same for half as long with a preload (each jail forked from the pool's template); then a noisy neighbour (release binaries): server RSS, the steady tenant's p50/p99 alone and under the attack, the caps hit
 	JAIL_BIN=$(CURDIR)/target/debug/jail JAIL_REPO=$(CURDIR) LOAD_CLIENTS=$${LOAD_CLIENTS:-200} LOAD_SECS=$${LOAD_SECS:-60} \
 		LOAD_POOL_SIZE=$${LOAD_POOL_SIZE:-4} $(CARGO) test -p jail-tests-fronts --test serve load_on_loopback -- --ignored --nocapture
+	JAIL_BIN=$(CURDIR)/target/debug/jail JAIL_REPO=$(CURDIR) LOAD_CLIENTS=$${LOAD_CLIENTS:-200} LOAD_SECS=$$(( $${LOAD_SECS:-60} / 2 )) \
+		LOAD_POOL_SIZE=$${LOAD_POOL_SIZE:-4} LOAD_PRELOAD=1 $(CARGO) test -p jail-tests-fronts --test serve load_on_loopback -- --ignored --nocapture
 	JAIL_BIN=$(CURDIR)/target/release/jail JAIL_REPO=$(CURDIR) \
 		$(CARGO) test -p jail-tests-fronts --test serve noisy_neighbour_on_loopback -- --ignored --nocapture
 

@@ -1408,7 +1408,9 @@ fn a_followed_pool_run_streams_its_events_while_it_runs() {
 /// errors and the pool's refill time; fails on any error, on a run that
 /// did not run on the pool, on a client that stalls (each request has a
 /// deadline, the whole test a watchdog), and on anything left once the
-/// server has drained: a process, a cgroup, a mount, a folder.
+/// server has drained: a process, a cgroup, a mount, a folder. With
+/// LOAD_PRELOAD=1 the policy has a preload, so the pool forks each jail
+/// from its template (issue 36), and a run that was not a fork fails.
 #[test]
 #[ignore]
 fn load_on_loopback() {
@@ -1416,7 +1418,17 @@ fn load_on_loopback() {
     let (clients, secs, pool_size) = (env("LOAD_CLIENTS", 200) as usize, env("LOAD_SECS", 60), env("LOAD_POOL_SIZE", 4));
     let max_runs = env("LOAD_MAX_RUNS", 64).to_string();
     let size = pool_size.to_string();
-    let mut s = Server::launch(&["--pool-size", &size, "--pool-memory", POOL_MEMORY, "--max-runs", &max_runs]);
+    let forked = env("LOAD_PRELOAD", 0) == 1;
+    let mut policy = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
+    let mut args = vec!["--pool-size", &size, "--pool-memory", POOL_MEMORY, "--max-runs", &max_runs];
+    if forked {
+        let mut p: Value = serde_json::from_slice(&std::fs::read(repo().join("policies/default.json")).unwrap()).unwrap();
+        p["preload"] = json!(["json"]);
+        policy.write_all(p.to_string().as_bytes()).unwrap();
+        std::fs::set_permissions(policy.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        args.extend(["--policy", policy.path().to_str().unwrap()]);
+    }
+    let mut s = Server::launch(&args);
     let pool = s.pool_processes();
     let handles = pool.first().and_then(|p| pool_runtime_dir(*p));
     let addr = s.addr;
@@ -1443,7 +1455,12 @@ fn load_on_loopback() {
                 let t = Instant::now();
                 let body = json!({"code": format!("print({i} * 2)"), "limits": {"timeout_secs": 10}}).to_string();
                 match bounded_request(addr, &body, Duration::from_secs(60)) {
-                    Ok(r) if r.status == 200 && r.json()["result"]["status"] == "ok" && r.json()["backend"] == "pool" => {
+                    Ok(r)
+                        if r.status == 200
+                            && r.json()["result"]["status"] == "ok"
+                            && r.json()["backend"] == "pool"
+                            && r.json()["result"]["isolation"]["forked_from_template"] == forked =>
+                    {
                         ok += 1;
                         lat.push(t.elapsed());
                     }
@@ -1482,8 +1499,9 @@ fn load_on_loopback() {
     let refill = s.metric("jail_pool_refill_seconds{stat=\"mean\"}").unwrap_or(f64::NAN);
     let spawned = s.metric("jail_runs_by_backend_total{backend=\"spawn\"}");
     println!(
-        "load: {clients} clients x {secs} s on a pool of {pool_size} (node max {max_runs} runs): {ok} runs ok ({:.1}/s), \
+        "load: {clients} clients x {secs} s on a pool of {pool_size}{} (node max {max_runs} runs): {ok} runs ok ({:.1}/s), \
          {busy} answered 429, {} errors, p50 {:?}, p99 {:?}, pool refill mean {:.1} ms",
+        if forked { " forked from a template" } else { "" },
         ok as f64 / took,
         errors.len(),
         pct(0.50),
