@@ -980,6 +980,39 @@ fn a_session_the_pool_cannot_hand_out_starts_on_its_own() {
     assert_eq!(s.said().matches("sessions start on their own").count(), 1, "{}", s.said());
 }
 
+/// A policy with a preload: the server's pool forks each jail, a run's
+/// and a session's, from its template (issue 36), each a jail of its own
+/// that says so, and nothing of one run reaches the next.
+#[test]
+fn a_pool_with_a_preload_forks_runs_and_sessions_from_its_template() {
+    let mut p: Value = serde_json::from_slice(&std::fs::read(repo().join("policies/default.json")).unwrap()).unwrap();
+    p["preload"] = json!(["json"]);
+    let mut policy = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
+    policy.write_all(p.to_string().as_bytes()).unwrap();
+    std::fs::set_permissions(policy.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let s = Server::start(&["--policy", policy.path().to_str().unwrap()]);
+    let code = "import json, sys\nprint(json.dumps(['json' in sys.modules, globals().get('planted')]))\nplanted = 1\n";
+    for _ in 0..2 {
+        let r = s.run(ALICE, json!({"code": code}));
+        assert_eq!(r.status, 200, "{r:?}");
+        let v = r.json();
+        validate_result(&v["result"]).unwrap();
+        assert_eq!((&v["backend"], &v["result"]["status"]), (&json!("pool"), &json!("ok")), "{v}");
+        assert_eq!(v["result"]["isolation"]["forked_from_template"], true, "not a fork: {v}");
+        assert_eq!(v["result"]["stdout"]["text"], "[true, null]\n", "{v}");
+    }
+    let sess = s.call("POST", "/v1/sessions", Some(ALICE), Some("{}"));
+    assert_eq!((sess.status, &sess.json()["backend"]), (201, &json!("pool")), "{sess:?}");
+    let sid = sess.json()["id"].as_str().unwrap().to_owned();
+    let cell = s
+        .call("POST", &format!("/v1/sessions/{sid}/exec"), Some(ALICE), Some(&json!({"code": code}).to_string()))
+        .json();
+    assert_eq!(cell["result"]["status"], "ok", "{cell}");
+    assert_eq!(cell["result"]["isolation"]["forked_from_template"], true, "not a fork: {cell}");
+    assert_eq!(cell["result"]["stdout"]["text"], "[true, null]\n", "{cell}");
+    assert_eq!(s.call("DELETE", &format!("/v1/sessions/{sid}"), Some(ALICE), None).status, 200);
+}
+
 /// The run's events in an SSE body, parsed: each block's `data:`, less
 /// the `event: end` block and comments.
 fn sse_events(body: &str) -> Vec<Value> {
