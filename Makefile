@@ -81,11 +81,11 @@ test-user: build rootfs ## run the jail tests as TEST_USER, an account or a bare
 
 load-test: build release ## `jail serve` on its warm pool under load on loopback: LOAD_CLIENTS clients (200) for LOAD_SECS s (60), pool LOAD_POOL_SIZE (4); runs/s, p50/p99, errors 0, refill time, nothing left after the drain; the same for half as long with a preload (each jail forked from the pool's template); then a noisy neighbour (release binaries): server RSS, the steady tenant's p50/p99 alone and under the attack, the caps hit
 	JAIL_BIN=$(CURDIR)/target/debug/jail JAIL_REPO=$(CURDIR) LOAD_CLIENTS=$${LOAD_CLIENTS:-200} LOAD_SECS=$${LOAD_SECS:-60} \
-		LOAD_POOL_SIZE=$${LOAD_POOL_SIZE:-4} $(CARGO) test -p jail-tests-fronts --test serve load_on_loopback -- --ignored --nocapture
+		LOAD_POOL_SIZE=$${LOAD_POOL_SIZE:-4} $(CARGO) test --workspace --test serve load_on_loopback -- --ignored --nocapture
 	JAIL_BIN=$(CURDIR)/target/debug/jail JAIL_REPO=$(CURDIR) LOAD_CLIENTS=$${LOAD_CLIENTS:-200} LOAD_SECS=$$(( $${LOAD_SECS:-60} / 2 )) \
-		LOAD_POOL_SIZE=$${LOAD_POOL_SIZE:-4} LOAD_PRELOAD=1 $(CARGO) test -p jail-tests-fronts --test serve load_on_loopback -- --ignored --nocapture
+		LOAD_POOL_SIZE=$${LOAD_POOL_SIZE:-4} LOAD_PRELOAD=1 $(CARGO) test --workspace --test serve load_on_loopback -- --ignored --nocapture
 	JAIL_BIN=$(CURDIR)/target/release/jail JAIL_REPO=$(CURDIR) \
-		$(CARGO) test -p jail-tests-fronts --test serve noisy_neighbour_on_loopback -- --ignored --nocapture
+		$(CARGO) test --workspace --test serve noisy_neighbour_on_loopback -- --ignored --nocapture
 
 image: release ## the `jail serve` container image (deploy/Containerfile; JAIL_IMAGE, default localhost/jail-serve:dev) with podman or buildah; needs the data rootfs
 	@[ -d python-rootfs/out/data ] || $(SUDO) python-rootfs/build.sh data

@@ -37,7 +37,10 @@ fi
 as_user() { setpriv --reuid="$uid" --regid="$gid" "$groups" -- "$@"; }
 
 cargo build --workspace --quiet
-mapfile -t bins < <(cargo test -p jail-tests -p jail-tests-fronts --no-run --message-format=json 2>/dev/null | /usr/bin/python3 -c '
+# The integration tests (jail-tests and jail-tests-fronts hold them all),
+# built as `cargo test --workspace` builds them: `-p` alone unifies other
+# features and builds the jail crate and every test binary a second time.
+mapfile -t bins < <(cargo test --workspace --no-run --message-format=json 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
 for line in sys.stdin:
     m = json.loads(line)

@@ -432,7 +432,8 @@ def test_binaries() -> dict[str, Path]:
     """Every integration-test binary of jail-tests and jail-tests-fronts (the
     serve tests), by target name (built now)."""
     found = {}
-    out = cargo("test", "-p", "jail-tests", "-p", "jail-tests-fronts", "--no-run", "--message-format=json", "--quiet")
+    # --workspace, as `make test` builds them (see build_payload).
+    out = cargo("test", "--workspace", "--no-run", "--message-format=json", "--quiet")
     for line in out.splitlines():
         try:
             m = json.loads(line)
