@@ -316,3 +316,53 @@ fn a_new_template_and_so_a_new_address_space_layout_comes_after_the_forks_asked(
     }
     assert!(pool.finish().success());
 }
+
+/// The template is killed and its successor cannot be made (its socket's
+/// name is taken): the pool gives up on templates, and its jails import
+/// the preload themselves from then on, rather than fail or wait.
+#[test]
+fn a_template_that_ends_and_cannot_be_remade_leaves_jails_that_import_the_preload_themselves() {
+    let sb = Sandbox::new();
+    let mut pool = forked_pool(&sb, 1);
+    step(&mut pool, "first", "print(1)\n");
+    let pool_pid = pool.child.id();
+    let is_template =
+        |p: &u32| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("\0template\0"));
+    let template = descendants(pool_pid).into_iter().find(is_template).expect("the pool's `jail template`");
+    let work: Vec<_> = std::fs::read_dir(sb.pool_tmp())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("jail-pool-")))
+        .collect();
+    assert_eq!(work.len(), 1, "the pool's folder: {work:?}");
+    // The next template's socket (template-N.sock, counted from 0): a
+    // folder there, so it cannot listen.
+    std::fs::create_dir(work[0].join("template-1.sock")).unwrap();
+    let forks = descendants(template);
+    let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(template as i32), nix::sys::signal::Signal::SIGKILL);
+    wait_gone(&forks, "the template was killed");
+    // A jail forked before the kill may be handed out and fail; then each
+    // one imports the preload itself.
+    let mut tries = Vec::new();
+    loop {
+        let r = pool.call(json!({"id": format!("after{}", tries.len()), "code": "import sys\nprint('json' in sys.modules)"}));
+        let own = r["result"]["status"] == "ok" && r["result"]["isolation"]["forked_from_template"] == false;
+        if own {
+            assert_eq!(r["result"]["stdout"]["text"], "True\n", "the preload was not imported: {r}");
+            break;
+        }
+        tries.push(r);
+        assert!(tries.len() < 4, "no jail of its own after the template could not be remade: {tries:?}");
+    }
+    for i in 0..3 {
+        let r = pool.call(json!({"id": format!("then{i}"), "code": "print(2)"}));
+        assert_eq!(
+            (&r["result"]["status"], &r["result"]["isolation"]["forked_from_template"]),
+            (&json!("ok"), &json!(false)),
+            "{r}"
+        );
+    }
+    assert!(!descendants(pool_pid).iter().any(is_template), "a template was made after all");
+    assert!(pool.finish().success());
+}

@@ -394,8 +394,13 @@ impl Pool {
                 if current.ended() {
                     // Another maker is making its successor: wait for it
                     // rather than fail a fork of nothing (failures in a
-                    // row break the pool).
-                    std::thread::sleep(Duration::from_millis(20));
+                    // row break the pool). `renew` lets `renewing` go,
+                    // then takes the state's lock to say so: seen set
+                    // under that lock, its word comes after this wait.
+                    let st = self.lock();
+                    if self.renewing.load(Ordering::SeqCst) {
+                        let _ = self.changed.wait_timeout(st, Duration::from_secs(1));
+                    }
                     continue;
                 }
             }
@@ -423,13 +428,7 @@ impl Pool {
             Err(why) if current.ended() => {
                 // Nothing can fork from it: the jails import the preload
                 // themselves from now on.
-                let mut slot = self.template.lock().unwrap_or_else(|e| e.into_inner());
-                if slot.as_ref().is_some_and(|t| Arc::ptr_eq(t, &current)) {
-                    slot.take();
-                    eprintln!(
-                        "jail pool: each jail imports the preload itself, as the template ended and a new one could not be made: {why}"
-                    );
-                }
+                self.give_up_template(Some(&current), &format!("the template ended and a new one could not be made: {why}"));
                 None
             }
             Err(why) => {
@@ -439,6 +438,9 @@ impl Pool {
             }
         };
         self.renewing.store(false, Ordering::SeqCst);
+        // Makers waiting for this one (`template_now`) go on.
+        drop(self.lock());
+        self.changed.notify_all();
         let chosen = chosen?;
         chosen.forked();
         Some(chosen)
@@ -448,12 +450,23 @@ impl Pool {
     /// template goes, said once, and the jail is made as without one
     /// (`why` again when there was no template).
     fn without_template(&self, why: String) -> Result<Jail, String> {
-        let Some(t) = self.template.lock().unwrap_or_else(|e| e.into_inner()).take() else {
+        if !self.give_up_template(None, &format!("the template's fork failed: {why}")) {
             return Err(why);
-        };
-        drop(t);
-        eprintln!("jail pool: each jail imports the preload itself, as the template's fork failed: {why}");
+        }
         self.make()
+    }
+
+    /// The pool makes its jails without a template from now on, for
+    /// `why`, said once: whether it took one (`only` that one, when
+    /// given, and not a successor made meanwhile).
+    fn give_up_template(&self, only: Option<&Arc<template::Template>>, why: &str) -> bool {
+        let mut slot = self.template.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none() || only.is_some_and(|t| !slot.as_ref().is_some_and(|s| Arc::ptr_eq(s, t))) {
+            return false;
+        }
+        drop(slot.take());
+        eprintln!("jail pool: each jail imports the preload itself, as {why}");
+        true
     }
 
     /// Make one jail in the background to take a claimed one's place.
