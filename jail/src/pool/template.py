@@ -52,8 +52,8 @@ def reap():
 
 def become(request, driver, compiled):
     """In the fork's worker: what `execve(python, [python, DRIVER, ...])`
-    would have set up, then the driver (`compiled`, where the request
-    names the path it was compiled under)."""
+    would have set up, then the driver (`compiled`, a path and its code,
+    where the request names that path)."""
     ex = request
     os.environ.clear()
     os.environ.update(e.split("=", 1) for e in ex["envp"] if "=" in e)
@@ -68,7 +68,9 @@ def become(request, driver, compiled):
     main.__file__ = script
     main.__builtins__ = __builtins__
     sys.modules["__main__"] = main
-    code = compiled.get(script) or compile(driver, script, "exec")
+    path, code = compiled
+    if script != path:
+        code = compile(driver, script, "exec")
     del request, ex, compiled
     exec(code, main.__dict__)
     os._exit(0)
@@ -93,7 +95,7 @@ def main():
     with open(driver_path) as f:
         driver = f.read()
     # Once here rather than in every fork (2.5 ms each).
-    compiled = {forks_driver: compile(driver, forks_driver, "exec")}
+    compiled = (forks_driver, compile(driver, forks_driver, "exec"))
     if sys.path and sys.path[0] in ("", os.path.dirname(os.path.abspath(__file__))):
         del sys.path[0]
     preload(modules)
