@@ -959,12 +959,10 @@ fn a_session_takes_input_files_and_its_artifacts_are_served_once_it_ends() {
 /// on their own, input and artifacts alike.
 #[test]
 fn a_session_the_pool_cannot_hand_out_starts_on_its_own() {
-    let mut p: Value = serde_json::from_slice(&std::fs::read(repo().join("policies/default.json")).unwrap()).unwrap();
-    p["filesystem"]["output_size"] = "unlimited".into();
-    p["limits"]["file_size"] = "unlimited".into();
-    let mut policy = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
-    policy.write_all(p.to_string().as_bytes()).unwrap();
-    std::fs::set_permissions(policy.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let policy = policy_with(|p| {
+        p["filesystem"]["output_size"] = "unlimited".into();
+        p["limits"]["file_size"] = "unlimited".into();
+    });
     let s = Server::start(&["--policy", policy.path().to_str().unwrap()]);
     for _ in 0..2 {
         let made = s.call("POST", "/v1/sessions", Some(ALICE), Some(&json!({"files": {"in.txt": "x"}}).to_string()));
@@ -985,11 +983,7 @@ fn a_session_the_pool_cannot_hand_out_starts_on_its_own() {
 /// that says so, and nothing of one run reaches the next.
 #[test]
 fn a_pool_with_a_preload_forks_runs_and_sessions_from_its_template() {
-    let mut p: Value = serde_json::from_slice(&std::fs::read(repo().join("policies/default.json")).unwrap()).unwrap();
-    p["preload"] = json!(["json"]);
-    let mut policy = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
-    policy.write_all(p.to_string().as_bytes()).unwrap();
-    std::fs::set_permissions(policy.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+    let policy = policy_with(|p| p["preload"] = json!(["json"]));
     let s = Server::start(&["--policy", policy.path().to_str().unwrap()]);
     let code = "import json, sys\nprint(json.dumps(['json' in sys.modules, globals().get('planted')]))\nplanted = 1\n";
     for _ in 0..2 {
@@ -1343,10 +1337,7 @@ fn a_pool_that_dies_is_said_in_readyz_its_runs_get_502_and_a_new_one_serves() {
 
 #[test]
 fn a_pool_that_cannot_start_stops_the_server_with_one_line_and_leaves_nothing() {
-    let mut p: Value = serde_json::from_slice(&std::fs::read(repo().join("policies/default.json")).unwrap()).unwrap();
-    p["preload"] = json!(["no_such_module_anywhere"]);
-    let mut policy = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
-    policy.write_all(p.to_string().as_bytes()).unwrap();
+    let policy = policy_with(|p| p["preload"] = json!(["no_such_module_anywhere"]));
     let work = tempfile::Builder::new().prefix("serve-test-").tempdir().unwrap();
     let mut tokens = tempfile::NamedTempFile::new().unwrap();
     tokens
@@ -1380,8 +1371,13 @@ fn a_pool_that_cannot_start_stops_the_server_with_one_line_and_leaves_nothing() 
 
 /// A policy like the default one whose sessions end after `secs` idle.
 fn idle_policy(secs: f64) -> tempfile::NamedTempFile {
+    policy_with(|p| p["session"] = json!({"idle_timeout_secs": secs, "max_lifetime_secs": 3600}))
+}
+
+/// The default policy with `change` made to it, in a file any user reads.
+fn policy_with(change: impl FnOnce(&mut Value)) -> tempfile::NamedTempFile {
     let mut p: Value = serde_json::from_slice(&std::fs::read(repo().join("policies/default.json")).unwrap()).unwrap();
-    p["session"] = json!({"idle_timeout_secs": secs, "max_lifetime_secs": 3600});
+    change(&mut p);
     let mut f = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
     f.write_all(p.to_string().as_bytes()).unwrap();
     std::fs::set_permissions(f.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
@@ -1452,13 +1448,9 @@ fn load_on_loopback() {
     let max_runs = env("LOAD_MAX_RUNS", 64).to_string();
     let size = pool_size.to_string();
     let forked = env("LOAD_PRELOAD", 0) == 1;
-    let mut policy = tempfile::Builder::new().suffix(".json").tempfile().unwrap();
+    let policy = policy_with(|p| p["preload"] = json!(["json"]));
     let mut args = vec!["--pool-size", &size, "--pool-memory", POOL_MEMORY, "--max-runs", &max_runs];
     if forked {
-        let mut p: Value = serde_json::from_slice(&std::fs::read(repo().join("policies/default.json")).unwrap()).unwrap();
-        p["preload"] = json!(["json"]);
-        policy.write_all(p.to_string().as_bytes()).unwrap();
-        std::fs::set_permissions(policy.path(), std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
         args.extend(["--policy", policy.path().to_str().unwrap()]);
     }
     let mut s = Server::launch(&args);
