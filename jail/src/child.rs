@@ -64,6 +64,9 @@ pub(crate) struct ChildSpec {
     /// A template's own jail: its old root stays beneath the new one, for
     /// its forks to leave by (template/fork.rs, `HOST_ROOT`).
     pub keep_host_root: bool,
+    /// A fork whose supervisor writes its uid map, to a host uid leased
+    /// for it alone (template/uids.rs); otherwise a fork maps itself.
+    pub uid_mapped_by_supervisor: bool,
 }
 
 /// The last restrictions, planned and compiled by the supervisor.
@@ -211,13 +214,14 @@ fn live(spec: ChildSpec, forked: Option<(OwnedFd, (u32, u32))>) {
         cpus,
         stdin,
         keep_host_root,
+        uid_mapped_by_supervisor,
     } = spec;
     let ends = match forked {
         None => Ends::Exec,
         Some((hello, template_ids)) => {
             // Not the supervisor's child: it can neither write our id maps
             // (it is not in our parent user namespace) nor see our pid.
-            if let Err(e) = forked::begin(&hello, (uid, gid), template_ids).stage(Stage::IdMaps) {
+            if let Err(e) = forked::begin(&hello, (uid, gid), template_ids, uid_mapped_by_supervisor).stage(Stage::IdMaps) {
                 fail(&report, e);
             }
             Ends::Return

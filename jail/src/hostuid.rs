@@ -50,6 +50,11 @@ impl UidRange {
         self.first + (self.count - 1)
     }
 
+    /// Whether `uid` is one of the range's.
+    pub fn holds(self, uid: u32) -> bool {
+        uid >= self.first && uid - self.first < self.count
+    }
+
     /// Why the range cannot be used, if it cannot: empty, past u32, or
     /// holding root, `nobody` (65534) or the 16- and 32-bit "no uid"
     /// values the kernel reserves.

@@ -64,6 +64,8 @@ pub(crate) enum LaunchError {
     Clone(#[source] io::Error),
     #[error("write id maps")]
     IdMaps(#[source] namespaces::NamespaceError),
+    #[error("map the fork's own host uid")]
+    ForkUid(#[source] crate::template::uids::MapError),
     #[error("place the child in the run cgroup")]
     JoinCgroup(#[source] cgroup::CgroupError),
     #[error("make the run cgroup")]
@@ -91,7 +93,7 @@ impl LaunchError {
         match self {
             LaunchError::Channel(_) => Stage::Pipes,
             LaunchError::DropGroups(_) | LaunchError::Clone(_) | LaunchError::Template(_) => Stage::Clone,
-            LaunchError::IdMaps(_) => Stage::IdMaps,
+            LaunchError::IdMaps(_) | LaunchError::ForkUid(_) => Stage::IdMaps,
             LaunchError::JoinCgroup(_) | LaunchError::CreateCgroup(_) => Stage::Cgroup,
             LaunchError::Output(_) => Stage::Output,
             LaunchError::Proxy(_) => Stage::Network,
@@ -192,12 +194,26 @@ impl Jail {
             pid: Some(pid),
             fork: forked.is_some().then(|| pidfd.try_clone()).transpose().map_err(LaunchError::Pidfd)?,
         };
-        match forked {
+        match (forked, plan.root_uids) {
+            // Root's fork: its own leased host uid, mapped from its
+            // template's namespace (template/uids.rs); its gid is the
+            // template's, the one every root-started jail shares.
+            (Some(f), Some(_)) => {
+                crate::template::uids::map_fork(pid, pidfd.as_fd(), plan.uid_map.inside, plan.uid_map.outside)
+                    .map_err(LaunchError::ForkUid)?;
+                plan.gid_map.outside = f.gid;
+                clock.mark("id_maps");
+            }
             // The fork mapped itself; it runs as its template's host ids,
             // which the output is written and judged as.
-            Some(f) => (plan.uid_map.outside, plan.gid_map.outside) = (f.uid, f.gid),
-            None => {
-                namespaces::write_id_maps(pid, plan.uid_map, plan.gid_map).map_err(LaunchError::IdMaps)?;
+            (Some(f), None) => (plan.uid_map.outside, plan.gid_map.outside) = (f.uid, f.gid),
+            (None, _) => {
+                // Root's template maps the lease range too, for its forks.
+                let uid_lines = plan
+                    .root_uids
+                    .filter(|_| plan.is_template)
+                    .and_then(|range| crate::template::uids::template_uid_map(plan.uid_map.inside, plan.uid_map.outside, range));
+                namespaces::write_id_maps(pid, plan.uid_map, plan.gid_map, uid_lines.as_deref()).map_err(LaunchError::IdMaps)?;
                 clock.mark("id_maps");
             }
         }
@@ -231,8 +247,9 @@ impl Jail {
     /// Consumes the jail: a one-shot step ends with its PID 1. `lp` is
     /// what the step's clocks mean (watch.rs).
     pub(crate) fn run(mut self, mut step: Step<'_>, lp: &mut dyn Loop) -> (RunResult, Leftovers) {
-        if let Some(f) = self.forked {
-            crate::template::note(&mut step.result, f, self.held.leased());
+        if self.forked.is_some() {
+            let ids = (self.plan.uid_map.outside, self.plan.gid_map.outside);
+            crate::template::note(&mut step.result, ids, self.held.leased() && self.plan.root_uids.is_none());
         }
         let launched = self.release_and_watch(&mut step, lp);
         if launched.is_err() {
@@ -483,6 +500,7 @@ fn child_spec(plan: &RunPlan, filter: seccomp::Filter, theirs: ChildEnds) -> Chi
         cpus: plan.cpus.clone(),
         stdin: theirs.control,
         keep_host_root: plan.is_template,
+        uid_mapped_by_supervisor: plan.template.is_some() && plan.root_uids.is_some(),
     }
 }
 

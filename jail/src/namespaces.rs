@@ -42,11 +42,15 @@ pub(crate) struct IdMap {
 /// Supervisor side: deny setgroups, then write the child's uid and gid maps.
 /// `setgroups` must be denied before an unprivileged gid_map write
 /// (user_namespaces(7)); we deny it for root too, so the sandbox can never
-/// pick up supplementary groups.
-pub(crate) fn write_id_maps(child: Pid, uid: IdMap, gid: IdMap) -> Result<(), NamespaceError> {
+/// pick up supplementary groups. `uid_lines`, when given, is the whole uid
+/// map instead of `uid`'s one line (a root template's: template/uids.rs).
+pub(crate) fn write_id_maps(child: Pid, uid: IdMap, gid: IdMap, uid_lines: Option<&str>) -> Result<(), NamespaceError> {
     let base = PathBuf::from(format!("/proc/{}", child.as_raw()));
     write(base.join("setgroups"), "deny")?;
-    write(base.join("uid_map"), &format!("{} {} 1\n", uid.inside, uid.outside))?;
+    match uid_lines {
+        Some(lines) => write(base.join("uid_map"), lines)?,
+        None => write(base.join("uid_map"), &format!("{} {} 1\n", uid.inside, uid.outside))?,
+    }
     write(base.join("gid_map"), &format!("{} {} 1\n", gid.inside, gid.outside))?;
     Ok(())
 }

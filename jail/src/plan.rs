@@ -53,6 +53,9 @@ pub(crate) struct RunPlan {
     /// A template's own jail: the host's root kept beneath its root, no
     /// landlock, no seccomp (pool/template.rs).
     pub(crate) is_template: bool,
+    /// Root's lease range, where a template maps it for its forks, and a
+    /// fork's supervisor maps the fork's own uid (template/uids.rs).
+    pub(crate) root_uids: Option<crate::hostuid::UidRange>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -259,6 +262,9 @@ fn plan_with(
         cpus: view.cpus,
         template: req.template.clone(),
         is_template,
+        root_uids: (host.caller_uid == 0)
+            .then_some(policy.identity.root_host_uids)
+            .filter(|range| crate::template::uids::maps_forks(policy.identity.uid, *range)),
     })
 }
 

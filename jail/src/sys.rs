@@ -190,6 +190,26 @@ pub(crate) fn pidfd_send_signal(pidfd: BorrowedFd<'_>, sig: nix::sys::signal::Si
     Ok(())
 }
 
+/// Whether the process `pidfd` names still lives: signal 0 through it,
+/// which checks and sends nothing.
+pub(crate) fn pidfd_alive(pidfd: BorrowedFd<'_>) -> bool {
+    // SAFETY: plain syscall on a descriptor we borrow, signal 0, no
+    // siginfo (NULL) and no flags.
+    check(unsafe { libc::syscall(libc::SYS_pidfd_send_signal, pidfd.as_raw_fd(), 0, std::ptr::null::<libc::siginfo_t>(), 0) })
+        .is_ok()
+}
+
+/// `ioctl(ns, NS_GET_PARENT)`: the parent of the user (or pid) namespace
+/// `ns` names.
+pub(crate) fn namespace_parent(ns: BorrowedFd<'_>) -> io::Result<OwnedFd> {
+    // linux/nsfs.h: NS_GET_PARENT is _IO(0xb7, 0x2).
+    const NS_GET_PARENT: libc::c_ulong = 0xb702;
+    // SAFETY: an ioctl that takes no argument, on a descriptor we borrow.
+    let fd = check(unsafe { libc::ioctl(ns.as_raw_fd(), NS_GET_PARENT as _) } as libc::c_long)?;
+    // SAFETY: `fd` is a fresh descriptor returned by the kernel just above.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
 /// `faccessat2(fd, "", mode, AT_EACCESS | AT_EMPTY_PATH)`: the kernel's
 /// check of whether this process, by its effective ids and groups, may use
 /// the opened entry `fd` as `mode` (`R_OK`, `W_OK`, `X_OK`). The syscall

@@ -17,11 +17,15 @@
 //! # What a fork has that a cloned jail has, and what differs
 //!
 //! - Namespaces: its own user, mount, pid, net, ipc, uts and cgroup
-//!   namespaces. Its user namespace is nested in the template's: its
-//!   sandbox ids map to the template's, so every fork of a template runs
-//!   as the template's host uid (leased by the template's supervisor as
-//!   root; the caller's own as an ordinary user, as for any jail). The
-//!   result's `isolation.degraded` says so when the host uid is leased.
+//!   namespaces. Its user namespace is nested in the template's. As root,
+//!   the template's namespace maps the whole lease range, and each fork's
+//!   supervisor leases a host uid for its fork alone and maps the fork's
+//!   sandbox uid to it (uids.rs), as it would for a cloned jail; its gid
+//!   is the one every root-started jail shares. As an ordinary user, a
+//!   fork maps itself to the template's ids: the caller's own, as for any
+//!   jail. Where a root template's namespace cannot map the range (the
+//!   policy's sandbox uid lies in it), forks run as the template's host
+//!   uid and the result's `isolation.degraded` says so.
 //! - Filesystem: the same mount plan, every source opened by path
 //!   without following a link, as the template's uid (a root pool makes
 //!   its jails' folders reachable by it, as it does for any jail's leased
@@ -70,11 +74,12 @@
 //!
 //! One connection, one request: the spec (wire.rs) and its descriptors
 //! in one `SOCK_SEQPACKET` message. The answer is either one message from
-//! the fork itself carrying `SCM_CREDENTIALS` (its pid and ids, as the
-//! kernel translates them for us), or one from the template saying why no
-//! fork was made.
+//! the fork itself, to which the kernel attaches the fork's credentials
+//! (our end has `SO_PASSCRED`: its pid and host ids, as seen from our
+//! namespaces), or one from the template saying why no fork was made.
 
 pub(crate) mod fork;
+pub(crate) mod uids;
 mod wire;
 
 use std::io;
@@ -180,17 +185,16 @@ fn hello(sock: &OwnedFd) -> Result<Forked, TemplateError> {
 }
 
 /// What a fork's result says of it: the host ids it runs as, and, where
-/// a lease would have given it a host uid of its own, that it shares its
-/// template's.
-pub(crate) fn note(result: &mut crate::result::RunResult, forked: Forked, leased: bool) {
+/// a lease would have given it a host uid of its own and its template's
+/// namespace could not map one (uids.rs), that it shares its template's.
+pub(crate) fn note(result: &mut crate::result::RunResult, (uid, gid): (u32, u32), shared: bool) {
     result.isolation.forked_from_template = true;
-    result.isolation.host_uid = forked.uid;
-    result.isolation.host_gid = forked.gid;
-    if leased {
+    result.isolation.host_uid = uid;
+    result.isolation.host_gid = gid;
+    if shared {
         result.isolation.degraded.push(format!(
-            "this jail is a fork of a template: it runs as its template's host uid {}, as the template's other forks do, \
-             not as a uid leased for it alone",
-            forked.uid
+            "this jail is a fork of a template: it runs as its template's host uid {uid}, as the template's other forks do, \
+             not as a uid leased for it alone (the policy's identity.uid lies in its identity.root_host_uids)"
         ));
     }
 }

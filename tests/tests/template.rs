@@ -130,16 +130,14 @@ fn a_fork_sees_nothing_of_its_template_or_the_host() {
     assert!(seen["cgroup"].as_str().unwrap().lines().all(|l| l.ends_with(":/")), "{seen}");
     // Never host root, on the host.
     assert_ne!(r["isolation"]["host_uid"], 0, "{r}");
-    if is_root() {
-        assert!(
-            r["isolation"]["degraded"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|d| d.as_str().unwrap().contains("fork of a template")),
-            "a root fork shares its template's leased uid and must say so: {r}"
-        );
-    }
+    // Its uid map: its sandbox uid to one uid of its parent's namespace.
+    // As root that one is the host uid leased for it alone, the same
+    // number in its template's namespace (template/uids.rs); as an
+    // ordinary user, the caller's uid.
+    let host_uid = r["isolation"]["host_uid"].as_u64().unwrap().to_string();
+    let expected = if is_root() { host_uid.clone() } else { "1000".to_string() };
+    assert_eq!(seen["uid_map"], json!(["1000", expected, "1"]), "{seen}");
+    assert!(!shares_its_templates_uid(&r), "{r}");
     assert!(pool.finish().success());
 }
 
@@ -364,5 +362,55 @@ fn a_template_that_ends_and_cannot_be_remade_leaves_jails_that_import_the_preloa
         );
     }
     assert!(!descendants(pool_pid).iter().any(is_template), "a template was made after all");
+    assert!(pool.finish().success());
+}
+
+/// Whether a fork's result says it shares its template's host uid.
+fn shares_its_templates_uid(result: &Value) -> bool {
+    let degraded = result["isolation"]["degraded"].as_array().unwrap();
+    degraded.iter().any(|d| d.as_str().unwrap().contains("fork of a template"))
+}
+
+/// The host uid of each process in `pids` (its `Uid:` line's real uid).
+fn host_uids(pids: &[u32]) -> BTreeSet<u32> {
+    pids.iter()
+        .filter_map(|p| std::fs::read_to_string(format!("/proc/{p}/status")).ok())
+        .filter_map(|s| s.lines().find(|l| l.starts_with("Uid:")).and_then(|l| l.split_whitespace().nth(1)?.parse().ok()))
+        .collect()
+}
+
+/// Every fork of a root-started template runs as a host uid leased for it
+/// alone, as a cloned jail does, not as its template's: per-uid kernel
+/// accounting is then each tenant's own. Seen from the host, in /proc. An
+/// ordinary user's forks, like all its jails, run as that user.
+#[test]
+fn each_fork_runs_as_a_host_uid_of_its_own() {
+    let sb = Sandbox::new();
+    let mut pool = forked_pool(&sb, 2);
+    let sessions: Vec<_> = (0..2).map(|i| pool.session(json!({"id": format!("s{i}"), "op": "session"}))).collect();
+    let mut reported = BTreeSet::new();
+    for s in &sessions {
+        let (v, _) = s.exec("x = 1\n");
+        assert_eq!((&v["status"], &v["isolation"]["forked_from_template"]), (&json!("ok"), &json!(true)), "{v}");
+        assert!(!shares_its_templates_uid(&v), "{v}");
+        reported.insert(v["isolation"]["host_uid"].as_u64().unwrap() as u32);
+    }
+    pool.wait_ready(2);
+    let template = descendants(pool.child.id())
+        .into_iter()
+        .find(|p| std::fs::read(format!("/proc/{p}/cmdline")).is_ok_and(|c| String::from_utf8_lossy(&c).contains("\0template\0")))
+        .expect("the pool's `jail template`");
+    // The template's jail and its forks: two handed out, two ready.
+    let seen: BTreeSet<u32> = host_uids(&descendants(template)).into_iter().filter(|u| *u != 0).collect();
+    if is_root() {
+        assert_eq!(reported.len(), 2, "two sessions, one host uid: {reported:?}");
+        assert!(reported.is_subset(&seen), "the uids the results report {reported:?} are not the ones running: {seen:?}");
+        // The template's own, and one for each of the four forks.
+        assert!(seen.len() >= 5, "forks share host uids: {seen:?}");
+    } else {
+        let me = nix::unistd::getuid().as_raw();
+        assert_eq!((reported, seen), ([me].into(), [me].into()));
+    }
+    drop(sessions);
     assert!(pool.finish().success());
 }

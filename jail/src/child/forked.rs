@@ -13,28 +13,26 @@ use crate::mounts::HOST_ROOT;
 use crate::sys;
 
 /// The fork's PID 1, before its release: every signal at its default (the
-/// template's interpreter installed its handlers), its id maps written,
-/// and its pid and ids said on `hello`, which then closes.
-pub(crate) fn begin(hello: &OwnedFd, inside: (u32, u32), outside: (u32, u32)) -> std::io::Result<()> {
+/// template's interpreter installed its handlers), its id maps written
+/// (its uid map left to its supervisor when `uid_by_supervisor`: a uid
+/// leased for it alone, template/uids.rs), and its pid and host ids said
+/// on `hello`, which then closes.
+pub(crate) fn begin(hello: &OwnedFd, inside: (u32, u32), outside: (u32, u32), uid_by_supervisor: bool) -> std::io::Result<()> {
     for sig in Signal::iterator().filter(|s| !matches!(s, Signal::SIGKILL | Signal::SIGSTOP)) {
         sys::set_default_signal(sig)?;
     }
     std::fs::write("/proc/self/setgroups", "deny")?;
-    std::fs::write("/proc/self/uid_map", format!("{} {} 1\n", inside.0, outside.0))?;
+    if !uid_by_supervisor {
+        std::fs::write("/proc/self/uid_map", format!("{} {} 1\n", inside.0, outside.0))?;
+    }
     std::fs::write("/proc/self/gid_map", format!("{} {} 1\n", inside.1, outside.1))?;
-    let creds = nix::sys::socket::UnixCredentials::from(libc::ucred {
-        pid: nix::unistd::getpid().as_raw(),
-        uid: inside.0,
-        gid: inside.1,
-    });
-    let iov = [std::io::IoSlice::new(b"forked")];
-    nix::sys::socket::sendmsg::<nix::sys::socket::UnixAddr>(
-        hello.as_raw_fd(),
-        &iov,
-        &[nix::sys::socket::ControlMessage::ScmCredentials(&creds)],
-        nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
-        None,
-    )?;
+    // No credentials of our own: the supervisor's end passes them
+    // (SO_PASSCRED), so the kernel attaches ours, our pid and host ids as
+    // the supervisor sees them, whether our uid is mapped here yet or not.
+    let sent = nix::sys::socket::send(hello.as_raw_fd(), b"forked", nix::sys::socket::MsgFlags::MSG_NOSIGNAL)?;
+    if sent != 6 {
+        return Err(std::io::Error::other("the fork's word was cut short"));
+    }
     Ok(())
 }
 

@@ -12,12 +12,13 @@
 //! (sys.rs, `clone_process`), as it refuses a threaded supervisor.
 //!
 //! The fork's first steps (child/forked.rs) are the ones a cloned child
-//! does not need: its supervisor is not its parent,
-//! is not in its parent user namespace and cannot see its pid, so the fork
-//! writes its own id maps (one line each, its own ids in the template's
-//! namespace: allowed to an unprivileged process), says who it is with
-//! `SCM_CREDENTIALS` (which the kernel translates into the supervisor's
-//! pid and user namespaces: its pid, and the host ids it runs as), and,
+//! does not need: its supervisor is not its parent, is not in its parent
+//! user namespace and cannot see its pid, so the fork writes its own gid
+//! map and, unless its supervisor maps it to a uid of its own (as root:
+//! uids.rs), its uid map (one line each, its own ids in the template's
+//! namespace: allowed to an unprivileged process), says who it is on the
+//! connection (the kernel attaches its credentials, translated into the
+//! supervisor's pid and user namespaces: its pid, and its host ids), and,
 //! once released, leaves the template's root for the host's, which the
 //! template keeps beneath its own (`mounts::HOST_ROOT`) for this alone. From
 //! there on it is where a cloned child starts, in a mount namespace of its

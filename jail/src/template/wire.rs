@@ -48,6 +48,7 @@ pub(crate) struct Wire {
     /// Whether `output`, `notify`, `proxy`, `cgroup` and `stdin` follow the
     /// five descriptors every spec has, in that order.
     has: [bool; 5],
+    uid_mapped_by_supervisor: bool,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -82,6 +83,7 @@ pub(crate) fn encode(spec: ChildSpec) -> Result<(Vec<u8>, Vec<OwnedFd>), String>
         cpus,
         stdin,
         keep_host_root,
+        uid_mapped_by_supervisor,
     } = spec;
     if keep_host_root {
         return Err("a template's own jail is never a fork".into());
@@ -119,6 +121,7 @@ pub(crate) fn encode(spec: ChildSpec) -> Result<(Vec<u8>, Vec<OwnedFd>), String>
         tcp_connect,
         cpus,
         has,
+        uid_mapped_by_supervisor,
     };
     let bytes = serde_json::to_vec(&wire).map_err(|e| format!("encode the child's spec: {e}"))?;
     if bytes.len() > MAX_MESSAGE {
@@ -194,6 +197,7 @@ pub(crate) fn decode(msg: &[u8], fds: Vec<OwnedFd>) -> Result<(ChildSpec, Vec<u8
             cpus: wire.cpus,
             stdin,
             keep_host_root: false,
+            uid_mapped_by_supervisor: wire.uid_mapped_by_supervisor,
         },
         exec_json,
     ))
@@ -247,6 +251,7 @@ mod tests {
             cpus: None,
             stdin: Some(fd()),
             keep_host_root: false,
+            uid_mapped_by_supervisor: true,
         }
     }
 
