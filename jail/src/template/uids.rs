@@ -105,7 +105,7 @@ pub(crate) fn map_fork(pid: Pid, pidfd: BorrowedFd<'_>, inside: u32, uid: u32) -
             };
             sys::exit_now(code)
         }
-        Forked::Parent(helper) => match waitpid(helper, None).map_err(MapError::Wait)? {
+        Forked::Parent(helper) => match wait(helper)? {
             WaitStatus::Exited(_, 0) => Ok(()),
             WaitStatus::Exited(_, code) => Err(MapError::Write(match code {
                 1 => "join the template's user namespace".into(),
@@ -114,6 +114,16 @@ pub(crate) fn map_fork(pid: Pid, pidfd: BorrowedFd<'_>, inside: u32, uid: u32) -
             })),
             other => Err(MapError::Write(format!("the helper ended: {other:?}"))),
         },
+    }
+}
+
+/// The helper's end, however many signals interrupt the wait.
+fn wait(helper: Pid) -> Result<WaitStatus, MapError> {
+    loop {
+        match waitpid(helper, None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            done => return done.map_err(MapError::Wait),
+        }
     }
 }
 
